@@ -1,0 +1,172 @@
+"""Handles: small frozen value objects that point at stored data.
+
+* :class:`Position` ``(seq, row)``: a place in a source partition log, "the next row to read"
+  (file ``<seq:08d>`` of the partition, row index inside it). Ordered.
+* :class:`FileHandle` ``(uri, rows, bytes, sha256)``: a file written for a checkpoint or a sink.
+* :class:`StateHandle`: one operator subtask's snapshot of one named state (``left``/``right``/``agg``)
+  over its key-group range ``[kg_start, kg_end]`` (inclusive, like Flink's ``KeyGroupRange``);
+  ``file`` is None when the state was empty.
+* :class:`ChannelStateHandle`: unaligned checkpoints' in-flight data of one channel, either a file
+  (data between operators) or a source position range ``[start, end)`` (data durable in a source log).
+* :class:`SinkHandle`: what checkpoint n staged for one sink table: files + whether it is a full image.
+
+Every class has ``to_dict()`` / ``from_dict()`` producing plain JSON-able data.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+__all__ = ["Position", "FileHandle", "StateHandle", "ChannelStateHandle", "SinkHandle"]
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Position:
+    """Position in a source partition: file sequence number and row index (next row to read)."""
+
+    seq: int
+    row: int
+
+    def __post_init__(self) -> None:
+        if self.seq < 0 or self.row < 0:
+            raise ValueError(f"invalid source position ({self.seq}, {self.row})")
+
+    def to_dict(self) -> dict[str, int]:
+        return {"seq": self.seq, "row": self.row}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | Iterable[int]) -> "Position":
+        if isinstance(d, Mapping):
+            return cls(int(d["seq"]), int(d["row"]))
+        seq, row = d
+        return cls(int(seq), int(row))
+
+
+@dataclass(frozen=True, slots=True)
+class FileHandle:
+    """A stored file with its row count, size and SHA-256 (hex)."""
+
+    uri: str
+    rows: int
+    bytes: int
+    sha256: str
+
+    def __post_init__(self) -> None:
+        if not self.uri:
+            raise ValueError("file handle without uri")
+        if self.rows < 0 or self.bytes < 0:
+            raise ValueError(f"file handle {self.uri}: negative rows/bytes ({self.rows}, {self.bytes})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"uri": self.uri, "rows": self.rows, "bytes": self.bytes, "sha256": self.sha256}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "FileHandle":
+        return cls(uri=str(d["uri"]), rows=int(d["rows"]), bytes=int(d["bytes"]), sha256=str(d["sha256"]))
+
+
+@dataclass(frozen=True, slots=True)
+class StateHandle:
+    """One subtask's snapshot of one named keyed state over key groups ``[kg_start, kg_end]``."""
+
+    operator_uid: str
+    subtask: int
+    kg_start: int
+    kg_end: int
+    name: str
+    file: FileHandle | None = None
+
+    def __post_init__(self) -> None:
+        if self.subtask < 0:
+            raise ValueError(f"state handle of {self.operator_uid}: negative subtask {self.subtask}")
+        if self.kg_start < 0 or self.kg_end < self.kg_start - 1:
+            raise ValueError(f"state handle of {self.operator_uid}[{self.subtask}]: "
+                             f"invalid key-group range [{self.kg_start}, {self.kg_end}]")
+
+    @property
+    def rows(self) -> int:
+        return self.file.rows if self.file else 0
+
+    @property
+    def bytes(self) -> int:
+        return self.file.bytes if self.file else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"operator_uid": self.operator_uid, "subtask": self.subtask, "kg_start": self.kg_start,
+                "kg_end": self.kg_end, "name": self.name,
+                "file": self.file.to_dict() if self.file else None}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "StateHandle":
+        f = d.get("file")
+        return cls(operator_uid=str(d["operator_uid"]), subtask=int(d["subtask"]), kg_start=int(d["kg_start"]),
+                   kg_end=int(d["kg_end"]), name=str(d["name"]), file=FileHandle.from_dict(f) if f else None)
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelStateHandle:
+    """In-flight data of one input channel persisted by an unaligned checkpoint.
+
+    Either ``file`` (records that were between operators) or a source range ``[start, end)`` of
+    ``source``/``partition`` (records still durable in the source log; replayed, not copied).
+    """
+
+    operator_uid: str
+    subtask: int
+    channel: str
+    file: FileHandle | None = None
+    source: str | None = None
+    partition: str | None = None
+    start: Position | None = None
+    end: Position | None = None
+
+    def __post_init__(self) -> None:
+        if self.partition is not None and not isinstance(self.partition, str):
+            object.__setattr__(self, "partition", str(self.partition))
+        if (self.start is None) != (self.end is None):
+            raise ValueError(f"channel state {self.operator_uid}[{self.subtask}]/{self.channel}: "
+                             "a position range needs both start and end")
+        if self.start is not None and self.end is not None and self.end < self.start:
+            raise ValueError(f"channel state {self.operator_uid}[{self.subtask}]/{self.channel}: "
+                             f"range end {self.end} before start {self.start}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"operator_uid": self.operator_uid, "subtask": self.subtask, "channel": self.channel,
+                "file": self.file.to_dict() if self.file else None, "source": self.source,
+                "partition": self.partition, "start": self.start.to_dict() if self.start else None,
+                "end": self.end.to_dict() if self.end else None}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ChannelStateHandle":
+        f, s, e = d.get("file"), d.get("start"), d.get("end")
+        return cls(operator_uid=str(d["operator_uid"]), subtask=int(d["subtask"]), channel=str(d["channel"]),
+                   file=FileHandle.from_dict(f) if f else None, source=d.get("source"),
+                   partition=d.get("partition"), start=Position.from_dict(s) if s else None,
+                   end=Position.from_dict(e) if e else None)
+
+
+@dataclass(frozen=True, slots=True)
+class SinkHandle:
+    """The files checkpoint n staged for one sink table; ``full``: they hold every key (upsert image)."""
+
+    files: tuple[FileHandle, ...] = ()
+    full: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "files", tuple(self.files))
+        object.__setattr__(self, "full", bool(self.full))
+
+    @property
+    def rows(self) -> int:
+        return sum(f.rows for f in self.files)
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.bytes for f in self.files)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"files": [f.to_dict() for f in self.files], "full": self.full}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "SinkHandle":
+        return cls(files=tuple(FileHandle.from_dict(f) for f in d.get("files", ())), full=bool(d.get("full", False)))

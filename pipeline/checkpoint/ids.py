@@ -1,0 +1,114 @@
+"""CheckpointIdCounter: checkpoint ids that strictly increase across restarts and are never reused.
+
+An id is *claimed* by creating ``<job root>/ids/<id:012d>`` with a create-only write (S3
+``If-None-Match: *``; locally ``os.link``). Exactly one runner can create a given claim object, so two
+runners of the same job never get the same id. ``next()`` starts at one above the highest claim (and
+above every ``checkpoints/chk-<id>`` directory, so a lost ``ids/`` folder cannot cause reuse) and
+moves upward on conflict. After a claim, older claims are pruned; the highest claim is never deleted
+(a runner only deletes claims below its own), so "the max claimed id" survives and is what fencing
+compares against: a runner whose checkpoint id is below ``latest_claimed()`` has been superseded.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import uuid
+from dataclasses import dataclass
+
+from pipeline.exceptions import CheckpointError, ConditionalWriteError, ObjectNotFoundError, StorageError
+from pipeline.fileio import FileIO, join_uri
+
+__all__ = ["CheckpointIdCounter", "IdClaim", "default_runner_id"]
+
+log = logging.getLogger(__name__)
+
+_MAX_ATTEMPTS = 1000
+
+
+def default_runner_id() -> str:
+    """``host:pid:random`` - identifies a runner (coordinator) in claims and error messages."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True, slots=True)
+class IdClaim:
+    """Who claimed a checkpoint id, and when."""
+
+    checkpoint_id: int
+    runner: str
+    claimed_at: str
+
+
+class CheckpointIdCounter:
+    """Claims checkpoint ids for one job under ``<job root>/ids/``."""
+
+    def __init__(self, fileio: FileIO, job_root: str, *, runner_id: str | None = None) -> None:
+        self.fileio = fileio
+        self.job_root = job_root.rstrip("/")
+        self.ids_uri = join_uri(self.job_root, "ids")
+        self.runner_id = runner_id or default_runner_id()
+
+    def claim_uri(self, checkpoint_id: int) -> str:
+        return join_uri(self.ids_uri, f"{checkpoint_id:012d}")
+
+    def _claimed_ids(self) -> list[int]:
+        ids = []
+        for fi in self.fileio.list(self.ids_uri, recursive=False):
+            name = fi.uri.rsplit("/", 1)[-1]
+            if name.isdigit():
+                ids.append(int(name))
+        return sorted(ids)
+
+    def _used_dir_ids(self) -> int:
+        """Highest id among ``checkpoints/chk-<id>`` directories (0 if none)."""
+        best = 0
+        for name in self.fileio.list_dirs(join_uri(self.job_root, "checkpoints")):
+            if name.startswith("chk-") and name[4:].isdigit():
+                best = max(best, int(name[4:]))
+        return best
+
+    def latest_claimed(self) -> int | None:
+        """The highest claimed id, or None if no id was ever claimed."""
+        ids = self._claimed_ids()
+        return ids[-1] if ids else None
+
+    def claim_info(self, checkpoint_id: int) -> IdClaim | None:
+        """Who claimed ``checkpoint_id`` (None if the claim object is gone/pruned)."""
+        try:
+            d = json.loads(self.fileio.read_bytes(self.claim_uri(checkpoint_id)))
+            return IdClaim(int(d["checkpoint_id"]), str(d.get("runner", "?")), str(d.get("claimed_at", "?")))
+        except ObjectNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError):
+            return IdClaim(checkpoint_id, "?", "?")
+
+    def next(self, at_least: int = 1) -> int:
+        """Claim and return a new id: above every existing claim/checkpoint dir and >= ``at_least``."""
+        from pipeline.checkpoint.metadata import iso_utc
+
+        claimed = self._claimed_ids()
+        candidate = max([at_least, self._used_dir_ids() + 1] + [c + 1 for c in claimed[-1:]])
+        for _ in range(_MAX_ATTEMPTS):
+            body = json.dumps({"checkpoint_id": candidate, "runner": self.runner_id, "claimed_at": iso_utc()})
+            try:
+                self.fileio.write_bytes(self.claim_uri(candidate), body.encode(), if_none_match=True)
+            except ConditionalWriteError:
+                log.info("checkpoint id %d of %s already claimed by another runner; trying higher",
+                         candidate, self.job_root)
+                claimed = self._claimed_ids()
+                candidate = max([candidate + 1] + [c + 1 for c in claimed[-1:]])
+                continue
+            self._prune_below(candidate)
+            return candidate
+        raise CheckpointError(f"could not claim a checkpoint id under {self.ids_uri} after {_MAX_ATTEMPTS} attempts")
+
+    def _prune_below(self, checkpoint_id: int) -> None:
+        for old in self._claimed_ids():
+            if old >= checkpoint_id:
+                break
+            try:
+                self.fileio.delete(self.claim_uri(old))
+            except StorageError as e:  # pruning is best effort
+                log.warning("could not prune checkpoint id claim %s: %s", self.claim_uri(old), e)

@@ -1,0 +1,219 @@
+"""CompletedCheckpointStore: the completed checkpoints of one job on FileIO.
+
+Layout: ``<checkpoint root>/<job>/checkpoints/chk-<id>/`` (a checkpoint is complete iff its
+``_metadata`` exists and parses) and ``<checkpoint root>/<job>/savepoints/`` (read here only to protect
+files; never modified).
+
+* ``latest_valid()`` restores with fallback: newest first, each candidate's metadata must parse and
+  (``verify=True``) every referenced file must exist with its size and SHA-256. Skipped candidates are
+  reported as messages. Checkpoints exist but none is usable -> NoValidCheckpointError (never a silent
+  fresh start).
+* ``add()`` applies retention: keep the ``retain`` newest completed checkpoints, discard the older
+  (subsumed) ones, except files a retained checkpoint or a savepoint still references.
+* ``cleanup_garbage()`` deletes ``chk-*`` directories without ``_metadata`` (aborted or crashed
+  attempts), except those in ``keep`` and those with id >= ``protect_from_id`` (the newest claimed id
+  may belong to a runner that is still working). Directories whose ``_metadata`` exists but does not
+  parse are left alone for inspection.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from enum import Enum
+from typing import Iterable
+
+from pipeline.checkpoint.completed import METADATA_FILE, CompletedCheckpoint, delete_location
+from pipeline.exceptions import (CheckpointError, CorruptCheckpointError, NoValidCheckpointError,
+                                 ObjectNotFoundError, StorageError)
+from pipeline.fileio import FileIO, join_uri
+
+__all__ = ["CompletedCheckpointStore", "CheckpointDirStatus", "CheckpointDirInfo", "DEFAULT_RETAINED"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RETAINED = 3
+
+
+class CheckpointDirStatus(Enum):
+    COMPLETED = "completed"   # _metadata exists and parses
+    PENDING = "pending"       # no _metadata: in progress, aborted or crashed
+    CORRUPT = "corrupt"       # _metadata exists but is unreadable or does not belong here
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointDirInfo:
+    """One ``chk-<id>`` directory and what is in it."""
+
+    checkpoint_id: int
+    location: str
+    status: CheckpointDirStatus
+    checkpoint: CompletedCheckpoint | None = None
+    problem: str | None = None
+
+
+def _chk_id(name: str) -> int | None:
+    if name.startswith("chk-") and name[4:].isdigit():
+        return int(name[4:])
+    return None
+
+
+class CompletedCheckpointStore:
+    """Completed checkpoints of one job under ``<job root>/checkpoints/``."""
+
+    def __init__(self, fileio: FileIO, job_root: str, *, job: str | None = None,
+                 retain: int = DEFAULT_RETAINED) -> None:
+        if retain < 1:
+            raise ValueError(f"retained checkpoints must be >= 1, got {retain}")
+        self.fileio = fileio
+        self.job_root = job_root.rstrip("/")
+        self.job = job or self.job_root.rsplit("/", 1)[-1]
+        self.retain = retain
+        self.checkpoints_uri = join_uri(self.job_root, "checkpoints")
+        self.savepoints_uri = join_uri(self.job_root, "savepoints")
+
+    def location_of(self, checkpoint_id: int) -> str:
+        return join_uri(self.checkpoints_uri, f"chk-{checkpoint_id}")
+
+    # -- reading -----------------------------------------------------------------------------------
+    def _load(self, checkpoint_id: int) -> CheckpointDirInfo:
+        location = self.location_of(checkpoint_id)
+        try:
+            cp = CompletedCheckpoint.load(self.fileio, location)
+        except ObjectNotFoundError:
+            return CheckpointDirInfo(checkpoint_id, location, CheckpointDirStatus.PENDING)
+        except (CorruptCheckpointError, StorageError) as e:
+            return CheckpointDirInfo(checkpoint_id, location, CheckpointDirStatus.CORRUPT, problem=str(e))
+        md = cp.metadata
+        problem = None
+        if md.checkpoint_id != checkpoint_id:
+            problem = f"{cp.metadata_uri} holds checkpoint id {md.checkpoint_id}, not {checkpoint_id}"
+        elif md.job != self.job:
+            problem = f"{cp.metadata_uri} belongs to job '{md.job}', not '{self.job}'"
+        elif md.kind != "checkpoint":
+            problem = f"{cp.metadata_uri} is a {md.kind}, not a checkpoint"
+        if problem:
+            return CheckpointDirInfo(checkpoint_id, location, CheckpointDirStatus.CORRUPT, problem=problem)
+        return CheckpointDirInfo(checkpoint_id, location, CheckpointDirStatus.COMPLETED, checkpoint=cp)
+
+    def inspect(self) -> list[CheckpointDirInfo]:
+        """Every ``chk-<id>`` directory with its status, oldest first."""
+        ids = sorted(i for i in (_chk_id(n) for n in self.fileio.list_dirs(self.checkpoints_uri)) if i is not None)
+        return [self._load(i) for i in ids]
+
+    def list(self) -> list[CompletedCheckpoint]:
+        """Completed checkpoints (metadata present and readable), oldest first."""
+        return [i.checkpoint for i in self.inspect() if i.checkpoint is not None]
+
+    def ids(self) -> list[int]:
+        return [cp.checkpoint_id for cp in self.list()]
+
+    def get(self, checkpoint_id: int) -> CompletedCheckpoint:
+        """Completed checkpoint ``checkpoint_id``; ObjectNotFoundError / CorruptCheckpointError otherwise."""
+        info = self._load(checkpoint_id)
+        if info.status is CheckpointDirStatus.PENDING:
+            raise ObjectNotFoundError(f"checkpoint {checkpoint_id} of job '{self.job}' is not completed: "
+                                      f"{join_uri(info.location, METADATA_FILE)} does not exist")
+        if info.status is CheckpointDirStatus.CORRUPT:
+            raise CorruptCheckpointError(f"checkpoint {checkpoint_id} of job '{self.job}': {info.problem}")
+        assert info.checkpoint is not None
+        return info.checkpoint
+
+    def latest(self) -> CompletedCheckpoint | None:
+        """The newest completed checkpoint (not verified)."""
+        done = self.list()
+        return done[-1] if done else None
+
+    def latest_valid(self, verify: bool = True, *, checksums: bool = True,
+                     include_sinks: bool = True) -> tuple[CompletedCheckpoint | None, list[str]]:
+        """Newest restorable checkpoint and the reasons older-than-newest candidates were skipped.
+
+        ``(None, [])`` when the job has no checkpoint with ``_metadata`` (a fresh start is legitimate);
+        NoValidCheckpointError when there are some but none is usable.
+        """
+        candidates = [i for i in self.inspect() if i.status is not CheckpointDirStatus.PENDING]
+        problems: list[str] = []
+        for info in reversed(candidates):
+            if info.checkpoint is None:
+                problems.append(f"skipping checkpoint {info.checkpoint_id} of job '{self.job}' "
+                                f"({info.location}): {info.problem}")
+                continue
+            if verify:
+                try:
+                    info.checkpoint.verify(self.fileio, checksums=checksums, include_sinks=include_sinks)
+                except CorruptCheckpointError as e:
+                    problems.append(f"skipping checkpoint {info.checkpoint_id}: {e}")
+                    continue
+            for p in problems:
+                log.warning("%s", p)
+            if problems:
+                log.warning("job '%s': falling back to checkpoint %d", self.job, info.checkpoint_id)
+            return info.checkpoint, problems
+        if candidates:
+            raise NoValidCheckpointError(
+                f"job '{self.job}': none of the {len(candidates)} checkpoints under {self.checkpoints_uri} can be "
+                f"restored (refusing to start from scratch): " + " | ".join(problems))
+        return None, []
+
+    def savepoints(self) -> list[CompletedCheckpoint]:
+        """Readable savepoints under ``<job root>/savepoints/`` (only to protect their files)."""
+        out = []
+        for name in self.fileio.list_dirs(self.savepoints_uri):
+            try:
+                out.append(CompletedCheckpoint.load(self.fileio, join_uri(self.savepoints_uri, name)))
+            except (ObjectNotFoundError, CorruptCheckpointError):
+                continue
+        return out
+
+    @staticmethod
+    def referenced_uris(checkpoints: Iterable[CompletedCheckpoint]) -> set[str]:
+        return {f.uri for cp in checkpoints for f in cp.metadata.referenced_files()}
+
+    # -- retention ---------------------------------------------------------------------------------
+    def add(self, completed: CompletedCheckpoint) -> list[int]:
+        """Register a newly completed checkpoint and apply retention; returns the discarded ids."""
+        if completed.is_savepoint:
+            raise CheckpointError(f"{completed.describe()}: savepoints are not kept in the checkpoint store")
+        if completed.location.rstrip("/") != self.location_of(completed.checkpoint_id):
+            raise CheckpointError(f"{completed.describe()} is not in this store ({self.checkpoints_uri})")
+        done = self.list()
+        if completed.checkpoint_id not in {cp.checkpoint_id for cp in done}:
+            raise CheckpointError(f"{completed.describe()}: {completed.metadata_uri} is missing or unreadable")
+        done.sort(key=lambda cp: cp.checkpoint_id)
+        retained = done[-self.retain:]
+        if completed.checkpoint_id not in {cp.checkpoint_id for cp in retained}:
+            retained = retained[1:] + [completed]
+        retained_ids = {cp.checkpoint_id for cp in retained}
+        subsumed = [cp for cp in done if cp.checkpoint_id not in retained_ids]
+        if not subsumed:
+            return []
+        keep = self.referenced_uris(retained) | self.referenced_uris(self.savepoints())
+        discarded = []
+        for cp in subsumed:
+            try:
+                cp.discard(self.fileio, keep=keep)
+                discarded.append(cp.checkpoint_id)
+            except StorageError as e:
+                log.warning("could not discard subsumed %s: %s", cp.describe(), e)
+        return discarded
+
+    def cleanup_garbage(self, *, keep: Iterable[int] = (), protect_from_id: int | None = None) -> list[int]:
+        """Delete ``chk-*`` dirs without ``_metadata`` (not in ``keep``, id < ``protect_from_id``)."""
+        keep_ids = set(keep)
+        infos = self.inspect()
+        garbage = [i for i in infos if i.status is CheckpointDirStatus.PENDING and i.checkpoint_id not in keep_ids
+                   and (protect_from_id is None or i.checkpoint_id < protect_from_id)]
+        if not garbage:
+            return []
+        referenced = self.referenced_uris([i.checkpoint for i in infos if i.checkpoint is not None])
+        referenced |= self.referenced_uris(self.savepoints())
+        deleted = []
+        for info in garbage:
+            if self.fileio.exists(join_uri(info.location, METADATA_FILE)):
+                continue  # completed since we looked: not garbage
+            try:
+                delete_location(self.fileio, info.location, referenced)
+                deleted.append(info.checkpoint_id)
+                log.info("job '%s': deleted garbage checkpoint directory %s", self.job, info.location)
+            except StorageError as e:
+                log.warning("could not delete garbage checkpoint directory %s: %s", info.location, e)
+        return deleted

@@ -1,0 +1,176 @@
+"""Command line: ``python -m pipeline <command>`` / ``epochal <command>``.
+
+Exit codes: 0 success, 2 bad usage or configuration, any other non-zero value is a failure. Every
+command accepts ``--json`` for machine-readable output and ``--config FILE`` (YAML with the same
+``PIPELINE_*`` keys as the environment).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import Any, Callable, Sequence
+
+from pipeline.exceptions import ConfigError, EpochalError
+
+__all__ = ["main", "build_parser"]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # bad usage -> exit code 2
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _common(p: argparse.ArgumentParser, job: bool = True) -> None:
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--config", metavar="FILE", help="YAML file with PIPELINE_* keys")
+    if job:
+        p.add_argument("--job", required=True, help="job name (e.g. orders_payments) or module:function")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="epochal", description="Epochal: exactly-once epochs on Spark with checkpoints on S3.")
+    sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("run", help="resume from the latest checkpoint and complete up to N epochs")
+    _common(p)
+    p.add_argument("--epochs", type=int, default=None, help="epochs to complete (default: all available)")
+    p.add_argument("--until-epoch", type=int, default=None, help="complete every epoch up to this one")
+    p.add_argument("--parallelism", type=int, default=None)
+
+    cp = sub.add_parser("checkpoints", help="list or inspect checkpoints")
+    csub = cp.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    p = csub.add_parser("list", help="completed checkpoints and savepoints")
+    _common(p)
+    p = csub.add_parser("show", help="one checkpoint in detail")
+    _common(p)
+    p.add_argument("--id", required=True, help="checkpoint id (or a savepoint URI)")
+
+    p = sub.add_parser("savepoint", help="take an aligned, self-contained savepoint")
+    _common(p)
+    p.add_argument("--target", default=None, help="savepoint directory URI (default <job>/savepoints/)")
+
+    p = sub.add_parser("restore", help="restore the job from a checkpoint id or a savepoint URI")
+    _common(p)
+    p.add_argument("--from", dest="from_", required=True, metavar="ID|URI")
+    p.add_argument("--parallelism", type=int, default=None)
+    p.add_argument("--allow-non-restored-state", action="store_true")
+
+    p = sub.add_parser("validate", help="run the Great Expectations suites; non-zero exit on failure")
+    _common(p)
+    p.add_argument("--checkpoint", default=None, help="checkpoint id or savepoint URI (default: latest)")
+
+    p = sub.add_parser("export", help="write the committed rows of a sink table as Parquet")
+    _common(p)
+    p.add_argument("--table", required=True)
+    p.add_argument("--to", required=True, metavar="DIR")
+
+    p = sub.add_parser("state", help="write one operator's state of a checkpoint as Parquet")
+    _common(p)
+    p.add_argument("--checkpoint", required=True, help="checkpoint id or savepoint URI")
+    p.add_argument("--operator", required=True, help="operator uid")
+    p.add_argument("--to", required=True, metavar="DIR")
+    return ap
+
+
+def _print(args: argparse.Namespace, data: Any, human: Callable[[Any], str]) -> None:
+    if args.json:
+        print(json.dumps(data, indent=1, default=str))
+    else:
+        print(human(data))
+
+
+def _runner(args: argparse.Namespace, **overrides: Any):
+    from pipeline.config import load_config
+    from pipeline.jobs import get_job
+    from pipeline.runtime.runner import JobRunner
+    cfg = load_config(args.config, **overrides)
+    echo = (lambda m: print(m, file=sys.stderr)) if args.json else (lambda m: print(m, file=sys.stderr))
+    return JobRunner(get_job(args.job), cfg, echo=echo)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    if args.epochs is not None and args.epochs < 0:
+        raise ConfigError("--epochs must be >= 0")
+    r = _runner(args)
+    rep = r.run(args.epochs, until_epoch=args.until_epoch, parallelism=args.parallelism)
+    d = rep.to_dict()
+
+    def human(d: dict) -> str:
+        lines = [f"job {d['job']}: restored from {d['restored_from']}; completed checkpoints "
+                 f"{d['checkpoints_completed']} (epochs {d['epochs_completed']}); records {d['records']}"]
+        lines += [f"  {m}" for m in d["messages"]]
+        return "\n".join(lines)
+    _print(args, d, human)
+    return 0
+
+
+def _cmd_checkpoints(args: argparse.Namespace) -> int:
+    from pipeline import inspect as insp
+    r = _runner(args)
+    if args.action == "list":
+        rows = insp.list_checkpoints(r)
+        _print(args, rows, insp.format_list)
+    else:
+        d = insp.show_checkpoint(r, args.id)
+        _print(args, d, insp.format_show)
+    return 0
+
+
+def _cmd_savepoint(args: argparse.Namespace) -> int:
+    r = _runner(args)
+    loc = r.savepoint(args.target)
+    _print(args, {"savepoint": loc}, lambda d: d["savepoint"])
+    return 0
+
+
+def _cmd_restore(args: argparse.Namespace) -> int:
+    r = _runner(args)
+    d = r.restore(args.from_, parallelism=args.parallelism, allow_non_restored_state=args.allow_non_restored_state)
+    _print(args, d, lambda d: f"restored {d['job']} from {d['from']} as checkpoint {d['checkpoint_id']}")
+    return 0
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from pipeline.quality import validate_job
+    r = _runner(args)
+    result = validate_job(r, args.checkpoint)
+    _print(args, result.to_dict(), lambda d: result.summary())
+    return 0 if result.success else 1
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    r = _runner(args)
+    d = r.export(args.table, args.to)
+    _print(args, d, lambda d: f"exported {d['rows']} committed rows of {d['table']} to {d['to']}")
+    return 0
+
+
+def _cmd_state(args: argparse.Namespace) -> int:
+    r = _runner(args)
+    d = r.export_state(args.checkpoint, args.operator, args.to)
+    _print(args, d, lambda d: f"wrote {d['rows']} state rows of {d['operator']} ({d['checkpoint']}) to {d['to']}")
+    return 0
+
+
+_COMMANDS = {"run": _cmd_run, "checkpoints": _cmd_checkpoints, "savepoint": _cmd_savepoint,
+             "restore": _cmd_restore, "validate": _cmd_validate, "export": _cmd_export, "state": _cmd_state}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        return _COMMANDS[args.command](args)
+    except ConfigError as e:
+        print(f"epochal: configuration error: {e}", file=sys.stderr)
+        return 2
+    except EpochalError as e:
+        print(f"epochal: {type(e).__name__}: {e}", file=sys.stderr)
+        return e.exit_code if e.exit_code not in (0, 2) else 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

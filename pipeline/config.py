@@ -1,0 +1,140 @@
+"""Pipeline configuration: environment variables, optionally a ``--config`` YAML with the same keys.
+
+Precedence: explicit overrides > environment > YAML file > defaults. Every key is documented in the
+README; invalid values raise :class:`~pipeline.exceptions.ConfigError` (CLI exit code 2).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from pipeline.exceptions import ConfigError
+
+__all__ = ["PipelineConfig", "load_config", "CONFIG_KEYS"]
+
+_DEFAULT_ROOT = Path(os.environ.get("EPOCHAL_HOME", Path.cwd() / ".epochal")).resolve()
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineConfig:
+    """All knobs of a pipeline run. Field ``x`` is read from ``PIPELINE_X``."""
+
+    source_uri: str = (_DEFAULT_ROOT / "sources").as_uri()
+    checkpoint_uri: str = (_DEFAULT_ROOT / "checkpoints").as_uri()
+    sink_uri: str = (_DEFAULT_ROOT / "sinks").as_uri()
+    dead_letter_uri: str = ""  # default: <checkpoint_uri>/<job>/dead-letter
+    epoch_seconds: int = 60
+    max_records_per_epoch: int = 1_000_000
+    allowed_lateness_seconds: int = 0
+    parallelism: int = 2
+    max_parallelism: int = 128
+    checkpoint_mode: str = "exactly_once"
+    unaligned: bool = False
+    aligned_timeout_seconds: float = 0.0
+    checkpoint_timeout_seconds: float = 600.0
+    tolerable_failed_checkpoints: int = 0
+    retained_checkpoints: int = 3
+    bad_records: str = "dead_letter"
+    state_ttl_seconds: int = 24 * 3600
+    validate_after_epoch: bool = False
+    spark_master: str = "local[*]"
+    clock_now: str = ""  # ISO-8601 UTC; empty = wall clock. Lets tests and replays control the clock.
+
+    def __post_init__(self) -> None:
+        for name in ("source_uri", "checkpoint_uri", "sink_uri"):
+            v = getattr(self, name)
+            if not v.startswith(("file://", "s3://")):
+                raise ConfigError(f"PIPELINE_{name.upper()}={v!r}: must be a file:// or s3:// URI")
+        if self.dead_letter_uri and not self.dead_letter_uri.startswith(("file://", "s3://")):
+            raise ConfigError(f"PIPELINE_DEAD_LETTER_URI={self.dead_letter_uri!r}: must be file:// or s3://")
+        if self.checkpoint_mode not in ("exactly_once", "at_least_once"):
+            raise ConfigError(f"PIPELINE_CHECKPOINT_MODE={self.checkpoint_mode!r}: use exactly_once or at_least_once")
+        if self.unaligned and self.checkpoint_mode == "at_least_once":
+            raise ConfigError("PIPELINE_UNALIGNED=true requires PIPELINE_CHECKPOINT_MODE=exactly_once "
+                              "(unaligned checkpoints are refused with at-least-once, as in Flink)")
+        if self.bad_records not in ("dead_letter", "fail"):
+            raise ConfigError(f"PIPELINE_BAD_RECORDS={self.bad_records!r}: use dead_letter or fail")
+        for name in ("epoch_seconds", "max_records_per_epoch", "parallelism", "max_parallelism",
+                     "retained_checkpoints"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"PIPELINE_{name.upper()}={getattr(self, name)}: must be >= 1")
+        for name in ("allowed_lateness_seconds", "aligned_timeout_seconds", "tolerable_failed_checkpoints",
+                     "state_ttl_seconds"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"PIPELINE_{name.upper()}={getattr(self, name)}: must be >= 0")
+        if self.parallelism > self.max_parallelism:
+            raise ConfigError(f"PIPELINE_PARALLELISM={self.parallelism} exceeds "
+                              f"PIPELINE_MAX_PARALLELISM={self.max_parallelism}")
+
+    def dead_letter_root(self, job: str) -> str:
+        if self.dead_letter_uri:
+            return self.dead_letter_uri.rstrip("/")
+        return f"{self.checkpoint_uri.rstrip('/')}/{job}/dead-letter"
+
+    def with_(self, **changes: Any) -> "PipelineConfig":
+        return replace(self, **changes)
+
+    def as_env(self) -> dict[str, str]:
+        """The config as PIPELINE_* environment variables (for subprocesses / Airflow tasks)."""
+        out = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            out[f"PIPELINE_{f.name.upper()}"] = ("true" if v else "false") if isinstance(v, bool) else str(v)
+        return out
+
+
+CONFIG_KEYS = tuple(f"PIPELINE_{f.name.upper()}" for f in fields(PipelineConfig))
+
+
+def _coerce(name: str, typ: Any, raw: Any) -> Any:
+    t = typ if isinstance(typ, str) else getattr(typ, "__name__", str(typ))
+    try:
+        if t == "bool":
+            if isinstance(raw, bool):
+                return raw
+            s = str(raw).strip().lower()
+            if s in ("1", "true", "yes", "on"):
+                return True
+            if s in ("0", "false", "no", "off", ""):
+                return False
+            raise ValueError(raw)
+        if t == "int":
+            return int(raw)
+        if t == "float":
+            return float(raw)
+        return str(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"PIPELINE_{name.upper()}={raw!r}: expected {t}") from None
+
+
+def load_config(config_file: str | None = None, env: Mapping[str, str] | None = None,
+                **overrides: Any) -> PipelineConfig:
+    """Build the config from defaults < YAML file < environment < overrides."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    known = {f.name: f.type for f in fields(PipelineConfig)}
+    if config_file:
+        import yaml
+        try:
+            data = yaml.safe_load(Path(config_file).read_text()) or {}
+        except OSError as e:
+            raise ConfigError(f"config file {config_file}: {e}") from None
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file {config_file}: invalid YAML: {e}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {config_file}: expected a mapping of PIPELINE_* keys")
+        for k, v in data.items():
+            name = str(k).lower().removeprefix("pipeline_")
+            if name not in known:
+                raise ConfigError(f"config file {config_file}: unknown key {k!r}")
+            values[name] = _coerce(name, known[name], v)
+    for name, typ in known.items():
+        key = f"PIPELINE_{name.upper()}"
+        if key in env and env[key] != "":
+            values[name] = _coerce(name, typ, env[key])
+    for k, v in overrides.items():
+        if v is not None:
+            values[k] = v
+    return PipelineConfig(**values)

@@ -1,0 +1,117 @@
+"""The one exceptions module of Epochal.
+
+Hierarchy (every error message names the file, partition or checkpoint involved)::
+
+    EpochalError                      base of everything raised on purpose
+    ├── ConfigError                   bad configuration or usage -> CLI exit code 2
+    ├── StorageError                  FileIO failures
+    │   ├── ObjectNotFoundError       the object/file does not exist
+    │   └── ConditionalWriteError     a write-once object already exists (If-None-Match failed)
+    ├── SourceError                   problems with source logs
+    │   └── MalformedInputError       malformed file/record when bad-records policy is `fail`
+    ├── CheckpointError               checkpoint life cycle problems
+    │   ├── CheckpointFencedError     another runner owns/committed this checkpoint id (lost race)
+    │   ├── CheckpointDeclinedError   a task or the coordinator declined/aborted a pending checkpoint
+    │   ├── CorruptCheckpointError    missing file, bad checksum or unreadable metadata
+    │   ├── NoValidCheckpointError    checkpoints exist but none can be restored
+    │   ├── TooManyFailedCheckpointsError  tolerable-failed-checkpoints exceeded
+    │   └── IncompatibleStateError    restored operators do not match the job (names the uids)
+    ├── BarrierError                  barrier handler protocol violations
+    │   └── CorruptStreamError        repeated barrier on one channel (names channel + checkpoint)
+    ├── SinkError                     sink problems
+    │   └── TransactionStateError     illegal 2PC transition (names txn + state)
+    └── ValidationError               a Great Expectations suite failed (names checkpoint/table)
+"""
+from __future__ import annotations
+
+__all__ = [
+    "EpochalError", "ConfigError", "StorageError", "ObjectNotFoundError", "ConditionalWriteError",
+    "SourceError", "MalformedInputError", "CheckpointError", "CheckpointFencedError",
+    "CheckpointDeclinedError", "CorruptCheckpointError", "NoValidCheckpointError",
+    "TooManyFailedCheckpointsError", "IncompatibleStateError", "BarrierError", "CorruptStreamError",
+    "SinkError", "TransactionStateError", "ValidationError",
+]
+
+
+class EpochalError(Exception):
+    """Base class of every error Epochal raises on purpose."""
+
+    exit_code = 1
+
+
+class ConfigError(EpochalError):
+    """Bad configuration or command-line usage (CLI exit code 2)."""
+
+    exit_code = 2
+
+
+class StorageError(EpochalError):
+    """A FileIO operation failed."""
+
+
+class ObjectNotFoundError(StorageError):
+    """The object or file does not exist."""
+
+
+class ConditionalWriteError(StorageError):
+    """A write-once object already exists (S3 ``If-None-Match: *`` precondition failed)."""
+
+
+class SourceError(EpochalError):
+    """A problem with a source log."""
+
+
+class MalformedInputError(SourceError):
+    """Malformed file or record while the bad-records policy is ``fail``."""
+
+
+class CheckpointError(EpochalError):
+    """A problem in the checkpoint life cycle."""
+
+
+class CheckpointFencedError(CheckpointError):
+    """Another runner of the same job claimed or committed this checkpoint first."""
+
+
+class CheckpointDeclinedError(CheckpointError):
+    """A pending checkpoint was declined or aborted (see its ``reason``)."""
+
+    def __init__(self, message: str, reason: object | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class CorruptCheckpointError(CheckpointError):
+    """A checkpoint is unusable: missing file, checksum mismatch, unreadable metadata."""
+
+
+class NoValidCheckpointError(CheckpointError):
+    """Checkpoints exist but none of them can be restored; never silently start from scratch."""
+
+
+class TooManyFailedCheckpointsError(CheckpointError):
+    """More consecutive checkpoint failures than ``tolerable failed checkpoints``."""
+
+
+class IncompatibleStateError(CheckpointError):
+    """Operator uids of a checkpoint/savepoint do not match the job."""
+
+
+class BarrierError(EpochalError):
+    """Barrier handler protocol violation."""
+
+
+class CorruptStreamError(BarrierError):
+    """A repeated barrier on one channel: the stream is corrupt."""
+
+
+class SinkError(EpochalError):
+    """A sink problem."""
+
+
+class TransactionStateError(SinkError):
+    """An illegal two-phase-commit transition."""
+
+
+class ValidationError(EpochalError):
+    """A data-quality suite failed."""

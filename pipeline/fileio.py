@@ -1,0 +1,648 @@
+"""The FileIO port: every byte Epochal stores goes through it (pyiceberg-style).
+
+Two implementations behind one small :class:`FileIO` protocol:
+
+* :class:`LocalFileIO` for ``file:///abs/path`` URIs. Writes are atomic (temporary file +
+  ``os.replace``); create-only writes (``if_none_match=True``) use a temporary file + ``os.link``,
+  which fails atomically if the target exists. ``open_output`` is atomic too: the file appears under
+  its final name only when the stream is closed, so a killed writer never leaves a partial file.
+* :class:`S3FileIO` for ``s3://bucket/key`` URIs. Small objects go through a boto3 client
+  (create-only = ``put_object(IfNoneMatch="*")``, 412 ``PreconditionFailed`` ->
+  :class:`~pipeline.exceptions.ConditionalWriteError`); streams go through
+  ``pyarrow.fs.S3FileSystem``. Settings come from the standard ``AWS_ENDPOINT_URL`` (or
+  ``AWS_ENDPOINT_URL_S3``), ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION``.
+  Clients are cached per process (and per settings), so constructing an ``S3FileIO`` on a Spark
+  executor for every task is cheap.
+
+Semantics shared by both (the parametrised test suite checks them on both):
+
+* All paths are full URIs. ``list``/``list_dirs``/``delete_prefix`` treat the prefix as a directory
+  (``.../chk-1`` never matches ``.../chk-10``).
+* ``list`` returns files only, sorted by URI; ``list_dirs`` returns the names of immediate
+  sub-directories that contain at least one file (S3 has no empty directories, so neither do we).
+* ``delete`` of a missing object is fine. Errors are :mod:`pipeline.exceptions` errors naming the URI.
+
+Local URIs are ``file://`` + an absolute POSIX path (``file:/abs`` and ``file://localhost/abs`` are
+accepted; ``%xx`` escapes are decoded). Listed URIs are built from the prefix exactly as the caller
+spelled it.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from urllib.parse import unquote, urlsplit
+
+from pipeline.exceptions import ConditionalWriteError, ConfigError, ObjectNotFoundError, StorageError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pyarrow
+    import pyarrow.fs
+
+__all__ = [
+    "FileInfo", "FileIO", "LocalFileIO", "S3FileIO", "file_io_for", "join_uri", "sha256_of",
+    "sha256_of_file", "split_s3_uri",
+]
+
+_TMP_MARK = ".epochal-tmp-"
+_CHUNK = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class FileInfo:
+    """A stored file: its full URI and size in bytes."""
+
+    uri: str
+    size: int
+
+
+@runtime_checkable
+class FileIO(Protocol):
+    """The storage port. Every path is a full URI (``file://...`` or ``s3://...``)."""
+
+    def read_bytes(self, uri: str) -> bytes: ...
+
+    def write_bytes(self, uri: str, data: bytes, *, if_none_match: bool = False) -> None: ...
+
+    def exists(self, uri: str) -> bool: ...
+
+    def size(self, uri: str) -> int: ...
+
+    def list(self, prefix_uri: str, *, recursive: bool = True) -> list[FileInfo]: ...
+
+    def list_dirs(self, prefix_uri: str) -> list[str]: ...
+
+    def delete(self, uri: str) -> None: ...
+
+    def delete_prefix(self, prefix_uri: str) -> int: ...
+
+    def open_input(self, uri: str) -> "pyarrow.NativeFile": ...
+
+    def open_output(self, uri: str) -> "pyarrow.NativeFile": ...
+
+    def pyarrow_fs(self, uri: str | None = None) -> "tuple[pyarrow.fs.FileSystem, str]": ...
+
+
+def join_uri(root: str, *parts: str) -> str:
+    """Join URI path segments with single slashes: ``join_uri("s3://b/p/", "job", "a/b")``."""
+    out = root.rstrip("/")
+    if not out or out.endswith(":"):  # "file:///", "s3://", "/"
+        out = root
+    for part in parts:
+        p = str(part).strip("/")
+        if p:
+            out = f"{out}{p}" if out.endswith("/") else f"{out}/{p}"
+    return out
+
+
+def sha256_of(data: bytes) -> str:
+    """Hex SHA-256 of ``data`` (the checksum recorded in file handles)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def _dir_prefix(prefix_uri: str) -> str:
+    return prefix_uri.rstrip("/") + "/"
+
+
+def _is_tmp(name: str) -> bool:
+    return _TMP_MARK in name
+
+
+# --------------------------------------------------------------------------------------------------
+# Local files
+# --------------------------------------------------------------------------------------------------
+class _AtomicLocalWriter:
+    """File-like object for ``pyarrow.PythonFile``: writes a temp file, renames on close."""
+
+    def __init__(self, uri: str, path: str) -> None:
+        self._uri = uri
+        self._path = path
+        directory = os.path.dirname(path)
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as e:
+            raise StorageError(f"cannot create directory for {uri}: {e}") from e
+        self._tmp = os.path.join(directory, f".{os.path.basename(path)}{_TMP_MARK}{uuid.uuid4().hex}")
+        self._f = open(self._tmp, "wb")  # noqa: SIM115 - closed in close()
+        self.closed = False
+
+    def write(self, data: Any) -> int:
+        return self._f.write(data)
+
+    def flush(self) -> None:
+        self._f.flush()
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def writable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return False
+
+    def seekable(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self._f.close()
+            os.replace(self._tmp, self._path)
+        except OSError as e:
+            _silent_unlink(self._tmp)
+            raise StorageError(f"cannot write {self._uri}: {e}") from e
+
+
+def _silent_unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+class LocalFileIO:
+    """FileIO for ``file://`` URIs on a local (or shared POSIX) file system."""
+
+    def __init__(self, *, fsync: bool = False) -> None:
+        self._fsync = fsync
+
+    # -- paths ---------------------------------------------------------------------------------
+    @staticmethod
+    def path_of(uri: str) -> str:
+        """The local path of a ``file://`` URI."""
+        if not uri.startswith("file:"):
+            raise StorageError(f"not a file:// URI: {uri!r}")
+        parts = urlsplit(uri)
+        if parts.netloc not in ("", "localhost"):
+            raise StorageError(f"file URI with a remote host is not supported: {uri}")
+        path = unquote(parts.path)
+        if not path.startswith("/"):
+            raise StorageError(f"file URI must hold an absolute path: {uri}")
+        return path
+
+    # -- small objects ---------------------------------------------------------------------------
+    def read_bytes(self, uri: str) -> bytes:
+        path = self.path_of(uri)
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError) as e:
+            raise ObjectNotFoundError(f"file not found: {uri}") from e
+        except OSError as e:
+            raise StorageError(f"cannot read {uri}: {e}") from e
+
+    def write_bytes(self, uri: str, data: bytes, *, if_none_match: bool = False) -> None:
+        path = self.path_of(uri)
+        directory = os.path.dirname(path)
+        tmp = os.path.join(directory, f".{os.path.basename(path)}{_TMP_MARK}{uuid.uuid4().hex}")
+        try:
+            os.makedirs(directory, exist_ok=True)
+            with open(tmp, "wb") as f:
+                f.write(data)
+                if self._fsync:
+                    f.flush()
+                    os.fsync(f.fileno())
+            if if_none_match:
+                try:
+                    os.link(tmp, path)
+                except FileExistsError as e:
+                    raise ConditionalWriteError(f"object already exists (create-only write refused): {uri}") from e
+            else:
+                os.replace(tmp, path)
+                tmp = ""
+        except ConditionalWriteError:
+            raise
+        except OSError as e:
+            raise StorageError(f"cannot write {uri}: {e}") from e
+        finally:
+            if tmp:
+                _silent_unlink(tmp)
+
+    def exists(self, uri: str) -> bool:
+        return os.path.isfile(self.path_of(uri))
+
+    def size(self, uri: str) -> int:
+        path = self.path_of(uri)
+        try:
+            st = os.stat(path)
+        except (FileNotFoundError, NotADirectoryError) as e:
+            raise ObjectNotFoundError(f"file not found: {uri}") from e
+        except OSError as e:
+            raise StorageError(f"cannot stat {uri}: {e}") from e
+        if not os.path.isfile(path):
+            raise ObjectNotFoundError(f"not a file: {uri}")
+        return st.st_size
+
+    # -- listing -----------------------------------------------------------------------------------
+    def list(self, prefix_uri: str, *, recursive: bool = True) -> list[FileInfo]:
+        base = self.path_of(prefix_uri).rstrip("/") or "/"
+        prefix = prefix_uri.rstrip("/")
+        if not os.path.isdir(base):
+            return []
+        out: list[FileInfo] = []
+        try:
+            if recursive:
+                for dirpath, _dirs, files in os.walk(base):
+                    rel_dir = os.path.relpath(dirpath, base)
+                    for name in files:
+                        if _is_tmp(name):
+                            continue
+                        rel = name if rel_dir == "." else f"{rel_dir.replace(os.sep, '/')}/{name}"
+                        full = os.path.join(dirpath, name)
+                        try:
+                            out.append(FileInfo(f"{prefix}/{rel}", os.path.getsize(full)))
+                        except FileNotFoundError:  # deleted while listing
+                            continue
+            else:
+                with os.scandir(base) as it:
+                    for entry in it:
+                        if entry.is_file() and not _is_tmp(entry.name):
+                            try:
+                                out.append(FileInfo(f"{prefix}/{entry.name}", entry.stat().st_size))
+                            except FileNotFoundError:
+                                continue
+        except OSError as e:
+            raise StorageError(f"cannot list {prefix_uri}: {e}") from e
+        out.sort(key=lambda fi: fi.uri)
+        return out
+
+    def list_dirs(self, prefix_uri: str) -> list[str]:
+        base = self.path_of(prefix_uri).rstrip("/") or "/"
+        if not os.path.isdir(base):
+            return []
+        names: list[str] = []
+        try:
+            with os.scandir(base) as it:
+                for entry in it:
+                    if entry.is_dir() and _holds_a_file(entry.path):
+                        names.append(entry.name)
+        except OSError as e:
+            raise StorageError(f"cannot list {prefix_uri}: {e}") from e
+        return sorted(names)
+
+    # -- deleting ----------------------------------------------------------------------------------
+    def delete(self, uri: str) -> None:
+        path = self.path_of(uri)
+        try:
+            os.unlink(path)
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+        except IsADirectoryError as e:
+            raise StorageError(f"cannot delete {uri}: it is a directory (use delete_prefix)") from e
+        except OSError as e:
+            raise StorageError(f"cannot delete {uri}: {e}") from e
+
+    def delete_prefix(self, prefix_uri: str) -> int:
+        base = self.path_of(prefix_uri).rstrip("/")
+        if not base:
+            raise StorageError(f"refusing to delete the file system root: {prefix_uri}")
+        if not os.path.isdir(base):
+            return 0
+        count = 0
+        try:
+            for dirpath, dirs, files in os.walk(base, topdown=False):
+                for name in files:
+                    _silent_unlink(os.path.join(dirpath, name))
+                    if not _is_tmp(name):
+                        count += 1
+                for d in dirs:
+                    try:
+                        os.rmdir(os.path.join(dirpath, d))
+                    except OSError:
+                        pass  # a concurrent writer put something there; leave it
+            os.rmdir(base)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            if os.path.isdir(base) and _holds_a_file(base):
+                raise StorageError(f"cannot delete {prefix_uri}: {e}") from e
+        return count
+
+    # -- streams -----------------------------------------------------------------------------------
+    def open_input(self, uri: str) -> "pyarrow.NativeFile":
+        import pyarrow as pa
+
+        path = self.path_of(uri)
+        if not os.path.isfile(path):
+            raise ObjectNotFoundError(f"file not found: {uri}")
+        try:
+            return pa.OSFile(path, mode="r")
+        except (FileNotFoundError, OSError) as e:
+            if not os.path.exists(path):
+                raise ObjectNotFoundError(f"file not found: {uri}") from e
+            raise StorageError(f"cannot open {uri}: {e}") from e
+
+    def open_output(self, uri: str) -> "pyarrow.NativeFile":
+        import pyarrow as pa
+
+        return pa.PythonFile(_AtomicLocalWriter(uri, self.path_of(uri)), mode="w")
+
+    def pyarrow_fs(self, uri: str | None = None) -> "tuple[pyarrow.fs.FileSystem, str]":
+        import pyarrow.fs as pafs
+
+        return pafs.LocalFileSystem(), (self.path_of(uri) if uri is not None else "")
+
+    def __repr__(self) -> str:
+        return "LocalFileIO()"
+
+
+def _holds_a_file(path: str) -> bool:
+    for _dirpath, _dirs, files in os.walk(path):
+        if any(not _is_tmp(n) for n in files):
+            return True
+    return False
+
+
+# --------------------------------------------------------------------------------------------------
+# S3
+# --------------------------------------------------------------------------------------------------
+def split_s3_uri(uri: str) -> tuple[str, str]:
+    """``s3://bucket/a/b`` -> ``("bucket", "a/b")``."""
+    if not uri.startswith("s3://"):
+        raise StorageError(f"not an s3:// URI: {uri!r}")
+    rest = uri[len("s3://"):]
+    bucket, _, key = rest.partition("/")
+    if not bucket:
+        raise StorageError(f"s3 URI without a bucket: {uri!r}")
+    return bucket, key
+
+
+@dataclass(frozen=True, slots=True)
+class _S3Settings:
+    endpoint_url: str | None
+    access_key_id: str | None
+    secret_access_key: str | None
+    session_token: str | None
+    region: str
+
+
+_CLIENT_LOCK = threading.Lock()
+_CLIENTS: dict[tuple[int, _S3Settings], Any] = {}
+_ARROW_FS: dict[tuple[int, _S3Settings], Any] = {}
+
+
+def _boto_client(settings: _S3Settings) -> Any:
+    key = (os.getpid(), settings)
+    client = _CLIENTS.get(key)
+    if client is not None:
+        return client
+    with _CLIENT_LOCK:
+        client = _CLIENTS.get(key)
+        if client is None:
+            import boto3
+            from botocore.config import Config
+
+            session = boto3.session.Session(
+                aws_access_key_id=settings.access_key_id,
+                aws_secret_access_key=settings.secret_access_key,
+                aws_session_token=settings.session_token,
+                region_name=settings.region,
+            )
+            client = session.client(
+                "s3", endpoint_url=settings.endpoint_url,
+                config=Config(retries={"max_attempts": 5, "mode": "standard"},
+                              max_pool_connections=32, s3={"addressing_style": "path"}
+                              if settings.endpoint_url else {}),
+            )
+            _CLIENTS[key] = client
+    return client
+
+
+def _arrow_s3(settings: _S3Settings) -> Any:
+    key = (os.getpid(), settings)
+    fs = _ARROW_FS.get(key)
+    if fs is not None:
+        return fs
+    with _CLIENT_LOCK:
+        fs = _ARROW_FS.get(key)
+        if fs is None:
+            import pyarrow.fs as pafs
+
+            kwargs: dict[str, Any] = {"region": settings.region}
+            if settings.access_key_id:
+                kwargs.update(access_key=settings.access_key_id, secret_key=settings.secret_access_key)
+                if settings.session_token:
+                    kwargs["session_token"] = settings.session_token
+            if settings.endpoint_url:
+                parts = urlsplit(settings.endpoint_url)
+                if parts.scheme and parts.netloc:
+                    kwargs.update(endpoint_override=parts.netloc + parts.path.rstrip("/"), scheme=parts.scheme)
+                else:
+                    kwargs["endpoint_override"] = settings.endpoint_url
+                kwargs["force_virtual_addressing"] = False
+            fs = pafs.S3FileSystem(**kwargs)
+            _ARROW_FS[key] = fs
+    return fs
+
+
+def _error_code(exc: Exception) -> tuple[str, int]:
+    resp = getattr(exc, "response", None) or {}
+    code = str(resp.get("Error", {}).get("Code", ""))
+    status = int(resp.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+    return code, status
+
+
+class S3FileIO:
+    """FileIO for ``s3://bucket/key`` URIs (AWS S3, MinIO, moto)."""
+
+    def __init__(self, *, endpoint_url: str | None = None, access_key_id: str | None = None,
+                 secret_access_key: str | None = None, region: str | None = None,
+                 session_token: str | None = None) -> None:
+        env = os.environ
+        self._settings = _S3Settings(
+            endpoint_url=endpoint_url or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None,
+            access_key_id=access_key_id or env.get("AWS_ACCESS_KEY_ID") or None,
+            secret_access_key=secret_access_key or env.get("AWS_SECRET_ACCESS_KEY") or None,
+            session_token=session_token or env.get("AWS_SESSION_TOKEN") or None,
+            region=region or env.get("AWS_DEFAULT_REGION") or env.get("AWS_REGION") or "us-east-1",
+        )
+
+    @property
+    def endpoint_url(self) -> str | None:
+        return self._settings.endpoint_url
+
+    @property
+    def client(self) -> Any:
+        """The (per-process cached) boto3 S3 client."""
+        return _boto_client(self._settings)
+
+    def _fail(self, op: str, uri: str, exc: Exception) -> StorageError:
+        code, status = _error_code(exc)
+        if code in ("NoSuchKey", "404", "NotFound") or (status == 404 and code != "NoSuchBucket"):
+            return ObjectNotFoundError(f"object not found: {uri}")
+        if code == "NoSuchBucket":
+            return StorageError(f"cannot {op} {uri}: bucket does not exist")
+        return StorageError(f"cannot {op} {uri}: {code or type(exc).__name__}: {exc}")
+
+    # -- small objects ---------------------------------------------------------------------------
+    def read_bytes(self, uri: str) -> bytes:
+        bucket, key = split_s3_uri(uri)
+        try:
+            resp = self.client.get_object(Bucket=bucket, Key=key)
+            return resp["Body"].read()
+        except Exception as e:  # noqa: BLE001 - botocore raises several unrelated types
+            raise self._fail("read", uri, e) from e
+
+    def write_bytes(self, uri: str, data: bytes, *, if_none_match: bool = False) -> None:
+        bucket, key = split_s3_uri(uri)
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key, "Body": bytes(data)}
+        if if_none_match:
+            kwargs["IfNoneMatch"] = "*"
+        try:
+            self.client.put_object(**kwargs)
+        except Exception as e:  # noqa: BLE001
+            code, status = _error_code(e)
+            if if_none_match and (code in ("PreconditionFailed", "ConditionalRequestConflict")
+                                  or status in (409, 412)):
+                raise ConditionalWriteError(
+                    f"object already exists (create-only write refused, {code or status}): {uri}") from e
+            raise self._fail("write", uri, e) from e
+
+    def exists(self, uri: str) -> bool:
+        try:
+            self.size(uri)
+        except ObjectNotFoundError:
+            return False
+        return True
+
+    def size(self, uri: str) -> int:
+        bucket, key = split_s3_uri(uri)
+        if not key or key.endswith("/"):
+            raise ObjectNotFoundError(f"object not found: {uri}")
+        try:
+            resp = self.client.head_object(Bucket=bucket, Key=key)
+        except Exception as e:  # noqa: BLE001
+            code, status = _error_code(e)
+            if status == 404 or code in ("404", "NoSuchKey", "NotFound", "NoSuchBucket"):
+                raise ObjectNotFoundError(f"object not found: {uri}") from e
+            raise self._fail("stat", uri, e) from e
+        return int(resp["ContentLength"])
+
+    # -- listing -----------------------------------------------------------------------------------
+    def _pages(self, prefix_uri: str, delimiter: str | None) -> Any:
+        bucket, key = split_s3_uri(prefix_uri)
+        prefix = _dir_prefix(key) if key.strip("/") else ""
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
+        if delimiter:
+            kwargs["Delimiter"] = delimiter
+        try:
+            yield from self.client.get_paginator("list_objects_v2").paginate(**kwargs)
+        except Exception as e:  # noqa: BLE001
+            raise self._fail("list", prefix_uri, e) from e
+
+    def list(self, prefix_uri: str, *, recursive: bool = True) -> list[FileInfo]:
+        bucket, _key = split_s3_uri(prefix_uri)
+        out: list[FileInfo] = []
+        for page in self._pages(prefix_uri, None if recursive else "/"):
+            for obj in page.get("Contents", []) or []:
+                k = obj["Key"]
+                if k.endswith("/"):
+                    continue  # "directory marker" objects written by some tools
+                out.append(FileInfo(f"s3://{bucket}/{k}", int(obj["Size"])))
+        out.sort(key=lambda fi: fi.uri)
+        return out
+
+    def list_dirs(self, prefix_uri: str) -> list[str]:
+        names: list[str] = []
+        for page in self._pages(prefix_uri, "/"):
+            for cp in page.get("CommonPrefixes", []) or []:
+                name = cp["Prefix"].rstrip("/").rsplit("/", 1)[-1]
+                if name:
+                    names.append(name)
+        return sorted(set(names))
+
+    # -- deleting ----------------------------------------------------------------------------------
+    def delete(self, uri: str) -> None:
+        bucket, key = split_s3_uri(uri)
+        try:
+            self.client.delete_object(Bucket=bucket, Key=key)
+        except Exception as e:  # noqa: BLE001
+            code, status = _error_code(e)
+            if status == 404 or code in ("NoSuchKey", "NoSuchBucket"):
+                return
+            raise self._fail("delete", uri, e) from e
+
+    def delete_prefix(self, prefix_uri: str) -> int:
+        bucket, key = split_s3_uri(prefix_uri)
+        if not key.strip("/"):
+            raise StorageError(f"refusing to delete a whole bucket: {prefix_uri}")
+        keys = [obj["Key"] for page in self._pages(prefix_uri, None) for obj in page.get("Contents", []) or []]
+        deleted = 0
+        for i in range(0, len(keys), 1000):
+            batch = keys[i:i + 1000]
+            try:
+                resp = self.client.delete_objects(
+                    Bucket=bucket, Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True})
+            except Exception as e:  # noqa: BLE001
+                raise self._fail("delete", prefix_uri, e) from e
+            errors = resp.get("Errors") or []
+            if errors:
+                first = errors[0]
+                raise StorageError(f"cannot delete s3://{bucket}/{first.get('Key')} under {prefix_uri}: "
+                                   f"{first.get('Code')}: {first.get('Message')}")
+            deleted += sum(1 for k in batch if not k.endswith("/"))
+        return deleted
+
+    # -- streams -----------------------------------------------------------------------------------
+    def _arrow(self) -> Any:
+        return _arrow_s3(self._settings)
+
+    def open_input(self, uri: str) -> "pyarrow.NativeFile":
+        bucket, key = split_s3_uri(uri)
+        try:
+            return self._arrow().open_input_file(f"{bucket}/{key}")
+        except FileNotFoundError as e:
+            raise ObjectNotFoundError(f"object not found: {uri}") from e
+        except OSError as e:
+            raise StorageError(f"cannot open {uri}: {e}") from e
+
+    def open_output(self, uri: str) -> "pyarrow.NativeFile":
+        bucket, key = split_s3_uri(uri)
+        try:
+            return self._arrow().open_output_stream(f"{bucket}/{key}")
+        except OSError as e:
+            raise StorageError(f"cannot open {uri} for writing: {e}") from e
+
+    def pyarrow_fs(self, uri: str | None = None) -> "tuple[pyarrow.fs.FileSystem, str]":
+        if uri is None:
+            return self._arrow(), ""
+        bucket, key = split_s3_uri(uri)
+        return self._arrow(), f"{bucket}/{key}"
+
+    def __repr__(self) -> str:
+        return f"S3FileIO(endpoint_url={self._settings.endpoint_url!r}, region={self._settings.region!r})"
+
+
+_LOCAL = LocalFileIO()
+
+
+def file_io_for(uri: str) -> FileIO:
+    """The FileIO for a URI's scheme (``file://`` or ``s3://``); S3 settings are read from the env now."""
+    lower = uri.lower()
+    if lower.startswith("file:"):
+        return _LOCAL
+    if lower.startswith("s3://"):
+        return S3FileIO()
+    if lower.startswith("s3a://") or lower.startswith("s3n://"):
+        raise ConfigError(f"use s3:// URIs, not {uri.split(':', 1)[0]}:// (Hadoop S3A is not available): {uri}")
+    raise ConfigError(f"unsupported URI (expected file:///abs/path or s3://bucket/prefix): {uri!r}")
+
+
+def sha256_of_file(fileio: FileIO, uri: str) -> tuple[int, str]:
+    """``(size, hex sha256)`` of a stored file, streamed in chunks (never fully in memory)."""
+    h = hashlib.sha256()
+    size = 0
+    with fileio.open_input(uri) as f:
+        while True:
+            chunk = f.read(_CHUNK)
+            if not chunk:
+                break
+            size += len(chunk)
+            h.update(chunk)
+    return size, h.hexdigest()

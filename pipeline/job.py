@@ -1,0 +1,208 @@
+"""The typed job API: sources, map/filter, a two-input stream-stream join, keyed aggregation, sinks.
+
+A job is a small dataflow graph. Stateless steps (``filter``/``select``) are Spark SQL expressions and run
+inside Spark's optimiser; stateful operators (``join``, ``aggregate``) own keyed state in key groups and
+are executed by the epoch runtime, which snapshots their state at every checkpoint. Example::
+
+    job = Job("orders_payments", max_parallelism=128)
+    orders = job.source("orders", ORDERS_SCHEMA, key="order_id")
+    payments = job.source("payments", PAYMENTS_SCHEMA, key="order_id")
+    captured = payments.filter("status = 'captured'").select(
+        "order_id", "payment_id", "amount AS paid_amount", "event_time AS payment_time")
+    paid = orders.select("order_id", "customer_id", "merchant_id", "amount AS order_amount",
+                         "event_time AS order_time").join(captured, on="order_id", uid="paid-join")
+    paid.sink("paid_orders")
+    paid.aggregate(uid="revenue", key="merchant_id", aggs={"paid_orders": ("count", None),
+                   "revenue": ("sum", "paid_amount")}).sink("merchant_revenue", mode="upsert")
+
+Every record carries ``_ingest_ts`` (used for state TTL) through stateless steps automatically.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal, Mapping, Sequence
+
+import pyarrow as pa
+
+from pipeline.exceptions import ConfigError
+
+__all__ = ["Job", "Stream", "SourceNode", "MapNode", "JoinNode", "AggregateNode", "SinkNode",
+           "AGG_FUNCTIONS", "INTERNAL_COLUMNS"]
+
+AGG_FUNCTIONS = ("count", "sum", "min", "max")
+INTERNAL_COLUMNS = ("_ingest_ts",)
+_UID = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{0,63}$")
+
+
+@dataclass(frozen=True, slots=True)
+class SourceNode:
+    name: str
+    schema: pa.Schema
+    key: str | None  # records with a null/empty key are bad input (dead letter / fail)
+    format: Literal["auto", "parquet", "jsonl"] = "auto"
+
+
+@dataclass(frozen=True, slots=True)
+class MapNode:
+    parent: int
+    kind: Literal["filter", "select"]
+    exprs: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class JoinNode:
+    """Inner equi-join of two streams; each side is held in keyed state until matched (or TTL)."""
+
+    uid: str
+    left: int
+    right: int
+    on: str
+    ttl_seconds: int | None  # None: job default (PIPELINE_STATE_TTL_SECONDS)
+    output: tuple[str, ...] | None  # column order of the joined rows; None: key, left, right
+
+
+@dataclass(frozen=True, slots=True)
+class AggregateNode:
+    """Keyed running aggregation; emits the new totals of every key that changed (an upsert stream)."""
+
+    uid: str
+    parent: int
+    key: str
+    aggs: tuple[tuple[str, str, str | None], ...]  # (output column, function, input column)
+
+
+@dataclass(frozen=True, slots=True)
+class SinkNode:
+    table: str
+    parent: int
+    mode: Literal["append", "upsert"]
+    key: tuple[str, ...]
+
+
+Node = SourceNode | MapNode | JoinNode | AggregateNode | SinkNode
+
+
+@dataclass(frozen=True, slots=True)
+class Stream:
+    """A handle on a node of the job graph; methods add nodes downstream."""
+
+    job: "Job"
+    node: int
+
+    def filter(self, condition: str) -> "Stream":
+        return self.job._add(MapNode(self.node, "filter", (condition,)))
+
+    def select(self, *exprs: str) -> "Stream":
+        if not exprs:
+            raise ConfigError("select() needs at least one expression")
+        return self.job._add(MapNode(self.node, "select", tuple(exprs)))
+
+    def join(self, other: "Stream", *, on: str, uid: str, ttl_seconds: int | None = None,
+             output: Sequence[str] | None = None) -> "Stream":
+        if other.job is not self.job:
+            raise ConfigError("cannot join streams of different jobs")
+        return self.job._add(JoinNode(self.job._uid(uid), self.node, other.node, on, ttl_seconds,
+                                      tuple(output) if output else None))
+
+    def aggregate(self, *, uid: str, key: str, aggs: Mapping[str, tuple[str, str | None]]) -> "Stream":
+        spec = []
+        for out, (fn, col) in aggs.items():
+            if fn not in AGG_FUNCTIONS:
+                raise ConfigError(f"aggregate {uid!r}: unknown function {fn!r} for {out!r} (use {AGG_FUNCTIONS})")
+            if fn != "count" and not col:
+                raise ConfigError(f"aggregate {uid!r}: {fn}() of {out!r} needs an input column")
+            spec.append((out, fn, col))
+        if not spec:
+            raise ConfigError(f"aggregate {uid!r}: no aggregations")
+        return self.job._add(AggregateNode(self.job._uid(uid), self.node, key, tuple(spec)))
+
+    def sink(self, table: str, *, mode: Literal["append", "upsert"] = "append",
+             key: Sequence[str] | None = None) -> "Stream":
+        if mode not in ("append", "upsert"):
+            raise ConfigError(f"sink {table!r}: mode must be append or upsert")
+        parent = self.job.nodes[self.node]
+        if mode == "upsert" and not key:
+            if isinstance(parent, AggregateNode):
+                key = (parent.key,)
+            else:
+                raise ConfigError(f"sink {table!r}: upsert needs key=")
+        if not _UID.match(table) or table in self.job.sink_tables():
+            raise ConfigError(f"sink table name {table!r} is invalid or used twice")
+        return self.job._add(SinkNode(table, self.node, mode, tuple(key or ())))
+
+
+@dataclass(eq=False)
+class Job:
+    """A job definition: name, max parallelism (fixed at creation) and the dataflow graph."""
+
+    name: str
+    max_parallelism: int = 128
+    nodes: list[Node] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not _UID.match(self.name):
+            raise ConfigError(f"job name {self.name!r}: letters, digits, '_' and '-' only")
+
+    def _add(self, node: Node) -> Stream:
+        self.nodes.append(node)
+        return Stream(self, len(self.nodes) - 1)
+
+    def _uid(self, uid: str) -> str:
+        if not _UID.match(uid):
+            raise ConfigError(f"operator uid {uid!r}: letters, digits, '_' and '-' only")
+        if uid in self.operator_uids():
+            raise ConfigError(f"operator uid {uid!r} used twice in job {self.name!r}")
+        return uid
+
+    def source(self, name: str, schema: pa.Schema, *, key: str | None = None,
+               format: Literal["auto", "parquet", "jsonl"] = "auto") -> Stream:
+        if "_ingest_ts" not in schema.names:
+            raise ConfigError(f"source {name!r}: schema must contain _ingest_ts")
+        if key is not None and key not in schema.names:
+            raise ConfigError(f"source {name!r}: key {key!r} is not in the schema")
+        if name in self.source_names():
+            raise ConfigError(f"source {name!r} defined twice")
+        return self._add(SourceNode(name, schema, key, format))
+
+    # --- introspection used by the runtime -------------------------------------------------------
+    def source_names(self) -> list[str]:
+        return [n.name for n in self.nodes if isinstance(n, SourceNode)]
+
+    def sources(self) -> list[SourceNode]:
+        return [n for n in self.nodes if isinstance(n, SourceNode)]
+
+    def operators(self) -> list[JoinNode | AggregateNode]:
+        """Stateful operators in topological order (node order is topological by construction)."""
+        return [n for n in self.nodes if isinstance(n, (JoinNode, AggregateNode))]
+
+    def operator_uids(self) -> list[str]:
+        return [n.uid for n in self.operators()]
+
+    def sinks(self) -> list[SinkNode]:
+        return [n for n in self.nodes if isinstance(n, SinkNode)]
+
+    def sink_tables(self) -> list[str]:
+        return [n.table for n in self.sinks()]
+
+    def node_id(self, node: Node) -> int:
+        return next(i for i, n in enumerate(self.nodes) if n is node)
+
+    def chain_to(self, node_id: int) -> tuple[int, list[MapNode]]:
+        """Walk up through map nodes: (id of the nearest source/operator ancestor, maps in order)."""
+        maps: list[MapNode] = []
+        cur = node_id
+        while isinstance(self.nodes[cur], MapNode):
+            maps.append(self.nodes[cur])  # type: ignore[arg-type]
+            cur = self.nodes[cur].parent  # type: ignore[union-attr]
+        return cur, list(reversed(maps))
+
+    def operator(self, uid: str) -> JoinNode | AggregateNode:
+        for op in self.operators():
+            if op.uid == uid:
+                return op
+        raise ConfigError(f"job {self.name!r} has no operator {uid!r} (has {self.operator_uids()})")
+
+    def state_names(self, uid: str) -> tuple[str, ...]:
+        op = self.operator(uid)
+        return ("left", "right") if isinstance(op, JoinNode) else ("agg",)

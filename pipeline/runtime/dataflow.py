@@ -1,0 +1,212 @@
+"""Builds the Spark side of one round: source segments -> stateless steps -> stateful operator tasks.
+
+Each stateful operator is one Spark job: its inputs (source splits read on the executors, or the files
+its upstream operator wrote this round) go through the stateless steps as Spark SQL, get a key group and
+a routing column, are shuffled so that partition i == subtask i, and are consumed by the operator task
+(:mod:`pipeline.runtime.operators`). The job's result is the small list of handle rows (the acks).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+import pyarrow as pa
+
+from pipeline.exceptions import ConfigError, MalformedInputError
+from pipeline.job import AggregateNode, Job, JoinNode, MapNode, SourceNode
+from pipeline.keygroups import key_group_expr, subtask_expr
+from pipeline.runtime.operators import (HANDLE_DDL, AggTaskSpec, JoinTaskSpec, handle_rows_to_dicts,
+                                        make_agg_task, make_join_task)
+from pipeline.runtime.routing import shuffle_to_subtasks
+
+__all__ = ["OperatorIO", "run_operator", "split_dataframe", "files_dataframe", "spark_schema",
+           "rethrow_task_error"]
+
+SPLIT_DDL = ("source string, partition int, seq bigint, uri string, format string, "
+             "row_start bigint, row_end bigint")
+
+
+def spark_schema(schema: pa.Schema):
+    from pyspark.sql.pandas.types import from_arrow_schema
+    return from_arrow_schema(schema)
+
+
+def _arrow_type_to_ddl(t: pa.DataType) -> str:
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "string"
+    if pa.types.is_float64(t):
+        return "double"
+    if pa.types.is_float32(t):
+        return "float"
+    if pa.types.is_int64(t):
+        return "bigint"
+    if pa.types.is_int32(t):
+        return "int"
+    if pa.types.is_int16(t):
+        return "smallint"
+    if pa.types.is_int8(t):
+        return "tinyint"
+    if pa.types.is_boolean(t):
+        return "boolean"
+    if pa.types.is_timestamp(t):
+        return "timestamp"
+    if pa.types.is_date32(t):
+        return "date"
+    if pa.types.is_decimal(t):
+        return f"decimal({t.precision},{t.scale})"
+    raise ConfigError(f"unsupported column type {t}")
+
+
+def schema_ddl(schema: pa.Schema) -> str:
+    return ", ".join(f"`{f.name}` {_arrow_type_to_ddl(f.type)}" for f in schema)
+
+
+def split_dataframe(spark, splits: Sequence[Mapping], source: SourceNode, reader_factory: Callable):
+    """A DataFrame of the source records of ``splits`` (read on the executors, one task per split)."""
+    rows = [(s["source"], int(s["partition"]), int(s["seq"]), s["uri"], s["format"], int(s["row_start"]),
+             None if s.get("row_end") is None else int(s["row_end"])) for s in splits]
+    out_schema = source.schema.append(pa.field("_source", pa.string())).append(
+        pa.field("_partition", pa.int32())).append(pa.field("_seq", pa.int64())).append(pa.field("_row", pa.int64()))
+    split_df = spark.createDataFrame(
+        spark.sparkContext.parallelize(rows, max(1, len(rows))) if rows else spark.sparkContext.emptyRDD(),
+        SPLIT_DDL)
+    return split_df.mapInArrow(reader_factory(source), schema_ddl(out_schema))
+
+
+def files_dataframe(spark, uris: Sequence[str], schema: pa.Schema):
+    """A DataFrame of the rows of Parquet files written by an upstream operator this round."""
+    ddl = schema_ddl(schema)
+
+    def read(batches):
+        import pyarrow.parquet as pq
+        from pipeline.fileio import file_io_for
+        for b in batches:
+            for uri in b.column(0).to_pylist():
+                fio = file_io_for(uri)
+                with fio.open_input(uri) as f:
+                    t = pq.read_table(f).select(schema.names).cast(schema)
+                for rb in t.to_batches(max_chunksize=50_000):
+                    yield rb
+
+    df = spark.createDataFrame(
+        spark.sparkContext.parallelize([(u,) for u in uris], max(1, len(uris))) if uris else spark.sparkContext.emptyRDD(),
+        "uri string")
+    return df.mapInArrow(read, ddl)
+
+
+def apply_maps(df, maps: Sequence[MapNode]):
+    for m in maps:
+        if m.kind == "filter":
+            df = df.filter(m.exprs[0])
+        else:
+            exprs = list(m.exprs)
+            if "_ingest_ts" in df.columns and not any(e.strip().split()[-1] == "_ingest_ts" for e in exprs):
+                exprs.append("_ingest_ts")
+            df = df.selectExpr(*exprs)
+    return df
+
+
+def arrow_schema_of(df) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+    s = to_arrow_schema(df.schema, timezone="UTC")
+    # Spark hands timestamps to Arrow as UTC timestamps in microseconds
+    return pa.schema([pa.field(f.name, pa.timestamp("us", tz="UTC") if pa.types.is_timestamp(f.type) else f.type)
+                      for f in s])
+
+
+@dataclass(frozen=True)
+class OperatorIO:
+    """Everything one operator needs this round (from the round planner)."""
+
+    checkpoint: str
+    parallelism: int
+    max_parallelism: int
+    parent_handles: dict          # {state name: [handle dicts]}
+    state_prefix: str
+    output_prefix: str
+    output_name: str
+    file_tag: str
+    ttl_cutoff_us: int | None
+
+
+def rethrow_task_error(e: Exception) -> None:
+    """Spark wraps executor exceptions; surface Epochal's own message (file/partition/checkpoint)."""
+    msg = str(e)
+    for cls in ("MalformedInputError", "CorruptCheckpointError"):
+        marker = f"pipeline.exceptions.{cls}: "
+        if marker in msg:
+            detail = msg.split(marker, 1)[1].strip().splitlines()[0]
+            if cls == "MalformedInputError":
+                raise MalformedInputError(detail) from None
+            from pipeline.exceptions import CorruptCheckpointError
+            raise CorruptCheckpointError(detail) from None
+    raise e
+
+
+def run_operator(spark, job: Job, op, inputs: dict[int, object], io: OperatorIO) -> tuple[list[dict], pa.Schema]:
+    """Run one stateful operator as a Spark job; ``inputs`` maps node id -> DataFrame of that node.
+
+    Returns the handle rows (acks) of every subtask and the Arrow schema of the operator's output rows.
+    """
+    from pyspark.sql import functions as F
+    P, MP = io.parallelism, io.max_parallelism
+
+    def resolve(node_id: int):
+        base, maps = job.chain_to(node_id)
+        return apply_maps(inputs[base], maps)
+
+    if isinstance(op, JoinNode):
+        left, right = resolve(op.left), resolve(op.right)
+        for side, d in (("left", left), ("right", right)):
+            if op.on not in d.columns or "_ingest_ts" not in d.columns:
+                raise ConfigError(f"join {op.uid}: {side} input needs columns {op.on!r} and _ingest_ts, has {d.columns}")
+        lcols = tuple(left.columns)
+        rcols = tuple(right.columns)
+        clash = (set(lcols) & set(rcols)) - {op.on, "_ingest_ts"}
+        if clash:
+            raise ConfigError(f"join {op.uid}: both inputs have columns {sorted(clash)}; rename with select()")
+        output = op.output or tuple([op.on] + [c for c in lcols if c not in (op.on, "_ingest_ts")]
+                                    + [c for c in rcols if c not in (op.on, "_ingest_ts")])
+        lsch, rsch = arrow_schema_of(left), arrow_schema_of(right)
+        kg = key_group_expr(op.on, MP)
+        l2 = left.withColumn("_side", F.lit(0).cast("byte")).withColumn("_kg", kg)
+        r2 = right.withColumn("_side", F.lit(1).cast("byte")).withColumn("_kg", kg)
+        both = l2.unionByName(r2, allowMissingColumns=True).withColumn("_subtask", subtask_expr("_kg", MP, P))
+        shuffled = shuffle_to_subtasks(both, spark, "_subtask", P)
+        joined = {**{f.name: f for f in lsch}, **{f.name: f for f in rsch}}
+        out_schema = pa.schema([joined[c] for c in output])
+        spec = JoinTaskSpec(op.uid, io.checkpoint, op.on, lcols, rcols, output, P, MP, io.ttl_cutoff_us,
+                            io.parent_handles, io.state_prefix, io.output_prefix, io.output_name, io.file_tag,
+                            lsch, rsch)
+        result = shuffled.mapInArrow(make_join_task(spec), HANDLE_DDL)
+    elif isinstance(op, AggregateNode):
+        src = resolve(op.parent)
+        needed = [op.key] + sorted({c for _, fn, c in op.aggs if c})
+        missing = [c for c in needed if c not in src.columns]
+        if missing:
+            raise ConfigError(f"aggregate {op.uid}: input lacks columns {missing}")
+        src = src.select(*needed)
+        in_schema = arrow_schema_of(src)
+        fields = [in_schema.field(op.key)]
+        for out, fn, col in op.aggs:
+            if fn == "count":
+                fields.append(pa.field(out, pa.int64()))
+            elif fn == "sum":
+                t = in_schema.field(col).type
+                fields.append(pa.field(out, pa.float64() if pa.types.is_floating(t) else pa.int64()))
+            else:
+                fields.append(pa.field(out, in_schema.field(col).type))
+        state_schema = pa.schema(fields)
+        out_schema = state_schema
+        with_kg = src.withColumn("_kg", key_group_expr(op.key, MP)).withColumn("_subtask", subtask_expr("_kg", MP, P))
+        shuffled = shuffle_to_subtasks(with_kg, spark, "_subtask", P)
+        spec = AggTaskSpec(op.uid, io.checkpoint, op.key, op.aggs, state_schema, P, MP, io.parent_handles,
+                           io.state_prefix, io.output_prefix, io.output_name, io.file_tag)
+        result = shuffled.mapInArrow(make_agg_task(spec), HANDLE_DDL)
+    else:  # pragma: no cover - guarded by Job
+        raise ConfigError(f"not a stateful operator: {op!r}")
+    try:
+        rows = result.collect()
+    except Exception as e:  # noqa: BLE001
+        rethrow_task_error(e)
+    return handle_rows_to_dicts(rows), out_schema

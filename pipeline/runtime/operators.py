@@ -1,0 +1,233 @@
+"""Executor-side stateful operator tasks (run inside Spark ``mapInArrow``, vectorised with pyarrow).
+
+After the shuffle, Spark partition ``i`` holds exactly the records of operator subtask ``i`` (see
+:mod:`pipeline.runtime.routing`). The task restores its key-group range from the parent checkpoint's
+state files (checksums verified), processes the round's records, writes its new state snapshot and its
+output rows (staged sink / exchange files), and yields one *handle row* per file written. Those handle
+rows are the task's acknowledgement; nothing but handles travels to the driver.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipeline.faults import fault_point
+from pipeline.keygroups import range_for_subtask
+from pipeline.state.backend import KG_COLUMN, read_state, write_table
+
+__all__ = ["HANDLE_SCHEMA", "JoinTaskSpec", "AggTaskSpec", "make_join_task", "make_agg_task",
+           "handle_rows_to_dicts"]
+
+HANDLE_SCHEMA = pa.schema([
+    ("kind", pa.string()),        # "state" | "output"
+    ("operator", pa.string()),
+    ("name", pa.string()),        # state name (left/right/agg) or output table
+    ("subtask", pa.int32()),
+    ("kg_start", pa.int32()),
+    ("kg_end", pa.int32()),
+    ("uri", pa.string()),         # null: nothing to write (empty)
+    ("rows", pa.int64()),
+    ("bytes", pa.int64()),
+    ("sha256", pa.string()),
+    ("in_rows", pa.int64()),      # records processed by the subtask this round
+    ("restored_rows", pa.int64()),
+    ("expired_rows", pa.int64()),
+    ("sync_ms", pa.float64()),    # restore + processing ("synchronous part")
+    ("async_ms", pa.float64()),   # snapshot upload ("asynchronous part")
+])
+HANDLE_DDL = ("kind string, operator string, name string, subtask int, kg_start int, kg_end int, uri string, "
+              "rows bigint, bytes bigint, sha256 string, in_rows bigint, restored_rows bigint, "
+              "expired_rows bigint, sync_ms double, async_ms double")
+
+
+def _partition_id() -> int:
+    from pyspark import TaskContext
+    ctx = TaskContext.get()
+    return ctx.partitionId() if ctx is not None else 0
+
+
+def _handle(kind, op, name, subtask, kgr, fh, in_rows=0, restored=0, expired=0, sync_ms=0.0, async_ms=0.0):
+    fh = fh or {"uri": None, "rows": 0, "bytes": 0, "sha256": None}
+    return {"kind": kind, "operator": op, "name": name, "subtask": subtask, "kg_start": kgr.start,
+            "kg_end": kgr.end, "uri": fh["uri"], "rows": fh["rows"], "bytes": fh["bytes"],
+            "sha256": fh["sha256"], "in_rows": in_rows, "restored_rows": restored, "expired_rows": expired,
+            "sync_ms": sync_ms, "async_ms": async_ms}
+
+
+def handle_rows_to_dicts(rows) -> list[dict]:
+    return [r.asDict() if hasattr(r, "asDict") else dict(r) for r in rows]
+
+
+def _collect(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:
+    bs = [b for b in batches if b.num_rows]
+    return pa.Table.from_batches(bs) if bs else None
+
+
+@dataclass(frozen=True, slots=True)
+class JoinTaskSpec:
+    uid: str
+    checkpoint: str               # e.g. "chk-7" (for messages)
+    key: str
+    left_cols: tuple[str, ...]    # includes key and _ingest_ts
+    right_cols: tuple[str, ...]
+    output: tuple[str, ...]
+    parallelism: int
+    max_parallelism: int
+    ttl_cutoff_us: int | None     # rows with _ingest_ts < cutoff are expired from state
+    parent_handles: dict          # {"left": [handle dicts], "right": [...]} of the parent checkpoint
+    state_prefix: str             # <chk dir>/rounds/<k>/state/<uid>
+    output_prefix: str            # staged output dir (sink txn dir or exchange dir)
+    output_name: str              # table / exchange name for the handle rows
+    file_tag: str                 # unique per round, e.g. "r0"
+    left_schema: pa.Schema
+    right_schema: pa.Schema
+
+
+def make_join_task(spec: JoinTaskSpec):
+    """Returns the ``mapInArrow`` function of the join operator."""
+
+    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pipeline.fileio import file_io_for
+        fault_point("reading")
+        t0 = time.perf_counter()
+        subtask = _partition_id()
+        kgr = range_for_subtask(spec.max_parallelism, spec.parallelism, subtask)
+        fio = file_io_for(spec.state_prefix)
+        lschema = spec.left_schema.append(pa.field(KG_COLUMN, pa.int32()))
+        rschema = spec.right_schema.append(pa.field(KG_COLUMN, pa.int32()))
+        incoming = _collect(batches)
+        state_l = read_state(fio, spec.parent_handles.get("left", []), kgr.start, kgr.end, lschema, spec.checkpoint)
+        state_r = read_state(fio, spec.parent_handles.get("right", []), kgr.start, kgr.end, rschema, spec.checkpoint)
+        restored = state_l.num_rows + state_r.num_rows
+        in_rows = 0
+        if incoming is not None:
+            in_rows = incoming.num_rows
+            side = incoming["_side"]
+            new_l = incoming.filter(pc.equal(side, 0)).select(lschema.names).cast(lschema)
+            new_r = incoming.filter(pc.equal(side, 1)).select(rschema.names).cast(rschema)
+            left = pa.concat_tables([state_l, new_l])
+            right = pa.concat_tables([state_r, new_r])
+        else:
+            left, right = state_l, state_r
+        expired = 0
+        if spec.ttl_cutoff_us is not None:
+            cutoff = pa.scalar(spec.ttl_cutoff_us, pa.timestamp("us", tz="UTC"))
+            n = left.num_rows + right.num_rows
+            left = left.filter(pc.greater_equal(left["_ingest_ts"], cutoff))
+            right = right.filter(pc.greater_equal(right["_ingest_ts"], cutoff))
+            expired = n - left.num_rows - right.num_rows
+        key = spec.key
+        out_schema = None
+        if left.num_rows and right.num_rows:
+            matches = left.join(right, keys=key, join_type="inner", right_suffix="__r", use_threads=False)
+        else:
+            matches = None
+        if matches is not None and matches.num_rows:
+            matched_keys = pc.unique(matches[key])
+            left = left.filter(pc.invert(pc.is_in(left[key], value_set=matched_keys)))
+            right = right.filter(pc.invert(pc.is_in(right[key], value_set=matched_keys)))
+            out = matches.select(list(spec.output))
+        else:
+            out = None
+        sync_ms = (time.perf_counter() - t0) * 1000
+        fault_point("writing_state")
+        t1 = time.perf_counter()
+        handles = []
+        for name, tbl in (("left", left), ("right", right)):
+            fh = None
+            if tbl.num_rows:
+                fh = write_table(fio, f"{spec.state_prefix}/{name}/kg-{kgr.start:05d}-{kgr.end:05d}.parquet", tbl)
+            handles.append(("state", name, fh))
+        ofh = None
+        if out is not None and out.num_rows:
+            ofh = write_table(fio, f"{spec.output_prefix}/part-{spec.file_tag}-{subtask:05d}.parquet", out)
+        handles.append(("output", spec.output_name, ofh))
+        async_ms = (time.perf_counter() - t1) * 1000
+        rows = [_handle(kind, spec.uid, name, subtask, kgr, fh, in_rows, restored, expired, sync_ms, async_ms)
+                for kind, name, fh in handles]
+        del out_schema
+        yield pa.RecordBatch.from_pylist(rows, schema=HANDLE_SCHEMA)
+
+    return task
+
+
+@dataclass(frozen=True, slots=True)
+class AggTaskSpec:
+    uid: str
+    checkpoint: str
+    key: str
+    aggs: tuple[tuple[str, str, str | None], ...]   # (out, fn, col)
+    state_schema: pa.Schema                          # key + out columns (without _kg)
+    parallelism: int
+    max_parallelism: int
+    parent_handles: dict                             # {"agg": [...]}
+    state_prefix: str
+    output_prefix: str
+    output_name: str
+    file_tag: str
+
+
+_COMBINE = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}
+
+
+def make_agg_task(spec: AggTaskSpec):
+    """Returns the ``mapInArrow`` function of a keyed running aggregation (emits changed keys)."""
+
+    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pipeline.fileio import file_io_for
+        t0 = time.perf_counter()
+        subtask = _partition_id()
+        kgr = range_for_subtask(spec.max_parallelism, spec.parallelism, subtask)
+        fio = file_io_for(spec.state_prefix)
+        sschema = spec.state_schema.append(pa.field(KG_COLUMN, pa.int32()))
+        state = read_state(fio, spec.parent_handles.get("agg", []), kgr.start, kgr.end, sschema, spec.checkpoint)
+        restored = state.num_rows
+        incoming = _collect(batches)
+        in_rows = 0
+        out = None
+        if incoming is not None and incoming.num_rows:
+            in_rows = incoming.num_rows
+            partial_aggs = []
+            for out_col, fn, col in spec.aggs:
+                if fn == "count":
+                    partial_aggs.append(([], "count_all"))
+                else:
+                    partial_aggs.append((col, fn))
+            partial_aggs.append((KG_COLUMN, "min"))
+            g = incoming.group_by(spec.key, use_threads=False).aggregate(partial_aggs)
+            # pyarrow names results "<col>_<fn>" / "count_all"; rename to output columns
+            names = []
+            for (out_col, fn, col) in spec.aggs:
+                names.append("count_all" if fn == "count" else f"{col}_{fn}")
+            partial = pa.table({spec.key: g[spec.key],
+                                **{o: g[n] for (o, _, _), n in zip(spec.aggs, names)},
+                                KG_COLUMN: g[f"{KG_COLUMN}_min"]})
+            partial = partial.cast(sschema)
+            merged = pa.concat_tables([state, partial]).group_by(spec.key, use_threads=False).aggregate(
+                [(o, _COMBINE[fn]) for (o, fn, _) in spec.aggs] + [(KG_COLUMN, "min")])
+            merged = pa.table({spec.key: merged[spec.key],
+                               **{o: merged[f"{o}_{_COMBINE[fn]}"] for (o, fn, _) in spec.aggs},
+                               KG_COLUMN: merged[f"{KG_COLUMN}_min"]}).cast(sschema)
+            state = merged
+            changed = pc.is_in(merged[spec.key], value_set=partial[spec.key])
+            out = merged.filter(changed).select(spec.state_schema.names)
+        sync_ms = (time.perf_counter() - t0) * 1000
+        fault_point("writing_state")
+        t1 = time.perf_counter()
+        fh = None
+        if state.num_rows:
+            fh = write_table(fio, f"{spec.state_prefix}/agg/kg-{kgr.start:05d}-{kgr.end:05d}.parquet", state)
+        ofh = None
+        if out is not None and out.num_rows:
+            ofh = write_table(fio, f"{spec.output_prefix}/part-{spec.file_tag}-{subtask:05d}.parquet", out)
+        async_ms = (time.perf_counter() - t1) * 1000
+        rows = [_handle("state", spec.uid, "agg", subtask, kgr, fh, in_rows, restored, 0, sync_ms, async_ms),
+                _handle("output", spec.uid, spec.output_name, subtask, kgr, ofh, in_rows, restored, 0, sync_ms,
+                        async_ms)]
+        yield pa.RecordBatch.from_pylist(rows, schema=HANDLE_SCHEMA)
+
+    return task

@@ -1,0 +1,516 @@
+"""JobRunner: restore the latest completed checkpoint, then run rounds that complete checkpoints.
+
+One round = one bounded Spark run (one Airflow DAG run, or one step of ``epochal run``):
+
+1. trigger: claim a checkpoint id (fenced), look up barrier n in the write-ahead barrier log (write it
+   first if it is new), write the pending manifest and the round plan (segments per partition, capped
+   by ``max records per epoch`` per input) **before** processing;
+2. process: one Spark job per stateful operator; tasks restore their key groups, process, snapshot
+   their state and stage their sink output, and acknowledge with handles;
+3. complete: when every channel has delivered barrier n (aligned), write ``_metadata`` last with a
+   conditional PUT, then commit the sinks (two-phase commit) and apply retention. If a channel has a
+   backlog, the checkpoint stays pending and the round's progress is kept durable for the next round.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from pipeline.clock import Clock, clock_from_iso
+from pipeline.config import PipelineConfig
+from pipeline.epochs import EpochClock
+from pipeline.exceptions import (CheckpointError, ConditionalWriteError, ConfigError, IncompatibleStateError,
+                                 ObjectNotFoundError)
+from pipeline.faults import fault_point
+from pipeline.job import AggregateNode, Job, JoinNode, SinkNode, SourceNode
+
+__all__ = ["JobRunner", "RoundResult", "RunReport"]
+
+log = logging.getLogger("epochal")
+
+
+@dataclass
+class RoundResult:
+    checkpoint_id: int
+    epoch: int
+    round: int
+    completed: bool
+    records: dict[str, int]
+    backlog: dict[str, int]
+    duration_s: float
+    checkpoint_s: float = 0.0
+    state_bytes: int = 0
+
+
+@dataclass
+class RunReport:
+    job: str
+    restored_from: int | None
+    rounds: list[RoundResult] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)
+
+    @property
+    def completed(self) -> list[RoundResult]:
+        return [r for r in self.rounds if r.completed]
+
+    def to_dict(self) -> dict:
+        return {"job": self.job, "restored_from": self.restored_from,
+                "checkpoints_completed": [r.checkpoint_id for r in self.completed],
+                "epochs_completed": [r.epoch for r in self.completed],
+                "records": {s: sum(r.records.get(s, 0) for r in self.rounds) for s in
+                            sorted({k for r in self.rounds for k in r.records})},
+                "rounds": [r.__dict__ for r in self.rounds], "messages": self.messages}
+
+
+@dataclass
+class _Cursor:
+    """Where the job stands between rounds (restored from a checkpoint or carried in memory)."""
+
+    checkpoint_id: int | None = None
+    epoch: int | None = None
+    positions: dict[str, dict[str, object]] = field(default_factory=dict)   # source -> partition -> Position
+    handles: dict[str, dict[str, list[dict]]] = field(default_factory=dict)  # uid -> state name -> handles
+
+
+class JobRunner:
+    """Runs one job: restore, rounds, checkpoints, savepoints, exports (see module docstring)."""
+
+    def __init__(self, job: Job, config: PipelineConfig, *, clock: Clock | None = None,
+                 runner_id: str | None = None, echo: Callable[[str], None] | None = None) -> None:
+        from pipeline.checkpoint.coordinator import CheckpointCoordinator
+        from pipeline.fileio import file_io_for, join_uri
+        self.job = job
+        self.config = config
+        self.clock = clock or clock_from_iso(config.clock_now)
+        self.epochs = EpochClock(config.epoch_seconds)
+        self.echo = echo or (lambda msg: log.info(msg))
+        self.ckpt_fio = file_io_for(config.checkpoint_uri)
+        self.src_fio = file_io_for(config.source_uri)
+        self.sink_fio = file_io_for(config.sink_uri)
+        self.job_root = join_uri(config.checkpoint_uri, job.name)
+        self.sink_root = join_uri(config.sink_uri, job.name)
+        self.dead_letter_root = config.dead_letter_root(job.name)
+        self.coordinator = CheckpointCoordinator(
+            self.ckpt_fio, config.checkpoint_uri, job.name,
+            checkpoint_timeout_s=config.checkpoint_timeout_seconds,
+            tolerable_failed_checkpoints=config.tolerable_failed_checkpoints,
+            retained_checkpoints=config.retained_checkpoints, runner_id=runner_id)
+        self._validate_job()
+        self.max_parallelism = self._ensure_job_json()
+        self._spark = None
+        self._last_location: str | None = None
+
+    # ------------------------------------------------------------------------------------------ setup
+    def _validate_job(self) -> None:
+        ops = {id(o) for o in self.job.operators()}
+        for s in self.job.sinks():
+            parent = self.job.nodes[s.parent]
+            if id(parent) not in ops:
+                raise ConfigError(f"job {self.job.name!r}: sink {s.table!r} must consume a stateful operator's "
+                                  "output directly (put select/filter before the operator)")
+        if not self.job.operators():
+            raise ConfigError(f"job {self.job.name!r} has no stateful operator")
+
+    def _ensure_job_json(self) -> int:
+        from pipeline.fileio import join_uri
+        uri = join_uri(self.job_root, "job.json")
+        doc = {"job": self.job.name, "max_parallelism": self.job.max_parallelism,
+               "operators": self.job.operator_uids(), "sources": self.job.source_names(),
+               "sinks": self.job.sink_tables(), "created": self.epochs.iso(self.clock.now_us())}
+        try:
+            self.ckpt_fio.write_bytes(uri, (json.dumps(doc, indent=1) + "\n").encode(), if_none_match=True)
+            return self.job.max_parallelism
+        except ConditionalWriteError:
+            existing = json.loads(self.ckpt_fio.read_bytes(uri))
+            if existing.get("job") != self.job.name:
+                raise ConfigError(f"{uri} belongs to job {existing.get('job')!r}, not {self.job.name!r}") from None
+            return int(existing["max_parallelism"])  # fixed when the job was first created
+
+    @property
+    def spark(self):
+        if self._spark is None:
+            from pipeline.runtime.session import get_spark
+            self._spark = get_spark(self.config.spark_master, self.config.parallelism)
+        return self._spark
+
+    # -------------------------------------------------------------------------------------- restore
+    def restore_cursor(self, report: RunReport | None = None) -> _Cursor:
+        """Latest valid completed checkpoint (with fallback), sink transactions re-committed."""
+        completed, problems = self.coordinator.restore_latest(verify=True)
+        for p in problems:
+            self.echo(f"WARNING: {p}")
+            if report is not None:
+                report.messages.append(p)
+        if completed is None:
+            return _Cursor()
+        self._recover_sinks(completed.metadata)
+        return self._cursor_from(completed.metadata)
+
+    def _cursor_from(self, md) -> _Cursor:
+        handles: dict[str, dict[str, list[dict]]] = {}
+        for uid, hs in md.operators.items():
+            for h in hs:
+                handles.setdefault(uid, {}).setdefault(h.name, []).append(
+                    {"uri": h.file.uri if h.file else None, "rows": h.rows, "bytes": h.bytes,
+                     "sha256": h.file.sha256 if h.file else None, "kg_start": h.kg_start, "kg_end": h.kg_end})
+        positions = {s: dict(parts) for s, parts in md.positions.items()}
+        return _Cursor(md.checkpoint_id, md.epoch, positions, handles)
+
+    def _recover_sinks(self, md) -> None:
+        """recoverAndCommit: (re-)commit the sink transactions of a completed checkpoint (idempotent)."""
+        for sink in self.job.sinks():
+            if sink.table in md.sinks:
+                self._sink(sink).recover_and_commit(md)
+
+    def _table(self, table: str):
+        from pipeline.sink.table import CommittedTable
+        if table not in self.job.sink_tables():
+            raise ConfigError(f"job {self.job.name!r} has no sink table {table!r} (has {self.job.sink_tables()})")
+        return CommittedTable(self.sink_fio, self.config.sink_uri, self.job.name, table)
+
+    def _sink(self, sink: SinkNode):
+        from pipeline.sink.two_phase import TwoPhaseCommitSink
+        return TwoPhaseCommitSink(self._table(sink.table), mode=sink.mode, key=list(sink.key))
+
+    # -------------------------------------------------------------------------------------- sources
+    def _summaries(self, cursor: _Cursor):
+        from pipeline.source.layout import list_source_files
+        from pipeline.source.planner import summarize_source
+        from pipeline.checkpoint.handles import Position
+        out = {}
+        for src in self.job.sources():
+            files = list_source_files(self.src_fio, self.config.source_uri, src.name)
+            since = {int(p): pos for p, pos in cursor.positions.get(src.name, {}).items()}
+            out[src.name] = summarize_source(files, since=since, fileio=self.src_fio)
+        return out
+
+    def _first_epoch(self, summaries) -> int | None:
+        ts = [s.min_ts for parts in summaries.values() for ss in parts.values() for s in ss
+              if s.min_ts is not None and not s.corrupt and s.rows]
+        return self.epochs.epoch_of(min(ts)) if ts else None
+
+    def _unread(self, cursor: _Cursor, summaries) -> int:
+        from pipeline.checkpoint.handles import Position
+        from pipeline.source.planner import count_rows, end_position
+        n = 0
+        for src, parts in summaries.items():
+            for p, ss in parts.items():
+                if not ss:
+                    continue
+                start = cursor.positions.get(src, {}).get(str(p), Position(seq=0, row=0))
+                n += count_rows(ss, start, end_position(ss))
+                n += sum(1 for s in ss if s.corrupt and s.seq >= start.seq)
+        return n
+
+    def _next_unread_epoch(self, cursor: _Cursor, summaries) -> int | None:
+        """Epoch of the earliest unread row (file-level lower bound)."""
+        from pipeline.checkpoint.handles import Position
+        best = None
+        for src, parts in summaries.items():
+            for p, ss in parts.items():
+                start = cursor.positions.get(src, {}).get(str(p), Position(seq=0, row=0))
+                for s in sorted(ss, key=lambda s: s.seq):
+                    if s.seq < start.seq or s.corrupt or not s.rows or s.min_ts is None:
+                        continue
+                    if s.seq == start.seq and start.row >= s.rows:
+                        continue
+                    best = s.min_ts if best is None else min(best, s.min_ts)
+                    break
+        return None if best is None else self.epochs.epoch_of(best)
+
+    def barriers_for(self, epoch: int, summaries, cursor: _Cursor) -> dict[str, dict[str, object]] | None:
+        """Barrier n positions per source partition from the write-ahead barrier log (written first if
+        new). None while a partition lags (no row >= end of epoch and the clock has not passed the end
+        plus the allowed lateness)."""
+        from pipeline.checkpoint.handles import Position
+        from pipeline.fileio import join_uri
+        from pipeline.source.planner import barrier_position, end_position
+        uri = join_uri(self.job_root, "barriers", f"epoch-{epoch}.json")
+        try:
+            doc = json.loads(self.ckpt_fio.read_bytes(uri))
+            return {s: {p: Position.from_dict(v) for p, v in parts.items()} for s, parts in doc["barriers"].items()}
+        except ObjectNotFoundError:
+            pass
+        end = self.epochs.end_us(epoch)
+        idle_ok = self.clock.now_us() >= end + self.config.allowed_lateness_seconds * 1_000_000
+        out: dict[str, dict[str, object]] = {}
+        idle: dict[str, list[str]] = {}
+        for src, parts in summaries.items():
+            out[src] = {}
+            for p, ss in sorted(parts.items()):
+                pos = barrier_position(ss, end, fileio=self.src_fio)
+                if pos is None:
+                    if not idle_ok:
+                        return None
+                    pos = end_position(ss)
+                    start = cursor.positions.get(src, {}).get(str(p))
+                    if start is not None and (start.seq, start.row) > (pos.seq, pos.row):
+                        pos = start  # everything of this partition was consumed already
+                    idle.setdefault(src, []).append(str(p))
+                out[src][str(p)] = pos
+        doc = {"job": self.job.name, "epoch": epoch, "barrier_time": self.epochs.iso(end),
+               "barriers": {s: {p: pos.to_dict() for p, pos in parts.items()} for s, parts in out.items()},
+               "idle_partitions": idle, "written_at": self.epochs.iso(self.clock.now_us())}
+        try:
+            self.ckpt_fio.write_bytes(uri, (json.dumps(doc, indent=1) + "\n").encode(), if_none_match=True)
+        except ConditionalWriteError:  # another runner logged it first: use theirs (deterministic)
+            return self.barriers_for(epoch, summaries, cursor)
+        return out
+
+    # ---------------------------------------------------------------------------------------- rounds
+    def run(self, epochs: int | None = None, *, until_epoch: int | None = None,
+            parallelism: int | None = None) -> RunReport:
+        """Resume from the latest completed checkpoint and complete up to ``epochs`` more epochs (or all
+        epochs up to ``until_epoch``), in as many rounds as that takes. Stops early when no complete
+        epoch is left to process."""
+        report = RunReport(self.job.name, None)
+        cursor = self.restore_cursor(report)
+        report.restored_from = cursor.checkpoint_id
+        self.coordinator.cleanup_garbage()
+        self._cleanup_sink_garbage()
+        if cursor.checkpoint_id is not None:
+            self.echo(f"restored checkpoint {cursor.checkpoint_id} (epoch {cursor.epoch})")
+        done = 0
+        while epochs is None or done < epochs:
+            summaries = self._summaries(cursor)
+            if until_epoch is not None:
+                target = until_epoch if cursor.epoch is None else cursor.epoch + 1
+                if cursor.epoch is not None and target > until_epoch:
+                    break
+            elif self._unread(cursor, summaries) == 0:
+                self.echo("no unread records left: stopping")
+                break
+            else:
+                nxt = self._next_unread_epoch(cursor, summaries)
+                first = self._first_epoch(summaries) if cursor.epoch is None else cursor.epoch + 1
+                target = max(x for x in (first, nxt) if x is not None)
+                if cursor.epoch is not None and nxt is not None and nxt <= cursor.epoch:
+                    target = cursor.epoch + 1  # unread rows at/before the last epoch (backlog/late files)
+            barriers = self.barriers_for(target, summaries, cursor)
+            if barriers is None:
+                self.echo(f"epoch {target} is not complete yet (a partition lags): stopping")
+                break
+            cursor, rounds = self.complete_epoch(cursor, target, barriers, summaries, parallelism=parallelism)
+            report.rounds.extend(rounds)
+            done += 1
+        return report
+
+    def complete_epoch(self, cursor: _Cursor, epoch: int, barriers, summaries, *,
+                       parallelism: int | None = None, kind: str = "checkpoint",
+                       location: str | None = None) -> tuple[_Cursor, list[RoundResult]]:
+        """Trigger checkpoint n (barrier = end of ``epoch``) and run rounds until it completes."""
+        from pipeline.checkpoint.handles import Position
+        from pipeline.source.planner import plan_segments
+        P = parallelism or self.config.parallelism
+        if P > self.max_parallelism:
+            raise ConfigError(f"parallelism {P} exceeds the job's max parallelism {self.max_parallelism} (job.json)")
+        expected = {op.uid: P for op in self.job.operators()}
+        pending = self.coordinator.trigger(
+            epoch=epoch, barrier_time=self.epochs.iso(self.epochs.end_us(epoch)), expected_tasks=expected,
+            parent_id=cursor.checkpoint_id, max_parallelism=self.max_parallelism, parallelism=P,
+            checkpoint_mode=self.config.checkpoint_mode, alignment="aligned",
+            positions=cursor.positions, barriers=barriers, sink_tables=self.job.sink_tables(),
+            kind=kind, location=location)
+        cid = pending.checkpoint_id
+        results: list[RoundResult] = []
+        staged: dict[str, list] = {t: [] for t in self.job.sink_tables()}
+        working = _Cursor(cursor.checkpoint_id, cursor.epoch, {s: dict(p) for s, p in cursor.positions.items()},
+                          cursor.handles)
+        rnd = 0
+        dead_letters: dict[str, int] = {}
+        while True:
+            t0 = time.perf_counter()
+            segments = {}
+            for src in self.job.sources():
+                parts = summaries.get(src.name, {})
+                starts = {int(p): pos for p, pos in working.positions.get(src.name, {}).items()}
+                stops = {int(p): pos for p, pos in barriers.get(src.name, {}).items()}
+                segments[src.name] = plan_segments(parts, starts, stops, self.config.max_records_per_epoch,
+                                                   source=src.name)
+            plan = {"round": rnd, "segments": {s: {str(p): {"start": seg.start.to_dict(), "reached": seg.reached.to_dict(),
+                                                            "records": seg.records, "backlog": seg.backlog}
+                                                        for p, seg in segs.items()} for s, segs in segments.items()}}
+            self.ckpt_fio.write_bytes(f"{pending.location}/rounds/{rnd}/_plan.json",
+                                      (json.dumps(plan, indent=1) + "\n").encode(), if_none_match=True)
+            aligned = all(seg.done for segs in segments.values() for seg in segs.values())
+            rows = self._process_round(pending, rnd, P, working, segments, epoch)
+            for table in staged:
+                staged[table].extend(h for h in rows if h["kind"] == "output" and h["name"] == table and h["uri"])
+            splits = [sp for segs in segments.values() for seg in segs.values() for sp in seg.splits]
+            if splits:
+                from pipeline.source.reader import dead_letter_counts
+                for s, n in dead_letter_counts(None, self.dead_letter_root, self.job.name, splits).items():
+                    dead_letters[s] = dead_letters.get(s, 0) + n
+            new_positions = {s: {**working.positions.get(s, {}), **{str(p): seg.reached for p, seg in segs.items()}}
+                             for s, segs in segments.items()}
+            new_handles: dict[str, dict[str, list[dict]]] = {}
+            for h in rows:
+                if h["kind"] == "state":
+                    new_handles.setdefault(h["operator"], {}).setdefault(h["name"], []).append(h)
+            working = _Cursor(working.checkpoint_id, working.epoch, new_positions, new_handles)
+            records = {s: sum(seg.records for seg in segs.values()) for s, segs in segments.items()}
+            backlog = {s: sum(seg.backlog for seg in segs.values()) for s, segs in segments.items()}
+            if not aligned:
+                results.append(RoundResult(cid, epoch, rnd, False, records, backlog,
+                                           time.perf_counter() - t0))
+                self.echo(f"checkpoint {cid} (epoch {epoch}) round {rnd}: {records} records, backlog {backlog}; "
+                          "waiting for alignment")
+                rnd += 1
+                continue
+            # all channels delivered barrier n: acknowledge and complete (metadata written last)
+            t_ack = time.perf_counter()
+            final_rows = [h for h in rows if h["kind"] == "state"] + [
+                {**h, "kind": "output"} for t in staged for h in staged[t]]
+            self.coordinator.receive_acknowledge_rows(pending, final_rows + [
+                {"kind": "ack", "operator": uid, "subtask": s} for uid in expected for s in range(P)])
+            fault_point("after_state_before_metadata")
+            full = {s.table: False for s in self.job.sinks()}
+            completed = self.coordinator.complete(
+                pending, positions=new_positions, sinks_full=full, backlog=backlog, dead_letters=dead_letters,
+                rounds=rnd + 1, extra={"records": records, "round_records": [r.records for r in results] + [records]})
+            fault_point("after_metadata_before_commit")
+            self._recover_sinks(completed.metadata)  # notifyCheckpointComplete -> commit (idempotent)
+            fault_point("after_commit")
+            self._drop_round_scratch(pending.location, rnd)
+            ckpt_s = time.perf_counter() - t_ack
+            md = completed.metadata
+            self._last_location = completed.location
+            results.append(RoundResult(cid, epoch, rnd, True, records, backlog, time.perf_counter() - t0,
+                                       ckpt_s, md.stats.bytes if md.stats else 0))
+            self.echo(f"checkpoint {cid} completed: epoch {epoch}, records {records}, "
+                      f"state {md.stats.bytes if md.stats else 0} bytes, rounds {rnd + 1}")
+            return self._cursor_from(md), results
+
+    def _drop_round_scratch(self, location: str, last_round: int) -> None:
+        """State of earlier rounds and exchange files are not referenced by the completed checkpoint."""
+        for k in range(last_round):
+            self.ckpt_fio.delete_prefix(f"{location}/rounds/{k}/state")
+        for k in range(last_round + 1):
+            self.ckpt_fio.delete_prefix(f"{location}/rounds/{k}/exchange")
+
+    def _process_round(self, pending, rnd: int, P: int, cursor: _Cursor, segments, epoch: int) -> list[dict]:
+        """The Spark jobs of one round; returns all handle rows."""
+        from pipeline.runtime.dataflow import OperatorIO, files_dataframe, run_operator, split_dataframe
+        from pipeline.source.reader import make_split_reader
+        spark = self.spark
+        spark.conf.set("spark.sql.shuffle.partitions", str(P))
+        fault_point("reading")
+        inputs: dict[int, object] = {}
+        for i, node in enumerate(self.job.nodes):
+            if isinstance(node, SourceNode):
+                splits = [sp.as_dict() for seg in segments[node.name].values() for sp in seg.splits]
+                key_cols = [node.key] if node.key else []
+                cfg = self.config
+                jobname, dlq = self.job.name, self.dead_letter_root
+                factory = (lambda src, kc=key_cols: make_split_reader(src.schema, kc, cfg.bad_records, dlq, jobname))
+                inputs[i] = split_dataframe(spark, splits, node, factory)
+        rows: list[dict] = []
+        ttl_default = self.config.state_ttl_seconds
+        for op in self.job.operators():
+            nid = self.job.node_id(op)
+            sinks = [s for s in self.job.sinks() if s.parent == nid]
+            if sinks:
+                out_prefix = f"{self.sink_root}/{sinks[0].table}/data/txn-{pending.checkpoint_id}"
+                out_name = sinks[0].table
+            else:
+                out_prefix = f"{pending.location}/rounds/{rnd}/exchange/{op.uid}"
+                out_name = f"exchange:{op.uid}"
+            ttl = None
+            if isinstance(op, JoinNode):
+                ttl_s = op.ttl_seconds if op.ttl_seconds is not None else ttl_default
+                ttl = self.epochs.end_us(epoch) - ttl_s * 1_000_000 if ttl_s else None
+            io = OperatorIO(checkpoint=f"chk-{pending.checkpoint_id}", parallelism=P,
+                            max_parallelism=self.max_parallelism, parent_handles=cursor.handles.get(op.uid, {}),
+                            state_prefix=f"{pending.location}/rounds/{rnd}/state/{op.uid}",
+                            output_prefix=out_prefix, output_name=out_name, file_tag=f"r{rnd}", ttl_cutoff_us=ttl)
+            handles, out_schema = run_operator(spark, self.job, op, inputs, io)
+            rows.extend(handles)
+            uris = [h["uri"] for h in handles if h["kind"] == "output" and h["uri"]]
+            inputs[nid] = files_dataframe(spark, uris, out_schema)
+            if len(sinks) > 1:
+                raise ConfigError(f"operator {op.uid}: at most one sink may consume it directly")
+        # exchange outputs are not sink output
+        return [h for h in rows if not (h["kind"] == "output" and str(h["name"]).startswith("exchange:"))]
+
+    def _cleanup_sink_garbage(self) -> None:
+        for sink in self.job.sinks():
+            try:
+                self._sink(sink).cleanup()
+            except Exception as e:  # noqa: BLE001 - cleanup must never fail a run
+                self.echo(f"WARNING: sink {sink.table}: cleanup failed: {e}")
+
+    # ------------------------------------------------------------------------- savepoint / restore
+    def _load_snapshot(self, ref: str):
+        """A completed checkpoint by id, or a savepoint/checkpoint by URI (``_metadata`` directory)."""
+        from pipeline.checkpoint.completed import CompletedCheckpoint
+        ref = str(ref).strip()
+        if ref.isdigit():
+            return self.coordinator.store.get(int(ref))
+        if ref.endswith("/_metadata"):
+            ref = ref[: -len("/_metadata")]
+        from pipeline.fileio import file_io_for
+        return CompletedCheckpoint.load(file_io_for(ref), ref.rstrip("/"))
+
+    def savepoint(self, target: str | None = None, *, parallelism: int | None = None) -> str:
+        """An aligned, self-contained savepoint of the latest completed checkpoint (state copied by the
+        tasks that own the key groups; it references no checkpoint-owned file). Never deleted by Epochal."""
+        cursor = self.restore_cursor()
+        if cursor.checkpoint_id is None:
+            raise CheckpointError(f"job {self.job.name!r} has no completed checkpoint to take a savepoint of "
+                                  f"(under {self.job_root}); run some epochs first")
+        barriers = {s: dict(p) for s, p in cursor.positions.items()}
+        _, results = self.complete_epoch(cursor, cursor.epoch, barriers, {}, parallelism=parallelism,
+                                         kind="savepoint", location=target.rstrip("/") if target else None)
+        loc = self._last_location
+        self.echo(f"savepoint {results[-1].checkpoint_id} of checkpoint {cursor.checkpoint_id} written to {loc}")
+        return loc
+
+    def restore(self, from_: str, *, parallelism: int | None = None,
+                allow_non_restored_state: bool = False) -> dict:
+        """Make checkpoint/savepoint ``from_`` the job's restore point (NO_CLAIM: its files are copied,
+        never referenced, so later checkpoints never delete or modify them). Parallelism may change;
+        key groups are redistributed and max parallelism stays fixed."""
+        snap = self._load_snapshot(from_)
+        md = snap.metadata
+        if md.job != self.job.name:
+            raise IncompatibleStateError(f"{snap.describe()} belongs to job {md.job!r}, not {self.job.name!r}")
+        if md.max_parallelism != self.max_parallelism:
+            raise IncompatibleStateError(
+                f"{snap.describe()}: max parallelism {md.max_parallelism} differs from the job's "
+                f"{self.max_parallelism} (fixed at creation in job.json)")
+        unknown = sorted(set(md.operators) - set(self.job.operator_uids()))
+        if unknown and not allow_non_restored_state:
+            raise IncompatibleStateError(
+                f"{snap.describe()} has state for operator uids {unknown} that job {self.job.name!r} does not have "
+                f"(job operators: {self.job.operator_uids()}); pass allow_non_restored_state to drop it")
+        from pipeline.fileio import file_io_for
+        snap.verify(file_io_for(snap.location))
+        cursor = self._cursor_from(md)
+        cursor.handles = {u: h for u, h in cursor.handles.items() if u in self.job.operator_uids()}
+        self.coordinator.mark_known(self.coordinator.store.ids())
+        barriers = {s: dict(p) for s, p in cursor.positions.items()}
+        _, results = self.complete_epoch(cursor, md.epoch, barriers, {}, parallelism=parallelism)
+        cid = results[-1].checkpoint_id
+        self.echo(f"restored {snap.describe()} as checkpoint {cid} (parallelism "
+                  f"{parallelism or self.config.parallelism}, epoch {md.epoch})")
+        return {"job": self.job.name, "from": str(from_), "checkpoint_id": cid, "epoch": md.epoch,
+                "parallelism": parallelism or self.config.parallelism, "dropped_operators": unknown,
+                "location": self._last_location}
+
+    # ----------------------------------------------------------------------------------- read side
+    def export(self, table: str, to_dir: str) -> dict:
+        """Write the committed rows of a sink table (head lineage only) as Parquet into a local dir."""
+        from pipeline.runtime.export import export_table
+        t = self._table(table)
+        return export_table(self.spark, t, to_dir)
+
+    def export_state(self, checkpoint: str, operator_uid: str, to_dir: str) -> dict:
+        from pipeline.runtime.export import export_state
+        snap = self._load_snapshot(checkpoint)
+        if operator_uid not in snap.metadata.operators:
+            raise ConfigError(f"{snap.describe()} has no state for operator {operator_uid!r} "
+                              f"(operators: {sorted(snap.metadata.operators)})")
+        return export_state(self.spark, snap, operator_uid, to_dir)

@@ -1,0 +1,46 @@
+"""The SparkSession Epochal runs on: ``local[*]`` by default, any master (or Spark Connect) at scale."""
+from __future__ import annotations
+
+import os
+import sys
+
+__all__ = ["get_spark", "stop_spark"]
+
+_SESSION = None
+
+
+def get_spark(master: str = "local[*]", parallelism: int = 2, app: str = "epochal"):
+    """Create (once per process) the SparkSession. Workers use this interpreter (pyarrow on executors)."""
+    global _SESSION
+    if _SESSION is not None:
+        return _SESSION
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+    b = (SparkSession.builder.master(master).appName(app)
+         .config("spark.ui.enabled", "false")
+         .config("spark.ui.showConsoleProgress", "false")
+         .config("spark.sql.session.timeZone", "UTC")
+         .config("spark.sql.shuffle.partitions", str(parallelism))
+         # partition i after our shuffle must be operator subtask i: no adaptive coalescing
+         .config("spark.sql.adaptive.enabled", "false")
+         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "50000")
+         .config("spark.sql.execution.pythonUDF.arrow.enabled", "true")
+         .config("spark.python.worker.reuse", "true")
+         .config("spark.driver.memory", os.environ.get("EPOCHAL_DRIVER_MEMORY", "4g"))
+         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+         .config("spark.executorEnv.PYTHONPATH", os.pathsep.join(p for p in sys.path if p)))
+    for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION",
+              "EPOCHAL_KILL_AT", "EPOCHAL_PHASE_MARKERS"):
+        if os.environ.get(k):
+            b = b.config(f"spark.executorEnv.{k}", os.environ[k])
+    _SESSION = b.getOrCreate()
+    _SESSION.sparkContext.setLogLevel(os.environ.get("EPOCHAL_SPARK_LOG_LEVEL", "ERROR"))
+    return _SESSION
+
+
+def stop_spark() -> None:
+    global _SESSION
+    if _SESSION is not None:
+        _SESSION.stop()
+        _SESSION = None

@@ -1,0 +1,267 @@
+"""Committed sink tables: a commit log over staged files, and lineage resolution for readers.
+
+Layout under ``<sink root>/<job>/<table>/``::
+
+    data/txn-<checkpoint id>/part-<subtask:05d>.parquet   staged by tasks (pre-commit)
+    _commits/<checkpoint id:012d>.json                    one CommitEntry per completed checkpoint
+
+``commit(entry)`` writes the entry create-only and is idempotent: committing an identical entry again
+returns ``AckResult.DUPLICATE``; a *different* entry for the same checkpoint id is a SinkError.
+
+Readers see exactly the **lineage**: the commit entries on the parent chain of the head (the entry with
+the highest checkpoint id), walking ``parent_id`` back to the first entry (``parent_id`` None) or, for
+upsert tables, to the first ``full`` entry (a full image of every key). Entries of a losing racing
+runner or of a rewound branch are not on the chain, so they are invisible. Every completed checkpoint
+must commit an entry for every table of the job (possibly with no files): a parent without an entry
+is a broken chain and raises SinkError instead of silently dropping output.
+
+Upsert tables: per key, the row from the newest entry on the chain wins.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+from pipeline.checkpoint.ack import AckResult
+from pipeline.checkpoint.handles import FileHandle
+from pipeline.exceptions import ConditionalWriteError, ObjectNotFoundError, SinkError, StorageError
+from pipeline.fileio import FileIO, join_uri
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pyarrow as pa
+
+__all__ = ["CommitEntry", "CommittedTable", "SINK_MODES", "COMMIT_FORMAT"]
+
+log = logging.getLogger(__name__)
+
+SINK_MODES = ("append", "upsert")
+COMMIT_FORMAT = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommitEntry:
+    """One committed transaction of a sink table (``_commits/<id:012d>.json``)."""
+
+    table: str
+    checkpoint_id: int
+    parent_id: int | None
+    files: tuple[FileHandle, ...] = ()
+    full: bool = False
+    mode: str = "append"
+    key: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "files", tuple(self.files))
+        object.__setattr__(self, "key", tuple(self.key))
+        object.__setattr__(self, "full", bool(self.full))
+        if self.mode not in SINK_MODES:
+            raise ValueError(f"table {self.table}: sink mode must be one of {SINK_MODES}, got {self.mode!r}")
+        if self.mode == "upsert" and not self.key:
+            raise ValueError(f"table {self.table}: an upsert table needs a key")
+        if self.parent_id is not None and self.parent_id >= self.checkpoint_id:
+            raise ValueError(f"table {self.table}: commit {self.checkpoint_id} has parent {self.parent_id}, "
+                             "which is not older")
+
+    @property
+    def rows(self) -> int:
+        return sum(f.rows for f in self.files)
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.bytes for f in self.files)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": COMMIT_FORMAT, "table": self.table, "checkpoint_id": self.checkpoint_id,
+                "parent_id": self.parent_id, "files": [f.to_dict() for f in self.files], "full": self.full,
+                "mode": self.mode, "key": list(self.key)}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, indent=1) + "\n"
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "CommitEntry":
+        return cls(table=str(d["table"]), checkpoint_id=int(d["checkpoint_id"]),
+                   parent_id=None if d.get("parent_id") is None else int(d["parent_id"]),
+                   files=tuple(FileHandle.from_dict(f) for f in d.get("files", ())), full=bool(d.get("full", False)),
+                   mode=str(d.get("mode", "append")), key=tuple(d.get("key", ())))
+
+    @classmethod
+    def from_json(cls, text: str | bytes, uri: str = "<memory>") -> "CommitEntry":
+        try:
+            d = json.loads(text)
+            if not isinstance(d, dict) or d.get("format", COMMIT_FORMAT) != COMMIT_FORMAT:
+                raise SinkError(f"unsupported commit entry format in {uri}")
+            return cls.from_dict(d)
+        except SinkError:
+            raise
+        except (ValueError, KeyError, TypeError) as e:
+            raise SinkError(f"unreadable sink commit entry {uri}: {e!r}") from e
+
+
+def _txn_id(name: str) -> int | None:
+    if name.startswith("txn-") and name[4:].isdigit():
+        return int(name[4:])
+    return None
+
+
+class CommittedTable:
+    """A sink table of one job: staged data, commit log, lineage."""
+
+    def __init__(self, fileio: FileIO, sink_root: str, job: str, table: str) -> None:
+        self.fileio = fileio
+        self.job = job
+        self.table = table
+        self.table_uri = join_uri(sink_root, job, table)
+        self.data_uri = join_uri(self.table_uri, "data")
+        self.commits_uri = join_uri(self.table_uri, "_commits")
+
+    def __repr__(self) -> str:
+        return f"CommittedTable({self.table_uri})"
+
+    def staging_uri(self, checkpoint_id: int) -> str:
+        """``data/txn-<id>``: where tasks stage the files of checkpoint ``checkpoint_id``."""
+        return join_uri(self.data_uri, f"txn-{checkpoint_id}")
+
+    def part_uri(self, checkpoint_id: int, subtask: int, suffix: str = ".parquet") -> str:
+        return join_uri(self.staging_uri(checkpoint_id), f"part-{subtask:05d}{suffix}")
+
+    def commit_uri(self, checkpoint_id: int) -> str:
+        return join_uri(self.commits_uri, f"{checkpoint_id:012d}.json")
+
+    # -- commit log --------------------------------------------------------------------------------
+    def commit(self, entry: CommitEntry) -> AckResult:
+        """Write the commit entry create-only. SUCCESS, or DUPLICATE if the identical entry exists."""
+        if entry.table != self.table:
+            raise SinkError(f"commit entry of table {entry.table!r} given to table {self.table!r} ({self.table_uri})")
+        uri = self.commit_uri(entry.checkpoint_id)
+        try:
+            self.fileio.write_bytes(uri, entry.to_json().encode(), if_none_match=True)
+        except ConditionalWriteError as e:
+            existing = self._read_entry(uri)
+            if existing == entry:
+                return AckResult.DUPLICATE
+            raise SinkError(
+                f"table {self.table} (job {self.job}): checkpoint {entry.checkpoint_id} is already committed with "
+                f"different content at {uri} (parent {existing.parent_id}, {len(existing.files)} files) than "
+                f"the commit attempted now (parent {entry.parent_id}, {len(entry.files)} files)") from e
+        except StorageError as e:
+            # the PUT may have gone through although the answer was lost
+            try:
+                if self._read_entry(uri) == entry:
+                    return AckResult.SUCCESS
+            except (SinkError, StorageError):
+                pass
+            raise SinkError(f"table {self.table}: could not write commit entry {uri}: {e}") from e
+        log.info("table %s: committed checkpoint %d (%d files, parent %s)", self.table, entry.checkpoint_id,
+                 len(entry.files), entry.parent_id)
+        return AckResult.SUCCESS
+
+    def _read_entry(self, uri: str) -> CommitEntry:
+        return CommitEntry.from_json(self.fileio.read_bytes(uri), uri)
+
+    def entry(self, checkpoint_id: int) -> CommitEntry | None:
+        try:
+            return self._read_entry(self.commit_uri(checkpoint_id))
+        except ObjectNotFoundError:
+            return None
+
+    def entries(self) -> list[CommitEntry]:
+        """All commit entries (on and off the lineage), oldest first."""
+        out = []
+        for fi in self.fileio.list(self.commits_uri, recursive=False):
+            name = fi.uri.rsplit("/", 1)[-1]
+            if name.endswith(".json") and name[:-5].isdigit():
+                out.append(self._read_entry(fi.uri))
+        return sorted(out, key=lambda e: e.checkpoint_id)
+
+    def head(self) -> CommitEntry | None:
+        """The entry with the highest checkpoint id."""
+        entries = self.entries()
+        return entries[-1] if entries else None
+
+    def lineage(self, entries: Iterable[CommitEntry] | None = None) -> list[CommitEntry]:
+        """Commit entries on the head's parent chain, oldest first (what readers see)."""
+        all_entries = list(self.entries() if entries is None else entries)
+        if not all_entries:
+            return []
+        by_id = {e.checkpoint_id: e for e in all_entries}
+        cur = max(all_entries, key=lambda e: e.checkpoint_id)
+        chain = [cur]
+        while True:
+            if cur.mode == "upsert" and cur.full:
+                break
+            if cur.parent_id is None:
+                break
+            parent = by_id.get(cur.checkpoint_id - 1)
+            if parent is None:
+                raise SinkError(
+                    f"table {self.table} (job {self.job}): broken lineage - commit {cur.checkpoint_id} has parent "
+                    f"checkpoint {cur.parent_id}, which has no commit entry in {self.commits_uri} "
+                    "(was the sink re-committed on restore?)")
+            chain.append(parent)
+            cur = parent
+        chain.reverse()
+        return chain
+
+    def committed_files(self) -> list[FileHandle]:
+        """Files visible to readers, in commit order."""
+        return [f for e in self.lineage() for f in e.files]
+
+    # -- reading -----------------------------------------------------------------------------------
+    def read(self) -> "pa.Table":
+        """The committed rows as one Arrow table (upsert: newest row per key)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        chain = self.lineage()
+        parts = []
+        for e in chain:
+            for f in e.files:
+                with self.fileio.open_input(f.uri) as fh:
+                    parts.append(pq.read_table(fh))
+        if not parts:
+            return pa.table({})
+        table = pa.concat_tables(parts, promote_options="default")
+        head = chain[-1]
+        if head.mode != "upsert":
+            return table
+        order = "__epochal_order"
+        table = table.append_column(order, pa.array(range(table.num_rows), type=pa.int64()))
+        newest = table.group_by(list(head.key)).aggregate([(order, "max")])[f"{order}_max"]
+        table = table.filter(pc.is_in(table[order], value_set=newest))
+        return table.sort_by(order).drop_columns([order])
+
+    # -- garbage -----------------------------------------------------------------------------------
+    def garbage(self, *, protect: Iterable[int] = (), protect_from_id: int | None = None) -> list[str]:
+        """``data/txn-*`` dirs that no commit entry references (uncommitted / aborted output).
+
+        Spares ids in ``protect`` (e.g. completed checkpoints whose commit is still to be recovered, the
+        running transaction) and ids >= ``protect_from_id`` (e.g. the newest claimed checkpoint id).
+        """
+        entries = self.entries()
+        committed = {e.checkpoint_id for e in entries}
+        prefixes = {f.uri.rsplit("/", 1)[0] for e in entries for f in e.files}
+        keep = set(protect)
+        out = []
+        for name in self.fileio.list_dirs(self.data_uri):
+            tid = _txn_id(name)
+            if tid is None or tid in committed or tid in keep:
+                continue
+            if protect_from_id is not None and tid >= protect_from_id:
+                continue
+            uri = join_uri(self.data_uri, name)
+            if any(p == uri or p.startswith(uri + "/") for p in prefixes):
+                continue
+            out.append(uri)
+        return out
+
+    def cleanup(self, *, protect: Iterable[int] = (), protect_from_id: int | None = None) -> int:
+        """Delete :meth:`garbage`; returns the number of staging dirs deleted."""
+        dirs = self.garbage(protect=protect, protect_from_id=protect_from_id)
+        for uri in dirs:
+            self.fileio.delete_prefix(uri)
+            log.info("table %s: deleted uncommitted staging dir %s", self.table, uri)
+        return len(dirs)

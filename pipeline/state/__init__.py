@@ -1,0 +1,1 @@
+"""Keyed operator state, partitioned by key group."""

@@ -1,0 +1,100 @@
+"""Two runners of the same job: at most one commits, the loser fails with CheckpointFencedError."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from pipeline.checkpoint.coordinator import CheckpointCoordinator
+from pipeline.checkpoint.failure import CheckpointFailureReason as R
+from pipeline.checkpoint.store import CheckpointDirStatus
+from pipeline.exceptions import CheckpointFencedError
+from pipeline.fileio import join_uri, sha256_of
+
+pytestmark = pytest.mark.unit
+
+
+def runner(fio, root, name):
+    return CheckpointCoordinator(fio, root, "job", runner_id=name, checkpoint_timeout_s=300)
+
+
+def trigger(coord, parent_id=None):
+    return coord.trigger(epoch=1, barrier_time="2024-01-01T00:00:00Z", expected_tasks={"agg": 1},
+                         parent_id=parent_id, max_parallelism=4, parallelism=1)
+
+
+def ack(fio, coord, p):
+    uri = join_uri(p.location, "rounds", "0", "agg-0.parquet")
+    data = f"state by {coord.runner_id}".encode()
+    fio.write_bytes(uri, data)
+    coord.receive_acknowledge_rows(p, [{"kind": "state", "operator": "agg", "name": "agg", "subtask": 0,
+                                        "kg_start": 0, "kg_end": 3, "uri": uri, "rows": 1, "bytes": len(data),
+                                        "sha256": sha256_of(data)}])
+
+
+def test_older_claim_loses_to_newer_claim(any_root):
+    fio, root = any_root
+    a, b = runner(fio, root, "runner-A"), runner(fio, root, "runner-B")
+    a.restore_latest(), b.restore_latest()
+    pa, pb = trigger(a), trigger(b)
+    assert (pa.checkpoint_id, pb.checkpoint_id) == (1, 2)
+    ack(fio, a, pa), ack(fio, b, pb)
+    with pytest.raises(CheckpointFencedError) as err:
+        a.complete(pa)
+    msg = str(err.value)
+    assert "job 'job'" in msg and "checkpoint 1" in msg and "newer checkpoint id 2" in msg and "runner-B" in msg
+    assert pa.failure_reason is R.CHECKPOINT_FENCED and a.failure_count == 0
+    assert not fio.exists(pa.metadata_uri) and fio.list(pa.location) == []
+    done = b.complete(pb)
+    assert [cp.checkpoint_id for cp in b.store.list()] == [done.checkpoint_id] == [2]
+
+
+def test_runner_that_missed_a_concurrent_completion_is_fenced(any_root):
+    fio, root = any_root
+    a, b = runner(fio, root, "runner-A"), runner(fio, root, "runner-B")
+    a.restore_latest(), b.restore_latest()  # both start from "nothing"
+    pa = trigger(a)
+    ack(fio, a, pa)
+    a.complete(pa)  # A commits checkpoint 1 first
+    pb = trigger(b)  # B claims 2 (newest claim), but still from B's stale view
+    ack(fio, b, pb)
+    with pytest.raises(CheckpointFencedError, match="checkpoint 1 was completed by another runner") as err:
+        b.complete(pb)
+    assert "checkpoint 2" in str(err.value)
+    statuses = {i.checkpoint_id: i.status for i in b.store.inspect()}
+    assert statuses == {1: CheckpointDirStatus.COMPLETED}
+
+
+def test_racing_runners_at_most_one_commits(any_root):
+    fio, root = any_root
+    n = 4
+    coords = [runner(fio, root, f"runner-{i}") for i in range(n)]
+    for c in coords:
+        c.restore_latest()
+    barrier = threading.Barrier(n)
+    outcome: dict[str, object] = {}
+
+    def run(c):
+        try:
+            barrier.wait()
+            p = trigger(c)
+            barrier.wait()  # everyone has claimed before anyone finalizes
+            ack(fio, c, p)
+            outcome[c.runner_id] = c.complete(p).checkpoint_id
+        except CheckpointFencedError as e:
+            outcome[c.runner_id] = e
+
+    threads = [threading.Thread(target=run, args=(c,)) for c in coords]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = {k: v for k, v in outcome.items() if isinstance(v, int)}
+    losers = {k: v for k, v in outcome.items() if isinstance(v, CheckpointFencedError)}
+    assert len(winners) == 1 and len(losers) == n - 1
+    (winner_id,) = winners.values()
+    assert winner_id == n  # the newest claim wins
+    for e in losers.values():
+        assert "job 'job'" in str(e) and f"newer checkpoint id {n}" in str(e)
+    completed = [i.checkpoint_id for i in coords[0].store.inspect() if i.status is CheckpointDirStatus.COMPLETED]
+    assert completed == [winner_id]
