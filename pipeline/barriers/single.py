@@ -201,7 +201,7 @@ class SingleCheckpointBarrierHandler(BaseBarrierHandler):
     def advance_time(self, now: float) -> list[Decision]:
         """Fire the alignment timeout if ``now`` reached it: the aligned checkpoint becomes unaligned."""
         out: list[Decision] = []
-        if self._phase is _Phase.ALIGNING and self._deadline is not None and now > self._deadline:
+        if self._phase is _Phase.ALIGNING and self._deadline is not None and now >= self._deadline:
             self._trigger_unaligned(now, out, switched=True)
         return out
 

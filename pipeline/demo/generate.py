@@ -455,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--epoch-seconds", type=int)
     ap.add_argument("--partitions", type=int)
     ap.add_argument("--orders-per-epoch", type=int)
-    ap.add_argument("--orders", type=int, help="total orders; sets --orders-per-epoch = orders / epochs")
+    ap.add_argument("--orders", type=int, help="total orders; sets --orders-per-epoch = ceil(orders / epochs)")
     ap.add_argument("--seed", type=int)
     ap.add_argument("--files-per-epoch", type=int)
     ap.add_argument("--merchants", type=int)

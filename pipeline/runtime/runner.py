@@ -298,6 +298,92 @@ class JobRunner:
             done += 1
         return report
 
+    def process_epoch(self, epoch: int, *, parallelism: int | None = None) -> RunReport:
+        """Make the job's latest checkpoint be the state after ``epoch`` (an Airflow data interval).
+
+        * not processed yet: process every epoch up to it, in order (one checkpoint per epoch);
+        * already processed (a re-run / backfill with reprocessing): rewind - restore the newest retained
+          checkpoint at or before ``epoch - 1`` (or start fresh if ``epoch`` is the job's first epoch) and
+          process forward again. Sink lineage makes the re-processed output replace the earlier output.
+        """
+        report = RunReport(self.job.name, None)
+        cursor = self.restore_cursor(report)
+        self.coordinator.cleanup_garbage()
+        if cursor.epoch is not None and cursor.epoch >= epoch:
+            cursor = self._rewind_cursor(epoch, report)
+        report.restored_from = cursor.checkpoint_id
+        while cursor.epoch is None or cursor.epoch < epoch:
+            summaries = self._summaries(cursor)
+            if cursor.epoch is None:
+                first = self._first_epoch(summaries)
+                target = epoch if first is None or first >= epoch else first
+            else:
+                target = cursor.epoch + 1
+            barriers = self.barriers_for(target, summaries, cursor)
+            if barriers is None:
+                raise CheckpointError(f"job {self.job.name!r}: epoch {target} cannot complete yet - a source "
+                                      "partition lags (no row at/after the epoch end and the allowed lateness "
+                                      "has not passed); retry later")
+            cursor, rounds = self.complete_epoch(cursor, target, barriers, summaries, parallelism=parallelism)
+            report.rounds.extend(rounds)
+        return report
+
+    def write_ahead_barriers(self, epoch: int) -> list[int] | None:
+        """The Airflow ``trigger`` step for ``epoch``: log (write-ahead) the barrier of every epoch the job
+        must still complete to reach ``epoch``, in order, from source listings only (no Spark, no checkpoint
+        verification). Returns those epochs (just ``[epoch]`` for a re-run), or None while a source partition
+        lags (the epoch cannot complete yet). ``process_epoch`` reuses the logged barriers."""
+        from pipeline.fileio import join_uri
+        latest = self.coordinator.store.latest()
+        cursor = self._cursor_from(latest.metadata) if latest is not None else _Cursor()
+        if cursor.epoch is not None and cursor.epoch >= epoch:  # re-run: barrier n is normally logged already
+            if self.ckpt_fio.exists(join_uri(self.job_root, "barriers", f"epoch-{epoch}.json")):
+                return [epoch]
+            cursor = _Cursor()
+        summaries = self._summaries(cursor)
+        if cursor.epoch is not None and cursor.epoch >= epoch:
+            targets = [epoch]
+        else:
+            if cursor.epoch is None:
+                first = self._first_epoch(summaries)
+                start = epoch if first is None or first >= epoch else first
+            else:
+                start = cursor.epoch + 1
+            targets = list(range(start, epoch + 1))
+        for n in targets:
+            if self.barriers_for(n, summaries, cursor) is None:
+                return None
+        return targets
+
+    def _rewind_cursor(self, epoch: int, report: RunReport) -> "_Cursor":
+        """The newest usable checkpoint whose epoch is < ``epoch`` (for re-running ``epoch``)."""
+        candidates = sorted((c for c in self.coordinator.store.list() if c.epoch < epoch),
+                            key=lambda c: c.checkpoint_id, reverse=True)
+        for c in candidates:
+            problems = c.problems(self.ckpt_fio)
+            if problems:
+                msg = f"rewind: skipping {c.describe()}: {problems[0]}"
+                self.echo(f"WARNING: {msg}")
+                report.messages.append(msg)
+                continue
+            self.echo(f"rewind: re-processing from {c.describe()} (epoch {c.epoch}) to re-run epoch {epoch}")
+            report.messages.append(f"rewound to checkpoint {c.checkpoint_id} (epoch {c.epoch})")
+            self.coordinator.mark_known(self.coordinator.store.ids())
+            return self._cursor_from(c.metadata)
+        first_ids = self.coordinator.store.ids()
+        earliest = min((c.epoch for c in self.coordinator.store.list()), default=None)
+        summaries = self._summaries(_Cursor())
+        first = self._first_epoch(summaries)
+        if first is not None and epoch <= first:
+            self.echo(f"rewind: epoch {epoch} is the job's first epoch: re-processing from the start")
+            report.messages.append("rewound to the start of the sources")
+            self.coordinator.mark_known(first_ids)
+            return _Cursor()
+        raise CheckpointError(
+            f"job {self.job.name!r}: cannot re-run epoch {epoch}: no retained checkpoint before it (retained "
+            f"checkpoints {first_ids}, earliest epoch {earliest}); restore a savepoint taken before epoch "
+            f"{epoch} or raise PIPELINE_RETAINED_CHECKPOINTS")
+
     def complete_epoch(self, cursor: _Cursor, epoch: int, barriers, summaries, *,
                        parallelism: int | None = None, kind: str = "checkpoint",
                        location: str | None = None) -> tuple[_Cursor, list[RoundResult]]:

@@ -194,7 +194,7 @@ class CommittedTable:
                 break
             if cur.parent_id is None:
                 break
-            parent = by_id.get(cur.checkpoint_id - 1)
+            parent = by_id.get(cur.parent_id)
             if parent is None:
                 raise SinkError(
                     f"table {self.table} (job {self.job}): broken lineage - commit {cur.checkpoint_id} has parent "

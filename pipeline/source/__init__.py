@@ -9,7 +9,7 @@ from pipeline.source.layout import (SourceFile, SourceListing, UnexpectedFile, d
                                     list_source_files, scan_source, source_file_uri)
 from pipeline.source.planner import (FileStatus, FileSummary, Segment, Split, allocate_records, barrier_position,
                                      barrier_positions, clear_summary_cache, count_rows, end_position,
-                                     end_positions, normalize_position, plan_segment, plan_segments,
+                                     end_positions, normalize_position, plan_segment, plan_segments, resolve_barrier,
                                      splits_table, summarize_file, summarize_files, summarize_source)
 from pipeline.source.reader import (SplitReader, dead_letter_counts, dead_letter_uri, make_split_reader,
                                     read_split_table, reader_output_schema)
@@ -18,7 +18,7 @@ __all__ = [
     "SourceFile", "SourceListing", "UnexpectedFile", "scan_source", "list_source_files", "source_file_uri",
     "dead_letter_unexpected",
     "FileStatus", "FileSummary", "Split", "Segment", "summarize_file", "summarize_files", "summarize_source",
-    "clear_summary_cache", "normalize_position", "barrier_position", "barrier_positions", "end_position",
+    "clear_summary_cache", "normalize_position", "barrier_position", "resolve_barrier", "barrier_positions", "end_position",
     "end_positions", "count_rows", "plan_segment", "plan_segments", "allocate_records", "splits_table",
     "SplitReader", "make_split_reader", "reader_output_schema", "dead_letter_uri", "dead_letter_counts",
     "read_split_table",

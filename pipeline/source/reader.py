@@ -201,10 +201,20 @@ class SplitReader:
         yield table.slice(split.row_start, split.row_end - split.row_start), split.row_start
 
     def _parquet_chunks(self, split: Split, fio) -> Iterator[tuple[pa.Table, int] | _Unreadable]:
+        streams: list = []
+
         def open_file(from_bytes: bool) -> pq.ParquetFile:
             src = pa.BufferReader(fio.read_bytes(split.uri)) if from_bytes else fio.open_input(split.uri)
+            streams.append(src)
             return pq.ParquetFile(src)
 
+        try:
+            yield from self._parquet_rows(split, open_file)
+        finally:
+            for src in streams:
+                src.close()
+
+    def _parquet_rows(self, split: Split, open_file) -> Iterator[tuple[pa.Table, int] | _Unreadable]:
         in_memory = False
         try:
             try:
@@ -215,48 +225,42 @@ class SplitReader:
         except CONTENT_ERRORS + (OSError,) as e:
             yield _Unreadable(split.row_start, split.row_end, f"unreadable parquet file: {e}")
             return
-        try:
-            md = pf.metadata
-            if split.row_end is None:
-                yield _Unreadable(split.row_start, None, _PLANNED_UNREADABLE)
-                return
-            if split.row_end > md.num_rows:
-                raise self._beyond(split, md.num_rows)
-            names = set(pf.schema_arrow.names)
-            declared = [f.name for f in self.schema]
-            # all declared columns present: read only those; otherwise every column (raw dead letters)
-            columns = declared if all(n in names for n in declared) else None
-            offset = 0
-            for i in range(md.num_row_groups):
-                n = md.row_group(i).num_rows
-                lo, hi = max(split.row_start, offset), min(split.row_end, offset + n)
-                if lo < hi:
-                    try:
-                        table = pf.read_row_group(i, columns=columns)
-                    except OSError:
-                        if in_memory:
-                            table = None
-                            problem = "cannot decode"
-                        else:  # retry from bytes once: distinguishes network trouble from corrupt pages
-                            in_memory = True
-                            pf.close()
-                            pf = open_file(True)
-                            table = None
-                            try:
-                                table = pf.read_row_group(i, columns=columns)
-                            except CONTENT_ERRORS + (OSError,) as e:
-                                problem = str(e)
-                    except CONTENT_ERRORS as e:
-                        table, problem = None, str(e)
-                    if table is None:
-                        yield _Unreadable(lo, hi, f"unreadable parquet row group {i}: {problem}")
-                    else:
-                        yield table.slice(lo - offset, hi - lo), lo
-                offset += n
-                if offset >= split.row_end:
-                    break
-        finally:
-            pf.close()
+        md = pf.metadata
+        if split.row_end is None:
+            yield _Unreadable(split.row_start, None, _PLANNED_UNREADABLE)
+            return
+        if split.row_end > md.num_rows:
+            raise self._beyond(split, md.num_rows)
+        names = set(pf.schema_arrow.names)
+        declared = [f.name for f in self.schema]
+        # all declared columns present: read only those; otherwise every column (raw dead letters)
+        columns = declared if all(n in names for n in declared) else None
+        offset = 0
+        for i in range(md.num_row_groups):
+            n = md.row_group(i).num_rows
+            lo, hi = max(split.row_start, offset), min(split.row_end, offset + n)
+            if lo < hi:
+                table, problem = None, ""
+                try:
+                    table = pf.read_row_group(i, columns=columns)
+                except CONTENT_ERRORS as e:
+                    problem = str(e)
+                except OSError as e:
+                    problem = str(e)
+                    if not in_memory:  # retry from bytes once: tells network trouble from corrupt pages
+                        in_memory = True
+                        pf = open_file(True)
+                        try:
+                            table = pf.read_row_group(i, columns=columns)
+                        except CONTENT_ERRORS + (OSError,) as e2:
+                            problem = str(e2)
+                if table is None:
+                    yield _Unreadable(lo, hi, f"unreadable parquet row group {i}: {problem}")
+                else:
+                    yield table.slice(lo - offset, hi - lo), lo
+            offset += n
+            if offset >= split.row_end:
+                break
 
     # -- validation -----------------------------------------------------------------------------------
     def _check(self, split: Split, raw: pa.Table, row0: int) -> tuple[pa.Table, pa.Table | None]:

@@ -1,10 +1,6 @@
 from __future__ import annotations
 
-import io
-
-import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -174,6 +170,17 @@ def test_idle_partition_has_no_barrier_and_an_end_position(local_root):
     assert barrier_position(ss, BASE + 60 * S) is None
     assert end_position(ss) == Position(2, 0)
     assert end_position(()) == Position(0, 0)
+
+
+def test_resolve_barrier_idle_versus_lagging(local_root):
+    write_parquet(local_root, "orders", 0, 0, rows_table([BASE, BASE + 1]))
+    ss = summaries(local_root)
+    end = BASE + 60 * S
+    assert planner.resolve_barrier(ss, BASE + 1, now_us=0) == Position(0, 1)  # data decides, not the clock
+    assert planner.resolve_barrier(ss, end, now_us=end - 1) is None  # lagging: wait
+    assert planner.resolve_barrier(ss, end, now_us=end) == Position(1, 0)  # idle: all it has
+    assert planner.resolve_barrier(ss, end, now_us=end + 5 * S, allowed_lateness_us=10 * S) is None
+    assert planner.resolve_barrier((), end, now_us=end) == Position(0, 0)
 
 
 def test_barrier_positions_many_partitions(local_root):

@@ -1,0 +1,102 @@
+"""Checkpoint history, as ``checkpoints list|show`` (and the Airflow checkpoint view) present it."""
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["checkpoint_summary", "list_checkpoints", "show_checkpoint", "format_list", "format_show"]
+
+
+def checkpoint_summary(cp, status: str = "COMPLETED") -> dict[str, Any]:
+    """One row of the history table for a :class:`~pipeline.checkpoint.completed.CompletedCheckpoint`."""
+    md = cp.metadata
+    st = md.stats
+    return {
+        "id": md.checkpoint_id, "kind": md.kind, "status": status, "epoch": md.epoch,
+        "barrier_time": md.barrier_time, "parent_id": md.parent_id,
+        "trigger_time": st.trigger_time if st else None, "duration_ms": st.duration_ms if st else None,
+        "state_bytes": st.bytes if st else 0, "state_rows": st.rows if st else 0,
+        "sync_ms": st.sync_ms if st else 0, "async_ms": st.async_ms if st else 0,
+        "alignment_ms": st.alignment_ms if st else 0, "acks": f"{st.acks}/{st.expected_acks}" if st else "",
+        "rounds": st.rounds if st else 1, "mode": md.checkpoint_mode, "alignment": md.alignment,
+        "parallelism": md.parallelism, "backlog": dict(st.backlog) if st else {},
+        "dead_letters": dict(st.dead_letters) if st else {},
+        "sink_rows": {t: s.rows for t, s in md.sinks.items()}, "location": cp.location,
+    }
+
+
+def list_checkpoints(runner) -> list[dict[str, Any]]:
+    """Completed checkpoints (retained), corrupt/pending directories, and savepoints, oldest first."""
+    from pipeline.checkpoint.store import CheckpointDirStatus
+    store = runner.coordinator.store
+    rows: list[dict[str, Any]] = []
+    for info in store.inspect():
+        if info.status is CheckpointDirStatus.COMPLETED and info.checkpoint is not None:
+            rows.append(checkpoint_summary(info.checkpoint))
+        else:
+            rows.append({"id": info.checkpoint_id, "kind": "checkpoint", "status": info.status.name,
+                         "problem": info.problem, "location": info.location})
+    for sp in store.savepoints():
+        rows.append(checkpoint_summary(sp))
+    return rows
+
+
+def show_checkpoint(runner, ref: str) -> dict[str, Any]:
+    """Full detail of one checkpoint (id) or savepoint (URI): barriers, positions, per-operator acks."""
+    cp = runner._load_snapshot(ref)
+    md = cp.metadata
+    d = checkpoint_summary(cp)
+    d["positions"] = {s: {p: [pos.seq, pos.row] for p, pos in parts.items()} for s, parts in md.positions.items()}
+    d["barriers"] = {s: {p: [pos.seq, pos.row] for p, pos in parts.items()} for s, parts in md.barriers.items()}
+    d["operators"] = {}
+    for uid, hs in md.operators.items():
+        ops = md.stats.operators.get(uid) if md.stats else None
+        d["operators"][uid] = {
+            "stats": ops.to_dict() if ops else None,
+            "handles": [{"subtask": h.subtask, "name": h.name, "kg": [h.kg_start, h.kg_end],
+                         "uri": h.file.uri if h.file else None, "rows": h.rows, "bytes": h.bytes,
+                         "sha256": h.file.sha256 if h.file else None} for h in hs]}
+    d["channel_state"] = [c.to_dict() for c in md.channel_state]
+    d["sinks"] = {t: {"files": len(s.files), "rows": s.rows, "bytes": s.bytes, "full": s.full}
+                  for t, s in md.sinks.items()}
+    d["extra"] = dict(md.extra) if md.extra else {}
+    return d
+
+
+def _kb(n: int | None) -> str:
+    return "-" if n is None else f"{n / 1024:.1f} KiB" if n < 1024 * 1024 else f"{n / 1024 / 1024:.2f} MiB"
+
+
+def format_list(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "no checkpoints"
+    hdr = f"{'id':>5} {'kind':<10} {'status':<10} {'epoch':>10} {'trigger time':<27} {'dur ms':>8} " \
+          f"{'size':>11} {'align ms':>8} {'acks':>6} {'rounds':>6}"
+    out = [hdr]
+    for r in rows:
+        if r.get("status") != "COMPLETED":
+            out.append(f"{r['id']:>5} {r['kind']:<10} {r['status']:<10} {r.get('problem') or ''}")
+            continue
+        out.append(f"{r['id']:>5} {r['kind']:<10} {r['status']:<10} {r['epoch']:>10} {str(r['trigger_time']):<27} "
+                   f"{r['duration_ms'] or 0:>8.0f} {_kb(r['state_bytes']):>11} {r['alignment_ms'] or 0:>8.0f} "
+                   f"{r['acks']:>6} {r['rounds']:>6}")
+    return "\n".join(out)
+
+
+def format_show(d: dict[str, Any]) -> str:
+    lines = [f"{d['kind']} {d['id']} ({d['status']}): epoch {d['epoch']} (barrier {d['barrier_time']}), "
+             f"parent {d['parent_id']}, mode {d['mode']}/{d['alignment']}, parallelism {d['parallelism']}",
+             f"  location {d['location']}",
+             f"  trigger {d['trigger_time']}, duration {d['duration_ms']:.0f} ms, size {_kb(d['state_bytes'])}, "
+             f"alignment {d['alignment_ms']:.0f} ms, acks {d['acks']}, rounds {d['rounds']}",
+             f"  backlog {d['backlog']}, dead letters {d['dead_letters']}, sink rows {d['sink_rows']}"]
+    for s in sorted(d["barriers"]):
+        lines.append(f"  barrier {s}: " + ", ".join(f"p{p}=({v[0]},{v[1]})" for p, v in sorted(d["barriers"][s].items())))
+    for uid, op in d["operators"].items():
+        st = op["stats"] or {}
+        lines.append(f"  operator {uid}: acks {st.get('acks')}/{st.get('subtasks')}, rows {st.get('rows')}, "
+                     f"bytes {st.get('bytes')}, sync {st.get('sync_ms', 0):.0f} ms, async {st.get('async_ms', 0):.0f} ms, "
+                     f"alignment {st.get('alignment_ms', 0):.0f} ms, mode {st.get('mode')}")
+        for h in op["handles"]:
+            lines.append(f"    [{h['subtask']}] {h['name']:<6} kg {h['kg'][0]}-{h['kg'][1]} rows {h['rows']} "
+                         f"bytes {h['bytes']} {h['uri'] or '(empty)'}")
+    return "\n".join(lines)

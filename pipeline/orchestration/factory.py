@@ -1,0 +1,378 @@
+"""DAG factories: the epoch DAG of a job, its manual savepoint and restore DAGs, and an on-demand
+data-quality DAG. DAG files in ``dags/`` stay thin: they call one of these and end with ``dag.test()``.
+
+Parse-time work is limited to reading the ``PIPELINE_*`` environment (epoch length, sink URIs for the
+Assets) and building the job graph in memory: no I/O, no Spark, no S3. Everything else happens in tasks.
+
+Defaults can be set per deployment with environment variables (all optional):
+
+==================================  =====================================================================
+``EPOCHAL_START_DATE``              first data interval of epoch DAGs (ISO-8601 UTC; floored to an epoch
+                                    boundary). Default ``2026-01-01T00:00:00Z``.
+``EPOCHAL_CATCHUP``                 ``true`` lets the scheduler create a run for every past interval since
+                                    the start date (default ``false``: the first run catches the job up
+                                    itself, one checkpoint per epoch).
+``EPOCHAL_DAG_RETRIES``             task retries (default 2)
+``EPOCHAL_DAG_RETRY_DELAY_SECONDS`` delay between retries (default 30)
+``EPOCHAL_POKE_SECONDS``            how often a waiting ``trigger`` checks again (default 15)
+``EPOCHAL_TRIGGER_TIMEOUT_SECONDS`` how long ``trigger`` may wait (default max(1 h, 3 epochs + lateness))
+==================================  =====================================================================
+"""
+from __future__ import annotations
+
+import logging
+import os
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+if TYPE_CHECKING:  # pragma: no cover
+    from airflow.sdk import DAG, Asset
+
+__all__ = ["build_epoch_dag", "build_savepoint_dag", "build_restore_dag", "build_quality_dag", "sink_asset",
+           "epoch_dag_id", "savepoint_dag_id", "restore_dag_id", "quality_dag_id", "DEFAULT_START_DATE",
+           "ACTIVE_TI_STATES"]
+
+log = logging.getLogger("epochal.airflow")
+
+DEFAULT_START_DATE = "2026-01-01T00:00:00Z"
+# task instance states in which a task holds (or is about to hold) the job
+ACTIVE_TI_STATES = ["scheduled", "queued", "running", "up_for_retry", "up_for_reschedule", "restarting",
+                    "deferred"]
+
+
+def epoch_dag_id(job: str) -> str:
+    return f"epochal_{job}"
+
+
+def savepoint_dag_id(job: str) -> str:
+    return f"epochal_{job}_savepoint"
+
+
+def restore_dag_id(job: str) -> str:
+    return f"epochal_{job}_restore"
+
+
+def quality_dag_id(job: str) -> str:
+    return f"epochal_{job}_data_quality"
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    v = os.environ.get(name, "").strip().lower()
+    return default if not v else v in ("1", "true", "yes", "on")
+
+
+def _env_float(name: str, default: float) -> float:
+    v = os.environ.get(name, "").strip()
+    try:
+        return float(v) if v else default
+    except ValueError:
+        from pipeline.exceptions import ConfigError
+        raise ConfigError(f"{name}={v!r}: expected a number") from None
+
+
+def _parse_start(value: str | datetime, epoch_seconds: int) -> datetime:
+    if isinstance(value, datetime):
+        dt = value
+    else:
+        dt = datetime.fromisoformat(str(value).strip().replace("Z", "+00:00"))
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    ts = int(dt.timestamp())
+    return datetime.fromtimestamp(ts - ts % epoch_seconds, tz=timezone.utc)  # an epoch boundary
+
+
+def sink_asset(job: str, table: str, config=None) -> "Asset":
+    """The Airflow Asset of a sink table: ``name`` ``epochal/<job>/<table>`` (stable, for downstream
+    ``schedule=[...]``), ``uri`` the table's location under ``PIPELINE_SINK_URI``."""
+    from airflow.sdk import Asset
+
+    from pipeline.fileio import join_uri
+    from pipeline.orchestration.settings import load_pipeline_config
+    cfg = config or load_pipeline_config()
+    return Asset(name=f"epochal/{job}/{table}", uri=join_uri(cfg.sink_uri, job, table), group="epochal",
+                 extra={"job": job, "table": table})
+
+
+def _run_of(context: Mapping[str, Any], epoch_seconds: int):
+    from pipeline.orchestration.tasks import EpochRun, epoch_of_interval
+    dr = context["dag_run"]
+    ti = context["ti"]
+    end = getattr(dr, "data_interval_end", None)
+    epoch = epoch_of_interval(epoch_seconds, end, fallback=getattr(dr, "logical_date", None) or dr.run_after)
+    rt = getattr(dr, "run_type", None)
+    return EpochRun(dag_id=dr.dag_id, run_id=dr.run_id, epoch=epoch, clear_number=int(getattr(dr, "clear_number", 0) or 0),
+                    try_number=int(getattr(ti, "try_number", 1) or 1),
+                    run_type=str(getattr(rt, "value", rt) or "manual"))
+
+
+def _orchestrator(job_name: str):
+    """Resolve S3 settings (connection or env) into this task process, then build the orchestrator."""
+    from pipeline.orchestration.settings import apply_s3_settings, load_pipeline_config, resolve_s3_settings
+    from pipeline.orchestration.tasks import Orchestrator
+    s3 = resolve_s3_settings()
+    apply_s3_settings(s3)
+    log.info("%s", s3.describe())
+    return Orchestrator(job_name, load_pipeline_config(), echo=lambda m: log.info("%s", m))
+
+
+def _ops_busy(ti, job_name: str) -> int:
+    return int(ti.get_ti_count(dag_id=savepoint_dag_id(job_name), task_ids=["savepoint"], states=ACTIVE_TI_STATES)
+               + ti.get_ti_count(dag_id=restore_dag_id(job_name), task_ids=["restore"], states=ACTIVE_TI_STATES))
+
+
+def _default_args(retries: int | None, retry_delay: timedelta | None) -> dict[str, Any]:
+    return {
+        "owner": "epochal",
+        "retries": int(_env_float("EPOCHAL_DAG_RETRIES", 2)) if retries is None else retries,
+        "retry_delay": retry_delay if retry_delay is not None
+        else timedelta(seconds=_env_float("EPOCHAL_DAG_RETRY_DELAY_SECONDS", 30)),
+        "depends_on_past": False,  # ordering is enforced by the trigger sensor (works for backfills too)
+    }
+
+
+def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | None = None,
+                    tags: Sequence[str] = (), start_date: str | datetime | None = None, catchup: bool | None = None,
+                    retries: int | None = None, retry_delay: timedelta | None = None,
+                    poke_interval: float | None = None, trigger_timeout: float | None = None,
+                    config=None) -> "DAG":
+    """The epoch DAG of ``job_name``: one run per data interval = one checkpointed epoch.
+
+    Schedule = the epoch length (``PIPELINE_EPOCH_SECONDS``), data intervals aligned to epoch boundaries,
+    so the run for ``[start, end)`` processes epoch ``n`` whose barrier is ``end``. Tasks:
+    ``trigger >> process >> commit >> validate`` (see :mod:`pipeline.orchestration.tasks`); ``commit``
+    has the job's sink tables as outlets (Assets). ``max_active_runs=1`` and the ``trigger`` sensor
+    keep epochs in order whatever created the runs (scheduler, manual trigger, backfill).
+    """
+    from airflow.sdk import DAG, DeltaDataIntervalTimetable, PokeReturnValue, task
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from pipeline.jobs import get_job
+    from pipeline.orchestration.settings import load_pipeline_config
+    cfg = config or load_pipeline_config()
+    job = get_job(job_name)
+    E = cfg.epoch_seconds
+    dag_id = dag_id or epoch_dag_id(job.name)
+    assets = {t: sink_asset(job.name, t, cfg) for t in job.sink_tables()}
+    start = _parse_start(start_date or os.environ.get("EPOCHAL_START_DATE") or DEFAULT_START_DATE, E)
+    catchup = _env_bool("EPOCHAL_CATCHUP", False) if catchup is None else catchup
+    poke = poke_interval if poke_interval is not None else _env_float("EPOCHAL_POKE_SECONDS", 15)
+    timeout = trigger_timeout if trigger_timeout is not None else _env_float(
+        "EPOCHAL_TRIGGER_TIMEOUT_SECONDS", max(3600.0, 3.0 * E + cfg.allowed_lateness_seconds))
+
+    with DAG(
+        dag_id=dag_id,
+        schedule=DeltaDataIntervalTimetable(timedelta(seconds=E)),
+        start_date=start,
+        catchup=catchup,
+        max_active_runs=1,
+        default_args=_default_args(retries, retry_delay),
+        tags=list(dict.fromkeys(["epochal", f"job:{job.name}", "epochs", *tags])),
+        doc_md=doc_md,
+        description=f"Epochal: one checkpointed epoch of job {job.name} per {E}s data interval",
+    ) as dag:
+
+        @task.sensor(task_id="trigger", mode="reschedule", poke_interval=poke, timeout=timeout,
+                     doc_md="Wait for the previous interval and for the epoch's data, then log barrier n "
+                            "write-ahead and record the run's intent.")
+        def trigger(**context):
+            from pipeline.orchestration.tasks import JobStoppedError, wait_reason
+            run = _run_of(context, E)
+            ti = context["ti"]
+            prev = ti.get_previous_dagrun()
+            prev_state = str(getattr(prev.state, "value", prev.state)) if prev is not None else None
+            prev_type = str(getattr(prev.run_type, "value", prev.run_type)) if prev is not None else None
+            active = ti.get_ti_count(dag_id=run.dag_id, task_ids=["process", "commit"], states=ACTIVE_TI_STATES)
+            reason = wait_reason(previous_state=prev_state, previous_run_type=prev_type, this_run_type=run.run_type,
+                                 active_process_tasks=int(active), active_operations=_ops_busy(ti, job.name))
+            if reason:
+                log.info("epoch %s: waiting: %s", run.epoch, reason)
+                return PokeReturnValue(is_done=False)
+            orch = _orchestrator(job.name)
+            try:
+                res = orch.trigger(run)
+            except JobStoppedError as e:
+                raise AirflowSkipException(str(e)) from None
+            if res is None:
+                return PokeReturnValue(is_done=False)
+            return PokeReturnValue(is_done=True, xcom_value=res.to_dict())
+
+        @task(task_id="process", doc_md="Process epoch n (one checkpoint per epoch; a re-run rewinds).")
+        def process(triggered: dict, **context):
+            from pipeline.orchestration.tasks import JobStoppedError
+            run = _run_of(context, E)
+            others = int(context["ti"].get_dr_count(dag_id=run.dag_id, states=["queued", "running"])) > 1
+            orch = _orchestrator(job.name)
+            try:
+                res = orch.process(run, others_active=others)
+            except JobStoppedError as e:
+                raise AirflowSkipException(str(e)) from None
+            return res.to_dict()
+
+        @task(task_id="commit", outlets=list(assets.values()),
+              doc_md="Commit the checkpoint's sink transactions (idempotent) and emit the sink Assets.")
+        def commit(processed: dict, **context):
+            orch = _orchestrator(job.name)
+            res = orch.commit(int(processed["checkpoint_id"]))
+            events = context.get("outlet_events")
+            if events is not None:
+                for table, info in res.tables.items():
+                    if table in assets:
+                        events[assets[table]].extra = {"job": job.name, "table": table,
+                                                       "checkpoint_id": res.checkpoint_id, "epoch": res.epoch,
+                                                       "rows_in_checkpoint": info.get("rows_committed_in_checkpoint")}
+            return res.to_dict()
+
+        @task(task_id="validate", doc_md="Verify the checkpoint files, positions and the sink lineage.")
+        def validate(committed: dict, **context):
+            from pipeline.exceptions import ValidationError
+            orch = _orchestrator(job.name)
+            res = orch.validate(int(committed["checkpoint_id"]))
+            if not res.success:
+                raise ValidationError(f"checkpoint {res.checkpoint_id} of job {job.name!r} failed validation: "
+                                      + "; ".join(res.problems[:5]))
+            return res.to_dict()
+
+        validate(commit(process(trigger())))
+    return dag
+
+
+def _wait_for_epoch_runs(job_name: str, poke: float, timeout: float, other_dag: str, other_task: str):
+    from airflow.sdk import PokeReturnValue, task
+
+    @task.sensor(task_id="wait_for_epoch_runs", mode="reschedule", poke_interval=poke, timeout=timeout,
+                 doc_md="Wait until no epoch run of the job is processing (one runner at a time).")
+    def wait_for_epoch_runs(**context):
+        ti = context["ti"]
+        busy = int(ti.get_ti_count(dag_id=epoch_dag_id(job_name), task_ids=["process", "commit"],
+                                   states=ACTIVE_TI_STATES))
+        busy += int(ti.get_ti_count(dag_id=other_dag, task_ids=[other_task], states=ACTIVE_TI_STATES))
+        if busy:
+            log.info("waiting: %d epoch-run/%s task(s) of job %s are active", busy, other_task, job_name)
+        return PokeReturnValue(is_done=busy == 0)
+
+    return wait_for_epoch_runs()
+
+
+def build_savepoint_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | None = None,
+                        tags: Sequence[str] = (), retries: int | None = None, retry_delay: timedelta | None = None,
+                        poke_interval: float | None = None) -> "DAG":
+    """Manual savepoint DAG (no schedule; trigger with the params form): an aligned, self-contained
+    savepoint of the newest checkpoint, optionally stopping the job (stop-with-savepoint)."""
+    from airflow.sdk import DAG, Param, task
+
+    from pipeline.jobs import get_job
+    job = get_job(job_name)
+    poke = poke_interval if poke_interval is not None else _env_float("EPOCHAL_POKE_SECONDS", 15)
+    with DAG(
+        dag_id=dag_id or savepoint_dag_id(job.name),
+        schedule=None,
+        start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+        catchup=False,
+        max_active_runs=1,
+        default_args=_default_args(retries, retry_delay),
+        tags=list(dict.fromkeys(["epochal", f"job:{job.name}", "savepoint", *tags])),
+        doc_md=doc_md,
+        description=f"Epochal: take a savepoint of job {job.name}",
+        params={
+            "target": Param(None, type=["null", "string"], title="Target URI",
+                            description="Savepoint directory (file:// or s3://). Empty: "
+                                        "<checkpoint root>/<job>/savepoints/sp-<id>-<timestamp>"),
+            "stop_after_savepoint": Param(False, type="boolean", title="Stop after savepoint",
+                                          description="Stop the job (skip epoch runs) until it is restored"),
+        },
+    ) as dag:
+        waited = _wait_for_epoch_runs(job.name, poke, 3600, restore_dag_id(job.name), "restore")
+
+        @task(task_id="savepoint", doc_md="Take the savepoint; its location is logged and pushed to XCom.")
+        def savepoint(**context):
+            params = context["params"]
+            dr = context["dag_run"]
+            orch = _orchestrator(job.name)
+            res = orch.savepoint(target=params.get("target"), stop=bool(params.get("stop_after_savepoint")),
+                                 by=f"airflow:{dr.dag_id}/{dr.run_id}")
+            context["ti"].xcom_push(key="savepoint_location", value=res["savepoint"])
+            log.info("SAVEPOINT LOCATION: %s", res["savepoint"])
+            return res
+
+        waited >> savepoint()
+    return dag
+
+
+def build_restore_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | None = None,
+                      tags: Sequence[str] = (), retries: int | None = None, retry_delay: timedelta | None = None,
+                      poke_interval: float | None = None) -> "DAG":
+    """Restore DAG (no schedule; trigger with the params form): restore the job from a checkpoint id or a
+    savepoint URI (NO_CLAIM), optionally with another parallelism, then validate the restored state."""
+    from airflow.sdk import DAG, Param, task
+
+    from pipeline.jobs import get_job
+    job = get_job(job_name)
+    poke = poke_interval if poke_interval is not None else _env_float("EPOCHAL_POKE_SECONDS", 15)
+    with DAG(
+        dag_id=dag_id or restore_dag_id(job.name),
+        schedule=None,
+        start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+        catchup=False,
+        max_active_runs=1,
+        default_args=_default_args(retries, retry_delay),
+        tags=list(dict.fromkeys(["epochal", f"job:{job.name}", "restore", *tags])),
+        doc_md=doc_md,
+        description=f"Epochal: restore job {job.name} from a checkpoint or savepoint",
+        params={
+            "from": Param("", type="string", minLength=1, title="From",
+                          description="A checkpoint id (e.g. 12) or a savepoint URI (s3://.../savepoints/sp-...)"),
+            "parallelism": Param(None, type=["null", "integer"], minimum=1, title="Parallelism",
+                                 description="Spark parallelism after the restore (empty: PIPELINE_PARALLELISM); "
+                                             "key groups are redistributed, max parallelism stays fixed"),
+            "allow_non_restored_state": Param(False, type="boolean", title="Allow non-restored state",
+                                              description="Drop state of operators the job no longer has"),
+        },
+    ) as dag:
+        waited = _wait_for_epoch_runs(job.name, poke, 3600, savepoint_dag_id(job.name), "savepoint")
+
+        @task(task_id="restore", doc_md="Restore (NO_CLAIM): the snapshot's files are copied, never referenced.")
+        def restore(**context):
+            params = context["params"]
+            dr = context["dag_run"]
+            orch = _orchestrator(job.name)
+            par = params.get("parallelism")
+            return orch.restore(str(params.get("from") or ""), parallelism=int(par) if par not in (None, "") else None,
+                                allow_non_restored_state=bool(params.get("allow_non_restored_state")),
+                                by=f"airflow:{dr.dag_id}/{dr.run_id}")
+
+        @task(task_id="validate", retries=0, doc_md="Data-quality suites on the restored checkpoint.")
+        def validate(restored: dict, **context):
+            orch = _orchestrator(job.name)
+            return orch.validate_restore(int(restored["checkpoint_id"]))
+
+        waited >> validate(restore())
+    return dag
+
+
+def build_quality_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | None = None,
+                      tags: Sequence[str] = (), retries: int | None = None) -> "DAG":
+    """On-demand data-quality DAG: validate a checkpoint id or savepoint URI (default: the newest)."""
+    from airflow.sdk import DAG, Param, task
+
+    from pipeline.jobs import get_job
+    job = get_job(job_name)
+    with DAG(
+        dag_id=dag_id or quality_dag_id(job.name),
+        schedule=None,
+        start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+        catchup=False,
+        default_args=_default_args(0 if retries is None else retries, None),
+        tags=list(dict.fromkeys(["epochal", f"job:{job.name}", "data-quality", *tags])),
+        doc_md=doc_md,
+        description=f"Epochal: validate a checkpoint or savepoint of job {job.name}",
+        params={"checkpoint": Param(None, type=["null", "string"], title="Checkpoint",
+                                    description="Checkpoint id or savepoint URI (empty: the newest checkpoint)")},
+    ) as dag:
+
+        @task(task_id="validate")
+        def validate(**context):
+            orch = _orchestrator(job.name)
+            return orch.quality(context["params"].get("checkpoint") or None)
+
+        validate()
+    return dag

@@ -1,0 +1,505 @@
+"""The work of each Airflow task, as plain typed functions (no Airflow import; the DAG factory adapts).
+
+Epoch DAG, one run per data interval = one epoch ``n`` (the epoch ending at the interval's end):
+
+``trigger``   (sensor) waits until the run may go (see :func:`wait_reason`), then logs barrier ``n`` (and
+              the barriers of any epochs the job must catch up first) write-ahead, and records the run's
+              :class:`~pipeline.orchestration.control.RunIntent` (what the head checkpoint was, and whether
+              this run starts, continues, catches up or rewinds the job).
+``process``   makes the job's newest checkpoint the state after epoch ``n`` (``JobRunner.process_epoch``):
+              one checkpoint per epoch, in order; for an interval that was processed already it rewinds
+              to the checkpoint before ``n`` and processes forward again (see :func:`process`).
+``commit``    notifyCheckpointComplete: (re-)commits the sink transactions of the checkpoint (idempotent,
+              covers a crash between ``_metadata`` and the commit), checks the sink lineage heads, removes
+              uncommitted garbage, and reports what the sink tables (Airflow Assets) now hold.
+``validate``  verifies the checkpoint (every file: size + SHA-256), that barrier positions never go back
+              versus the parent, and that every sink table's lineage includes it; with
+              ``PIPELINE_VALIDATE_AFTER_EPOCH=true`` also the cheap data-quality subset.
+
+Every task is idempotent under Airflow retries: a retried ``process`` never duplicates output (the
+intent tells it that a previous try already completed the epoch; an incomplete try leaves a pending
+checkpoint that is garbage-collected, never a half-written ``_metadata``), and ``commit`` is idempotent.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Any, Callable, Mapping
+
+from pipeline.exceptions import CheckpointError, ConfigError, EpochalError, ValidationError
+
+__all__ = ["EpochAction", "EpochRun", "JobStoppedError", "Orchestrator", "TriggerResult", "ProcessResult",
+           "CommitResult", "ValidateResult", "epoch_of_interval", "wait_reason", "InjectedFailure",
+           "maybe_inject_failure", "FAIL_ONCE_ENV"]
+
+log = logging.getLogger("epochal.airflow")
+
+FAIL_ONCE_ENV = "EPOCHAL_AIRFLOW_FAIL_ONCE"
+
+
+class EpochAction(Enum):
+    """What a DAG run does to the job (decided at trigger time from the head checkpoint)."""
+
+    START = "start"          # no checkpoint yet: process from the first epoch of the sources up to n
+    CONTINUE = "continue"    # head is epoch n-1: process epoch n
+    CATCH_UP = "catch_up"    # head is older: process every epoch up to n, one checkpoint each
+    REWIND = "rewind"        # head is epoch >= n: restore the checkpoint before n and process forward again
+
+
+class JobStoppedError(EpochalError):
+    """The job was stopped with a savepoint; epoch runs are skipped until it is restored."""
+
+
+class InjectedFailure(RuntimeError):
+    """A test double: raised once by :func:`maybe_inject_failure`."""
+
+
+def maybe_inject_failure(task: str, phase: str, try_number: int) -> None:
+    """Test hook: ``EPOCHAL_AIRFLOW_FAIL_ONCE=<task>:<phase>`` fails the first try of ``task`` at ``phase``
+    (e.g. ``process:after_process`` - the checkpoint is complete, then the task dies)."""
+    spec = os.environ.get(FAIL_ONCE_ENV, "")
+    if spec and spec == f"{task}:{phase}" and try_number <= 1:
+        raise InjectedFailure(f"injected failure in task {task!r} at {phase!r} (try {try_number}; "
+                              f"{FAIL_ONCE_ENV}={spec})")
+
+
+def epoch_of_interval(epoch_seconds: int, data_interval_end: datetime | None, *,
+                      fallback: datetime | None = None) -> int:
+    """Epoch processed by a run: the epoch ending at the data interval's end (the barrier is the interval
+    end). For unaligned ends (manual runs) it is the last epoch that ends at or before it."""
+    end = data_interval_end or fallback
+    if end is None:
+        raise ConfigError("the DAG run has no data interval and no logical date: cannot tell which epoch to process")
+    if end.tzinfo is None:
+        end = end.replace(tzinfo=timezone.utc)
+    from pipeline.epochs import EpochClock
+    return EpochClock(epoch_seconds).epoch_ending_at(end)
+
+
+@dataclass(frozen=True, slots=True)
+class EpochRun:
+    """The Airflow facts one task needs about its DAG run."""
+
+    dag_id: str
+    run_id: str
+    epoch: int
+    clear_number: int = 0
+    try_number: int = 1
+    run_type: str = "manual"
+
+    @property
+    def by(self) -> str:
+        return f"airflow:{self.dag_id}/{self.run_id}"
+
+
+def wait_reason(*, previous_state: str | None, previous_run_type: str | None, this_run_type: str,
+                active_process_tasks: int, active_operations: int) -> str | None:
+    """Why an epoch run must wait before it triggers (None: it may go).
+
+    * the DAG run of the previous interval is still running (or is a queued run of the same backfill):
+      epochs are processed in order however runs were created (scheduler, manual, backfill - which
+      Airflow runs in parallel by default);
+    * another run of this DAG is processing (its ``process``/``commit`` task is active): one runner at a
+      time (two would be fenced anyway: one of them would fail and retry);
+    * a savepoint or restore of the job is in progress.
+    """
+    if previous_state == "running":
+        return "the DAG run of the previous interval is still running"
+    if previous_state == "queued" and previous_run_type == "backfill" and this_run_type == "backfill":
+        return "the DAG run of the previous interval (same backfill) has not run yet"
+    if active_process_tasks:
+        return f"another run of this DAG is processing ({active_process_tasks} active process/commit task(s))"
+    if active_operations:
+        return "a savepoint or restore of this job is in progress"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerResult:
+    epoch: int
+    barrier_time: str
+    action: str
+    head_before: int | None
+    head_epoch_before: int | None
+    barrier_epochs: tuple[int, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["barrier_epochs"] = list(self.barrier_epochs)
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessResult:
+    epoch: int
+    checkpoint_id: int
+    head_epoch: int
+    action: str
+    completed: tuple[int, ...] = ()          # checkpoints completed by this try
+    epochs: tuple[int, ...] = ()
+    records: Mapping[str, int] = field(default_factory=dict)
+    rewound_to: int | None = None            # checkpoint id restored for a re-run (None: start of sources)
+    skipped: bool = False                    # a previous try of this run had completed the epoch
+    forwarded_to: int | None = None          # epoch re-processed up to after a rewind
+    messages: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["completed"], d["epochs"], d["messages"] = list(self.completed), list(self.epochs), list(self.messages)
+        d["records"] = dict(self.records)
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    checkpoint_id: int
+    epoch: int
+    tables: Mapping[str, Mapping[str, Any]]  # table -> {result, head, rows, files, uri}
+    garbage_checkpoints: tuple[int, ...] = ()
+    garbage_sink_dirs: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"checkpoint_id": self.checkpoint_id, "epoch": self.epoch,
+                "tables": {t: dict(v) for t, v in self.tables.items()},
+                "garbage_checkpoints": list(self.garbage_checkpoints), "garbage_sink_dirs": self.garbage_sink_dirs}
+
+
+@dataclass(frozen=True, slots=True)
+class ValidateResult:
+    checkpoint_id: int
+    success: bool
+    checks: tuple[str, ...]
+    problems: tuple[str, ...] = ()
+    quality: Mapping[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"checkpoint_id": self.checkpoint_id, "success": self.success, "checks": list(self.checks),
+                "problems": list(self.problems), "quality": dict(self.quality) if self.quality else None}
+
+
+class Orchestrator:
+    """Task logic for one job, on top of :class:`~pipeline.runtime.runner.JobRunner`.
+
+    ``runner_factory`` builds the runner lazily (Spark starts only in tasks that process), ``echo`` is
+    where task logs go. Construct one per task execution.
+    """
+
+    def __init__(self, job_name: str, config, *, echo: Callable[[str], None] | None = None,
+                 runner_factory: Callable[[], Any] | None = None) -> None:
+        from pipeline.fileio import file_io_for
+        from pipeline.orchestration.control import ControlStore
+        self.job_name = job_name
+        self.config = config
+        self.echo = echo or (lambda m: log.info("%s", m))
+        self._runner_factory = runner_factory
+        self._runner = None
+        self.ckpt_fio = file_io_for(config.checkpoint_uri)
+        self.control = ControlStore(self.ckpt_fio, config.checkpoint_uri, job_name)
+
+    # -- plumbing ------------------------------------------------------------------------------------
+    @property
+    def runner(self):
+        if self._runner is None:
+            if self._runner_factory is not None:
+                self._runner = self._runner_factory()
+            else:
+                from pipeline.jobs import get_job
+                from pipeline.runtime.runner import JobRunner
+                self._runner = JobRunner(get_job(self.job_name), self.config, echo=self.echo)
+        return self._runner
+
+    @property
+    def store(self):
+        return self.runner.coordinator.store
+
+    def head(self):
+        """Newest completed checkpoint (metadata present), not verified; None for a fresh job."""
+        return self.store.latest()
+
+    def _sinks(self):
+        from pipeline.sink.table import CommittedTable
+        from pipeline.sink.two_phase import TwoPhaseCommitSink
+        r = self.runner
+        out = []
+        for s in r.job.sinks():
+            table = CommittedTable(r.sink_fio, self.config.sink_uri, r.job.name, s.table)
+            out.append((s, table, TwoPhaseCommitSink(table, mode=s.mode, key=list(s.key))))
+        return out
+
+    # -- epoch DAG -----------------------------------------------------------------------------------
+    def check_not_stopped(self) -> None:
+        ctl = self.control.control()
+        if ctl.stopped:
+            raise JobStoppedError(
+                f"job {self.job_name!r} was stopped with savepoint {ctl.stopped_savepoint} "
+                f"({ctl.updated_at} by {ctl.updated_by}); restore it (restore DAG) to resume")
+
+    def trigger(self, run: EpochRun) -> TriggerResult | None:
+        """Log barrier ``n`` write-ahead and record the run intent. None while the epoch cannot complete
+        yet (a source partition lags): the sensor pokes again."""
+        self.check_not_stopped()
+        r = self.runner
+        epochs = r.write_ahead_barriers(run.epoch)
+        barrier_time = r.epochs.iso(r.epochs.end_us(run.epoch))
+        if epochs is None:
+            self.echo(f"epoch {run.epoch} (barrier {barrier_time}) cannot complete yet: a source partition lags "
+                      f"(no row at/after the barrier and the allowed lateness "
+                      f"{self.config.allowed_lateness_seconds}s has not passed)")
+            return None
+        intent = self.control.intent(run.dag_id, run.run_id, run.clear_number)
+        if intent is None:
+            from pipeline.orchestration.control import RunIntent
+            head = self.head()
+            if head is None:
+                action = EpochAction.START
+            elif head.epoch >= run.epoch:
+                action = EpochAction.REWIND
+            elif head.epoch == run.epoch - 1:
+                action = EpochAction.CONTINUE
+            else:
+                action = EpochAction.CATCH_UP
+            intent = self.control.record_intent(RunIntent(
+                dag_id=run.dag_id, run_id=run.run_id, clear_number=run.clear_number, epoch=run.epoch,
+                head_before=head.checkpoint_id if head else None, head_epoch_before=head.epoch if head else None,
+                action=action.value))
+        self.echo(f"trigger: epoch {run.epoch} (barrier {barrier_time}), action {intent.action}, head before "
+                  f"checkpoint {intent.head_before} (epoch {intent.head_epoch_before}); barriers logged for epochs "
+                  f"{epochs[0]}..{epochs[-1]}")
+        return TriggerResult(epoch=run.epoch, barrier_time=barrier_time, action=intent.action,
+                             head_before=intent.head_before, head_epoch_before=intent.head_epoch_before,
+                             barrier_epochs=tuple(epochs))
+
+    def process(self, run: EpochRun, *, others_active: bool = False) -> ProcessResult:
+        """Make the newest checkpoint the state after epoch ``n``; idempotent under retries.
+
+        A re-run (head at epoch >= n) rewinds; the epoch the job had reached is kept as a high-water mark
+        (``reprocess_until``) and, once no other run of the DAG is waiting (``others_active`` False), the
+        job is processed forward to it again, so clearing a single past interval leaves the job where it
+        was, with that interval recomputed. A backfill/clear over a range re-processes its runs in order and
+        the last one processes forward.
+        """
+        from pipeline.orchestration.control import RunIntent
+        self.check_not_stopped()
+        ctl = self.control.control()
+        P = ctl.parallelism
+        intent = self.control.intent(run.dag_id, run.run_id, run.clear_number)
+        head = self.head()
+        if intent is None:  # trigger skipped/cleared separately: record it now (before processing)
+            action = (EpochAction.START if head is None else EpochAction.REWIND if head.epoch >= run.epoch
+                      else EpochAction.CONTINUE if head.epoch == run.epoch - 1 else EpochAction.CATCH_UP)
+            intent = self.control.record_intent(RunIntent(
+                dag_id=run.dag_id, run_id=run.run_id, clear_number=run.clear_number, epoch=run.epoch,
+                head_before=head.checkpoint_id if head else None, head_epoch_before=head.epoch if head else None,
+                action=action.value))
+        before = intent.head_before or 0
+        progressed = head is not None and head.checkpoint_id > before
+        completed: list[int] = []
+        epochs: list[int] = []
+        records: dict[str, int] = {}
+        messages: list[str] = []
+        rewound_to: int | None = None
+        skipped = False
+
+        def absorb(report) -> None:
+            for rr in report.completed:
+                completed.append(rr.checkpoint_id)
+                epochs.append(rr.epoch)
+            for rr in report.rounds:
+                for s, n in rr.records.items():
+                    records[s] = records.get(s, 0) + int(n)
+            messages.extend(report.messages)
+
+        if progressed and head.epoch >= run.epoch:
+            skipped = True
+            self.echo(f"process: a previous try of this run already completed checkpoint {head.checkpoint_id} "
+                      f"(epoch {head.epoch}); nothing to do")
+        else:
+            if not progressed and head is not None and head.epoch >= run.epoch:
+                mark = max(head.epoch, ctl.reprocess_until if ctl.reprocess_until is not None else head.epoch)
+                self.control.update_control(run.by, reprocess_until=mark)  # write-ahead, before rewinding
+                self.echo(f"process: epoch {run.epoch} was processed already (head checkpoint {head.checkpoint_id}, "
+                          f"epoch {head.epoch}): rewinding; the job will be processed forward again to epoch {mark}")
+            report = self.runner.process_epoch(run.epoch, parallelism=P)
+            absorb(report)
+            if report.restored_from is not None and head is not None and head.epoch >= run.epoch:
+                rewound_to = report.restored_from
+        maybe_inject_failure("process", "after_process", run.try_number)
+        forwarded_to = None
+        ctl = self.control.control()
+        if ctl.reprocess_until is not None:
+            cur = self.head()
+            if cur is not None and cur.epoch >= ctl.reprocess_until:
+                self.control.update_control(run.by, reprocess_until=None)
+            elif not others_active:
+                self.echo(f"process: no other run is waiting: processing forward to epoch {ctl.reprocess_until}, "
+                          "where the job was before the rewind")
+                report = self.runner.process_epoch(ctl.reprocess_until, parallelism=P)
+                absorb(report)
+                forwarded_to = ctl.reprocess_until
+                self.control.update_control(run.by, reprocess_until=None)
+            else:
+                self.echo(f"process: other runs of this DAG are waiting: they continue the re-processing "
+                          f"(high-water mark epoch {ctl.reprocess_until})")
+        final = self.head()
+        if final is None:
+            raise CheckpointError(f"job {self.job_name!r}: no completed checkpoint after processing epoch {run.epoch}")
+        self.echo(f"process: checkpoints {completed or '-'} completed (epochs {epochs or '-'}), records {records}; "
+                  f"head is checkpoint {final.checkpoint_id} (epoch {final.epoch})")
+        return ProcessResult(epoch=run.epoch, checkpoint_id=final.checkpoint_id, head_epoch=final.epoch,
+                             action=intent.action, completed=tuple(completed), epochs=tuple(epochs), records=records,
+                             rewound_to=rewound_to, skipped=skipped, forwarded_to=forwarded_to,
+                             messages=tuple(messages))
+
+    def commit(self, checkpoint_id: int) -> CommitResult:
+        """notifyCheckpointComplete for the head: re-commit (idempotent), check lineage, collect garbage."""
+        from pipeline.checkpoint.ack import AckResult
+        head = self.head()
+        if head is None:
+            raise CheckpointError(f"job {self.job_name!r} has no completed checkpoint to commit")
+        if head.checkpoint_id != checkpoint_id:
+            self.echo(f"commit: the head is checkpoint {head.checkpoint_id}, not {checkpoint_id} as processed; "
+                      "committing the head")
+        md = head.metadata
+        tables: dict[str, dict[str, Any]] = {}
+        for sink, table, tpc in self._sinks():
+            res = tpc.recover_and_commit(md)
+            entry_head = table.head()
+            if entry_head is None or entry_head.checkpoint_id != head.checkpoint_id:
+                raise CheckpointError(
+                    f"job {self.job_name!r}: sink table {sink.table} head is commit "
+                    f"{entry_head.checkpoint_id if entry_head else None}, expected checkpoint {head.checkpoint_id} "
+                    f"({table.commits_uri})")
+            chain = table.lineage()
+            tables[sink.table] = {"result": res.name if isinstance(res, AckResult) else str(res),
+                                  "head": head.checkpoint_id, "lineage_length": len(chain),
+                                  "rows_committed_in_checkpoint": entry_head.rows,
+                                  "files_in_checkpoint": len(entry_head.files), "mode": sink.mode,
+                                  "uri": table.table_uri}
+            if res is AckResult.SUCCESS:
+                self.echo(f"commit: table {sink.table}: committed checkpoint {head.checkpoint_id} "
+                          "(recovered: the previous task stopped between _metadata and the commit)")
+        garbage = tuple(self.runner.coordinator.cleanup_garbage())
+        sink_dirs = 0
+        for _, _, tpc in self._sinks():
+            try:
+                sink_dirs += tpc.cleanup(protect={head.checkpoint_id})
+            except EpochalError as e:  # cleanup never fails a commit
+                self.echo(f"WARNING: sink cleanup: {e}")
+        self.echo(f"commit: checkpoint {head.checkpoint_id} (epoch {head.epoch}) committed to "
+                  f"{sorted(tables)}; garbage removed: checkpoints {list(garbage)}, {sink_dirs} staging dir(s)")
+        return CommitResult(checkpoint_id=head.checkpoint_id, epoch=head.epoch, tables=tables,
+                            garbage_checkpoints=garbage, garbage_sink_dirs=sink_dirs)
+
+    def validate(self, checkpoint_id: int, *, quality: bool | None = None) -> ValidateResult:
+        """Cheap, oracle-free checks of a completed checkpoint (plus the quality subset if configured)."""
+        from pipeline.exceptions import ObjectNotFoundError
+        cp = self.store.get(checkpoint_id)
+        md = cp.metadata
+        checks: list[str] = []
+        problems: list[str] = list(cp.problems(self.runner.ckpt_fio))
+        checks.append(f"{len(md.referenced_files())} referenced files exist with their size and SHA-256")
+        if md.parent_id is not None:
+            try:
+                parent = self.store.get(md.parent_id)
+            except (ObjectNotFoundError, CheckpointError):
+                parent = None
+            if parent is not None and not parent.is_savepoint:
+                for src, parts in parent.metadata.positions.items():
+                    for p, pos in parts.items():
+                        new = md.positions.get(src, {}).get(p)
+                        if new is None or (new.seq, new.row) < (pos.seq, pos.row):
+                            problems.append(f"source {src} partition {p}: position {new} of checkpoint "
+                                            f"{checkpoint_id} is before {pos} of its parent {md.parent_id}")
+                checks.append(f"positions never go back versus parent checkpoint {md.parent_id}")
+        for src, parts in md.positions.items():
+            for p, pos in parts.items():
+                bar = md.barriers.get(src, {}).get(p)
+                if bar is not None and (pos.seq, pos.row) > (bar.seq, bar.row) and md.checkpoint_mode == "exactly_once" \
+                        and md.alignment == "aligned":
+                    problems.append(f"source {src} partition {p}: position {pos} is past barrier {bar}")
+        checks.append("restore positions are at or before the barrier (aligned exactly-once)")
+        for sink, table, _ in self._sinks():
+            try:
+                ids = [e.checkpoint_id for e in table.lineage()]
+            except EpochalError as e:
+                problems.append(str(e))
+                continue
+            if checkpoint_id not in ids:
+                problems.append(f"sink table {sink.table}: checkpoint {checkpoint_id} is not on the committed "
+                                f"lineage {ids[-5:]}")
+        checks.append("every sink table's committed lineage includes the checkpoint")
+        q = None
+        if quality if quality is not None else self.config.validate_after_epoch:
+            from pipeline.orchestration.quality import validate_checkpoint
+            outcome = validate_checkpoint(self.runner, checkpoint_id, cheap=True)
+            q = outcome.to_dict()
+            checks.append(f"data quality ({outcome.engine})")
+            if not outcome.success:
+                problems.append(outcome.summary)
+        ok = not problems
+        self.echo(f"validate: checkpoint {checkpoint_id}: {'OK' if ok else 'FAILED'} - " + "; ".join(checks))
+        for p in problems:
+            self.echo(f"validate: PROBLEM: {p}")
+        return ValidateResult(checkpoint_id=checkpoint_id, success=ok, checks=tuple(checks),
+                              problems=tuple(problems), quality=q)
+
+    # -- savepoint / restore ---------------------------------------------------------------------------
+    def savepoint(self, *, target: str | None, stop: bool, by: str) -> dict[str, Any]:
+        """Aligned, self-contained savepoint of the newest checkpoint; optionally stop the job."""
+        from pipeline.checkpoint.completed import CompletedCheckpoint
+        from pipeline.fileio import file_io_for
+        target = (target or "").strip() or None
+        if target and not target.startswith(("file://", "s3://")):
+            raise ConfigError(f"savepoint target {target!r}: must be a file:// or s3:// URI")
+        location = self.runner.savepoint(target)
+        sp = CompletedCheckpoint.load(file_io_for(location), location)
+        self.control.record_savepoint(sp.checkpoint_id, location, by=by, stop=stop)
+        if stop:
+            self.control.update_control(by, stopped=True, stopped_savepoint=location)
+            self.echo(f"savepoint: job {self.job_name!r} STOPPED with savepoint {location}: epoch runs are "
+                      "skipped until the job is restored (restore DAG)")
+        md = sp.metadata
+        self.echo(f"savepoint: {location} (savepoint {md.checkpoint_id} of checkpoint {md.parent_id}, epoch "
+                  f"{md.epoch}, {md.stats.bytes if md.stats else 0} bytes of state)")
+        return {"savepoint": location, "savepoint_id": md.checkpoint_id, "of_checkpoint": md.parent_id,
+                "epoch": md.epoch, "stopped": stop,
+                "bytes": md.stats.bytes if md.stats else 0}
+
+    def restore(self, from_: str, *, parallelism: int | None, allow_non_restored_state: bool,
+                by: str) -> dict[str, Any]:
+        """Restore (NO_CLAIM) from a checkpoint id or savepoint URI; the job resumes (un-stopped)."""
+        from_ = str(from_ or "").strip()
+        if not from_:
+            raise ConfigError("restore: 'from' (a checkpoint id or a savepoint URI) is required")
+        if parallelism is not None and int(parallelism) < 1:
+            raise ConfigError(f"restore: parallelism must be >= 1, got {parallelism}")
+        res = self.runner.restore(from_, parallelism=int(parallelism) if parallelism else None,
+                                  allow_non_restored_state=bool(allow_non_restored_state))
+        self.control.update_control(by, stopped=False, stopped_savepoint=None, reprocess_until=None,
+                                    parallelism=int(parallelism) if parallelism else None, restored_from=from_)
+        self.echo(f"restore: job {self.job_name!r} restored from {from_} as checkpoint {res['checkpoint_id']} "
+                  f"(epoch {res['epoch']}, parallelism {res['parallelism']}); epoch runs continue from there")
+        return dict(res)
+
+    def validate_restore(self, checkpoint_id: int) -> dict[str, Any]:
+        """The data-quality suites on a restored checkpoint; raises ValidationError on failure."""
+        from pipeline.orchestration.quality import validate_checkpoint
+        outcome = validate_checkpoint(self.runner, checkpoint_id)
+        self.echo(outcome.summary)
+        if not outcome.success:
+            raise ValidationError(f"validation of checkpoint {checkpoint_id} of job {self.job_name!r} failed: "
+                                  f"{outcome.summary}")
+        return outcome.to_dict()
+
+    def quality(self, checkpoint: str | None) -> dict[str, Any]:
+        """On-demand validation of a checkpoint id / savepoint URI (default: the newest)."""
+        from pipeline.orchestration.quality import validate_checkpoint
+        outcome = validate_checkpoint(self.runner, checkpoint)
+        self.echo(outcome.summary)
+        if not outcome.success:
+            raise ValidationError(f"validation of {checkpoint or 'the newest checkpoint'} of job "
+                                  f"{self.job_name!r} failed: {outcome.summary}")
+        return outcome.to_dict()

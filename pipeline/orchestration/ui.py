@@ -1,0 +1,359 @@
+"""The FastAPI app of the Airflow plugin: checkpoint history pages and a small JSON API.
+
+Mounted by ``plugins/epochal_plugin.py`` at ``/epochal`` inside Airflow's api-server and shown in the UI
+nav (*Browse > Epochal checkpoints*) and as a *Checkpoints* tab of each epoch DAG. Routes::
+
+    GET /epochal/                                   jobs
+    GET /epochal/jobs/<job>/                        checkpoints and savepoints of a job
+    GET /epochal/jobs/<job>/checkpoints/<id>        one checkpoint (per-operator acks, state, positions)
+    GET /epochal/jobs/<job>/savepoints/<id>         one savepoint
+    GET /epochal/dags/<dag id>                      redirect to the job of an epoch DAG
+    GET /epochal/api/jobs[/<job>/checkpoints[/<id>]]  the same as JSON
+
+**Auth**: Airflow does not authenticate plugin apps, so every route does: the caller's Airflow JWT (the UI's
+``_token`` cookie, or ``Authorization: Bearer``) is checked with the configured auth manager, and the user
+must be allowed to read the job's epoch DAG. Pages redirect anonymous browsers to Airflow's login page;
+the JSON API answers 401/403.
+
+S3 settings for reading the checkpoint store: the Airflow connection ``EPOCHAL_AWS_CONN_ID`` (default
+``epochal_s3``) or the api-server's ``AWS_*`` environment; the checkpoint root is ``PIPELINE_CHECKPOINT_URI``.
+"""
+
+import html
+import logging
+from typing import Any, Callable
+from urllib.parse import quote
+
+__all__ = ["create_app", "render_job_page", "render_detail_page", "render_index_page"]
+
+log = logging.getLogger(__name__)
+
+_CSS = """
+body{font-family:-apple-system,BlinkMacSystemFont,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;margin:16px;color:#1a202c}
+h1{font-size:1.4rem;margin:0 0 4px 0} h2{font-size:1.1rem;margin:20px 0 6px 0}
+.sub{color:#4a5568;margin-bottom:12px;font-size:.9rem}
+table{border-collapse:collapse;width:100%;font-size:.85rem;margin-bottom:8px}
+th,td{border-bottom:1px solid #e2e8f0;padding:5px 8px;text-align:left;vertical-align:top}
+th{background:#f7fafc;font-weight:600} td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
+.s-COMPLETED{color:#2f855a;font-weight:600} .s-PENDING{color:#b7791f;font-weight:600} .s-CORRUPT{color:#c53030;font-weight:600}
+.badge{display:inline-block;padding:1px 6px;border-radius:8px;background:#edf2f7;font-size:.75rem;margin-left:4px}
+.head{background:#ebf8ff} a{color:#2b6cb0;text-decoration:none} a:hover{text-decoration:underline}
+.kv td:first-child{color:#4a5568;width:220px} code{font-size:.8rem}
+.warn{background:#fffaf0;border:1px solid #fbd38d;padding:8px;border-radius:4px;margin:8px 0}
+"""
+
+
+def _e(v: Any) -> str:
+    return html.escape("" if v is None else str(v))
+
+
+def _bytes(n: Any) -> str:
+    if n is None:
+        return "-"
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _ms(v: Any) -> str:
+    if v is None:
+        return "-"
+    v = float(v)
+    return f"{v:.0f} ms" if v < 10_000 else f"{v / 1000:.1f} s"
+
+
+def _page(title: str, body: str) -> str:
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{_e(title)}</title>"
+            f"<style>{_CSS}</style></head><body>{body}</body></html>")
+
+
+def _acks_cell(row: dict) -> str:
+    if row.get("acks") is None:
+        return f"0/{_e(row.get('expected_acks') or '?')}" if row.get("status") == "PENDING" else "-"
+    per = ", ".join(f"{_e(o['uid'])} {o['acks']}/{o['subtasks']}" for o in row.get("operators", []))
+    return f"{row['acks']}/{row['expected_acks']}" + (f"<br><small>{per}</small>" if per else "")
+
+
+def render_index_page(jobs: list[dict]) -> str:
+    rows = "".join(
+        f"<tr><td><a href='jobs/{quote(j['job'])}/'>{_e(j['job'])}</a></td><td>{_e(j.get('dag_id'))}</td>"
+        f"<td class='num'>{_e(j.get('checkpoints'))}</td><td class='num'>{_e(j.get('head'))}</td></tr>"
+        for j in jobs)
+    body = ("<h1>Epochal checkpoints</h1><div class='sub'>Jobs with checkpoints under the configured "
+            "checkpoint root</div><table><tr><th>Job</th><th>Epoch DAG</th><th class='num'>Checkpoints</th>"
+            f"<th class='num'>Latest</th></tr>{rows or '<tr><td colspan=4>no jobs yet</td></tr>'}</table>")
+    return _page("Epochal checkpoints", body)
+
+
+def _history_table(rows: list[dict], link: str, head: int | None) -> str:
+    out = ["<table><tr><th>ID</th><th>Status</th><th class='num'>Epoch</th><th>Trigger time</th>"
+           "<th class='num'>Duration</th><th class='num'>Size</th><th class='num'>Alignment</th>"
+           "<th>Acks (per operator)</th><th class='num'>Parallelism</th><th class='num'>Parent</th>"
+           "<th>Records</th></tr>"]
+    for r in rows:
+        cid = r["checkpoint_id"]
+        ident = (f"<a href='{link}/{cid}'>{cid}</a>" if cid >= 0 else "?")
+        if head is not None and cid == head and r["kind"] == "checkpoint":
+            ident += "<span class='badge'>latest</span>"
+        recs = ", ".join(f"{_e(k)} {v}" for k, v in sorted((r.get("records") or {}).items())) or "-"
+        cls = " class='head'" if head is not None and cid == head and r["kind"] == "checkpoint" else ""
+        out.append(
+            f"<tr{cls}><td>{ident}</td><td class='s-{_e(r['status'])}'>{_e(r['status'])}</td>"
+            f"<td class='num'>{_e(r.get('epoch'))}</td><td>{_e(r.get('trigger_time') or '-')}</td>"
+            f"<td class='num'>{_ms(r.get('duration_ms'))}</td><td class='num'>{_bytes(r.get('state_bytes'))}</td>"
+            f"<td class='num'>{_ms(r.get('alignment_ms'))}</td><td>{_acks_cell(r)}</td>"
+            f"<td class='num'>{_e(r.get('parallelism'))}</td><td class='num'>{_e(r.get('parent_id'))}</td>"
+            f"<td>{recs}</td></tr>")
+    out.append("</table>")
+    return "".join(out)
+
+
+def render_job_page(job: str, dag_id: str, checkpoints: list[dict], savepoints: list[dict],
+                    head: int | None, control: dict, info: dict) -> str:
+    completed = sum(1 for r in checkpoints if r["status"] == "COMPLETED")
+    pending = sum(1 for r in checkpoints if r["status"] == "PENDING")
+    warn = ""
+    if control.get("stopped"):
+        warn = (f"<div class='warn'>Job stopped with savepoint <code>{_e(control.get('stopped_savepoint'))}</code>"
+                " - epoch runs are skipped until the job is restored.</div>")
+    body = (f"<h1>Checkpoint history: {_e(job)}</h1>"
+            f"<div class='sub'>Epoch DAG <code>{_e(dag_id)}</code> &middot; {completed} completed, {pending} pending"
+            f" &middot; max parallelism {_e(info.get('max_parallelism'))} &middot; latest checkpoint {_e(head)}"
+            f" &middot; <a href='../../'>all jobs</a></div>{warn}"
+            "<h2>Checkpoints</h2>" + (_history_table(checkpoints, "checkpoints", head) if checkpoints
+                                      else "<p>No checkpoints yet.</p>")
+            + "<h2>Savepoints</h2>" + (_history_table(savepoints, "savepoints", None) if savepoints
+                                       else "<p>No savepoints.</p>"))
+    return _page(f"Checkpoints {job}", body)
+
+
+def render_detail_page(job: str, d: dict) -> str:
+    s = d["summary"]
+    kv = [("Status", f"<span class='s-{_e(s['status'])}'>{_e(s['status'])}</span>"), ("Type", _e(s["kind"])),
+          ("Epoch", _e(s.get("epoch"))), ("Barrier time (epoch end)", _e(s.get("barrier_time"))),
+          ("Trigger time", _e(s.get("trigger_time"))), ("Duration", _ms(s.get("duration_ms"))),
+          ("State size", _bytes(s.get("state_bytes"))), ("Sink output staged", _bytes(s.get("sink_bytes"))),
+          ("Alignment time", _ms(s.get("alignment_ms"))),
+          ("Acks", f"{_e(s.get('acks'))}/{_e(s.get('expected_acks'))}"),
+          ("Parallelism / max", f"{_e(s.get('parallelism'))} / {_e(d.get('max_parallelism'))}"),
+          ("Checkpoint mode / alignment", f"{_e(d.get('checkpoint_mode'))} / {_e(d.get('alignment'))}"),
+          ("Sync / async", f"{_ms(d.get('sync_ms'))} / {_ms(d.get('async_ms'))}"),
+          ("Rounds", _e(d.get("rounds"))), ("Parent", _e(s.get("parent_id"))),
+          ("Location", f"<code>{_e(s.get('location'))}</code>")]
+    if s.get("problem"):
+        kv.append(("Problem", _e(s["problem"])))
+    kvs = "".join(f"<tr><td>{k}</td><td>{v}</td></tr>" for k, v in kv)
+    ops = "".join(
+        f"<tr><td>{_e(o['uid'])}</td><td class='num'>{o['acks']}/{o['subtasks']}</td><td class='num'>{o['rows']}</td>"
+        f"<td class='num'>{_bytes(o['bytes'])}</td><td class='num'>{_ms(o['sync_ms'])}</td>"
+        f"<td class='num'>{_ms(o['async_ms'])}</td><td class='num'>{_ms(o['alignment_ms'])}</td>"
+        f"<td class='num'>{_ms(o['start_delay_ms'])}</td><td class='num'>{_bytes(o['inflight_bytes'])}</td>"
+        f"<td>{_e(o['mode'])}</td></tr>" for o in d.get("operators", []))
+    srcs = "".join(f"<tr><td>{_e(x['source'])}</td><td class='num'>{_e(x['partition'])}</td>"
+                   f"<td class='num'>{_e(x['position'])}</td><td class='num'>{_e(x['barrier'])}</td>"
+                   f"<td class='num'>{_e(d.get('backlog', {}).get(x['source'], ''))}</td></tr>"
+                   for x in d.get("sources", []))
+    state = "".join(f"<tr><td>{_e(h['operator'])}</td><td class='num'>{h['subtask']}</td><td>{_e(h['name'])}</td>"
+                    f"<td class='num'>{_e(h['key_groups'])}</td><td class='num'>{h['rows']}</td>"
+                    f"<td class='num'>{_bytes(h['bytes'])}</td><td><code>{_e(h['sha256'])}</code></td></tr>"
+                    for h in d.get("state", []))
+    sinks = "".join(f"<tr><td>{_e(t['table'])}</td><td class='num'>{t['files']}</td><td class='num'>{t['rows']}</td>"
+                    f"<td class='num'>{_bytes(t['bytes'])}</td><td>{'yes' if t['full'] else 'no'}</td></tr>"
+                    for t in d.get("sinks", []))
+    dl = ", ".join(f"{_e(k)}: {v}" for k, v in sorted((d.get("dead_letters") or {}).items())) or "none"
+    title = f"{s['kind'].capitalize()} {s['checkpoint_id']}"
+    body = (f"<h1>{_e(title)} of {_e(job)}</h1><div class='sub'><a href='../'>back to the checkpoint history</a>"
+            "</div><table class='kv'>" + kvs + "</table>"
+            "<h2>Acknowledgements per operator</h2><table><tr><th>Operator</th><th class='num'>Acks</th>"
+            "<th class='num'>State rows</th><th class='num'>State size</th><th class='num'>Sync</th>"
+            "<th class='num'>Async</th><th class='num'>Alignment</th><th class='num'>Start delay</th>"
+            "<th class='num'>In-flight persisted</th><th>Mode</th></tr>" + (ops or "<tr><td colspan=10>-</td></tr>")
+            + "</table><h2>Sources: restore position and barrier per partition (file seq:row)</h2><table><tr>"
+            "<th>Source</th><th class='num'>Partition</th><th class='num'>Position</th><th class='num'>Barrier</th>"
+            "<th class='num'>Backlog (source)</th></tr>" + (srcs or "<tr><td colspan=5>-</td></tr>") + "</table>"
+            f"<div class='sub'>Dead letters: {dl}</div>"
+            "<h2>Sink transactions</h2><table><tr><th>Table</th><th class='num'>Files</th><th class='num'>Rows</th>"
+            "<th class='num'>Bytes</th><th>Full image</th></tr>" + (sinks or "<tr><td colspan=5>-</td></tr>")
+            + "</table><h2>State handles</h2><table><tr><th>Operator</th><th class='num'>Subtask</th><th>State</th>"
+            "<th class='num'>Key groups</th><th class='num'>Rows</th><th class='num'>Bytes</th><th>SHA-256</th></tr>"
+            + (state or "<tr><td colspan=7>-</td></tr>") + "</table>")
+    return _page(f"{title} {job}", body)
+
+
+class _Backend:
+    """Resolves config, S3 settings and FileIO in the api-server process (lazily, per request)."""
+
+    def __init__(self, config_loader: Callable[[], Any] | None = None,
+                 s3_resolver: Callable[[], Any] | None = None) -> None:
+        self._config_loader = config_loader
+        self._s3_resolver = s3_resolver
+
+    def config(self):
+        if self._config_loader is not None:
+            return self._config_loader()
+        from pipeline.orchestration.settings import load_pipeline_config
+        return load_pipeline_config()
+
+    def fileio_for(self, uri: str):
+        if uri.startswith("s3://"):
+            if self._s3_resolver is not None:
+                s3 = self._s3_resolver()
+            else:
+                from pipeline.orchestration.settings import airflow_server_connection, resolve_s3_settings
+                s3 = resolve_s3_settings(lookup=airflow_server_connection)
+            return s3.file_io()
+        from pipeline.fileio import file_io_for
+        return file_io_for(uri)
+
+    def history(self, job: str):
+        from pipeline.orchestration.history import CheckpointHistory
+        cfg = self.config()
+        return CheckpointHistory(self.fileio_for(cfg.checkpoint_uri), cfg.checkpoint_uri, job,
+                                 fileio_for=self.fileio_for)
+
+    def jobs(self) -> list[str]:
+        from pipeline.jobs import job_names
+        from pipeline.orchestration.history import list_jobs
+        cfg = self.config()
+        return list_jobs(self.fileio_for(cfg.checkpoint_uri), cfg.checkpoint_uri, job_names())
+
+
+async def airflow_user(request) -> Any:
+    """The Airflow user of this request (JWT from ``Authorization: Bearer`` or the UI's ``_token`` cookie);
+    raises HTTPException 401/403 like Airflow's own API."""
+    from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
+    from airflow.api_fastapi.core_api.security import resolve_user_from_token
+    auth = request.headers.get("authorization", "")
+    token = auth[7:].strip() if auth.lower().startswith("bearer ") else request.cookies.get(COOKIE_NAME_JWT_TOKEN)
+    return await resolve_user_from_token(token)
+
+
+def airflow_can_read_dag(user: Any, dag_id: str | None) -> bool:
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
+    details = DagDetails(id=dag_id) if dag_id else None
+    return bool(get_auth_manager().is_authorized_dag(method="GET", details=details, user=user))
+
+
+def airflow_login_url(next_url: str) -> str:
+    from airflow.api_fastapi.app import get_auth_manager
+    url = get_auth_manager().get_url_login()
+    sep = "&" if "?" in url else "?"
+    return f"{url}{sep}next={quote(next_url, safe='')}"
+
+
+def create_app(*, backend: "_Backend | None" = None, authenticate: Callable | None = None,
+               authorize: Callable[[Any, str | None], bool] | None = None,
+               login_url: Callable[[str], str] | None = None):
+    """The plugin's FastAPI app. The auth hooks default to Airflow's auth manager (tests may stub them)."""
+    from fastapi import FastAPI, HTTPException, Request
+    from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
+
+    from pipeline.exceptions import EpochalError, ObjectNotFoundError
+    from pipeline.orchestration.factory import epoch_dag_id
+    be = backend or _Backend()
+    authenticate = authenticate or airflow_user
+    authorize = authorize or airflow_can_read_dag
+    login_url = login_url or airflow_login_url
+    app = FastAPI(title="Epochal checkpoints", description="Checkpoint history of Epochal jobs",
+                  docs_url=None, redoc_url=None, openapi_url=None)
+
+    async def _check(request: Request, job: str | None, *, html_page: bool):
+        try:
+            user = await authenticate(request)
+        except HTTPException as e:
+            if html_page and e.status_code == 401:
+                return RedirectResponse(login_url(str(request.url)), status_code=302)
+            raise
+        if not authorize(user, epoch_dag_id(job) if job else None):
+            raise HTTPException(status_code=403, detail=f"not allowed to read job {job or '*'}")
+        return None
+
+    def _err(e: Exception, status: int = 404):
+        return HTMLResponse(_page("Epochal", f"<h1>Not found</h1><p>{_e(e)}</p>"), status_code=status)
+
+    def _jobs_payload() -> list[dict]:
+        out = []
+        for job in be.jobs():
+            h = be.history(job)
+            rows = h.checkpoints() if h.exists() else []
+            out.append({"job": job, "dag_id": epoch_dag_id(job), "checkpoints": sum(r.status == "COMPLETED" for r in rows),
+                        "head": h.head_id() if rows else None})
+        return out
+
+    @app.get("/", response_class=HTMLResponse)
+    async def index(request: Request):
+        if (resp := await _check(request, None, html_page=True)) is not None:
+            return resp
+        return HTMLResponse(render_index_page(_jobs_payload()))
+
+    @app.get("/jobs/{job}/", response_class=HTMLResponse)
+    async def job_page(job: str, request: Request):
+        if (resp := await _check(request, job, html_page=True)) is not None:
+            return resp
+        h = be.history(job)
+        if not h.exists():
+            return _err(f"job {job!r} has no checkpoints under {be.config().checkpoint_uri}")
+        return HTMLResponse(render_job_page(job, epoch_dag_id(job), [r.to_dict() for r in h.checkpoints()],
+                                            [r.to_dict() for r in h.savepoints()], h.head_id(), h.control(),
+                                            h.job_info()))
+
+    @app.get("/jobs/{job}", include_in_schema=False)
+    async def job_page_noslash(job: str, request: Request):
+        return RedirectResponse(f"{quote(job)}/", status_code=307)
+
+    async def _detail(job: str, cid: int, kind: str, request: Request):
+        if (resp := await _check(request, job, html_page=True)) is not None:
+            return resp
+        try:
+            d = be.history(job).detail(cid, kind=kind)
+        except ObjectNotFoundError as e:
+            return _err(e)
+        return HTMLResponse(render_detail_page(job, d))
+
+    @app.get("/jobs/{job}/checkpoints/{checkpoint_id}", response_class=HTMLResponse)
+    async def checkpoint_page(job: str, checkpoint_id: int, request: Request):
+        return await _detail(job, checkpoint_id, "checkpoint", request)
+
+    @app.get("/jobs/{job}/savepoints/{savepoint_id}", response_class=HTMLResponse)
+    async def savepoint_page(job: str, savepoint_id: int, request: Request):
+        return await _detail(job, savepoint_id, "savepoint", request)
+
+    @app.get("/dags/{dag_id}", include_in_schema=False)
+    async def dag_redirect(dag_id: str, request: Request):
+        for job in be.jobs():
+            if epoch_dag_id(job) == dag_id or dag_id.startswith(epoch_dag_id(job) + "_"):
+                return RedirectResponse(f"../jobs/{quote(job)}/", status_code=307)
+        return _err(f"DAG {dag_id!r} is not an Epochal job DAG")
+
+    # -- JSON -----------------------------------------------------------------------------------------
+    @app.get("/api/jobs")
+    async def api_jobs(request: Request):
+        await _check(request, None, html_page=False)
+        return JSONResponse(_jobs_payload())
+
+    @app.get("/api/jobs/{job}/checkpoints")
+    async def api_checkpoints(job: str, request: Request):
+        await _check(request, job, html_page=False)
+        h = be.history(job)
+        return JSONResponse({"job": job, "head": h.head_id(), "control": h.control(),
+                             "checkpoints": [r.to_dict() for r in h.checkpoints()],
+                             "savepoints": [r.to_dict() for r in h.savepoints()]})
+
+    @app.get("/api/jobs/{job}/checkpoints/{checkpoint_id}")
+    async def api_checkpoint(job: str, checkpoint_id: int, request: Request):
+        await _check(request, job, html_page=False)
+        try:
+            return JSONResponse(be.history(job).detail(checkpoint_id))
+        except ObjectNotFoundError as e:
+            raise HTTPException(status_code=404, detail=str(e)) from None
+
+    @app.exception_handler(EpochalError)
+    async def epochal_error(request: Request, exc: EpochalError):
+        log.warning("epochal plugin: %s", exc)
+        return JSONResponse({"detail": f"{type(exc).__name__}: {exc}"}, status_code=500)
+
+    return app

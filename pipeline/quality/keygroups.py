@@ -1,0 +1,119 @@
+"""Key groups recomputed independently of Spark (vectorised XXH64 in NumPy).
+
+The runtime assigns ``kg = pmod(xxhash64(key), max_parallelism)`` with Spark's ``xxhash64`` (XXH64, seed
+42, over the UTF-8 bytes of a string key). The quality suites recompute it here, on the driver, without
+Spark and without the runtime's code, so a state row filed under the wrong key group, or an expected row
+of the oracle, can be placed in its key group cheaply (about 0.3 s per million keys).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = ["xxhash64", "key_groups", "SPARK_SEED"]
+
+SPARK_SEED = 42
+_P1 = np.uint64(0x9E3779B185EBCA87)
+_P2 = np.uint64(0xC2B2AE3D27D4EB4F)
+_P3 = np.uint64(0x165667B19E3779F9)
+_P4 = np.uint64(0x85EBCA77C2B2AE63)
+_P5 = np.uint64(0x27D4EB2F165667C5)
+_M64 = (1 << 64) - 1
+
+
+def _rotl(x: np.ndarray, r: int) -> np.ndarray:
+    return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
+
+
+def _round(acc: np.ndarray, lane: np.ndarray) -> np.ndarray:
+    return _rotl(acc + lane * _P2, 31) * _P1
+
+
+def _merge(acc: np.ndarray, val: np.ndarray) -> np.ndarray:
+    return (acc ^ _round(np.zeros_like(val), val)) * _P1 + _P4
+
+
+def _hash_fixed(mat: np.ndarray, seed: int) -> np.ndarray:
+    """XXH64 of every row of ``mat`` (n x L uint8, all rows of the same length L)."""
+    n, length = mat.shape
+    words = lambda off, k: np.ascontiguousarray(mat[:, off:off + 8 * k]).view("<u8").reshape(n, k)  # noqa: E731
+    seed64 = np.uint64(seed & _M64)
+    pos = 0
+    with np.errstate(over="ignore"):
+        if length >= 32:
+            v1 = np.full(n, (seed + int(_P1) + int(_P2)) & _M64, dtype=np.uint64)
+            v2 = np.full(n, (seed + int(_P2)) & _M64, dtype=np.uint64)
+            v3 = np.full(n, seed64, dtype=np.uint64)
+            v4 = np.full(n, (seed - int(_P1)) & _M64, dtype=np.uint64)
+            stripes = length // 32
+            lanes = words(0, stripes * 4)
+            for s in range(stripes):
+                v1 = _round(v1, lanes[:, 4 * s])
+                v2 = _round(v2, lanes[:, 4 * s + 1])
+                v3 = _round(v3, lanes[:, 4 * s + 2])
+                v4 = _round(v4, lanes[:, 4 * s + 3])
+            h = _rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)
+            for v in (v1, v2, v3, v4):
+                h = _merge(h, v)
+            pos = stripes * 32
+        else:
+            h = np.full(n, (seed + int(_P5)) & _M64, dtype=np.uint64)
+        h = h + np.uint64(length)
+        k8 = (length - pos) // 8
+        if k8:
+            w = words(pos, k8)
+            for i in range(k8):
+                h ^= _round(np.zeros(n, dtype=np.uint64), w[:, i])
+                h = _rotl(h, 27) * _P1 + _P4
+            pos += 8 * k8
+        if length - pos >= 4:
+            w4 = np.ascontiguousarray(mat[:, pos:pos + 4]).view("<u4").reshape(n).astype(np.uint64)
+            h ^= w4 * _P1
+            h = _rotl(h, 23) * _P2 + _P3
+            pos += 4
+        while pos < length:
+            h ^= mat[:, pos].astype(np.uint64) * _P5
+            h = _rotl(h, 11) * _P1
+            pos += 1
+        h ^= h >> np.uint64(33)
+        h *= _P2
+        h ^= h >> np.uint64(29)
+        h *= _P3
+        h ^= h >> np.uint64(32)
+    return h
+
+
+def xxhash64(keys: pa.Array | pa.ChunkedArray | list, seed: int = SPARK_SEED) -> np.ndarray:
+    """Spark-compatible ``xxhash64`` of string keys as int64 (nulls hash to ``seed``, as in Spark)."""
+    arr = keys if isinstance(keys, (pa.Array, pa.ChunkedArray)) else pa.array(keys, pa.string())
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks() if arr.num_chunks else pa.array([], pa.string())
+    arr = arr.cast(pa.large_string())
+    n = len(arr)
+    out = np.full(n, seed, dtype=np.uint64)
+    if n == 0:
+        return out.view(np.int64)
+    valid = ~np.asarray(arr.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    bufs = arr.buffers()
+    offsets = np.frombuffer(bufs[1], dtype=np.int64, count=n + 1, offset=arr.offset * 8)
+    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+    lengths = np.diff(offsets)
+    for length in np.unique(lengths[valid]):
+        idx = np.nonzero(valid & (lengths == length))[0]
+        if length == 0:
+            mat = np.zeros((len(idx), 0), dtype=np.uint8)
+        else:
+            mat = data[offsets[idx][:, None] + np.arange(int(length))[None, :]]
+        out[idx] = _hash_fixed(mat, seed)
+    return out.view(np.int64)
+
+
+def key_groups(keys: pa.Array | pa.ChunkedArray | list, max_parallelism: int) -> np.ndarray:
+    """``pmod(xxhash64(key), max_parallelism)`` per key (int32), as the runtime computes it in Spark."""
+    h = xxhash64(keys)
+    return np.mod(h, np.int64(max_parallelism)).astype(np.int32)
+
+
+def _selftest() -> None:  # pragma: no cover - used by the tests against Spark
+    print(key_groups(pc.cast(pa.array(["a"]), pa.string()), 128))
