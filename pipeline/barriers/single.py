@@ -133,7 +133,8 @@ class SingleCheckpointBarrierHandler(BaseBarrierHandler):
             raise BarrierError(f"process_barrier needs a CheckpointBarrier, got {barrier!r}")
         cid = barrier.checkpoint_id
         self._check_open(channel, f"barrier for checkpoint {cid}")
-        out = self.advance_time(now)
+        # a timeout that is due fires first; this channel has nothing in flight then: its barrier is next
+        out = self._fire_timeout(now, arriving=channel if cid == self._current_id else None)
         if channel in self._blocked:
             if cid == self._current_id:
                 raise CorruptStreamError(
@@ -163,7 +164,7 @@ class SingleCheckpointBarrierHandler(BaseBarrierHandler):
             raise BarrierError(f"process_cancellation needs a CancelCheckpointMarker, got {marker!r}")
         cid = marker.checkpoint_id
         self._check_open(channel, f"cancellation marker for checkpoint {cid}")
-        out = self.advance_time(now)
+        out = self._fire_timeout(now, arriving=None)
         if channel in self._blocked:
             raise BarrierError(f"cancellation marker for checkpoint {cid} consumed from "
                                f"{self._describe(channel)}, which is blocked for checkpoint {self._current_id}")
@@ -186,7 +187,7 @@ class SingleCheckpointBarrierHandler(BaseBarrierHandler):
 
     def process_end_of_partition(self, channel: int, now: float) -> list[Decision]:
         self._check_open(channel, "end of partition")
-        out = self.advance_time(now)
+        out = self._fire_timeout(now, arriving=channel)  # nothing of this channel is in flight: it ends
         if channel in self._blocked:
             raise BarrierError(f"end of partition consumed from {self._describe(channel)}, "
                                f"which is blocked for checkpoint {self._current_id}")
@@ -200,9 +201,15 @@ class SingleCheckpointBarrierHandler(BaseBarrierHandler):
 
     def advance_time(self, now: float) -> list[Decision]:
         """Fire the alignment timeout if ``now`` reached it: the aligned checkpoint becomes unaligned."""
+        return self._fire_timeout(now, arriving=None)
+
+    def _fire_timeout(self, now: float, *, arriving: int | None) -> list[Decision]:
+        """Fire a due timeout before the event being processed. ``arriving``: the channel whose barrier
+        of the current checkpoint (or whose end of partition) is that event; its in-flight range is
+        empty, so it gets no ``PersistInFlight`` (its barrier is consumed right after the switch)."""
         out: list[Decision] = []
         if self._phase is _Phase.ALIGNING and self._deadline is not None and now >= self._deadline:
-            self._trigger_unaligned(now, out, switched=True)
+            self._trigger_unaligned(now, out, switched=True, not_in_flight=arriving)
         return out
 
     # -- internals -----------------------------------------------------------------------------------
@@ -235,8 +242,9 @@ class SingleCheckpointBarrierHandler(BaseBarrierHandler):
             self._blocked.add(channel)
             out.append(Block(channel))
 
-    def _trigger_unaligned(self, now: float, out: list[Decision], *, switched: bool) -> None:
-        inflight = self._waiting(self._received)
+    def _trigger_unaligned(self, now: float, out: list[Decision], *, switched: bool,
+                           not_in_flight: int | None = None) -> None:
+        inflight = self._waiting(self._received) - {not_in_flight}
         out.append(self._trigger(TriggerMode.UNALIGNED, now, inflight, switched=switched))
         out.extend(Unblock(c) for c in sorted(self._blocked))
         out.extend(PersistInFlight(c, self._current_id) for c in sorted(inflight))

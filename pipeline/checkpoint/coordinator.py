@@ -197,7 +197,8 @@ class CheckpointCoordinator:
         """Re-open a pending checkpoint of this job (spanning rounds) from its ``_pending.json``.
 
         Fails with CheckpointFencedError if a newer id has been claimed since, CheckpointError if it
-        already completed. Acknowledgements start empty.
+        already completed. Acknowledgements start empty, and the checkpoint timeout counts from now (the
+        original trigger time stays in the manifest and the stats).
         """
         location = self.store.location_of(checkpoint_id)
         if self.fileio.exists(join_uri(location, METADATA_FILE)):

@@ -4,9 +4,18 @@ An id is *claimed* by creating ``<job root>/ids/<id:012d>`` with a create-only w
 ``If-None-Match: *``; locally ``os.link``). Exactly one runner can create a given claim object, so two
 runners of the same job never get the same id. ``next()`` starts at one above the highest claim (and
 above every ``checkpoints/chk-<id>`` directory, so a lost ``ids/`` folder cannot cause reuse) and
-moves upward on conflict. After a claim, older claims are pruned; the highest claim is never deleted
-(a runner only deletes claims below its own), so "the max claimed id" survives and is what fencing
-compares against: a runner whose checkpoint id is below ``latest_claimed()`` has been superseded.
+moves upward on conflict. The highest claim is never deleted, so "the max claimed id" survives and
+is what fencing compares against: a runner whose checkpoint id is below ``latest_claimed()`` has
+been superseded.
+
+Pruning and the stale-listing hazard: a pruned claim object could be created again by a runner whose
+listing is stale (listings are not snapshots while other runners create and delete claims). So
+
+* a claim only counts if no higher claim is listed right after it was created (otherwise
+  ``next()`` claims again, higher), and
+* pruning keeps a window of the newest ``keep_claims`` ids (default 32) and only deletes claims below
+  it. Claims inside the window stay put while a listing runs, so the check above sees them; an id
+  could only be "resurrected" if ``keep_claims`` newer ids were claimed during one listing.
 """
 from __future__ import annotations
 
@@ -20,11 +29,12 @@ from dataclasses import dataclass
 from pipeline.exceptions import CheckpointError, ConditionalWriteError, ObjectNotFoundError, StorageError
 from pipeline.fileio import FileIO, join_uri
 
-__all__ = ["CheckpointIdCounter", "IdClaim", "default_runner_id"]
+__all__ = ["CheckpointIdCounter", "IdClaim", "default_runner_id", "DEFAULT_KEEP_CLAIMS"]
 
 log = logging.getLogger(__name__)
 
 _MAX_ATTEMPTS = 1000
+DEFAULT_KEEP_CLAIMS = 32
 
 
 def default_runner_id() -> str:
@@ -44,7 +54,11 @@ class IdClaim:
 class CheckpointIdCounter:
     """Claims checkpoint ids for one job under ``<job root>/ids/``."""
 
-    def __init__(self, fileio: FileIO, job_root: str, *, runner_id: str | None = None) -> None:
+    def __init__(self, fileio: FileIO, job_root: str, *, runner_id: str | None = None,
+                 keep_claims: int = DEFAULT_KEEP_CLAIMS) -> None:
+        if keep_claims < 1:
+            raise ValueError(f"keep_claims must be >= 1, got {keep_claims}")
+        self.keep_claims = keep_claims
         self.fileio = fileio
         self.job_root = job_root.rstrip("/")
         self.ids_uri = join_uri(self.job_root, "ids")
@@ -100,7 +114,16 @@ class CheckpointIdCounter:
                 claimed = self._claimed_ids()
                 candidate = max([candidate + 1] + [c + 1 for c in claimed[-1:]])
                 continue
-            self._prune_below(candidate)
+            # The claim object was created, but ``candidate`` may be an id that was claimed before and
+            # pruned since (our listing was stale). The highest claim is never deleted, so if a higher
+            # claim exists now, ``candidate`` is not new: move above it and claim again.
+            claimed = self._claimed_ids()
+            if claimed and claimed[-1] > candidate:
+                log.info("checkpoint id %d of %s is below the newest claim %d; trying higher",
+                         candidate, self.job_root, claimed[-1])
+                candidate = claimed[-1] + 1
+                continue
+            self._prune_below(candidate - self.keep_claims + 1)
             return candidate
         raise CheckpointError(f"could not claim a checkpoint id under {self.ids_uri} after {_MAX_ATTEMPTS} attempts")
 

@@ -101,8 +101,11 @@ class CheckpointMetadata:
         set_ = object.__setattr__
         set_(self, "positions", _positions(self.positions))
         set_(self, "barriers", _positions(self.barriers))
-        set_(self, "channel_state", tuple(self.channel_state))
-        set_(self, "operators", FrozenDict({str(uid): tuple(hs) for uid, hs in (self.operators or {}).items()}))
+        set_(self, "channel_state", tuple(c if isinstance(c, ChannelStateHandle) else ChannelStateHandle.from_dict(c)
+                                         for c in self.channel_state))
+        set_(self, "operators", FrozenDict({
+            str(uid): tuple(h if isinstance(h, StateHandle) else StateHandle.from_dict(h) for h in hs)
+            for uid, hs in (self.operators or {}).items()}))
         set_(self, "sinks", FrozenDict({str(t): (s if isinstance(s, SinkHandle) else SinkHandle.from_dict(s))
                                         for t, s in (self.sinks or {}).items()}))
         set_(self, "extra", freeze_json(self.extra or {}))

@@ -19,12 +19,8 @@ from pipeline.runtime.operators import (HANDLE_DDL, AggTaskSpec, JoinTaskSpec, h
                                         make_agg_task, make_join_task)
 from pipeline.runtime.routing import shuffle_to_subtasks
 
-__all__ = ["OperatorIO", "run_operator", "split_dataframe", "files_dataframe", "spark_schema",
+__all__ = ["OperatorIO", "operator_dataframe", "collect_handles", "split_dataframe", "files_dataframe", "spark_schema",
            "rethrow_task_error"]
-
-SPLIT_DDL = ("source string, partition int, seq bigint, uri string, format string, "
-             "row_start bigint, row_end bigint")
-
 
 def spark_schema(schema: pa.Schema):
     from pyspark.sql.pandas.types import from_arrow_schema
@@ -61,37 +57,58 @@ def schema_ddl(schema: pa.Schema) -> str:
     return ", ".join(f"`{f.name}` {_arrow_type_to_ddl(f.type)}" for f in schema)
 
 
-def split_dataframe(spark, splits: Sequence[Mapping], source: SourceNode, reader_factory: Callable):
-    """A DataFrame of the source records of ``splits`` (read on the executors, one task per split)."""
-    rows = [(s["source"], int(s["partition"]), int(s["seq"]), s["uri"], s["format"], int(s["row_start"]),
-             None if s.get("row_end") is None else int(s["row_end"])) for s in splits]
+def _task_groups(n_items: int, max_tasks: int) -> list[list[int]]:
+    """Deterministic round-robin assignment of ``n_items`` to at most ``max_tasks`` Spark tasks."""
+    k = max(1, min(n_items, max_tasks))
+    return [list(range(i, n_items, k)) for i in range(k)]
+
+
+def _indexed_dataframe(spark, n_tasks: int):
+    """``n_tasks`` partitions holding their own index, built in the JVM (no Python RDD involved)."""
+    return spark.range(0, n_tasks, 1, n_tasks)
+
+
+def split_dataframe(spark, splits: Sequence[Mapping], source: SourceNode, reader_factory: Callable,
+                    max_tasks: int = 8):
+    """A DataFrame of the source records of ``splits``, read on the executors (splits grouped into at most
+    ``max_tasks`` tasks; each task reads its splits through FileIO, so S3 needs nothing on the JVM)."""
     out_schema = source.schema.append(pa.field("_source", pa.string())).append(
         pa.field("_partition", pa.int32())).append(pa.field("_seq", pa.int64())).append(pa.field("_row", pa.int64()))
-    split_df = spark.createDataFrame(
-        spark.sparkContext.parallelize(rows, max(1, len(rows))) if rows else spark.sparkContext.emptyRDD(),
-        SPLIT_DDL)
-    return split_df.mapInArrow(reader_factory(source), schema_ddl(out_schema))
+    items = [dict(s) for s in splits]
+    groups = _task_groups(len(items), max_tasks)
+    reader = reader_factory(source)
+    split_schema = pa.schema([("source", pa.string()), ("partition", pa.int32()), ("seq", pa.int64()),
+                              ("uri", pa.string()), ("format", pa.string()), ("row_start", pa.int64()),
+                              ("row_end", pa.int64())])
+
+    def read(batches):
+        for b in batches:
+            for task in b.column(0).to_pylist():
+                mine = [items[i] for i in groups[task]] if items else []
+                if mine:
+                    yield from reader(iter([pa.RecordBatch.from_pylist(mine, schema=split_schema)]))
+
+    return _indexed_dataframe(spark, len(groups)).mapInArrow(read, schema_ddl(out_schema))
 
 
-def files_dataframe(spark, uris: Sequence[str], schema: pa.Schema):
+def files_dataframe(spark, uris: Sequence[str], schema: pa.Schema, max_tasks: int = 8):
     """A DataFrame of the rows of Parquet files written by an upstream operator this round."""
     ddl = schema_ddl(schema)
+    uris = list(uris)
+    groups = _task_groups(len(uris), max_tasks)
 
     def read(batches):
         import pyarrow.parquet as pq
         from pipeline.fileio import file_io_for
         for b in batches:
-            for uri in b.column(0).to_pylist():
-                fio = file_io_for(uri)
-                with fio.open_input(uri) as f:
-                    t = pq.read_table(f).select(schema.names).cast(schema)
-                for rb in t.to_batches(max_chunksize=50_000):
-                    yield rb
+            for task in b.column(0).to_pylist():
+                for i in (groups[task] if uris else []):
+                    uri = uris[i]
+                    with file_io_for(uri).open_input(uri) as f:
+                        t = pq.read_table(f).select(schema.names).cast(schema)
+                    yield from t.to_batches(max_chunksize=50_000)
 
-    df = spark.createDataFrame(
-        spark.sparkContext.parallelize([(u,) for u in uris], max(1, len(uris))) if uris else spark.sparkContext.emptyRDD(),
-        "uri string")
-    return df.mapInArrow(read, ddl)
+    return _indexed_dataframe(spark, len(groups)).mapInArrow(read, ddl)
 
 
 def apply_maps(df, maps: Sequence[MapNode]):
@@ -127,6 +144,7 @@ class OperatorIO:
     output_name: str
     file_tag: str
     ttl_cutoff_us: int | None
+    ack_prefix: str | None = None   # set: chained operator (rows flow on, acks written as objects)
 
 
 def rethrow_task_error(e: Exception) -> None:
@@ -143,10 +161,13 @@ def rethrow_task_error(e: Exception) -> None:
     raise e
 
 
-def run_operator(spark, job: Job, op, inputs: dict[int, object], io: OperatorIO) -> tuple[list[dict], pa.Schema]:
-    """Run one stateful operator as a Spark job; ``inputs`` maps node id -> DataFrame of that node.
+def operator_dataframe(spark, job: Job, op, inputs: dict[int, object], io: OperatorIO):
+    """The (lazy) DataFrame of one stateful operator; ``inputs`` maps node id -> DataFrame of that node.
 
-    Returns the handle rows (acks) of every subtask and the Arrow schema of the operator's output rows.
+    Terminal operator (``io.ack_prefix`` None): its rows are the handle rows (acks) of every subtask.
+    Chained operator: its rows are the operator's output, flowing into the next operator in the same
+    Spark job; its acks are written by the tasks as objects under ``io.ack_prefix``.
+    Returns ``(dataframe, output arrow schema)``.
     """
     from pyspark.sql import functions as F
     P, MP = io.parallelism, io.max_parallelism
@@ -177,8 +198,8 @@ def run_operator(spark, job: Job, op, inputs: dict[int, object], io: OperatorIO)
         out_schema = pa.schema([joined[c] for c in output])
         spec = JoinTaskSpec(op.uid, io.checkpoint, op.on, lcols, rcols, output, P, MP, io.ttl_cutoff_us,
                             io.parent_handles, io.state_prefix, io.output_prefix, io.output_name, io.file_tag,
-                            lsch, rsch)
-        result = shuffled.mapInArrow(make_join_task(spec), HANDLE_DDL)
+                            lsch, rsch, out_schema, io.ack_prefix)
+        result = shuffled.mapInArrow(make_join_task(spec), HANDLE_DDL if io.ack_prefix is None else schema_ddl(out_schema))
     elif isinstance(op, AggregateNode):
         src = resolve(op.parent)
         needed = [op.key] + sorted({c for _, fn, c in op.aggs if c})
@@ -201,12 +222,17 @@ def run_operator(spark, job: Job, op, inputs: dict[int, object], io: OperatorIO)
         with_kg = src.withColumn("_kg", key_group_expr(op.key, MP)).withColumn("_subtask", subtask_expr("_kg", MP, P))
         shuffled = shuffle_to_subtasks(with_kg, spark, "_subtask", P)
         spec = AggTaskSpec(op.uid, io.checkpoint, op.key, op.aggs, state_schema, P, MP, io.parent_handles,
-                           io.state_prefix, io.output_prefix, io.output_name, io.file_tag)
-        result = shuffled.mapInArrow(make_agg_task(spec), HANDLE_DDL)
+                           io.state_prefix, io.output_prefix, io.output_name, io.file_tag, io.ack_prefix)
+        result = shuffled.mapInArrow(make_agg_task(spec), HANDLE_DDL if io.ack_prefix is None else schema_ddl(out_schema))
     else:  # pragma: no cover - guarded by Job
         raise ConfigError(f"not a stateful operator: {op!r}")
+    return result, out_schema
+
+
+def collect_handles(df) -> list[dict]:
+    """Run the Spark job ending in a terminal operator; returns its handle rows (small)."""
     try:
-        rows = result.collect()
+        rows = df.collect()
     except Exception as e:  # noqa: BLE001
         rethrow_task_error(e)
-    return handle_rows_to_dicts(rows), out_schema
+    return handle_rows_to_dicts(rows)

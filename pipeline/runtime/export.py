@@ -22,18 +22,20 @@ def files_with_tag_dataframe(spark, files: Sequence[tuple[str, int]], schema: pa
     from pipeline.runtime.dataflow import schema_ddl
     out_schema = schema.append(pa.field("_txn", pa.int64()))
 
+    files = list(files)
+    n = max(1, min(len(files), 16))
+
     def read(batches):
         from pipeline.fileio import file_io_for
         for b in batches:
-            uris, txns = b.column(0).to_pylist(), b.column(1).to_pylist()
-            for uri, txn in zip(uris, txns):
-                with file_io_for(uri).open_input(uri) as f:
-                    t = pq.read_table(f).select(schema.names).cast(schema)
-                t = t.append_column("_txn", pa.array([txn] * t.num_rows, type=pa.int64()))
-                yield from t.to_batches(max_chunksize=50_000)
+            for task in b.column(0).to_pylist():
+                for uri, txn in files[task::n]:
+                    with file_io_for(uri).open_input(uri) as f:
+                        t = pq.read_table(f).select(schema.names).cast(schema)
+                    t = t.append_column("_txn", pa.array([txn] * t.num_rows, type=pa.int64()))
+                    yield from t.to_batches(max_chunksize=50_000)
 
-    rdd = spark.sparkContext.parallelize(list(files), max(1, min(len(files), 64))) if files else spark.sparkContext.emptyRDD()
-    return spark.createDataFrame(rdd, "uri string, txn bigint").mapInArrow(read, schema_ddl(out_schema))
+    return spark.range(0, n, 1, n).mapInArrow(read, schema_ddl(out_schema))
 
 
 def _write(df, to_dir: str) -> None:

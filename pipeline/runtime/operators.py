@@ -62,6 +62,19 @@ def handle_rows_to_dicts(rows) -> list[dict]:
     return [r.asDict() if hasattr(r, "asDict") else dict(r) for r in rows]
 
 
+def _emit(rows: list[dict], out: pa.Table | None, out_schema: pa.Schema, fio, ack_prefix: str | None,
+          subtask: int) -> Iterator[pa.RecordBatch]:
+    """Terminal operator: yield the handle rows. Chained operator: write them as the subtask's ack
+    object and let the output rows flow on to the next operator (through Spark's shuffle)."""
+    if ack_prefix is None:
+        yield pa.RecordBatch.from_pylist(rows, schema=HANDLE_SCHEMA)
+        return
+    import json
+    fio.write_bytes(f"{ack_prefix}/{subtask:05d}.json", json.dumps(rows).encode())
+    if out is not None and out.num_rows:
+        yield from out.select(out_schema.names).cast(out_schema).to_batches(max_chunksize=50_000)
+
+
 def _collect(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:
     bs = [b for b in batches if b.num_rows]
     return pa.Table.from_batches(bs) if bs else None
@@ -85,6 +98,8 @@ class JoinTaskSpec:
     file_tag: str                 # unique per round, e.g. "r0"
     left_schema: pa.Schema
     right_schema: pa.Schema
+    out_schema: pa.Schema
+    ack_prefix: str | None = None  # chained: acks go to <ack_prefix>/<subtask>.json and rows flow on
 
 
 def make_join_task(spec: JoinTaskSpec):
@@ -121,7 +136,6 @@ def make_join_task(spec: JoinTaskSpec):
             right = right.filter(pc.greater_equal(right["_ingest_ts"], cutoff))
             expired = n - left.num_rows - right.num_rows
         key = spec.key
-        out_schema = None
         if left.num_rows and right.num_rows:
             matches = left.join(right, keys=key, join_type="inner", right_suffix="__r", use_threads=False)
         else:
@@ -149,8 +163,7 @@ def make_join_task(spec: JoinTaskSpec):
         async_ms = (time.perf_counter() - t1) * 1000
         rows = [_handle(kind, spec.uid, name, subtask, kgr, fh, in_rows, restored, expired, sync_ms, async_ms)
                 for kind, name, fh in handles]
-        del out_schema
-        yield pa.RecordBatch.from_pylist(rows, schema=HANDLE_SCHEMA)
+        yield from _emit(rows, out, spec.out_schema, fio, spec.ack_prefix, subtask)
 
     return task
 
@@ -169,6 +182,7 @@ class AggTaskSpec:
     output_prefix: str
     output_name: str
     file_tag: str
+    ack_prefix: str | None = None
 
 
 _COMBINE = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}
@@ -228,6 +242,6 @@ def make_agg_task(spec: AggTaskSpec):
         rows = [_handle("state", spec.uid, "agg", subtask, kgr, fh, in_rows, restored, 0, sync_ms, async_ms),
                 _handle("output", spec.uid, spec.output_name, subtask, kgr, ofh, in_rows, restored, 0, sync_ms,
                         async_ms)]
-        yield pa.RecordBatch.from_pylist(rows, schema=HANDLE_SCHEMA)
+        yield from _emit(rows, out, spec.state_schema, fio, spec.ack_prefix, subtask)
 
     return task

@@ -474,12 +474,23 @@ class JobRunner:
         """State of earlier rounds and exchange files are not referenced by the completed checkpoint."""
         for k in range(last_round):
             self.ckpt_fio.delete_prefix(f"{location}/rounds/{k}/state")
-        for k in range(last_round + 1):
-            self.ckpt_fio.delete_prefix(f"{location}/rounds/{k}/exchange")
+
+    def _consumers(self, nid: int) -> list:
+        """Stateful operators that read the output of node ``nid`` (through stateless steps)."""
+        out = []
+        for op in self.job.operators():
+            ins = (op.left, op.right) if isinstance(op, JoinNode) else (op.parent,)
+            if any(self.job.chain_to(i)[0] == nid for i in ins):
+                out.append(op)
+        return out
 
     def _process_round(self, pending, rnd: int, P: int, cursor: _Cursor, segments, epoch: int) -> list[dict]:
-        """The Spark jobs of one round; returns all handle rows."""
-        from pipeline.runtime.dataflow import OperatorIO, files_dataframe, run_operator, split_dataframe
+        """The Spark work of one round; returns all handle rows (the acks of every subtask).
+
+        Operators feeding other operators are chained into the same Spark job (their output flows
+        through Spark's shuffle; their acks are written as objects); each terminal operator is one job.
+        """
+        from pipeline.runtime.dataflow import OperatorIO, collect_handles, operator_dataframe, split_dataframe
         from pipeline.source.reader import make_split_reader
         spark = self.spark
         spark.conf.set("spark.sql.shuffle.partitions", str(P))
@@ -492,33 +503,46 @@ class JobRunner:
                 cfg = self.config
                 jobname, dlq = self.job.name, self.dead_letter_root
                 factory = (lambda src, kc=key_cols: make_split_reader(src.schema, kc, cfg.bad_records, dlq, jobname))
-                inputs[i] = split_dataframe(spark, splits, node, factory)
+                inputs[i] = split_dataframe(spark, splits, node, factory, max_tasks=P)
         rows: list[dict] = []
+        chained: list[tuple[str, str]] = []
+        persisted = []
         ttl_default = self.config.state_ttl_seconds
+        round_dir = f"{pending.location}/rounds/{rnd}"
         for op in self.job.operators():
             nid = self.job.node_id(op)
             sinks = [s for s in self.job.sinks() if s.parent == nid]
-            if sinks:
-                out_prefix = f"{self.sink_root}/{sinks[0].table}/data/txn-{pending.checkpoint_id}"
-                out_name = sinks[0].table
-            else:
-                out_prefix = f"{pending.location}/rounds/{rnd}/exchange/{op.uid}"
-                out_name = f"exchange:{op.uid}"
+            if len(sinks) > 1:
+                raise ConfigError(f"operator {op.uid}: at most one sink may consume it directly")
+            consumers = self._consumers(nid)
+            ack_prefix = f"{round_dir}/acks/{op.uid}" if consumers else None
             ttl = None
             if isinstance(op, JoinNode):
                 ttl_s = op.ttl_seconds if op.ttl_seconds is not None else ttl_default
                 ttl = self.epochs.end_us(epoch) - ttl_s * 1_000_000 if ttl_s else None
             io = OperatorIO(checkpoint=f"chk-{pending.checkpoint_id}", parallelism=P,
                             max_parallelism=self.max_parallelism, parent_handles=cursor.handles.get(op.uid, {}),
-                            state_prefix=f"{pending.location}/rounds/{rnd}/state/{op.uid}",
-                            output_prefix=out_prefix, output_name=out_name, file_tag=f"r{rnd}", ttl_cutoff_us=ttl)
-            handles, out_schema = run_operator(spark, self.job, op, inputs, io)
-            rows.extend(handles)
-            uris = [h["uri"] for h in handles if h["kind"] == "output" and h["uri"]]
-            inputs[nid] = files_dataframe(spark, uris, out_schema)
-            if len(sinks) > 1:
-                raise ConfigError(f"operator {op.uid}: at most one sink may consume it directly")
-        # exchange outputs are not sink output
+                            state_prefix=f"{round_dir}/state/{op.uid}",
+                            output_prefix=(f"{self.sink_root}/{sinks[0].table}/data/txn-{pending.checkpoint_id}"
+                                           if sinks else f"{round_dir}/unused/{op.uid}"),
+                            output_name=sinks[0].table if sinks else f"exchange:{op.uid}",
+                            file_tag=f"r{rnd}", ttl_cutoff_us=ttl, ack_prefix=ack_prefix)
+            df, _schema = operator_dataframe(spark, self.job, op, inputs, io)
+            if consumers:
+                if len(consumers) > 1:
+                    df = df.persist()
+                    persisted.append(df)
+                inputs[nid] = df
+                chained.append((op.uid, ack_prefix))
+            else:
+                rows.extend(collect_handles(df))
+        for df in persisted:
+            df.unpersist()
+        for uid, prefix in chained:
+            for f in self.ckpt_fio.list(prefix):
+                rows.extend(json.loads(self.ckpt_fio.read_bytes(f.uri)))
+            self.ckpt_fio.delete_prefix(prefix)
+        # output of an operator without a sink is not sink output
         return [h for h in rows if not (h["kind"] == "output" and str(h["name"]).startswith("exchange:"))]
 
     def _cleanup_sink_garbage(self) -> None:

@@ -55,13 +55,25 @@ def test_timeout_fires_before_the_event_whose_now_reached_it() -> None:
     h.process_barrier(0, barrier(1), now=0.0)
     out = h.process_barrier(1, barrier(1), now=7.0)
     assert isinstance(out[0], TriggerCheckpoint) and out[0].switched_to_unaligned
-    assert out[0].inflight_channels == {1, 2} and out[0].alignment_duration == 7.0
-    assert out[1:] == [Unblock(0), PersistInFlight(1, 1), PersistInFlight(2, 1)]
-    # the barrier itself arrived after the switch: channel 1 is done, channel 2 still in flight
+    # channel 1 has nothing in flight: its barrier is the very next thing it delivers
+    assert out[0].inflight_channels == {2} and out[0].alignment_duration == 7.0
+    assert out[1:] == [Unblock(0), PersistInFlight(2, 1)]
     assert not h.has_inflight_data(1, 1) and h.has_inflight_data(1, 2)
     # after the switch, the formerly blocked channel may be read, and may even deliver a newer barrier
     out = h.process_barrier(0, barrier(2), now=8.0)
     assert out == [AbortCheckpoint(1, AbortReason.CHECKPOINT_SUBSUMED), Block(0)]
+
+
+def test_timeout_due_at_the_last_barrier_completes_unaligned_without_channel_state() -> None:
+    h = AlternatingBarrierHandler(2, alignment_timeout=2.0)
+    h.process_barrier(0, barrier(1), now=0.0)
+    out = h.process_barrier(1, barrier(1), now=2.0)
+    assert [type(d) for d in out] == [TriggerCheckpoint, Unblock, AllBarriersReceived]
+    assert out[0].switched_to_unaligned and out[0].inflight_channels == frozenset()
+    h.process_barrier(0, barrier(2), now=3.0)
+    out = h.process_end_of_partition(1, now=10.0)   # same when the last channel ends
+    assert [type(d) for d in out] == [TriggerCheckpoint, Unblock, AllBarriersReceived]
+    assert out[0].inflight_channels == frozenset() and h.pending == ()
 
 
 def test_repeated_barrier_after_the_switch_is_still_corrupt() -> None:

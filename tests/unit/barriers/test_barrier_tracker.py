@@ -158,6 +158,18 @@ def test_end_of_partition_reduces_the_channels_needed() -> None:
     assert triggers(h2.process_barrier(2, barrier(1), now=0.0))[0].checkpoint_id == 1
 
 
+def test_end_of_partition_can_complete_several_checkpoints_oldest_first() -> None:
+    h = BarrierTracker(3)
+    for cid in (1, 2, 3):
+        h.process_barrier(0, barrier(cid), now=0.0)
+    h.process_barrier(1, barrier(1), now=0.0)
+    h.process_barrier(1, barrier(2), now=0.0)
+    out = h.process_end_of_partition(2, now=1.0)
+    assert [(type(d), d.checkpoint_id) for d in out] == [
+        (TriggerCheckpoint, 1), (AllBarriersReceived, 1), (TriggerCheckpoint, 2), (AllBarriersReceived, 2)]
+    assert [p.checkpoint_id for p in h.pending] == [3]
+
+
 def test_end_of_partition_aborts_everything_with_flink_1_11_policy() -> None:
     h = BarrierTracker(3, abort_on_end_of_partition=True)
     h.process_barrier(0, barrier(1), now=0.0)

@@ -71,7 +71,7 @@ def test_racing_runners_at_most_one_commits(any_root):
     coords = [runner(fio, root, f"runner-{i}") for i in range(n)]
     for c in coords:
         c.restore_latest()
-    barrier = threading.Barrier(n)
+    barrier = threading.Barrier(n, timeout=60)
     outcome: dict[str, object] = {}
 
     def run(c):
@@ -88,7 +88,7 @@ def test_racing_runners_at_most_one_commits(any_root):
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
+        t.join(90)
     winners = {k: v for k, v in outcome.items() if isinstance(v, int)}
     losers = {k: v for k, v in outcome.items() if isinstance(v, CheckpointFencedError)}
     assert len(winners) == 1 and len(losers) == n - 1

@@ -61,7 +61,7 @@ def test_conditional_write_race_has_exactly_one_winner(any_root):
     fio, root = any_root
     uri = join_uri(root, "ids", "000000000001")
     n = 8
-    barrier = threading.Barrier(n)
+    barrier = threading.Barrier(n, timeout=60)
     winners: list[int] = []
     losers: list[int] = []
 
@@ -77,7 +77,7 @@ def test_conditional_write_race_has_exactly_one_winner(any_root):
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
+        t.join(90)
     assert len(winners) == 1 and len(losers) == n - 1
     assert fio.read_bytes(uri) == f"runner-{winners[0]}".encode()
 

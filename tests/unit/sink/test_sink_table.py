@@ -93,7 +93,7 @@ def test_broken_lineage_is_an_error_not_silent_loss(table):
 def test_concurrent_commits_of_one_id(local_root):
     table = CommittedTable(LocalFileIO(), local_root, "job", "t")
     n = 6
-    barrier = threading.Barrier(n)
+    barrier = threading.Barrier(n, timeout=60)
     results = []
 
     def go(i):
@@ -108,7 +108,7 @@ def test_concurrent_commits_of_one_id(local_root):
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
+        t.join(90)
     assert results.count(AckResult.SUCCESS) == 1
     assert results.count(AckResult.DUPLICATE) == 2 and results.count("conflict") == 3
 

@@ -1,0 +1,174 @@
+"""What a job's graph implies for validation: objects to check, their keys, groups and expected schemas.
+
+* every stateful operator's named states (``state/<uid>/<name>``): key = the join key / aggregate key;
+* every sink table (``sink/<table>``): key = the join key of an append sink fed by a join (each result row
+  once), or the upsert key; append sinks of a join that an aggregate summarises carry that aggregate's
+  group and measures, so that per-group totals can be compared (e.g. ``merchant_revenue`` vs
+  ``paid_orders``).
+
+Schemas are derived from the sources' declared schemas through ``select`` expressions of the plain forms
+``col`` and ``col AS alias``; where another expression is used the expected schema is unknown (None) and
+the schema expectation is skipped for that object.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from pipeline.job import AggregateNode, Job, JoinNode, MapNode, SinkNode, SourceNode
+from pipeline.quality.normalize import ObjectSpec, schema_signature
+
+__all__ = ["JobObjects", "job_objects", "node_schema", "state_obj", "sink_obj"]
+
+_IDENT = r"`?([A-Za-z_][A-Za-z0-9_]*)`?"
+_PLAIN = re.compile(rf"^\s*{_IDENT}\s*$")
+_ALIAS = re.compile(rf"^\s*{_IDENT}\s+(?:AS\s+)?{_IDENT}\s*$", re.IGNORECASE)
+_KG = pa.field("_kg", pa.int32())
+_INGEST = "_ingest_ts"
+
+
+def state_obj(uid: str, name: str) -> str:
+    return f"state/{uid}/{name}"
+
+
+def sink_obj(table: str) -> str:
+    return f"sink/{table}"
+
+
+def _apply_select(schema: pa.Schema, exprs: tuple[str, ...]) -> pa.Schema | None:
+    fields = []
+    for e in exprs:
+        m = _PLAIN.match(e) or _ALIAS.match(e)
+        if not m:
+            return None
+        src = m.group(1)
+        dst = m.group(m.lastindex or 1)
+        if src not in schema.names:
+            return None
+        fields.append(pa.field(dst, schema.field(src).type))
+    names = [f.name for f in fields]
+    if _INGEST in schema.names and _INGEST not in names:  # the runtime keeps _ingest_ts through selects
+        fields.append(schema.field(_INGEST))
+    return pa.schema(fields)
+
+
+def node_schema(job: Job, node_id: int) -> pa.Schema | None:
+    """Arrow schema of the rows a node emits (None where it cannot be derived)."""
+    node = job.nodes[node_id]
+    if isinstance(node, SourceNode):
+        return node.schema
+    if isinstance(node, MapNode):
+        parent = node_schema(job, node.parent)
+        if parent is None:
+            return None
+        return parent if node.kind == "filter" else _apply_select(parent, node.exprs)
+    if isinstance(node, JoinNode):
+        left, right = node_schema(job, node.left), node_schema(job, node.right)
+        if left is None or right is None:
+            return None
+        fields = {**{f.name: f for f in left}, **{f.name: f for f in right}}
+        output = node.output or tuple([node.on] + [c for c in left.names if c not in (node.on, _INGEST)]
+                                      + [c for c in right.names if c not in (node.on, _INGEST)])
+        if any(c not in fields for c in output):
+            return None
+        return pa.schema([fields[c] for c in output])
+    if isinstance(node, AggregateNode):
+        parent = node_schema(job, node.parent)
+        if parent is None or node.key not in parent.names:
+            return None
+        fields = [parent.field(node.key)]
+        for out, fn, col in node.aggs:
+            if fn == "count":
+                fields.append(pa.field(out, pa.int64()))
+            elif col not in parent.names:
+                return None
+            elif fn == "sum":
+                t = parent.field(col).type
+                fields.append(pa.field(out, pa.float64() if pa.types.is_floating(t) else pa.int64()))
+            else:
+                fields.append(pa.field(out, parent.field(col).type))
+        return pa.schema(fields)
+    if isinstance(node, SinkNode):
+        return node_schema(job, node.parent)
+    return None
+
+
+def _state_schema(job: Job, op, name: str) -> pa.Schema | None:
+    if isinstance(op, JoinNode):
+        side = node_schema(job, op.left if name == "left" else op.right)
+        return None if side is None else side.append(_KG)
+    sch = node_schema(job, job.node_id(op))
+    return None if sch is None else sch.append(_KG)
+
+
+@dataclass(frozen=True)
+class JobObjects:
+    specs: dict[str, ObjectSpec]                 # obj -> spec
+    schemas: dict[str, str | None]               # obj -> expected schema signature (None: unknown)
+    ttl_seconds: dict[str, int | None]           # state obj -> join TTL (None: no TTL / not a join)
+    aggregates: dict[str, dict]                  # aggregate uid -> {"state": obj, "append": obj|None, "upsert": obj|None,
+                                                 #                    "measures": [names]}
+
+    def state_objects(self) -> list[str]:
+        return [o for o, s in self.specs.items() if s.kind == "state"]
+
+    def sink_objects(self) -> list[str]:
+        return [o for o, s in self.specs.items() if s.kind == "sink"]
+
+
+def job_objects(job: Job, default_ttl_seconds: int | None) -> JobObjects:
+    specs: dict[str, ObjectSpec] = {}
+    schemas: dict[str, str | None] = {}
+    ttl: dict[str, int | None] = {}
+    aggregates: dict[str, dict] = {}
+    for op in job.operators():
+        if isinstance(op, JoinNode):
+            for name in ("left", "right"):
+                o = state_obj(op.uid, name)
+                specs[o] = ObjectSpec(o, "state", op.on)
+                t = op.ttl_seconds if op.ttl_seconds is not None else default_ttl_seconds
+                ttl[o] = t or None
+        else:
+            o = state_obj(op.uid, "agg")
+            measures = tuple((out, out) for out, fn, _ in op.aggs if fn in ("count", "sum"))
+            specs[o] = ObjectSpec(o, "state", op.key, op.key, measures, op.uid)
+            ttl[o] = None
+            aggregates[op.uid] = {"state": o, "append": None, "upsert": None, "measures": [m for m, _ in measures]}
+        sch = _state_schema(job, op, "left" if isinstance(op, JoinNode) else "agg")
+        if isinstance(op, JoinNode):
+            for name in ("left", "right"):
+                s = _state_schema(job, op, name)
+                schemas[state_obj(op.uid, name)] = schema_signature(s) if s is not None else None
+        else:
+            schemas[state_obj(op.uid, "agg")] = schema_signature(sch) if sch is not None else None
+    for sink in job.sinks():
+        parent = job.nodes[sink.parent]
+        o = sink_obj(sink.table)
+        sch = node_schema(job, sink.parent)
+        schemas[o] = schema_signature(sch) if sch is not None else None
+        if isinstance(parent, AggregateNode) and sink.mode == "upsert":
+            measures = tuple((out, out) for out, fn, _ in parent.aggs if fn in ("count", "sum"))
+            specs[o] = ObjectSpec(o, "sink", parent.key, parent.key, measures, parent.uid, tuple(sink.key))
+            aggregates.setdefault(parent.uid, {"state": state_obj(parent.uid, "agg"), "append": None, "upsert": None,
+                                               "measures": [m for m, _ in measures]})["upsert"] = o
+        elif isinstance(parent, JoinNode) and sink.mode == "append":
+            group, measures, agg_uid = None, (), None
+            for agg in job.operators():
+                if isinstance(agg, AggregateNode):
+                    base, maps = job.chain_to(agg.parent)
+                    if base == sink.parent and not maps:
+                        group = agg.key
+                        measures = tuple((out, None if fn == "count" else col) for out, fn, col in agg.aggs
+                                         if fn in ("count", "sum"))
+                        agg_uid = agg.uid
+                        aggregates.setdefault(agg.uid, {"state": state_obj(agg.uid, "agg"), "append": None,
+                                                        "upsert": None,
+                                                        "measures": [m for m, _ in measures]})["append"] = o
+                        break
+            specs[o] = ObjectSpec(o, "sink", parent.on, group, measures, agg_uid)
+        else:
+            key = tuple(sink.key) if sink.mode == "upsert" else ()
+            specs[o] = ObjectSpec(o, "sink", key[0] if len(key) == 1 else None, upsert_key=key)
+    return JobObjects(specs, schemas, ttl, aggregates)

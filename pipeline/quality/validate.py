@@ -1,0 +1,258 @@
+"""Entry points: validate a checkpoint or savepoint on demand, after a restore, or (cheaply) after an epoch.
+
+* :func:`validate_job` - the CLI (``epochal validate``) and the data-quality DAG: every suite;
+* :func:`validate_restored` - called by ``JobRunner.restore`` / the restore DAG: every suite on the new
+  restore point; raises :class:`~pipeline.exceptions.ValidationError` (fails the task) on failure;
+* :func:`validate_after_epoch` - called by the runtime after each completed checkpoint when
+  ``PIPELINE_VALIDATE_AFTER_EPOCH=true``: the cheap metadata subset (no Spark, no source reading).
+
+Results are stored next to the checkpoint, ``<checkpoint root>/<job>/validation/<chk-<id>|sp-<id>>/``
+(one GX result JSON per suite plus ``summary.json``), and a Data Docs site is built under
+``EPOCHAL_DATA_DOCS_DIR`` (default ``$EPOCHAL_HOME/data_docs`` or ``./.epochal/data_docs``).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Mapping
+
+from pipeline.exceptions import CheckpointError, ValidationError
+from pipeline.quality.result import ExpectationOutcome, SuiteOutcome, ValidationResult
+from pipeline.quality.suites import SUITES, SuiteSpec
+
+__all__ = ["validate_job", "validate_restored", "validate_after_epoch", "resolve_snapshot", "default_docs_dir",
+           "validation_root", "run_validation"]
+
+log = logging.getLogger("epochal.quality")
+
+ALL_AREAS = ("metadata", "state", "sink", "recovery")
+DOCS_HISTORY = 5   # validated snapshots shown in Data Docs besides the current one
+
+
+def default_docs_dir() -> str:
+    if os.environ.get("EPOCHAL_DATA_DOCS_DIR"):
+        return os.environ["EPOCHAL_DATA_DOCS_DIR"]
+    home = Path(os.environ.get("EPOCHAL_HOME", Path.cwd() / ".epochal"))
+    return str((home / "data_docs").resolve())
+
+
+def validation_root(runner) -> str:
+    from pipeline.fileio import join_uri
+    return join_uri(runner.job_root, "validation")
+
+
+def resolve_snapshot(runner, checkpoint: str | int | None):
+    """The CompletedCheckpoint to validate: latest completed (None), an id, or a savepoint/checkpoint URI."""
+    from pipeline.quality.collect import Snapshot
+    store = runner.coordinator.store
+    if checkpoint is None or str(checkpoint).strip() in ("", "latest"):
+        cp = store.latest()
+        if cp is None:
+            raise CheckpointError(f"job {runner.job.name!r} has no completed checkpoint to validate "
+                                  f"(under {store.checkpoints_uri})")
+    else:
+        cp = runner._load_snapshot(str(checkpoint))
+    if cp.metadata.job != runner.job.name:
+        raise CheckpointError(f"{cp.describe()} belongs to job {cp.metadata.job!r}, not {runner.job.name!r}")
+    name = ("sp-" if cp.is_savepoint else "chk-") + str(cp.checkpoint_id)
+    return Snapshot(cp, name)
+
+
+def _clean(v: Any) -> Any:
+    """JSON-friendly values (NumPy scalars, NaN)."""
+    try:
+        import numpy as np
+        if isinstance(v, np.generic):
+            v = v.item()
+    except ImportError:  # pragma: no cover
+        pass
+    if isinstance(v, float) and v != v:
+        return None
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    return v
+
+
+def _outcomes(spec: SuiteSpec, res_dict: Mapping[str, Any], examples: Mapping[str, list]) -> list[ExpectationOutcome]:
+    out = []
+    for r in res_dict.get("results", []):
+        cfg = r.get("expectation_config", {})
+        kwargs = {k: v for k, v in (cfg.get("kwargs") or {}).items() if k != "batch_id"}
+        result = r.get("result") or {}
+        meta = cfg.get("meta") or {}
+        exc = (r.get("exception_info") or {})
+        success = bool(r.get("success"))
+        rows = tuple(_clean(x) for x in (result.get("unexpected_index_list") or [])
+                     if isinstance(x, dict)) if not success else ()
+        if not success and not rows and result.get("partial_unexpected_list"):
+            rows = tuple({"value": _clean(v)} for v in result["partial_unexpected_list"][:5])
+        ex = tuple(examples.get(meta.get("examples"), [])) if (not success and meta.get("examples")) else ()
+        out.append(ExpectationOutcome(
+            suite=spec.name, expectation=cfg.get("type", "?"), success=success,
+            description=cfg.get("description") or "", kwargs=_clean(kwargs),
+            observed=_clean(result.get("observed_value")), unexpected_count=result.get("unexpected_count"),
+            element_count=result.get("element_count"), unexpected_rows=rows[:20], examples=ex[:5],
+            exception=exc.get("exception_message") if exc.get("raised_exception") else None))
+    return out
+
+
+def _write_json(fio, uri: str, doc: Any) -> None:
+    fio.write_bytes(uri, (json.dumps(_clean(doc), indent=1, default=str, sort_keys=True) + "\n").encode("utf-8"))
+
+
+def _previous_results(runner, current: str, limit: int) -> list[tuple[str, str, str, dict]]:
+    """Stored GX results of the latest ``limit`` validated snapshots other than ``current``."""
+    from pipeline.fileio import join_uri
+    fio = runner.ckpt_fio
+    root = validation_root(runner)
+    try:
+        names = [n for n in fio.list_dirs(root) if n != current and n.split("-", 1)[-1].isdigit()]
+    except Exception:  # noqa: BLE001
+        return []
+    names.sort(key=lambda n: int(n.split("-", 1)[1]), reverse=True)
+    by_name = {s.name: s for s in SUITES}
+    out = []
+    for n in names[:limit]:
+        for fi in fio.list(join_uri(root, n), recursive=False):
+            fname = fi.uri.rsplit("/", 1)[-1]
+            suite_name = fname[:-5] if fname.endswith(".json") else ""
+            if suite_name in by_name:
+                try:
+                    out.append((suite_name, by_name[suite_name].dataset, n, json.loads(fio.read_bytes(fi.uri))))
+                except Exception:  # noqa: BLE001 - skip unreadable history
+                    continue
+    return out
+
+
+def validate_job(runner, checkpoint: str | int | None = None, *, mode: str = "full",
+                 areas: tuple[str, ...] | None = None, store_results: bool = True, build_docs: bool | None = None,
+                 docs_dir: str | None = None) -> ValidationResult:
+    """Run the expectation suites on checkpoint/savepoint ``checkpoint`` (default: the latest completed one).
+
+    ``mode``: ``full`` (every suite), ``restore`` (the same, after a restore) or ``epoch`` (the cheap
+    metadata subset: no Spark, no source reading). Results go to ``<job root>/validation/<snapshot>/`` and a
+    Data Docs site (``docs_dir``, default :func:`default_docs_dir`) unless disabled.
+    """
+    from pipeline.fileio import join_uri
+    from pipeline.quality import engine as eng
+    from pipeline.quality.collect import collect
+    t0 = time.perf_counter()
+    eng.warm_up()
+    snap = resolve_snapshot(runner, checkpoint)
+    if areas is None:
+        areas = ("metadata",) if mode == "epoch" else ALL_AREAS
+    collected = collect(runner, snap, mode="epoch" if mode == "epoch" else "full", areas=areas)
+    t_ge = time.perf_counter()
+    gx = eng.engine()
+    collected.timings["gx_setup"] = time.perf_counter() - t_ge
+    run_time = datetime.now(timezone.utc).isoformat()
+    out_dir = join_uri(validation_root(runner), snap.name)
+    suites: list[SuiteOutcome] = []
+    docs_inputs: list[tuple[str, str, str, dict]] = []
+    t_v = time.perf_counter()
+    specs = [s for s in SUITES if s.area in areas and (mode != "epoch" or s.per_epoch)]
+    for spec in specs:
+        skip_key = f"{spec.dataset}:{spec.area}"
+        reason = collected.skipped.get(skip_key) or collected.skipped.get(spec.dataset)
+        df = collected.datasets.get(spec.dataset)
+        if reason is None and df is None:
+            reason = f"dataset {spec.dataset} was not collected"
+        if reason is not None:
+            suites.append(SuiteOutcome(spec.name, spec.area, spec.dataset, True, 0, skipped=reason))
+            continue
+        res = gx.validate(spec, df)
+        doc = res.to_json_dict()
+        doc.setdefault("meta", {})["run_id"] = {"run_name": snap.name, "run_time": run_time}
+        doc["meta"]["epochal"] = {"job": runner.job.name, "snapshot": snap.name, "mode": mode,
+                                  "location": snap.location, "dataset": spec.dataset}
+        uri = join_uri(out_dir, f"{spec.name}.json") if store_results else None
+        if store_results:
+            _write_json(runner.ckpt_fio, uri, doc)
+        docs_inputs.append((spec.name, spec.dataset, snap.name, doc))
+        outcomes = _outcomes(spec, doc, collected.examples)
+        suites.append(SuiteOutcome(spec.name, spec.area, spec.dataset, bool(res.success), int(len(df)),
+                                   tuple(outcomes), uri))
+    collected.timings["gx_validate"] = time.perf_counter() - t_v
+    success = all(s.success for s in suites)
+    summary_uri = join_uri(out_dir, "summary.json") if store_results else None
+    docs_uri = None
+    if build_docs is None:
+        build_docs = mode != "epoch"
+    if build_docs:
+        t_d = time.perf_counter()
+        try:
+            history = _previous_results(runner, snap.name, DOCS_HISTORY) if store_results else []
+            docs_uri = eng.build_data_docs(docs_dir or default_docs_dir(), docs_inputs + history)
+        except Exception as e:  # noqa: BLE001 - docs are a view; never fail a validation because of them
+            log.warning("could not build Data Docs: %s", e)
+            collected.messages.append(f"Data Docs not built: {e}")
+        collected.timings["data_docs"] = time.perf_counter() - t_d
+    md = snap.md
+    result = ValidationResult(
+        job=runner.job.name, snapshot=snap.name, checkpoint_id=md.checkpoint_id, epoch=md.epoch,
+        location=snap.location, mode=mode, success=success, suites=tuple(suites),
+        duration_s=time.perf_counter() - t0, timings=dict(collected.timings), figures=_clean(collected.figures),
+        messages=tuple(collected.messages), result_uri=summary_uri, docs_uri=docs_uri)
+    if store_results:
+        _write_json(runner.ckpt_fio, summary_uri, result.to_dict())
+    log.info("%s", result.summary())
+    return result
+
+
+def validate_restored(runner, result: Mapping[str, Any], *, docs_dir: str | None = None) -> ValidationResult:
+    """Validate the restore point a ``JobRunner.restore`` just created (``result`` is its return value).
+
+    Raises ValidationError (with the summary) when a suite fails, so the restore task fails.
+    """
+    cid = result.get("checkpoint_id") if isinstance(result, Mapping) else None
+    v = validate_job(runner, None if cid is None else str(cid), mode="restore", docs_dir=docs_dir)
+    runner.echo(v.summary())
+    if not v.success:
+        raise ValidationError(f"restore of job {runner.job.name!r} from {result.get('from')} failed validation:\n"
+                              + v.summary())
+    return v
+
+
+def validate_after_epoch(runner, completed_metadata, *, raise_on_failure: bool = True) -> ValidationResult | None:
+    """The cheap per-epoch subset on a just-completed checkpoint, if ``PIPELINE_VALIDATE_AFTER_EPOCH``.
+
+    ``completed_metadata``: the CheckpointMetadata (or CompletedCheckpoint) of the new checkpoint.
+    Returns None when disabled. Metadata suites only: the checkpoint's files exist with their sizes and
+    checksums, barriers/positions do not go back from the parent, its sink commits match what it staged.
+    """
+    if not getattr(runner.config, "validate_after_epoch", False):
+        return None
+    md = getattr(completed_metadata, "metadata", completed_metadata)
+    ref = str(md.checkpoint_id) if md.kind == "checkpoint" else getattr(completed_metadata, "location", None)
+    v = validate_job(runner, ref, mode="epoch")
+    if v.success:
+        runner.echo(f"validation of {v.snapshot}: {v.evaluated} expectations passed ({v.duration_s:.1f} s)")
+    else:
+        runner.echo(v.summary())
+        if raise_on_failure:
+            raise ValidationError(f"checkpoint {md.checkpoint_id} of job {runner.job.name!r} failed the per-epoch "
+                                  "validation:\n" + v.summary())
+    return v
+
+
+def run_validation(job: str, checkpoint: str | None = None, *, config_file: str | None = None,
+                   raise_on_failure: bool = True) -> dict:
+    """Airflow-friendly: build the runner from the environment, validate, return ``to_dict()``.
+
+    Raises ValidationError when a suite fails (the task fails, with the summary in the log).
+    """
+    from pipeline.config import load_config
+    from pipeline.jobs import get_job
+    from pipeline.runtime.runner import JobRunner
+    runner = JobRunner(get_job(job), load_config(config_file))
+    v = validate_job(runner, checkpoint or None)
+    print(v.summary())
+    if raise_on_failure and not v.success:
+        raise ValidationError(v.summary())
+    return v.to_dict()
