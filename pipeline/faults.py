@@ -4,6 +4,11 @@
 named point is reached (default the first). Several points may be given separated by commas. Points:
 ``reading``, ``writing_state``, ``after_state_before_metadata``, ``after_metadata_before_commit``,
 ``after_commit``. Without the variable, :func:`fault_point` costs one dict lookup.
+
+Points are also reached inside Spark's Python workers (``reading``, ``writing_state``). With
+``EPOCHAL_KILL_SCOPE=group`` the whole process group is killed (driver, JVM, workers: a lost machine;
+:mod:`pipeline.testing.jobproc` starts jobs in their own session and sets it); otherwise only the process
+that reached the point dies (a lost worker, which fails the Spark job and aborts the checkpoint).
 """
 from __future__ import annotations
 
@@ -37,4 +42,6 @@ def fault_point(name: str) -> None:
     _hits[name] = _hits.get(name, 0) + 1
     if _hits[name] == targets[name]:
         print(f"EPOCHAL_FAULT SIGKILL at {name} (hit {_hits[name]})", file=sys.stderr, flush=True)
+        if os.environ.get("EPOCHAL_KILL_SCOPE") == "group":
+            os.killpg(os.getpgrp(), signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)

@@ -167,7 +167,8 @@ class BarrierTracker(BaseBarrierHandler):
                 out.append(AbortCheckpoint(cid, AbortReason.CHECKPOINT_DECLINED_ON_CANCELLATION_BARRIER))
             # still count the channels to be able to drop the entry once all of them have passed
             head.channels.add(channel)
-            pass
+            if self._all_arrived(head.channels):
+                self._pending.popleft()
         elif cid > self._latest_pending_id:
             out.append(AbortCheckpoint(cid, AbortReason.CHECKPOINT_DECLINED_ON_CANCELLATION_BARRIER))
             self._latest_pending_id = cid

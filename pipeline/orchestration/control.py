@@ -2,38 +2,27 @@
 
 Layout under ``<checkpoint root>/<job>/orchestration/``::
 
-    control.json                              JobControl: stopped-with-savepoint, parallelism, rewind mark
-    runs/<dag id>/<run key>/<clear n>.json    RunIntent: what one DAG run (attempt) set out to do (write-once)
-    savepoints/<savepoint id>.json            savepoints taken through Airflow (also custom targets)
+    control.json                      JobControl: stopped-with-savepoint, parallelism, rewind high-water mark
+    savepoints/<savepoint id>.json    savepoints taken through Airflow (also those with custom targets)
 
 ``control.json`` is a small document written whole (an atomic PUT / rename). Only the savepoint and
 restore DAGs and the epoch DAG's ``process`` task write it, and the DAGs never run those concurrently.
-
-A :class:`RunIntent` is written **before** a run processes anything (write-ahead, create-only). A retried
-task reads it back and can tell "a previous try of this very run already completed the epoch" (the head
-checkpoint is newer than the head recorded in the intent and is at the target epoch) from "this interval
-must be re-processed" (a cleared run has a new ``clear_number`` and so a new intent).
 """
 from __future__ import annotations
 
 import json
-import re
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
-from pipeline.exceptions import ConditionalWriteError, ObjectNotFoundError
+from pipeline.exceptions import ObjectNotFoundError
 from pipeline.fileio import FileIO, join_uri
 
-__all__ = ["JobControl", "RunIntent", "ControlStore", "utc_now_iso"]
+__all__ = ["JobControl", "ControlStore", "utc_now_iso"]
 
 
 def utc_now_iso() -> str:
     return datetime.now(tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._=-]+", "_", name)[:200]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,27 +44,6 @@ class JobControl:
     def from_dict(cls, d: Mapping[str, Any]) -> "JobControl":
         known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}  # type: ignore[attr-defined]
         return cls(**known)
-
-
-@dataclass(frozen=True, slots=True)
-class RunIntent:
-    """What one DAG run attempt set out to do (write-ahead, create-only)."""
-
-    dag_id: str
-    run_id: str
-    clear_number: int
-    epoch: int
-    head_before: int | None           # newest completed checkpoint id when the run was triggered
-    head_epoch_before: int | None
-    action: str                       # start | continue | catch_up | rewind | none (see planning.EpochAction)
-    created_at: str = field(default_factory=utc_now_iso)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "RunIntent":
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})  # type: ignore[attr-defined]
 
 
 class ControlStore:
@@ -101,28 +69,6 @@ class ControlStore:
         new = replace(self.control(), **changes, updated_at=utc_now_iso(), updated_by=by)
         self.fileio.write_bytes(self.control_uri, (json.dumps(new.to_dict(), indent=1, sort_keys=True) + "\n").encode())
         return new
-
-    # -- run intents --------------------------------------------------------------------------------
-    def intent_uri(self, dag_id: str, run_id: str, clear_number: int) -> str:
-        return join_uri(self.root, "runs", _safe(dag_id), _safe(run_id), f"{int(clear_number)}.json")
-
-    def intent(self, dag_id: str, run_id: str, clear_number: int) -> RunIntent | None:
-        try:
-            return RunIntent.from_dict(json.loads(self.fileio.read_bytes(self.intent_uri(dag_id, run_id, clear_number))))
-        except ObjectNotFoundError:
-            return None
-
-    def record_intent(self, intent: RunIntent) -> RunIntent:
-        """Write ``intent`` unless this run attempt already has one; returns the one that is stored."""
-        uri = self.intent_uri(intent.dag_id, intent.run_id, intent.clear_number)
-        try:
-            self.fileio.write_bytes(uri, (json.dumps(intent.to_dict(), indent=1, sort_keys=True) + "\n").encode(),
-                                    if_none_match=True)
-            return intent
-        except ConditionalWriteError:
-            existing = self.intent(intent.dag_id, intent.run_id, intent.clear_number)
-            assert existing is not None
-            return existing
 
     # -- savepoints taken through Airflow -----------------------------------------------------------
     def record_savepoint(self, savepoint_id: int, location: str, *, by: str, stop: bool) -> None:

@@ -203,7 +203,7 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
             others = int(context["ti"].get_dr_count(dag_id=run.dag_id, states=["queued", "running"])) > 1
             orch = _orchestrator(job.name)
             try:
-                res = orch.process(run, others_active=others)
+                res = orch.process(run, head_before=(triggered or {}).get("head_before"), others_active=others)
             except JobStoppedError as e:
                 raise AirflowSkipException(str(e)) from None
             return res.to_dict()

@@ -47,9 +47,10 @@ def _quality_entry_point():
     return validate_job
 
 
-def validate_checkpoint(runner, checkpoint: str | int | None = None, *, cheap: bool = False) -> QualityOutcome:
+def validate_checkpoint(runner, checkpoint: str | int | None = None, *, mode: str = "full") -> QualityOutcome:
     """Validate ``checkpoint`` (id or savepoint URI; None = newest) with the quality suites if available,
-    else with :func:`consistency_checks`."""
+    else with :func:`consistency_checks`. ``mode``: ``full``, ``restore`` (after a restore) or ``epoch``
+    (the cheap per-epoch subset)."""
     ref = None if checkpoint is None else str(checkpoint)
     validate_job = _quality_entry_point()
     if validate_job is None:
@@ -60,11 +61,8 @@ def validate_checkpoint(runner, checkpoint: str | int | None = None, *, cheap: b
         params = inspect.signature(validate_job).parameters
     except (TypeError, ValueError):
         params = {}
-    if cheap:
-        for name in ("cheap", "subset"):
-            if name in params:
-                kwargs[name] = True if name == "cheap" else "cheap"
-                break
+    if "mode" in params:
+        kwargs["mode"] = mode
     result = validate_job(runner, ref, **kwargs)
     summary = result.summary() if callable(getattr(result, "summary", None)) else str(getattr(result, "summary", ""))
     details = result.to_dict() if callable(getattr(result, "to_dict", None)) else {}

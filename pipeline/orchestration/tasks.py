@@ -3,9 +3,8 @@
 Epoch DAG, one run per data interval = one epoch ``n`` (the epoch ending at the interval's end):
 
 ``trigger``   (sensor) waits until the run may go (see :func:`wait_reason`), then logs barrier ``n`` (and
-              the barriers of any epochs the job must catch up first) write-ahead, and records the run's
-              :class:`~pipeline.orchestration.control.RunIntent` (what the head checkpoint was, and whether
-              this run starts, continues, catches up or rewinds the job).
+              the barriers of any epochs the job must catch up first) write-ahead and records, in its XCom,
+              the head checkpoint it saw and whether the run starts, continues, catches up or rewinds the job.
 ``process``   makes the job's newest checkpoint the state after epoch ``n`` (``JobRunner.process_epoch``):
               one checkpoint per epoch, in order; for an interval that was processed already it rewinds
               to the checkpoint before ``n`` and processes forward again (see :func:`process`).
@@ -17,8 +16,9 @@ Epoch DAG, one run per data interval = one epoch ``n`` (the epoch ending at the 
               ``PIPELINE_VALIDATE_AFTER_EPOCH=true`` also the cheap data-quality subset.
 
 Every task is idempotent under Airflow retries: a retried ``process`` never duplicates output (the
-intent tells it that a previous try already completed the epoch; an incomplete try leaves a pending
-checkpoint that is garbage-collected, never a half-written ``_metadata``), and ``commit`` is idempotent.
+trigger's XCom tells it that a previous try already completed the epoch; an incomplete try leaves a
+pending checkpoint that is garbage-collected, never a half-written ``_metadata``), and ``commit`` is
+idempotent. Clearing a run re-runs ``trigger`` too, so a cleared run re-processes its interval.
 """
 from __future__ import annotations
 
@@ -47,6 +47,23 @@ class EpochAction(Enum):
     CONTINUE = "continue"    # head is epoch n-1: process epoch n
     CATCH_UP = "catch_up"    # head is older: process every epoch up to n, one checkpoint each
     REWIND = "rewind"        # head is epoch >= n: restore the checkpoint before n and process forward again
+
+
+class _Unset:
+    pass
+
+
+UNSET = _Unset()
+
+
+def _action(head, epoch: int) -> EpochAction:
+    if head is None:
+        return EpochAction.START
+    if head.epoch >= epoch:
+        return EpochAction.REWIND
+    if head.epoch == epoch - 1:
+        return EpochAction.CONTINUE
+    return EpochAction.CATCH_UP
 
 
 class JobStoppedError(EpochalError):
@@ -238,7 +255,7 @@ class Orchestrator:
                 f"({ctl.updated_at} by {ctl.updated_by}); restore it (restore DAG) to resume")
 
     def trigger(self, run: EpochRun) -> TriggerResult | None:
-        """Log barrier ``n`` write-ahead and record the run intent. None while the epoch cannot complete
+        """Log barrier ``n`` write-ahead and report the head checkpoint. None while the epoch cannot complete
         yet (a source partition lags): the sensor pokes again."""
         self.check_not_stopped()
         r = self.runner
@@ -249,31 +266,22 @@ class Orchestrator:
                       f"(no row at/after the barrier and the allowed lateness "
                       f"{self.config.allowed_lateness_seconds}s has not passed)")
             return None
-        intent = self.control.intent(run.dag_id, run.run_id, run.clear_number)
-        if intent is None:
-            from pipeline.orchestration.control import RunIntent
-            head = self.head()
-            if head is None:
-                action = EpochAction.START
-            elif head.epoch >= run.epoch:
-                action = EpochAction.REWIND
-            elif head.epoch == run.epoch - 1:
-                action = EpochAction.CONTINUE
-            else:
-                action = EpochAction.CATCH_UP
-            intent = self.control.record_intent(RunIntent(
-                dag_id=run.dag_id, run_id=run.run_id, clear_number=run.clear_number, epoch=run.epoch,
-                head_before=head.checkpoint_id if head else None, head_epoch_before=head.epoch if head else None,
-                action=action.value))
-        self.echo(f"trigger: epoch {run.epoch} (barrier {barrier_time}), action {intent.action}, head before "
-                  f"checkpoint {intent.head_before} (epoch {intent.head_epoch_before}); barriers logged for epochs "
-                  f"{epochs[0]}..{epochs[-1]}")
-        return TriggerResult(epoch=run.epoch, barrier_time=barrier_time, action=intent.action,
-                             head_before=intent.head_before, head_epoch_before=intent.head_epoch_before,
-                             barrier_epochs=tuple(epochs))
+        head = self.head()
+        action = _action(head, run.epoch)
+        self.echo(f"trigger: epoch {run.epoch} (barrier {barrier_time}), action {action.value}, head before: "
+                  f"checkpoint {head.checkpoint_id if head else None} (epoch {head.epoch if head else None}); "
+                  f"barriers logged for epochs {epochs[0]}..{epochs[-1]}")
+        return TriggerResult(epoch=run.epoch, barrier_time=barrier_time, action=action.value,
+                             head_before=head.checkpoint_id if head else None,
+                             head_epoch_before=head.epoch if head else None, barrier_epochs=tuple(epochs))
 
-    def process(self, run: EpochRun, *, others_active: bool = False) -> ProcessResult:
+    def process(self, run: EpochRun, *, head_before: int | None | _Unset = UNSET,
+                others_active: bool = False) -> ProcessResult:
         """Make the newest checkpoint the state after epoch ``n``; idempotent under retries.
+
+        ``head_before`` is the head checkpoint id the ``trigger`` task saw (its XCom: stable across retries
+        of ``process``, new when the run is cleared). If the head is newer than that and at epoch >= n, a
+        previous try of this run completed the epoch already: nothing is processed again.
 
         A re-run (head at epoch >= n) rewinds; the epoch the job had reached is kept as a high-water mark
         (``reprocess_until``) and, once no other run of the DAG is waiting (``others_active`` False), the
@@ -281,20 +289,14 @@ class Orchestrator:
         was, with that interval recomputed. A backfill/clear over a range re-processes its runs in order and
         the last one processes forward.
         """
-        from pipeline.orchestration.control import RunIntent
         self.check_not_stopped()
         ctl = self.control.control()
         P = ctl.parallelism
-        intent = self.control.intent(run.dag_id, run.run_id, run.clear_number)
         head = self.head()
-        if intent is None:  # trigger skipped/cleared separately: record it now (before processing)
-            action = (EpochAction.START if head is None else EpochAction.REWIND if head.epoch >= run.epoch
-                      else EpochAction.CONTINUE if head.epoch == run.epoch - 1 else EpochAction.CATCH_UP)
-            intent = self.control.record_intent(RunIntent(
-                dag_id=run.dag_id, run_id=run.run_id, clear_number=run.clear_number, epoch=run.epoch,
-                head_before=head.checkpoint_id if head else None, head_epoch_before=head.epoch if head else None,
-                action=action.value))
-        before = intent.head_before or 0
+        if isinstance(head_before, _Unset):
+            head_before = head.checkpoint_id if head is not None else None
+        action = _action(head, run.epoch) if head is None or head.checkpoint_id == head_before else None
+        before = head_before or 0
         progressed = head is not None and head.checkpoint_id > before
         completed: list[int] = []
         epochs: list[int] = []
@@ -349,7 +351,7 @@ class Orchestrator:
         self.echo(f"process: checkpoints {completed or '-'} completed (epochs {epochs or '-'}), records {records}; "
                   f"head is checkpoint {final.checkpoint_id} (epoch {final.epoch})")
         return ProcessResult(epoch=run.epoch, checkpoint_id=final.checkpoint_id, head_epoch=final.epoch,
-                             action=intent.action, completed=tuple(completed), epochs=tuple(epochs), records=records,
+                             action=action.value if action else "resume", completed=tuple(completed), epochs=tuple(epochs), records=records,
                              rewound_to=rewound_to, skipped=skipped, forwarded_to=forwarded_to,
                              messages=tuple(messages))
 
@@ -383,9 +385,11 @@ class Orchestrator:
                           "(recovered: the previous task stopped between _metadata and the commit)")
         garbage = tuple(self.runner.coordinator.cleanup_garbage())
         sink_dirs = 0
-        for _, _, tpc in self._sinks():
-            try:
-                sink_dirs += tpc.cleanup(protect={head.checkpoint_id})
+        protect = set(self.store.ids()) | {head.checkpoint_id}
+        newest = self.runner.coordinator.counter.latest_claimed()
+        for _, table, _ in self._sinks():
+            try:  # staged output of aborted/crashed checkpoints (completed ones may still be recovered)
+                sink_dirs += table.cleanup(protect=protect, protect_from_id=newest)
             except EpochalError as e:  # cleanup never fails a commit
                 self.echo(f"WARNING: sink cleanup: {e}")
         self.echo(f"commit: checkpoint {head.checkpoint_id} (epoch {head.epoch}) committed to "
@@ -434,7 +438,7 @@ class Orchestrator:
         q = None
         if quality if quality is not None else self.config.validate_after_epoch:
             from pipeline.orchestration.quality import validate_checkpoint
-            outcome = validate_checkpoint(self.runner, checkpoint_id, cheap=True)
+            outcome = validate_checkpoint(self.runner, checkpoint_id, mode="epoch")
             q = outcome.to_dict()
             checks.append(f"data quality ({outcome.engine})")
             if not outcome.success:
@@ -487,7 +491,7 @@ class Orchestrator:
     def validate_restore(self, checkpoint_id: int) -> dict[str, Any]:
         """The data-quality suites on a restored checkpoint; raises ValidationError on failure."""
         from pipeline.orchestration.quality import validate_checkpoint
-        outcome = validate_checkpoint(self.runner, checkpoint_id)
+        outcome = validate_checkpoint(self.runner, checkpoint_id, mode="restore")
         self.echo(outcome.summary)
         if not outcome.success:
             raise ValidationError(f"validation of checkpoint {checkpoint_id} of job {self.job_name!r} failed: "

@@ -22,8 +22,8 @@ from typing import Callable
 from pipeline.clock import Clock, clock_from_iso
 from pipeline.config import PipelineConfig
 from pipeline.epochs import EpochClock
-from pipeline.exceptions import (CheckpointError, ConditionalWriteError, ConfigError, IncompatibleStateError,
-                                 ObjectNotFoundError)
+from pipeline.exceptions import (CheckpointError, ConditionalWriteError, ConfigError, EpochalError,
+                                 IncompatibleStateError, ObjectNotFoundError)
 from pipeline.faults import fault_point
 from pipeline.job import AggregateNode, Job, JoinNode, SinkNode, SourceNode
 
@@ -461,6 +461,7 @@ class JobRunner:
             self._recover_sinks(completed.metadata)  # notifyCheckpointComplete -> commit (idempotent)
             fault_point("after_commit")
             self._drop_round_scratch(pending.location, rnd)
+            self._cleanup_sink_garbage()
             ckpt_s = time.perf_counter() - t_ack
             md = completed.metadata
             self._last_location = completed.location
@@ -546,10 +547,16 @@ class JobRunner:
         return [h for h in rows if not (h["kind"] == "output" and str(h["name"]).startswith("exchange:"))]
 
     def _cleanup_sink_garbage(self) -> None:
+        """Delete staged sink output of aborted/crashed checkpoints. Spares completed checkpoints (their
+        commit may still be recovered) and the newest claimed id (a runner may still be working on it)."""
+        protect = set(self.coordinator.store.ids())
+        newest = self.coordinator.counter.latest_claimed()
         for sink in self.job.sinks():
             try:
-                self._sink(sink).cleanup()
-            except Exception as e:  # noqa: BLE001 - cleanup must never fail a run
+                n = self._table(sink.table).cleanup(protect=protect, protect_from_id=newest)
+                if n:
+                    self.echo(f"sink {sink.table}: removed {n} uncommitted staging dir(s) of aborted checkpoints")
+            except EpochalError as e:  # cleanup must never fail a run
                 self.echo(f"WARNING: sink {sink.table}: cleanup failed: {e}")
 
     # ------------------------------------------------------------------------- savepoint / restore

@@ -31,7 +31,7 @@ def get_spark(master: str = "local[*]", parallelism: int = 2, app: str = "epocha
          .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
          .config("spark.executorEnv.PYTHONPATH", os.pathsep.join(p for p in sys.path if p)))
     for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION",
-              "EPOCHAL_KILL_AT", "EPOCHAL_PHASE_MARKERS"):
+              "EPOCHAL_KILL_AT", "EPOCHAL_KILL_SCOPE", "EPOCHAL_PHASE_MARKERS"):
         if os.environ.get(k):
             b = b.config(f"spark.executorEnv.{k}", os.environ[k])
     _SESSION = b.getOrCreate()

@@ -39,6 +39,7 @@ def run_job_process(args: Sequence[str], env: Mapping[str, str] | None = None, *
     full_env.update(env or {})
     full_env.setdefault("PYSPARK_PYTHON", sys.executable)
     full_env["EPOCHAL_PHASE_MARKERS"] = "1"
+    full_env["EPOCHAL_KILL_SCOPE"] = "group"  # the child is a session leader: a kill takes the whole job
     t0 = time.time()
     proc = subprocess.Popen([sys.executable, "-m", "pipeline", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=full_env, cwd=cwd, start_new_session=True)

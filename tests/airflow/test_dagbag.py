@@ -1,0 +1,143 @@
+"""DagBag integrity (astro-style): no import errors, tags, retries, thin DAG files without top-level I/O."""
+from __future__ import annotations
+
+import ast
+import builtins
+import socket
+import subprocess
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from af_helpers import REPO, load_dag_module
+
+pytestmark = [pytest.mark.airflow]
+
+DAG_FILES = sorted((REPO / "dags").glob("*.py"))
+EPOCH_SECONDS = 120
+
+
+@pytest.fixture(scope="module")
+def dagbag(airflow_home, tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    root = tmp_path_factory.mktemp("dagbag").as_uri()
+    for k, v in {"PIPELINE_EPOCH_SECONDS": str(EPOCH_SECONDS), "PIPELINE_SOURCE_URI": f"{root}/src",
+                 "PIPELINE_CHECKPOINT_URI": f"{root}/chk", "PIPELINE_SINK_URI": f"{root}/sink"}.items():
+        mp.setenv(k, v)
+    from airflow.dag_processing.dagbag import DagBag
+    bag = DagBag(dag_folder=str(REPO / "dags"))
+    yield bag
+    mp.undo()
+
+
+def test_dag_files_exist():
+    names = {p.name for p in DAG_FILES}
+    assert {"orders_payments_epochs.py", "orders_payments_savepoint.py", "orders_payments_restore.py"} <= names
+
+
+def test_no_import_errors(dagbag):
+    assert dagbag.import_errors == {}, dagbag.import_errors
+    assert {"epochal_orders_payments", "epochal_orders_payments_savepoint",
+            "epochal_orders_payments_restore"} <= set(dagbag.dag_ids)
+
+
+def test_tags_retries_and_docs(dagbag):
+    for dag_id, dag in dagbag.dags.items():
+        assert dag.tags, f"{dag_id} has no tags"
+        assert "epochal" in dag.tags
+        assert dag.doc_md and dag.doc_md.strip(), f"{dag_id}: the DAG file docstring must become doc_md"
+        for task in dag.tasks:
+            if task.task_id == "validate" and dag_id.endswith("_restore"):
+                continue  # a failed validation of restored state is not retried on purpose
+            assert task.retries >= 1, f"{dag_id}.{task.task_id} has no retries"
+
+
+def test_doc_md_is_the_module_docstring(dagbag):
+    for path in DAG_FILES:
+        doc = ast.get_docstring(ast.parse(path.read_text()))
+        dags = [d for d in dagbag.dags.values() if Path(d.fileloc).name == path.name]
+        assert dags, f"{path.name} defines no DAG"
+        for d in dags:
+            assert d.doc_md.strip() == (doc or "").strip()
+
+
+def test_epoch_dag_shape(dagbag):
+    from pipeline.jobs import get_job
+    dag = dagbag.dags["epochal_orders_payments"]
+    assert [t.task_id for t in dag.topological_sort()] == ["trigger", "process", "commit", "validate"]
+    assert dag.max_active_runs == 1
+    assert getattr(dag.timetable, "_delta", None) == timedelta(seconds=EPOCH_SECONDS), dag.timetable
+    assert int(dag.start_date.timestamp()) % EPOCH_SECONDS == 0, "data intervals must be aligned to epochs"
+    outlets = {a.name for a in dag.get_task("commit").outlets}
+    assert outlets == {f"epochal/orders_payments/{t}" for t in get_job("orders_payments").sink_tables()}
+    uris = {a.uri for a in dag.get_task("commit").outlets}
+    assert all(u.startswith("file://") and "/sink/orders_payments/" in u for u in uris), uris
+    assert dag.get_task("trigger").mode == "reschedule"
+
+
+def test_manual_dags_have_params(dagbag):
+    sp = dagbag.dags["epochal_orders_payments_savepoint"]
+    assert sp.timetable.summary in ("None", "Never") or not sp.timetable.periodic
+    assert set(sp.params) >= {"target", "stop_after_savepoint"}
+    rs = dagbag.dags["epochal_orders_payments_restore"]
+    assert set(rs.params) >= {"from", "parallelism", "allow_non_restored_state"}
+    assert [t.task_id for t in rs.topological_sort()] == ["wait_for_epoch_runs", "restore", "validate"]
+
+
+def _is_thin(tree: ast.Module) -> list[str]:
+    """DAG files: docstring, imports, one `dag = <factory>(...)` and `if __name__ == "__main__": dag.test()`."""
+    problems = []
+    has_main = False
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            continue
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Call):
+            fn = node.value.func
+            name = fn.id if isinstance(fn, ast.Name) else getattr(fn, "attr", "")
+            if name.startswith("build_"):
+                continue
+        if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
+            has_main = "dag.test()" in ast.unparse(node)
+            continue
+        problems.append(f"line {node.lineno}: {ast.unparse(node)[:80]}")
+    if not has_main:
+        problems.append('missing `if __name__ == "__main__": dag.test()`')
+    return problems
+
+
+@pytest.mark.parametrize("path", DAG_FILES, ids=lambda p: p.name)
+def test_dag_file_is_thin(path):
+    tree = ast.parse(path.read_text())
+    assert ast.get_docstring(tree), f"{path.name} has no docstring"
+    assert _is_thin(tree) == [], f"{path.name} is not a thin DAG file"
+
+
+@pytest.mark.parametrize("path", DAG_FILES, ids=lambda p: p.name)
+def test_no_top_level_io(path, dagbag, monkeypatch):
+    """Parsing a DAG file opens no file, socket, subprocess, S3 client or Spark session (imports warmed up)."""
+    load_dag_module(path)  # warm up imports (they may read files)
+    touched: list[str] = []
+
+    def trip(what):
+        def f(*a, **k):
+            touched.append(f"{what}{a[:1]}")
+            raise AssertionError(f"top-level I/O while parsing {path.name}: {what}{a[:1]}")
+        return f
+
+    import pipeline.fileio as fio
+    monkeypatch.setattr(builtins, "open", trip("open"))
+    monkeypatch.setattr(socket.socket, "connect", trip("socket.connect"))
+    monkeypatch.setattr(subprocess, "Popen", trip("subprocess.Popen"))
+    for cls in (fio.LocalFileIO, fio.S3FileIO):
+        for meth in ("read_bytes", "write_bytes", "exists", "list", "list_dirs", "open_input", "open_output"):
+            monkeypatch.setattr(cls, meth, trip(f"{cls.__name__}.{meth}"))
+    import pipeline.runtime.session as sess
+    monkeypatch.setattr(sess, "get_spark", trip("get_spark"))
+    t0 = time.perf_counter()
+    load_dag_module(path)
+    assert time.perf_counter() - t0 < 2.0, "parsing should be fast"
+    assert touched == []
