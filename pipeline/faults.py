@@ -43,5 +43,10 @@ def fault_point(name: str) -> None:
     if _hits[name] == targets[name]:
         print(f"EPOCHAL_FAULT SIGKILL at {name} (hit {_hits[name]})", file=sys.stderr, flush=True)
         if os.environ.get("EPOCHAL_KILL_SCOPE") == "group":
-            os.killpg(os.getpgrp(), signal.SIGKILL)
+            # Spark's Python workers run in process groups of their own: kill the job's session group
+            # (the driver and its JVM), then this process
+            try:
+                os.killpg(os.getsid(0), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         os.kill(os.getpid(), signal.SIGKILL)

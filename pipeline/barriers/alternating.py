@@ -14,7 +14,10 @@ is no clock inside). It fires in :meth:`advance_time` or at the start of any ``p
 ``now`` reached ``first arrival + timeout``: the checkpoint is then triggered unaligned
 (``TriggerCheckpoint(mode_used=UNALIGNED, switched_to_unaligned=True, alignment_duration=now - first
 arrival)``), the blocked channels are released and the channels still owing barrier ``n`` persist their
-in-flight data (``PersistInFlight``) until their barrier arrives (``AllBarriersReceived``).
+in-flight data (``PersistInFlight``) until their barrier arrives (``AllBarriersReceived``). When the
+timeout fires inside ``process_barrier(c, n)`` / ``process_end_of_partition(c)``, channel ``c`` is not
+in flight: its barrier (or end) is the next thing it delivers, so its range is empty. Call
+:meth:`advance_time` whenever time passes without events (e.g. at the start of every round).
 All id rules are those of :mod:`pipeline.barriers.single`.
 """
 from __future__ import annotations

@@ -17,7 +17,9 @@ Outputs are *decisions* the runtime must carry out, in list order:
 * :class:`PersistInFlight` - unaligned: the channel's data from its current read position up to its
   barrier ``n`` (or its end of partition) is in-flight data of checkpoint ``n`` and must be persisted as
   channel state (a position range for source data, a real copy for data between operators). It is
-  processed normally afterwards.
+  processed normally afterwards. The range also ends if ``n`` is aborted. A channel whose barrier ``n``
+  (or end of partition) is the very event that let a due alignment timeout fire gets none: its range
+  is empty.
 * :class:`AllBarriersReceived` - every channel delivered barrier ``n`` (or is closed); the task-side
   part of checkpoint ``n`` is complete (Flink: ``getAllBarriersReceivedFuture(n)`` completes). For
   aligned and at-least-once checkpoints it directly follows the trigger; for unaligned checkpoints it

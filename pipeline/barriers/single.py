@@ -244,7 +244,9 @@ class SingleCheckpointBarrierHandler(BaseBarrierHandler):
 
     def _trigger_unaligned(self, now: float, out: list[Decision], *, switched: bool,
                            not_in_flight: int | None = None) -> None:
-        inflight = self._waiting(self._received) - {not_in_flight}
+        inflight = self._waiting(self._received)
+        if not_in_flight is not None:
+            inflight -= {not_in_flight}
         out.append(self._trigger(TriggerMode.UNALIGNED, now, inflight, switched=switched))
         out.extend(Unblock(c) for c in sorted(self._blocked))
         out.extend(PersistInFlight(c, self._current_id) for c in sorted(inflight))

@@ -33,7 +33,7 @@ class UnalignedBarrierHandler(SingleCheckpointBarrierHandler):
     """Exactly-once without alignment: snapshot at the first barrier, in-flight data as channel state."""
 
     def _plan(self, barrier: CheckpointBarrier) -> AlignmentPlan:
-        if barrier.options.alignment is AlignmentType.FORCED_ALIGNED:
+        if barrier.options.is_savepoint or barrier.options.alignment is AlignmentType.FORCED_ALIGNED:
             raise BarrierError(
                 f"checkpoint {barrier.checkpoint_id} ({barrier.options.checkpoint_type.value}, "
                 f"{barrier.options.alignment.value}) must be aligned; the unaligned handler can not take "

@@ -24,8 +24,8 @@ Orders and payments
     * a ``captured`` payment with probability 0.85 (``payment_id = p-<r:06d>-<i:07d>-c``, same amount);
       it arrives 1-2 epochs *before* its order (8%), 1-12 epochs later (30%, geometric, mean 3) or in the
       same epoch, in a random payments partition;
-    * a ``failed`` payment with probability 0.12 (``...-f``), 1-119 s before the capture time (so for paid
-      orders the failure comes first);
+    * a ``failed`` payment with probability 0.12 (``...-f``), between 1 s and min(120 s, epoch length)
+      before the capture time (so for paid orders the failure comes first);
 
     so every order has at most one captured payment. All of epoch ``r`` is a pure function of
     ``(seed, r)`` and the config: ``generate(epochs=24)`` and ``generate(epochs=12)`` followed by

@@ -9,6 +9,8 @@ Defaults can be set per deployment with environment variables (all optional):
 ==================================  =====================================================================
 ``EPOCHAL_START_DATE``              first data interval of epoch DAGs (ISO-8601 UTC; floored to an epoch
                                     boundary). Default ``2026-01-01T00:00:00Z``.
+``EPOCHAL_END_DATE``               optional: the scheduler creates no run for intervals starting after it
+                                    (backfills still can), e.g. for a job being retired.
 ``EPOCHAL_CATCHUP``                 ``true`` lets the scheduler create a run for every past interval since
                                     the start date (default ``false``: the first run catches the job up
                                     itself, one checkpoint per epoch).
@@ -131,7 +133,8 @@ def _default_args(retries: int | None, retry_delay: timedelta | None) -> dict[st
 
 
 def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | None = None,
-                    tags: Sequence[str] = (), start_date: str | datetime | None = None, catchup: bool | None = None,
+                    tags: Sequence[str] = (), start_date: str | datetime | None = None,
+                    end_date: str | datetime | None = None, catchup: bool | None = None,
                     retries: int | None = None, retry_delay: timedelta | None = None,
                     poke_interval: float | None = None, trigger_timeout: float | None = None,
                     config=None) -> "DAG":
@@ -154,6 +157,8 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
     dag_id = dag_id or epoch_dag_id(job.name)
     assets = {t: sink_asset(job.name, t, cfg) for t in job.sink_tables()}
     start = _parse_start(start_date or os.environ.get("EPOCHAL_START_DATE") or DEFAULT_START_DATE, E)
+    end_raw = end_date or os.environ.get("EPOCHAL_END_DATE") or None
+    end = _parse_start(end_raw, E) if end_raw else None
     catchup = _env_bool("EPOCHAL_CATCHUP", False) if catchup is None else catchup
     poke = poke_interval if poke_interval is not None else _env_float("EPOCHAL_POKE_SECONDS", 15)
     timeout = trigger_timeout if trigger_timeout is not None else _env_float(
@@ -163,6 +168,7 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
         dag_id=dag_id,
         schedule=DeltaDataIntervalTimetable(timedelta(seconds=E)),
         start_date=start,
+        end_date=end,
         catchup=catchup,
         max_active_runs=1,
         default_args=_default_args(retries, retry_delay),
@@ -187,7 +193,7 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
             if reason:
                 log.info("epoch %s: waiting: %s", run.epoch, reason)
                 return PokeReturnValue(is_done=False)
-            orch = _orchestrator(job.name)
+            orch = _orchestrator(job_name)
             try:
                 res = orch.trigger(run)
             except JobStoppedError as e:
@@ -201,7 +207,7 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
             from pipeline.orchestration.tasks import JobStoppedError
             run = _run_of(context, E)
             others = int(context["ti"].get_dr_count(dag_id=run.dag_id, states=["queued", "running"])) > 1
-            orch = _orchestrator(job.name)
+            orch = _orchestrator(job_name)
             try:
                 res = orch.process(run, head_before=(triggered or {}).get("head_before"), others_active=others)
             except JobStoppedError as e:
@@ -211,7 +217,7 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
         @task(task_id="commit", outlets=list(assets.values()),
               doc_md="Commit the checkpoint's sink transactions (idempotent) and emit the sink Assets.")
         def commit(processed: dict, **context):
-            orch = _orchestrator(job.name)
+            orch = _orchestrator(job_name)
             res = orch.commit(int(processed["checkpoint_id"]))
             events = context.get("outlet_events")
             if events is not None:
@@ -225,7 +231,7 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
         @task(task_id="validate", doc_md="Verify the checkpoint files, positions and the sink lineage.")
         def validate(committed: dict, **context):
             from pipeline.exceptions import ValidationError
-            orch = _orchestrator(job.name)
+            orch = _orchestrator(job_name)
             res = orch.validate(int(committed["checkpoint_id"]))
             if not res.success:
                 raise ValidationError(f"checkpoint {res.checkpoint_id} of job {job.name!r} failed validation: "
@@ -287,7 +293,7 @@ def build_savepoint_dag(job_name: str, *, dag_id: str | None = None, doc_md: str
         def savepoint(**context):
             params = context["params"]
             dr = context["dag_run"]
-            orch = _orchestrator(job.name)
+            orch = _orchestrator(job_name)
             res = orch.savepoint(target=params.get("target"), stop=bool(params.get("stop_after_savepoint")),
                                  by=f"airflow:{dr.dag_id}/{dr.run_id}")
             context["ti"].xcom_push(key="savepoint_location", value=res["savepoint"])
@@ -334,7 +340,7 @@ def build_restore_dag(job_name: str, *, dag_id: str | None = None, doc_md: str |
         def restore(**context):
             params = context["params"]
             dr = context["dag_run"]
-            orch = _orchestrator(job.name)
+            orch = _orchestrator(job_name)
             par = params.get("parallelism")
             return orch.restore(str(params.get("from") or ""), parallelism=int(par) if par not in (None, "") else None,
                                 allow_non_restored_state=bool(params.get("allow_non_restored_state")),
@@ -342,7 +348,7 @@ def build_restore_dag(job_name: str, *, dag_id: str | None = None, doc_md: str |
 
         @task(task_id="validate", retries=0, doc_md="Data-quality suites on the restored checkpoint.")
         def validate(restored: dict, **context):
-            orch = _orchestrator(job.name)
+            orch = _orchestrator(job_name)
             return orch.validate_restore(int(restored["checkpoint_id"]))
 
         waited >> validate(restore())
@@ -371,7 +377,7 @@ def build_quality_dag(job_name: str, *, dag_id: str | None = None, doc_md: str |
 
         @task(task_id="validate")
         def validate(**context):
-            orch = _orchestrator(job.name)
+            orch = _orchestrator(job_name)
             return orch.quality(context["params"].get("checkpoint") or None)
 
         validate()

@@ -200,14 +200,17 @@ class ValidateResult:
 class Orchestrator:
     """Task logic for one job, on top of :class:`~pipeline.runtime.runner.JobRunner`.
 
-    ``runner_factory`` builds the runner lazily (Spark starts only in tasks that process), ``echo`` is
+    ``job`` is a registered job name or ``module:function``. ``runner_factory`` builds the runner lazily (Spark starts only in tasks that process), ``echo`` is
     where task logs go. Construct one per task execution.
     """
 
-    def __init__(self, job_name: str, config, *, echo: Callable[[str], None] | None = None,
+    def __init__(self, job: str, config, *, echo: Callable[[str], None] | None = None,
                  runner_factory: Callable[[], Any] | None = None) -> None:
         from pipeline.fileio import file_io_for
+        from pipeline.jobs import get_job
         from pipeline.orchestration.control import ControlStore
+        self.job = get_job(job)  # a registered name or "module:function" (builds the graph in memory only)
+        job_name = self.job.name
         self.job_name = job_name
         self.config = config
         self.echo = echo or (lambda m: log.info("%s", m))
@@ -223,9 +226,8 @@ class Orchestrator:
             if self._runner_factory is not None:
                 self._runner = self._runner_factory()
             else:
-                from pipeline.jobs import get_job
                 from pipeline.runtime.runner import JobRunner
-                self._runner = JobRunner(get_job(self.job_name), self.config, echo=self.echo)
+                self._runner = JobRunner(self.job, self.config, echo=self.echo)
         return self._runner
 
     @property

@@ -35,7 +35,8 @@ import pyarrow.compute as pc
 from pipeline.exceptions import ObjectNotFoundError, SinkError, StorageError
 from pipeline.quality.jobspec import JobObjects, job_objects, sink_obj, state_obj
 from pipeline.quality.keygroups import key_groups
-from pipeline.quality.normalize import MAX_MEASURES, NORM_DDL, ObjectSpec, normalize, read_files_task, schema_signature
+from pipeline.quality.normalize import (KG_SUMS, MAX_MEASURES, SUMMARY_DDL, ObjectSpec, group_sums, normalize,
+                                        read_files_task, schema_signature, summarize)
 
 __all__ = ["Snapshot", "Collected", "collect", "ordinal"]
 
@@ -141,49 +142,30 @@ def _stat_many(fio_for, uris: Iterable[str], checksum: set[str]) -> dict[str, di
 
 
 # ---------------------------------------------------------------------------------- pyarrow summaries
-def _per_kg_arrow(norm: pa.Table, kg: np.ndarray) -> pd.DataFrame:
-    """Per (obj, kg) summary of normalised rows, computed with pyarrow (driver side)."""
-    cols = ["obj", "kg", "rows", "keys", "dup_keys", "null_keys", "kg_mismatch", "out_of_range", "files",
-            "null_values", "negative_values", "after_barrier", "expired", "fp_num", "fp_ts", "fp_str"]
+PER_KG_COLUMNS = ["obj", "kg", "rows", "keys", "dup_keys", "null_keys", "kg_mismatch", "out_of_range", "files",
+                  "null_values", "negative_values", "after_barrier", "expired", "fp_num", "fp_ts", "fp_str"]
+
+
+def _per_kg_arrow(norm: pa.Table, obj: str, **kw) -> pd.DataFrame:
+    """Per (obj, kg) summary of normal-form rows, computed with pyarrow (driver side)."""
     if norm.num_rows == 0:
-        return pd.DataFrame(columns=cols)
-    t = pa.table({"obj": norm["obj"], "kg": pa.array(kg, pa.int32()), "key": norm["key"],
-                  "null_key": norm["null_key"], "null_val": norm["null_val"], "neg_val": norm["neg_val"],
-                  "fp_num": norm["fp_num"], "fp_ts": norm["fp_ts"], "fp_str": norm["fp_str"]})
-    per_key = t.group_by(["obj", "kg", "key"]).aggregate([([], "count_all")])
-    dup = per_key.filter(pc.and_(pc.greater(per_key["count_all"], 1), pc.is_valid(per_key["key"])))
-    dups = dup.group_by(["obj", "kg"]).aggregate([([], "count_all")]).to_pandas().rename(
-        columns={"count_all": "dup_keys"})
-    g = t.group_by(["obj", "kg"]).aggregate([
-        ([], "count_all"), ("key", "count_distinct"), ("null_key", "sum"), ("null_val", "sum"), ("neg_val", "sum"),
-        ("fp_num", "sum"), ("fp_ts", "sum"), ("fp_str", "sum")]).to_pandas()
-    g = g.rename(columns={"count_all": "rows", "key_count_distinct": "keys", "null_key_sum": "null_keys",
-                          "null_val_sum": "null_values", "neg_val_sum": "negative_values", "fp_num_sum": "fp_num",
-                          "fp_ts_sum": "fp_ts", "fp_str_sum": "fp_str"})
-    g = g.merge(dups, on=["obj", "kg"], how="left")
-    g["dup_keys"] = g["dup_keys"].fillna(0).astype("int64")
-    for c in ("kg_mismatch", "out_of_range", "after_barrier", "expired"):
-        g[c] = 0
+        return pd.DataFrame(columns=PER_KG_COLUMNS)
+    g = summarize(norm, **kw).to_pandas()
     g["files"] = 1
-    return g[cols]
+    g["obj"] = obj
+    return g[PER_KG_COLUMNS]
 
 
-def _per_group_arrow(norm: pa.Table, n_measures: int) -> pd.DataFrame:
-    cols = ["obj", "gkey"] + [f"m{i}" for i in range(MAX_MEASURES)]
-    if norm.num_rows == 0 or n_measures == 0:
-        return pd.DataFrame(columns=cols)
-    t = norm.filter(pc.is_valid(norm["gkey"]))
-    g = t.group_by(["obj", "gkey"]).aggregate([(f"m{i}", "sum") for i in range(n_measures)]).to_pandas()
-    g = g.rename(columns={f"m{i}_sum": f"m{i}" for i in range(n_measures)})
-    for i in range(n_measures, MAX_MEASURES):
-        g[f"m{i}"] = None
-    return g[cols]
+def _per_group_arrow(norm: pa.Table, obj: str, n_measures: int) -> pd.DataFrame:
+    g = group_sums(norm, n_measures).to_pandas()
+    g.insert(0, "obj", obj)
+    return g
 
 
-def _dup_examples_arrow(norm: pa.Table, kg: np.ndarray, limit: int = 20) -> list[dict]:
+def _dup_examples_arrow(norm: pa.Table, limit: int = 20) -> list[dict]:
     if norm.num_rows == 0:
         return []
-    t = pa.table({"obj": norm["obj"], "kg": pa.array(kg, pa.int32()), "key": norm["key"]})
+    t = pa.table({"obj": norm["obj"], "kg": norm["kg"], "key": norm["key"]})
     per_key = t.group_by(["obj", "kg", "key"]).aggregate([([], "count_all")])
     d = per_key.filter(pc.and_(pc.greater(per_key["count_all"], 1), pc.is_valid(per_key["key"])))
     return [{"object": r["obj"], "kg": r["kg"], "key": r["key"], "count": r["count_all"]}
@@ -463,10 +445,13 @@ class _Collector:
 
     # -- data (Spark) --------------------------------------------------------------------------------
     def data_files(self) -> list[tuple[int, str, str, int | None, int | None]]:
+        """(fid, object, uri, kg_lo, kg_hi) of every state file of the snapshot and append-sink file readers see."""
         files = []
+        self._size_hint: dict[str, int] = {}
         for h in self.md.state_handles():
             if h.file is not None:
                 files.append((len(files), state_obj(h.operator_uid, h.name), h.file.uri, h.kg_start, h.kg_end))
+                self._size_hint[h.file.uri] = h.file.bytes
         for t, info in self.tables.items():
             spec = self.objects.specs.get(sink_obj(t))
             if spec is None or spec.upsert_key or info["mode"] == "upsert":
@@ -474,89 +459,111 @@ class _Collector:
             for e in info["view"]:
                 for f in e.files:
                     files.append((len(files), sink_obj(t), f.uri, None, None))
+                    self._size_hint[f.uri] = f.bytes
+        self._fid_uri = {f[0]: f[2] for f in files}
         return files
 
     def spark_pass(self, files) -> dict:
-        """One Spark job over state and append-sink files; returns the collected summaries.
+        """One Spark pass over state and append-sink files; returns the collected summaries.
 
-        Stage 1 groups the normal-form rows by (object, key group, key): duplicates, per-key sums. Stage 2
-        aggregates that with grouping sets (object, key group) and (object, group). File records (checksum,
-        size, rows, schema) ride along as pseudo key groups ``-(fid + 1)``, so one job does everything.
+        Executors checksum and summarise each file with pyarrow (per key group, per group); Spark only
+        shuffles one (object, key group, key hash) record per keyed row to count distinct and duplicated
+        keys across files - a numeric hash aggregation. The read is cached so the summaries and the key
+        counts come from one scan.
         """
+        from pyspark import StorageLevel
         from pyspark.sql import functions as F
-        spark = self.runner.spark
-        empty = {"per_kg": pd.DataFrame(), "per_group": pd.DataFrame(), "files": {}, "dups": []}
+        empty = {"per_kg": pd.DataFrame(columns=PER_KG_COLUMNS), "per_group": pd.DataFrame(), "files": {},
+                 "dups": []}
         if not files:
             return empty
+        with self.timer("spark_session"):
+            spark = self.runner.spark
         specs = {o: s for o, s in self.objects.specs.items()}
         for _, obj, *_ in files:
             specs.setdefault(obj, ObjectSpec(obj, obj.split("/", 1)[0], None))
+        oids = {o: i for i, o in enumerate(sorted(specs))}
+        names = {i: o for o, i in oids.items()}
         par = spark.sparkContext.defaultParallelism
+        # biggest files first, dealt round-robin, so that the slices are balanced
+        order = sorted(files, key=lambda f: -self._size_hint.get(f[2], 0))
         n = max(1, min(len(files), par * 2))
-        src = spark.createDataFrame(spark.sparkContext.parallelize(files, n),
+        slices = [order[i::n] for i in range(n)]
+        ordered = [f for sl in slices for f in sl]
+        src = spark.createDataFrame(spark.sparkContext.parallelize(ordered, n),
                                     "fid int, obj string, uri string, kg_lo int, kg_hi int")
-        df = src.mapInArrow(read_files_task(specs), NORM_DDL)
-        cut = [x for o, c in self.cutoffs.items() if c is not None for x in (F.lit(o), F.lit(c))]
-        cutoff = F.create_map(*cut)[F.col("obj")] if cut else F.lit(None).cast("bigint")
-        is_row = F.col("rec") == "row"
-        df = df.withColumn("kg", F.when(is_row, F.pmod(F.xxhash64(F.col("key")), F.lit(self.mp)).cast("int"))
-                           .otherwise(-(F.col("fid") + 1))).withColumn(
-            "key", F.when(is_row, F.col("key")).otherwise(F.col("uri")))
-        one = lambda cond: F.sum(F.when(cond, 1).otherwise(0))  # noqa: E731
-        per_key = df.groupBy("obj", "kg", "key").agg(
-            F.count(F.lit(1)).alias("n"), F.min("fid").alias("fmin"), F.max("fid").alias("fmax"),
-            F.first("gkey", ignorenulls=True).alias("gkey"),
-            *[F.sum(f"m{i}").alias(f"m{i}") for i in range(MAX_MEASURES)],
-            F.sum("null_key").alias("null_key"),
-            one(F.col("kg_stored").isNotNull() & (F.col("kg_stored") != F.col("kg"))).alias("kg_bad"),
-            one(F.col("kg_lo").isNotNull() & ((F.col("kg") < F.col("kg_lo")) | (F.col("kg") > F.col("kg_hi"))))
-            .alias("oor"),
-            F.sum("null_val").alias("null_val"), F.sum("neg_val").alias("neg_val"),
-            F.sum("fp_num").alias("fp_num"), F.sum("fp_ts").alias("fp_ts"), F.sum("fp_str").alias("fp_str"),
-            one(F.col("ingest_us") >= F.lit(self.barrier_us)).alias("after"),
-            one(F.col("ingest_us") < cutoff).alias("expired"),
-            *[F.max(c).alias(c) for c in ("sha256", "nbytes", "nrows", "schema", "error")])
-        final = per_key.groupingSets([["obj", "kg"], ["obj", "gkey"]], "obj", "kg", "gkey").agg(
-            F.sum("n").alias("rows"), F.count("key").alias("keys"),
-            one((F.col("n") > 1) & F.col("key").isNotNull()).alias("dup_keys"),
-            F.slice(F.collect_list(F.when(F.col("n") > 1, F.concat_ws("\x1f", F.col("key"), F.col("n").cast("string")))),
-                    1, 3).alias("dup_examples"),
-            F.sum("null_key").alias("null_keys"), F.sum("kg_bad").alias("kg_mismatch"),
-            F.sum("oor").alias("out_of_range"),
-            F.size(F.array_distinct(F.concat(F.collect_set("fmin"), F.collect_set("fmax")))).alias("files"),
-            F.sum("null_val").alias("null_values"), F.sum("neg_val").alias("negative_values"),
-            F.sum("after").alias("after_barrier"), F.sum("expired").alias("expired"),
-            F.sum("fp_num").alias("fp_num"), F.sum("fp_ts").alias("fp_ts"), F.sum("fp_str").alias("fp_str"),
-            *[F.sum(f"m{i}").alias(f"m{i}") for i in range(MAX_MEASURES)],
-            *[F.max(c).alias(c) for c in ("sha256", "nbytes", "nrows", "schema", "error")],
-            F.max("fmin").alias("fid"), F.max("key").alias("uri"),
-            F.grouping_id().alias("gid"))
+        task = read_files_task(specs, oids, max_parallelism=self.mp, barrier_us=self.barrier_us, cutoffs=self.cutoffs)
+        df = src.mapInArrow(task, SUMMARY_DDL).persist(StorageLevel.MEMORY_AND_DISK)
         prev = spark.conf.get("spark.sql.shuffle.partitions")
         spark.conf.set("spark.sql.shuffle.partitions", str(max(2, par)))
         try:
-            with self.timer("spark"):
-                res = final.toPandas()
+            with self.timer("spark_read"):
+                side = df.filter(F.col("rec") != "h").drop("khashes").toPandas()
+            with self.timer("spark_keys"):
+                h = df.filter(F.col("rec") == "h").select("oid", "fid", F.explode("khashes").alias("khash"))
+                per_hash = h.groupBy("oid", "khash").agg(F.count(F.lit(1)).alias("n"))
+                keys = per_hash.withColumn("kg", F.pmod(F.col("khash"), F.lit(self.mp)).cast("int")).groupBy(
+                    "oid", "kg").agg(F.count(F.lit(1)).alias("keys"),
+                                     F.sum(F.when(F.col("n") > 1, 1).otherwise(0)).alias("dup_keys")).toPandas()
+                dups: list[dict] = []
+                if len(keys) and int(keys["dup_keys"].sum()):
+                    found = [(r["oid"], r["khash"]) for r in per_hash.filter(F.col("n") > 1).limit(20).collect()]
+                    where = {}
+                    for r in h.filter(F.col("khash").isin([x[1] for x in found])).collect():
+                        where.setdefault((r["oid"], r["khash"]), []).append(self._fid_uri.get(r["fid"]))
+                    dups = self._dup_examples(found, where, names)
         finally:
             spark.conf.set("spark.sql.shuffle.partitions", prev)
-        by_kg = res[(res["gid"] == 1)]          # grouping set (obj, kg): gkey is aggregated away
-        by_group = res[(res["gid"] == 2) & res["gkey"].notna()]
-        file_rows = by_kg[by_kg["kg"] < 0]
-        per_kg = by_kg[by_kg["kg"] >= 0].drop(columns=["gkey", "gid"])
+            df.unpersist()
+        side["obj"] = side["oid"].map(names)
+        frec = side[side["rec"] == "f"]
         recs = {}
-        for r in file_rows.to_dict("records"):
+        for r in frec.to_dict("records"):
             recs[r["uri"]] = {"fid": r["fid"], "obj": r["obj"], "uri": r["uri"], "sha256": r["sha256"],
                               "nbytes": None if pd.isna(r["nbytes"]) else int(r["nbytes"]),
                               "nrows": None if pd.isna(r["nrows"]) else int(r["nrows"]),
                               "schema": r["schema"], "error": r["error"]}
-        dups = []
-        for r in per_kg[per_kg["dup_keys"] > 0].to_dict("records"):
-            for item in list(r["dup_examples"] or []):
-                key, _, cnt = item.rpartition("\x1f")
-                dups.append({"object": r["obj"], "kg": int(r["kg"]), "key": key, "count": int(cnt)})
-        out = {"per_kg": per_kg.reset_index(drop=True), "per_group": by_group.reset_index(drop=True),
-               "files": recs, "dups": dups}
+        k = side[side["rec"] == "k"]
+        if len(k):
+            per_kg = k.groupby(["obj", "kg"], as_index=False).agg(
+                **{c: (c, "sum") for c in KG_SUMS}, files=("fid", "nunique"))
+            keys["obj"] = keys["oid"].map(names)
+            per_kg = per_kg.merge(keys[["obj", "kg", "keys", "dup_keys"]], on=["obj", "kg"], how="left")
+            per_kg[["keys", "dup_keys"]] = per_kg[["keys", "dup_keys"]].fillna(0)
+            per_kg = per_kg[PER_KG_COLUMNS]
+            for c in PER_KG_COLUMNS[1:]:
+                per_kg[c] = per_kg[c].astype("int64")
+        else:
+            per_kg = pd.DataFrame(columns=PER_KG_COLUMNS)
+        g = side[side["rec"] == "g"]
+        per_group = (g.groupby(["obj", "gkey"], as_index=False)[[f"m{i}" for i in range(MAX_MEASURES)]].sum(min_count=1)
+                     if len(g) else pd.DataFrame())
         self.out.figures["rows_read_by_spark"] = int(per_kg["rows"].sum()) if len(per_kg) else 0
         self.out.figures["files_read_by_spark"] = len(files)
+        return {"per_kg": per_kg.reset_index(drop=True), "per_group": per_group, "files": recs, "dups": dups}
+
+    def _dup_examples(self, found, where, names) -> list[dict]:
+        """Key strings of duplicated key hashes, read back from the files that hold them (driver)."""
+        import pyarrow.parquet as pq
+        out = []
+        for oid, khash in found[:_MAX_EXAMPLES]:
+            obj = names[oid]
+            spec = self.objects.specs.get(obj)
+            uris = where.get((oid, khash), [])
+            ex = {"object": obj, "kg": int(khash % self.mp), "key": None, "count": len(uris), "files": uris}
+            if spec is not None and spec.key and uris:
+                try:
+                    t = pq.read_table(pa.BufferReader(self.fio(uris[0]).read_bytes(uris[0])))
+                    from pipeline.quality.keygroups import xxhash64
+                    keys = pc.cast(t[spec.key], pa.string())
+                    hit = np.nonzero(xxhash64(keys) == khash)[0]
+                    if len(hit):
+                        ex["key"] = keys[int(hit[0])].as_py()
+                        ex["row"] = {k: (str(v) if v is not None else None) for k, v in t.slice(int(hit[0]), 1)
+                                     .to_pylist()[0].items()}
+                except Exception:  # noqa: BLE001 - an example is a bonus
+                    pass
+            out.append(ex)
         return out
 
     # -- upsert sinks (driver) -------------------------------------------------------------------
@@ -599,11 +606,10 @@ class _Collector:
                 tb = pa.table({})
             tables[obj] = tb
             if tb.num_rows:
-                norm = normalize(tb, spec)
-                kg = key_groups(norm["key"], self.mp)
-                per_kg.append(_per_kg_arrow(norm, kg))
-                per_group.append(_per_group_arrow(norm, len(spec.measures)))
-                dups += _dup_examples_arrow(norm, kg)
+                norm = normalize(tb, spec, max_parallelism=self.mp)
+                per_kg.append(_per_kg_arrow(norm, obj))
+                per_group.append(_per_group_arrow(norm, obj, len(spec.measures)))
+                dups += _dup_examples_arrow(norm)
         return {"per_kg": pd.concat(per_kg, ignore_index=True) if per_kg else pd.DataFrame(),
                 "per_group": pd.concat(per_group, ignore_index=True) if per_group else pd.DataFrame(),
                 "dups": dups, "tables": tables, "files": recs}
@@ -711,11 +717,10 @@ class _Collector:
             if spec is None:
                 raise ValueError(f"the recovery model of job {self.job.name!r} recomputes {obj}, which the job does "
                                  f"not have (objects: {sorted(self.objects.specs)})")
-            norm = normalize(table, spec)
-            kg = key_groups(norm["key"], self.mp)
-            norms[obj] = (table, kg)
-            per_kg.append(_per_kg_arrow(norm, kg))
-            per_group.append(_per_group_arrow(norm, len(spec.measures)))
+            norm = normalize(table, spec, max_parallelism=self.mp)
+            norms[obj] = (table, norm["kg"].to_numpy())
+            per_kg.append(_per_kg_arrow(norm, obj))
+            per_group.append(_per_group_arrow(norm, obj, len(spec.measures)))
         return {"rec": rec, "per_kg": pd.concat(per_kg, ignore_index=True) if per_kg else pd.DataFrame(),
                 "per_group": pd.concat(per_group, ignore_index=True) if per_group else pd.DataFrame(),
                 "tables": norms}

@@ -34,10 +34,34 @@ def _merge(acc: np.ndarray, val: np.ndarray) -> np.ndarray:
     return (acc ^ _round(np.zeros_like(val), val)) * _P1 + _P4
 
 
-def _hash_fixed(mat: np.ndarray, seed: int) -> np.ndarray:
-    """XXH64 of every row of ``mat`` (n x L uint8, all rows of the same length L)."""
-    n, length = mat.shape
-    words = lambda off, k: np.ascontiguousarray(mat[:, off:off + 8 * k]).view("<u8").reshape(n, k)  # noqa: E731
+class _Buffer:
+    """Unaligned little-endian word reads from a byte buffer, vectorised over many offsets."""
+
+    def __init__(self, data: np.ndarray) -> None:
+        padded = np.zeros(len(data) + 24, dtype=np.uint8)
+        padded[: len(data)] = data
+        self.b = padded
+        self.w = padded[: (len(padded) // 8) * 8].view("<u8")
+
+    def u64(self, off: np.ndarray) -> np.ndarray:
+        q = off >> 3
+        shift = ((off & 7) * 8).astype(np.uint64)
+        lo = self.w[q]
+        hi = self.w[q + 1]
+        with np.errstate(over="ignore"):
+            combined = (lo >> shift) | (hi << (np.uint64(64) - shift))
+        return np.where(shift == 0, lo, combined)
+
+    def u32(self, off: np.ndarray) -> np.ndarray:
+        return self.u64(off) & np.uint64(0xFFFFFFFF)
+
+    def u8(self, off: np.ndarray) -> np.ndarray:
+        return self.b[off].astype(np.uint64)
+
+
+def _hash_fixed(buf: _Buffer, starts: np.ndarray, length: int, seed: int) -> np.ndarray:
+    """XXH64 of the ``length``-byte strings starting at byte offsets ``starts`` of ``buf``."""
+    n = len(starts)
     seed64 = np.uint64(seed & _M64)
     pos = 0
     with np.errstate(over="ignore"):
@@ -46,34 +70,29 @@ def _hash_fixed(mat: np.ndarray, seed: int) -> np.ndarray:
             v2 = np.full(n, (seed + int(_P2)) & _M64, dtype=np.uint64)
             v3 = np.full(n, seed64, dtype=np.uint64)
             v4 = np.full(n, (seed - int(_P1)) & _M64, dtype=np.uint64)
-            stripes = length // 32
-            lanes = words(0, stripes * 4)
-            for s in range(stripes):
-                v1 = _round(v1, lanes[:, 4 * s])
-                v2 = _round(v2, lanes[:, 4 * s + 1])
-                v3 = _round(v3, lanes[:, 4 * s + 2])
-                v4 = _round(v4, lanes[:, 4 * s + 3])
+            while pos + 32 <= length:
+                v1 = _round(v1, buf.u64(starts + pos))
+                v2 = _round(v2, buf.u64(starts + pos + 8))
+                v3 = _round(v3, buf.u64(starts + pos + 16))
+                v4 = _round(v4, buf.u64(starts + pos + 24))
+                pos += 32
             h = _rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)
             for v in (v1, v2, v3, v4):
                 h = _merge(h, v)
-            pos = stripes * 32
         else:
             h = np.full(n, (seed + int(_P5)) & _M64, dtype=np.uint64)
         h = h + np.uint64(length)
-        k8 = (length - pos) // 8
-        if k8:
-            w = words(pos, k8)
-            for i in range(k8):
-                h ^= _round(np.zeros(n, dtype=np.uint64), w[:, i])
-                h = _rotl(h, 27) * _P1 + _P4
-            pos += 8 * k8
-        if length - pos >= 4:
-            w4 = np.ascontiguousarray(mat[:, pos:pos + 4]).view("<u4").reshape(n).astype(np.uint64)
-            h ^= w4 * _P1
+        zero = np.zeros(n, dtype=np.uint64)
+        while pos + 8 <= length:
+            h ^= _round(zero, buf.u64(starts + pos))
+            h = _rotl(h, 27) * _P1 + _P4
+            pos += 8
+        if pos + 4 <= length:
+            h ^= buf.u32(starts + pos) * _P1
             h = _rotl(h, 23) * _P2 + _P3
             pos += 4
         while pos < length:
-            h ^= mat[:, pos].astype(np.uint64) * _P5
+            h ^= buf.u8(starts + pos) * _P5
             h = _rotl(h, 11) * _P1
             pos += 1
         h ^= h >> np.uint64(33)
@@ -91,21 +110,18 @@ def xxhash64(keys: pa.Array | pa.ChunkedArray | list, seed: int = SPARK_SEED) ->
         arr = arr.combine_chunks() if arr.num_chunks else pa.array([], pa.string())
     arr = arr.cast(pa.large_string())
     n = len(arr)
-    out = np.full(n, seed, dtype=np.uint64)
+    out = np.full(n, seed & _M64, dtype=np.uint64)
     if n == 0:
         return out.view(np.int64)
     valid = ~np.asarray(arr.is_null().to_numpy(zero_copy_only=False), dtype=bool)
     bufs = arr.buffers()
     offsets = np.frombuffer(bufs[1], dtype=np.int64, count=n + 1, offset=arr.offset * 8)
     data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+    buf = _Buffer(data)
     lengths = np.diff(offsets)
     for length in np.unique(lengths[valid]):
         idx = np.nonzero(valid & (lengths == length))[0]
-        if length == 0:
-            mat = np.zeros((len(idx), 0), dtype=np.uint8)
-        else:
-            mat = data[offsets[idx][:, None] + np.arange(int(length))[None, :]]
-        out[idx] = _hash_fixed(mat, seed)
+        out[idx] = _hash_fixed(buf, offsets[idx], int(length), seed)
     return out.view(np.int64)
 
 

@@ -22,8 +22,8 @@ import pyarrow.compute as pc
 
 from pipeline.quality.keygroups import xxhash64
 
-__all__ = ["ObjectSpec", "NORM_SCHEMA", "NORM_DDL", "MAX_MEASURES", "TS_MOD", "normalize", "schema_signature",
-           "read_files_task", "cents"]
+__all__ = ["ObjectSpec", "NORM_SCHEMA", "SUMMARY_SCHEMA", "SUMMARY_DDL", "KG_SUMS", "MAX_MEASURES", "TS_MOD",
+           "normalize", "summarize", "schema_signature", "read_files_task", "cents"]
 
 MAX_MEASURES = 4
 TS_MOD = 1_000_003               # timestamps enter the fingerprint modulo a prime (sums stay in int64)
@@ -33,10 +33,11 @@ KG_COLUMN = "_kg"
 INGEST = "_ingest_ts"
 
 NORM_SCHEMA = pa.schema([
-    ("rec", pa.string()),        # "row" | "file"
     ("obj", pa.string()),        # state/<uid>/<name> | sink/<table>
     ("fid", pa.int32()),         # index of the file in the validation's file list (-1: recomputed)
     ("key", pa.string()),
+    ("khash", pa.int64()),       # Spark-compatible xxhash64 of the key
+    ("kg", pa.int32()),          # key group recomputed from the key
     ("kg_stored", pa.int32()),   # the row's _kg column (state only)
     ("kg_lo", pa.int32()),       # key-group range of the file's handle (state only)
     ("kg_hi", pa.int32()),
@@ -49,17 +50,27 @@ NORM_SCHEMA = pa.schema([
     ("null_val", pa.int32()),
     ("neg_val", pa.int32()),
     ("ingest_us", pa.int64()),
-    # file records only
-    ("uri", pa.string()),
-    ("sha256", pa.string()),
-    ("nbytes", pa.int64()),
-    ("nrows", pa.int64()),
-    ("schema", pa.string()),
-    ("error", pa.string()),
 ])
-NORM_DDL = ", ".join(
-    f"{f.name} {'string' if pa.types.is_string(f.type) else 'int' if f.type == pa.int32() else 'bigint'}"
-    for f in NORM_SCHEMA)
+
+#: What an executor emits per file read (``mapInArrow`` output), one record kind per ``rec`` value:
+#: ``k`` per key group summary of the file, ``g`` per group sums, ``h`` the key hashes of the file's keyed
+#: rows as one list (Spark explodes it to count distinct and duplicated keys across files), ``f`` the file
+#: itself (checksum, size, footer).
+SUMMARY_SCHEMA = pa.schema([
+    ("rec", pa.string()), ("oid", pa.int32()), ("fid", pa.int32()), ("kg", pa.int32()),
+    ("khashes", pa.list_(pa.int64())), ("gkey", pa.string()),
+    ("rows", pa.int64()), ("null_keys", pa.int64()), ("kg_mismatch", pa.int64()), ("out_of_range", pa.int64()),
+    ("null_values", pa.int64()), ("negative_values", pa.int64()), ("after_barrier", pa.int64()),
+    ("expired", pa.int64()), ("fp_num", pa.int64()), ("fp_ts", pa.int64()), ("fp_str", pa.int64()),
+    *[(f"m{i}", pa.int64()) for i in range(MAX_MEASURES)],
+    ("uri", pa.string()), ("sha256", pa.string()), ("nbytes", pa.int64()), ("nrows", pa.int64()),
+    ("schema", pa.string()), ("error", pa.string()),
+])
+SUMMARY_DDL = ", ".join(
+    f"{f.name} {'string' if pa.types.is_string(f.type) else 'int' if f.type == pa.int32() else 'array<bigint>' if pa.types.is_list(f.type) else 'bigint'}"
+    for f in SUMMARY_SCHEMA)
+KG_SUMS = ("rows", "null_keys", "kg_mismatch", "out_of_range", "null_values", "negative_values", "after_barrier",
+           "expired", "fp_num", "fp_ts", "fp_str")
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +109,7 @@ def _as_array(col: pa.ChunkedArray | pa.Array) -> pa.Array:
 
 
 def normalize(table: pa.Table, spec: ObjectSpec, *, fid: int = -1, kg_lo: int | None = None,
-              kg_hi: int | None = None) -> pa.Table:
+              kg_hi: int | None = None, max_parallelism: int = 0) -> pa.Table:
     """The normal form (``NORM_SCHEMA`` row records) of ``table``'s rows."""
     n = table.num_rows
     cols = [c for c in table.column_names if c != KG_COLUMN]
@@ -126,12 +137,6 @@ def normalize(table: pa.Table, spec: ObjectSpec, *, fid: int = -1, kg_lo: int | 
         v = pc.cast(arr, pa.int64())
         null_val += np.asarray(v.is_null().to_numpy(zero_copy_only=False), dtype=np.int32)
         fp_ts += np.mod(pc.fill_null(v, 0).to_numpy(zero_copy_only=False).astype(np.int64), TS_MOD)
-    if strings and n:
-        joined = pc.binary_join_element_wise(*[pc.cast(_as_array(table[c]), pa.string()) for c in sorted(strings)],
-                                             "\x1f", null_handling="replace", null_replacement="\x00")
-        fp_str = xxhash64(joined, seed=_STR_SEED) & _STR_MASK
-    else:
-        fp_str = zeros.copy()
     if spec.key is not None and spec.key in table.column_names:
         key = pc.cast(_as_array(table[spec.key]), pa.string())
         null_key = pc.fill_null(pc.or_(pc.is_null(key), pc.equal(key, "")), True)
@@ -139,6 +144,13 @@ def normalize(table: pa.Table, spec: ObjectSpec, *, fid: int = -1, kg_lo: int | 
     else:
         key = pa.nulls(n, pa.string())
         null_key = np.zeros(n, dtype=np.int32)
+    khash = xxhash64(key)
+    # strings: one hash per column (a different seed per column, so swapped values change the sum)
+    fp_str = zeros.copy()
+    for i, c in enumerate(sorted(strings)):
+        h = khash if c == spec.key else xxhash64(pc.cast(_as_array(table[c]), pa.string()), seed=_STR_SEED + i)
+        fp_str += h & _STR_MASK
+    kg = np.mod(khash, np.int64(max_parallelism)).astype(np.int32) if max_parallelism else np.zeros(n, np.int32)
     kg_stored = (pc.cast(_as_array(table[KG_COLUMN]), pa.int32()) if KG_COLUMN in table.column_names
                  else pa.nulls(n, pa.int32()))
     gkey = (pc.cast(_as_array(table[spec.group]), pa.string()) if spec.group and spec.group in table.column_names
@@ -162,28 +174,98 @@ def normalize(table: pa.Table, spec: ObjectSpec, *, fid: int = -1, kg_lo: int | 
         ingest = pa.nulls(n, pa.int64())
     rng = lambda v: pa.array(np.full(n, v, dtype=np.int32)) if v is not None else pa.nulls(n, pa.int32())  # noqa: E731
     return pa.Table.from_arrays([
-        pa.array(np.full(n, "row", dtype=object), pa.string()), pa.array(np.full(n, spec.obj, dtype=object), pa.string()),
-        pa.array(np.full(n, fid, dtype=np.int32)), key, kg_stored, rng(kg_lo), rng(kg_hi), gkey, *measures,
+        pa.repeat(pa.scalar(spec.obj, pa.string()), n), pa.array(np.full(n, fid, dtype=np.int32)), key,
+        pa.array(khash), pa.array(kg), kg_stored, rng(kg_lo), rng(kg_hi), gkey, *measures,
         pa.array(fp_num), pa.array(fp_ts), pa.array(np.asarray(fp_str, dtype=np.int64)), pa.array(null_key),
         pa.array(null_val), pa.array(neg_val), ingest,
-        *[pa.nulls(n, NORM_SCHEMA.field(c).type) for c in ("uri", "sha256", "nbytes", "nrows", "schema", "error")],
     ], schema=NORM_SCHEMA)
 
 
-def _file_record(fid: int, obj: str, uri: str, *, sha256: str | None = None, nbytes: int | None = None,
-                 nrows: int | None = None, schema: str | None = None, error: str | None = None) -> pa.Table:
-    row: dict[str, Any] = {f.name: None for f in NORM_SCHEMA}
-    row.update(rec="file", obj=obj, fid=fid, uri=uri, sha256=sha256, nbytes=nbytes, nrows=nrows, schema=schema,
-               error=error)
-    return pa.Table.from_pylist([row], schema=NORM_SCHEMA)
+def summarize(norm: pa.Table, *, barrier_us: int | None = None, cutoff_us: int | None = None,
+              max_parallelism: int | None = None) -> pa.Table:
+    """Per key group sums of normal-form rows: ``kg``, ``KG_SUMS``, ``keys`` (distinct keys) and ``dup_keys``.
+
+    The key group is a function of the key hash, so distinct keys per key group are the distinct hashes
+    counted by ``hash mod max_parallelism`` (one NumPy sort instead of a hash aggregation of strings).
+    """
+    n = norm.num_rows
+    kg = norm["kg"]
+    mismatch = pc.fill_null(pc.not_equal(norm["kg_stored"], kg), False)
+    oor = pc.fill_null(pc.or_(pc.less(kg, norm["kg_lo"]), pc.greater(kg, norm["kg_hi"])), False)
+    ing = norm["ingest_us"]
+    none = pa.array(np.zeros(n, bool))
+    after = pc.fill_null(pc.greater_equal(ing, barrier_us), False) if barrier_us is not None else none
+    expired = pc.fill_null(pc.less(ing, cutoff_us), False) if cutoff_us is not None else none
+    t = pa.table({"kg": kg, "null_key": pc.cast(norm["null_key"], pa.int64()),
+                  "kg_mismatch": pc.cast(mismatch, pa.int64()), "out_of_range": pc.cast(oor, pa.int64()),
+                  "null_val": pc.cast(norm["null_val"], pa.int64()), "neg_val": pc.cast(norm["neg_val"], pa.int64()),
+                  "after": pc.cast(after, pa.int64()), "expired": pc.cast(expired, pa.int64()),
+                  "fp_num": norm["fp_num"], "fp_ts": norm["fp_ts"], "fp_str": norm["fp_str"]})
+    g = t.group_by("kg").aggregate([([], "count_all"), ("null_key", "sum"), ("kg_mismatch", "sum"),
+                                    ("out_of_range", "sum"), ("null_val", "sum"), ("neg_val", "sum"),
+                                    ("after", "sum"), ("expired", "sum"), ("fp_num", "sum"), ("fp_ts", "sum"),
+                                    ("fp_str", "sum")])
+    kgs = g["kg"].to_numpy(zero_copy_only=False).astype(np.int64)
+    keyed = np.asarray(norm["null_key"].to_numpy(zero_copy_only=False)) == 0
+    hashes = np.asarray(norm["khash"].to_numpy(zero_copy_only=False))[keyed]
+    kgk = np.asarray(kg.to_numpy(zero_copy_only=False))[keyed]
+    keys = np.zeros(len(kgs), np.int64)
+    dups = np.zeros(len(kgs), np.int64)
+    if len(hashes):
+        order = np.argsort(hashes, kind="stable")
+        hs = hashes[order]
+        first = np.ones(len(hs), bool)
+        first[1:] = hs[1:] != hs[:-1]
+        starts = np.nonzero(first)[0]
+        counts = np.diff(np.append(starts, len(hs)))
+        ukg = kgk[order][starts].astype(np.int64)       # key group of each distinct hash
+        size = int(max(kgs.max(initial=0), ukg.max(initial=0))) + 1
+        per_keys = np.bincount(ukg, minlength=size)
+        per_dups = np.bincount(ukg[counts > 1], minlength=size)
+        keys = per_keys[kgs]
+        dups = per_dups[kgs]
+    return pa.table({"kg": g["kg"], "rows": g["count_all"], "keys": pa.array(keys), "dup_keys": pa.array(dups),
+                     "null_keys": g["null_key_sum"], "kg_mismatch": g["kg_mismatch_sum"],
+                     "out_of_range": g["out_of_range_sum"], "null_values": g["null_val_sum"],
+                     "negative_values": g["neg_val_sum"], "after_barrier": g["after_sum"],
+                     "expired": g["expired_sum"], "fp_num": g["fp_num_sum"], "fp_ts": g["fp_ts_sum"],
+                     "fp_str": g["fp_str_sum"]})
 
 
-def read_files_task(specs: Mapping[str, ObjectSpec]):
-    """The ``mapInArrow`` function: input rows ``(fid, obj, uri, kg_lo, kg_hi, txn)``; output ``NORM_SCHEMA``.
+def group_sums(norm: pa.Table, n_measures: int) -> pa.Table:
+    """Per group key sums of the measures (columns ``gkey``, ``m0``..)."""
+    t = norm.filter(pc.is_valid(norm["gkey"]))
+    if n_measures == 0 or t.num_rows == 0:
+        return pa.table({"gkey": pa.array([], pa.string()),
+                         **{f"m{i}": pa.array([], pa.int64()) for i in range(MAX_MEASURES)}})
+    g = t.group_by("gkey").aggregate([(f"m{i}", "sum") for i in range(n_measures)])
+    return pa.table({"gkey": g["gkey"], **{f"m{i}": (g[f"m{i}_sum"] if i < n_measures else
+                                                    pa.nulls(g.num_rows, pa.int64())) for i in range(MAX_MEASURES)}})
+
+
+def _records(rec: str, n: int, columns: dict[str, Any]) -> pa.Table:
+    cols = []
+    for f in SUMMARY_SCHEMA:
+        if f.name == "rec":
+            cols.append(pa.repeat(pa.scalar(rec, pa.string()), n))
+        elif f.name in columns:
+            v = columns[f.name]
+            cols.append(v if isinstance(v, (pa.Array, pa.ChunkedArray)) else pa.array(
+                v if isinstance(v, (list, np.ndarray)) else [v] * n, f.type))
+        else:
+            cols.append(pa.nulls(n, f.type))
+    return pa.Table.from_arrays([c.cast(f.type) if c.type != f.type else c for c, f in zip(cols, SUMMARY_SCHEMA)],
+                                schema=SUMMARY_SCHEMA)
+
+
+def read_files_task(specs: Mapping[str, ObjectSpec], oids: Mapping[str, int], *, max_parallelism: int,
+                    barrier_us: int | None, cutoffs: Mapping[str, int | None]):
+    """The ``mapInArrow`` function: input rows ``(fid, obj, uri, kg_lo, kg_hi)``; output ``SUMMARY_SCHEMA``.
 
     Each file is read once: its bytes are checksummed (sha256) and counted, its Parquet footer gives the
-    schema and row count, and its rows are normalised. Unreadable or missing files yield a file record
-    with ``error`` set instead of failing the Spark job (the suites report them).
+    schema and row count, and its rows are normalised and summarised per key group and per group with
+    pyarrow; only one narrow ``h`` record per keyed row (key hash) is left for Spark to shuffle. A missing
+    or unreadable file yields an ``f`` record with ``error`` set instead of failing the Spark job.
     """
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -192,23 +274,36 @@ def read_files_task(specs: Mapping[str, ObjectSpec]):
         for b in batches:
             d = b.to_pydict()
             for fid, obj, uri, lo, hi in zip(d["fid"], d["obj"], d["uri"], d["kg_lo"], d["kg_hi"]):
-                spec = specs[obj]
+                spec, oid = specs[obj], oids[obj]
+                frec = {"oid": oid, "fid": fid, "uri": uri}
                 try:
                     data = file_io_for(uri).read_bytes(uri)
                 except Exception as e:  # noqa: BLE001 - reported as data, not as a failed Spark job
-                    yield from _file_record(fid, obj, uri, error=f"unreadable: {type(e).__name__}: {e}").to_batches()
+                    yield from _records("f", 1, {**frec, "error": f"unreadable: {type(e).__name__}: {e}"}).to_batches()
                     continue
-                sha = hashlib.sha256(data).hexdigest()
+                frec.update(sha256=hashlib.sha256(data).hexdigest(), nbytes=len(data))
                 try:
                     t = pq.read_table(io.BytesIO(data))
                 except Exception as e:  # noqa: BLE001
-                    yield from _file_record(fid, obj, uri, sha256=sha, nbytes=len(data),
-                                            error=f"not Parquet: {type(e).__name__}: {e}").to_batches()
+                    yield from _records("f", 1, {**frec, "error": f"not Parquet: {type(e).__name__}: {e}"}).to_batches()
                     continue
-                yield from _file_record(fid, obj, uri, sha256=sha, nbytes=len(data), nrows=t.num_rows,
-                                        schema=schema_signature(t.schema)).to_batches()
-                for chunk in t.to_batches(max_chunksize=100_000):
-                    yield from normalize(pa.Table.from_batches([chunk], schema=t.schema), spec, fid=fid,
-                                         kg_lo=lo, kg_hi=hi).to_batches()
+                del data
+                yield from _records("f", 1, {**frec, "nrows": t.num_rows,
+                                             "schema": schema_signature(t.schema)}).to_batches()
+                if t.num_rows == 0:
+                    continue
+                norm = normalize(t, spec, fid=fid, kg_lo=lo, kg_hi=hi, max_parallelism=max_parallelism)
+                s = summarize(norm, barrier_us=barrier_us, cutoff_us=cutoffs.get(obj))
+                yield from _records("k", s.num_rows, {"oid": oid, "fid": fid, **{c: s[c] for c in ("kg",) + KG_SUMS}}
+                                    ).to_batches()
+                if spec.measures:
+                    g = group_sums(norm, len(spec.measures))
+                    yield from _records("g", g.num_rows, {"oid": oid, "fid": fid, "gkey": g["gkey"],
+                                                          **{f"m{i}": g[f"m{i}"] for i in range(MAX_MEASURES)}}
+                                        ).to_batches()
+                if spec.key is not None:
+                    keyed = pc.filter(norm["khash"], pc.equal(norm["null_key"], 0)).combine_chunks()
+                    lst = pa.ListArray.from_arrays(pa.array([0, len(keyed)], pa.int32()), keyed)
+                    yield from _records("h", 1, {"oid": oid, "fid": fid, "khashes": lst}).to_batches()
 
     return task

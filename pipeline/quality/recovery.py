@@ -11,6 +11,10 @@ runtime:
 * ``state/merchant_revenue_agg/agg`` and ``sink/merchant_revenue`` = the oracle's per-merchant totals;
 * ``sink/paid_orders`` = the oracle's orders JOIN captured payments.
 
+The rows come from ``oracle.read_source`` (the oracle's listing, reading and bad-record rules); the join
+and the totals follow ``oracle.expected`` but use a hash index (``pc.index_in``) instead of a relational
+join, which is several times faster on millions of rows (a test checks both agree exactly).
+
 Join-state TTL: state rows older than ``barrier - TTL`` are dropped from the expected state as the
 runtime does; the oracle's join does not model expiry, so the recomputed output is exact only while
 payments arrive within the TTL of their order (the demo's delays are minutes, the default TTL is 24 h).
@@ -22,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Protocol
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -56,6 +61,36 @@ def _ttl_filter(t: pa.Table, cutoff_us: int | None) -> pa.Table:
     return t.filter(pc.greater_equal(ts, cutoff_us))
 
 
+def _expected_output(orders: pa.Table, captured: pa.Table) -> tuple[pa.Table, pa.Table, np.ndarray, np.ndarray]:
+    """``oracle.expected``'s output - orders JOIN captured payments on ``order_id`` and the per-merchant
+    totals - computed with one hash index (``pc.index_in``) instead of a relational hash join, several times
+    faster on millions of rows. Returns (paid, revenue, matched-orders mask, matched-payments mask).
+
+    Same result as the oracle's join while ``order_id`` is unique among orders (the source contract); if it
+    were not, later duplicates would find no payment and show up as missing paid orders.
+    """
+    from pipeline.demo.oracle import PAID_COLUMNS
+    idx = pc.index_in(captured["order_id"], value_set=orders["order_id"].combine_chunks()
+                      if orders.num_rows else pa.array([], pa.string()))
+    hit = np.asarray(pc.is_valid(idx).to_numpy(zero_copy_only=False), dtype=bool)
+    matched = np.zeros(orders.num_rows, dtype=bool)
+    rows = pc.filter(idx, pa.array(hit))
+    matched[rows.to_numpy(zero_copy_only=False).astype(np.int64)] = True
+    cap = captured.filter(pa.array(hit))
+    o = orders.take(rows)
+    ts = pa.timestamp("us", tz="UTC")
+    paid = pa.table({"order_id": o["order_id"], "customer_id": o["customer_id"], "merchant_id": o["merchant_id"],
+                     "order_amount": o["amount"], "payment_id": cap["payment_id"], "paid_amount": cap["amount"],
+                     "order_time": pc.cast(o["event_time"], ts), "payment_time": pc.cast(cap["event_time"], ts)}
+                    ).select(list(PAID_COLUMNS))
+    cents = pc.cast(pc.round(pc.multiply(paid["paid_amount"], 100.0)), pa.int64())
+    g = pa.table({"merchant_id": paid["merchant_id"], "cents": cents}).group_by("merchant_id").aggregate(
+        [("cents", "count"), ("cents", "sum")]).sort_by("merchant_id")
+    revenue = pa.table({"merchant_id": g["merchant_id"], "paid_orders": pc.cast(g["cents_count"], pa.int64()),
+                        "revenue": pc.divide(pc.cast(g["cents_sum"], pa.float64()), 100.0)})
+    return paid, revenue, matched, hit
+
+
 class OrdersPaymentsModel:
     """The demo job (see the module docstring)."""
 
@@ -65,16 +100,13 @@ class OrdersPaymentsModel:
     def recompute(self, source_uri: str, positions: Mapping[str, Mapping[int, tuple[int, int]]], *,
                   ttl_cutoff_us: Mapping[str, int | None]) -> Recomputation:
         from pipeline.demo import oracle
-        exp = oracle.expected(source_uri, positions)
         orders = oracle.read_source(source_uri, "orders", positions.get("orders", {}))
         payments = oracle.read_source(source_uri, "payments", positions.get("payments", {}))
+        payments = payments.select(["payment_id", "order_id", "amount", "status", "event_time", "_ingest_ts"])
         captured = payments.filter(pc.equal(payments["status"], "captured"))
-        order_ids = orders["order_id"]
-        captured_ids = captured["order_id"]
-        left = orders.filter(pc.invert(pc.is_in(order_ids, value_set=captured_ids.combine_chunks()
-                                                if captured.num_rows else pa.array([], pa.string()))))
-        right = captured.filter(pc.invert(pc.is_in(captured_ids, value_set=order_ids.combine_chunks()
-                                                   if orders.num_rows else pa.array([], pa.string()))))
+        paid, revenue, matched, hit = _expected_output(orders, captured)
+        left = orders.filter(pa.array(~matched))
+        right = captured.filter(pa.array(~hit))
         left = pa.table({"order_id": left["order_id"], "customer_id": left["customer_id"],
                          "merchant_id": left["merchant_id"], "order_amount": left["amount"],
                          "order_time": left["event_time"], "_ingest_ts": left["_ingest_ts"]})
@@ -84,10 +116,9 @@ class OrdersPaymentsModel:
         lo, ro = f"state/{self.join_uid}/left", f"state/{self.join_uid}/right"
         left = _ttl_filter(left, ttl_cutoff_us.get(lo))
         right = _ttl_filter(right, ttl_cutoff_us.get(ro))
-        revenue = exp.merchant_revenue
         tables = {lo: left, ro: right, f"state/{self.agg_uid}/agg": revenue,
-                  "sink/paid_orders": exp.paid_orders, "sink/merchant_revenue": revenue}
-        order_set = order_ids.combine_chunks() if orders.num_rows else pa.array([], pa.string())
+                  "sink/paid_orders": paid, "sink/merchant_revenue": revenue}
+        order_set = orders["order_id"].combine_chunks() if orders.num_rows else pa.array([], pa.string())
         capture_set = captured["payment_id"].combine_chunks() if captured.num_rows else pa.array([], pa.string())
 
         def orphan(rows: pa.Table) -> pa.Array:
@@ -103,7 +134,7 @@ class OrdersPaymentsModel:
         ]
         return Recomputation(tables, conservation, {"sink/paid_orders": orphan},
                              stats={"orders": orders.num_rows, "payments": payments.num_rows,
-                                    "captured": captured.num_rows, "paid_orders": exp.paid_orders.num_rows,
+                                    "captured": captured.num_rows, "paid_orders": paid.num_rows,
                                     "merchants": revenue.num_rows})
 
 

@@ -7,6 +7,7 @@ The migrated SQLite DB is also the template that the real-scheduler test copies 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -35,10 +36,12 @@ def airflow_home(tmp_path_factory) -> Path:
     if proc.returncode != 0:
         raise RuntimeError(f"airflow db migrate failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     print(f"[airflow] db migrate in {time.monotonic() - t0:.1f}s ({home})")
+    shutil.copy2(home / "airflow.db", home / "airflow.migrated.db")  # pristine copy for other instances
     yield home
     mp.undo()
 
 
 @pytest.fixture(scope="session")
 def airflow_db_template(airflow_home) -> Path:
-    return airflow_home / "airflow.db"
+    """The freshly migrated DB (before any test ran a DAG in it)."""
+    return airflow_home / "airflow.migrated.db"

@@ -36,7 +36,7 @@ from pipeline.exceptions import BarrierError, CorruptStreamError
 
 pytestmark = pytest.mark.unit
 
-PROPERTY_SETTINGS = settings(max_examples=150, deadline=None,
+PROPERTY_SETTINGS = settings(max_examples=100, deadline=None,
                              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 SUBSUMED = AbortReason.CHECKPOINT_SUBSUMED

@@ -80,7 +80,7 @@ def _before_barrier(logs, n: int) -> set[int]:
     return pre
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), config=st.sampled_from(sorted(CONFIGS)), scenario=channel_logs())
 def test_snapshots_hold_exactly_the_records_before_the_barrier(data, config, scenario) -> None:
     k, logs = scenario

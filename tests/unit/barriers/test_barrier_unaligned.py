@@ -84,7 +84,8 @@ def test_cancellation_aborts_the_triggered_checkpoint() -> None:
     assert h.process_barrier(0, barrier(4), now=3.0) == []
     # a cancellation marker may come from a channel that already delivered the barrier (never blocked)
     h.process_barrier(0, barrier(5), now=4.0)
-    assert h.process_cancellation(0, cancel(6), now=4.0) == [AbortCheckpoint(5, SUBSUMED), AbortCheckpoint(6, ON_CANCEL)]
+    assert h.process_cancellation(0, cancel(6), now=4.0) == [
+        AbortCheckpoint(5, SUBSUMED), AbortCheckpoint(6, ON_CANCEL)]
 
 
 def test_closed_channels_are_not_in_flight_and_end_of_partition_completes() -> None:

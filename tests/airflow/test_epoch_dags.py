@@ -1,0 +1,280 @@
+"""``dag.test()`` runs of the demo job's DAGs with a real local Spark and a real moto S3 server.
+
+One module-scoped timeline (the tests run in file order and build on each other, like a job's life):
+
+1. the epoch DAG over three intervals: one checkpoint per epoch, in order;
+2. an Airflow retry of ``process`` after it had completed the epoch: no second checkpoint, no duplicates;
+3. a re-run of a completed interval: rewinds to the checkpoint before it and processes forward again;
+4. savepoint (stop-with-savepoint) -> epoch runs are skipped -> restore with parallelism 4 -> the epoch runs
+   continue; then restore 4 -> 1 from a checkpoint; results identical to a run that never changed.
+
+After every step the committed output equals the independent oracle (pyarrow over the source files up to
+the head checkpoint's positions), exactly once. S3 settings come from the Airflow connection ``epochal_s3``.
+"""
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from af_helpers import REPO, committed_vs_oracle, load_dag_module
+
+pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.s3, pytest.mark.slow]
+
+E = 60
+EPOCHS = 4
+START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+FIRST = int(START.timestamp()) // E
+
+
+def end_of(k: int) -> datetime:
+    """Logical date of a manual/test run of the epoch DAG for epoch k (its data interval ends there)."""
+    return START + timedelta(seconds=E * (k + 1))
+
+
+class Timeline:
+    def __init__(self, root: str, endpoint: str) -> None:
+        self.root = root
+        self.endpoint = endpoint
+        self.source = f"{root}/sources"
+        self.checkpoints = f"{root}/checkpoints"
+        self.sinks = f"{root}/sinks"
+        self.dags: dict[str, object] = {}
+
+    def store(self):
+        from pipeline.checkpoint.store import CompletedCheckpointStore
+        from pipeline.fileio import file_io_for, join_uri
+        return CompletedCheckpointStore(file_io_for(self.checkpoints), join_uri(self.checkpoints, "orders_payments"),
+                                        job="orders_payments")
+
+    def assert_exactly_once(self):
+        report, md = committed_vs_oracle(self.source, self.sinks, self.checkpoints)
+        assert report.ok, json.dumps(report.to_dict(), default=str)[:3000]
+        return md
+
+
+def run_dag(dag, logical_date=None, conf=None):
+    """dag.test() and the resulting task instances {task_id: (state, try_number, xcom return value)}."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    kwargs = {"run_conf": conf} if conf else {}
+    if logical_date is not None:
+        kwargs["logical_date"] = logical_date
+    dr = dag.test(**kwargs)
+    out = {}
+    with create_session() as session:
+        for ti in dr.get_task_instances(session=session):
+            rows = session.scalars(XComModel.get_many(run_id=dr.run_id, dag_ids=dag.dag_id, task_ids=ti.task_id))
+            xcoms = {x.key: XComModel.deserialize_value(x) for x in rows}
+            out[ti.task_id] = (str(getattr(ti.state, "value", ti.state)), ti.try_number, xcoms)
+    return dr, out
+
+
+@pytest.fixture(scope="module")
+def tl(airflow_home, moto_server):
+    from pipeline.demo.generate import generate
+    moto_server.create_bucket("epochal-test")
+    t = Timeline(f"s3://epochal-test/airflow-dags-{uuid.uuid4().hex[:8]}", moto_server.endpoint_url)
+    mp = pytest.MonkeyPatch()
+    env = {
+        "PIPELINE_SOURCE_URI": t.source, "PIPELINE_CHECKPOINT_URI": t.checkpoints, "PIPELINE_SINK_URI": t.sinks,
+        "PIPELINE_EPOCH_SECONDS": str(E), "PIPELINE_PARALLELISM": "2", "PIPELINE_RETAINED_CHECKPOINTS": "10",
+        "EPOCHAL_POKE_SECONDS": "1", "EPOCHAL_DAG_RETRY_DELAY_SECONDS": "0",
+        "AIRFLOW_CONN_EPOCHAL_S3": json.dumps({"conn_type": "aws", "login": "testing", "password": "testing",
+                                               "extra": {"endpoint_url": moto_server.endpoint_url,
+                                                         "region_name": "us-east-1"}}),
+    }
+    for k, v in env.items():
+        mp.setenv(k, v)
+    mp.delenv("EPOCHAL_AWS_CONN_ID", raising=False)
+    generate(t.source, epochs=EPOCHS, orders_per_epoch=300, partitions=2, epoch_seconds=E, start="2026-01-01T00:00:00Z")
+    for name in ("orders_payments_epochs", "orders_payments_savepoint", "orders_payments_restore"):
+        t.dags[name] = load_dag_module(REPO / "dags" / f"{name}.py").dag
+    yield t
+    from pipeline.runtime.session import stop_spark
+    stop_spark()
+    mp.undo()
+
+
+def test_epoch_runs_one_checkpoint_per_interval_in_order(tl):
+    dag = tl.dags["orders_payments_epochs"]
+    for k in range(3):
+        dr, tis = run_dag(dag, end_of(k))
+        assert str(dr.state) in ("success", "DagRunState.SUCCESS"), tis
+        assert {t: s for t, (s, _, _) in tis.items()} == {"trigger": "success", "process": "success",
+                                                         "commit": "success", "validate": "success"}
+        processed = tis["process"][2]["return_value"]
+        assert processed["epoch"] == FIRST + k and processed["epochs"] == [FIRST + k]
+        assert processed["action"] == ("start" if k == 0 else "continue")
+        assert tis["validate"][2]["return_value"]["success"] is True
+    cps = tl.store().list()
+    assert [c.epoch for c in cps] == [FIRST, FIRST + 1, FIRST + 2]
+    assert [c.parent_id for c in cps] == [None, cps[0].checkpoint_id, cps[1].checkpoint_id]
+    md = tl.assert_exactly_once()
+    assert md.epoch == FIRST + 2
+    # the sink tables are Airflow Assets: commit emitted one event per checkpoint, with its id and epoch
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+    with create_session() as session:
+        events = session.scalars(select(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+                                 .where(AssetModel.name == "epochal/orders_payments/paid_orders")).all()
+        extras = sorted((e.extra or {}).get("checkpoint_id") for e in events)
+    assert extras == [c.checkpoint_id for c in cps], extras
+
+
+def test_retry_of_process_is_idempotent(tl, monkeypatch):
+    """process completes checkpoint n, then its try fails: the retry must not process again."""
+    dag = tl.dags["orders_payments_epochs"]
+    before = tl.store().ids()
+    monkeypatch.setenv("EPOCHAL_AIRFLOW_FAIL_ONCE", "process:after_process")
+    dr, tis = run_dag(dag, end_of(3))
+    state, tries, xcoms = tis["process"]
+    assert state == "success" and tries == 2, tis["process"]
+    assert xcoms["return_value"]["skipped"] is True
+    new = [i for i in tl.store().ids() if i not in before]
+    assert len(new) == 1, f"exactly one new checkpoint for epoch {FIRST + 3}, got {new}"
+    assert tl.store().get(new[0]).epoch == FIRST + 3
+    assert tis["commit"][0] == tis["validate"][0] == "success"
+    tl.assert_exactly_once()
+
+
+def test_commit_is_idempotent_and_recovers_a_missing_commit(tl):
+    """``commit`` = notifyCheckpointComplete: re-running it is a no-op; if the task that completed the
+    checkpoint died between ``_metadata`` and the sink commit, it commits (recoverAndCommit)."""
+    from pipeline.fileio import file_io_for
+    from pipeline.orchestration.settings import load_pipeline_config
+    from pipeline.orchestration.tasks import Orchestrator
+    from pipeline.sink.table import CommittedTable
+    orch = Orchestrator("orders_payments", load_pipeline_config())
+    head = tl.store().latest()
+    res = orch.commit(head.checkpoint_id)
+    assert {t: v["result"] for t, v in res.tables.items()} == {"paid_orders": "DUPLICATE",
+                                                                 "merchant_revenue": "DUPLICATE"}
+    # simulate the crash: the sink commit entries of the head checkpoint are missing
+    for table in ("paid_orders", "merchant_revenue"):
+        t = CommittedTable(file_io_for(tl.sinks), tl.sinks, "orders_payments", table)
+        t.fileio.delete(t.commit_uri(head.checkpoint_id))
+        assert t.head().checkpoint_id < head.checkpoint_id
+    res = orch.commit(head.checkpoint_id)
+    assert {t: v["result"] for t, v in res.tables.items()} == {"paid_orders": "SUCCESS", "merchant_revenue": "SUCCESS"}
+    assert orch.validate(head.checkpoint_id).success
+    tl.assert_exactly_once()
+
+
+def test_rerun_of_completed_interval_rewinds_and_stays_exactly_once(tl):
+    dag = tl.dags["orders_payments_epochs"]
+    head_before = tl.store().latest()
+    by_epoch = {c.epoch: c.checkpoint_id for c in tl.store().list()}
+    dr, tis = run_dag(dag, end_of(1))  # interval of epoch FIRST+1 again
+    p = tis["process"][2]["return_value"]
+    assert p["action"] == "rewind"
+    assert p["rewound_to"] == by_epoch[FIRST]           # restored the checkpoint just before the interval
+    assert p["epochs"] == [FIRST + 1, FIRST + 2, FIRST + 3]  # re-processed, then forward to where it was
+    assert p["forwarded_to"] == head_before.epoch
+    head = tl.store().latest()
+    assert head.epoch == head_before.epoch and head.checkpoint_id > head_before.checkpoint_id
+    md = tl.assert_exactly_once()
+    assert md.checkpoint_id == head.checkpoint_id
+    # the sink lineage of the head is the new branch: old commits of the re-processed epochs are not visible
+    from pipeline.fileio import file_io_for
+    from pipeline.sink.table import CommittedTable
+    chain = [e.checkpoint_id for e in CommittedTable(file_io_for(tl.sinks), tl.sinks, "orders_payments",
+                                                     "paid_orders").lineage()]
+    assert chain == [by_epoch[FIRST]] + p["completed"]
+
+
+def test_savepoint_stop_restore_other_parallelism(tl):
+    epochs_dag = tl.dags["orders_payments_epochs"]
+    head = tl.store().latest()
+    # stop-with-savepoint: location in XCom and logs; epoch runs are skipped afterwards
+    dr, tis = run_dag(tl.dags["orders_payments_savepoint"], conf={"target": None, "stop_after_savepoint": True})
+    assert tis["savepoint"][0] == "success", tis
+    loc = tis["savepoint"][2]["savepoint_location"]
+    res = tis["savepoint"][2]["return_value"]
+    assert loc.startswith(tl.checkpoints) and "/savepoints/" in loc and res["of_checkpoint"] == head.checkpoint_id
+    from pipeline.checkpoint.completed import CompletedCheckpoint
+    from pipeline.fileio import file_io_for
+    sp = CompletedCheckpoint.load(file_io_for(loc), loc)
+    assert sp.metadata.kind == "savepoint" and sp.metadata.epoch == head.epoch
+    state_files = [h.file.uri for h in sp.metadata.state_handles() if h.file is not None]
+    assert state_files and all(u.startswith(loc + "/") for u in state_files), "a savepoint is self-contained"
+    dr, tis = run_dag(epochs_dag, end_of(3))
+    assert tis["trigger"][0] == "skipped" and tis["process"][0] == "skipped", tis
+
+    # restore from the savepoint with another parallelism (2 -> 4); validation runs after it
+    dr, tis = run_dag(tl.dags["orders_payments_restore"], conf={"from": loc, "parallelism": 4,
+                                                                 "allow_non_restored_state": False})
+    assert {t: s for t, (s, _, _) in tis.items()} == {"wait_for_epoch_runs": "success", "restore": "success",
+                                                     "validate": "success"}, tis
+    restored = tis["restore"][2]["return_value"]
+    assert restored["parallelism"] == 4 and restored["epoch"] == head.epoch
+    assert tis["validate"][2]["return_value"]["success"] is True
+    rmd = tl.store().get(restored["checkpoint_id"]).metadata
+    assert rmd.parallelism == 4 and rmd.max_parallelism == head.metadata.max_parallelism
+    tl.assert_exactly_once()
+    # NO_CLAIM: the savepoint is untouched by later checkpoints
+    sp_files = {f.uri: f.sha256 for f in sp.metadata.referenced_files()}
+
+    # epoch runs continue at parallelism 4 (a re-run of the last interval: rewinds across the restore)
+    dr, tis = run_dag(epochs_dag, end_of(3))
+    assert tis["process"][0] == "success", tis
+    assert tl.store().latest().metadata.parallelism == 4
+    tl.assert_exactly_once()
+
+    # and back down 4 -> 1 from a checkpoint id
+    cid = tl.store().latest().checkpoint_id
+    dr, tis = run_dag(tl.dags["orders_payments_restore"], conf={"from": str(cid), "parallelism": 1})
+    assert tis["validate"][0] == "success", tis
+    assert tl.store().latest().metadata.parallelism == 1
+    tl.assert_exactly_once()
+    for uri, sha in sp_files.items():
+        fio = file_io_for(uri)
+        assert fio.exists(uri), f"savepoint file {uri} was deleted"
+    assert CompletedCheckpoint.load(file_io_for(loc), loc).metadata.to_json() == sp.metadata.to_json()
+
+
+def test_restore_refuses_a_savepoint_with_unknown_operators(tl):
+    """A savepoint with state for operators the job does not have: the restore fails naming the uids,
+    unless allow_non_restored_state is set."""
+    from pipeline.checkpoint.completed import CompletedCheckpoint
+    from pipeline.fileio import file_io_for, join_uri
+    sp_loc = next(r.location for r in _history(tl).savepoints())
+    fio = file_io_for(sp_loc)
+    doc = json.loads(fio.read_bytes(join_uri(sp_loc, "_metadata")))
+    uid = next(iter(doc["operators"]))
+    doc["operators"]["retired_operator_uid"] = [dict(h, operator_uid="retired_operator_uid")
+                                                for h in doc["operators"][uid]]
+    bad = f"{tl.root}/foreign-savepoints/sp-bad"
+    for f in fio.list(sp_loc):  # the same files, under a new savepoint directory (written directly)
+        if not f.uri.endswith("/_metadata"):
+            fio.write_bytes(bad + f.uri[len(sp_loc):], fio.read_bytes(f.uri))
+    text = json.dumps(doc).replace(sp_loc, bad)
+    fio.write_bytes(join_uri(bad, "_metadata"), text.encode())
+    CompletedCheckpoint.load(fio, bad)  # still a readable savepoint
+    restore = tl.dags["orders_payments_restore"]
+    dr, tis = run_dag(restore, conf={"from": bad, "parallelism": None, "allow_non_restored_state": False})
+    assert tis["restore"][0] == "failed" and tis["validate"][0] == "upstream_failed", tis
+    log = _task_log(restore.dag_id, dr.run_id, "restore")
+    assert log is None or "retired_operator_uid" in log
+    dr, tis = run_dag(restore, conf={"from": bad, "parallelism": None, "allow_non_restored_state": True})
+    assert tis["restore"][0] == "success" and tis["validate"][0] == "success", tis
+    assert tis["restore"][2]["return_value"]["dropped_operators"] == ["retired_operator_uid"]
+    tl.assert_exactly_once()
+
+
+def _history(tl):
+    from pipeline.fileio import file_io_for
+    from pipeline.orchestration.history import CheckpointHistory
+    return CheckpointHistory(file_io_for(tl.checkpoints), tl.checkpoints, "orders_payments")
+
+
+def _task_log(dag_id: str, run_id: str, task_id: str) -> str | None:
+    import os
+    from pathlib import Path
+    base = Path(os.environ["AIRFLOW_HOME"]) / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
+    logs = sorted(base.glob("*.log")) if base.exists() else []
+    return "".join(p.read_text() for p in logs) if logs else None
+

@@ -1,0 +1,211 @@
+"""Fast tests of the orchestration layer: settings resolution, ordering rules, the plugin app (auth, pages)."""
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import datetime, timezone
+from types import SimpleNamespace
+
+import pytest
+
+from pipeline.exceptions import ConfigError
+
+pytestmark = [pytest.mark.unit]
+
+
+# -- S3 settings: Airflow connection or AWS environment, never DAG code ---------------------------------
+def _conn(**kw):
+    return SimpleNamespace(login=kw.get("login"), password=kw.get("password"), host=kw.get("host"),
+                           port=kw.get("port"), extra_dejson=kw.get("extra", {}))
+
+
+def test_s3_settings_from_connection():
+    from pipeline.orchestration.settings import resolve_s3_settings
+    env = {"AWS_ENDPOINT_URL": "http://stale:1", "AWS_ACCESS_KEY_ID": "env-key"}
+    seen = []
+
+    def lookup(conn_id):
+        seen.append(conn_id)
+        return _conn(login="AK", password="SK", extra={"endpoint_url": "http://minio:9000", "region_name": "eu-west-1"})
+    s = resolve_s3_settings(env, lookup=lookup)
+    assert seen == ["epochal_s3"]
+    assert (s.source, s.endpoint_url, s.access_key_id, s.secret_access_key, s.region) == \
+        ("connection:epochal_s3", "http://minio:9000", "AK", "SK", "eu-west-1")
+    assert "SK" not in repr(s), "secrets stay out of reprs/logs"
+
+
+def test_s3_settings_host_style_connection_and_explicit_id():
+    from pipeline.orchestration.settings import resolve_s3_settings
+    s = resolve_s3_settings({"EPOCHAL_AWS_CONN_ID": "my_minio"},
+                            lookup=lambda cid: _conn(login="a", password="b", host="minio", port=9000)
+                            if cid == "my_minio" else None)
+    assert s.endpoint_url == "http://minio:9000" and s.source == "connection:my_minio"
+
+
+def test_s3_settings_fall_back_to_environment_only_for_the_default_id():
+    from pipeline.orchestration.settings import resolve_s3_settings
+    env = {"AWS_ENDPOINT_URL": "http://moto:5000", "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s",
+           "AWS_DEFAULT_REGION": "us-east-1"}
+    s = resolve_s3_settings(env, lookup=lambda cid: None)
+    assert s.source == "environment" and s.endpoint_url == "http://moto:5000" and s.access_key_id == "k"
+    with pytest.raises(ConfigError, match="no Airflow connection"):
+        resolve_s3_settings({**env, "EPOCHAL_AWS_CONN_ID": "missing"}, lookup=lambda cid: None)
+    assert resolve_s3_settings({**env, "EPOCHAL_AWS_CONN_ID": "none"}, lookup=pytest.fail).source == "environment"
+
+
+def test_apply_connection_settings_replaces_stale_environment():
+    from pipeline.orchestration.settings import S3Settings, apply_s3_settings
+    environ = {"AWS_ENDPOINT_URL_S3": "http://stale", "AWS_SESSION_TOKEN": "old", "OTHER": "x"}
+    apply_s3_settings(S3Settings("connection:c", "http://new:9000", "a", "b", "us-east-1"), environ)
+    assert environ == {"OTHER": "x", "AWS_ENDPOINT_URL": "http://new:9000", "AWS_ENDPOINT_URL_S3": "http://new:9000",
+                       "AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+@pytest.mark.airflow
+def test_real_airflow_connection_from_env_var(airflow_home, monkeypatch):
+    """An ``AIRFLOW_CONN_*`` connection resolved through Airflow's secrets backends (server-side lookup)."""
+    from pipeline.orchestration.settings import airflow_server_connection, resolve_s3_settings
+    monkeypatch.setenv("AIRFLOW_CONN_EPOCHAL_S3", json.dumps(
+        {"conn_type": "aws", "login": "L", "password": "P",
+         "extra": {"endpoint_url": "http://127.0.0.1:9", "region_name": "us-east-2"}}))
+    s = resolve_s3_settings(lookup=airflow_server_connection)
+    assert (s.source, s.endpoint_url, s.access_key_id, s.region) == \
+        ("connection:epochal_s3", "http://127.0.0.1:9", "L", "us-east-2")
+
+
+# -- epochs and ordering ---------------------------------------------------------------------------------
+def test_epoch_of_interval_is_the_epoch_ending_at_the_interval_end():
+    from pipeline.orchestration.tasks import epoch_of_interval
+    end = datetime(2026, 1, 1, 1, 0, tzinfo=timezone.utc)
+    n = epoch_of_interval(3600, end)
+    assert (n + 1) * 3600 == int(end.timestamp())
+    # an unaligned end (manual run at 01:20): the last epoch that is complete by then
+    assert epoch_of_interval(3600, datetime(2026, 1, 1, 1, 20, tzinfo=timezone.utc)) == n
+    with pytest.raises(ConfigError):
+        epoch_of_interval(60, None)
+
+
+def test_wait_reason_orders_epochs_across_run_types():
+    from pipeline.orchestration.tasks import wait_reason
+    go = dict(previous_state="success", previous_run_type="scheduled", this_run_type="scheduled",
+              active_process_tasks=0, active_operations=0)
+    assert wait_reason(**go) is None
+    assert wait_reason(**{**go, "previous_state": None, "previous_run_type": None}) is None
+    assert "previous interval" in wait_reason(**{**go, "previous_state": "running"})
+    # a backfill runs several runs at once: each waits for the run of its previous interval
+    assert wait_reason(**{**go, "previous_state": "queued", "previous_run_type": "backfill",
+                          "this_run_type": "backfill"})
+    # a queued non-backfill run cannot start while this one runs (max_active_runs=1): do not deadlock on it
+    assert wait_reason(**{**go, "previous_state": "queued", "previous_run_type": "manual"}) is None
+    assert "processing" in wait_reason(**{**go, "active_process_tasks": 1})
+    assert "savepoint or restore" in wait_reason(**{**go, "active_operations": 1})
+
+
+def test_injected_failure_only_on_the_first_try(monkeypatch):
+    from pipeline.orchestration.tasks import InjectedFailure, maybe_inject_failure
+    monkeypatch.setenv("EPOCHAL_AIRFLOW_FAIL_ONCE", "process:after_process")
+    with pytest.raises(InjectedFailure):
+        maybe_inject_failure("process", "after_process", 1)
+    maybe_inject_failure("process", "after_process", 2)
+    maybe_inject_failure("commit", "after_process", 1)
+
+
+def test_control_document_round_trip(tmp_path):
+    from pipeline.fileio import LocalFileIO
+    from pipeline.orchestration.control import ControlStore
+    cs = ControlStore(LocalFileIO(), tmp_path.as_uri(), "job")
+    assert cs.control().stopped is False
+    c = cs.update_control("me", stopped=True, stopped_savepoint="s3://b/sp", parallelism=4)
+    assert cs.control() == c and c.updated_by == "me" and c.parallelism == 4
+    cs.record_savepoint(7, "s3://b/elsewhere/sp-7", by="me", stop=False)
+    assert cs.savepoint_locations() == ["s3://b/elsewhere/sp-7"]
+
+
+# -- the plugin app --------------------------------------------------------------------------------------
+@pytest.fixture
+def app_client(tmp_path):
+    from fastapi import HTTPException
+    from fastapi.testclient import TestClient
+
+    from pipeline.config import PipelineConfig
+    from pipeline.orchestration.ui import _Backend, create_app
+    root = tmp_path / "chk"
+    (root / "orders_payments").mkdir(parents=True)
+    (root / "orders_payments" / "job.json").write_text(json.dumps({"job": "orders_payments", "max_parallelism": 128}))
+    cfg = PipelineConfig(checkpoint_uri=root.as_uri(), source_uri=(tmp_path / "s").as_uri(),
+                         sink_uri=(tmp_path / "o").as_uri())
+    calls = []
+
+    async def authenticate(request):
+        tok = request.cookies.get("_token") or request.headers.get("authorization", "")
+        if not tok:
+            raise HTTPException(status_code=401, detail="Not authenticated")
+        return tok
+
+    def authorize(user, dag_id):
+        calls.append((user, dag_id))
+        return "reader" in user
+
+    app = create_app(backend=_Backend(config_loader=lambda: cfg), authenticate=authenticate,
+                     authorize=authorize, login_url=lambda nxt: f"/auth/login?next={nxt}")
+    return TestClient(app, follow_redirects=False), calls
+
+
+def test_plugin_requires_airflow_login(app_client):
+    client, calls = app_client
+    r = client.get("/jobs/orders_payments/")
+    assert r.status_code == 302 and r.headers["location"].startswith("/auth/login?next=")
+    assert client.get("/api/jobs/orders_payments/checkpoints").status_code == 401
+    client.cookies.set("_token", "someone")
+    assert client.get("/jobs/orders_payments/").status_code == 403
+    assert calls[-1] == ("someone", "epochal_orders_payments")  # authorised against the job's epoch DAG
+
+
+def test_plugin_pages_render(app_client):
+    client, _ = app_client
+    client.cookies.set("_token", "reader")
+    r = client.get("/")
+    assert r.status_code == 200 and "orders_payments" in r.text
+    r = client.get("/jobs/orders_payments/")
+    assert r.status_code == 200 and "Checkpoint history: orders_payments" in r.text and "No checkpoints yet" in r.text
+    assert client.get("/jobs/orders_payments/checkpoints/99").status_code == 404
+    assert client.get("/api/jobs/orders_payments/checkpoints").json()["checkpoints"] == []
+    r = client.get("/dags/epochal_orders_payments")
+    assert r.status_code == 307 and r.headers["location"].endswith("jobs/orders_payments/")
+
+
+def test_history_table_rendering():
+    from pipeline.orchestration.ui import render_detail_page, render_job_page
+    op = {"uid": "paid_orders_join", "subtasks": 2, "acks": 2, "rows": 10, "bytes": 2048, "sync_ms": 5.0,
+          "async_ms": 1.0, "alignment_ms": 3.0, "start_delay_ms": 0.0, "inflight_bytes": 0, "mode": "aligned"}
+    row = {"checkpoint_id": 7, "kind": "checkpoint", "status": "COMPLETED", "epoch": 42, "barrier_time": "t",
+           "trigger_time": "2026-11-21T08:00:00Z", "duration_ms": 1234.0, "state_bytes": 4096, "sink_bytes": 1,
+           "alignment_ms": 3.0, "acks": 2, "expected_acks": 2, "parallelism": 2, "parent_id": 6, "location": "s3://x",
+           "records": {"orders": 5}, "operators": [op], "problem": None}
+    pend = {**row, "checkpoint_id": 8, "status": "PENDING", "acks": None, "expected_acks": 4, "operators": []}
+    html = render_job_page("orders_payments", "epochal_orders_payments", [pend, row], [], 7, {"stopped": True,
+                           "stopped_savepoint": "s3://sp"}, {"max_parallelism": 128})
+    for text in ("COMPLETED", "PENDING", "1234 ms", "4.0 KiB", "paid_orders_join 2/2", "latest", "stopped"):
+        assert text in html, text
+    detail = render_detail_page("orders_payments", {"summary": row, "operators": [op], "state": [], "sources": [
+        {"source": "orders", "partition": "0", "position": "3:0", "barrier": "3:0"}], "sinks": [], "backlog": {},
+        "dead_letters": {}})
+    assert "Acknowledgements per operator" in detail and "paid_orders_join" in detail and "3:0" in detail
+
+
+@pytest.mark.airflow
+def test_airflow_user_reads_cookie_or_bearer(airflow_home, monkeypatch):
+    import airflow.api_fastapi.core_api.security as sec
+
+    from pipeline.orchestration.ui import airflow_user
+    seen = []
+
+    async def fake_resolve(token):
+        seen.append(token)
+        return "u"
+    monkeypatch.setattr(sec, "resolve_user_from_token", fake_resolve)
+    req = SimpleNamespace(headers={"authorization": "Bearer abc"}, cookies={"_token": "cookie"})
+    assert asyncio.run(airflow_user(req)) == "u"
+    req = SimpleNamespace(headers={}, cookies={"_token": "cookie"})
+    asyncio.run(airflow_user(req))
+    assert seen == ["abc", "cookie"]
