@@ -296,6 +296,7 @@ class JobRunner:
             cursor, rounds = self.complete_epoch(cursor, target, barriers, summaries, parallelism=parallelism)
             report.rounds.extend(rounds)
             done += 1
+        self._cleanup_sink_garbage()  # staging of checkpoints aborted by earlier crashes is now unprotected
         return report
 
     def process_epoch(self, epoch: int, *, parallelism: int | None = None) -> RunReport:
@@ -326,6 +327,7 @@ class JobRunner:
                                       "has not passed); retry later")
             cursor, rounds = self.complete_epoch(cursor, target, barriers, summaries, parallelism=parallelism)
             report.rounds.extend(rounds)
+        self._cleanup_sink_garbage()
         return report
 
     def write_ahead_barriers(self, epoch: int) -> list[int] | None:
@@ -461,7 +463,6 @@ class JobRunner:
             self._recover_sinks(completed.metadata)  # notifyCheckpointComplete -> commit (idempotent)
             fault_point("after_commit")
             self._drop_round_scratch(pending.location, rnd)
-            self._cleanup_sink_garbage()
             ckpt_s = time.perf_counter() - t_ack
             md = completed.metadata
             self._last_location = completed.location
