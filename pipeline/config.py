@@ -24,7 +24,7 @@ class PipelineConfig:
     source_uri: str = (_DEFAULT_ROOT / "sources").as_uri()
     checkpoint_uri: str = (_DEFAULT_ROOT / "checkpoints").as_uri()
     sink_uri: str = (_DEFAULT_ROOT / "sinks").as_uri()
-    dead_letter_uri: str = ""  # default: <checkpoint_uri>/<job>/dead-letter
+    dead_letter_uri: str = ""  # default: <checkpoint_uri>/_dead_letter (records go to <root>/<job>/<source>/...)
     epoch_seconds: int = 60
     max_records_per_epoch: int = 1_000_000
     allowed_lateness_seconds: int = 0
@@ -68,10 +68,12 @@ class PipelineConfig:
             raise ConfigError(f"PIPELINE_PARALLELISM={self.parallelism} exceeds "
                               f"PIPELINE_MAX_PARALLELISM={self.max_parallelism}")
 
-    def dead_letter_root(self, job: str) -> str:
+    @property
+    def dead_letter_root(self) -> str:
+        """Dead-letter root; records of job J, source S go to ``<root>/<J>/<S>/partition=<p>/...``."""
         if self.dead_letter_uri:
             return self.dead_letter_uri.rstrip("/")
-        return f"{self.checkpoint_uri.rstrip('/')}/{job}/dead-letter"
+        return f"{self.checkpoint_uri.rstrip('/')}/_dead_letter"
 
     def with_(self, **changes: Any) -> "PipelineConfig":
         return replace(self, **changes)

@@ -92,7 +92,7 @@ class JobRunner:
         self.sink_fio = file_io_for(config.sink_uri)
         self.job_root = join_uri(config.checkpoint_uri, job.name)
         self.sink_root = join_uri(config.sink_uri, job.name)
-        self.dead_letter_root = config.dead_letter_root(job.name)
+        self.dead_letter_root = config.dead_letter_root
         self.coordinator = CheckpointCoordinator(
             self.ckpt_fio, config.checkpoint_uri, job.name,
             checkpoint_timeout_s=config.checkpoint_timeout_seconds,
@@ -182,7 +182,8 @@ class JobRunner:
         from pipeline.checkpoint.handles import Position
         out = {}
         for src in self.job.sources():
-            files = list_source_files(self.src_fio, self.config.source_uri, src.name)
+            files = list_source_files(self.src_fio, self.config.source_uri, src.name, policy=self.config.bad_records,
+                                      dead_letter_root=self.dead_letter_root, job=self.job.name)
             since = {int(p): pos for p, pos in cursor.positions.get(src.name, {}).items()}
             out[src.name] = summarize_source(files, since=since, fileio=self.src_fio)
         return out
