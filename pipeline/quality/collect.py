@@ -781,8 +781,10 @@ class _Collector:
                             self.out.messages.append(f"{obj}: {d['error']}")
         cols = ["object", "kg", "rows", "expected_rows", "keys", "expected_keys", "fp_num", "expected_fp_num", "fp_ts",
                 "expected_fp_ts", "fp_str", "expected_fp_str", "missing_rows", "extra_rows", "orphan_rows"]
-        m = m[cols]
-        self.out.datasets["recovery_key_groups"] = m.astype(object).where(pd.notna(m), None)
+        m = m[cols].astype(object)
+        for c in ("missing_rows", "extra_rows", "orphan_rows"):
+            m[c] = [None if pd.isna(v) else int(v) for v in m[c]]
+        self.out.datasets["recovery_key_groups"] = m.where(pd.notna(m), None)
         self.out.examples["recovery_missing"] = examples_missing[:_MAX_EXAMPLES]
         self.out.examples["recovery_extra"] = examples_extra[:_MAX_EXAMPLES]
         self.out.examples["recovery_diff"] = (examples_missing[:3] + examples_extra[:3])

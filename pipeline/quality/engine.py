@@ -134,4 +134,74 @@ def build_data_docs(docs_dir: str, results: Iterable[tuple[str, str, str, Mappin
         except Exception as e:  # noqa: BLE001 - one unreadable old result must not break the site
             log.warning("data docs: skipping result of %s (%s): %s", suite_name, run_name, e)
     urls = ctx.build_data_docs(site_names=["epochal"])
-    return urls.get("epochal") or f"file://{os.path.abspath(docs_dir)}/index.html"
+    index = os.path.join(os.path.abspath(docs_dir), "index.html")
+    try:
+        _add_overview(index, results)
+    except Exception as e:  # noqa: BLE001 - the GX site is still there
+        log.warning("data docs: could not add the Epochal overview to %s: %s", index, e)
+    return urls.get("epochal") or f"file://{index}"
+
+
+_OVERVIEW_CSS = """
+#epochal-overview{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:16px 24px;color:#222}
+#epochal-overview h2{font-size:20px;margin:8px 0}
+#epochal-overview p{margin:4px 0 12px;color:#555;font-size:13px}
+#epochal-overview table{border-collapse:collapse;font-size:13px;margin-bottom:18px}
+#epochal-overview th,#epochal-overview td{border:1px solid #ddd;padding:4px 10px;text-align:left}
+#epochal-overview th{background:#f3f4f6}
+#epochal-overview .ok{color:#0a7d32;font-weight:600}
+#epochal-overview .fail{color:#b42318;font-weight:700}
+#epochal-overview tr.snap td{background:#eef2ff;font-weight:600}
+"""
+
+
+def _add_overview(index_path: str, results) -> None:
+    """Insert a static table of the validations (no CDN assets needed) at the top of ``index.html``."""
+    import html
+    import glob
+    root = os.path.dirname(index_path)
+    by_snap: dict[str, list] = {}
+    for suite_name, dataset, run_name, doc in results:
+        by_snap.setdefault(run_name, []).append((suite_name, dataset, doc))
+    area = {s.name: s.area for s in SUITES}
+
+    def snap_key(name: str) -> int:
+        tail = name.rsplit("-", 1)[-1]
+        return int(tail) if tail.isdigit() else -1
+
+    rows = []
+    for snap in sorted(by_snap, key=snap_key, reverse=True):
+        items = by_snap[snap]
+        meta = (items[0][2].get("meta") or {}).get("epochal", {})
+        ok_all = all(d.get("success") for _, _, d in items)
+        run_time = ((items[0][2].get("meta") or {}).get("run_id") or {}).get("run_time", "")
+        rows.append(f'<tr class="snap"><td colspan="6">{html.escape(str(meta.get("job", "")))} {html.escape(snap)} '
+                    f'({html.escape(str(meta.get("mode", "")))} validation, {html.escape(str(run_time)[:19])}) - '
+                    f'<span class="{"ok" if ok_all else "fail"}">{"PASSED" if ok_all else "FAILED"}</span></td></tr>')
+        for suite_name, dataset, doc in sorted(items, key=lambda x: ([s.name for s in SUITES].index(x[0])
+                                                                      if x[0] in area else 99)):
+            st = doc.get("statistics") or {}
+            pages = sorted(glob.glob(os.path.join(root, "validations", suite_name, snap, "*", "*.html")))
+            link = os.path.relpath(pages[-1], root) if pages else ""
+            name = f'<a href="{html.escape(link)}">{html.escape(suite_name)}</a>' if link else html.escape(suite_name)
+            ok = bool(doc.get("success"))
+            failed = [r.get("expectation_config", {}).get("description") or r.get("expectation_config", {}).get("type")
+                      for r in doc.get("results", []) if not r.get("success")]
+            rows.append(f'<tr><td>{name}</td><td>{html.escape(area.get(suite_name, ""))}</td>'
+                        f'<td>{html.escape(dataset)}</td>'
+                        f'<td class="{"ok" if ok else "fail"}">{"passed" if ok else "FAILED"}</td>'
+                        f'<td>{st.get("successful_expectations", "")}/{st.get("evaluated_expectations", "")}</td>'
+                        f'<td>{html.escape("; ".join(str(f) for f in failed[:3]))}</td></tr>')
+    block = (f'<div id="epochal-overview"><style>{_OVERVIEW_CSS}</style><h2>Epochal data quality: latest validations</h2>'
+             '<p>Suites on restored operator state, sink output, checkpoint metadata and recovery correctness. '
+             'Results are stored next to each checkpoint under <code>&lt;checkpoint root&gt;/&lt;job&gt;/validation/</code>.'
+             '</p><table><tr><th>suite</th><th>area</th><th>dataset</th><th>status</th><th>passed</th>'
+             '<th>failed expectations</th></tr>' + "".join(rows) + "</table></div>")
+    with open(index_path, encoding="utf-8") as f:
+        text = f.read()
+    if 'id="epochal-overview"' in text:
+        return
+    pos = text.find("<body")
+    pos = text.find(">", pos) + 1 if pos >= 0 else 0
+    with open(index_path, "w", encoding="utf-8") as f:
+        f.write(text[:pos] + block + text[pos:])

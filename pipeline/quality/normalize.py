@@ -97,9 +97,27 @@ def cents(arr: pa.ChunkedArray | pa.Array) -> pa.Array:
     return pc.cast(arr, pa.int64())
 
 
+def _kind(t: pa.DataType) -> str:
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "string"
+    if pa.types.is_integer(t):
+        return "int"
+    if pa.types.is_floating(t) or pa.types.is_decimal(t):
+        return "number"          # float64 sums or exact decimal sums: the same logical column
+    if pa.types.is_timestamp(t):
+        return f"timestamp[{t.tz or 'naive'}]"
+    if pa.types.is_boolean(t):
+        return "bool"
+    if pa.types.is_date(t):
+        return "date"
+    return str(t)
+
+
 def schema_signature(schema: pa.Schema) -> str:
-    """``name:type, ...`` (timestamps normalised to their unit and zone)."""
-    return ", ".join(f"{f.name}:{f.type}" for f in schema)
+    """Logical schema ``name:kind, ...``: column names and order, with the physical type reduced to its kind
+    (string, int, number, timestamp[zone], ...), so a representation change such as float64 -> decimal
+    sums is not a schema break, but a missing, renamed, reordered or retyped column is."""
+    return ", ".join(f"{f.name}:{_kind(f.type)}" for f in schema)
 
 
 def _as_array(col: pa.ChunkedArray | pa.Array) -> pa.Array:

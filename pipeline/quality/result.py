@@ -128,6 +128,7 @@ class ValidationResult:
                 lines.append(f"  FAIL {s.suite} ({len(s.failed)} of {len(s.expectations)} expectations failed on "
                              f"{s.rows} {s.dataset} rows)")
         shown = 0
+        shown_examples: set[str] = set()
         for e in failed:
             if shown == _MAX_SHOWN_FAILURES:
                 lines.append(f"  ... and {len(failed) - shown} more failed expectations (see {self.result_uri})")
@@ -144,8 +145,11 @@ class ValidationResult:
                 lines.append(f"      error: {_short(e.exception, 300)}")
             for r in e.unexpected_rows[:_MAX_SHOWN_ROWS]:
                 lines.append(f"      at {_short(r, 200)}")
-            for r in e.examples[:_MAX_SHOWN_ROWS]:
-                lines.append(f"      e.g. {_short(r, 240)}")
+            sig = _short(list(e.examples[:_MAX_SHOWN_ROWS]), 10_000)
+            if e.examples and sig not in shown_examples:
+                shown_examples.add(sig)
+                for r in e.examples[:_MAX_SHOWN_ROWS]:
+                    lines.append(f"      e.g. {_short(r, 240)}")
         for m in self.messages:
             lines.append(f"  note: {m}")
         if self.result_uri:

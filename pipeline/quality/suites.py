@@ -115,7 +115,7 @@ DATASETS: dict[str, dict[str, str]] = {
     "state_files": {
         "object": "state/<uid>/<name>", "operator": "uid", "state": "state name", "subtask": "subtask",
         "kg_start": "first key group", "kg_end": "last key group (inclusive)", "uri": "state file (null: empty)",
-        "readable": "the file was read", "schema": "Parquet schema (name:type, ...)",
+        "readable": "the file was read", "schema": "logical Parquet schema (name:kind, ...; kinds string, int, number, timestamp[zone])",
         "expected_schema": "schema the job implies (null if not derivable)",
         "range_overlaps": "another handle of the same state overlaps this key-group range",
         "range_gap_before": "key groups left uncovered before this range (after, for the last range)",

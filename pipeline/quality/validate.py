@@ -153,6 +153,8 @@ def validate_job(runner, checkpoint: str | int | None = None, *, mode: str = "fu
     collected.timings["gx_setup"] = time.perf_counter() - t_ge
     run_time = datetime.now(timezone.utc).isoformat()
     out_dir = join_uri(validation_root(runner), snap.name)
+    if mode == "epoch":  # the cheap subset never overwrites a full validation's results
+        out_dir = join_uri(out_dir, "epoch")
     suites: list[SuiteOutcome] = []
     docs_inputs: list[tuple[str, str, str, dict]] = []
     t_v = time.perf_counter()

@@ -15,7 +15,7 @@ import pyarrow as pa
 from pipeline.exceptions import ConfigError, MalformedInputError
 from pipeline.job import AggregateNode, Job, JoinNode, MapNode, SourceNode
 from pipeline.keygroups import key_group_expr, subtask_expr
-from pipeline.runtime.operators import (HANDLE_DDL, AggTaskSpec, JoinTaskSpec, handle_rows_to_dicts,
+from pipeline.runtime.operators import (EXACT_SUM, HANDLE_DDL, AggTaskSpec, JoinTaskSpec, handle_rows_to_dicts,
                                         make_agg_task, make_join_task)
 from pipeline.runtime.routing import shuffle_to_subtasks
 
@@ -209,20 +209,27 @@ def operator_dataframe(spark, job: Job, op, inputs: dict[int, object], io: Opera
         src = src.select(*needed)
         in_schema = arrow_schema_of(src)
         fields = [in_schema.field(op.key)]
+        out_fields = [in_schema.field(op.key)]
         for out, fn, col in op.aggs:
             if fn == "count":
                 fields.append(pa.field(out, pa.int64()))
+                out_fields.append(fields[-1])
             elif fn == "sum":
                 t = in_schema.field(col).type
-                fields.append(pa.field(out, pa.float64() if pa.types.is_floating(t) else pa.int64()))
+                # floating sums are kept as exact decimals in state, so totals do not depend on the
+                # order in which records arrive (deterministic replay, identical results after rescaling)
+                fields.append(pa.field(out, EXACT_SUM if pa.types.is_floating(t) else pa.int64()))
+                out_fields.append(pa.field(out, pa.float64() if pa.types.is_floating(t) else pa.int64()))
             else:
                 fields.append(pa.field(out, in_schema.field(col).type))
+                out_fields.append(fields[-1])
         state_schema = pa.schema(fields)
-        out_schema = state_schema
+        out_schema = pa.schema(out_fields)
         with_kg = src.withColumn("_kg", key_group_expr(op.key, MP)).withColumn("_subtask", subtask_expr("_kg", MP, P))
         shuffled = shuffle_to_subtasks(with_kg, spark, "_subtask", P)
         spec = AggTaskSpec(op.uid, io.checkpoint, op.key, op.aggs, state_schema, P, MP, io.parent_handles,
-                           io.state_prefix, io.output_prefix, io.output_name, io.file_tag, io.ack_prefix)
+                           io.state_prefix, io.output_prefix, io.output_name, io.file_tag, io.ack_prefix,
+                           out_schema)
         result = shuffled.mapInArrow(make_agg_task(spec), HANDLE_DDL if io.ack_prefix is None else schema_ddl(out_schema))
     else:  # pragma: no cover - guarded by Job
         raise ConfigError(f"not a stateful operator: {op!r}")

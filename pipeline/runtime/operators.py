@@ -19,8 +19,10 @@ from pipeline.faults import fault_point
 from pipeline.keygroups import range_for_subtask
 from pipeline.state.backend import KG_COLUMN, read_state, write_table
 
-__all__ = ["HANDLE_SCHEMA", "JoinTaskSpec", "AggTaskSpec", "make_join_task", "make_agg_task",
+__all__ = ["EXACT_SUM", "HANDLE_SCHEMA", "JoinTaskSpec", "AggTaskSpec", "make_join_task", "make_agg_task",
            "handle_rows_to_dicts"]
+
+EXACT_SUM = pa.decimal128(38, 9)  # state type of floating-point sums (order-independent, exact)
 
 HANDLE_SCHEMA = pa.schema([
     ("kind", pa.string()),        # "state" | "output"
@@ -183,6 +185,17 @@ class AggTaskSpec:
     output_name: str
     file_tag: str
     ack_prefix: str | None = None
+    out_schema: pa.Schema | None = None              # emitted rows (exact sums as float64)
+
+
+def _to_output(t: pa.Table, schema: pa.Schema) -> pa.Table:
+    cols = []
+    for f in schema:
+        c = t[f.name]
+        if pa.types.is_decimal(c.type) and pa.types.is_floating(f.type):
+            c = pc.cast(pc.cast(c, pa.string()), f.type)  # correctly rounded decimal -> double
+        cols.append(c.cast(f.type))
+    return pa.table(cols, schema=schema)
 
 
 _COMBINE = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}
@@ -210,6 +223,9 @@ def make_agg_task(spec: AggTaskSpec):
                 if fn == "count":
                     partial_aggs.append(([], "count_all"))
                 else:
+                    if pa.types.is_decimal(sschema.field(out_col).type) and not pa.types.is_decimal(incoming[col].type):
+                        incoming = incoming.set_column(incoming.schema.get_field_index(col), col, pc.cast(
+                            incoming[col], sschema.field(out_col).type, safe=False))
                     partial_aggs.append((col, fn))
             partial_aggs.append((KG_COLUMN, "min"))
             g = incoming.group_by(spec.key, use_threads=False).aggregate(partial_aggs)
@@ -228,7 +244,7 @@ def make_agg_task(spec: AggTaskSpec):
                                KG_COLUMN: merged[f"{KG_COLUMN}_min"]}).cast(sschema)
             state = merged
             changed = pc.is_in(merged[spec.key], value_set=partial[spec.key])
-            out = merged.filter(changed).select(spec.state_schema.names)
+            out = _to_output(merged.filter(changed), spec.out_schema or spec.state_schema)
         sync_ms = (time.perf_counter() - t0) * 1000
         fault_point("writing_state")
         t1 = time.perf_counter()
@@ -242,6 +258,6 @@ def make_agg_task(spec: AggTaskSpec):
         rows = [_handle("state", spec.uid, "agg", subtask, kgr, fh, in_rows, restored, 0, sync_ms, async_ms),
                 _handle("output", spec.uid, spec.output_name, subtask, kgr, ofh, in_rows, restored, 0, sync_ms,
                         async_ms)]
-        yield from _emit(rows, out, spec.state_schema, fio, spec.ack_prefix, subtask)
+        yield from _emit(rows, out, spec.out_schema or spec.state_schema, fio, spec.ack_prefix, subtask)
 
     return task
