@@ -440,7 +440,6 @@ def run_epochal(a: argparse.Namespace, exp, local_root: str, events: int, P: int
     if profile_dir:
         os.makedirs(profile_dir, exist_ok=True)
         child += ["--profile-dir", profile_dir]
-        extra["PIPELINE_RETAINED_CHECKPOINTS"] = "1000"  # keep every checkpoint's stats readable
     env = _epochal_env(a, uris, P, extra)
     cmd = child + ["--", "run", "--job", JOB, "--json"]
     r = run_monitored(cmd, env, label=tag, echo=_interesting if a.verbose or profile_dir else _progress_echo(),
@@ -672,17 +671,20 @@ def write_markdown(a: argparse.Namespace, doc: dict, lines: list[str], ep_lines:
 def summarize_profile(profile_dir: str, res: dict) -> dict:
     """Breakdown of an Epochal run from the Spark event log, the driver's cProfile and the task acks."""
     out: dict[str, Any] = {}
-    logs = [f for f in glob.glob(os.path.join(profile_dir, "eventlog", "*")) if os.path.isfile(f)]
+    logs = sorted(f for f in glob.glob(os.path.join(profile_dir, "eventlog", "**", "*"), recursive=True)
+                  if os.path.isfile(f) and not os.path.basename(f).startswith((".", "appstatus")))
     if logs:
-        out["spark"] = _eventlog_breakdown(logs[0], res.get("round_durations_s", []))
+        out["spark"] = _eventlog_breakdown(logs, res.get("round_durations_s", []))
     prof = os.path.join(profile_dir, "driver.prof")
     if os.path.exists(prof):
         out["driver"] = _driver_breakdown(prof)
-    st = res.get("checkpoint_stats", {}).get("retained") or []
+    sp = os.path.join(profile_dir, "checkpoint_stats.jsonl")
+    st = [json.loads(x) for x in open(sp)] if os.path.exists(sp) else []
+    st = [c for c in st if c.get("stats")]
     if st:
         ops: dict[str, dict[str, float]] = {}
         for c in st:
-            for uid, o in c["operators"].items():
+            for uid, o in c["stats"]["operators"].items():
                 s = ops.setdefault(uid, {"sync_ms": 0.0, "async_ms": 0.0, "in_rows": 0})
                 s["sync_ms"] += o.get("sync_ms") or 0
                 s["async_ms"] += o.get("async_ms") or 0
@@ -692,46 +694,53 @@ def summarize_profile(profile_dir: str, res: dict) -> dict:
     return out
 
 
-def _eventlog_breakdown(path: str, round_s: list[float]) -> dict:
+def _event_lines(paths: Sequence[str]):
+    for path in paths:
+        if path.endswith(".zstd"):
+            raise ValueError(f"{path}: compressed event log (run with spark.eventLog.compress=false)")
+        with open(path) as fh:
+            yield from fh
+
+
+def _eventlog_breakdown(paths: Sequence[str], round_s: list[float]) -> dict:
     jobs: dict[int, dict] = {}
     stage_job: dict[int, int] = {}
     stages: dict[int, dict] = {}
     tasks: dict[int, dict[str, float]] = {}
-    with open(path) as fh:
-        for line in fh:
-            e = json.loads(line)
-            ev = e.get("Event")
-            if ev == "SparkListenerJobStart":
-                props = e.get("Properties") or {}
-                jobs[e["Job ID"]] = {"start": e["Submission Time"], "desc": props.get("spark.job.description", ""),
-                                     "stages": e.get("Stage IDs", [])}
-                for s in e.get("Stage IDs", []):
-                    stage_job[s] = e["Job ID"]
-            elif ev == "SparkListenerJobEnd":
-                jobs.setdefault(e["Job ID"], {})["end"] = e["Completion Time"]
-            elif ev == "SparkListenerStageCompleted":
-                si = e["Stage Info"]
-                stages[si["Stage ID"]] = {"name": si.get("Stage Name", ""), "tasks": si.get("Number of Tasks"),
-                                          "start": si.get("Submission Time"), "end": si.get("Completion Time"),
-                                          "rdds": [r.get("Name") for r in si.get("RDD Info", [])][:6]}
-            elif ev == "SparkListenerTaskEnd":
-                m = e.get("Task Metrics") or {}
-                ti = e.get("Task Info") or {}
-                t = tasks.setdefault(e["Stage ID"], {"n": 0, "wall_ms": 0, "run_ms": 0, "cpu_ms": 0, "deser_ms": 0,
-                                                     "gc_ms": 0, "shuffle_write_ms": 0, "fetch_wait_ms": 0,
-                                                     "records_read": 0, "shuffle_write_bytes": 0})
-                t["n"] += 1
-                t["wall_ms"] += (ti.get("Finish Time", 0) - ti.get("Launch Time", 0))
-                t["run_ms"] += m.get("Executor Run Time", 0)
-                t["cpu_ms"] += m.get("Executor CPU Time", 0) / 1e6
-                t["deser_ms"] += m.get("Executor Deserialize Time", 0)
-                t["gc_ms"] += m.get("JVM GC Time", 0)
-                sw = m.get("Shuffle Write Metrics") or {}
-                sr = m.get("Shuffle Read Metrics") or {}
-                t["shuffle_write_ms"] += sw.get("Shuffle Write Time", 0) / 1e6
-                t["shuffle_write_bytes"] += sw.get("Shuffle Bytes Written", 0)
-                t["fetch_wait_ms"] += sr.get("Fetch Wait Time", 0)
-                t["records_read"] += (m.get("Input Metrics") or {}).get("Records Read", 0) + sr.get("Total Records Read", 0)
+    for line in _event_lines(paths):
+        e = json.loads(line)
+        ev = e.get("Event")
+        if ev == "SparkListenerJobStart":
+            props = e.get("Properties") or {}
+            jobs[e["Job ID"]] = {"start": e["Submission Time"], "desc": props.get("spark.job.description", ""),
+                                 "stages": e.get("Stage IDs", [])}
+            for s in e.get("Stage IDs", []):
+                stage_job[s] = e["Job ID"]
+        elif ev == "SparkListenerJobEnd":
+            jobs.setdefault(e["Job ID"], {})["end"] = e["Completion Time"]
+        elif ev == "SparkListenerStageCompleted":
+            si = e["Stage Info"]
+            stages[si["Stage ID"]] = {"name": si.get("Stage Name", ""), "tasks": si.get("Number of Tasks"),
+                                      "start": si.get("Submission Time"), "end": si.get("Completion Time"),
+                                      "rdds": [r.get("Name") for r in si.get("RDD Info", [])][:6]}
+        elif ev == "SparkListenerTaskEnd":
+            m = e.get("Task Metrics") or {}
+            ti = e.get("Task Info") or {}
+            t = tasks.setdefault(e["Stage ID"], {"n": 0, "wall_ms": 0, "run_ms": 0, "cpu_ms": 0, "deser_ms": 0,
+                                                 "gc_ms": 0, "shuffle_write_ms": 0, "fetch_wait_ms": 0,
+                                                 "records_read": 0, "shuffle_write_bytes": 0})
+            t["n"] += 1
+            t["wall_ms"] += (ti.get("Finish Time", 0) - ti.get("Launch Time", 0))
+            t["run_ms"] += m.get("Executor Run Time", 0)
+            t["cpu_ms"] += m.get("Executor CPU Time", 0) / 1e6
+            t["deser_ms"] += m.get("Executor Deserialize Time", 0)
+            t["gc_ms"] += m.get("JVM GC Time", 0)
+            sw = m.get("Shuffle Write Metrics") or {}
+            sr = m.get("Shuffle Read Metrics") or {}
+            t["shuffle_write_ms"] += sw.get("Shuffle Write Time", 0) / 1e6
+            t["shuffle_write_bytes"] += sw.get("Shuffle Bytes Written", 0)
+            t["fetch_wait_ms"] += sr.get("Fetch Wait Time", 0)
+            t["records_read"] += (m.get("Input Metrics") or {}).get("Records Read", 0) + sr.get("Total Records Read", 0)
     # group by job description (set per epoch by the child) and classify stages
     kinds: dict[str, dict[str, float]] = {}
     per_job = []
@@ -838,7 +847,8 @@ def epochal_child(argv: list[str]) -> int:
         ev = os.path.join(a.profile_dir, "eventlog")
         os.makedirs(ev, exist_ok=True)
         os.environ["PYSPARK_SUBMIT_ARGS"] = (f"--conf spark.eventLog.enabled=true --conf spark.eventLog.dir=file://{ev} "
-                                             "pyspark-shell")
+                                             "--conf spark.eventLog.compress=false "
+                                             "--conf spark.eventLog.rolling.enabled=false pyspark-shell")
     from pipeline.config import load_config
     from pipeline.runtime.session import get_spark
     cfg = load_config(None)
@@ -857,6 +867,20 @@ def epochal_child(argv: list[str]) -> int:
             finally:
                 spark.sparkContext.setJobDescription(None)  # type: ignore[arg-type]
         JobRunner.complete_epoch = tagged  # type: ignore[method-assign]
+        # every completed checkpoint's stats (per-operator sync/async of the tasks' acks), also for the
+        # checkpoints that retention deletes later
+        from pipeline.checkpoint.coordinator import CheckpointCoordinator
+        orig_complete = CheckpointCoordinator.complete
+        stats_path = os.path.join(a.profile_dir, "checkpoint_stats.jsonl")
+
+        def recording(self, *args, **kw):
+            completed = orig_complete(self, *args, **kw)
+            md = completed.metadata
+            with open(stats_path, "a") as fh:
+                fh.write(json.dumps({"id": md.checkpoint_id, "epoch": md.epoch,
+                                     "stats": md.stats.to_dict() if md.stats else None}) + "\n")
+            return completed
+        CheckpointCoordinator.complete = recording  # type: ignore[method-assign]
     t1 = time.perf_counter()
     if a.profile_dir:
         import cProfile

@@ -108,7 +108,9 @@ class ChannelStateHandle:
     """In-flight data of one input channel persisted by an unaligned checkpoint.
 
     Either ``file`` (records that were between operators) or a source range ``[start, end)`` of
-    ``source``/``partition`` (records still durable in the source log; replayed, not copied).
+    ``source``/``partition`` (records still durable in the source log; replayed, not copied). ``end`` is
+    None for an open range: up to the partition's barrier n, not known yet when the checkpoint completed
+    (a lagging partition); reading resumes at ``start`` either way.
     """
 
     operator_uid: str
@@ -123,9 +125,9 @@ class ChannelStateHandle:
     def __post_init__(self) -> None:
         if self.partition is not None and not isinstance(self.partition, str):
             object.__setattr__(self, "partition", str(self.partition))
-        if (self.start is None) != (self.end is None):
+        if self.start is None and self.end is not None:
             raise ValueError(f"channel state {self.operator_uid}[{self.subtask}]/{self.channel}: "
-                             "a position range needs both start and end")
+                             "a position range needs a start")
         if self.start is not None and self.end is not None and self.end < self.start:
             raise ValueError(f"channel state {self.operator_uid}[{self.subtask}]/{self.channel}: "
                              f"range end {self.end} before start {self.start}")

@@ -119,6 +119,8 @@ def apply_maps(df, maps: Sequence[MapNode]):
             exprs = list(m.exprs)
             if "_ingest_ts" in df.columns and not any(e.strip().split()[-1] == "_ingest_ts" for e in exprs):
                 exprs.append("_ingest_ts")
+            if "_park" in df.columns:  # unaligned: the row is in flight at the join (see JobRunner._process_round)
+                exprs.append("_park")
             df = df.selectExpr(*exprs)
     return df
 
@@ -145,6 +147,9 @@ class OperatorIO:
     file_tag: str
     ttl_cutoff_us: int | None
     ack_prefix: str | None = None   # set: chained operator (rows flow on, acks written as objects)
+    replay_handles: dict | None = None  # join: {"left"/"right": [file handles]} in-flight data to replay first
+    channel_prefix: str | None = None   # join: where rows flagged ``_park`` are written as channel state
+    prior_output: tuple = ()            # upsert sink: output files staged in earlier rounds of this checkpoint
 
 
 def rethrow_task_error(e: Exception) -> None:
@@ -181,14 +186,16 @@ def operator_dataframe(spark, job: Job, op, inputs: dict[int, object], io: Opera
         for side, d in (("left", left), ("right", right)):
             if op.on not in d.columns or "_ingest_ts" not in d.columns:
                 raise ConfigError(f"join {op.uid}: {side} input needs columns {op.on!r} and _ingest_ts, has {d.columns}")
-        lcols = tuple(left.columns)
-        rcols = tuple(right.columns)
+        # "_park" (unaligned checkpoints only) flags rows in flight at the join: a routing flag, not data
+        lcols = tuple(c for c in left.columns if c != "_park")
+        rcols = tuple(c for c in right.columns if c != "_park")
         clash = (set(lcols) & set(rcols)) - {op.on, "_ingest_ts"}
         if clash:
             raise ConfigError(f"join {op.uid}: both inputs have columns {sorted(clash)}; rename with select()")
         output = op.output or tuple([op.on] + [c for c in lcols if c not in (op.on, "_ingest_ts")]
                                     + [c for c in rcols if c not in (op.on, "_ingest_ts")])
-        lsch, rsch = arrow_schema_of(left), arrow_schema_of(right)
+        lsch = arrow_schema_of(left.drop("_park") if "_park" in left.columns else left)
+        rsch = arrow_schema_of(right.drop("_park") if "_park" in right.columns else right)
         kg = key_group_expr(op.on, MP)
         l2 = left.withColumn("_side", F.lit(0).cast("byte")).withColumn("_kg", kg)
         r2 = right.withColumn("_side", F.lit(1).cast("byte")).withColumn("_kg", kg)
@@ -198,7 +205,7 @@ def operator_dataframe(spark, job: Job, op, inputs: dict[int, object], io: Opera
         out_schema = pa.schema([joined[c] for c in output])
         spec = JoinTaskSpec(op.uid, io.checkpoint, op.on, lcols, rcols, output, P, MP, io.ttl_cutoff_us,
                             io.parent_handles, io.state_prefix, io.output_prefix, io.output_name, io.file_tag,
-                            lsch, rsch, out_schema, io.ack_prefix)
+                            lsch, rsch, out_schema, io.ack_prefix, io.replay_handles or {}, io.channel_prefix)
         result = shuffled.mapInArrow(make_join_task(spec), HANDLE_DDL if io.ack_prefix is None else schema_ddl(out_schema))
     elif isinstance(op, AggregateNode):
         src = resolve(op.parent)
@@ -229,7 +236,7 @@ def operator_dataframe(spark, job: Job, op, inputs: dict[int, object], io: Opera
         shuffled = shuffle_to_subtasks(with_kg, spark, "_subtask", P)
         spec = AggTaskSpec(op.uid, io.checkpoint, op.key, op.aggs, state_schema, P, MP, io.parent_handles,
                            io.state_prefix, io.output_prefix, io.output_name, io.file_tag, io.ack_prefix,
-                           out_schema)
+                           out_schema, tuple(io.prior_output))
         result = shuffled.mapInArrow(make_agg_task(spec), HANDLE_DDL if io.ack_prefix is None else schema_ddl(out_schema))
     else:  # pragma: no cover - guarded by Job
         raise ConfigError(f"not a stateful operator: {op!r}")

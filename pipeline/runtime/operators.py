@@ -102,6 +102,8 @@ class JoinTaskSpec:
     right_schema: pa.Schema
     out_schema: pa.Schema
     ack_prefix: str | None = None  # chained: acks go to <ack_prefix>/<subtask>.json and rows flow on
+    replay_handles: dict | None = None   # unaligned: {"left"/"right": [file handles]} in-flight data replayed first
+    channel_prefix: str | None = None    # unaligned: rows flagged ``_park`` are written here, not processed
 
 
 def make_join_task(spec: JoinTaskSpec):
@@ -117,12 +119,27 @@ def make_join_task(spec: JoinTaskSpec):
         lschema = spec.left_schema.append(pa.field(KG_COLUMN, pa.int32()))
         rschema = spec.right_schema.append(pa.field(KG_COLUMN, pa.int32()))
         incoming = _collect(batches)
+        parked = None
+        if incoming is not None and "_park" in incoming.column_names:
+            # unaligned checkpoint: these rows were read before barrier n but the snapshot is taken before the
+            # join consumes them - in-flight data between operators, persisted as channel state (not processed)
+            flag = pc.fill_null(incoming["_park"], False)
+            parked = incoming.filter(flag)
+            incoming = incoming.filter(pc.invert(flag))
         state_l = read_state(fio, spec.parent_handles.get("left", []), kgr.start, kgr.end, lschema, spec.checkpoint)
         state_r = read_state(fio, spec.parent_handles.get("right", []), kgr.start, kgr.end, rschema, spec.checkpoint)
         restored = state_l.num_rows + state_r.num_rows
         in_rows = 0
+        if spec.replay_handles:  # channel state of the previous checkpoint: consumed first
+            replay_l = read_state(fio, spec.replay_handles.get("left", []), kgr.start, kgr.end, lschema,
+                                  spec.checkpoint)
+            replay_r = read_state(fio, spec.replay_handles.get("right", []), kgr.start, kgr.end, rschema,
+                                  spec.checkpoint)
+            in_rows += replay_l.num_rows + replay_r.num_rows
+            state_l = pa.concat_tables([state_l, replay_l])
+            state_r = pa.concat_tables([state_r, replay_r])
         if incoming is not None:
-            in_rows = incoming.num_rows
+            in_rows += incoming.num_rows
             side = incoming["_side"]
             new_l = incoming.filter(pc.equal(side, 0)).select(lschema.names).cast(lschema)
             new_r = incoming.filter(pc.equal(side, 1)).select(rschema.names).cast(rschema)
@@ -162,6 +179,14 @@ def make_join_task(spec: JoinTaskSpec):
         if out is not None and out.num_rows:
             ofh = write_table(fio, f"{spec.output_prefix}/part-{spec.file_tag}-{subtask:05d}.parquet", out)
         handles.append(("output", spec.output_name, ofh))
+        if parked is not None and parked.num_rows:
+            if not spec.channel_prefix:
+                raise RuntimeError(f"join {spec.uid}: rows to park but no channel state location")
+            for name, sch, code in (("left", lschema, 0), ("right", rschema, 1)):
+                t = parked.filter(pc.equal(parked["_side"], code)).select(sch.names).cast(sch)
+                if t.num_rows:
+                    handles.append(("channel", name, write_table(
+                        fio, f"{spec.channel_prefix}/{name}/kg-{kgr.start:05d}-{kgr.end:05d}.parquet", t)))
         async_ms = (time.perf_counter() - t1) * 1000
         rows = [_handle(kind, spec.uid, name, subtask, kgr, fh, in_rows, restored, expired, sync_ms, async_ms)
                 for kind, name, fh in handles]
@@ -186,6 +211,9 @@ class AggTaskSpec:
     file_tag: str
     ack_prefix: str | None = None
     out_schema: pa.Schema | None = None              # emitted rows (exact sums as float64)
+    # upsert sink, checkpoint spanning rounds: this checkpoint's output files staged in earlier rounds; the
+    # task rewrites them merged with this round's rows (newest per key), so a commit entry has one row per key
+    prior_output: tuple = ()
 
 
 def _to_output(t: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -252,8 +280,18 @@ def make_agg_task(spec: AggTaskSpec):
         if state.num_rows:
             fh = write_table(fio, f"{spec.state_prefix}/agg/kg-{kgr.start:05d}-{kgr.end:05d}.parquet", state)
         ofh = None
-        if out is not None and out.num_rows:
-            ofh = write_table(fio, f"{spec.output_prefix}/part-{spec.file_tag}-{subtask:05d}.parquet", out)
+        file_out = out
+        if spec.prior_output:
+            oschema = spec.out_schema or spec.state_schema
+            prior = read_state(fio, spec.prior_output, kgr.start, kgr.end, oschema, spec.checkpoint)
+            if prior.num_rows:
+                if out is not None and out.num_rows:
+                    prior = prior.filter(pc.invert(pc.is_in(prior[spec.key], value_set=out[spec.key])))
+                    file_out = pa.concat_tables([prior, out.select(oschema.names).cast(oschema)])
+                else:
+                    file_out = prior
+        if file_out is not None and file_out.num_rows:
+            ofh = write_table(fio, f"{spec.output_prefix}/part-{spec.file_tag}-{subtask:05d}.parquet", file_out)
         async_ms = (time.perf_counter() - t1) * 1000
         rows = [_handle("state", spec.uid, "agg", subtask, kgr, fh, in_rows, restored, 0, sync_ms, async_ms),
                 _handle("output", spec.uid, spec.output_name, subtask, kgr, ofh, in_rows, restored, 0, sync_ms,

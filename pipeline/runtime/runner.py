@@ -7,9 +7,11 @@ One round = one bounded Spark run (one Airflow DAG run, or one step of ``epochal
    by ``max records per epoch`` per input) **before** processing;
 2. process: one Spark job per stateful operator; tasks restore their key groups, process, snapshot
    their state and stage their sink output, and acknowledge with handles;
-3. complete: when every channel has delivered barrier n (aligned), write ``_metadata`` last with a
-   conditional PUT, then commit the sinks (two-phase commit) and apply retention. If a channel has a
-   backlog, the checkpoint stays pending and the round's progress is kept durable for the next round.
+3. complete: when the barrier handler of the multi-input operator (see :mod:`pipeline.runtime.alignment`)
+   snapshots checkpoint n - aligned: every channel delivered barrier n; at-least-once tracker: idem, without
+   ever blocking a channel; unaligned: at the first barrier, with the in-flight data as channel state -
+   write ``_metadata`` last with a conditional PUT, then commit the sinks (two-phase commit) and apply
+   retention. Until then the checkpoint stays pending and the next round continues it.
 """
 from __future__ import annotations
 
@@ -73,6 +75,16 @@ class _Cursor:
     epoch: int | None = None
     positions: dict[str, dict[str, object]] = field(default_factory=dict)   # source -> partition -> Position
     handles: dict[str, dict[str, list[dict]]] = field(default_factory=dict)  # uid -> state name -> handles
+    # unaligned channel state still to replay first (in-flight data between operators): uid -> file handles
+    inflight: dict[str, list[dict]] = field(default_factory=dict)
+    align: object | None = None  # the AlignmentDriver continuing from this cursor (None: start a fresh one)
+
+
+def _by_name(handles: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for h in handles:
+        out.setdefault(str(h["name"]), []).append(h)
+    return out
 
 
 class JobRunner:
@@ -102,6 +114,10 @@ class JobRunner:
         self.max_parallelism = self._ensure_job_json()
         self._spark = None
         self._last_location: str | None = None
+        # round clock: the configured clock when the runner starts, advancing with the elapsed time (a
+        # fixed PIPELINE_CLOCK_NOW still lets alignment timeouts be measured across rounds)
+        self._clock_base_s = self.clock.now_us() / 1e6
+        self._mono_base_s = time.monotonic()
 
     # ------------------------------------------------------------------------------------------ setup
     def _validate_job(self) -> None:
@@ -113,6 +129,25 @@ class JobRunner:
                                   "output directly (put select/filter before the operator)")
         if not self.job.operators():
             raise ConfigError(f"job {self.job.name!r} has no stateful operator")
+        joins = [o for o in self.job.operators() if isinstance(o, JoinNode)]
+        if self.config.checkpoint_mode == "at_least_once" or self.config.unaligned:
+            what = ("PIPELINE_UNALIGNED=true" if self.config.unaligned
+                    else f"PIPELINE_CHECKPOINT_MODE={self.config.checkpoint_mode}")
+            if len(joins) > 1:
+                raise ConfigError(f"job {self.job.name!r}: {what} is supported for jobs with one multi-input operator "
+                                  f"(has joins {[j.uid for j in joins]}); use aligned exactly-once checkpoints")
+        if self.config.unaligned and joins:
+            join = joins[0]
+            for side in (join.left, join.right):
+                base = self.job.chain_to(side)[0]
+                if not isinstance(self.job.nodes[base], SourceNode):
+                    raise ConfigError(f"job {self.job.name!r}: unaligned checkpoints need the inputs of join "
+                                      f"{join.uid!r} to be sources (through select/filter)")
+            for src in self.job.sources():
+                users = [o.uid for o in self._consumers(self.job.node_id(src))]
+                if users != [join.uid]:
+                    raise ConfigError(f"job {self.job.name!r}: with unaligned checkpoints every source must feed "
+                                      f"only the join {join.uid!r}; source {src.name!r} feeds {users}")
 
     def _ensure_job_json(self) -> int:
         from pipeline.fileio import join_uri
@@ -157,7 +192,16 @@ class JobRunner:
                     {"uri": h.file.uri if h.file else None, "rows": h.rows, "bytes": h.bytes,
                      "sha256": h.file.sha256 if h.file else None, "kg_start": h.kg_start, "kg_end": h.kg_end})
         positions = {s: dict(parts) for s, parts in md.positions.items()}
-        return _Cursor(md.checkpoint_id, md.epoch, positions, handles)
+        inflight: dict[str, list[dict]] = {}
+        for c in md.channel_state:
+            if c.file is not None:  # in-flight data between operators: replayed first
+                inflight.setdefault(c.operator_uid, []).append(
+                    {"uri": c.file.uri, "rows": c.file.rows, "bytes": c.file.bytes, "sha256": c.file.sha256,
+                     "kg_start": 0, "kg_end": md.max_parallelism - 1, "name": c.channel})
+            elif c.source is not None and c.partition is not None and c.start is not None:
+                # in-flight data still in the source log: reading resumes at the start of its range
+                positions.setdefault(c.source, {})[str(c.partition)] = c.start
+        return _Cursor(md.checkpoint_id, md.epoch, positions, handles, inflight)
 
     def _recover_sinks(self, md) -> None:
         """recoverAndCommit: (re-)commit the sink transactions of a completed checkpoint (idempotent)."""
@@ -204,7 +248,7 @@ class JobRunner:
                 start = cursor.positions.get(src, {}).get(str(p), Position(seq=0, row=0))
                 n += count_rows(ss, start, end_position(ss))
                 n += sum(1 for s in ss if s.corrupt and s.seq >= start.seq)
-        return n
+        return n + sum(h["rows"] for hs in cursor.inflight.values() for h in hs)
 
     def _next_unread_epoch(self, cursor: _Cursor, summaries) -> int | None:
         """Epoch of the earliest unread row (file-level lower bound)."""
@@ -261,6 +305,23 @@ class JobRunner:
             return self.barriers_for(epoch, summaries, cursor)
         return out
 
+    def _barriers_or_partial(self, epoch: int, summaries, cursor: _Cursor):
+        """Barrier n positions (:meth:`barriers_for`); while a partition lags, None - except with checkpoints
+        that are unaligned from the first barrier: they need not wait, so the barriers known so far (from the
+        data, deterministic) are returned with ``None`` for the lagging partitions, if at least one is known."""
+        from pipeline.source.planner import barrier_position
+        barriers = self.barriers_for(epoch, summaries, cursor)
+        if barriers is not None or not (self.config.unaligned and not self.config.aligned_timeout_seconds):
+            return barriers
+        end = self.epochs.end_us(epoch)
+        partial = {src: {str(p): barrier_position(ss, end, fileio=self.src_fio) for p, ss in sorted(parts.items())}
+                   for src, parts in summaries.items()}
+        lagging = [f"{s}/partition={p}" for s, parts in partial.items() for p, b in parts.items() if b is None]
+        if len(lagging) == sum(len(parts) for parts in partial.values()):
+            return None
+        self.echo(f"epoch {epoch}: {', '.join(lagging)} lag(s); the unaligned checkpoint does not wait for them")
+        return partial
+
     # ---------------------------------------------------------------------------------------- rounds
     def run(self, epochs: int | None = None, *, until_epoch: int | None = None,
             parallelism: int | None = None) -> RunReport:
@@ -290,7 +351,7 @@ class JobRunner:
                 target = max(x for x in (first, nxt) if x is not None)
                 if cursor.epoch is not None and nxt is not None and nxt <= cursor.epoch:
                     target = cursor.epoch + 1  # unread rows at/before the last epoch (backlog/late files)
-            barriers = self.barriers_for(target, summaries, cursor)
+            barriers = self._barriers_or_partial(target, summaries, cursor)
             if barriers is None:
                 self.echo(f"epoch {target} is not complete yet (a partition lags): stopping")
                 break
@@ -321,7 +382,7 @@ class JobRunner:
                 target = epoch if first is None or first >= epoch else first
             else:
                 target = cursor.epoch + 1
-            barriers = self.barriers_for(target, summaries, cursor)
+            barriers = self._barriers_or_partial(target, summaries, cursor)
             if barriers is None:
                 raise CheckpointError(f"job {self.job.name!r}: epoch {target} cannot complete yet - a source "
                                       "partition lags (no row at/after the epoch end and the allowed lateness "
@@ -387,47 +448,116 @@ class JobRunner:
             f"checkpoints {first_ids}, earliest epoch {earliest}); restore a savepoint taken before epoch "
             f"{epoch} or raise PIPELINE_RETAINED_CHECKPOINTS")
 
+    def _round_now(self) -> float:
+        """The round clock in seconds (recorded in every round plan; alignment times are measured with it)."""
+        return self._clock_base_s + (time.monotonic() - self._mono_base_s)
+
+    def _channels(self, barriers) -> list[tuple[str, str]]:
+        """Barrier-handler channels: the partitions of the join's left input, then those of its right input,
+        then any other source's (see :mod:`pipeline.runtime.alignment`)."""
+        order: list[str] = []
+        joins = [o for o in self.job.operators() if isinstance(o, JoinNode)]
+        if joins:
+            for side in (joins[0].left, joins[0].right):
+                base = self.job.nodes[self.job.chain_to(side)[0]]
+                if isinstance(base, SourceNode) and base.name not in order:
+                    order.append(base.name)
+        order += [s.name for s in self.job.sources() if s.name not in order]
+        return [(s, p) for s in order for p in sorted(barriers.get(s, {}), key=int)]
+
+    def _alignment_driver(self, cursor: _Cursor, channels: list[tuple[str, str]], kind: str):
+        """The driver continuing from ``cursor`` (same process, same channels), else a fresh one."""
+        from pipeline.runtime.alignment import AlignmentDriver
+        drv = cursor.align
+        if (kind == "checkpoint" and isinstance(drv, AlignmentDriver) and not drv.savepoint
+                and drv.channels == tuple(channels)):
+            return drv
+        c = self.config
+        return AlignmentDriver.create(c.checkpoint_mode, c.unaligned, c.aligned_timeout_seconds, channels,
+                                      savepoint=kind == "savepoint")
+
     def complete_epoch(self, cursor: _Cursor, epoch: int, barriers, summaries, *,
                        parallelism: int | None = None, kind: str = "checkpoint",
                        location: str | None = None) -> tuple[_Cursor, list[RoundResult]]:
-        """Trigger checkpoint n (barrier = end of ``epoch``) and run rounds until it completes."""
+        """Trigger checkpoint n (barrier = end of ``epoch``) and run rounds until the barrier handler
+        snapshots it (see :mod:`pipeline.runtime.alignment`). ``barriers``: ``{source: {partition:
+        Position}}``, ``None`` for a lagging partition (only with checkpoints unaligned from the first barrier)."""
         from pipeline.checkpoint.handles import Position
-        from pipeline.source.planner import plan_segments
+        from pipeline.runtime.alignment import NextStop
+        from pipeline.source.planner import barrier_position, end_position, plan_segments
         P = parallelism or self.config.parallelism
         if P > self.max_parallelism:
             raise ConfigError(f"parallelism {P} exceeds the job's max parallelism {self.max_parallelism} (job.json)")
         expected = {op.uid: P for op in self.job.operators()}
+        channels = self._channels(barriers)
+        driver = self._alignment_driver(cursor, channels, kind)
+        known = {s: {p: pos for p, pos in parts.items() if pos is not None} for s, parts in barriers.items()}
         pending = self.coordinator.trigger(
             epoch=epoch, barrier_time=self.epochs.iso(self.epochs.end_us(epoch)), expected_tasks=expected,
             parent_id=cursor.checkpoint_id, max_parallelism=self.max_parallelism, parallelism=P,
-            checkpoint_mode=self.config.checkpoint_mode, alignment="aligned",
-            positions=cursor.positions, barriers=barriers, sink_tables=self.job.sink_tables(),
-            kind=kind, location=location)
+            checkpoint_mode=self.config.checkpoint_mode, alignment=driver.label, positions=cursor.positions, barriers=known,
+            sink_tables=self.job.sink_tables(), kind=kind, location=location)
         cid = pending.checkpoint_id
+        trigger_now = self._round_now()
+        driver.begin(epoch, {ch: barriers[ch[0]][ch[1]] for ch in channels}, trigger_now)
         results: list[RoundResult] = []
         staged: dict[str, list] = {t: [] for t in self.job.sink_tables()}
+        merged_upserts = {s.table for s in self.job.sinks()
+                          if s.mode == "upsert" and isinstance(self.job.nodes[s.parent], AggregateNode)}
         working = _Cursor(cursor.checkpoint_id, cursor.epoch, {s: dict(p) for s, p in cursor.positions.items()},
-                          cursor.handles)
+                          cursor.handles, {u: list(h) for u, h in cursor.inflight.items()}, driver)
+        zero, empty = Position(seq=0, row=0), ()
+        next_end = self.epochs.end_us(epoch + 1)
+
+        def summaries_of(ch):
+            return summaries.get(ch[0], {}).get(int(ch[1]), empty)
+
+        def next_stop(ch) -> NextStop:  # at-least-once: how far a channel past barrier n may read
+            b = barrier_position(summaries_of(ch), next_end, fileio=self.src_fio)
+            return NextStop(b, True) if b is not None else NextStop(end_position(summaries_of(ch)), False)
+
         rnd = 0
         dead_letters: dict[str, int] = {}
+        last_rows: list[dict] = []
         while True:
             t0 = time.perf_counter()
+            now = trigger_now if rnd == 0 else self._round_now()
+            starts = {ch: working.positions.get(ch[0], {}).get(ch[1], zero) for ch in channels}
+            snap = driver.start_round(rnd, now, starts)
+            if snap is not None:  # the alignment timeout fired between rounds: the last round's state is the snapshot
+                return self._finish(pending, snap, working, last_rows, staged, results, dead_letters, summaries,
+                                    expected, P, last_round=rnd - 1, t0=t0)
+            stops = driver.stops(starts, {ch: end_position(summaries_of(ch)) for ch in channels}, next_stop)
             segments = {}
             for src in self.job.sources():
                 parts = summaries.get(src.name, {})
-                starts = {int(p): pos for p, pos in working.positions.get(src.name, {}).items()}
-                stops = {int(p): pos for p, pos in barriers.get(src.name, {}).items()}
-                segments[src.name] = plan_segments(parts, starts, stops, self.config.max_records_per_epoch,
-                                                   source=src.name)
-            plan = {"round": rnd, "segments": {s: {str(p): {"start": seg.start.to_dict(), "reached": seg.reached.to_dict(),
-                                                            "records": seg.records, "backlog": seg.backlog}
-                                                        for p, seg in segs.items()} for s, segs in segments.items()}}
+                st = {int(p): pos for p, pos in working.positions.get(src.name, {}).items()}
+                sp = {int(p): stops[(s, p)][0] for s, p in channels if s == src.name}
+                segments[src.name] = plan_segments(parts, st, sp, self.config.max_records_per_epoch, source=src.name)
+            seg_of = {ch: segments[ch[0]][int(ch[1])] for ch in channels}
+            arrived = {ch: (stops[ch][1] if seg_of[ch].done else None) for ch in channels}
+            reached = {ch: seg_of[ch].reached for ch in channels}
+            snap = driver.walk(rnd, now, starts, reached, arrived)
+            parked = snap.parked if snap is not None else frozenset()
+            replayed = sum(h["rows"] for hs in working.inflight.values() for h in hs)
+            plan = {"round": rnd, "now": now,
+                    "segments": {s: {str(p): {"start": seg.start.to_dict(), "stop": seg.stop.to_dict(),
+                                              "reached": seg.reached.to_dict(), "records": seg.records,
+                                              "backlog": seg.backlog}
+                                     for p, seg in segs.items()} for s, segs in segments.items()},
+                    "alignment": driver.round_log, "parked": sorted(f"{s}/partition={p}" for s, p in parked),
+                    "replayed_inflight_rows": replayed}
             self.ckpt_fio.write_bytes(f"{pending.location}/rounds/{rnd}/_plan.json",
                                       (json.dumps(plan, indent=1) + "\n").encode(), if_none_match=True)
-            aligned = all(seg.done for segs in segments.values() for seg in segs.values())
-            rows = self._process_round(pending, rnd, P, working, segments, epoch)
+            rows = self._process_round(pending, rnd, P, working, segments, epoch, parked=parked, staged=staged)
             for table in staged:
-                staged[table].extend(h for h in rows if h["kind"] == "output" and h["name"] == table and h["uri"])
+                out = [h for h in rows if h["kind"] == "output" and h["name"] == table and h["uri"]]
+                if table in merged_upserts:  # the aggregate rewrote its earlier output of this checkpoint merged
+                    for uri in {h["uri"] for h in staged[table]} - {h["uri"] for h in out}:
+                        self.sink_fio.delete(uri)
+                    staged[table] = out
+                else:
+                    staged[table].extend(out)
             splits = [sp for segs in segments.values() for seg in segs.values() for sp in seg.splits]
             if splits:
                 from pipeline.source.reader import dead_letter_counts
@@ -436,42 +566,122 @@ class JobRunner:
             new_positions = {s: {**working.positions.get(s, {}), **{str(p): seg.reached for p, seg in segs.items()}}
                              for s, segs in segments.items()}
             new_handles: dict[str, dict[str, list[dict]]] = {}
+            inflight: dict[str, list[dict]] = {}
             for h in rows:
                 if h["kind"] == "state":
                     new_handles.setdefault(h["operator"], {}).setdefault(h["name"], []).append(h)
-            working = _Cursor(working.checkpoint_id, working.epoch, new_positions, new_handles)
+                elif h["kind"] == "channel":  # parked: in flight between operators, replayed next round
+                    h["inflight_bytes"] = h["bytes"]
+                    inflight.setdefault(h["operator"], []).append(h)
+            working = _Cursor(working.checkpoint_id, working.epoch, new_positions, new_handles, inflight, driver)
+            last_rows = rows
             records = {s: sum(seg.records for seg in segs.values()) for s, segs in segments.items()}
             backlog = {s: sum(seg.backlog for seg in segs.values()) for s, segs in segments.items()}
-            if not aligned:
-                results.append(RoundResult(cid, epoch, rnd, False, records, backlog,
-                                           time.perf_counter() - t0))
+            if snap is None:
+                results.append(RoundResult(cid, epoch, rnd, False, records, backlog, time.perf_counter() - t0))
+                if (not replayed and all(reached[ch] == starts[ch] for ch in channels)
+                        and not any(v is not None for v in arrived.values())):
+                    from pipeline.checkpoint.failure import CheckpointFailureReason
+                    err = CheckpointError(
+                        f"checkpoint {cid} (epoch {epoch}) of job {self.job.name!r} cannot complete: no channel can "
+                        f"make progress (waiting for {sorted(set(ch for ch in channels if arrived[ch] is None))})")
+                    self.coordinator.abort(pending, CheckpointFailureReason.CHECKPOINT_DECLINED, cause=err)
+                    raise err
+                blocked = sorted(f"{driver.channels[i][0]}/partition={driver.channels[i][1]}"
+                                 for i in driver.handler.blocked_channels)
                 self.echo(f"checkpoint {cid} (epoch {epoch}) round {rnd}: {records} records, backlog {backlog}; "
-                          "waiting for alignment")
+                          f"waiting for barrier {epoch} ({driver.label}"
+                          + (f", blocked {', '.join(blocked)}" if blocked else "") + ")")
                 rnd += 1
                 continue
-            # all channels delivered barrier n: acknowledge and complete (metadata written last)
-            t_ack = time.perf_counter()
-            final_rows = [h for h in rows if h["kind"] == "state"] + [
-                {**h, "kind": "output"} for t in staged for h in staged[t]]
-            self.coordinator.receive_acknowledge_rows(pending, final_rows + [
-                {"kind": "ack", "operator": uid, "subtask": s} for uid in expected for s in range(P)])
-            fault_point("after_state_before_metadata")
-            full = {s.table: False for s in self.job.sinks()}
-            completed = self.coordinator.complete(
-                pending, positions=new_positions, sinks_full=full, backlog=backlog, dead_letters=dead_letters,
-                rounds=rnd + 1, extra={"records": records, "round_records": [r.records for r in results] + [records]})
-            fault_point("after_metadata_before_commit")
-            self._recover_sinks(completed.metadata)  # notifyCheckpointComplete -> commit (idempotent)
-            fault_point("after_commit")
-            self._drop_round_scratch(pending.location, rnd)
-            ckpt_s = time.perf_counter() - t_ack
-            md = completed.metadata
-            self._last_location = completed.location
-            results.append(RoundResult(cid, epoch, rnd, True, records, backlog, time.perf_counter() - t0,
-                                       ckpt_s, md.stats.bytes if md.stats else 0))
-            self.echo(f"checkpoint {cid} completed: epoch {epoch}, records {records}, "
-                      f"state {md.stats.bytes if md.stats else 0} bytes, rounds {rnd + 1}")
-            return self._cursor_from(md), results
+            return self._finish(pending, snap, working, rows, staged, results, dead_letters, summaries, expected, P,
+                                last_round=rnd, t0=t0, records=records, backlog=backlog)
+
+    def _finish(self, pending, snap, working: _Cursor, rows: list[dict], staged: dict, results: list[RoundResult],
+                dead_letters: dict, summaries, expected: dict, P: int, *, last_round: int, t0: float,
+                records: dict | None = None, backlog: dict | None = None) -> tuple[_Cursor, list[RoundResult]]:
+        """Checkpoint n is snapshotted (``snap``): acknowledge the tasks' handles of round ``last_round``
+        with the alignment metrics, write ``_metadata`` (last), commit the sinks."""
+        from pipeline.checkpoint.handles import ChannelStateHandle
+        from pipeline.runtime.alignment import channel_name
+        from pipeline.source.planner import count_rows
+        cid, epoch = pending.checkpoint_id, pending.epoch
+        if records is None:  # snapshotted between rounds: the last round's figures
+            prev = results[-1]
+            records, backlog = prev.records, prev.backlog
+        t_ack = time.perf_counter()
+        joins = [o.uid for o in self.job.operators() if isinstance(o, JoinNode)]
+        align_uid = joins[0] if joins else self.job.operator_uids()[0]
+        chan_rows = [h for h in rows if h["kind"] == "channel"]
+        acks = []
+        for uid in expected:
+            for sub in range(P):
+                a = {"kind": "ack", "operator": uid, "subtask": sub, "mode": snap.mode}
+                if uid == align_uid:
+                    a.update(alignment_ms=snap.alignment_ms, start_delay_ms=snap.start_delay_ms)
+                acks.append(a)
+        final_rows = [h for h in rows if h["kind"] == "state"] + chan_rows + [
+            {**h, "kind": "output"} for t in staged for h in staged[t]] + acks
+        self.coordinator.receive_acknowledge_rows(pending, final_rows)
+        fault_point("after_state_before_metadata")
+        positions = {s: dict(parts) for s, parts in working.positions.items()}
+        for (s, p), pos in snap.restore.items():
+            positions.setdefault(s, {})[p] = pos
+        ranges = [ChannelStateHandle(operator_uid=align_uid, subtask=0, channel=channel_name(ch), source=ch[0],
+                                     partition=ch[1], start=a, end=b) for ch, a, b in snap.ranges]
+        post_barrier: dict[str, int] = {}
+        for (s, p), cut in snap.cut.items():  # at-least-once: records past barrier n inside snapshot n
+            b = pending.manifest.barriers.get(s, {}).get(p)
+            if b is not None and (cut.seq, cut.row) > (b.seq, b.row):
+                try:
+                    n = count_rows(summaries.get(s, {}).get(int(p), ()), b, cut)
+                except EpochalError:
+                    n = 0
+                post_barrier[s] = post_barrier.get(s, 0) + n
+        t = snap.trigger
+        alignment = {
+            "configured": working.align.label if working.align is not None else "aligned", "mode_used": snap.mode,
+            "switched_to_unaligned": t.switched_to_unaligned, "first_barrier_round": snap.first_barrier_round,
+            "snapshot_round": last_round, "between_rounds": snap.at_round_start, "alignment_ms": snap.alignment_ms,
+            "start_delay_ms": snap.start_delay_ms, "inflight_files": len(chan_rows),
+            "inflight_rows": sum(int(h["rows"] or 0) for h in chan_rows),
+            "inflight_bytes": sum(int(h["bytes"] or 0) for h in chan_rows),
+            "inflight_ranges": [{"channel": channel_name(ch), "start": a.to_dict(), "end": b.to_dict() if b else None}
+                                for ch, a, b in snap.ranges],
+            "lagging": [channel_name(ch) for ch in snap.lagging], "post_barrier_records": post_barrier}
+        full = {s.table: False for s in self.job.sinks()}
+        completed = self.coordinator.complete(
+            pending, positions=positions, channel_state=ranges, sinks_full=full, backlog=backlog,
+            dead_letters=dead_letters, rounds=last_round + 1,
+            extra={"records": records, "round_records": [r.records for r in results if r.round <= last_round]
+                   + ([records] if not results or results[-1].round < last_round else []),
+                   "alignment": alignment})
+        fault_point("after_metadata_before_commit")
+        self._recover_sinks(completed.metadata)  # notifyCheckpointComplete -> commit (idempotent)
+        fault_point("after_commit")
+        self._drop_round_scratch(pending.location, last_round)
+        ckpt_s = time.perf_counter() - t_ack
+        md = completed.metadata
+        self._last_location = completed.location
+        state_bytes = md.stats.bytes if md.stats else 0
+        if results and results[-1].round == last_round:  # snapshotted between rounds
+            r = results[-1]
+            r.completed, r.checkpoint_s, r.state_bytes = True, ckpt_s, state_bytes
+        else:
+            results.append(RoundResult(cid, epoch, last_round, True, records, backlog, time.perf_counter() - t0,
+                                       ckpt_s, state_bytes))
+        extra = ""
+        if snap.mode != "aligned" or snap.alignment_ms or last_round:
+            extra = (f", {snap.mode}, alignment {snap.alignment_ms:.0f} ms"
+                     + (f", in-flight {alignment['inflight_bytes']} bytes + {len(ranges)} source range(s)"
+                        if snap.ranges or chan_rows else ""))
+        self.echo(f"checkpoint {cid} completed: epoch {epoch}, records {records}, "
+                  f"state {state_bytes} bytes, rounds {last_round + 1}{extra}")
+        nxt = self._cursor_from(md)
+        # continuing in this process: read on from where the rounds got (the tracker's restore point is
+        # barrier n, but this state has consumed up to here), replay what is parked, keep the handler
+        nxt.positions, nxt.inflight, nxt.align = working.positions, working.inflight, working.align
+        return nxt, results
 
     def _drop_round_scratch(self, location: str, last_round: int) -> None:
         """State of earlier rounds and exchange files are not referenced by the completed checkpoint."""
@@ -487,11 +697,17 @@ class JobRunner:
                 out.append(op)
         return out
 
-    def _process_round(self, pending, rnd: int, P: int, cursor: _Cursor, segments, epoch: int) -> list[dict]:
+    def _process_round(self, pending, rnd: int, P: int, cursor: _Cursor, segments, epoch: int, *,
+                       parked: frozenset = frozenset(), staged: dict | None = None) -> list[dict]:
         """The Spark work of one round; returns all handle rows (the acks of every subtask).
 
         Operators feeding other operators are chained into the same Spark job (their output flows
         through Spark's shuffle; their acks are written as objects); each terminal operator is one job.
+        Unaligned checkpoints: the join first replays ``cursor.inflight`` (channel state of the previous
+        checkpoint); the rows of the ``parked`` channels ``(source, partition)`` read this round are in
+        flight at the join (the snapshot was taken before it consumed them): it writes them as channel state
+        files (handle rows of kind ``channel``) instead of processing them. ``staged``: sink output staged
+        by earlier rounds of this checkpoint (an aggregate feeding an upsert sink merges it into its output).
         """
         from pipeline.runtime.dataflow import OperatorIO, collect_handles, operator_dataframe, split_dataframe
         from pipeline.source.reader import make_split_reader
@@ -507,6 +723,10 @@ class JobRunner:
                 jobname, dlq = self.job.name, self.dead_letter_root
                 factory = (lambda src, kc=key_cols: make_split_reader(src.schema, kc, cfg.bad_records, dlq, jobname))
                 inputs[i] = split_dataframe(spark, splits, node, factory, max_tasks=P)
+                park = sorted(int(p) for s, p in parked if s == node.name)
+                if park:
+                    from pyspark.sql import functions as F
+                    inputs[i] = inputs[i].withColumn("_park", F.col("_partition").isin(park))
         rows: list[dict] = []
         chained: list[tuple[str, str]] = []
         persisted = []
@@ -529,7 +749,13 @@ class JobRunner:
                             output_prefix=(f"{self.sink_root}/{sinks[0].table}/data/txn-{pending.checkpoint_id}"
                                            if sinks else f"{round_dir}/unused/{op.uid}"),
                             output_name=sinks[0].table if sinks else f"exchange:{op.uid}",
-                            file_tag=f"r{rnd}", ttl_cutoff_us=ttl, ack_prefix=ack_prefix)
+                            file_tag=f"r{rnd}", ttl_cutoff_us=ttl, ack_prefix=ack_prefix,
+                            replay_handles=_by_name(cursor.inflight.get(op.uid, [])),
+                            channel_prefix=(f"{pending.location}/channel/{op.uid}/r{rnd}"
+                                            if parked and isinstance(op, JoinNode) else None),
+                            prior_output=tuple((staged or {}).get(sinks[0].table, ())
+                                               if sinks and sinks[0].mode == "upsert"
+                                               and isinstance(op, AggregateNode) else ()))
             df, _schema = operator_dataframe(spark, self.job, op, inputs, io)
             if consumers:
                 if len(consumers) > 1:

@@ -21,6 +21,7 @@ from typing import Callable
 from urllib.parse import urlsplit
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 JOB = "orders_payments"
@@ -126,9 +127,9 @@ def drop_state_row(root: Path, cid: int) -> str:
 def skew_total(root: Path, cid: int, delta: float = 100.0) -> str:
     """One merchant's revenue in the aggregate state is off by ``delta`` (a skewed total)."""
     def change(t: pa.Table) -> pa.Table:
-        rev = t["revenue"].to_pylist()
-        rev[0] = rev[0] + delta
-        return t.set_column(t.schema.get_field_index("revenue"), "revenue", pa.array(rev, pa.float64()))
+        col = t["revenue"]  # float64, or an exact decimal sum
+        bump = pa.array([delta] + [0.0] * (t.num_rows - 1), pa.float64()).cast(col.type)
+        return t.set_column(t.schema.get_field_index("revenue"), "revenue", pc.add(col, bump).cast(col.type))
     return change_state(root, cid, "merchant_revenue_agg", "agg", change)
 
 

@@ -1,0 +1,101 @@
+"""Every suite passes on good state; results are stored next to the checkpoint; restore and per-epoch hooks."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import failed_suites, make_runner
+
+pytestmark = [pytest.mark.spark]
+
+
+def test_every_suite_passes_on_good_state(deployment, docs_dir):
+    from pipeline.quality import SUITES, validate_job
+    runner = make_runner(deployment)
+    result = validate_job(runner, None, docs_dir=docs_dir)
+    assert result.success, result.summary()
+    assert {s.suite for s in result.suites} == {s.name for s in SUITES}
+    assert not any(s.skipped for s in result.suites), result.summary()
+    assert all(s.rows > 0 for s in result.suites), [(s.suite, s.rows) for s in result.suites]
+    assert result.evaluated == sum(len(s.expectations) for s in SUITES)
+    assert result.snapshot == "chk-3" and "PASSED" in result.summary()
+    # JSON results next to the checkpoint: one GX result per suite + summary.json
+    vdir = deployment / "ckpt" / "orders_payments" / "validation" / "chk-3"
+    stored = {p.stem for p in vdir.glob("*.json")}
+    assert stored == {s.name for s in SUITES} | {"summary"}
+    summary = json.loads((vdir / "summary.json").read_text())
+    assert summary["success"] is True and summary["snapshot"] == "chk-3"
+    gx = json.loads((vdir / "epochal_recovery_key_groups.json").read_text())
+    assert gx["success"] is True and gx["suite_name"] == "epochal_recovery_key_groups"
+    assert gx["meta"]["epochal"]["snapshot"] == "chk-3"
+    # Data Docs site for the latest validations
+    index = Path(docs_dir) / "index.html"
+    assert index.exists() and "epochal-overview" in index.read_text()
+    assert result.docs_uri and result.docs_uri.endswith("index.html")
+    # what was validated
+    assert result.figures["state_rows"] > 0 and result.figures["sink_rows"] > 0
+    assert result.figures["recomputed"]["paid_orders"] == result.figures["sink_rows"] - result.figures[
+        "recomputed"]["merchants"]
+
+
+def test_older_checkpoint_and_savepoint_by_uri(deployment, docs_dir):
+    from pipeline.quality import validate_job
+    runner = make_runner(deployment)
+    older = validate_job(runner, "2", docs_dir=docs_dir, build_docs=False)
+    assert older.success, older.summary()
+    assert older.snapshot == "chk-2"
+    sp = runner.savepoint()
+    res = validate_job(runner, sp, docs_dir=docs_dir)
+    assert res.success, res.summary()
+    assert res.snapshot.startswith("sp-")
+    assert (deployment / "ckpt" / "orders_payments" / "validation" / res.snapshot / "summary.json").exists()
+
+
+def test_restore_is_validated_automatically(deployment, docs_dir):
+    """validate_restored: every suite on the new restore point (here with another parallelism)."""
+    from pipeline.quality import validate_restored
+    runner = make_runner(deployment)
+    restored = runner.restore("3", parallelism=3)
+    result = validate_restored(runner, restored, docs_dir=docs_dir)
+    assert result.success and result.mode == "restore", result.summary()
+    assert result.checkpoint_id == restored["checkpoint_id"]
+    state_files = [s for s in result.suites if s.suite == "epochal_state_files"][0]
+    assert state_files.rows == 3 * 3  # left, right, agg for each of the 3 new subtasks
+
+
+def test_restore_of_a_broken_checkpoint_fails_the_task(deployment, docs_dir):
+    """A restore that yields bad state raises ValidationError (the Airflow task fails)."""
+    import corrupt
+
+    from pipeline.exceptions import ValidationError
+    from pipeline.quality import validate_restored
+    runner = make_runner(deployment)
+    restored = runner.restore("3")
+    corrupt.skew_total(deployment, restored["checkpoint_id"])
+    with pytest.raises(ValidationError) as e:
+        validate_restored(runner, restored, docs_dir=docs_dir)
+    assert "aggregate state equals the recomputed per-group totals" in str(e.value)
+
+
+def test_cheap_per_epoch_subset(deployment):
+    """validate_after_epoch: only when PIPELINE_VALIDATE_AFTER_EPOCH is set; metadata suites, no Spark."""
+    import corrupt
+
+    from pipeline.exceptions import ValidationError
+    from pipeline.quality import validate_after_epoch
+    off = make_runner(deployment)
+    cp = off.coordinator.store.latest()
+    assert validate_after_epoch(off, cp.metadata) is None
+    on = make_runner(deployment, validate_after_epoch=True)
+    result = validate_after_epoch(on, cp.metadata)
+    assert result.success and result.mode == "epoch", result.summary()
+    assert {s.area for s in result.suites} == {"metadata"}
+    assert on._spark is None, "the per-epoch subset must not start Spark"
+    assert (deployment / "ckpt" / "orders_payments" / "validation" / "chk-3" / "epoch" / "summary.json").exists()
+    corrupt.checksum_mismatch(deployment, 3)
+    with pytest.raises(ValidationError):
+        validate_after_epoch(on, cp)
+    result = validate_after_epoch(on, cp, raise_on_failure=False)
+    assert failed_suites(result) == {"epochal_checkpoint_files"}
