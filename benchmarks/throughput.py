@@ -678,6 +678,17 @@ def summarize_profile(profile_dir: str, res: dict) -> dict:
     prof = os.path.join(profile_dir, "driver.prof")
     if os.path.exists(prof):
         out["driver"] = _driver_breakdown(prof)
+    jt = os.path.join(profile_dir, "jvm_threads.json")
+    if os.path.exists(jt):
+        j = json.load(open(jt))
+        a0, a1 = j.get("at_session_ready") or {}, j.get("at_end") or {}
+        if "total_s" in a0 and "total_s" in a1:
+            live0 = a0.get("live_threads_s", {})
+            during = {k: round(v - live0.get(k, 0), 2) for k, v in a1.get("live_threads_s", {}).items()}
+            during = {k: v for k, v in sorted(during.items(), key=lambda kv: -kv[1]) if v >= 0.1}
+            ended = a1["total_s"] - a0["total_s"] - sum(during.values())
+            out["jvm_cpu"] = {"session_start_s": a0["total_s"], "run_s": round(a1["total_s"] - a0["total_s"], 2),
+                              "threads_s": {**during, "(threads that ended)": round(max(ended, 0.0), 2)}}
     sp = os.path.join(profile_dir, "checkpoint_stats.jsonl")
     st = [json.loads(x) for x in open(sp)] if os.path.exists(sp) else []
     st = [c for c in st if c.get("stats")]
@@ -702,9 +713,13 @@ def _event_lines(paths: Sequence[str]):
             yield from fh
 
 
+_PY_METRICS = {"time to start Python workers": "py_start_ms", "time to initialize Python workers": "py_init_ms",
+               "time to run Python workers": "py_run_ms", "time to execute Python code": "py_exec_ms"}
+
+
 def _eventlog_breakdown(paths: Sequence[str], round_s: list[float]) -> dict:
+    """Spark jobs/stages/tasks of the run, stages classified by their place in the job's DAG."""
     jobs: dict[int, dict] = {}
-    stage_job: dict[int, int] = {}
     stages: dict[int, dict] = {}
     tasks: dict[int, dict[str, float]] = {}
     for line in _event_lines(paths):
@@ -712,81 +727,60 @@ def _eventlog_breakdown(paths: Sequence[str], round_s: list[float]) -> dict:
         ev = e.get("Event")
         if ev == "SparkListenerJobStart":
             props = e.get("Properties") or {}
-            jobs[e["Job ID"]] = {"start": e["Submission Time"], "desc": props.get("spark.job.description", ""),
+            jobs[e["Job ID"]] = {"start": e["Submission Time"], "desc": props.get("spark.job.description") or "",
                                  "stages": e.get("Stage IDs", [])}
-            for s in e.get("Stage IDs", []):
-                stage_job[s] = e["Job ID"]
         elif ev == "SparkListenerJobEnd":
             jobs.setdefault(e["Job ID"], {})["end"] = e["Completion Time"]
         elif ev == "SparkListenerStageCompleted":
             si = e["Stage Info"]
-            stages[si["Stage ID"]] = {"name": si.get("Stage Name", ""), "tasks": si.get("Number of Tasks"),
-                                      "start": si.get("Submission Time"), "end": si.get("Completion Time"),
-                                      "rdds": [r.get("Name") for r in si.get("RDD Info", [])][:6]}
+            py = {}
+            for acc in si.get("Accumulables", []):
+                k = _PY_METRICS.get(acc.get("Name"))
+                if k:
+                    py[k] = py.get(k, 0) + int(acc.get("Value") or 0)
+            stages[si["Stage ID"]] = {"tasks": si.get("Number of Tasks"), "start": si.get("Submission Time") or 0,
+                                      "end": si.get("Completion Time") or 0, "parents": si.get("Parent IDs", []),
+                                      **py}
         elif ev == "SparkListenerTaskEnd":
             m = e.get("Task Metrics") or {}
             ti = e.get("Task Info") or {}
-            t = tasks.setdefault(e["Stage ID"], {"n": 0, "wall_ms": 0, "run_ms": 0, "cpu_ms": 0, "deser_ms": 0,
-                                                 "gc_ms": 0, "shuffle_write_ms": 0, "fetch_wait_ms": 0,
-                                                 "records_read": 0, "shuffle_write_bytes": 0})
-            t["n"] += 1
-            t["wall_ms"] += (ti.get("Finish Time", 0) - ti.get("Launch Time", 0))
-            t["run_ms"] += m.get("Executor Run Time", 0)
-            t["cpu_ms"] += m.get("Executor CPU Time", 0) / 1e6
-            t["deser_ms"] += m.get("Executor Deserialize Time", 0)
-            t["gc_ms"] += m.get("JVM GC Time", 0)
+            t = tasks.setdefault(e["Stage ID"], {})
             sw = m.get("Shuffle Write Metrics") or {}
-            sr = m.get("Shuffle Read Metrics") or {}
-            t["shuffle_write_ms"] += sw.get("Shuffle Write Time", 0) / 1e6
-            t["shuffle_write_bytes"] += sw.get("Shuffle Bytes Written", 0)
-            t["fetch_wait_ms"] += sr.get("Fetch Wait Time", 0)
-            t["records_read"] += (m.get("Input Metrics") or {}).get("Records Read", 0) + sr.get("Total Records Read", 0)
-    # group by job description (set per epoch by the child) and classify stages
+            for k, v in (("tasks", 1), ("task_wall_ms", ti.get("Finish Time", 0) - ti.get("Launch Time", 0)),
+                         ("task_run_ms", m.get("Executor Run Time", 0)),
+                         ("task_jvm_cpu_ms", m.get("Executor CPU Time", 0) / 1e6),
+                         ("deserialize_ms", m.get("Executor Deserialize Time", 0)), ("gc_ms", m.get("JVM GC Time", 0)),
+                         ("shuffle_write_ms", sw.get("Shuffle Write Time", 0) / 1e6),
+                         ("shuffle_write_mb", sw.get("Shuffle Bytes Written", 0) / 1e6)):
+                t[k] = t.get(k, 0) + v
     kinds: dict[str, dict[str, float]] = {}
     per_job = []
     for jid in sorted(jobs):
         j = jobs[jid]
         if "end" not in j or "start" not in j:
             continue
-        st = [s for s in j.get("stages", []) if s in stages]
-        span = sum(((stages[s]["end"] or 0) - (stages[s]["start"] or 0)) for s in st)
-        per_job.append({"job": jid, "desc": j["desc"], "wall_ms": j["end"] - j["start"], "stages": len(st),
-                        "stage_ms_sum": span})
+        st = sorted(s for s in j.get("stages", []) if s in stages)
+        per_job.append({"job": jid, "desc": j["desc"], "wall_ms": j["end"] - j["start"], "stages": len(st)})
+        last = max(st, default=None)
         for s in st:
-            k = _stage_kind(stages[s], tasks.get(s, {}))
-            acc = kinds.setdefault(k, {"stages": 0, "stage_wall_ms": 0, "task_run_ms": 0, "task_cpu_ms": 0,
-                                       "task_wall_ms": 0, "deser_ms": 0, "gc_ms": 0, "shuffle_write_ms": 0,
-                                       "fetch_wait_ms": 0, "tasks": 0})
+            if len(st) == 1:
+                k = "single-stage jobs (setup, routing)"
+            elif s == last:
+                k = "final stage (terminal operator task -> handles)"
+            elif not [p for p in stages[s]["parents"] if p in st]:
+                k = "source stage (read splits in Python -> select/filter -> key group -> shuffle write)"
+            else:
+                k = "middle stage (chained operator task -> shuffle write)"
+            acc = kinds.setdefault(k, {"stages": 0, "stage_wall_ms": 0})
             acc["stages"] += 1
-            acc["stage_wall_ms"] += (stages[s]["end"] or 0) - (stages[s]["start"] or 0)
-            t = tasks.get(s, {})
-            acc["tasks"] += t.get("n", 0)
-            for src, dst in (("run_ms", "task_run_ms"), ("cpu_ms", "task_cpu_ms"), ("wall_ms", "task_wall_ms"),
-                             ("deser_ms", "deser_ms"), ("gc_ms", "gc_ms"), ("shuffle_write_ms", "shuffle_write_ms"),
-                             ("fetch_wait_ms", "fetch_wait_ms")):
-                acc[dst] += t.get(src, 0)
-    by_desc: dict[str, dict[str, float]] = {}
-    for j in per_job:
-        d = by_desc.setdefault(j["desc"] or "(untagged)", {"jobs": 0, "job_wall_ms": 0})
-        d["jobs"] += 1
-        d["job_wall_ms"] += j["wall_ms"]
-    total_job_ms = sum(j["wall_ms"] for j in per_job)
-    return {"jobs": len(per_job), "job_wall_s": round(total_job_ms / 1000, 2),
-            "rounds_s": round(sum(round_s), 2),
-            "by_stage_kind": {k: {kk: round(vv, 1) for kk, vv in v.items()} for k, v in
-                              sorted(kinds.items(), key=lambda kv: -kv[1]["stage_wall_ms"])},
-            "by_epoch": {k: v for k, v in list(by_desc.items())[:3]},
-            "jobs_per_epoch": round(len(per_job) / max(1, len(by_desc)), 1)}
-
-
-def _stage_kind(stage: dict, t: dict) -> str:
-    rdds = " ".join(str(x) for x in stage.get("rdds", []))
-    name = stage.get("name", "")
-    if "collect" in name:
-        return f"result stage (operator tasks: shuffle read -> join/agg -> state+sink writes) [{name.split(' at ')[0]}]"
-    if t.get("shuffle_write_bytes", 0) or "MapPartitions" in rdds:
-        return f"map stage (read sources / upstream -> shuffle write) [{name.split(' at ')[0]}]"
-    return f"other [{name.split(' at ')[0]}]"
+            acc["stage_wall_ms"] += stages[s]["end"] - stages[s]["start"]
+            for kk, vv in list(tasks.get(s, {}).items()) + [(x, stages[s].get(x, 0)) for x in _PY_METRICS.values()]:
+                acc[kk] = acc.get(kk, 0) + vv
+    epochs = sorted({j["desc"] for j in per_job if j["desc"].startswith("epoch ")})
+    return {"jobs": len(per_job), "job_wall_s": round(sum(j["wall_ms"] for j in per_job) / 1000, 2),
+            "rounds_s": round(sum(round_s), 2), "epochs_tagged": len(epochs),
+            "jobs_per_epoch": round(sum(1 for j in per_job if j["desc"].startswith("epoch ")) / max(1, len(epochs)), 2),
+            "by_stage_kind": {k: {kk: round(vv, 1) for kk, vv in v.items()} for k, v in kinds.items()}}
 
 
 def _driver_breakdown(path: str, top: int = 25) -> dict:
@@ -811,10 +805,18 @@ def _profile_lines(p: dict) -> list[str]:
         lines.append(f"  Spark: {sp['jobs']} jobs ({sp['jobs_per_epoch']} per epoch), {sp['job_wall_s']}s inside Spark "
                      f"jobs of {sp['rounds_s']}s of rounds")
         for k, v in sp["by_stage_kind"].items():
-            lines.append(f"    {k}: {v['stages']} stages, stage wall {v['stage_wall_ms'] / 1000:.1f}s, {v['tasks']} tasks, "
-                         f"task run {v['task_run_ms'] / 1000:.1f}s (JVM CPU {v['task_cpu_ms'] / 1000:.1f}s, deserialize "
-                         f"{v['deser_ms'] / 1000:.1f}s, GC {v['gc_ms'] / 1000:.1f}s, shuffle write {v['shuffle_write_ms'] / 1000:.1f}s, "
-                         f"fetch wait {v['fetch_wait_ms'] / 1000:.1f}s)")
+            lines.append(f"    {k}: {v['stages']} stages, {v.get('tasks', 0):.0f} tasks, stage wall {v['stage_wall_ms'] / 1000:.1f}s; "
+                         f"task run {v.get('task_run_ms', 0) / 1000:.1f}s (JVM CPU {v.get('task_jvm_cpu_ms', 0) / 1000:.1f}s, "
+                         f"deserialize {v.get('deserialize_ms', 0) / 1000:.1f}s, GC {v.get('gc_ms', 0) / 1000:.1f}s, "
+                         f"shuffle write {v.get('shuffle_write_ms', 0) / 1000:.1f}s / {v.get('shuffle_write_mb', 0):.0f} MB); "
+                         f"Python workers: start {v.get('py_start_ms', 0) / 1000:.1f}s, init {v.get('py_init_ms', 0) / 1000:.1f}s, "
+                         f"run {v.get('py_run_ms', 0) / 1000:.1f}s, of which Python code {v.get('py_exec_ms', 0) / 1000:.1f}s")
+    jc = p.get("jvm_cpu")
+    if jc:
+        names = {"Thread-N": "py4j (driver API calls: plan building/analysis)", "Executor task i": "executor tasks",
+                 "CN CompilerThre": "JIT compiler", "GC Thread#N": "GC"}
+        lines.append(f"  JVM CPU: session start {jc['session_start_s']:.1f}s, run {jc['run_s']:.1f}s: " + ", ".join(
+            f"{names.get(k, k)} {v:.1f}s" for k, v in list(jc["threads_s"].items())[:8]))
     ops = p.get("operator_tasks")
     if ops:
         lines.append(f"  operator tasks over {p['operator_tasks_checkpoints']} checkpoints (max subtask per checkpoint, summed):")
@@ -830,6 +832,34 @@ def _profile_lines(p: dict) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------- child (wrapper)
+def _jvm_thread_cpu(spark) -> dict:
+    """CPU seconds of the JVM's live threads grouped by name (digits folded), plus the process total
+    (the difference is threads that already ended, e.g. per-task Python runner threads)."""
+    try:
+        pid = spark.sparkContext._gateway.proc.pid
+        tasks = f"/proc/{pid}/task"
+        if not os.path.isdir(tasks):
+            return {}
+        groups: dict[str, float] = {}
+        for tid in os.listdir(tasks):
+            try:
+                with open(f"{tasks}/{tid}/stat") as f:
+                    s = f.read()
+            except OSError:
+                continue
+            name = re.sub(r"\d+", "N", s[s.find("(") + 1:s.rfind(")")])
+            rest = s[s.rfind(")") + 2:].split()
+            groups[name] = groups.get(name, 0.0) + (int(rest[11]) + int(rest[12])) / HZ
+        with open(f"/proc/{pid}/stat") as f:
+            s = f.read()
+        rest = s[s.rfind(")") + 2:].split()
+        total = (int(rest[11]) + int(rest[12])) / HZ
+        return {"total_s": round(total, 2), "live_threads_s": {k: round(v, 2) for k, v in
+                                                               sorted(groups.items(), key=lambda kv: -kv[1]) if v >= 0.05}}
+    except Exception as e:  # noqa: BLE001
+        return {"error": str(e)}
+
+
 def epochal_child(argv: list[str]) -> int:
     """``python -m pipeline <args>`` with the SparkSession created (and timed) first.
 
@@ -855,6 +885,7 @@ def epochal_child(argv: list[str]) -> int:
     spark = get_spark(cfg.spark_master, cfg.parallelism)
     spark.range(1).count()
     print(f"BENCH_SESSION_READY {time.perf_counter() - t0:.3f}", file=sys.stderr, flush=True)
+    jvm_at_ready = _jvm_thread_cpu(spark) if a.profile_dir else None
     from pipeline import cli
     if a.profile_dir:
         from pipeline.runtime.runner import JobRunner
@@ -890,6 +921,9 @@ def epochal_child(argv: list[str]) -> int:
     else:
         rc = cli.main(cli_args)
     print(f"BENCH_RUN_DONE {time.perf_counter() - t1:.3f} rc={rc}", file=sys.stderr, flush=True)
+    if a.profile_dir:
+        with open(os.path.join(a.profile_dir, "jvm_threads.json"), "w") as fh:
+            json.dump({"at_session_ready": jvm_at_ready, "at_end": _jvm_thread_cpu(spark)}, fh)
     sys.stdout.flush()
     return int(rc or 0)
 

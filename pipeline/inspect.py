@@ -21,7 +21,17 @@ def checkpoint_summary(cp, status: str = "COMPLETED") -> dict[str, Any]:
         "parallelism": md.parallelism, "backlog": dict(st.backlog) if st else {},
         "dead_letters": dict(st.dead_letters) if st else {},
         "sink_rows": {t: s.rows for t, s in md.sinks.items()}, "location": cp.location,
+        "mode_used": _mode_used(md), "start_delay_ms": max((o.start_delay_ms for o in st.operators.values()),
+                                                           default=0.0) if st else 0.0,
+        "inflight_bytes": sum(o.inflight_bytes for o in st.operators.values()) if st else 0,
     }
+
+
+def _mode_used(md) -> str:
+    """The alignment mode actually used (per-operator modes, e.g. ``aligned_then_unaligned`` after a timeout)."""
+    modes = sorted({o.mode for o in md.stats.operators.values()}) if md.stats else []
+    al = (md.extra or {}).get("alignment") or {}
+    return str(al.get("mode_used") or (modes[0] if len(modes) == 1 else ",".join(modes) or md.alignment))
 
 
 def list_checkpoints(runner) -> list[dict[str, Any]]:
@@ -70,7 +80,7 @@ def format_list(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "no checkpoints"
     hdr = f"{'id':>5} {'kind':<10} {'status':<10} {'epoch':>10} {'trigger time':<27} {'dur ms':>8} " \
-          f"{'size':>11} {'align ms':>8} {'acks':>6} {'rounds':>6}"
+          f"{'size':>11} {'align ms':>8} {'acks':>6} {'rounds':>6}  mode"
     out = [hdr]
     for r in rows:
         if r.get("status") != "COMPLETED":
@@ -78,7 +88,7 @@ def format_list(rows: list[dict[str, Any]]) -> str:
             continue
         out.append(f"{r['id']:>5} {r['kind']:<10} {r['status']:<10} {r['epoch']:>10} {str(r['trigger_time']):<27} "
                    f"{r['duration_ms'] or 0:>8.0f} {_kb(r['state_bytes']):>11} {r['alignment_ms'] or 0:>8.0f} "
-                   f"{r['acks']:>6} {r['rounds']:>6}")
+                   f"{r['acks']:>6} {r['rounds']:>6}  {r.get('mode_used', '')}")
     return "\n".join(out)
 
 
@@ -89,14 +99,42 @@ def format_show(d: dict[str, Any]) -> str:
              f"  trigger {d['trigger_time']}, duration {d['duration_ms']:.0f} ms, size {_kb(d['state_bytes'])}, "
              f"alignment {d['alignment_ms']:.0f} ms, acks {d['acks']}, rounds {d['rounds']}",
              f"  backlog {d['backlog']}, dead letters {d['dead_letters']}, sink rows {d['sink_rows']}"]
+    al = (d.get("extra") or {}).get("alignment")
+    if al:
+        lines.append(
+            f"  alignment: configured {al.get('configured')}, used {al.get('mode_used')}"
+            + (" (switched to unaligned at the alignment timeout)" if al.get("switched_to_unaligned") else "")
+            + f", {al.get('alignment_ms', 0):.0f} ms, start delay {al.get('start_delay_ms', 0):.0f} ms, first barrier "
+            f"in round {al.get('first_barrier_round')}, snapshot after round {al.get('snapshot_round')}"
+            + (" (between rounds)" if al.get("between_rounds") else ""))
+        if al.get("inflight_files") or al.get("inflight_ranges"):
+            lines.append(f"  in-flight data (channel state): {al.get('inflight_rows', 0)} rows in "
+                         f"{al.get('inflight_files', 0)} file(s), {al.get('inflight_bytes', 0)} bytes; "
+                         f"{len(al.get('inflight_ranges') or [])} source range(s) (replayed, not copied)")
+        if al.get("lagging"):
+            lines.append(f"  lagging (barrier not known yet, open range): {', '.join(al['lagging'])}")
+        if al.get("post_barrier_records"):
+            lines.append(f"  post-barrier records in this snapshot (replayed again after a restore: at-least-once): "
+                         f"{al['post_barrier_records']}")
     for s in sorted(d["barriers"]):
         lines.append(f"  barrier {s}: " + ", ".join(f"p{p}=({v[0]},{v[1]})" for p, v in sorted(d["barriers"][s].items())))
     for uid, op in d["operators"].items():
         st = op["stats"] or {}
         lines.append(f"  operator {uid}: acks {st.get('acks')}/{st.get('subtasks')}, rows {st.get('rows')}, "
                      f"bytes {st.get('bytes')}, sync {st.get('sync_ms', 0):.0f} ms, async {st.get('async_ms', 0):.0f} ms, "
-                     f"alignment {st.get('alignment_ms', 0):.0f} ms, mode {st.get('mode')}")
+                     f"alignment {st.get('alignment_ms', 0):.0f} ms, start delay {st.get('start_delay_ms', 0):.0f} ms, "
+                     f"in-flight {st.get('inflight_bytes', 0)} bytes, mode {st.get('mode')}")
         for h in op["handles"]:
             lines.append(f"    [{h['subtask']}] {h['name']:<6} kg {h['kg'][0]}-{h['kg'][1]} rows {h['rows']} "
                          f"bytes {h['bytes']} {h['uri'] or '(empty)'}")
+    for c in d.get("channel_state") or []:
+        if c.get("file"):
+            f = c["file"]
+            lines.append(f"  channel state {c['operator_uid']}[{c['subtask']}] {c['channel']}: file rows {f['rows']} "
+                         f"bytes {f['bytes']} {f['uri']}")
+        else:
+            end = c.get("end")
+            lines.append(f"  channel state {c['operator_uid']} {c['channel']}: source range "
+                         f"({c['start']['seq']},{c['start']['row']}) .. "
+                         + (f"({end['seq']},{end['row']})" if end else "barrier (not known yet)"))
     return "\n".join(lines)

@@ -17,6 +17,7 @@ Defaults can be set per deployment with environment variables (all optional):
 ``EPOCHAL_DAG_RETRIES``             task retries (default 2)
 ``EPOCHAL_DAG_RETRY_DELAY_SECONDS`` delay between retries (default 30)
 ``EPOCHAL_POKE_SECONDS``            how often a waiting ``trigger`` checks again (default 15)
+``EPOCHAL_TRIGGER_WAIT_SECONDS``    how long ``trigger`` polls in-process before rescheduling (default 60)
 ``EPOCHAL_TRIGGER_TIMEOUT_SECONDS`` how long ``trigger`` may wait (default max(1 h, 3 epochs + lateness))
 ==================================  =====================================================================
 """
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -161,6 +163,7 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
     end = _parse_start(end_raw, E) if end_raw else None
     catchup = _env_bool("EPOCHAL_CATCHUP", False) if catchup is None else catchup
     poke = poke_interval if poke_interval is not None else _env_float("EPOCHAL_POKE_SECONDS", 15)
+    wait_window = _env_float("EPOCHAL_TRIGGER_WAIT_SECONDS", 60)
     timeout = trigger_timeout if trigger_timeout is not None else _env_float(
         "EPOCHAL_TRIGGER_TIMEOUT_SECONDS", max(3600.0, 3.0 * E + cfg.allowed_lateness_seconds))
 
@@ -178,29 +181,40 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
     ) as dag:
 
         @task.sensor(task_id="trigger", mode="reschedule", poke_interval=poke, timeout=timeout,
+                     retries=max(5, int(_default_args(retries, retry_delay)["retries"])),
                      doc_md="Wait for the previous interval and for the epoch's data, then log barrier n "
-                            "write-ahead and record the run's intent.")
+                            "write-ahead and report the head checkpoint.")
         def trigger(**context):
+            # Poll in-process for up to EPOCHAL_TRIGGER_WAIT_SECONDS before giving the worker slot back
+            # (reschedule): waits are short in the common case, and each reschedule is a scheduler round
+            # trip (on SQLite under load, also a chance for a spurious "state changed externally" retry,
+            # hence the extra retries of this idempotent task).
             from pipeline.orchestration.tasks import JobStoppedError, wait_reason
             run = _run_of(context, E)
             ti = context["ti"]
-            prev = ti.get_previous_dagrun()
-            prev_state = str(getattr(prev.state, "value", prev.state)) if prev is not None else None
-            prev_type = str(getattr(prev.run_type, "value", prev.run_type)) if prev is not None else None
-            active = ti.get_ti_count(dag_id=run.dag_id, task_ids=["process", "commit"], states=ACTIVE_TI_STATES)
-            reason = wait_reason(previous_state=prev_state, previous_run_type=prev_type, this_run_type=run.run_type,
-                                 active_process_tasks=int(active), active_operations=_ops_busy(ti, job.name))
-            if reason:
-                log.info("epoch %s: waiting: %s", run.epoch, reason)
-                return PokeReturnValue(is_done=False)
-            orch = _orchestrator(job_name)
-            try:
-                res = orch.trigger(run)
-            except JobStoppedError as e:
-                raise AirflowSkipException(str(e)) from None
-            if res is None:
-                return PokeReturnValue(is_done=False)
-            return PokeReturnValue(is_done=True, xcom_value=res.to_dict())
+            deadline = time.monotonic() + wait_window
+            orch = None
+            while True:
+                prev = ti.get_previous_dagrun()
+                prev_state = str(getattr(prev.state, "value", prev.state)) if prev is not None else None
+                prev_type = str(getattr(prev.run_type, "value", prev.run_type)) if prev is not None else None
+                active = ti.get_ti_count(dag_id=run.dag_id, task_ids=["process", "commit"], states=ACTIVE_TI_STATES)
+                reason = wait_reason(previous_state=prev_state, previous_run_type=prev_type,
+                                     this_run_type=run.run_type, active_process_tasks=int(active),
+                                     active_operations=_ops_busy(ti, job.name))
+                if reason:
+                    log.info("epoch %s: waiting: %s", run.epoch, reason)
+                else:
+                    orch = orch or _orchestrator(job_name)
+                    try:
+                        res = orch.trigger(run)
+                    except JobStoppedError as e:
+                        raise AirflowSkipException(str(e)) from None
+                    if res is not None:
+                        return PokeReturnValue(is_done=True, xcom_value=res.to_dict())
+                if time.monotonic() + poke > deadline:
+                    return PokeReturnValue(is_done=False)
+                time.sleep(poke)
 
         @task(task_id="process", doc_md="Process epoch n (one checkpoint per epoch; a re-run rewinds).")
         def process(triggered: dict, **context):
@@ -244,17 +258,23 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
 
 def _wait_for_epoch_runs(job_name: str, poke: float, timeout: float, other_dag: str, other_task: str):
     from airflow.sdk import PokeReturnValue, task
+    wait_window = _env_float("EPOCHAL_TRIGGER_WAIT_SECONDS", 60)
 
-    @task.sensor(task_id="wait_for_epoch_runs", mode="reschedule", poke_interval=poke, timeout=timeout,
+    @task.sensor(task_id="wait_for_epoch_runs", mode="reschedule", poke_interval=poke, timeout=timeout, retries=5,
                  doc_md="Wait until no epoch run of the job is processing (one runner at a time).")
     def wait_for_epoch_runs(**context):
         ti = context["ti"]
-        busy = int(ti.get_ti_count(dag_id=epoch_dag_id(job_name), task_ids=["process", "commit"],
-                                   states=ACTIVE_TI_STATES))
-        busy += int(ti.get_ti_count(dag_id=other_dag, task_ids=[other_task], states=ACTIVE_TI_STATES))
-        if busy:
+        deadline = time.monotonic() + wait_window
+        while True:
+            busy = int(ti.get_ti_count(dag_id=epoch_dag_id(job_name), task_ids=["process", "commit"],
+                                       states=ACTIVE_TI_STATES))
+            busy += int(ti.get_ti_count(dag_id=other_dag, task_ids=[other_task], states=ACTIVE_TI_STATES))
+            if not busy:
+                return PokeReturnValue(is_done=True)
             log.info("waiting: %d epoch-run/%s task(s) of job %s are active", busy, other_task, job_name)
-        return PokeReturnValue(is_done=busy == 0)
+            if time.monotonic() + poke > deadline:
+                return PokeReturnValue(is_done=False)
+            time.sleep(poke)
 
     return wait_for_epoch_runs()
 

@@ -144,7 +144,7 @@ class ValidationResult:
             if e.exception:
                 lines.append(f"      error: {_short(e.exception, 300)}")
             for r in e.unexpected_rows[:_MAX_SHOWN_ROWS]:
-                lines.append(f"      at {_short(r, 200)}")
+                lines.append(f"      at {_short(r, 400)}")
             sig = _short(list(e.examples[:_MAX_SHOWN_ROWS]), 10_000)
             if e.examples and sig not in shown_examples:
                 shown_examples.add(sig)

@@ -660,6 +660,9 @@ class JobRunner:
         self._recover_sinks(completed.metadata)  # notifyCheckpointComplete -> commit (idempotent)
         fault_point("after_commit")
         self._drop_round_scratch(pending.location, last_round)
+        if self.config.validate_after_epoch and pending.kind == "checkpoint":  # cheap per-epoch quality subset
+            from pipeline.quality import validate_after_epoch
+            validate_after_epoch(self, completed.metadata)
         ckpt_s = time.perf_counter() - t_ack
         md = completed.metadata
         self._last_location = completed.location
@@ -814,10 +817,12 @@ class JobRunner:
         return loc
 
     def restore(self, from_: str, *, parallelism: int | None = None,
-                allow_non_restored_state: bool = False) -> dict:
+                allow_non_restored_state: bool = False, validate: bool = True) -> dict:
         """Make checkpoint/savepoint ``from_`` the job's restore point (NO_CLAIM: its files are copied,
         never referenced, so later checkpoints never delete or modify them). Parallelism may change;
-        key groups are redistributed and max parallelism stays fixed."""
+        key groups are redistributed and max parallelism stays fixed. Then the Great Expectations suites
+        validate the restored checkpoint (``validate=False`` skips that); a failure raises
+        :class:`~pipeline.exceptions.ValidationError`."""
         snap = self._load_snapshot(from_)
         md = snap.metadata
         if md.job != self.job.name:
@@ -841,9 +846,14 @@ class JobRunner:
         cid = results[-1].checkpoint_id
         self.echo(f"restored {snap.describe()} as checkpoint {cid} (parallelism "
                   f"{parallelism or self.config.parallelism}, epoch {md.epoch})")
-        return {"job": self.job.name, "from": str(from_), "checkpoint_id": cid, "epoch": md.epoch,
-                "parallelism": parallelism or self.config.parallelism, "dropped_operators": unknown,
-                "location": self._last_location}
+        result = {"job": self.job.name, "from": str(from_), "checkpoint_id": cid, "epoch": md.epoch,
+                  "parallelism": parallelism or self.config.parallelism, "dropped_operators": unknown,
+                  "location": self._last_location}
+        if validate:
+            from pipeline.quality import validate_restored
+            vr = validate_restored(self, result)
+            result["validation"] = {"success": vr.success, "summary": vr.summary()}
+        return result
 
     # ----------------------------------------------------------------------------------- read side
     def export(self, table: str, to_dir: str) -> dict:

@@ -104,6 +104,16 @@ class Instance:
                 raise AssertionError(f"{what}: timed out; runs {[(r['logical_date'], r['state']) for r in runs]}")
             time.sleep(3)
 
+    def wait_backfills_completed(self, timeout: float = 180) -> None:
+        """The scheduler marks a backfill completed a little after its last run; one backfill per DAG at a time."""
+        deadline = time.monotonic() + timeout
+        while True:
+            bfs = self.ok("GET", f"/api/v2/backfills?dag_id={DAG}")["backfills"]
+            if all(b.get("completed_at") for b in bfs):
+                return
+            assert time.monotonic() < deadline, f"backfills not completed: {bfs}"
+            time.sleep(3)
+
     def tis(self, dag_id: str, run_id: str) -> dict[str, dict]:
         d = self.ok("GET", f"/api/v2/dags/{dag_id}/dagRuns/{urllib.request.quote(run_id, safe='')}/taskInstances")
         return {t["task_id"]: t for t in d["task_instances"]}
@@ -163,6 +173,7 @@ def airflow(airflow_db_template, tmp_path_factory):
     finally:
         t1 = time.monotonic()
         _stop(env)
+        _keep_logs(home)
         print(f"[airflow] stopped in {time.monotonic() - t1:.0f}s")
         left = []
         for g in pgids:
@@ -174,6 +185,20 @@ def airflow(airflow_db_template, tmp_path_factory):
         for g in left:
             os.killpg(g, signal.SIGKILL)
         assert not left, f"processes left in process groups {left} after 'airflow_standalone.sh stop'"
+
+
+def _keep_logs(home: Path) -> None:
+    """Copy the instance's logs to tests/artifacts/real_airflow_logs (for post-mortems; git-ignored)."""
+    import shutil
+    dest = ARTIFACTS / "real_airflow_logs"
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True, exist_ok=True)
+    state = home / "epochal-standalone"
+    for f in ("standalone.log", "moto.err", "generate.json"):
+        if (state / f).exists():
+            shutil.copy2(state / f, dest / f)
+    if (home / "logs").exists():
+        shutil.copytree(home / "logs", dest / "logs", dirs_exist_ok=True)
 
 
 def _s3(inst: Instance):
@@ -235,6 +260,7 @@ def test_real_scheduler_rest_api_and_backfills(airflow):
     assert [c.epoch for c in cps] == [e0, e0 + 1, e0 + 2, e0 + 3]
     assert [c.parent_id for c in cps[1:]] == [c.checkpoint_id for c in cps[:-1]]
     _exactly_once(inst)
+    inst.wait_backfills_completed()
     print(f"[airflow] backfill done at {time.monotonic() - t0:.0f}s")
 
     # 3. re-run of a completed interval (e2): rewind to e1's checkpoint, re-process e2, forward to e3
@@ -262,6 +288,9 @@ def test_real_scheduler_rest_api_and_backfills(airflow):
     inst.wait_runs(f"{DAG}_savepoint", lambda rs: rs and all(r["state"] == "success" for r in rs), 600, "savepoint")
     loc = inst.xcom(f"{DAG}_savepoint", sp_run["dag_run_id"], "savepoint", "savepoint_location")
     assert loc.startswith("s3://epochal/demo/checkpoints/orders_payments/savepoints/sp-"), loc
+    sp_logs = (inst.home / "logs" / f"dag_id={DAG}_savepoint" / f"run_id={sp_run['dag_run_id']}"
+               / "task_id=savepoint").glob("*.log")
+    assert any(loc in p.read_text() for p in sp_logs), "the savepoint location must be in the task log"
     print(f"[airflow] savepoint done at {time.monotonic() - t0:.0f}s: {loc}")
 
     # 5. restore from it with another parallelism; validation runs after the restore

@@ -87,7 +87,8 @@ def test_savepoint_is_self_contained_and_survives_retention(tmp_path, source):
     assert all(Path(f[len("file://"):]).exists() for f in files)
     # restore from it (NO_CLAIM): the savepoint's files are never modified or deleted
     before = {f: Path(f[len("file://"):]).stat().st_mtime_ns for f in files}
-    r.restore(loc)
+    res = r.restore(loc)  # validates the restored checkpoint with the GE suites
+    assert res["validation"]["success"], res["validation"]["summary"]
     r.run()
     assert {f: Path(f[len("file://"):]).stat().st_mtime_ns for f in files} == before
     _assert_exact(r, tmp_path, source)
@@ -102,13 +103,13 @@ def test_rescale_2_to_4_to_1_identical_to_unchanged_run(tmp_path, source):
     r = _runner(tmp_path, source, "rescale")
     r.run(2)
     sp = r.savepoint()
-    r.restore(sp, parallelism=4)
+    r.restore(sp, parallelism=4, validate=False)
     rep = r.run(2, parallelism=4)
     assert rep.completed and all(
         cp.metadata.parallelism == 4 for cp in r.coordinator.store.list()[-2:])
     latest = r.coordinator.store.latest()
     assert latest.metadata.max_parallelism == 128
-    r.restore(str(latest.checkpoint_id), parallelism=1)
+    r.restore(str(latest.checkpoint_id), parallelism=1, validate=False)
     r.run(parallelism=1)
     assert r.coordinator.store.latest().metadata.parallelism == 1
     assert _assert_exact(r, tmp_path, source) == expected_rows
@@ -132,7 +133,7 @@ def test_savepoint_with_foreign_operator_needs_allow_non_restored_state(tmp_path
         "merchant_revenue", mode="upsert")
     r2 = _runner(tmp_path, source, "uids", job=job)
     with pytest.raises(IncompatibleStateError) as ei:
-        r2.restore(sp)
+        r2.restore(sp, validate=False)
     assert "merchant_revenue_agg" in str(ei.value)
-    res = r2.restore(sp, allow_non_restored_state=True)
+    res = r2.restore(sp, allow_non_restored_state=True, validate=False)
     assert res["dropped_operators"] == ["merchant_revenue_agg"]

@@ -16,12 +16,12 @@ import json
 import os
 import shutil
 from datetime import datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Callable
 from urllib.parse import urlsplit
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 JOB = "orders_payments"
@@ -128,8 +128,9 @@ def skew_total(root: Path, cid: int, delta: float = 100.0) -> str:
     """One merchant's revenue in the aggregate state is off by ``delta`` (a skewed total)."""
     def change(t: pa.Table) -> pa.Table:
         col = t["revenue"]  # float64, or an exact decimal sum
-        bump = pa.array([delta] + [0.0] * (t.num_rows - 1), pa.float64()).cast(col.type)
-        return t.set_column(t.schema.get_field_index("revenue"), "revenue", pc.add(col, bump).cast(col.type))
+        values = col.to_pylist()
+        values[0] = values[0] + (Decimal(str(delta)) if isinstance(values[0], Decimal) else delta)
+        return t.set_column(t.schema.get_field_index("revenue"), "revenue", pa.array(values, col.type))
     return change_state(root, cid, "merchant_revenue_agg", "agg", change)
 
 
