@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import io
 import logging
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -35,8 +36,8 @@ import pyarrow.compute as pc
 from pipeline.exceptions import ObjectNotFoundError, SinkError, StorageError
 from pipeline.quality.jobspec import JobObjects, job_objects, sink_obj, state_obj
 from pipeline.quality.keygroups import key_groups
-from pipeline.quality.normalize import (KG_SUMS, MAX_MEASURES, SUMMARY_DDL, ObjectSpec, group_sums, normalize,
-                                        read_files_task, schema_signature, summarize)
+from pipeline.quality.normalize import (KG_SUMS, MAX_MEASURES, SUMMARY_DDL, SUMMARY_SCHEMA, ObjectSpec, group_sums,
+                                        normalize, read_files_task, schema_signature, summarize)
 
 __all__ = ["Snapshot", "Collected", "collect", "ordinal"]
 
@@ -245,7 +246,8 @@ class _Collector:
         self._fio_lock = threading.Lock()
         self.objects: JobObjects = job_objects(self.job, runner.config.state_ttl_seconds)
         self.barrier_us = _iso_us(self.md.barrier_time)
-        self.cutoffs = {o: (self.barrier_us - t * 1_000_000 if t else None) for o, t in self.objects.ttl_seconds.items()}
+        self.cutoffs = {o: (self.barrier_us - t * 1_000_000 if t else None)
+                        for o, t in self.objects.ttl_seconds.items()}
         self.file_io_for = file_io_for
 
     # -- helpers -----------------------------------------------------------------------------------
@@ -360,8 +362,10 @@ class _Collector:
 
         # -- lineage: barrier/position monotonicity along parent links
         lineage: list[dict] = []
-        metas = [snap.completed] if self.mode == "epoch" else list({id(c): c for c in
-                                                                   self.retained + self.savepoints + [snap.completed]}.values())
+        if self.mode == "epoch":
+            metas = [snap.completed]
+        else:
+            metas = list({id(c): c for c in self.retained + self.savepoints + [snap.completed]}.values())
         for cp in sorted(metas, key=lambda c: c.checkpoint_id):
             md = cp.metadata
             parent = self.known.get(md.parent_id) if md.parent_id is not None else None
@@ -463,36 +467,75 @@ class _Collector:
         self._fid_uri = {f[0]: f[2] for f in files}
         return files
 
-    def spark_pass(self, files) -> dict:
-        """One Spark pass over state and append-sink files; returns the collected summaries.
-
-        Executors checksum and summarise each file with pyarrow (per key group, per group); Spark only
-        shuffles one (object, key group, key hash) record per keyed row to count distinct and duplicated
-        keys across files - a numeric hash aggregation. The read is cached so the summaries and the key
-        counts come from one scan.
-        """
-        from pyspark import StorageLevel
-        from pyspark.sql import functions as F
-        empty = {"per_kg": pd.DataFrame(columns=PER_KG_COLUMNS), "per_group": pd.DataFrame(), "files": {},
-                 "dups": []}
-        if not files:
-            return empty
-        with self.timer("spark_session"):
-            spark = self.runner.spark
+    def _task_inputs(self, files):
         specs = {o: s for o, s in self.objects.specs.items()}
         for _, obj, *_ in files:
             specs.setdefault(obj, ObjectSpec(obj, obj.split("/", 1)[0], None))
         oids = {o: i for i, o in enumerate(sorted(specs))}
-        names = {i: o for o, i in oids.items()}
-        par = spark.sparkContext.defaultParallelism
-        # biggest files first, dealt round-robin, so that the slices are balanced
-        order = sorted(files, key=lambda f: -self._size_hint.get(f[2], 0))
-        n = max(1, min(len(files), par * 2))
-        slices = [order[i::n] for i in range(n)]
-        ordered = [f for sl in slices for f in sl]
-        src = spark.createDataFrame(spark.sparkContext.parallelize(ordered, n),
-                                    "fid int, obj string, uri string, kg_lo int, kg_hi int")
         task = read_files_task(specs, oids, max_parallelism=self.mp, barrier_us=self.barrier_us, cutoffs=self.cutoffs)
+        return task, {i: o for o, i in oids.items()}
+
+    def _slices(self, files, n: int) -> list[list]:
+        """Biggest files first, dealt round-robin, so that the slices are balanced."""
+        order = sorted(files, key=lambda f: -self._size_hint.get(f[2], 0))
+        return [order[i::n] for i in range(n) if order[i::n]]
+
+    def data_pass(self, files, engine: str) -> dict:
+        """Read, checksum and summarise every data file once; returns the summaries (see module doc).
+
+        ``engine``: ``spark`` (executors summarise, Spark counts keys across files), ``local`` (the same
+        executor function in a driver thread pool, keys counted with NumPy; for small snapshots when no
+        Spark session is running, it saves the JVM start), or ``auto``.
+        """
+        if not files:
+            return {"per_kg": pd.DataFrame(columns=PER_KG_COLUMNS), "per_group": pd.DataFrame(), "files": {},
+                    "dups": []}
+        if engine == "auto":
+            total = sum(self._size_hint.values())
+            engine = "spark" if (self.runner._spark is not None or total > _local_max_bytes()) else "local"
+        self.out.figures["engine"] = engine
+        side, keys, dups, names = (self._spark_pass if engine == "spark" else self._local_pass)(files)
+        side["obj"] = side["oid"].map(names)
+        frec = side[side["rec"] == "f"]
+        recs = {}
+        for r in frec.to_dict("records"):
+            recs[r["uri"]] = {"fid": r["fid"], "obj": r["obj"], "uri": r["uri"], "sha256": r["sha256"],
+                              "nbytes": None if pd.isna(r["nbytes"]) else int(r["nbytes"]),
+                              "nrows": None if pd.isna(r["nrows"]) else int(r["nrows"]),
+                              "schema": r["schema"], "error": r["error"]}
+        k = side[side["rec"] == "k"]
+        if len(k):
+            per_kg = k.groupby(["obj", "kg"], as_index=False).agg(
+                **{c: (c, "sum") for c in KG_SUMS}, files=("fid", "nunique"))
+            keys = keys.assign(obj=keys["oid"].map(names))
+            per_kg = per_kg.merge(keys[["obj", "kg", "keys", "dup_keys"]], on=["obj", "kg"], how="left")
+            per_kg[["keys", "dup_keys"]] = per_kg[["keys", "dup_keys"]].fillna(0)
+            per_kg = per_kg[PER_KG_COLUMNS]
+            for c in PER_KG_COLUMNS[1:]:
+                per_kg[c] = per_kg[c].astype("int64")
+        else:
+            per_kg = pd.DataFrame(columns=PER_KG_COLUMNS)
+        g = side[side["rec"] == "g"]
+        per_group = (g.groupby(["obj", "gkey"], as_index=False)[[f"m{i}" for i in range(MAX_MEASURES)]].sum(min_count=1)
+                     if len(g) else pd.DataFrame())
+        self.out.figures["rows_read"] = int(per_kg["rows"].sum()) if len(per_kg) else 0
+        self.out.figures["data_files_read"] = len(files)
+        return {"per_kg": per_kg.reset_index(drop=True), "per_group": per_group, "files": recs, "dups": dups}
+
+    def _spark_pass(self, files):
+        """Executors checksum and summarise each file with pyarrow (per key group, per group); Spark only
+        shuffles the 64-bit key hashes (exploded from one list per file) to count distinct and duplicated keys
+        across files - a numeric hash aggregation. The read is cached, so everything comes from one scan."""
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+        with self.timer("spark_session"):
+            spark = self.runner.spark
+        task, names = self._task_inputs(files)
+        par = spark.sparkContext.defaultParallelism
+        slices = self._slices(files, max(1, min(len(files), par * 2)))
+        ordered = [f for sl in slices for f in sl]
+        src = spark.createDataFrame(spark.sparkContext.parallelize(ordered, len(slices)),
+                                    "fid int, obj string, uri string, kg_lo int, kg_hi int")
         df = src.mapInArrow(task, SUMMARY_DDL).persist(StorageLevel.MEMORY_AND_DISK)
         prev = spark.conf.get("spark.sql.shuffle.partitions")
         spark.conf.set("spark.sql.shuffle.partitions", str(max(2, par)))
@@ -508,39 +551,54 @@ class _Collector:
                 dups: list[dict] = []
                 if len(keys) and int(keys["dup_keys"].sum()):
                     found = [(r["oid"], r["khash"]) for r in per_hash.filter(F.col("n") > 1).limit(20).collect()]
-                    where = {}
+                    where: dict = {}
                     for r in h.filter(F.col("khash").isin([x[1] for x in found])).collect():
                         where.setdefault((r["oid"], r["khash"]), []).append(self._fid_uri.get(r["fid"]))
                     dups = self._dup_examples(found, where, names)
         finally:
             spark.conf.set("spark.sql.shuffle.partitions", prev)
             df.unpersist()
-        side["obj"] = side["oid"].map(names)
-        frec = side[side["rec"] == "f"]
-        recs = {}
-        for r in frec.to_dict("records"):
-            recs[r["uri"]] = {"fid": r["fid"], "obj": r["obj"], "uri": r["uri"], "sha256": r["sha256"],
-                              "nbytes": None if pd.isna(r["nbytes"]) else int(r["nbytes"]),
-                              "nrows": None if pd.isna(r["nrows"]) else int(r["nrows"]),
-                              "schema": r["schema"], "error": r["error"]}
-        k = side[side["rec"] == "k"]
-        if len(k):
-            per_kg = k.groupby(["obj", "kg"], as_index=False).agg(
-                **{c: (c, "sum") for c in KG_SUMS}, files=("fid", "nunique"))
-            keys["obj"] = keys["oid"].map(names)
-            per_kg = per_kg.merge(keys[["obj", "kg", "keys", "dup_keys"]], on=["obj", "kg"], how="left")
-            per_kg[["keys", "dup_keys"]] = per_kg[["keys", "dup_keys"]].fillna(0)
-            per_kg = per_kg[PER_KG_COLUMNS]
-            for c in PER_KG_COLUMNS[1:]:
-                per_kg[c] = per_kg[c].astype("int64")
-        else:
-            per_kg = pd.DataFrame(columns=PER_KG_COLUMNS)
-        g = side[side["rec"] == "g"]
-        per_group = (g.groupby(["obj", "gkey"], as_index=False)[[f"m{i}" for i in range(MAX_MEASURES)]].sum(min_count=1)
-                     if len(g) else pd.DataFrame())
-        self.out.figures["rows_read_by_spark"] = int(per_kg["rows"].sum()) if len(per_kg) else 0
-        self.out.figures["files_read_by_spark"] = len(files)
-        return {"per_kg": per_kg.reset_index(drop=True), "per_group": per_group, "files": recs, "dups": dups}
+        return side, keys, dups, names
+
+    def _local_pass(self, files):
+        """The executor function in a driver thread pool; keys counted with one NumPy sort per object."""
+        task, names = self._task_inputs(files)
+        workers = max(1, min(len(files), (os.cpu_count() or 2) * 2))
+        slices = self._slices(files, workers)
+
+        def run(sl):
+            b = pa.RecordBatch.from_pylist([dict(zip(("fid", "obj", "uri", "kg_lo", "kg_hi"), f)) for f in sl])
+            return list(task(iter([b])))
+
+        with self.timer("local_read"):
+            with ThreadPoolExecutor(max_workers=len(slices)) as pool:
+                batches = [b for part in pool.map(run, slices) for b in part]
+            table = pa.Table.from_batches(batches, schema=SUMMARY_SCHEMA) if batches else SUMMARY_SCHEMA.empty_table()
+            is_h = pc.equal(table["rec"], "h")
+            side = table.filter(pc.invert(is_h)).drop_columns(["khashes"]).to_pandas()
+        with self.timer("local_keys"):
+            h = table.filter(is_h)
+            rows, dups_found, where = [], [], {}
+            oid_col = h["oid"].to_numpy()
+            fid_col = h["fid"].to_numpy()
+            lists = h["khashes"]
+            for oid in sorted(set(oid_col.tolist())):
+                idx = np.nonzero(oid_col == oid)[0]
+                parts = [lists[int(i)].values.to_numpy(zero_copy_only=False) for i in idx]
+                hashes = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+                u, counts = np.unique(hashes, return_counts=True)
+                kg = np.mod(u, self.mp)
+                nkeys = np.bincount(kg, minlength=self.mp)
+                ndups = np.bincount(kg[counts > 1], minlength=self.mp)
+                for g in np.nonzero(nkeys)[0]:
+                    rows.append({"oid": oid, "kg": int(g), "keys": int(nkeys[g]), "dup_keys": int(ndups[g])})
+                for hv in u[counts > 1][:20]:
+                    dups_found.append((oid, int(hv)))
+                    where[(oid, int(hv))] = [self._fid_uri.get(int(fid_col[i])) for i, p in zip(idx, parts)
+                                             for _ in range(int(np.count_nonzero(p == hv)))]
+            keys = pd.DataFrame(rows, columns=["oid", "kg", "keys", "dup_keys"])
+            dups = self._dup_examples(dups_found, where, names) if dups_found else []
+        return side, keys, dups, names
 
     def _dup_examples(self, found, where, names) -> list[dict]:
         """Key strings of duplicated key hashes, read back from the files that hold them (driver)."""
@@ -742,8 +800,10 @@ class _Collector:
         m["extra_rows"] = 0
         m["orphan_rows"] = 0
         m = m.sort_values(["object", "kg"]).reset_index(drop=True)
-        bad = m[(m["rows"] != m["expected_rows"]) | (m["keys"] != m["expected_keys"]) | (m["fp_num"] != m["expected_fp_num"])
-                | (m["fp_ts"] != m["expected_fp_ts"]) | (m["fp_str"] != m["expected_fp_str"])]
+        differs = np.zeros(len(m), dtype=bool)
+        for c in ("rows", "keys", "fp_num", "fp_ts", "fp_str"):
+            differs |= (m[c] != m[f"expected_{c}"]).to_numpy()
+        bad = m[differs]
         examples_missing: list[dict] = []
         examples_extra: list[dict] = []
         if len(bad):
@@ -759,7 +819,8 @@ class _Collector:
                         actual = self.actual_rows(obj, set(kgs), files)
                     except Exception as ex:  # noqa: BLE001 - the summaries still fail; examples are a bonus
                         self.out.messages.append(f"could not read rows of {obj} for examples: {ex}")
-                        m.loc[(m["object"] == obj) & m["kg"].isin(kgs), ["missing_rows", "extra_rows", "orphan_rows"]] = None
+                        m.loc[(m["object"] == obj) & m["kg"].isin(kgs),
+                              ["missing_rows", "extra_rows", "orphan_rows"]] = None
                         continue
                     exp_table, exp_kg = exp["tables"][obj]
                     for kg in kgs:
@@ -783,13 +844,14 @@ class _Collector:
                 "expected_fp_ts", "fp_str", "expected_fp_str", "missing_rows", "extra_rows", "orphan_rows"]
         m = m[cols].astype(object)
         for c in ("missing_rows", "extra_rows", "orphan_rows"):
-            m[c] = [None if pd.isna(v) else int(v) for v in m[c]]
+            m[c] = pd.Series([None if pd.isna(v) else int(v) for v in m[c]], index=m.index, dtype=object)
         self.out.datasets["recovery_key_groups"] = m.where(pd.notna(m), None)
         self.out.examples["recovery_missing"] = examples_missing[:_MAX_EXAMPLES]
         self.out.examples["recovery_extra"] = examples_extra[:_MAX_EXAMPLES]
         self.out.examples["recovery_diff"] = (examples_missing[:3] + examples_extra[:3])
         # conservation: every valid input row is in state or in the output, exactly once
-        rows_of = {o: int(g["rows"].sum()) for o, g in self.actual_per_kg.groupby("obj")} if len(self.actual_per_kg) else {}
+        rows_of = ({o: int(g["rows"].sum()) for o, g in self.actual_per_kg.groupby("obj")}
+                   if len(self.actual_per_kg) else {})
         cons = []
         for c in rec.conservation:
             in_state = sum(rows_of.get(o, 0) for o in c["state"])
@@ -810,11 +872,11 @@ class _Collector:
             kg = key_groups(pc.cast(t[spec.key], pa.string()), self.mp) if t.num_rows else np.zeros(0, np.int32)
             return t.append_column("__kg", pa.array(kg, pa.int32())).filter(pa.array(np.isin(kg, list(kgs))))
         uris = [u for _, o, u, _, _ in files if o == obj]
-        rec = next((self.data_file_records.get(u) for u in uris if self.data_file_records.get(u, {}).get("schema")), None)
-        if not uris or rec is None:
+        readable = [u for u in uris if self.data_file_records.get(u, {}).get("schema")]
+        if not readable:
             return pa.table({"__kg": pa.array([], pa.int32())})
         import pyarrow.parquet as pq
-        with self.fio(uris[0]).open_input(next(u for u in uris if self.data_file_records.get(u, {}).get("schema"))) as f:
+        with self.fio(readable[0]).open_input(readable[0]) as f:
             schema = pq.read_schema(f)
         schema = pa.schema([f for f in schema if f.name != "_kg"]).append(pa.field("__kg", pa.int32()))
         key = self.objects.specs[obj].key
@@ -838,6 +900,11 @@ class _Collector:
                     t = t.append_column("__kg", pa.array(k, pa.int32())).filter(pa.array(sel))
                     yield from t.select(schema.names).cast(schema).to_batches()
 
+        if self.out.figures.get("engine") == "local":
+            with ThreadPoolExecutor(max_workers=max(1, min(len(uris), 8))) as pool:
+                parts = [b for bs in pool.map(lambda u: list(task(iter([pa.RecordBatch.from_pylist([{"uri": u}])]))),
+                                              uris) for b in bs]
+            return pa.Table.from_batches(parts, schema=schema) if parts else schema.empty_table()
         spark = self.runner.spark
         ddl = _ddl(schema)
         df = spark.createDataFrame(spark.sparkContext.parallelize([(u,) for u in uris], max(1, min(len(uris), 8))),
@@ -867,8 +934,14 @@ def _ddl(schema: pa.Schema) -> str:
     return ", ".join(f"`{f.name}` {t(f.type)}" for f in schema)
 
 
+def _local_max_bytes() -> int:
+    """Snapshots whose data files total at most this many bytes are summarised without Spark when no Spark
+    session is running yet (``EPOCHAL_QUALITY_LOCAL_MAX_BYTES``, default 256 MiB; 0 = always Spark)."""
+    return int(os.environ.get("EPOCHAL_QUALITY_LOCAL_MAX_BYTES", 256 * 1024 * 1024))
+
+
 def collect(runner, snapshot: Snapshot, *, mode: str = "full", areas: tuple[str, ...] | None = None,
-            drill_kgs: int = _DRILL_KGS) -> Collected:
+            drill_kgs: int = _DRILL_KGS, engine: str = "auto") -> Collected:
     """Build every dataset the suites of ``areas`` need (``mode="epoch"``: metadata only, no Spark)."""
     from pipeline.quality.recovery import model_for
     c = _Collector(runner, snapshot, mode=mode, drill_kgs=drill_kgs)
@@ -897,7 +970,7 @@ def collect(runner, snapshot: Snapshot, *, mode: str = "full", areas: tuple[str,
     files: list = []
     if data_needed:
         files = c.data_files()
-        spark_out = c.spark_pass(files)
+        spark_out = c.data_pass(files, engine)
         with c.timer("upsert_read"):
             up = c.upsert_pass()
         c.data_datasets(spark_out, up, files)

@@ -192,10 +192,12 @@ def _add_overview(index_path: str, results) -> None:
                         f'<td class="{"ok" if ok else "fail"}">{"passed" if ok else "FAILED"}</td>'
                         f'<td>{st.get("successful_expectations", "")}/{st.get("evaluated_expectations", "")}</td>'
                         f'<td>{html.escape("; ".join(str(f) for f in failed[:3]))}</td></tr>')
-    block = (f'<div id="epochal-overview"><style>{_OVERVIEW_CSS}</style><h2>Epochal data quality: latest validations</h2>'
+    block = (f'<div id="epochal-overview"><style>{_OVERVIEW_CSS}</style>'
+             '<h2>Epochal data quality: latest validations</h2>'
              '<p>Suites on restored operator state, sink output, checkpoint metadata and recovery correctness. '
-             'Results are stored next to each checkpoint under <code>&lt;checkpoint root&gt;/&lt;job&gt;/validation/</code>.'
-             '</p><table><tr><th>suite</th><th>area</th><th>dataset</th><th>status</th><th>passed</th>'
+             'Results are stored next to each checkpoint under '
+             '<code>&lt;checkpoint root&gt;/&lt;job&gt;/validation/</code>.</p>'
+             '<table><tr><th>suite</th><th>area</th><th>dataset</th><th>status</th><th>passed</th>'
              '<th>failed expectations</th></tr>' + "".join(rows) + "</table></div>")
     with open(index_path, encoding="utf-8") as f:
         text = f.read()

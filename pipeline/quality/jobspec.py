@@ -108,8 +108,8 @@ class JobObjects:
     specs: dict[str, ObjectSpec]                 # obj -> spec
     schemas: dict[str, str | None]               # obj -> expected schema signature (None: unknown)
     ttl_seconds: dict[str, int | None]           # state obj -> join TTL (None: no TTL / not a join)
-    aggregates: dict[str, dict]                  # aggregate uid -> {"state": obj, "append": obj|None, "upsert": obj|None,
-                                                 #                    "measures": [names]}
+    aggregates: dict[str, dict]                  # aggregate uid -> {"state": obj, "append": obj | None,
+                                                 #   "upsert": obj | None, "measures": [names]}
 
     def state_objects(self) -> list[str]:
         return [o for o, s in self.specs.items() if s.kind == "state"]
@@ -136,13 +136,9 @@ def job_objects(job: Job, default_ttl_seconds: int | None) -> JobObjects:
             specs[o] = ObjectSpec(o, "state", op.key, op.key, measures, op.uid)
             ttl[o] = None
             aggregates[op.uid] = {"state": o, "append": None, "upsert": None, "measures": [m for m, _ in measures]}
-        sch = _state_schema(job, op, "left" if isinstance(op, JoinNode) else "agg")
-        if isinstance(op, JoinNode):
-            for name in ("left", "right"):
-                s = _state_schema(job, op, name)
-                schemas[state_obj(op.uid, name)] = schema_signature(s) if s is not None else None
-        else:
-            schemas[state_obj(op.uid, "agg")] = schema_signature(sch) if sch is not None else None
+        for name in job.state_names(op.uid):
+            s = _state_schema(job, op, name)
+            schemas[state_obj(op.uid, name)] = schema_signature(s) if s is not None else None
     for sink in job.sinks():
         parent = job.nodes[sink.parent]
         o = sink_obj(sink.table)

@@ -66,9 +66,15 @@ SUMMARY_SCHEMA = pa.schema([
     ("uri", pa.string()), ("sha256", pa.string()), ("nbytes", pa.int64()), ("nrows", pa.int64()),
     ("schema", pa.string()), ("error", pa.string()),
 ])
-SUMMARY_DDL = ", ".join(
-    f"{f.name} {'string' if pa.types.is_string(f.type) else 'int' if f.type == pa.int32() else 'array<bigint>' if pa.types.is_list(f.type) else 'bigint'}"
-    for f in SUMMARY_SCHEMA)
+def _spark_type(t: pa.DataType) -> str:
+    if pa.types.is_string(t):
+        return "string"
+    if pa.types.is_list(t):
+        return "array<bigint>"
+    return "int" if t == pa.int32() else "bigint"
+
+
+SUMMARY_DDL = ", ".join(f"{f.name} {_spark_type(f.type)}" for f in SUMMARY_SCHEMA)
 KG_SUMS = ("rows", "null_keys", "kg_mismatch", "out_of_range", "null_values", "negative_values", "after_barrier",
            "expired", "fp_num", "fp_ts", "fp_str")
 

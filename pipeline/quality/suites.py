@@ -115,7 +115,8 @@ DATASETS: dict[str, dict[str, str]] = {
     "state_files": {
         "object": "state/<uid>/<name>", "operator": "uid", "state": "state name", "subtask": "subtask",
         "kg_start": "first key group", "kg_end": "last key group (inclusive)", "uri": "state file (null: empty)",
-        "readable": "the file was read", "schema": "logical Parquet schema (name:kind, ...; kinds string, int, number, timestamp[zone])",
+        "readable": "the file was read",
+        "schema": "logical Parquet schema (name:kind, ...; kinds string, int, number, timestamp[zone])",
         "expected_schema": "schema the job implies (null if not derivable)",
         "range_overlaps": "another handle of the same state overlaps this key-group range",
         "range_gap_before": "key groups left uncovered before this range (after, for the last range)",
@@ -314,7 +315,7 @@ def build_gx_suite(spec: SuiteSpec):
     import great_expectations as gx
     import great_expectations.expectations as gxe
     exps = []
-    for i, e in enumerate(spec.expectations):
+    for e in spec.expectations:
         cls = getattr(gxe, e.type)
         meta = {"area": spec.area}
         if e.examples:

@@ -132,12 +132,16 @@ def _previous_results(runner, current: str, limit: int) -> list[tuple[str, str, 
 
 def validate_job(runner, checkpoint: str | int | None = None, *, mode: str = "full",
                  areas: tuple[str, ...] | None = None, store_results: bool = True, build_docs: bool | None = None,
-                 docs_dir: str | None = None) -> ValidationResult:
+                 docs_dir: str | None = None, engine: str = "auto") -> ValidationResult:
     """Run the expectation suites on checkpoint/savepoint ``checkpoint`` (default: the latest completed one).
 
     ``mode``: ``full`` (every suite), ``restore`` (the same, after a restore) or ``epoch`` (the cheap
     metadata subset: no Spark, no source reading). Results go to ``<job root>/validation/<snapshot>/`` and a
     Data Docs site (``docs_dir``, default :func:`default_docs_dir`) unless disabled.
+
+    ``engine`` summarises the data files: ``spark`` (executors summarise, Spark counts keys across files),
+    ``local`` (the same code in a driver thread pool) or ``auto``: Spark when a session is already running
+    or the snapshot's data files exceed ``EPOCHAL_QUALITY_LOCAL_MAX_BYTES`` (256 MiB), else local.
     """
     from pipeline.fileio import join_uri
     from pipeline.quality import engine as eng
@@ -147,7 +151,7 @@ def validate_job(runner, checkpoint: str | int | None = None, *, mode: str = "fu
     snap = resolve_snapshot(runner, checkpoint)
     if areas is None:
         areas = ("metadata",) if mode == "epoch" else ALL_AREAS
-    collected = collect(runner, snap, mode="epoch" if mode == "epoch" else "full", areas=areas)
+    collected = collect(runner, snap, mode="epoch" if mode == "epoch" else "full", areas=areas, engine=engine)
     t_ge = time.perf_counter()
     gx = eng.engine()
     collected.timings["gx_setup"] = time.perf_counter() - t_ge

@@ -93,8 +93,11 @@ def tl(airflow_home, moto_server):
     for name in ("orders_payments_epochs", "orders_payments_savepoint", "orders_payments_restore"):
         t.dags[name] = load_dag_module(REPO / "dags" / f"{name}.py").dag
     yield t
+    import logging
+
     from pipeline.runtime.session import stop_spark
     stop_spark()
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # no "Closing down" messages at interpreter exit
     mp.undo()
 
 

@@ -359,8 +359,13 @@ def test_checkpoint_view_in_headless_chromium(airflow):
             assert text in body, f"{text!r} not on the checkpoint page:\n{body[:2000]}"
         head = _store(inst).latest()
         drv.switch_to.default_content()
-        assert "Epochal checkpoints" in drv.find_element(By.TAG_NAME, "body").text  # the nav entry
         drv.save_screenshot(str(ARTIFACTS / "airflow_checkpoint_history.png"))
+        # the view is registered in the UI nav: under "Browse", as "Epochal checkpoints"
+        assert "/plugin/epochal-checkpoints" in drv.current_url
+        assert "Browse" in drv.find_element(By.TAG_NAME, "body").text
+        plugins = inst.ok("GET", "/api/v2/plugins")["plugins"]
+        views = [v for p in plugins for v in p["external_views"] if v["url_route"] == "epochal-checkpoints"]
+        assert views and views[0]["destination"] == "nav" and views[0]["category"] == "browse"
         # a detail page
         drv.get(f"{inst.url}/epochal/jobs/orders_payments/checkpoints/{head.checkpoint_id}")
         wait.until(EC.text_to_be_present_in_element((By.TAG_NAME, "h1"), f"Checkpoint {head.checkpoint_id}"))

@@ -23,9 +23,11 @@ EPOCHS, PARTITIONS, ORDERS = 3, 2, 300
 
 
 @pytest.fixture(autouse=True)
-def _quiet_progress(monkeypatch):
+def _quality_env(monkeypatch, tmp_path):
+    """No usage statistics or progress bars; Data Docs of automatic validations go to the test's tmp dir."""
     monkeypatch.setenv("GX_ANALYTICS_ENABLED", "False")
     monkeypatch.setenv("TQDM_DISABLE", "1")
+    monkeypatch.setenv("EPOCHAL_DATA_DOCS_DIR", str(tmp_path / "auto_data_docs"))
 
 
 def make_runner(root: Path, **overrides):

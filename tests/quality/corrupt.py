@@ -47,7 +47,8 @@ def checkpoint_dir(root: Path, cid: int) -> Path:
 
 
 def latest_checkpoint(root: Path) -> int:
-    ids = [int(Path(p).parent.name[4:]) for p in glob.glob(str(root / "ckpt" / JOB / "checkpoints" / "chk-*" / "_metadata"))]
+    pattern = root / "ckpt" / JOB / "checkpoints" / "chk-*" / "_metadata"
+    ids = [int(Path(p).parent.name[4:]) for p in glob.glob(str(pattern))]
     return max(ids)
 
 

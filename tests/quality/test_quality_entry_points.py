@@ -21,10 +21,11 @@ REPO = Path(__file__).resolve().parents[2]
 def test_cli_validate_exits_non_zero_on_failure(deployment, tmp_path):
     corrupt.drop_state_row(deployment, 3)
     env = {**os.environ, "PIPELINE_SOURCE_URI": (deployment / "src").as_uri(),
-           "PIPELINE_CHECKPOINT_URI": (deployment / "ckpt").as_uri(), "PIPELINE_SINK_URI": (deployment / "sink").as_uri(),
-           "PIPELINE_CLOCK_NOW": CLOCK, "EPOCHAL_DATA_DOCS_DIR": str(tmp_path / "docs"), "GX_ANALYTICS_ENABLED": "False"}
-    proc = subprocess.run([sys.executable, "-m", "pipeline", "validate", "--job", "orders_payments", "--checkpoint", "3",
-                           "--json"], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+           "PIPELINE_CHECKPOINT_URI": (deployment / "ckpt").as_uri(),
+           "PIPELINE_SINK_URI": (deployment / "sink").as_uri(), "PIPELINE_CLOCK_NOW": CLOCK,
+           "EPOCHAL_DATA_DOCS_DIR": str(tmp_path / "docs"), "GX_ANALYTICS_ENABLED": "False"}
+    cmd = [sys.executable, "-m", "pipeline", "validate", "--job", "orders_payments", "--checkpoint", "3", "--json"]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 1, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     assert out["success"] is False and out["snapshot"] == "chk-3"

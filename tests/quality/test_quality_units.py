@@ -92,7 +92,8 @@ def test_summary_names_the_failure_and_examples():
                             success=True, description="files exist", kwargs={"column": "exists"})
     r = ValidationResult(job="orders_payments", snapshot="chk-7", checkpoint_id=7, epoch=3, location="file:///x",
                          mode="full", success=False,
-                         suites=(SuiteOutcome("epochal_checkpoint_files", "metadata", "checkpoint_files", True, 3, (ok,)),
+                         suites=(SuiteOutcome("epochal_checkpoint_files", "metadata", "checkpoint_files", True, 3,
+                                              (ok,)),
                                  SuiteOutcome("epochal_state_key_groups", "state", "state_key_groups", False, 128,
                                               (bad,)),
                                  SuiteOutcome("epochal_recovery_totals", "recovery", "group_totals", True, 0,

@@ -53,30 +53,34 @@ def test_older_checkpoint_and_savepoint_by_uri(deployment, docs_dir):
     assert (deployment / "ckpt" / "orders_payments" / "validation" / res.snapshot / "summary.json").exists()
 
 
-def test_restore_is_validated_automatically(deployment, docs_dir):
-    """validate_restored: every suite on the new restore point (here with another parallelism)."""
-    from pipeline.quality import validate_restored
+def test_restore_is_validated_automatically(deployment):
+    """JobRunner.restore runs every suite on the new restore point (here with another parallelism)."""
     runner = make_runner(deployment)
     restored = runner.restore("3", parallelism=3)
-    result = validate_restored(runner, restored, docs_dir=docs_dir)
-    assert result.success and result.mode == "restore", result.summary()
-    assert result.checkpoint_id == restored["checkpoint_id"]
-    state_files = [s for s in result.suites if s.suite == "epochal_state_files"][0]
-    assert state_files.rows == 3 * 3  # left, right, agg for each of the 3 new subtasks
+    assert restored["validation"]["success"], restored["validation"]["summary"]
+    cid = restored["checkpoint_id"]
+    summary = json.loads((deployment / "ckpt" / "orders_payments" / "validation" / f"chk-{cid}" / "summary.json")
+                         .read_text())
+    assert summary["mode"] == "restore" and summary["success"] is True
+    state_files = next(s for s in summary["suites"] if s["suite"] == "epochal_state_files")
+    assert state_files["rows"] == 3 * 3  # left, right, agg for each of the 3 new subtasks
 
 
-def test_restore_of_a_broken_checkpoint_fails_the_task(deployment, docs_dir):
-    """A restore that yields bad state raises ValidationError (the Airflow task fails)."""
+def test_restore_of_a_broken_checkpoint_fails(deployment, docs_dir):
+    """Restoring a checkpoint whose state is wrong (though its checksums match) raises ValidationError:
+    the restore task fails. ``validate_restored`` is the hook the runtime calls."""
     import corrupt
 
     from pipeline.exceptions import ValidationError
     from pipeline.quality import validate_restored
+    corrupt.skew_total(deployment, 3)
     runner = make_runner(deployment)
-    restored = runner.restore("3")
-    corrupt.skew_total(deployment, restored["checkpoint_id"])
     with pytest.raises(ValidationError) as e:
-        validate_restored(runner, restored, docs_dir=docs_dir)
+        runner.restore("3")
     assert "aggregate state equals the recomputed per-group totals" in str(e.value)
+    restored = {"checkpoint_id": runner.coordinator.store.latest().checkpoint_id, "from": "3"}
+    with pytest.raises(ValidationError):
+        validate_restored(runner, restored, docs_dir=docs_dir)
 
 
 def test_cheap_per_epoch_subset(deployment):
@@ -99,3 +103,27 @@ def test_cheap_per_epoch_subset(deployment):
         validate_after_epoch(on, cp)
     result = validate_after_epoch(on, cp, raise_on_failure=False)
     assert failed_suites(result) == {"epochal_checkpoint_files"}
+
+
+def test_local_and_spark_engines_build_identical_datasets(deployment):
+    """The same executor code summarises the data with Spark or in a driver thread pool (``engine="local"``,
+    used for small snapshots when no Spark session runs): the datasets the suites see are identical."""
+    import corrupt
+
+    from pipeline.quality.collect import collect
+    from pipeline.quality.validate import resolve_snapshot
+    corrupt.duplicate_state_key(deployment, 3)          # include failure paths (duplicates, drill-down)
+    runner = make_runner(deployment)
+    snap = resolve_snapshot(runner, None)
+    local = collect(runner, snap, engine="local")
+    spark = collect(runner, snap, engine="spark")
+    assert local.figures["engine"] == "local" and spark.figures["engine"] == "spark"
+    assert set(local.datasets) == set(spark.datasets)
+    for name, a in local.datasets.items():
+        a = a.astype(str)
+        b = spark.datasets[name].astype(str)
+        a = a.sort_values(list(a.columns)).reset_index(drop=True)
+        b = b.sort_values(list(b.columns)).reset_index(drop=True)
+        assert a.equals(b), name
+    assert local.examples["state_duplicates"] and local.examples["state_duplicates"][0]["key"] == \
+        spark.examples["state_duplicates"][0]["key"]

@@ -104,7 +104,7 @@ def _check_output(env: dict[str, str], mode: str) -> oracle.CompareReport:
 
 # ------------------------------------------------------------------------------------------------ backlog
 def _backlog_data(root: str) -> None:
-    generate(f"{root}/src", epochs=4, partitions=2, orders_per_epoch=120, seed=31)
+    generate(f"{root}/src", epochs=3, partitions=2, orders_per_epoch=120, seed=31)
     write_burst(f"{root}/src", r=1, rows=400)
 
 
@@ -171,9 +171,9 @@ def test_backlog_unaligned_on_s3(s3_root):
 def test_lagging_partition(tmp_path, mode):
     root = (tmp_path / "store").as_uri()
     src = f"{root}/src"
-    generate(src, epochs=4, partitions=2, orders_per_epoch=120, seed=41)
+    generate(src, epochs=3, partitions=2, orders_per_epoch=120, seed=41)
     held = hold_back(src, "orders", 1, from_r=2)   # orders/partition=1 has no row at/after the end of r=1
-    last = epoch_bounds(src, 3)
+    last = epoch_bounds(src, 2)
     lag_epoch = epoch_bounds(src, 1).epoch
     # phase 1: the late files have not arrived, the clock is within the allowed lateness
     env1 = _env(root, mode, PIPELINE_ALLOWED_LATENESS_SECONDS="3600", PIPELINE_CLOCK_NOW=iso(last.end_us + US))
