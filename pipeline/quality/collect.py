@@ -78,7 +78,8 @@ class Snapshot:
 class Collected:
     datasets: dict[str, pd.DataFrame] = field(default_factory=dict)
     examples: dict[str, list[dict]] = field(default_factory=dict)
-    skipped: dict[str, str] = field(default_factory=dict)          # dataset -> reason
+    skipped: dict[str, str] = field(default_factory=dict)          # dataset -> why its suites did not run
+    errors: dict[str, str] = field(default_factory=dict)           # dataset -> why it could not be built (fails)
     messages: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     figures: dict[str, Any] = field(default_factory=dict)
@@ -100,10 +101,6 @@ def _frame(rows: list[dict], columns: Iterable[str]) -> pd.DataFrame:
     cols = list(columns)
     df = pd.DataFrame(rows, columns=cols)
     return df.astype(object).where(pd.notna(df), None) if len(df) else df
-
-
-def _pos_label(parts) -> str:
-    return ",".join(f"{p}:{pos.seq}/{pos.row}" for p, pos in sorted(parts.items()))
 
 
 # ------------------------------------------------------------------------------------------- storage
@@ -930,6 +927,8 @@ def _ddl(schema: pa.Schema) -> str:
             return "boolean"
         if pa.types.is_date32(x):
             return "date"
+        if pa.types.is_decimal(x):
+            return f"decimal({x.precision},{x.scale})"
         raise TypeError(f"unsupported column type {x}")
     return ", ".join(f"`{f.name}` {t(f.type)}" for f in schema)
 
@@ -991,9 +990,9 @@ def collect(runner, snapshot: Snapshot, *, mode: str = "full", areas: tuple[str,
                 for d in ("recovery_key_groups", "recovery_conservation"):
                     c.out.skipped[d] = f"no recovery model (independent recomputation) for job {runner.job.name!r}"
                 c.out.skipped["group_totals:recovery"] = c.out.skipped["recovery_key_groups"]
-            elif "error" in exp_box:
+            elif "error" in exp_box:  # cannot prove recovery correctness: that is a failure, not a skip
                 for d in ("recovery_key_groups", "recovery_conservation", "group_totals:recovery"):
-                    c.out.skipped[d] = f"recomputation from the sources failed: {exp_box['error']}"
+                    c.out.errors[d] = f"recomputation from the sources failed: {exp_box['error']}"
             else:
                 exp = exp_box["value"]
                 exp_per_group = exp["per_group"]

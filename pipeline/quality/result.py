@@ -70,6 +70,7 @@ class SuiteOutcome:
     expectations: tuple[ExpectationOutcome, ...] = ()
     result_uri: str | None = None         # the stored GX result JSON
     skipped: str | None = None            # why the suite did not run (e.g. no oracle for the job)
+    error: str | None = None              # why its dataset could not be built (the suite fails)
 
     @property
     def failed(self) -> tuple[ExpectationOutcome, ...]:
@@ -78,7 +79,7 @@ class SuiteOutcome:
     def to_dict(self) -> dict[str, Any]:
         return {"suite": self.suite, "area": self.area, "dataset": self.dataset, "success": self.success,
                 "rows": self.rows, "evaluated": len(self.expectations), "failed": len(self.failed),
-                "result_uri": self.result_uri, "skipped": self.skipped,
+                "result_uri": self.result_uri, "skipped": self.skipped, "error": self.error,
                 "expectations": [e.to_dict() for e in self.expectations]}
 
 
@@ -112,7 +113,7 @@ class ValidationResult:
     def summary(self) -> str:
         """A short, readable report: status line, then each failed expectation with where and examples."""
         failed = self.failed_expectations
-        ran = [s for s in self.suites if not s.skipped]
+        ran = [s for s in self.suites if not s.skipped or s.error]
         bad_suites = [s for s in ran if not s.success]
         status = "PASSED" if self.success else "FAILED"
         head = (f"Data quality of job {self.job}, {self.snapshot} (epoch {self.epoch}, {self.mode} validation): "
@@ -120,7 +121,9 @@ class ValidationResult:
                 f"{len(ran) - len(bad_suites)}/{len(ran)} suites, {self.duration_s:.1f} s")
         lines = [head]
         for s in self.suites:
-            if s.skipped:
+            if s.error:
+                lines.append(f"  FAIL {s.suite}: {s.error}")
+            elif s.skipped:
                 lines.append(f"  skip {s.suite}: {s.skipped}")
             elif s.success:
                 lines.append(f"  ok   {s.suite} ({len(s.expectations)} expectations on {s.rows} {s.dataset} rows)")

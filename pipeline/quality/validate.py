@@ -165,6 +165,10 @@ def validate_job(runner, checkpoint: str | int | None = None, *, mode: str = "fu
     specs = [s for s in SUITES if s.area in areas and (mode != "epoch" or s.per_epoch)]
     for spec in specs:
         skip_key = f"{spec.dataset}:{spec.area}"
+        error = collected.errors.get(skip_key) or collected.errors.get(spec.dataset)
+        if error is not None:
+            suites.append(SuiteOutcome(spec.name, spec.area, spec.dataset, False, 0, skipped="not run", error=error))
+            continue
         reason = collected.skipped.get(skip_key) or collected.skipped.get(spec.dataset)
         df = collected.datasets.get(spec.dataset)
         if reason is None and df is None:

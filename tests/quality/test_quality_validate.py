@@ -124,6 +124,24 @@ def test_local_and_spark_engines_build_identical_datasets(deployment):
         b = spark.datasets[name].astype(str)
         a = a.sort_values(list(a.columns)).reset_index(drop=True)
         b = b.sort_values(list(b.columns)).reset_index(drop=True)
-        assert a.equals(b), name
+        diff = a.compare(b) if a.shape == b.shape and list(a.columns) == list(b.columns) else (a.shape, b.shape)
+        assert a.equals(b), f"{name}: {diff}"
     assert local.examples["state_duplicates"] and local.examples["state_duplicates"][0]["key"] == \
         spark.examples["state_duplicates"][0]["key"]
+
+
+def test_a_failed_recomputation_fails_instead_of_skipping(deployment, monkeypatch):
+    """If the sources cannot be recomputed, recovery correctness is unproven: the validation fails."""
+    from pipeline.quality import recovery, validate_job
+
+    class Unreachable:
+        def recompute(self, *args, **kwargs):
+            raise OSError("source bucket unreachable")
+
+    monkeypatch.setitem(recovery._MODELS, "orders_payments", Unreachable())
+    result = validate_job(make_runner(deployment), None, build_docs=False)
+    assert not result.success
+    errors = {s.suite for s in result.suites if s.error}
+    assert errors == {"epochal_recovery_key_groups", "epochal_recovery_totals", "epochal_recovery_conservation"}
+    assert "source bucket unreachable" in result.summary()
+    assert {s.suite for s in result.suites if not s.success} == errors
