@@ -64,12 +64,14 @@ def busy_fraction(window_s: float = 2.0) -> float:
 
 
 def wait_quiet(gate: float, max_wait: float) -> float:
-    t0 = time.time()
+    t0, n = time.time(), 0
     while True:
         f = busy_fraction()
         if f < gate or time.time() - t0 > max_wait:
             return f
-        say(f"  waiting for a quiet CPU ({100 * f:.0f}% busy, gate {100 * gate:.0f}%)")
+        if n % 10 == 0:
+            say(f"  waiting for a quiet CPU ({100 * f:.0f}% busy, gate {100 * gate:.0f}%)")
+        n += 1
 
 
 def run_mode(name: str, a: argparse.Namespace, src: str, work: str, exp) -> dict:

@@ -430,12 +430,14 @@ def _cli(env: dict, args: Sequence[str], label: str) -> dict | list:
 
 
 def run_epochal(a: argparse.Namespace, exp, local_root: str, events: int, P: int, tag: str, *,
-                profile_dir: str | None = None) -> dict:
+                profile_dir: str | None = None, code: str | None = None) -> dict:
     work = os.path.join(a.run_dir, tag)
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     uris = _epochal_uris(a, work, local_root, tag)
     extra: dict[str, str] = {}
+    if code:  # a modified copy of the package (e.g. a prototype), imported before the installed one
+        extra["PYTHONPATH"] = os.pathsep.join(x for x in (os.path.abspath(code), os.environ.get("PYTHONPATH")) if x)
     child = [_python(), os.path.abspath(__file__), "_epochal-child"]
     if profile_dir:
         os.makedirs(profile_dir, exist_ok=True)
@@ -455,7 +457,8 @@ def run_epochal(a: argparse.Namespace, exp, local_root: str, events: int, P: int
     ckpt_s = sum(x["checkpoint_s"] for x in completed)
     processed = sum(sum(x["records"].values()) for x in rounds)
     res: dict[str, Any] = {
-        "system": f"epochal p={P}" if len(a.parallelisms) > 1 or P != 2 else "epochal",
+        "system": (f"epochal p={P}" if len(a.parallelisms) > 1 or P != 2 else "epochal")
+                  + (f" [{os.path.basename(os.path.abspath(code))}]" if code else ""),
         "parallelism": P, "storage": "s3 (moto)" if a.s3 else "file://",
         "session_s": marks.get("session_s"), "job_s": marks.get("run_s"), "rounds_s": round(rounds_s, 3),
         "proc_s": round(r.wall_s, 3), "checkpoint_finalize_s": round(ckpt_s, 3),
@@ -948,6 +951,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--quiet-max-wait", type=float, default=600, help="seconds to wait for a quiet CPU per run")
     ap.add_argument("--max-foreign", type=float, default=10.0, help="foreign CPU %% above which a run is disturbed")
     ap.add_argument("--retries", type=int, default=1, help="re-measurements of a disturbed run")
+    ap.add_argument("--compare-code", metavar="DIR",
+                    help="also run Epochal from a modified copy of the package in DIR (DIR/pipeline), same data")
     ap.add_argument("--profile", action="store_true", help="also profile one Epochal run (see module doc)")
     ap.add_argument("--keep-runs", action="store_true", help="keep checkpoints/sinks/outputs of the runs")
     ap.add_argument("--verbose", action="store_true", help="echo every progress line of the runs")
@@ -1015,6 +1020,9 @@ def main(argv: list[str] | None = None) -> int:
                 for P in a.parallelisms:
                     results.append(measure(a, f"epochal p={P}",
                                            lambda P=P: run_epochal(a, exp, local_root, events, P, f"epochal-p{P}")))
+                    if a.compare_code:
+                        results.append(measure(a, f"epochal p={P} [{a.compare_code}]", lambda P=P: run_epochal(
+                            a, exp, local_root, events, P, f"epochal-p{P}-cmp", code=a.compare_code)))
             else:
                 results.append(measure(a, s, lambda s=s: run_peer(a, exp, local_root, s)))
         if a.profile and "epochal" in systems:
@@ -1030,9 +1038,10 @@ def main(argv: list[str] | None = None) -> int:
             moto.stop()
     # ------------------------------------------------------------------ report
     ep = [r for r in results if r["system"].startswith("epochal")]
-    if len(ep) > 1:
-        best = min(ep, key=lambda r: r["job_s"])
-        per_p = ", ".join(f"p={r['parallelism']}: {r['job_s']:.1f}s" for r in ep)
+    ep_main = [r for r in ep if "[" not in r["system"]]  # the installed package (not --compare-code)
+    if len(ep_main) > 1:
+        best = min(ep_main, key=lambda r: r["job_s"])
+        per_p = ", ".join(f"p={r['parallelism']}: {r['job_s']:.1f}s" for r in ep_main)
         notes.append(f"best Epochal parallelism here: {best['parallelism']} ({per_p})")
     disturbed = [r["system"] for r in results if r.get("disturbed")]
     if disturbed:
@@ -1043,8 +1052,8 @@ def main(argv: list[str] | None = None) -> int:
     targets = []
     one = next((r for r in results if r["system"].startswith("one-shot")), None)
     sss = next((r for r in results if r["system"].startswith("spark structured")), None)
-    if ep:
-        e = min(ep, key=lambda r: r["job_s"])
+    if ep_main:
+        e = min(ep_main, key=lambda r: r["job_s"])
         if one:
             targets.append(f"target Epochal >= 0.5x one-shot: {one['job_s'] / e['job_s']:.2f}x -> "
                            f"{'MET' if one['job_s'] / e['job_s'] >= 0.5 else 'NOT MET'}")

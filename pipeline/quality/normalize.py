@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from pipeline.quality.keygroups import xxhash64
 
 __all__ = ["ObjectSpec", "NORM_SCHEMA", "SUMMARY_SCHEMA", "SUMMARY_DDL", "KG_SUMS", "MAX_MEASURES", "TS_MOD",
-           "normalize", "summarize", "schema_signature", "read_files_task", "cents"]
+           "normalize", "summarize", "group_sums", "schema_signature", "read_files_task", "cents"]
 
 MAX_MEASURES = 4
 TS_MOD = 1_000_003               # timestamps enter the fingerprint modulo a prime (sums stay in int64)
@@ -66,6 +66,8 @@ SUMMARY_SCHEMA = pa.schema([
     ("uri", pa.string()), ("sha256", pa.string()), ("nbytes", pa.int64()), ("nrows", pa.int64()),
     ("schema", pa.string()), ("error", pa.string()),
 ])
+
+
 def _spark_type(t: pa.DataType) -> str:
     if pa.types.is_string(t):
         return "string"

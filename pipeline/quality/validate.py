@@ -239,7 +239,12 @@ def validate_after_epoch(runner, completed_metadata, *, raise_on_failure: bool =
     if not getattr(runner.config, "validate_after_epoch", False):
         return None
     md = getattr(completed_metadata, "metadata", completed_metadata)
-    ref = str(md.checkpoint_id) if md.kind == "checkpoint" else getattr(completed_metadata, "location", None)
+    if md.kind == "checkpoint":
+        ref = str(md.checkpoint_id)
+    else:  # a savepoint: only a CompletedCheckpoint says where it is
+        ref = getattr(completed_metadata, "location", None)
+        if ref is None:
+            return None
     v = validate_job(runner, ref, mode="epoch")
     if v.success:
         runner.echo(f"validation of {v.snapshot}: {v.evaluated} expectations passed ({v.duration_s:.1f} s)")

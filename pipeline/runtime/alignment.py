@@ -200,7 +200,9 @@ class AlignmentDriver:
             d = self.delivered.get(i, -1)
             if d < n:
                 b = cp.barriers[i]
-                out[c] = (b, n) if b is not None else (_max(available_end[c], positions[c]), None)
+                # (a position past barrier n without having delivered it only happens after an at-least-once
+                # read-ahead: the barrier is then delivered at once)
+                out[c] = (_max(b, positions[c]), n) if b is not None else (_max(available_end[c], positions[c]), None)
             elif self.at_least_once and cp.trigger is None and i not in blocked and d == n:
                 ns = cp.next_stops.get(i)
                 if ns is None:

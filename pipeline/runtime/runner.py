@@ -274,11 +274,9 @@ class JobRunner:
         from pipeline.fileio import join_uri
         from pipeline.source.planner import barrier_position, end_position
         uri = join_uri(self.job_root, "barriers", f"epoch-{epoch}.json")
-        try:
-            doc = json.loads(self.ckpt_fio.read_bytes(uri))
-            return {s: {p: Position.from_dict(v) for p, v in parts.items()} for s, parts in doc["barriers"].items()}
-        except ObjectNotFoundError:
-            pass
+        logged = self._logged_barriers(epoch)
+        if logged is not None:
+            return logged
         end = self.epochs.end_us(epoch)
         idle_ok = self.clock.now_us() >= end + self.config.allowed_lateness_seconds * 1_000_000
         out: dict[str, dict[str, object]] = {}
@@ -304,6 +302,16 @@ class JobRunner:
         except ConditionalWriteError:  # another runner logged it first: use theirs (deterministic)
             return self.barriers_for(epoch, summaries, cursor)
         return out
+
+    def _logged_barriers(self, epoch: int) -> dict[str, dict[str, object]] | None:
+        """Barrier ``epoch`` from the write-ahead barrier log, None if it is not logged (yet)."""
+        from pipeline.checkpoint.handles import Position
+        from pipeline.fileio import join_uri
+        try:
+            doc = json.loads(self.ckpt_fio.read_bytes(join_uri(self.job_root, "barriers", f"epoch-{epoch}.json")))
+        except ObjectNotFoundError:
+            return None
+        return {s: {p: Position.from_dict(v) for p, v in parts.items()} for s, parts in doc["barriers"].items()}
 
     def _barriers_or_partial(self, epoch: int, summaries, cursor: _Cursor):
         """Barrier n positions (:meth:`barriers_for`); while a partition lags, None - except with checkpoints
@@ -512,7 +520,14 @@ class JobRunner:
         def summaries_of(ch):
             return summaries.get(ch[0], {}).get(int(ch[1]), empty)
 
+        logged_next: list = []
+
         def next_stop(ch) -> NextStop:  # at-least-once: how far a channel past barrier n may read
+            if not logged_next:  # barrier n+1 may be logged already (Airflow logs epochs ahead): never pass it
+                logged_next.append(self._logged_barriers(epoch + 1))
+            logged = (logged_next[0] or {}).get(ch[0], {}).get(ch[1])
+            if logged is not None:
+                return NextStop(logged, True)
             b = barrier_position(summaries_of(ch), next_end, fileio=self.src_fio)
             return NextStop(b, True) if b is not None else NextStop(end_position(summaries_of(ch)), False)
 
