@@ -9,8 +9,10 @@ burst of unpaid orders in a new ``orders`` partition inside one epoch (``pipelin
 ``--burst`` rows against ``PIPELINE_MAX_RECORDS_PER_EPOCH=--max-records`` per input per round, so that
 partition needs several rounds to reach its barrier while every other channel reaches it at once.
 
-Every mode runs the same data in this process (one SparkSession, warmed up first; each mode gets fresh
-checkpoint and sink roots and waits for a quiet CPU first) and is checked against the oracle. Figures:
+Every mode runs the same data in this process (one SparkSession, warmed up first; each run gets fresh
+checkpoint and sink roots and waits for a quiet CPU first), ``--repeat`` times round-robin; the fastest run
+of each mode is reported (a shared machine only slows runs down). Every run is checked against the oracle.
+Figures:
 
 * **checkpoint latency, rounds**: rounds a checkpoint took from trigger to ``_metadata`` (max over checkpoints);
 * **latency, epochs behind**: with one round per epoch interval (one DAG run per epoch), how many epochs after
@@ -178,7 +180,7 @@ def plot(results: list[dict], path: Path, title: str) -> None:
     ax[1][1].bar(names, infl, bottom=state, label="in-flight (channel state files)", color="#2ca02c")
     ax[1][1].set(title="bytes persisted, all checkpoints", ylabel="KiB")
     ax[0][0].legend()
-    ax[1][1].legend()
+    ax[1][1].legend(loc="lower right", framealpha=0.9)
     for a_ in ax.flat:
         a_.grid(alpha=0.3)
         for lab in a_.get_xticklabels():
@@ -209,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=1.0, help="PIPELINE_ALIGNED_TIMEOUT_SECONDS for aligned+timeout")
     ap.add_argument("--parallelism", type=int, default=2)
     ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--repeat", type=int, default=2, help="runs per mode; the fastest is reported")
     ap.add_argument("--quiet-gate", type=float, default=0.6)
     ap.add_argument("--quiet-max-wait", type=float, default=60.0)
     ap.add_argument("--work", default=None, help="work directory (default: a temp dir, removed)")
@@ -230,23 +233,27 @@ def main(argv: list[str] | None = None) -> int:
     warm = run_mode("aligned", argparse.Namespace(**{**vars(a), "quiet_max_wait": 0}), src,
                     str(Path(work) / "warmup"), exp)  # JVM / Python workers warm: not measured
     say(f"warm-up done ({warm['wall_s']} s)")
-    results = []
-    for name in [m.strip() for m in a.modes.split(",") if m.strip()]:
-        say(f"mode {name} ...")
-        r = run_mode(name, a, src, work, exp)
-        say(f"  {r['rounds']} rounds, {r['checkpoints']} checkpoints, {r['wall_s']} s, {r['events_per_s']} events/s, "
-            f"latency max {r['latency_rounds_max']} rounds / {r['latency_epochs_max']} epochs behind / "
-            f"{r['latency_s_max']} s, persisted {r['bytes_persisted']} B (in-flight {r['inflight_bytes']} B), "
-            f"modes {r['modes_used']}, correct {r['correct']}, machine busy {100 * r['machine_busy']:.0f}%")
-        results.append(r)
+    names = [m.strip() for m in a.modes.split(",") if m.strip()]
+    runs: dict[str, list[dict]] = {n: [] for n in names}
+    for rep in range(a.repeat):  # round-robin, so that a noisy minute does not hit one mode only
+        for name in names:
+            say(f"mode {name} (run {rep + 1}/{a.repeat}) ...")
+            r = run_mode(name, a, src, str(Path(work) / f"run{rep}"), exp)
+            say(f"  {r['rounds']} rounds, {r['checkpoints']} checkpoints, {r['wall_s']} s, {r['events_per_s']} "
+                f"events/s, latency max {r['latency_rounds_max']} rounds / {r['latency_epochs_max']} epochs behind / "
+                f"{r['latency_s_max']} s, persisted {r['bytes_persisted']} B (in-flight {r['inflight_bytes']} B), "
+                f"modes {r['modes_used']}, correct {r['correct']}, machine busy {100 * r['machine_busy']:.0f}%")
+            runs[name].append(r)
+    # the fastest run of each mode (the shared machine only ever slows a run down); every run is kept in the JSON
+    results = [dict(min(runs[n], key=lambda r: r["wall_s"]), walls=[r["wall_s"] for r in runs[n]]) for n in names]
     lines = table(results)
     print("\n".join(lines))
     busy = ", ".join(f"{100 * r['machine_busy']:.0f}%" for r in results)
     meta = (f"Measured by `benchmarks/alignment_bench.py` on {time.strftime('%Y-%m-%d')}: {a.epochs} epochs x "
             f"{a.orders} orders (+ payments) in 2 partitions, a burst of {a.burst} unpaid orders in epoch "
             f"{a.burst_epoch} in a third `orders` partition, `PIPELINE_MAX_RECORDS_PER_EPOCH={a.max_records}`, "
-            f"parallelism {a.parallelism}, aligned timeout {a.timeout} s, local Spark on "
-            f"{os.cpu_count()} cores (shared machine: busy {busy} of all cores during the runs, ours included). "
+            f"parallelism {a.parallelism}, aligned timeout {a.timeout} s, best of {a.repeat} runs per mode, "
+            f"local Spark on {os.cpu_count()} cores (shared machine: busy {busy} of all cores during the runs, ours included). "
             "Every run is checked against the oracle.")
     if not a.no_docs:
         plot(results, REPO / "docs" / "img" / "alignment_modes.png",
@@ -254,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         write_markdown(REPO / "docs" / "alignment.md", lines, meta)
         say("wrote docs/img/alignment_modes.png and docs/alignment.md")
     out = Path(work) / "alignment-bench.json"
-    out.write_text(json.dumps({"args": vars(a), "results": results}, indent=1, default=str))
+    out.write_text(json.dumps({"args": vars(a), "results": results, "all_runs": runs}, indent=1, default=str))
     say(f"results: {out}")
     if not a.work:
         shutil.rmtree(work, ignore_errors=True)

@@ -503,8 +503,8 @@ class JobRunner:
         pending = self.coordinator.trigger(
             epoch=epoch, barrier_time=self.epochs.iso(self.epochs.end_us(epoch)), expected_tasks=expected,
             parent_id=cursor.checkpoint_id, max_parallelism=self.max_parallelism, parallelism=P,
-            checkpoint_mode=self.config.checkpoint_mode, alignment=driver.label, positions=cursor.positions, barriers=known,
-            sink_tables=self.job.sink_tables(), kind=kind, location=location)
+            checkpoint_mode=self.config.checkpoint_mode, alignment=driver.label, positions=cursor.positions,
+            barriers=known, sink_tables=self.job.sink_tables(), kind=kind, location=location)
         cid = pending.checkpoint_id
         trigger_now = self._round_now()
         driver.begin(epoch, {ch: barriers[ch[0]][ch[1]] for ch in channels}, trigger_now)
