@@ -197,6 +197,36 @@ class Job:
             cur = self.nodes[cur].parent  # type: ignore[union-attr]
         return cur, list(reversed(maps))
 
+    def columns_read(self, node_id: int) -> frozenset[str] | None:
+        """Columns of node ``node_id``'s output that its stateful consumers may read (lower-cased), or None
+        for "possibly all of them". Conservative: a column counts as read when its name appears as a word
+        in any filter or select expression up to the first select, or when it is the key or an input of a
+        consumer aggregate; a join reading the rows unselected, or a ``*``, reads them all."""
+        import re
+        read: set[str] = {"_ingest_ts"}  # carried through every select (event-time bookkeeping)
+        for op in self.operators():
+            inputs = (op.left, op.right) if isinstance(op, JoinNode) else (op.parent,)
+            for i in inputs:
+                base, maps = self.chain_to(i)
+                if base != node_id:
+                    continue
+                selected = False
+                for m in maps:
+                    text = " ".join(m.exprs)
+                    if "*" in text:
+                        return None
+                    read.update(w.lower() for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text))
+                    if m.kind == "select":
+                        selected = True
+                        break
+                if selected:
+                    continue
+                if isinstance(op, JoinNode):
+                    return None
+                read.add(op.key.lower())
+                read.update(c.lower() for _, _, c in op.aggs if c)
+        return frozenset(read)
+
     def operator(self, uid: str) -> JoinNode | AggregateNode:
         for op in self.operators():
             if op.uid == uid:

@@ -19,7 +19,7 @@ from pipeline.runtime.operators import (EXACT_SUM, HANDLE_DDL, AggTaskSpec, Join
                                         make_agg_task, make_join_task)
 from pipeline.runtime.routing import shuffle_to_subtasks
 
-__all__ = ["OperatorIO", "operator_dataframe", "collect_handles", "split_dataframe", "files_dataframe", "spark_schema",
+__all__ = ["OperatorIO", "operator_dataframe", "collect_handles", "fresh_dataframe", "split_dataframe", "files_dataframe", "spark_schema",
            "rethrow_task_error"]
 
 def spark_schema(schema: pa.Schema):
@@ -69,26 +69,44 @@ def _indexed_dataframe(spark, n_tasks: int):
 
 
 def split_dataframe(spark, splits: Sequence[Mapping], source: SourceNode, reader_factory: Callable,
-                    max_tasks: int = 8):
+                    max_tasks: int = 8, params_key: str | None = None, meta: Sequence[str] | None = None):
     """A DataFrame of the source records of ``splits``, read on the executors (splits grouped into at most
-    ``max_tasks`` tasks; each task reads its splits through FileIO, so S3 needs nothing on the JVM)."""
-    out_schema = source.schema.append(pa.field("_source", pa.string())).append(
-        pa.field("_partition", pa.int32())).append(pa.field("_seq", pa.int64())).append(pa.field("_row", pa.int64()))
-    items = [dict(s) for s in splits]
-    groups = _task_groups(len(items), max_tasks)
+    ``max_tasks`` tasks; each task reads its splits through FileIO, so S3 needs nothing on the JVM).
+
+    ``params_key``: the splits are this round's value of that local property (see
+    :mod:`pipeline.runtime.round_params`), so the same plan serves every round with as many splits as
+    ``splits`` has tasks; ``splits`` then only sizes the plan. ``meta``: the position columns to keep
+    (default all); Spark cannot prune a Python function's output, and every column handed to the JVM is
+    converted row by row, so columns nobody reads are dropped in the task.
+    """
+    from pipeline.source.reader import META_FIELDS
+    keep = [f for f in META_FIELDS if meta is None or f.name in meta]
+    out_schema = pa.schema(list(source.schema) + keep)
+    names = out_schema.names
+    build_items = [dict(s) for s in splits]
+    n_tasks = len(_task_groups(len(build_items), max_tasks))
     reader = reader_factory(source)
     split_schema = pa.schema([("source", pa.string()), ("partition", pa.int32()), ("seq", pa.int64()),
                               ("uri", pa.string()), ("format", pa.string()), ("row_start", pa.int64()),
                               ("row_end", pa.int64())])
+    name = source.name
 
     def read(batches):
+        items = build_items
+        if params_key is not None:
+            from pipeline.runtime.round_params import task_params
+            items = task_params(params_key)
+            if items is None:
+                raise RuntimeError(f"source {name}: the job was submitted without its splits ({params_key})")
+        groups = [list(range(i, len(items), n_tasks)) for i in range(n_tasks)]
         for b in batches:
             for task in b.column(0).to_pylist():
                 mine = [items[i] for i in groups[task]] if items else []
                 if mine:
-                    yield from reader(iter([pa.RecordBatch.from_pylist(mine, schema=split_schema)]))
+                    for out in reader(iter([pa.RecordBatch.from_pylist(mine, schema=split_schema)])):
+                        yield out if len(keep) == len(META_FIELDS) else out.select(names)
 
-    return _indexed_dataframe(spark, len(groups)).mapInArrow(read, schema_ddl(out_schema))
+    return _indexed_dataframe(spark, n_tasks).mapInArrow(read, schema_ddl(out_schema))
 
 
 def files_dataframe(spark, uris: Sequence[str], schema: pa.Schema, max_tasks: int = 8):
@@ -203,10 +221,15 @@ def operator_dataframe(spark, job: Job, op, inputs: dict[int, object], io: Opera
         shuffled = shuffle_to_subtasks(both, spark, "_subtask", P)
         joined = {**{f.name: f for f in lsch}, **{f.name: f for f in rsch}}
         out_schema = pa.schema([joined[c] for c in output])
+        # chained: only the columns the consumers read flow on (the sink file still gets every column)
+        read = job.columns_read(job.node_id(op)) if io.ack_prefix is not None else None
+        flow_schema = out_schema if read is None else pa.schema([f for f in out_schema if f.name.lower() in read])
         spec = JoinTaskSpec(op.uid, io.checkpoint, op.on, lcols, rcols, output, P, MP, io.ttl_cutoff_us,
                             io.parent_handles, io.state_prefix, io.output_prefix, io.output_name, io.file_tag,
-                            lsch, rsch, out_schema, io.ack_prefix, io.replay_handles or {}, io.channel_prefix)
-        result = shuffled.mapInArrow(make_join_task(spec), HANDLE_DDL if io.ack_prefix is None else schema_ddl(out_schema))
+                            lsch, rsch, out_schema, io.ack_prefix, io.replay_handles or {}, io.channel_prefix,
+                            flow_schema)
+        result = shuffled.mapInArrow(make_join_task(spec), HANDLE_DDL if io.ack_prefix is None else schema_ddl(flow_schema))
+        out_schema = flow_schema
     elif isinstance(op, AggregateNode):
         src = resolve(op.parent)
         needed = [op.key] + sorted({c for _, fn, c in op.aggs if c})
@@ -241,6 +264,15 @@ def operator_dataframe(spark, job: Job, op, inputs: dict[int, object], io: Opera
     else:  # pragma: no cover - guarded by Job
         raise ConfigError(f"not a stateful operator: {op!r}")
     return result, out_schema
+
+
+def fresh_dataframe(spark, df):
+    """A new DataFrame over ``df``'s analysed plan: executing it plans and runs everything anew (a
+    DataFrame executed twice would reuse its first run's shuffle output), without re-analysing."""
+    from pyspark.sql import DataFrame
+    jds = spark._jvm.org.apache.spark.sql.classic.Dataset.ofRows(spark._jsparkSession,
+                                                                 df._jdf.queryExecution().analyzed())
+    return DataFrame(jds, spark)
 
 
 def collect_handles(df) -> list[dict]:

@@ -104,13 +104,22 @@ class JoinTaskSpec:
     ack_prefix: str | None = None  # chained: acks go to <ack_prefix>/<subtask>.json and rows flow on
     replay_handles: dict | None = None   # unaligned: {"left"/"right": [file handles]} in-flight data replayed first
     channel_prefix: str | None = None    # unaligned: rows flagged ``_park`` are written here, not processed
+    flow_schema: pa.Schema | None = None  # chained: the columns that flow on to the consumers (None: out_schema)
+
+
+def _round_spec(spec):
+    """``spec`` completed with this round's values (local property ``epochal.op.<uid>``, if the job has it)."""
+    from pipeline.runtime.round_params import apply_params, operator_key, task_params
+    return apply_params(spec, task_params(operator_key(spec.uid)))
 
 
 def make_join_task(spec: JoinTaskSpec):
     """Returns the ``mapInArrow`` function of the join operator."""
+    plan_spec = spec
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pipeline.fileio import file_io_for
+        spec = _round_spec(plan_spec)
         fault_point("reading")
         t0 = time.perf_counter()
         subtask = _partition_id()
@@ -190,7 +199,7 @@ def make_join_task(spec: JoinTaskSpec):
         async_ms = (time.perf_counter() - t1) * 1000
         rows = [_handle(kind, spec.uid, name, subtask, kgr, fh, in_rows, restored, expired, sync_ms, async_ms)
                 for kind, name, fh in handles]
-        yield from _emit(rows, out, spec.out_schema, fio, spec.ack_prefix, subtask)
+        yield from _emit(rows, out, spec.flow_schema or spec.out_schema, fio, spec.ack_prefix, subtask)
 
     return task
 
@@ -231,9 +240,11 @@ _COMBINE = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}
 
 def make_agg_task(spec: AggTaskSpec):
     """Returns the ``mapInArrow`` function of a keyed running aggregation (emits changed keys)."""
+    plan_spec = spec
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pipeline.fileio import file_io_for
+        spec = _round_spec(plan_spec)
         t0 = time.perf_counter()
         subtask = _partition_id()
         kgr = range_for_subtask(spec.max_parallelism, spec.parallelism, subtask)

@@ -1,35 +1,68 @@
 """Routing records so that Spark partition ``i`` is exactly operator subtask ``i``.
 
-Spark's hash partitioning sends a row to ``pmod(murmur3(cols, seed=42), n)``. For each subtask we find (once
-per parallelism, with Spark itself) a small routing value that hashes to that partition, and shuffle on it.
-A subtask's task then knows its key-group range from ``TaskContext.partitionId()`` even when it receives no
-records, so it can still restore and re-snapshot its state.
+Spark's hash partitioning sends a row to ``pmod(murmur3_x86_32(cols, seed=42), n)``. For each subtask we
+pick the smallest non-negative long that hashes to that partition (computed here with the same Murmur3
+as Spark's ``Murmur3_x86_32.hashLong``; a test checks it against Spark) and shuffle on it. A subtask's
+task then knows its key-group range from ``TaskContext.partitionId()`` even when it receives no records,
+so it can still restore and re-snapshot its state.
 """
 from __future__ import annotations
 
-__all__ = ["route_column", "shuffle_to_subtasks"]
+__all__ = ["spark_hash_long", "routes", "route_column", "shuffle_to_subtasks"]
 
+_M32 = 0xFFFFFFFF
 _ROUTES: dict[int, list[int]] = {}
 
 
-def _routes(spark, parallelism: int) -> list[int]:
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _M32
+
+
+def _mix_k1(k1: int) -> int:
+    k1 = (k1 * 0xCC9E2D51) & _M32
+    return (_rotl(k1, 15) * 0x1B873593) & _M32
+
+
+def _mix_h1(h1: int, k1: int) -> int:
+    h1 = _rotl(h1 ^ k1, 13)
+    return (h1 * 5 + 0xE6546B64) & _M32
+
+
+def _fmix(h1: int, length: int) -> int:
+    h1 ^= length
+    h1 ^= h1 >> 16
+    h1 = (h1 * 0x85EBCA6B) & _M32
+    h1 ^= h1 >> 13
+    h1 = (h1 * 0xC2B2AE35) & _M32
+    return h1 ^ (h1 >> 16)
+
+
+def spark_hash_long(value: int, seed: int = 42) -> int:
+    """Spark SQL ``hash(<bigint>)``: Murmur3 x86 32-bit of the long's 8 bytes, as a signed int."""
+    v = value & 0xFFFFFFFFFFFFFFFF
+    h1 = _mix_h1(seed & _M32, _mix_k1(v & _M32))
+    h1 = _mix_h1(h1, _mix_k1(v >> 32))
+    h = _fmix(h1, 8)
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def routes(parallelism: int) -> list[int]:
+    """For each subtask ``i`` of ``parallelism``, the smallest long Spark hash-partitions to ``i``."""
+    if parallelism < 1:
+        raise ValueError(f"parallelism must be >= 1, got {parallelism}")
     if parallelism not in _ROUTES:
-        from pyspark.sql import functions as F
-        rows = (spark.range(0, 64 * parallelism + 64)
-                .select("id", F.pmod(F.hash("id"), F.lit(parallelism)).alias("p"))
-                .groupBy("p").agg(F.min("id").alias("id")).collect())
-        found = {r["p"]: r["id"] for r in rows}
-        missing = [i for i in range(parallelism) if i not in found]
-        if missing:
-            raise RuntimeError(f"no routing value found for subtasks {missing} of {parallelism}")
+        found: dict[int, int] = {}
+        v = 0
+        while len(found) < parallelism:
+            found.setdefault(spark_hash_long(v) % parallelism, v)  # Python % is pmod for a positive n
+            v += 1
         _ROUTES[parallelism] = [found[i] for i in range(parallelism)]
     return _ROUTES[parallelism]
 
 
 def route_column(spark, subtask_col: str, parallelism: int):
     from pyspark.sql import functions as F
-    routes = _routes(spark, parallelism)
-    return F.element_at(F.array(*[F.lit(r).cast("long") for r in routes]), F.col(subtask_col) + 1)
+    return F.element_at(F.array(*[F.lit(r).cast("long") for r in routes(parallelism)]), F.col(subtask_col) + 1)
 
 
 def shuffle_to_subtasks(df, spark, subtask_col: str, parallelism: int):

@@ -113,6 +113,7 @@ class JobRunner:
         self._validate_job()
         self.max_parallelism = self._ensure_job_json()
         self._spark = None
+        self._plans: dict = {}   # round plans by shape (see _round_plan)
         self._last_location: str | None = None
         # round clock: the configured clock when the runner starts, advancing with the elapsed time (a
         # fixed PIPELINE_CLOCK_NOW still lets alignment timeouts be measured across rounds)
@@ -721,41 +722,28 @@ class JobRunner:
 
         Operators feeding other operators are chained into the same Spark job (their output flows
         through Spark's shuffle; their acks are written as objects); each terminal operator is one job.
+        The plan comes from :meth:`_round_plan` (built once per shape); this round's values (splits,
+        parent state handles, staging prefixes, TTL cutoff) reach the tasks as local properties
+        (:mod:`pipeline.runtime.round_params`).
         Unaligned checkpoints: the join first replays ``cursor.inflight`` (channel state of the previous
         checkpoint); the rows of the ``parked`` channels ``(source, partition)`` read this round are in
         flight at the join (the snapshot was taken before it consumed them): it writes them as channel state
         files (handle rows of kind ``channel``) instead of processing them. ``staged``: sink output staged
         by earlier rounds of this checkpoint (an aggregate feeding an upsert sink merges it into its output).
         """
-        from pipeline.runtime.dataflow import OperatorIO, collect_handles, operator_dataframe, split_dataframe
-        from pipeline.source.reader import make_split_reader
+        from pipeline.runtime.dataflow import OperatorIO, collect_handles, fresh_dataframe
+        from pipeline.runtime.round_params import RoundProperties, operator_key, operator_params, source_key
         spark = self.spark
-        spark.conf.set("spark.sql.shuffle.partitions", str(P))
         fault_point("reading")
-        inputs: dict[int, object] = {}
-        for i, node in enumerate(self.job.nodes):
-            if isinstance(node, SourceNode):
-                splits = [sp.as_dict() for seg in segments[node.name].values() for sp in seg.splits]
-                key_cols = [node.key] if node.key else []
-                cfg = self.config
-                jobname, dlq = self.job.name, self.dead_letter_root
-                factory = (lambda src, kc=key_cols: make_split_reader(src.schema, kc, cfg.bad_records, dlq, jobname))
-                inputs[i] = split_dataframe(spark, splits, node, factory, max_tasks=P)
-                park = sorted(int(p) for s, p in parked if s == node.name)
-                if park:
-                    from pyspark.sql import functions as F
-                    inputs[i] = inputs[i].withColumn("_park", F.col("_partition").isin(park))
-        rows: list[dict] = []
-        chained: list[tuple[str, str]] = []
-        persisted = []
+        splits = {node.name: [sp.as_dict() for seg in segments[node.name].values() for sp in seg.splits]
+                  for node in self.job.sources()}
+        values: dict[str, object] = {source_key(name): sp for name, sp in splits.items()}
+        shape = tuple(sorted((name, max(1, min(len(sp), P))) for name, sp in splits.items()))
+        steps = self._round_plan(P, shape, parked)
         ttl_default = self.config.state_ttl_seconds
         round_dir = f"{pending.location}/rounds/{rnd}"
-        for op in self.job.operators():
-            nid = self.job.node_id(op)
-            sinks = [s for s in self.job.sinks() if s.parent == nid]
-            if len(sinks) > 1:
-                raise ConfigError(f"operator {op.uid}: at most one sink may consume it directly")
-            consumers = self._consumers(nid)
+        chained: list[tuple[str, str]] = []
+        for op, sinks, consumers, _df in steps:
             ack_prefix = f"{round_dir}/acks/{op.uid}" if consumers else None
             ttl = None
             if isinstance(op, JoinNode):
@@ -774,23 +762,73 @@ class JobRunner:
                             prior_output=tuple((staged or {}).get(sinks[0].table, ())
                                                if sinks and sinks[0].mode == "upsert"
                                                and isinstance(op, AggregateNode) else ()))
-            df, _schema = operator_dataframe(spark, self.job, op, inputs, io)
+            values[operator_key(op.uid)] = operator_params(io)
             if consumers:
-                if len(consumers) > 1:
-                    df = df.persist()
-                    persisted.append(df)
-                inputs[nid] = df
                 chained.append((op.uid, ack_prefix))
-            else:
-                rows.extend(collect_handles(df))
-        for df in persisted:
-            df.unpersist()
+        rows: list[dict] = []
+        persisted = []
+        with RoundProperties(spark, values):
+            for op, _sinks, consumers, df in steps:
+                if consumers:
+                    if len(consumers) > 1:  # computed once for all its consumers (this round's data)
+                        persisted.append(fresh_dataframe(spark, df).persist())
+                else:
+                    rows.extend(collect_handles(fresh_dataframe(spark, df)))
+            for df in persisted:
+                df.unpersist()
         for uid, prefix in chained:
             for f in self.ckpt_fio.list(prefix):
                 rows.extend(json.loads(self.ckpt_fio.read_bytes(f.uri)))
             self.ckpt_fio.delete_prefix(prefix)
         # output of an operator without a sink is not sink output
         return [h for h in rows if not (h["kind"] == "output" and str(h["name"]).startswith("exchange:"))]
+
+    def _round_plan(self, P: int, shape: tuple, parked: frozenset) -> list[tuple]:
+        """The round's Spark plan, built once per (parallelism, source task counts, parked channels) and
+        session: ``[(operator, its sinks, its consumers, DataFrame)]`` in topological order. The task
+        functions read their per-round values from local properties, so nothing round-specific is in it."""
+        from pipeline.runtime.dataflow import OperatorIO, operator_dataframe, split_dataframe
+        from pipeline.runtime.round_params import source_key
+        from pipeline.source.reader import META_FIELDS, make_split_reader
+        spark = self.spark
+        key = (id(spark), P, shape, parked)
+        if key in self._plans:
+            return self._plans[key]
+        spark.conf.set("spark.sql.shuffle.partitions", str(P))
+        tasks = dict(shape)
+        inputs: dict[int, object] = {}
+        for i, node in enumerate(self.job.nodes):
+            if isinstance(node, SourceNode):
+                key_cols = [node.key] if node.key else []
+                cfg = self.config
+                jobname, dlq = self.job.name, self.dead_letter_root
+                factory = (lambda src, kc=key_cols: make_split_reader(src.schema, kc, cfg.bad_records, dlq, jobname))
+                park = sorted(int(p) for s, p in parked if s == node.name)
+                read = self.job.columns_read(i)
+                meta = None if read is None else [f.name for f in META_FIELDS
+                                                  if f.name.lower() in read or (park and f.name == "_partition")]
+                inputs[i] = split_dataframe(spark, [{}] * tasks[node.name], node, factory, max_tasks=P,
+                                            params_key=source_key(node.name), meta=meta)
+                if park:
+                    from pyspark.sql import functions as F
+                    inputs[i] = inputs[i].withColumn("_park", F.col("_partition").isin(park))
+        steps = []
+        for op in self.job.operators():
+            nid = self.job.node_id(op)
+            sinks = [s for s in self.job.sinks() if s.parent == nid]
+            if len(sinks) > 1:
+                raise ConfigError(f"operator {op.uid}: at most one sink may consume it directly")
+            consumers = self._consumers(nid)
+            # placeholders: the tasks take this round's values from the local property of the operator
+            io = OperatorIO(checkpoint="chk-?", parallelism=P, max_parallelism=self.max_parallelism,
+                            parent_handles={}, state_prefix="", output_prefix="", output_name="", file_tag="",
+                            ttl_cutoff_us=None, ack_prefix="" if consumers else None)
+            df, _schema = operator_dataframe(spark, self.job, op, inputs, io)
+            if consumers:
+                inputs[nid] = df
+            steps.append((op, sinks, consumers, df))
+        self._plans[key] = steps
+        return steps
 
     def _cleanup_sink_garbage(self) -> None:
         """Delete staged sink output of aborted/crashed checkpoints. Spares completed checkpoints (their

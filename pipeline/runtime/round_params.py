@@ -1,0 +1,79 @@
+"""Round parameters: what changes from one round to the next, handed to the tasks as Spark local properties.
+
+The Spark plan of a round (source reads -> stateless steps -> shuffles -> operator tasks) has the same
+shape every round; only values change: the splits to read, the parent checkpoint's state handles, the
+staging prefixes, the TTL cutoff. Building and analysing a fresh plan per round costs hundreds of
+milliseconds of driver and JVM time, so the runner builds it once per shape
+(:class:`pipeline.runtime.plan_cache.PlanCache`) and passes the values as *local properties* of the
+driver thread. Spark ships a job's local properties with each of its tasks; the Python task reads its
+own with :func:`task_params` when it starts.
+
+Keys: ``epochal.src.<source>`` (JSON list of split dicts) and ``epochal.op.<uid>`` (JSON object of the
+operator's per-round fields, see :func:`operator_params`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Mapping
+
+__all__ = ["source_key", "operator_key", "operator_params", "apply_params", "task_params", "RoundProperties"]
+
+_PREFIX = "epochal."
+
+#: fields of the operator task specs that change every round (everything else is fixed by the plan)
+ROUND_FIELDS = ("checkpoint", "parent_handles", "state_prefix", "output_prefix", "output_name", "file_tag",
+                "ttl_cutoff_us", "ack_prefix", "replay_handles", "channel_prefix", "prior_output")
+
+
+def source_key(source: str) -> str:
+    return f"{_PREFIX}src.{source}"
+
+
+def operator_key(uid: str) -> str:
+    return f"{_PREFIX}op.{uid}"
+
+
+def operator_params(io) -> dict:
+    """The per-round fields of an :class:`~pipeline.runtime.dataflow.OperatorIO` as a JSON-able dict."""
+    out = {f: getattr(io, f) for f in ROUND_FIELDS}
+    out["prior_output"] = list(out["prior_output"] or ())
+    out["replay_handles"] = out["replay_handles"] or {}
+    return out
+
+
+def apply_params(spec, params: Mapping[str, Any] | None):
+    """``spec`` (a frozen task spec) with this round's values; fields the spec lacks are ignored."""
+    if not params:
+        return spec
+    names = {f.name for f in dataclasses.fields(spec)}
+    changes = {k: v for k, v in params.items() if k in names}
+    if "prior_output" in changes:
+        changes["prior_output"] = tuple(changes["prior_output"] or ())
+    return dataclasses.replace(spec, **changes)
+
+
+def task_params(key: str) -> Any:
+    """Executor side: the decoded local property ``key`` of the running task (None outside a task or when
+    the job was submitted without it)."""
+    from pyspark import TaskContext
+    ctx = TaskContext.get()
+    raw = ctx.getLocalProperty(key) if ctx is not None else None
+    return json.loads(raw) if raw else None
+
+
+class RoundProperties:
+    """Context manager setting the local properties of one round on the driver thread (and clearing them)."""
+
+    def __init__(self, spark, values: Mapping[str, Any]):
+        self._sc = spark.sparkContext
+        self._values = {k: json.dumps(v, separators=(",", ":"), default=str) for k, v in values.items()}
+
+    def __enter__(self) -> "RoundProperties":
+        for k, v in self._values.items():
+            self._sc.setLocalProperty(k, v)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for k in self._values:
+            self._sc.setLocalProperty(k, None)  # type: ignore[arg-type]
