@@ -455,6 +455,7 @@ def run_epochal(a: argparse.Namespace, exp, local_root: str, events: int, P: int
     completed = [x for x in rounds if x["completed"]]
     rounds_s = sum(x["duration_s"] for x in rounds)
     ckpt_s = sum(x["checkpoint_s"] for x in completed)
+    snap_s = sum(x.get("snapshot_s", 0.0) for x in completed)
     processed = sum(sum(x["records"].values()) for x in rounds)
     res: dict[str, Any] = {
         "system": (f"epochal p={P}" if len(a.parallelisms) > 1 or P != 2 else "epochal")
@@ -463,6 +464,9 @@ def run_epochal(a: argparse.Namespace, exp, local_root: str, events: int, P: int
         "session_s": marks.get("session_s"), "job_s": marks.get("run_s"), "rounds_s": round(rounds_s, 3),
         "proc_s": round(r.wall_s, 3), "checkpoint_finalize_s": round(ckpt_s, 3),
         "checkpoint_overhead": round(ckpt_s / rounds_s, 4) if rounds_s else None,
+        "snapshot_s": round(snap_s, 3),
+        # checkpointing = state snapshot writes in the tasks + finalize on the driver, share of round time
+        "checkpointing_share": round((ckpt_s + snap_s) / rounds_s, 4) if rounds_s else None,
         "checkpoints": len(completed), "rounds": len(rounds), "events_processed": processed,
         "round_durations_s": [round(x["duration_s"], 3) for x in rounds],
         "round_checkpoint_s": [round(x["checkpoint_s"], 4) for x in rounds],
@@ -612,14 +616,11 @@ def epochal_lines(r: dict) -> list[str]:
     lines = [f"{r['system']}: {r['checkpoints']} checkpoints in {r['rounds']} rounds; job {r['job_s']:.1f}s = rounds "
              f"{r['rounds_s']:.1f}s + planning/restore/cleanup between rounds {r['job_s'] - r['rounds_s']:.1f}s",
              f"  checkpoint finalize (acks + _metadata + sink commits + retention): {r['checkpoint_finalize_s']:.2f}s"
-             f" = {100 * r['checkpoint_overhead']:.1f}% of round time (target <= 10%)"]
-    cs = r.get("checkpoint_stats", {}).get("retained") or []
-    if cs:
-        shares = [c["async_share_of_round"] for c in cs if c.get("async_share_of_round") is not None]
-        lines.append(f"  state snapshot writes in the tasks (async_ms, max over subtasks, summed over operators; "
-                     f"includes the staged sink files) for the {len(cs)} retained checkpoints: "
-                     + ", ".join(f"chk-{c['id']} {c['async_ms_sum_ops']:.0f} ms" for c in cs)
-                     + (f" = {100 * sum(shares) / len(shares):.1f}% of their rounds" if shares else ""))
+             f" = {100 * r['checkpoint_overhead']:.1f}% of round time"]
+    if r.get("checkpointing_share") is not None:
+        lines.append(f"  state snapshot writes in the tasks (per operator the slowest subtask, summed; sink output "
+                     f"staging not included): {r['snapshot_s']:.2f}s; checkpointing (snapshots + finalize) = "
+                     f"{100 * r['checkpointing_share']:.1f}% of round time (target <= 10%)")
     d = r["round_durations_s"]
     if d:
         rest = sorted(d[1:]) or d
@@ -1057,8 +1058,11 @@ def main(argv: list[str] | None = None) -> int:
         if one:
             targets.append(f"target Epochal >= 0.5x one-shot: {one['job_s'] / e['job_s']:.2f}x -> "
                            f"{'MET' if one['job_s'] / e['job_s'] >= 0.5 else 'NOT MET'}")
-        targets.append(f"target checkpointing <= 10% of epoch time: {100 * e['checkpoint_overhead']:.1f}% (finalize) -> "
-                       f"{'MET' if e['checkpoint_overhead'] <= 0.10 else 'NOT MET'}")
+        share = e.get("checkpointing_share")
+        if share is None:
+            share = e["checkpoint_overhead"]
+        targets.append(f"target checkpointing <= 10% of epoch time: {100 * share:.1f}% (state snapshot writes + "
+                       f"finalize) -> {'MET' if share <= 0.10 else 'NOT MET'}")
         if sss:
             targets.append(f"target faster than Spark Structured Streaming: {sss['job_s'] / e['job_s']:.2f}x SSS's "
                            f"throughput -> {'MET' if e['job_s'] < sss['job_s'] else 'NOT MET'}")

@@ -38,8 +38,8 @@ HANDLE_SCHEMA = pa.schema([
     ("in_rows", pa.int64()),      # records processed by the subtask this round
     ("restored_rows", pa.int64()),
     ("expired_rows", pa.int64()),
-    ("sync_ms", pa.float64()),    # restore + processing ("synchronous part")
-    ("async_ms", pa.float64()),   # snapshot upload ("asynchronous part")
+    ("sync_ms", pa.float64()),    # restore + processing + staging the sink output ("synchronous part")
+    ("async_ms", pa.float64()),   # state snapshot upload: state + channel state files ("asynchronous part")
 ])
 HANDLE_DDL = ("kind string, operator string, name string, subtask int, kg_start int, kg_end int, uri string, "
               "rows bigint, bytes bigint, sha256 string, in_rows bigint, restored_rows bigint, "
@@ -178,6 +178,7 @@ def make_join_task(spec: JoinTaskSpec):
         sync_ms = (time.perf_counter() - t0) * 1000
         fault_point("writing_state")
         t1 = time.perf_counter()
+        out_ms = 0.0
         handles = []
         for name, tbl in (("left", left), ("right", right)):
             fh = None
@@ -186,7 +187,9 @@ def make_join_task(spec: JoinTaskSpec):
             handles.append(("state", name, fh))
         ofh = None
         if out is not None and out.num_rows:
+            t_out = time.perf_counter()
             ofh = write_table(fio, f"{spec.output_prefix}/part-{spec.file_tag}-{subtask:05d}.parquet", out)
+            out_ms = (time.perf_counter() - t_out) * 1000  # sink staging: output, not snapshot
         handles.append(("output", spec.output_name, ofh))
         if parked is not None and parked.num_rows:
             if not spec.channel_prefix:
@@ -196,7 +199,8 @@ def make_join_task(spec: JoinTaskSpec):
                 if t.num_rows:
                     handles.append(("channel", name, write_table(
                         fio, f"{spec.channel_prefix}/{name}/kg-{kgr.start:05d}-{kgr.end:05d}.parquet", t)))
-        async_ms = (time.perf_counter() - t1) * 1000
+        async_ms = (time.perf_counter() - t1) * 1000 - out_ms
+        sync_ms += out_ms
         rows = [_handle(kind, spec.uid, name, subtask, kgr, fh, in_rows, restored, expired, sync_ms, async_ms)
                 for kind, name, fh in handles]
         yield from _emit(rows, out, spec.flow_schema or spec.out_schema, fio, spec.ack_prefix, subtask)
@@ -290,6 +294,7 @@ def make_agg_task(spec: AggTaskSpec):
         fh = None
         if state.num_rows:
             fh = write_table(fio, f"{spec.state_prefix}/agg/kg-{kgr.start:05d}-{kgr.end:05d}.parquet", state)
+        t_out = time.perf_counter()
         ofh = None
         file_out = out
         if spec.prior_output:
@@ -303,7 +308,9 @@ def make_agg_task(spec: AggTaskSpec):
                     file_out = prior
         if file_out is not None and file_out.num_rows:
             ofh = write_table(fio, f"{spec.output_prefix}/part-{spec.file_tag}-{subtask:05d}.parquet", file_out)
-        async_ms = (time.perf_counter() - t1) * 1000
+        out_ms = (time.perf_counter() - t_out) * 1000  # sink staging: output, not snapshot
+        async_ms = (t_out - t1) * 1000
+        sync_ms += out_ms
         rows = [_handle("state", spec.uid, "agg", subtask, kgr, fh, in_rows, restored, 0, sync_ms, async_ms),
                 _handle("output", spec.uid, spec.output_name, subtask, kgr, ofh, in_rows, restored, 0, sync_ms,
                         async_ms)]

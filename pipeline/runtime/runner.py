@@ -43,8 +43,9 @@ class RoundResult:
     records: dict[str, int]
     backlog: dict[str, int]
     duration_s: float
-    checkpoint_s: float = 0.0
+    checkpoint_s: float = 0.0      # finalize on the driver: acks, _metadata, sink commits, retention
     state_bytes: int = 0
+    snapshot_s: float = 0.0        # state snapshot writes in the tasks (per operator the slowest subtask, summed)
 
 
 @dataclass
@@ -683,12 +684,13 @@ class JobRunner:
         md = completed.metadata
         self._last_location = completed.location
         state_bytes = md.stats.bytes if md.stats else 0
+        snapshot_s = sum(o.async_ms for o in md.stats.operators.values()) / 1000 if md.stats else 0.0
         if results and results[-1].round == last_round:  # snapshotted between rounds
             r = results[-1]
-            r.completed, r.checkpoint_s, r.state_bytes = True, ckpt_s, state_bytes
+            r.completed, r.checkpoint_s, r.state_bytes, r.snapshot_s = True, ckpt_s, state_bytes, snapshot_s
         else:
             results.append(RoundResult(cid, epoch, last_round, True, records, backlog, time.perf_counter() - t0,
-                                       ckpt_s, state_bytes))
+                                       ckpt_s, state_bytes, snapshot_s))
         extra = ""
         if snap.mode != "aligned" or snap.alignment_ms or last_round:
             extra = (f", {snap.mode}, alignment {snap.alignment_ms:.0f} ms"
