@@ -32,6 +32,7 @@ __all__ = ["CompletedCheckpointStore", "CheckpointDirStatus", "CheckpointDirInfo
 log = logging.getLogger(__name__)
 
 DEFAULT_RETAINED = 3
+VALIDATION_DIR = "validation"  # <job root>/validation/<chk-<id>|sp-<id>>/: data-quality results per snapshot
 
 
 class CheckpointDirStatus(Enum):
@@ -192,6 +193,8 @@ class CompletedCheckpointStore:
             try:
                 cp.discard(self.fileio, keep=keep)
                 discarded.append(cp.checkpoint_id)
+                # its data-quality results (pipeline.quality) go with it; a savepoint's results stay
+                self.fileio.delete_prefix(join_uri(self.job_root, VALIDATION_DIR, f"chk-{cp.checkpoint_id}"))
             except StorageError as e:
                 log.warning("could not discard subsumed %s: %s", cp.describe(), e)
         return discarded

@@ -903,34 +903,11 @@ class _Collector:
                                               uris) for b in bs]
             return pa.Table.from_batches(parts, schema=schema) if parts else schema.empty_table()
         spark = self.runner.spark
-        ddl = _ddl(schema)
+        from pipeline.runtime.dataflow import schema_ddl
+        ddl = schema_ddl(schema)
         df = spark.createDataFrame(spark.sparkContext.parallelize([(u,) for u in uris], max(1, min(len(uris), 8))),
                                    "uri string").mapInArrow(task, ddl)
         return df.toArrow()
-
-
-def _ddl(schema: pa.Schema) -> str:
-    def t(x: pa.DataType) -> str:
-        if pa.types.is_string(x) or pa.types.is_large_string(x):
-            return "string"
-        if pa.types.is_float64(x):
-            return "double"
-        if pa.types.is_float32(x):
-            return "float"
-        if pa.types.is_int64(x):
-            return "bigint"
-        if pa.types.is_int32(x):
-            return "int"
-        if pa.types.is_timestamp(x):
-            return "timestamp"
-        if pa.types.is_boolean(x):
-            return "boolean"
-        if pa.types.is_date32(x):
-            return "date"
-        if pa.types.is_decimal(x):
-            return f"decimal({x.precision},{x.scale})"
-        raise TypeError(f"unsupported column type {x}")
-    return ", ".join(f"`{f.name}` {t(f.type)}" for f in schema)
 
 
 def _local_max_bytes() -> int:

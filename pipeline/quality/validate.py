@@ -41,8 +41,9 @@ def default_docs_dir() -> str:
 
 
 def validation_root(runner) -> str:
+    from pipeline.checkpoint.store import VALIDATION_DIR
     from pipeline.fileio import join_uri
-    return join_uri(runner.job_root, "validation")
+    return join_uri(runner.job_root, VALIDATION_DIR)
 
 
 def resolve_snapshot(runner, checkpoint: str | int | None):

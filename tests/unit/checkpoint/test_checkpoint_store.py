@@ -109,8 +109,13 @@ def test_retention_keeps_newest_and_protects_referenced_files(env):
                           extra_files=[cps[1].metadata.operators["agg"][0].file])
     for cid in (1, 2, 3):
         assert store.add(cps[cid - 1]) == []
+    for name in ("chk-1", "chk-3", "sp-2"):  # data-quality results of checkpoints and of the savepoint
+        fio.write_bytes(join_uri(root, "validation", name, "summary.json"), b"{}")
     cp4 = write_checkpoint(fio, root, 4, extra_files=[shared])
     assert store.add(cp4) == [1]
+    assert not fio.exists(join_uri(root, "validation", "chk-1", "summary.json"))  # went with chk-1
+    assert fio.exists(join_uri(root, "validation", "chk-3", "summary.json"))
+    assert fio.exists(join_uri(root, "validation", "sp-2", "summary.json"))
     cp5 = write_checkpoint(fio, root, 5)
     assert store.add(cp5) == [2]
     assert store.ids() == [3, 4, 5]
