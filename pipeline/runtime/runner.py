@@ -742,6 +742,7 @@ class JobRunner:
         values: dict[str, object] = {source_key(name): sp for name, sp in splits.items()}
         shape = tuple(sorted((name, max(1, min(len(sp), P))) for name, sp in splits.items()))
         steps = self._round_plan(P, shape, parked)
+        spark.conf.set("spark.sql.shuffle.partitions", str(P))  # planned anew for every round's Dataset
         ttl_default = self.config.state_ttl_seconds
         round_dir = f"{pending.location}/rounds/{rnd}"
         chained: list[tuple[str, str]] = []
