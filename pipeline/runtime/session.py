@@ -1,4 +1,8 @@
-"""The SparkSession Epochal runs on: ``local[*]`` by default, any master (or Spark Connect) at scale."""
+"""The SparkSession Epochal runs on: ``local[*]`` by default, any cluster master at scale (spark-submit).
+
+A classic session is required (not Spark Connect): the runner hands each round's values to the tasks as
+local properties of the SparkContext and re-plans a cached analysed plan through the JVM
+(:mod:`pipeline.runtime.round_params`)."""
 from __future__ import annotations
 
 import os
