@@ -130,12 +130,17 @@ class TreeMonitor(threading.Thread):
     Own CPU = the tree's processes' user+system time (maximum seen per pid, so exited workers still count),
     plus, for JVMs, the CPU of children they reaped without us seeing them (short-lived helpers), minus
     tree members the JVM reaped after we had seen them (no double counting). Foreign CPU = machine busy
-    time - own CPU - this benchmark process's own CPU, as a share of all cores.
+    time - own CPU - this benchmark process's own CPU, as a share of all cores. ``services``: long-running
+    processes that serve the measured run (the moto S3 server of ``--s3``): their CPU during the run counts
+    as own CPU (kind ``moto s3``), not as foreign.
     """
 
-    def __init__(self, pid: int, interval: float = 0.5) -> None:
+    def __init__(self, pid: int, interval: float = 0.5, services: Sequence[int] = ()) -> None:
         super().__init__(daemon=True)
         self.pid, self.interval = pid, interval
+        self.services = set(services)
+        procs = _proc_table()
+        self.service_base = {p: procs[p][2] for p in self.services if p in procs}  # CPU before the run
         self.own: dict[int, int] = {}            # pid -> max own jiffies
         self.reaped: dict[int, int] = {}         # java pid -> max cutime+cstime
         self.last: dict[int, tuple[int, int]] = {}   # pid -> (ppid, own+children) last seen
@@ -149,7 +154,7 @@ class TreeMonitor(threading.Thread):
 
     def sample(self) -> None:
         procs = _proc_table()
-        tree, frontier = set(), {self.pid}
+        tree, frontier = set(), {self.pid} | self.services
         children: dict[int, list[int]] = {}
         for p, (pp, *_rest) in procs.items():
             children.setdefault(pp, []).append(p)
@@ -171,7 +176,7 @@ class TreeMonitor(threading.Thread):
         self._prev = (now, busy, ours)
 
     def ours(self) -> int:
-        total = sum(self.own.values()) + sum(self.reaped.values())
+        total = sum(self.own.values()) + sum(self.reaped.values()) - sum(self.service_base.values())
         # tree members seen alive whose parent is a JVM and that are gone: their CPU is in the JVM's
         # reaped-children counter too
         for p, (pp, cpu) in self.last.items():
@@ -186,6 +191,8 @@ class TreeMonitor(threading.Thread):
             comm = self.comm.get(p, "?")
             kind = "jvm" if comm == "java" else ("driver" if p == self.pid else
                                                   ("python workers" if comm.startswith("python") else "other"))
+            if p in self.services:
+                kind, j = "moto s3", j - self.service_base.get(p, 0)
             out[kind] = out.get(kind, 0) + j / HZ
         out["jvm helpers (reaped)"] = max(0.0, (sum(self.reaped.values()) - sum(
             cpu for p, (pp, cpu) in self.last.items() if pp in self.reaped and not os.path.exists(f"/proc/{p}")))) / HZ
@@ -222,12 +229,12 @@ class ProcResult:
 
 
 def run_monitored(cmd: Sequence[str], env: dict[str, str], *, label: str, echo: Callable[[str], bool] | None = None,
-                  timeout_s: float = 7200, cwd: str | None = None) -> ProcResult:
+                  timeout_s: float = 7200, cwd: str | None = None, services: Sequence[int] = ()) -> ProcResult:
     """Run ``cmd`` in its own session, stream selected stderr lines as progress, sample CPU."""
     t0 = time.time()
     p = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                          start_new_session=True, cwd=cwd)
-    mon = TreeMonitor(p.pid)
+    mon = TreeMonitor(p.pid, services=services)
     mon.start()
     out: list[str] = []
     t_out = threading.Thread(target=lambda: out.append(p.stdout.read()), daemon=True)  # type: ignore[union-attr]
@@ -414,7 +421,7 @@ def _epochal_env(a: argparse.Namespace, uris: dict[str, str], P: int, extra: dic
 
 def _epochal_uris(a: argparse.Namespace, work: str, local_root: str, tag: str) -> dict[str, str]:
     if a.s3:
-        base = f"s3://{a.s3_bucket}/runs/{tag}"
+        base = f"s3://{a.s3_bucket}/runs/{tag}-{time.time_ns()}"  # fresh per attempt (a re-measurement starts empty)
         return {"source": f"s3://{a.s3_bucket}/sources", "checkpoint": f"{base}/checkpoints", "sink": f"{base}/sinks"}
     return {"source": "file://" + local_root, "checkpoint": "file://" + os.path.join(work, "checkpoints"),
             "sink": "file://" + os.path.join(work, "sinks")}
@@ -445,7 +452,7 @@ def run_epochal(a: argparse.Namespace, exp, local_root: str, events: int, P: int
     env = _epochal_env(a, uris, P, extra)
     cmd = child + ["--", "run", "--job", JOB, "--json"]
     r = run_monitored(cmd, env, label=tag, echo=_interesting if a.verbose or profile_dir else _progress_echo(),
-                      cwd=work)
+                      cwd=work, services=[a.moto_pid] if getattr(a, "moto_pid", None) else [])
     if r.returncode != 0:
         tail = "\n".join(r.stderr[-40:])
         raise RuntimeError(f"{tag}: Epochal run failed (rc {r.returncode}):\n{tail}")
@@ -616,7 +623,7 @@ def epochal_lines(r: dict) -> list[str]:
     lines = [f"{r['system']}: {r['checkpoints']} checkpoints in {r['rounds']} rounds; job {r['job_s']:.1f}s = rounds "
              f"{r['rounds_s']:.1f}s + planning/restore/cleanup between rounds {r['job_s'] - r['rounds_s']:.1f}s",
              f"  checkpoint finalize (acks + _metadata + sink commits + retention): {r['checkpoint_finalize_s']:.2f}s"
-             f" = {100 * r['checkpoint_overhead']:.1f}% of round time"]
+             f" = {100 * (r['checkpoint_overhead'] or 0):.1f}% of round time"]
     if r.get("checkpointing_share") is not None:
         lines.append(f"  state snapshot writes in the tasks (per operator the slowest subtask, summed; sink output "
                      f"staging not included): {r['snapshot_s']:.2f}s; checkpointing (snapshots + finalize) = "
@@ -1004,6 +1011,7 @@ def main(argv: list[str] | None = None) -> int:
             from pipeline.testing.moto_server import spawn_moto_server
             moto = spawn_moto_server([a.s3_bucket], python=sys.executable)
             a.s3_env = moto.env()
+            a.moto_pid = moto.pid
             os.environ.update(a.s3_env)
             t = time.time()
             n = upload_to_s3(local_root, f"s3://{a.s3_bucket}/sources")

@@ -340,7 +340,8 @@ def read_split_table(reader: SplitReader, splits: Iterable[Split]) -> pa.Table:
 def dead_letter_counts(fileio, dead_letter_root: str, job: str, splits: Iterable[Split]) -> dict[str, int]:
     """Dead-letter records written for ``splits``, per source (0 for sources without any).
 
-    Lists each ``partition=<p>`` dead-letter directory once and reads only the files of these splits.
+    Lists each source's dead-letter directory once (one recursive listing, not one per partition: a
+    listing is a request on S3) and reads only the files of these splits.
     ``fileio`` must serve ``dead_letter_root`` (None: chosen from the URI).
     """
     from pipeline.fileio import file_io_for
@@ -353,9 +354,11 @@ def dead_letter_counts(fileio, dead_letter_root: str, job: str, splits: Iterable
         counts.setdefault(s.source, 0)
         wanted.setdefault((s.source, s.partition), set()).add(
             dead_letter_uri(root, job, s.source, s.partition, s.seq, s.row_start))
-    for (source, partition), uris in sorted(wanted.items()):
-        present = {fi.uri for fi in fio.list(f"{root}/{job}/{source}/partition={partition}", recursive=False)}
-        for uri in sorted(uris & present):
+    present: dict[str, set[str]] = {}
+    for (source, _partition), uris in sorted(wanted.items()):
+        if source not in present:
+            present[source] = {fi.uri for fi in fio.list(f"{root}/{job}/{source}", recursive=True)}
+        for uri in sorted(uris & present[source]):
             data = fio.read_bytes(uri)
             counts[source] += sum(1 for line in data.splitlines() if line.strip())
     return counts
