@@ -82,9 +82,17 @@ class Instance:
         assert status < 300, f"{method} {path}: {status} {d}"
         return d
 
-    def airflow_cli(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-        p = subprocess.run(["bash", str(SCRIPT), "airflow", *args], env=self.env, capture_output=True, text=True,
-                           timeout=timeout)
+    def airflow_cli(self, *args: str, timeout: float = 180, attempts: int = 4) -> subprocess.CompletedProcess:
+        """Run an ``airflow`` CLI command against this instance. SQLite allows one writer: while the
+        scheduler writes, a CLI transaction can fail with "database is locked" (rolled back, nothing
+        written), so that one error is retried; any other failure fails the test at once."""
+        for attempt in range(1, attempts + 1):
+            p = subprocess.run(["bash", str(SCRIPT), "airflow", *args], env=self.env, capture_output=True,
+                               text=True, timeout=timeout)
+            if p.returncode == 0 or "database is locked" not in p.stdout + p.stderr or attempt == attempts:
+                break
+            print(f"[airflow] `airflow {' '.join(args)}`: database is locked (attempt {attempt}); retrying")
+            time.sleep(5 * attempt)
         assert p.returncode == 0, f"airflow {' '.join(args)} failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
         return p
 
