@@ -482,12 +482,9 @@ class Orchestrator:
             raise ConfigError("restore: 'from' (a checkpoint id or a savepoint URI) is required")
         if parallelism is not None and int(parallelism) < 1:
             raise ConfigError(f"restore: parallelism must be >= 1, got {parallelism}")
-        kwargs: dict[str, Any] = {}
-        import inspect
-        if "validate" in inspect.signature(self.runner.restore).parameters:
-            kwargs["validate"] = False  # the restore DAG validates in its own task (validate_restore)
+        # validate=False: the restore DAG validates in its own task (validate_restore)
         res = self.runner.restore(from_, parallelism=int(parallelism) if parallelism else None,
-                                  allow_non_restored_state=bool(allow_non_restored_state), **kwargs)
+                                  allow_non_restored_state=bool(allow_non_restored_state), validate=False)
         self.control.update_control(by, stopped=False, stopped_savepoint=None, reprocess_until=None,
                                     parallelism=int(parallelism) if parallelism else None, restored_from=from_)
         self.echo(f"restore: job {self.job_name!r} restored from {from_} as checkpoint {res['checkpoint_id']} "

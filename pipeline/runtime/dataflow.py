@@ -19,8 +19,8 @@ from pipeline.runtime.operators import (EXACT_SUM, HANDLE_DDL, AggTaskSpec, Join
                                         make_agg_task, make_join_task)
 from pipeline.runtime.routing import shuffle_to_subtasks
 
-__all__ = ["OperatorIO", "operator_dataframe", "collect_handles", "fresh_dataframe", "split_dataframe", "files_dataframe", "spark_schema",
-           "rethrow_task_error"]
+__all__ = ["OperatorIO", "operator_dataframe", "collect_handles", "fresh_dataframe", "split_dataframe", "task_count",
+           "files_dataframe", "spark_schema", "rethrow_task_error"]
 
 def spark_schema(schema: pa.Schema):
     from pyspark.sql.pandas.types import from_arrow_schema
@@ -57,9 +57,14 @@ def schema_ddl(schema: pa.Schema) -> str:
     return ", ".join(f"`{f.name}` {_arrow_type_to_ddl(f.type)}" for f in schema)
 
 
+def task_count(n_items: int, max_tasks: int) -> int:
+    """How many Spark tasks ``n_items`` splits/files are grouped into (at least one)."""
+    return max(1, min(n_items, max_tasks))
+
+
 def _task_groups(n_items: int, max_tasks: int) -> list[list[int]]:
     """Deterministic round-robin assignment of ``n_items`` to at most ``max_tasks`` Spark tasks."""
-    k = max(1, min(n_items, max_tasks))
+    k = task_count(n_items, max_tasks)
     return [list(range(i, n_items, k)) for i in range(k)]
 
 
@@ -68,23 +73,21 @@ def _indexed_dataframe(spark, n_tasks: int):
     return spark.range(0, n_tasks, 1, n_tasks)
 
 
-def split_dataframe(spark, splits: Sequence[Mapping], source: SourceNode, reader_factory: Callable,
-                    max_tasks: int = 8, params_key: str | None = None, meta: Sequence[str] | None = None):
-    """A DataFrame of the source records of ``splits``, read on the executors (splits grouped into at most
-    ``max_tasks`` tasks; each task reads its splits through FileIO, so S3 needs nothing on the JVM).
+def split_dataframe(spark, n_tasks: int, source: SourceNode, reader_factory: Callable, params_key: str,
+                    meta: Sequence[str] | None = None):
+    """A DataFrame of one round's source records of ``source``, read on the executors by ``n_tasks`` tasks
+    (each reads its splits through FileIO, so S3 needs nothing on the JVM).
 
-    ``params_key``: the splits are this round's value of that local property (see
-    :mod:`pipeline.runtime.round_params`), so the same plan serves every round with as many splits as
-    ``splits`` has tasks; ``splits`` then only sizes the plan. ``meta``: the position columns to keep
-    (default all); Spark cannot prune a Python function's output, and every column handed to the JVM is
-    converted row by row, so columns nobody reads are dropped in the task.
+    The splits are the round's value of the local property ``params_key`` (see
+    :mod:`pipeline.runtime.round_params`), so the same plan serves every round whose splits group into
+    ``n_tasks`` tasks (:func:`task_count`). ``meta``: the position columns to keep (default all); Spark
+    cannot prune a Python function's output, and every column handed to the JVM is converted row by row,
+    so columns nobody reads are dropped in the task.
     """
     from pipeline.source.reader import META_FIELDS
     keep = [f for f in META_FIELDS if meta is None or f.name in meta]
     out_schema = pa.schema(list(source.schema) + keep)
     names = out_schema.names
-    build_items = [dict(s) for s in splits]
-    n_tasks = len(_task_groups(len(build_items), max_tasks))
     reader = reader_factory(source)
     split_schema = pa.schema([("source", pa.string()), ("partition", pa.int32()), ("seq", pa.int64()),
                               ("uri", pa.string()), ("format", pa.string()), ("row_start", pa.int64()),
@@ -92,12 +95,10 @@ def split_dataframe(spark, splits: Sequence[Mapping], source: SourceNode, reader
     name = source.name
 
     def read(batches):
-        items = build_items
-        if params_key is not None:
-            from pipeline.runtime.round_params import task_params
-            items = task_params(params_key)
-            if items is None:
-                raise RuntimeError(f"source {name}: the job was submitted without its splits ({params_key})")
+        from pipeline.runtime.round_params import task_params
+        items = task_params(params_key)
+        if items is None:
+            raise RuntimeError(f"source {name}: the job was submitted without its splits ({params_key})")
         groups = [list(range(i, len(items), n_tasks)) for i in range(n_tasks)]
         for b in batches:
             for task in b.column(0).to_pylist():

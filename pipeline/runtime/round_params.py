@@ -4,7 +4,7 @@ The Spark plan of a round (source reads -> stateless steps -> shuffles -> operat
 shape every round; only values change: the splits to read, the parent checkpoint's state handles, the
 staging prefixes, the TTL cutoff. Building and analysing a fresh plan per round costs hundreds of
 milliseconds of driver and JVM time, so the runner builds it once per shape
-(:class:`pipeline.runtime.plan_cache.PlanCache`) and passes the values as *local properties* of the
+(:meth:`pipeline.runtime.runner.JobRunner._round_plan`) and passes the values as *local properties* of the
 driver thread. Spark ships a job's local properties with each of its tasks; the Python task reads its
 own with :func:`task_params` when it starts.
 

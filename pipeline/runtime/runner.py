@@ -225,7 +225,6 @@ class JobRunner:
     def _summaries(self, cursor: _Cursor):
         from pipeline.source.layout import list_source_files
         from pipeline.source.planner import summarize_source
-        from pipeline.checkpoint.handles import Position
         out = {}
         for src in self.job.sources():
             files = list_source_files(self.src_fio, self.config.source_uri, src.name, policy=self.config.bad_records,
@@ -272,7 +271,6 @@ class JobRunner:
         """Barrier n positions per source partition from the write-ahead barrier log (written first if
         new). None while a partition lags (no row >= end of epoch and the clock has not passed the end
         plus the allowed lateness)."""
-        from pipeline.checkpoint.handles import Position
         from pipeline.fileio import join_uri
         from pipeline.source.planner import barrier_position, end_position
         uri = join_uri(self.job_root, "barriers", f"epoch-{epoch}.json")
@@ -733,14 +731,14 @@ class JobRunner:
         files (handle rows of kind ``channel``) instead of processing them. ``staged``: sink output staged
         by earlier rounds of this checkpoint (an aggregate feeding an upsert sink merges it into its output).
         """
-        from pipeline.runtime.dataflow import OperatorIO, collect_handles, fresh_dataframe
+        from pipeline.runtime.dataflow import OperatorIO, collect_handles, fresh_dataframe, task_count
         from pipeline.runtime.round_params import RoundProperties, operator_key, operator_params, source_key
         spark = self.spark
         fault_point("reading")
         splits = {node.name: [sp.as_dict() for seg in segments[node.name].values() for sp in seg.splits]
                   for node in self.job.sources()}
         values: dict[str, object] = {source_key(name): sp for name, sp in splits.items()}
-        shape = tuple(sorted((name, max(1, min(len(sp), P))) for name, sp in splits.items()))
+        shape = tuple(sorted((name, task_count(len(sp), P)) for name, sp in splits.items()))
         steps = self._round_plan(P, shape, parked)
         spark.conf.set("spark.sql.shuffle.partitions", str(P))  # planned anew for every round's Dataset
         ttl_default = self.config.state_ttl_seconds
@@ -797,7 +795,6 @@ class JobRunner:
         key = (id(spark), P, shape, parked)
         if key in self._plans:
             return self._plans[key]
-        spark.conf.set("spark.sql.shuffle.partitions", str(P))
         tasks = dict(shape)
         inputs: dict[int, object] = {}
         for i, node in enumerate(self.job.nodes):
@@ -810,8 +807,7 @@ class JobRunner:
                 read = self.job.columns_read(i)
                 meta = None if read is None else [f.name for f in META_FIELDS
                                                   if f.name.lower() in read or (park and f.name == "_partition")]
-                inputs[i] = split_dataframe(spark, [{}] * tasks[node.name], node, factory, max_tasks=P,
-                                            params_key=source_key(node.name), meta=meta)
+                inputs[i] = split_dataframe(spark, tasks[node.name], node, factory, source_key(node.name), meta=meta)
                 if park:
                     from pyspark.sql import functions as F
                     inputs[i] = inputs[i].withColumn("_park", F.col("_partition").isin(park))
