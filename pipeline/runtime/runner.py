@@ -167,6 +167,11 @@ class JobRunner:
             return int(existing["max_parallelism"])  # fixed when the job was first created
 
     @property
+    def spark_started(self) -> bool:
+        """Public: whether this runner already has a Spark session (starting one costs seconds)."""
+        return self._spark is not None
+
+    @property
     def spark(self):
         if self._spark is None:
             from pipeline.runtime.session import get_spark
@@ -853,6 +858,13 @@ class JobRunner:
             ref = ref[: -len("/_metadata")]
         from pipeline.fileio import file_io_for
         return CompletedCheckpoint.load(file_io_for(ref), ref.rstrip("/"))
+
+    def snapshot(self, ref: str | int | None = None):
+        """Public: the CompletedCheckpoint ``ref`` names - None/"latest": the latest completed checkpoint (None if
+        there is none), an id, or a savepoint/checkpoint URI."""
+        if ref is None or str(ref).strip() in ("", "latest"):
+            return self.coordinator.store.latest()
+        return self._load_snapshot(str(ref))
 
     def savepoint(self, target: str | None = None, *, parallelism: int | None = None) -> str:
         """An aligned, self-contained savepoint of the latest completed checkpoint (state copied by the
