@@ -67,6 +67,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--table", required=True)
     p.add_argument("--to", required=True, metavar="DIR")
 
+    p = sub.add_parser("batch", help="evaluate the job as one Spark batch query over a checkpoint's source prefix "
+                       "and write every sink table and operator state it implies as Parquet")
+    _common(p)
+    p.add_argument("--checkpoint", default=None, metavar="ID|URI", help="checkpoint id or savepoint URI "
+                   "(default: the latest completed checkpoint)")
+    p.add_argument("--to", required=True, metavar="DIR", help="local output directory")
+
     p = sub.add_parser("state", help="write one operator's state of a checkpoint as Parquet")
     _common(p)
     p.add_argument("--checkpoint", required=True, help="checkpoint id or savepoint URI")
@@ -148,6 +155,21 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_batch(args: argparse.Namespace) -> int:
+    from pipeline.batch import write_batch
+    r = _runner(args)
+    d = write_batch(r, args.checkpoint, args.to)
+
+    def human(d: dict) -> str:
+        lines = [f"batch evaluation of checkpoint {d['checkpoint']} (epoch {d['epoch']}) written to {d['to']}"]
+        lines += [f"  {obj}: {n} rows" for obj, n in sorted(d["objects"].items())]
+        lines += [f"  NOT MODELLED {obj}: {why}" for obj, why in sorted(d["unchecked"].items())]
+        return "\n".join(lines + [f"  {m}" for m in d["messages"]])
+
+    _print(args, d, human)
+    return 0
+
+
 def _cmd_state(args: argparse.Namespace) -> int:
     r = _runner(args)
     d = r.export_state(args.checkpoint, args.operator, args.to)
@@ -156,7 +178,8 @@ def _cmd_state(args: argparse.Namespace) -> int:
 
 
 _COMMANDS = {"run": _cmd_run, "checkpoints": _cmd_checkpoints, "savepoint": _cmd_savepoint,
-             "restore": _cmd_restore, "validate": _cmd_validate, "export": _cmd_export, "state": _cmd_state}
+             "restore": _cmd_restore, "validate": _cmd_validate, "export": _cmd_export, "state": _cmd_state,
+             "batch": _cmd_batch}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -138,8 +138,10 @@ def source_dataframe(spark, runner, job: Job, source: SourceNode, prefix: Prefix
                         idx = np.searchsorted(bar_o, ords, side="right")
                         ts = pc.cast(pc.cast(t["_ingest_ts"], pa.timestamp("us", tz="UTC")), pa.int64())
                         own = ts.to_numpy(zero_copy_only=False) // epoch_us       # e(x): no barrier logged
-                        pe = np.where(idx < len(bar_e), bar_e[np.minimum(idx, max(len(bar_e) - 1, 0))]
-                                      if len(bar_e) else own, np.minimum(own, last))
+                        if len(bar_e) > 1:      # the barrier log of earlier epochs says where x was consumed
+                            pe = np.where(idx < len(bar_e), bar_e[np.minimum(idx, len(bar_e) - 1)], last)
+                        else:                   # no log (or only barrier n): e(x), capped at n
+                            pe = np.minimum(own, last)
                         t = t.append_column(PEPOCH, pa.array(pe.astype(np.int64)))
                         yield from t.select(out_schema.names).cast(out_schema).to_batches()
 
