@@ -48,6 +48,13 @@ class BatchResult:
     unchecked: dict[str, str] = field(default_factory=dict)      # object -> why it is not modelled
     messages: list[str] = field(default_factory=list)
     counts: dict[str, object] = field(default_factory=dict)      # lazily counted figures (DataFrames)
+    cached: list = field(default_factory=list)                   # persisted DataFrames (see release())
+
+    def release(self) -> None:
+        """Unpersist what the plan cached (sources read once, join outputs used twice)."""
+        for df in self.cached:
+            df.unpersist()
+        self.cached.clear()
 
     def objects(self) -> dict[str, object]:
         return {**{f"sink/{t}": d for t, d in self.sinks.items()}, **self.states}
@@ -81,8 +88,8 @@ class _Compiler:
 
     def _build(self, nid: int):
         node = self.job.nodes[nid]
-        if isinstance(node, SourceNode):
-            return source_dataframe(self.spark, self.runner, self.job, node, self.prefix)
+        if isinstance(node, SourceNode):  # read once, used by every object downstream
+            return self._cache(source_dataframe(self.spark, self.runner, self.job, node, self.prefix))
         if isinstance(node, MapNode):
             df = self.frame(node.parent)
             if df is None:
@@ -101,6 +108,12 @@ class _Compiler:
             return self._aggregate(nid, node)
         self.bad[nid] = f"{type(node).__name__} is not modelled by the batch evaluation"
         return None
+
+    def _cache(self, df):
+        from pyspark import StorageLevel
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)
+        self.result.cached.append(df)
+        return df
 
     # -- join ------------------------------------------------------------------------------------------
     def _join(self, nid: int, op: JoinNode):
@@ -172,7 +185,11 @@ class _Compiler:
             if leaves:
                 st = st.join(other, cond, "left_anti")
             self.result.states[f"state/{op.uid}/{name}"] = st.select(*[F.col(f"{p}{c}").alias(c) for c in cols])
-        return out
+        consumers = sum(1 for s in self.job.sinks() if self.job.chain_to(s.parent)[0] == nid)
+        for o in self.job.operators():
+            ins = (o.left, o.right) if isinstance(o, JoinNode) else (o.parent,)
+            consumers += sum(1 for i in ins if self.job.chain_to(i)[0] == nid)
+        return self._cache(out) if consumers > 1 else out
 
     def _first_per_key(self, df, op: JoinNode, side: str):
         from pyspark.sql import Window

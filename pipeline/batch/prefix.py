@@ -98,24 +98,33 @@ class _CountingReader(SplitReader):
         return None
 
 
-def _splits(runner, source: SourceNode, stops: Mapping[int, tuple[int, int]]) -> list[dict]:
-    from pipeline.checkpoint.handles import Position
+def _files(runner, source: SourceNode, stops: Mapping[int, tuple[int, int]]) -> list[tuple]:
+    """``(SourceFile fields..., stop row or None)`` of every file with rows before the barrier: listing only (the
+    footers are read by the executors, which turn each file into its split)."""
     from pipeline.source.layout import list_source_files
-    from pipeline.source.planner import plan_segments, summarize_source
     files = list_source_files(runner.src_fio, runner.config.source_uri, source.name, policy="dead_letter")
-    summaries = summarize_source(files, fileio=runner.src_fio)
-    stop_pos = {int(p): Position(seq=s, row=r) for p, (s, r) in stops.items()}
-    segs = plan_segments(summaries, {}, stop_pos, _BIG, source=source.name, per_partition=True)
-    return [sp.as_dict() for seg in segs.values() for sp in seg.splits]
+    out = []
+    for p, fs in files.items():
+        if int(p) not in stops:
+            continue
+        bseq, brow = stops[int(p)]
+        for f in fs:
+            if f.seq < bseq:
+                out.append((f.source, f.partition, f.seq, f.uri, f.format, f.size, None))
+            elif f.seq == bseq and brow > 0:
+                out.append((f.source, f.partition, f.seq, f.uri, f.format, f.size, brow))
+    out.sort(key=lambda t: -t[5])   # biggest first: balanced tasks
+    return out
 
 
 def source_dataframe(spark, runner, job: Job, source: SourceNode, prefix: Prefix, *, max_tasks: int = 16):
     """The valid rows of ``source`` before checkpoint ``prefix.epoch``'s barriers, with the declared columns,
     the position columns (``_source``, ``_partition``, ``_seq``, ``_row``) and ``_pepoch``."""
     from pipeline.runtime.dataflow import schema_ddl
-    from pipeline.source.planner import Split
+    from pipeline.source.layout import SourceFile
+    from pipeline.source.planner import Split, summarize_file
     stops = prefix.barriers.get(source.name, {})
-    splits = _splits(runner, source, stops)
+    splits = _files(runner, source, stops)
     reader = _CountingReader(source.schema, (source.key,) if source.key else (), "dead_letter",
                              "file:///nonexistent", job.name)
     lookup = prefix.lookup(source.name)
@@ -129,10 +138,16 @@ def source_dataframe(spark, runner, job: Job, source: SourceNode, prefix: Prefix
         import pyarrow.compute as pc
         for b in batches:
             for task in b.column(0).to_pylist():
-                for d in groups[task]:
-                    for rb in reader.read_split(Split.from_dict(d)):
+                for src, part, seq, uri, fmt, size, stop in groups[task]:
+                    f = SourceFile(src, part, seq, uri, fmt, size)
+                    summary = summarize_file(f)
+                    if summary.corrupt:
+                        split = Split(src, part, seq, uri, fmt, 0, None)
+                    else:
+                        split = Split(src, part, seq, uri, fmt, 0, summary.rows if stop is None
+                                      else min(stop, summary.rows))
+                    for rb in reader.read_split(split):
                         t = pa.Table.from_batches([rb])
-                        part = int(d["partition"])
                         ords = (t["_seq"].to_numpy().astype(np.int64) << 32) + t["_row"].to_numpy().astype(np.int64)
                         bar_o, bar_e = lookup.get(part, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
                         idx = np.searchsorted(bar_o, ords, side="right")

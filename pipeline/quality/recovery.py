@@ -42,15 +42,21 @@ class BatchPlan:
 
     def materialize(self) -> Recomputation:
         """Run the plan (one Spark job per object) and bring the expected rows to the driver as Arrow."""
-        tables = {}
-        for obj, df in self.result.objects().items():
-            if obj in self.columns:
-                tables[obj] = df.toArrow()
+        tables: dict[str, pa.Table] = {}
+        done: dict[int, pa.Table] = {}          # one DataFrame may be two objects (aggregate state, upsert sink)
         msgs = list(self.messages)
-        for what, df in self.result.counts.items():
-            n = df.count()
-            if n:
-                msgs.append(f"{what}: {n} (excluded from the expected rows)")
+        try:
+            for obj, df in self.result.objects().items():
+                if obj in self.columns:
+                    if id(df) not in done:
+                        done[id(df)] = df.toArrow()
+                    tables[obj] = done[id(df)]
+            for what, df in self.result.counts.items():
+                n = df.count()
+                if n:
+                    msgs.append(f"{what}: {n} (excluded from the expected rows)")
+        finally:
+            self.result.release()
         cons = [{"source": f"rows of {obj}", "input_rows": t.num_rows, "state": [obj] if obj.startswith("state/")
                  else [], "output": [obj] if obj.startswith("sink/") else []} for obj, t in sorted(tables.items())]
         stats = {obj: t.num_rows for obj, t in tables.items()}
