@@ -37,8 +37,9 @@ def _write(root: Path, source: str, schema: pa.Schema, rows: dict, partitions: i
 
 
 def generate(root: Path, *, seed: int, epochs: int = 4, n_left: int = 120, repeated: bool = False,
-             partitions: int = 2, idle: set[tuple[int, int]] = frozenset()) -> None:
-    """``lefts``/``rights`` under ``root``. ``repeated``: keys repeat on both sides (many-to-many)."""
+             partitions: int = 2, idle: set[tuple[int, int]] = frozenset(), bad_keys: float = 0.0) -> None:
+    """``lefts``/``rights`` under ``root``. ``repeated``: keys repeat on both sides (many-to-many);
+    ``bad_keys``: share of left rows with a null key (bad records: the runtime dead-letters them)."""
     rng = np.random.default_rng(seed)
     span = epochs * E_US
     pool = n_left // 4 if repeated else n_left
@@ -52,5 +53,7 @@ def generate(root: Path, *, seed: int, epochs: int = 4, n_left: int = 120, repea
     rt = np.clip(lt[idx] + delay, T0, T0 + span - 1)
     right = {"k": [left["k"][i] for i in idx], "y": rng.integers(1, 1000, n_right),
              "tag": np.where(rng.random(n_right) < 0.1, "drop", "ok"), "_ingest_ts": rt}
+    if bad_keys:
+        left["k"] = [None if rng.random() < bad_keys else k for k in left["k"]]
     _write(root, "lefts", LEFT, left, partitions, epochs, set(idle))
     _write(root, "rights", RIGHT, right, partitions, epochs, set(idle))
