@@ -162,3 +162,60 @@ def test_unmodelled_parts_are_reported_not_skipped(tmp_path):
     assert "sink/changes" in v.figures["not_checked"]
     assert any("NOT CHECKED" in m and "sink/changes" in m for m in v.messages)
     assert _recovery_failures(v) == []
+
+
+@pytest.mark.parametrize("how,unique", [("full", None), ("left", None), ("inner", "left")])
+def test_outer_and_unique_joins_equal_pandas_brute_force(tmp_path, how, unique):
+    """The rules for ``how=`` and ``unique=`` (docs/batch.md), on a join node carrying them (the operators
+    work adds them to ``Stream.join``; here a node subclass stands in until it is on main)."""
+    import dataclasses
+
+    from pipeline.batch import Prefix, evaluate
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class JoinWith(JoinNode):
+        how: str = "inner"
+        unique: str | None = None
+
+    generate(tmp_path / "src", seed=4, repeated=unique is None, epochs=5)
+    ttl = 150
+    job = join_agg(ttl_seconds=ttl)
+    i = next(i for i, n in enumerate(job.nodes) if isinstance(n, JoinNode))
+    job.nodes[i] = JoinWith(*[getattr(job.nodes[i], f.name) for f in dataclasses.fields(JoinNode)],
+                            how=how, unique=unique)
+    L, R = _read_all(tmp_path / "src", "lefts"), _read_all(tmp_path / "src", "rights")
+    n = int(max(L["e"].max(), R["e"].max()))
+    ends = {s: {p: (len(list((tmp_path / "src" / s / f"partition={p}").glob("*.parquet"))), 0) for p in (0, 1)}
+            for s in ("lefts", "rights")}
+    res = evaluate(_runner(tmp_path, job), job, Prefix(n, 60, ends, {}))
+    Rf = R[R["tag"] != "drop"].rename(columns={"tag": "rtag"})
+    L = L.assign(lid=range(len(L)))
+    Rf = Rf.assign(rid=range(len(Rf)))
+    pairs = L.merge(Rf, on="k", suffixes=("_l", "_r"))
+    m = np.maximum(pairs["e_l"], pairs["e_r"])
+    pairs = pairs[np.minimum(pairs["t_l"], pairs["t_r"]) >= (m + 1) * E_US - ttl * 1_000_000]
+    cutoff = (n + 1) * E_US - ttl * 1_000_000
+    rows = [pairs[["k", "grp", "x", "y", "rtag"]]]
+    if how in ("left", "full"):
+        lonely = L[~L["lid"].isin(pairs["lid"]) & (L["t"] < cutoff)]
+        rows.append(lonely[["k", "grp", "x"]].assign(y=np.nan, rtag=None))
+    if how in ("right", "full"):
+        lonely = Rf[~Rf["rid"].isin(pairs["rid"]) & (Rf["t"] < cutoff)]
+        rows.append(lonely[["k", "y", "rtag"]].assign(grp=None, x=np.nan))
+    exp = pd.concat(rows, ignore_index=True)[["k", "grp", "x", "y", "rtag"]]
+    got = res.sinks["pairs"].toPandas()[["k", "grp", "x", "y", "rtag"]]
+
+    def canon(df):
+        return sorted(tuple("<null>" if pd.isna(v) else (round(float(v), 6) if isinstance(v, (int, float, np.number))
+                                                         else v) for v in r) for r in df.itertuples(index=False))
+
+    assert canon(got) == canon(exp)
+    assert len(exp) > len(pairs) or how == "inner"
+    right = Rf[Rf["t"] >= cutoff]
+    if unique in ("left", "both"):
+        right = right[~right["rid"].isin(pairs["rid"])]
+    got_r = res.states["state/lr-join/right"].toPandas()
+    assert sorted(zip(got_r["k"], got_r["y"])) == sorted(zip(right["k"], right["y"]))
+    left = L[L["t"] >= cutoff]
+    got_l = res.states["state/lr-join/left"].toPandas()
+    assert sorted(zip(got_l["k"], got_l["x"])) == sorted(zip(left["k"], left["x"]))
