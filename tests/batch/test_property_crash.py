@@ -7,7 +7,8 @@ parallelism; at every completed checkpoint the state and committed output equal 
   repeated keys once the all-pairs join is on this branch;
 * faults: each run is SIGKILLed (whole process group) at a random phase of the checkpoint life cycle, or not,
   and resumes with a random parallelism (1-3), i.e. a restore with rescaling;
-* property: after every run, the latest completed checkpoint passes the recovery suites (batch equivalence).
+* property: after every run that was not killed (it restored the latest checkpoint, re-committing its sink
+  output, and completed the next), the latest completed checkpoint passes the recovery suites.
 
 CI profile: 1 seed. Larger: ``EPOCHAL_PROPERTY_SEEDS=10 .venv/bin/python -m pytest tests/batch/test_property_crash.py``.
 """
@@ -63,6 +64,8 @@ def test_random_job_random_crashes_equal_the_batch_evaluation(tmp_path, seed):
         log = res.stdout + "\n".join(res.stderr_lines)
         if not killed:
             assert res.returncode == 0, log[-3000:]
+        if killed:   # the next run restores (re-committing the sinks of its checkpoint) before it is checked
+            continue
         runner = JobRunner(job, load_config(env={}, clock_now=CLOCK, epoch_seconds=60, **uris), echo=lambda m: None)
         cp = runner.snapshot()
         if cp is not None:
