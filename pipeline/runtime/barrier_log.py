@@ -14,7 +14,7 @@ import json
 
 from pipeline.checkpoint.handles import Position
 from pipeline.exceptions import ConditionalWriteError, ObjectNotFoundError
-from pipeline.fileio import join_uri
+from pipeline.layout import JobLayout
 from pipeline.runtime.context import RuntimeContext
 from pipeline.runtime.cursor import Cursor
 from pipeline.source.planner import barrier_position, end_position
@@ -32,7 +32,7 @@ class BarrierLog:
         self.ctx = ctx
 
     def uri(self, epoch: int) -> str:
-        return join_uri(self.ctx.job_root, "barriers", f"epoch-{epoch}.json")
+        return JobLayout(self.ctx.job_root).barrier(epoch)
 
     def is_logged(self, epoch: int) -> bool:
         return self.ctx.ckpt_fio.exists(self.uri(epoch))

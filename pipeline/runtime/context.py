@@ -22,6 +22,7 @@ from pipeline.epochs import EpochClock
 from pipeline.exceptions import ConditionalWriteError, ConfigError, EpochalError
 from pipeline.fileio import file_io_for, join_uri
 from pipeline.job import Job, JoinNode, SinkNode, SourceNode
+from pipeline.layout import JobLayout
 from pipeline.sink.table import CommittedTable
 from pipeline.sink.two_phase import TwoPhaseCommitSink
 
@@ -90,7 +91,7 @@ class RuntimeContext:
                                       f"only the join {join.uid!r}; source {src.name!r} feeds {users}")
 
     def _ensure_job_json(self) -> int:
-        uri = join_uri(self.job_root, "job.json")
+        uri = JobLayout(self.job_root).job_json()
         doc = {"job": self.job.name, "max_parallelism": self.job.max_parallelism,
                "operators": self.job.operator_uids(), "sources": self.job.source_names(),
                "sinks": self.job.sink_tables(), "created": self.epochs.iso(self.clock.now_us())}

@@ -29,6 +29,7 @@ from pipeline.checkpoint.metadata import CheckpointMetadata
 from pipeline.exceptions import EpochalError
 from pipeline.faults import fault_point
 from pipeline.job import JoinNode
+from pipeline.layout import round_state_prefix
 from pipeline.runtime.alignment import channel_name
 from pipeline.runtime.context import RuntimeContext
 from pipeline.runtime.cursor import Cursor, cursor_from_metadata
@@ -154,4 +155,4 @@ class CheckpointFinalizer:
     def drop_round_scratch(self, location: str, last_round: int) -> None:
         """State of earlier rounds and exchange files are not referenced by the completed checkpoint."""
         for k in range(last_round):
-            self.ctx.ckpt_fio.delete_prefix(f"{location}/rounds/{k}/state")
+            self.ctx.ckpt_fio.delete_prefix(round_state_prefix(location, k))

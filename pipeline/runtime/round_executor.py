@@ -20,6 +20,7 @@ from pipeline.checkpoint.failure import CheckpointFailureReason
 from pipeline.checkpoint.handles import Position
 from pipeline.exceptions import CheckpointError, ConfigError
 from pipeline.job import AggregateNode, JoinNode, SourceNode
+from pipeline.layout import round_plan_uri
 from pipeline.runtime.alignment import AlignmentDriver, NextStop
 from pipeline.runtime.barrier_log import BarrierLog, Barriers
 from pipeline.runtime.context import RuntimeContext
@@ -144,7 +145,7 @@ class RoundExecutor:
                                      for p, seg in segs.items()} for s, segs in segments.items()},
                     "alignment": driver.round_log, "parked": sorted(f"{s}/partition={p}" for s, p in parked),
                     "replayed_inflight_rows": replayed}
-            ctx.ckpt_fio.write_bytes(f"{pending.location}/rounds/{rnd}/_plan.json",
+            ctx.ckpt_fio.write_bytes(round_plan_uri(pending.location, rnd),
                                      (json.dumps(plan, indent=1) + "\n").encode(), if_none_match=True)
             rows = self.plan.process_round(pending, rnd, P, working, segments, epoch, parked=parked, staged=staged)
             for table in staged:

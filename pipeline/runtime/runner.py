@@ -36,6 +36,7 @@ from pipeline.config import PipelineConfig
 from pipeline.exceptions import CheckpointError, ConfigError, IncompatibleStateError
 from pipeline.fileio import file_io_for
 from pipeline.job import Job
+from pipeline.layout import METADATA_FILE
 from pipeline.runtime.barrier_log import BarrierLog, Barriers
 from pipeline.runtime.context import RuntimeContext
 from pipeline.runtime.cursor import Cursor, cursor_from_metadata, restore_cursor
@@ -225,8 +226,8 @@ class JobRunner:
         ref = str(ref).strip()
         if ref.isdigit():
             return self.ctx.coordinator.store.get(int(ref))
-        if ref.endswith("/_metadata"):
-            ref = ref[: -len("/_metadata")]
+        if ref.endswith("/" + METADATA_FILE):
+            ref = ref[: -len("/" + METADATA_FILE)]
         return CompletedCheckpoint.load(file_io_for(ref), ref.rstrip("/"))
 
     _load_snapshot = load_snapshot  # the name before the split into modules

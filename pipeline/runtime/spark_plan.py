@@ -12,7 +12,10 @@ import json
 
 from pipeline.exceptions import ConfigError
 from pipeline.faults import fault_point
+from pipeline.fileio import join_uri
 from pipeline.job import AggregateNode, JoinNode, SourceNode
+from pipeline.layout import (channel_prefix, checkpoint_dir_name, round_acks_prefix, round_state_prefix,
+                             round_unused_prefix, sink_staging_uri)
 from pipeline.runtime.context import RuntimeContext
 from pipeline.runtime.cursor import Cursor, handles_by_name
 from pipeline.runtime.dataflow import (OperatorIO, collect_handles, fresh_dataframe, operator_dataframe,
@@ -55,23 +58,23 @@ class SparkPlan:
         steps = self.steps(P, shape, parked)
         spark.conf.set("spark.sql.shuffle.partitions", str(P))  # planned anew for every round's Dataset
         ttl_default = ctx.config.state_ttl_seconds
-        round_dir = f"{pending.location}/rounds/{rnd}"
+        loc, cid = pending.location, pending.checkpoint_id
         chained: list[tuple[str, str]] = []
         for op, sinks, consumers, _df in steps:
-            ack_prefix = f"{round_dir}/acks/{op.uid}" if consumers else None
+            ack_prefix = round_acks_prefix(loc, rnd, op.uid) if consumers else None
             ttl = None
             if isinstance(op, JoinNode):
                 ttl_s = op.ttl_seconds if op.ttl_seconds is not None else ttl_default
                 ttl = ctx.epochs.end_us(epoch) - ttl_s * 1_000_000 if ttl_s else None
-            io = OperatorIO(checkpoint=f"chk-{pending.checkpoint_id}", parallelism=P,
+            io = OperatorIO(checkpoint=checkpoint_dir_name(cid), parallelism=P,
                             max_parallelism=ctx.max_parallelism, parent_handles=cursor.handles.get(op.uid, {}),
-                            state_prefix=f"{round_dir}/state/{op.uid}",
-                            output_prefix=(f"{ctx.sink_root}/{sinks[0].table}/data/txn-{pending.checkpoint_id}"
-                                           if sinks else f"{round_dir}/unused/{op.uid}"),
+                            state_prefix=round_state_prefix(loc, rnd, op.uid),
+                            output_prefix=(sink_staging_uri(join_uri(ctx.sink_root, sinks[0].table), cid)
+                                           if sinks else round_unused_prefix(loc, rnd, op.uid)),
                             output_name=sinks[0].table if sinks else f"exchange:{op.uid}",
                             file_tag=f"r{rnd}", ttl_cutoff_us=ttl, ack_prefix=ack_prefix,
                             replay_handles=handles_by_name(cursor.inflight.get(op.uid, [])),
-                            channel_prefix=(f"{pending.location}/channel/{op.uid}/r{rnd}"
+                            channel_prefix=(channel_prefix(loc, op.uid, rnd)
                                             if parked and isinstance(op, JoinNode) else None),
                             prior_output=tuple((staged or {}).get(sinks[0].table, ())
                                                if sinks and sinks[0].mode == "upsert"
@@ -130,7 +133,7 @@ class SparkPlan:
                 raise ConfigError(f"operator {op.uid}: at most one sink may consume it directly")
             consumers = ctx.consumers(nid)
             # placeholders: the tasks take this round's values from the local property of the operator
-            io = OperatorIO(checkpoint="chk-?", parallelism=P, max_parallelism=ctx.max_parallelism,
+            io = OperatorIO(checkpoint=checkpoint_dir_name("?"), parallelism=P, max_parallelism=ctx.max_parallelism,
                             parent_handles={}, state_prefix="", output_prefix="", output_name="", file_tag="",
                             ttl_cutoff_us=None, ack_prefix="" if consumers else None)
             df, _schema = operator_dataframe(spark, ctx.job, op, inputs, io)
