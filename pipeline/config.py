@@ -40,6 +40,9 @@ class PipelineConfig:
     state_ttl_seconds: int = 24 * 3600
     validate_after_epoch: bool = False
     spark_master: str = "local[*]"
+    sink_format: str = ""  # "" | iceberg | delta | epochal | <table>=<format>,... (overrides the job API)
+    iceberg_catalog: str = ""  # "" = embedded SQLite catalog; else a pyiceberg catalog name (REST/Glue/Hive/...)
+    iceberg_catalog_uri: str = ""  # embedded catalog's SQLAlchemy URI; default <sink root>/_iceberg_catalog.db
     clock_now: str = ""  # ISO-8601 UTC; empty = wall clock. Lets tests and replays control the clock.
 
     def __post_init__(self) -> None:
@@ -54,6 +57,9 @@ class PipelineConfig:
         if self.unaligned and self.checkpoint_mode == "at_least_once":
             raise ConfigError("PIPELINE_UNALIGNED=true requires PIPELINE_CHECKPOINT_MODE=exactly_once "
                               "(unaligned checkpoints are refused with at-least-once, as in Flink)")
+        if self.sink_format:
+            from pipeline.sink.formats import parse_format_override
+            parse_format_override(self.sink_format)
         if self.bad_records not in ("dead_letter", "fail"):
             raise ConfigError(f"PIPELINE_BAD_RECORDS={self.bad_records!r}: use dead_letter or fail")
         for name in ("epoch_seconds", "max_records_per_epoch", "parallelism", "max_parallelism",

@@ -4,6 +4,7 @@ Hierarchy (every error message names the file, partition or checkpoint involved)
 
     EpochalError                      base of everything raised on purpose
     ├── ConfigError                   bad configuration or usage -> CLI exit code 2
+    │   └── IncompatibleSinkSchemaError  a job's sink schema does not fit its existing open-format table
     ├── StorageError                  FileIO failures
     │   ├── ObjectNotFoundError       the object/file does not exist
     │   └── ConditionalWriteError     a write-once object already exists (If-None-Match failed)
@@ -25,7 +26,7 @@ Hierarchy (every error message names the file, partition or checkpoint involved)
 from __future__ import annotations
 
 __all__ = [
-    "EpochalError", "ConfigError", "StorageError", "ObjectNotFoundError", "ConditionalWriteError",
+    "EpochalError", "ConfigError", "IncompatibleSinkSchemaError", "StorageError", "ObjectNotFoundError", "ConditionalWriteError",
     "SourceError", "MalformedInputError", "CheckpointError", "CheckpointFencedError",
     "CheckpointDeclinedError", "CorruptCheckpointError", "NoValidCheckpointError",
     "TooManyFailedCheckpointsError", "IncompatibleStateError", "BarrierError", "CorruptStreamError",
@@ -107,6 +108,10 @@ class CorruptStreamError(BarrierError):
 
 class SinkError(EpochalError):
     """A sink problem."""
+
+
+class IncompatibleSinkSchemaError(ConfigError):
+    """The job's output schema for a sink is incompatible with its existing Iceberg/Delta table (names both)."""
 
 
 class TransactionStateError(SinkError):

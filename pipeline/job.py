@@ -78,6 +78,7 @@ class SinkNode:
     parent: int
     mode: Literal["append", "upsert"]
     key: tuple[str, ...]
+    format: str | None = None  # "iceberg" | "delta" | "epochal"; None: PIPELINE_SINK_FORMAT or the default
 
 
 Node = SourceNode | MapNode | JoinNode | AggregateNode | SinkNode
@@ -118,7 +119,9 @@ class Stream:
         return self.job._add(AggregateNode(self.job._uid(uid), self.node, key, tuple(spec)))
 
     def sink(self, table: str, *, mode: Literal["append", "upsert"] = "append",
-             key: Sequence[str] | None = None) -> "Stream":
+             key: Sequence[str] | None = None, format: str | None = None) -> "Stream":
+        """Two-phase-commit sink. ``format``: ``"iceberg"``, ``"delta"`` or ``"epochal"`` (see
+        ``docs/table-formats.md``); ``PIPELINE_SINK_FORMAT`` overrides it."""
         if mode not in ("append", "upsert"):
             raise ConfigError(f"sink {table!r}: mode must be append or upsert")
         parent = self.job.nodes[self.node]
@@ -129,7 +132,10 @@ class Stream:
                 raise ConfigError(f"sink {table!r}: upsert needs key=")
         if not _UID.match(table) or table in self.job.sink_tables():
             raise ConfigError(f"sink table name {table!r} is invalid or used twice")
-        return self.job._add(SinkNode(table, self.node, mode, tuple(key or ())))
+        if format is not None:
+            from pipeline.sink.formats import TableFormat
+            format = TableFormat.parse(format, f"sink {table!r} format").value
+        return self.job._add(SinkNode(table, self.node, mode, tuple(key or ()), format))
 
 
 @dataclass(eq=False)

@@ -230,7 +230,7 @@ def operator_dataframe(spark, job: Job, op, inputs: dict[int, object], io: Opera
                             lsch, rsch, out_schema, io.ack_prefix, io.replay_handles or {}, io.channel_prefix,
                             flow_schema)
         result = shuffled.mapInArrow(make_join_task(spec), HANDLE_DDL if io.ack_prefix is None else schema_ddl(flow_schema))
-        out_schema = flow_schema
+        # returned: the full output schema (what a sink gets), not the chained flow_schema
     elif isinstance(op, AggregateNode):
         src = resolve(op.parent)
         needed = [op.key] + sorted({c for _, fn, c in op.aggs if c})

@@ -49,6 +49,9 @@ def export_table(spark, table, to_dir: str) -> dict:
     """``table``: a :class:`pipeline.sink.table.CommittedTable`. Upsert tables keep the newest row per key."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
+    from pipeline.sink.open_table import OpenFormatTable
+    if isinstance(table, OpenFormatTable) and table.exists():
+        return _export_open_table(spark, table, to_dir)
     chain = table.lineage()
     files = [(f.uri, e.checkpoint_id) for e in chain for f in e.files]
     if not files:
@@ -68,6 +71,21 @@ def export_table(spark, table, to_dir: str) -> dict:
         rows = spark.read.parquet(os.path.abspath(to_dir.removeprefix("file://"))).count()
     return {"table": table.table, "to": to_dir, "rows": rows, "files": len(files), "head": head.checkpoint_id,
             "lineage": [e.checkpoint_id for e in chain]}
+
+
+def _export_open_table(spark, table, to_dir: str) -> dict:
+    """An Iceberg/Delta sink: the data files of the table's current snapshot/version are exactly its rows."""
+    files = [(u, 0) for u in table.current_files()]
+    head = table.current_checkpoint()
+    if not files:
+        os.makedirs(os.path.abspath(to_dir.removeprefix("file://")), exist_ok=True)
+        return {"table": table.table, "to": to_dir, "rows": 0, "files": 0, "head": head,
+                "format": table.format_name, "version": table.version_id()}
+    df = files_with_tag_dataframe(spark, files, table.table_schema()).drop("_txn")
+    _write(df, to_dir)
+    rows = spark.read.parquet(os.path.abspath(to_dir.removeprefix("file://"))).count()
+    return {"table": table.table, "to": to_dir, "rows": rows, "files": len(files), "head": head,
+            "format": table.format_name, "version": table.version_id()}
 
 
 def export_state(spark, snapshot, operator_uid: str, to_dir: str) -> dict:

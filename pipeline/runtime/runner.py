@@ -212,10 +212,12 @@ class JobRunner:
                 self._sink(sink).recover_and_commit(md)
 
     def _table(self, table: str):
-        from pipeline.sink.table import CommittedTable
+        from pipeline.sink.formats import open_sink_table, resolve_format
         if table not in self.job.sink_tables():
             raise ConfigError(f"job {self.job.name!r} has no sink table {table!r} (has {self.job.sink_tables()})")
-        return CommittedTable(self.sink_fio, self.config.sink_uri, self.job.name, table)
+        s = next(s for s in self.job.sinks() if s.table == table)
+        return open_sink_table(self.sink_fio, self.config, self.job.name, table, mode=s.mode, key=s.key,
+                               fmt=resolve_format(table, s.format, self.config.sink_format))
 
     def _sink(self, sink: SinkNode):
         from pipeline.sink.two_phase import TwoPhaseCommitSink
@@ -823,6 +825,8 @@ class JobRunner:
                             parent_handles={}, state_prefix="", output_prefix="", output_name="", file_tag="",
                             ttl_cutoff_us=None, ack_prefix="" if consumers else None)
             df, _schema = operator_dataframe(spark, self.job, op, inputs, io)
+            for s in sinks:  # open table formats: create the table, or refuse an incompatible schema change
+                getattr(self._table(s.table), "prepare", lambda _schema: None)(_schema)
             if consumers:
                 inputs[nid] = df
             steps.append((op, sinks, consumers, df))
