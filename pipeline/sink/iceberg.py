@@ -168,18 +168,7 @@ class IcebergTable(OpenFormatTable):
         if entry.files:
             tbl.add_files(self._uris(entry), snapshot_properties=props, check_duplicate_files=False)
         else:  # an empty snapshot still records that the table has checkpoint n
-            tbl.append(schema.empty_table(), snapshot_properties=props)
-            if self.current_checkpoint() != entry.checkpoint_id:
-                self._empty_marker_snapshot(tbl, props)
-
-    def _empty_marker_snapshot(self, tbl, props: dict[str, str]) -> None:
-        # pyiceberg skips appends of no rows; a delete that matches nothing writes no snapshot either:
-        # an overwrite of nothing with an always-false filter gives a snapshot carrying only the markers
-        from pyiceberg.expressions import AlwaysFalse
-        with tbl.transaction() as tx:
-            with tx.update_snapshot(snapshot_properties=props).overwrite() as snap:
-                del snap  # no files added or removed
-        del AlwaysFalse
+            tbl.append(schema.empty_table(), snapshot_properties=props)  # pyiceberg writes a snapshot of no files
 
     def upsert_files(self, entry: CommitEntry, schema: pa.Schema) -> None:
         from pyiceberg.table.upsert_util import create_match_filter
