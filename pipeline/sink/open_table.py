@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 from pipeline.checkpoint.ack import AckResult
 from pipeline.exceptions import IncompatibleSinkSchemaError, SinkError
+from pipeline.faults import fault_point
 from pipeline.sink.table import CommitEntry, CommittedTable
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -178,6 +179,7 @@ class OpenFormatTable(CommittedTable):
     def commit(self, entry: CommitEntry) -> AckResult:
         # Step 1: Epochal's own lineage index
         logged = super().commit(entry)
+        fault_point("after_commit_log_before_table_commit")
         n, p = entry.checkpoint_id, entry.parent_id
         file_schema = self._file_schema(entry)
         if not self.exists():

@@ -10,7 +10,7 @@ import glob
 import os
 import sys
 
-__all__ = ["duckdb_read", "main"]
+__all__ = ["duckdb_read", "read_in_child", "main"]
 
 
 def _load(con, package: str) -> None:
@@ -50,3 +50,22 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def read_in_child(fmt: str, location: str, out_dir) -> "pd.DataFrame":  # noqa: F821
+    """Run :func:`duckdb_read` in a child Python process and return its rows as pandas."""
+    import itertools
+    import subprocess
+    from pathlib import Path
+
+    import pandas as pd
+    out_dir = Path(out_dir)
+    for i in itertools.count():
+        out = out_dir / f"duckdb-read-{i}.parquet"
+        if not out.exists():
+            break
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")])}
+    subprocess.run([sys.executable, "-m", "pipeline.testing.table_readers", fmt, location, str(out)], check=True,
+                   env=env, timeout=300)
+    return pd.read_parquet(out)
