@@ -239,7 +239,9 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
                     if table in assets:
                         events[assets[table]].extra = {"job": job.name, "table": table,
                                                        "checkpoint_id": res.checkpoint_id, "epoch": res.epoch,
-                                                       "rows_in_checkpoint": info.get("rows_committed_in_checkpoint")}
+                                                       "rows_in_checkpoint": info.get("rows_committed_in_checkpoint"),
+                                                       "format": info.get("format"),
+                                                       "table_version": info.get("table_version")}
             return res.to_dict()
 
         @task(task_id="validate", doc_md="Verify the checkpoint files, positions and the sink lineage.")

@@ -239,12 +239,11 @@ class Orchestrator:
         return self.store.latest()
 
     def _sinks(self):
-        from pipeline.sink.table import CommittedTable
         from pipeline.sink.two_phase import TwoPhaseCommitSink
         r = self.runner
         out = []
         for s in r.job.sinks():
-            table = CommittedTable(r.sink_fio, self.config.sink_uri, r.job.name, s.table)
+            table = r._table(s.table)  # the sink's format (Iceberg / Delta / Epochal's commit log)
             out.append((s, table, TwoPhaseCommitSink(table, mode=s.mode, key=list(s.key))))
         return out
 
@@ -381,7 +380,7 @@ class Orchestrator:
                                   "head": head.checkpoint_id, "lineage_length": len(chain),
                                   "rows_committed_in_checkpoint": entry_head.rows,
                                   "files_in_checkpoint": len(entry_head.files), "mode": sink.mode,
-                                  "uri": table.table_uri}
+                                  "uri": table.table_uri, **_table_version(table)}
             if res is AckResult.SUCCESS:
                 self.echo(f"commit: table {sink.table}: committed checkpoint {head.checkpoint_id} "
                           "(recovered: the previous task stopped between _metadata and the commit)")
@@ -510,3 +509,11 @@ class Orchestrator:
             raise ValidationError(f"validation of {checkpoint or 'the newest checkpoint'} of job "
                                   f"{self.job_name!r} failed: {outcome.summary}")
         return outcome.to_dict()
+
+
+def _table_version(table) -> dict[str, Any]:
+    """Format and current snapshot id / version of an Iceberg or Delta sink (for the sink's Asset event)."""
+    from pipeline.sink.open_table import OpenFormatTable
+    if not isinstance(table, OpenFormatTable) or not table.exists():
+        return {"format": "epochal"}
+    return {"format": table.format_name.lower(), "table_version": table.version_id()}
