@@ -106,6 +106,9 @@ class DeltaLakeTable(OpenFormatTable):
         return bool(self._dt().file_uris())
 
     def find(self, checkpoint_id: int) -> int | None:
+        tv = self.transaction_version()
+        if tv is None or tv < checkpoint_id:
+            return None  # the txn version is the newest checkpoint ever committed: n never was (no log scan)
         for h in self._history():
             if (h.get(MARK_JOB) == self.job and h.get(MARK_CHECKPOINT) == str(checkpoint_id)
                     and h.get("operation") != "RESTORE"):
