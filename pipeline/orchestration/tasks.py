@@ -243,7 +243,7 @@ class Orchestrator:
         r = self.runner
         out = []
         for s in r.job.sinks():
-            table = r._table(s.table)  # the sink's format (Iceberg / Delta / Epochal's commit log)
+            table = r.ctx.table(s.table)  # the sink's format (Iceberg / Delta / Epochal's commit log)
             out.append((s, table, TwoPhaseCommitSink(table, mode=s.mode, key=list(s.key))))
         return out
 

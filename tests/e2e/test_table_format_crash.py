@@ -55,7 +55,7 @@ def _crash_and_check(fmt: str, root: str, tmp_path: Path) -> None:
     exp_j, exp_t = oracle(src, latest.epoch)
     for table, exp, cols, by in (("delivered", exp_j, ["ship_id", "carrier", "weight"], "ship_id"),
                                  ("carrier_totals", exp_t, ["carrier", "n", "kg"], "carrier")):
-        t = runner._table(table)
+        t = runner.table(table)
         assert t.current_checkpoint() == latest.checkpoint_id, table
         loc = t.metadata_location() if fmt == "iceberg" else t.table_uri
         got = read_in_child(fmt, loc, tmp_path)[cols].sort_values(by).reset_index(drop=True)

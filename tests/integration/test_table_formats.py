@@ -32,7 +32,7 @@ def duck(fmt: str, location: str, tmp: Path) -> pd.DataFrame:
 
 
 def location(runner: JobRunner, table: str) -> str:
-    t = runner._table(table)
+    t = runner.table(table)
     return t.metadata_location() if t.format_name == "Iceberg" else t.table_uri
 
 
@@ -59,13 +59,13 @@ def test_exactly_once_rewind_and_engine_reads(tmp_path, fmt):
     r = make_runner(tmp_path, src, fmt)
     r.run(2)
     check(r, fmt, src, tmp_path, first + 1)
-    tbl = r._table("delivered")
+    tbl = r.table("delivered")
     cur = tbl.current_checkpoint()
     assert cur == r.coordinator.store.latest().checkpoint_id
     # recover-and-commit of the same checkpoint: the table already has it (its own markers) -> nothing twice
     md = r.coordinator.store.latest().metadata
     before = tbl.version_id()
-    r._recover_sinks(md)
+    r.ctx.recover_sinks(md)
     assert tbl.version_id() == before
     r.run(2)
     check(r, fmt, src, tmp_path, first + 3)
