@@ -52,7 +52,7 @@ def list_checkpoints(runner) -> list[dict[str, Any]]:
 
 def show_checkpoint(runner, ref: str) -> dict[str, Any]:
     """Full detail of one checkpoint (id) or savepoint (URI): barriers, positions, per-operator acks."""
-    cp = runner._load_snapshot(ref)
+    cp = runner.load_snapshot(ref)
     md = cp.metadata
     d = checkpoint_summary(cp)
     d["positions"] = {s: {p: [pos.seq, pos.row] for p, pos in parts.items()} for s, parts in md.positions.items()}
