@@ -35,8 +35,14 @@ from pipeline.checkpoint.ids import CheckpointIdCounter, default_runner_id
 from pipeline.checkpoint.pending import PendingCheckpoint, PendingManifest, PendingState
 from pipeline.checkpoint.stats import TaskMetrics
 from pipeline.checkpoint.store import DEFAULT_RETAINED, CompletedCheckpointStore
-from pipeline.exceptions import (CheckpointDeclinedError, CheckpointError, CheckpointFencedError,
-                                 CorruptCheckpointError, StorageError, TooManyFailedCheckpointsError)
+from pipeline.exceptions import (
+    CheckpointDeclinedError,
+    CheckpointError,
+    CheckpointFencedError,
+    CorruptCheckpointError,
+    StorageError,
+    TooManyFailedCheckpointsError,
+)
 from pipeline.fileio import FileIO, join_uri
 from pipeline.layout import METADATA_FILE, JobLayout
 

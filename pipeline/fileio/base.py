@@ -1,6 +1,7 @@
 """The FileIO port: the protocol every storage implementation satisfies, and helpers shared by them."""
 from __future__ import annotations
 
+import builtins
 import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -37,7 +38,7 @@ class FileIO(Protocol):
 
     def list(self, prefix_uri: str, *, recursive: bool = True) -> list[FileInfo]: ...
 
-    def list_dirs(self, prefix_uri: str) -> list[str]: ...
+    def list_dirs(self, prefix_uri: str) -> builtins.list[str]: ...
 
     def delete(self, uri: str) -> None: ...
 

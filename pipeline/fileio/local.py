@@ -9,13 +9,14 @@ exactly as the caller spelled it.
 """
 from __future__ import annotations
 
+import builtins
 import os
 import uuid
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from pipeline.exceptions import ConditionalWriteError, ObjectNotFoundError, StorageError
-from pipeline.fileio.base import TMP_MARK, FileInfo, dir_prefix, is_tmp
+from pipeline.fileio.base import TMP_MARK, FileInfo, is_tmp
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow
@@ -181,7 +182,7 @@ class LocalFileIO:
         out.sort(key=lambda fi: fi.uri)
         return out
 
-    def list_dirs(self, prefix_uri: str) -> list[str]:
+    def list_dirs(self, prefix_uri: str) -> builtins.list[str]:
         base = self.path_of(prefix_uri).rstrip("/") or "/"
         if not os.path.isdir(base):
             return []

@@ -7,6 +7,7 @@ code and unit tests, not for a job's data plane.
 """
 from __future__ import annotations
 
+import builtins
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -163,7 +164,7 @@ class InMemoryFileIO:
             items = [(k, n) for k, n in items if "/" not in k[len(pre):]]
         return [FileInfo(k, n) for k, n in sorted(items)]
 
-    def list_dirs(self, prefix_uri: str) -> list[str]:
+    def list_dirs(self, prefix_uri: str) -> builtins.list[str]:
         pre = dir_prefix(self._check(prefix_uri))
         with self._lock:
             keys = [k[len(pre):] for k in self._objects if k.startswith(pre)]

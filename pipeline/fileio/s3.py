@@ -9,6 +9,7 @@ every task is cheap. boto3 and pyarrow.fs are imported on first use (import cost
 """
 from __future__ import annotations
 
+import builtins
 import os
 import threading
 from dataclasses import dataclass
@@ -210,7 +211,7 @@ class S3FileIO:
         out.sort(key=lambda fi: fi.uri)
         return out
 
-    def list_dirs(self, prefix_uri: str) -> list[str]:
+    def list_dirs(self, prefix_uri: str) -> builtins.list[str]:
         names: list[str] = []
         for page in self._pages(prefix_uri, "/"):
             for cp in page.get("CommonPrefixes", []) or []:

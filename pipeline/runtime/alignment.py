@@ -40,9 +40,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
-from pipeline.barriers import (AbortCheckpoint, AllBarriersReceived, AlignedBarrierHandler, BarrierTracker,
-                               CheckpointBarrier, CheckpointOptions, CheckpointType, Decision, PersistInFlight,
-                               TriggerCheckpoint, TriggerMode, create_barrier_handler)
+from pipeline.barriers import (
+    AbortCheckpoint,
+    AlignedBarrierHandler,
+    AllBarriersReceived,
+    BarrierTracker,
+    CheckpointBarrier,
+    CheckpointOptions,
+    CheckpointType,
+    Decision,
+    PersistInFlight,
+    TriggerCheckpoint,
+    TriggerMode,
+    create_barrier_handler,
+)
 from pipeline.barriers.handler import BaseBarrierHandler
 from pipeline.checkpoint.handles import Position
 from pipeline.exceptions import CheckpointError, ConfigError

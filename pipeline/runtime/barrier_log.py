@@ -11,6 +11,7 @@ lateness; after that it is *idle* and its barrier is its end (everything it has)
 from __future__ import annotations
 
 import json
+from typing import Mapping
 
 from pipeline.checkpoint.handles import Position
 from pipeline.exceptions import ConditionalWriteError, ObjectNotFoundError
@@ -22,7 +23,7 @@ from pipeline.source.planner import barrier_position, end_position
 __all__ = ["BarrierLog", "Barriers"]
 
 #: ``{source: {partition: Position}}``; ``None`` for a lagging partition (unaligned-from-the-start only)
-Barriers = dict[str, dict[str, object]]
+Barriers = Mapping[str, Mapping[str, Position | None]]
 
 
 class BarrierLog:
@@ -37,7 +38,7 @@ class BarrierLog:
     def is_logged(self, epoch: int) -> bool:
         return self.ctx.ckpt_fio.exists(self.uri(epoch))
 
-    def logged(self, epoch: int) -> Barriers | None:
+    def logged(self, epoch: int) -> dict[str, dict[str, Position]] | None:
         """Barrier ``epoch`` from the write-ahead barrier log, None if it is not logged (yet)."""
         try:
             doc = json.loads(self.ctx.ckpt_fio.read_bytes(self.uri(epoch)))
@@ -45,7 +46,7 @@ class BarrierLog:
             return None
         return {s: {p: Position.from_dict(v) for p, v in parts.items()} for s, parts in doc["barriers"].items()}
 
-    def barriers_for(self, epoch: int, summaries, cursor: Cursor) -> Barriers | None:
+    def barriers_for(self, epoch: int, summaries, cursor: Cursor) -> dict[str, dict[str, Position]] | None:
         """Barrier n positions per source partition from the write-ahead barrier log (written first if
         new). None while a partition lags (no row >= end of epoch and the clock has not passed the end
         plus the allowed lateness)."""
@@ -56,7 +57,7 @@ class BarrierLog:
             return logged
         end = ctx.epochs.end_us(epoch)
         idle_ok = ctx.clock.now_us() >= end + ctx.config.allowed_lateness_seconds * 1_000_000
-        out: dict[str, dict[str, object]] = {}
+        out: dict[str, dict[str, Position]] = {}
         idle: dict[str, list[str]] = {}
         for src, parts in summaries.items():
             out[src] = {}

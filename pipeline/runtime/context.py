@@ -144,7 +144,7 @@ class RuntimeContext:
     def cleanup_sink_garbage(self) -> None:
         """Delete staged sink output of aborted/crashed checkpoints. Spares completed checkpoints (their
         commit may still be recovered) and the newest claimed id (a runner may still be working on it)."""
-        protect = set(self.coordinator.store.ids())
+        protect: set[int] = set(self.coordinator.store.ids())
         newest = self.coordinator.counter.latest_claimed()
         for sink in self.job.sinks():
             try:

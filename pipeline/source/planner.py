@@ -421,7 +421,7 @@ def _read_group_ts(s: FileSummary, group: int, fileio: "FileIO | None") -> np.nd
             col = table.column(INGEST_TS) if INGEST_TS in table.column_names else None
     except StorageError as e:
         raise _io_error(f, e) from e
-    except CONTENT_ERRORS as e:
+    except CONTENT_ERRORS:
         # footer was fine, the column is not: no usable timestamps here (the reader dead-letters the rows)
         arr = np.full(s.row_groups[group].rows, NO_TS, dtype=np.int64)
         _remember_ts(key, arr)

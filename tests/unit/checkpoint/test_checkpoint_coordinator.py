@@ -6,10 +6,15 @@ import pytest
 from pipeline.checkpoint.ack import AckResult
 from pipeline.checkpoint.coordinator import CheckpointCoordinator
 from pipeline.checkpoint.failure import CheckpointFailureReason as R
-from pipeline.checkpoint.handles import FileHandle, Position, StateHandle
+from pipeline.checkpoint.handles import Position
 from pipeline.checkpoint.pending import PendingManifest
-from pipeline.exceptions import (CheckpointDeclinedError, CheckpointError, CheckpointFencedError, StorageError,
-                                 TooManyFailedCheckpointsError)
+from pipeline.exceptions import (
+    CheckpointDeclinedError,
+    CheckpointError,
+    CheckpointFencedError,
+    StorageError,
+    TooManyFailedCheckpointsError,
+)
 from pipeline.fileio import LocalFileIO, join_uri, sha256_of
 
 pytestmark = pytest.mark.unit

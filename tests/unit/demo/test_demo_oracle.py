@@ -154,8 +154,15 @@ def test_oracle_imports_nothing_from_the_pipeline():
 def test_reader_and_oracle_agree_on_generated_data_with_bad_records(tmp_path):
     """Plan + read every split with the pipeline's source code, join, and compare with the oracle."""
     from pipeline.checkpoint.handles import Position
-    from pipeline.source import (dead_letter_counts, end_position, list_source_files, make_split_reader,
-                                 plan_segments, read_split_table, summarize_source)
+    from pipeline.source import (
+        dead_letter_counts,
+        end_position,
+        list_source_files,
+        make_split_reader,
+        plan_segments,
+        read_split_table,
+        summarize_source,
+    )
 
     root = (tmp_path / "gen").as_uri()
     dl = (tmp_path / "dl").as_uri()

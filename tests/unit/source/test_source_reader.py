@@ -5,16 +5,20 @@ import pickle
 
 import pyarrow as pa
 import pytest
+from srchelpers import BASE, SCHEMA, TS, iso, rows_table, write_bytes, write_jsonl, write_parquet
 
 from pipeline.checkpoint.handles import Position
 from pipeline.exceptions import ConfigError, MalformedInputError, SourceError
 from pipeline.fileio import LocalFileIO, file_io_for
 from pipeline.source.layout import list_source_files
 from pipeline.source.planner import Split, end_position, plan_segment, splits_table, summarize_source
-from pipeline.source.reader import (dead_letter_counts, dead_letter_uri, make_split_reader, read_split_table,
-                                    reader_output_schema)
-
-from srchelpers import BASE, SCHEMA, TS, iso, rows_table, write_bytes, write_jsonl, write_parquet
+from pipeline.source.reader import (
+    dead_letter_counts,
+    dead_letter_uri,
+    make_split_reader,
+    read_split_table,
+    reader_output_schema,
+)
 
 pytestmark = pytest.mark.unit
 
