@@ -1,4 +1,9 @@
-"""Checkpoint history, as ``checkpoints list|show`` (and the Airflow checkpoint view) present it."""
+"""Checkpoint history, as ``checkpoints list|show`` (and the Airflow checkpoint view) present it.
+
+(Formerly ``pipeline/inspect.py``, which shadowed the standard library's ``inspect`` when ``pipeline/`` was on
+``sys.path``, as under spark-submit. The Airflow view's projection, :mod:`pipeline.orchestration.history`, is
+still separate.)
+"""
 from __future__ import annotations
 
 from typing import Any
