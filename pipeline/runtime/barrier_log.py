@@ -18,7 +18,7 @@ from pipeline.exceptions import ConditionalWriteError, ObjectNotFoundError
 from pipeline.layout import JobLayout
 from pipeline.runtime.context import RuntimeContext
 from pipeline.runtime.cursor import Cursor
-from pipeline.source.planner import barrier_position, end_position
+from pipeline.source.planner import barrier_or_idle, barrier_position
 
 __all__ = ["BarrierLog", "Barriers"]
 
@@ -56,17 +56,16 @@ class BarrierLog:
         if logged is not None:
             return logged
         end = ctx.epochs.end_us(epoch)
-        idle_ok = ctx.clock.now_us() >= end + ctx.config.allowed_lateness_seconds * 1_000_000
+        now, lateness = ctx.clock.now_us(), ctx.config.allowed_lateness_seconds * 1_000_000
         out: dict[str, dict[str, Position]] = {}
         idle: dict[str, list[str]] = {}
         for src, parts in summaries.items():
             out[src] = {}
             for p, ss in sorted(parts.items()):
-                pos = barrier_position(ss, end, fileio=ctx.src_fio)
-                if pos is None:
-                    if not idle_ok:
-                        return None
-                    pos = end_position(ss)
+                pos, is_idle = barrier_or_idle(ss, end, now_us=now, allowed_lateness_us=lateness, fileio=ctx.src_fio)
+                if pos is None:  # lagging
+                    return None
+                if is_idle:
                     start = cursor.positions.get(src, {}).get(str(p))
                     if start is not None and (start.seq, start.row) > (pos.seq, pos.row):
                         pos = start  # everything of this partition was consumed already
