@@ -195,3 +195,12 @@ def test_reader_and_oracle_agree_on_generated_data_with_bad_records(tmp_path):
     report = oracle.compare(exp, paid, rev)
     assert report.ok, report.to_dict()
     assert exp.stats["orders"]["bad_rows"] == 3 and exp.stats["payments"]["bad_rows"] == 2
+
+
+def test_oracle_schemas_equal_the_jobs():
+    """The oracle's own copy of the schemas (independence) equals the one definition the job and generator use."""
+    from pipeline.demo import generate
+    from pipeline.jobs import orders_payments as job
+
+    assert oracle.ORDERS_SCHEMA.equals(job.ORDERS_SCHEMA) and oracle.PAYMENTS_SCHEMA.equals(job.PAYMENTS_SCHEMA)
+    assert generate.ORDERS_SCHEMA is job.ORDERS_SCHEMA and generate.PAYMENTS_SCHEMA is job.PAYMENTS_SCHEMA
