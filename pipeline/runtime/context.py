@@ -15,6 +15,7 @@ import logging
 import time
 from typing import Any, Callable
 
+from pipeline.barriers.events import CheckpointingMode
 from pipeline.checkpoint.coordinator import CheckpointCoordinator
 from pipeline.clock import Clock, clock_from_iso
 from pipeline.config import PipelineConfig
@@ -71,7 +72,7 @@ class RuntimeContext:
         if not self.job.operators():
             raise ConfigError(f"job {self.job.name!r} has no stateful operator")
         joins = [o for o in self.job.operators() if isinstance(o, JoinNode)]
-        if self.config.checkpoint_mode == "at_least_once" or self.config.unaligned:
+        if self.config.checkpoint_mode == CheckpointingMode.AT_LEAST_ONCE or self.config.unaligned:
             what = ("PIPELINE_UNALIGNED=true" if self.config.unaligned
                     else f"PIPELINE_CHECKPOINT_MODE={self.config.checkpoint_mode}")
             if len(joins) > 1:
