@@ -11,6 +11,7 @@ Fixtures:
     local_root    a fresh ``file://`` root in ``tmp_path``
     memory_root   a fresh ``memory://`` root (InMemoryFileIO)
     any_root      parametrised over all three: ``(FileIO, root URI)`` - for suites that must pass on each
+    data_root     local and S3 only: roots that Spark tasks in other processes can reach (dead letters, ...)
 """
 from __future__ import annotations
 
@@ -77,5 +78,16 @@ def any_root(request):
         return LocalFileIO(), request.getfixturevalue("local_root")
     if request.param == "memory":
         return InMemoryFileIO(), request.getfixturevalue("memory_root")
+    request.node.add_marker(pytest.mark.s3)
+    return S3FileIO(), request.getfixturevalue("s3_root")
+
+
+@pytest.fixture(params=["local", "s3"])
+def data_root(request):
+    """``(fileio, root_uri)`` on LocalFileIO and S3FileIO (moto): roots the data plane (Spark tasks) can use."""
+    from pipeline.fileio import LocalFileIO, S3FileIO
+
+    if request.param == "local":
+        return LocalFileIO(), request.getfixturevalue("local_root")
     request.node.add_marker(pytest.mark.s3)
     return S3FileIO(), request.getfixturevalue("s3_root")

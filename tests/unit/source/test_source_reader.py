@@ -118,8 +118,8 @@ def test_reader_config_errors(dl):
 
 
 # ------------------------------------------------------------------------------------------------ bad input
-def test_unreadable_parquet_is_dead_lettered_whole(any_root, tmp_path):
-    _, root = any_root
+def test_unreadable_parquet_is_dead_lettered_whole(data_root, tmp_path):
+    _, root = data_root
     dl = root + "/dl"
     uri = write_bytes(root, "orders", 3, 5, b"PAR1 not parquet at all PAR1")
     split = Split("orders", 3, 5, uri, "parquet", 0, None)  # as planned: corrupt, whole file
