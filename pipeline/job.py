@@ -28,9 +28,10 @@ import pyarrow as pa
 from pipeline.exceptions import ConfigError
 
 __all__ = ["Job", "Stream", "SourceNode", "MapNode", "JoinNode", "AggregateNode", "SinkNode",
-           "AGG_FUNCTIONS", "INTERNAL_COLUMNS"]
+           "AGG_FUNCTIONS", "JOIN_TYPES", "INTERNAL_COLUMNS"]
 
 AGG_FUNCTIONS = ("count", "sum", "min", "max")
+JOIN_TYPES = ("inner", "left", "right", "full")
 INTERNAL_COLUMNS = ("_ingest_ts",)
 _UID = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{0,63}$")
 
@@ -52,7 +53,9 @@ class MapNode:
 
 @dataclass(frozen=True, slots=True)
 class JoinNode:
-    """Inner equi-join of two streams; each side is held in keyed state until matched (or TTL)."""
+    """Stream-stream equi-join: every pair of rows with equal keys, once, while the older is within the TTL
+    (see ``docs/operators.md``). Each side is held in keyed state until TTL expiry (or, with ``unique``,
+    until matched)."""
 
     uid: str
     left: int
@@ -60,6 +63,8 @@ class JoinNode:
     on: str
     ttl_seconds: int | None  # None: job default (PIPELINE_STATE_TTL_SECONDS)
     output: tuple[str, ...] | None  # column order of the joined rows; None: key, left, right
+    how: str = "inner"       # inner | left | right | full
+    unique: str = "none"     # none | left | right | both: sides whose keys are declared unique
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,12 +103,22 @@ class Stream:
             raise ConfigError("select() needs at least one expression")
         return self.job._add(MapNode(self.node, "select", tuple(exprs)))
 
-    def join(self, other: "Stream", *, on: str, uid: str, ttl_seconds: int | None = None,
-             output: Sequence[str] | None = None) -> "Stream":
+    def join(self, other: "Stream", *, on: str, uid: str, how: str = "inner", unique: str | None = None,
+             ttl_seconds: int | None = None, output: Sequence[str] | None = None) -> "Stream":
+        """Stream-stream equi-join on column ``on``. ``how``: inner, left, right, full (an unmatched outer row is
+        emitted with nulls when it expires from state). ``unique``: None, "left", "right" or "both" declares
+        keys unique on that side, so matched rows of the other side leave state; a violating row goes to the
+        dead-letter location (or fails the epoch, ``PIPELINE_BAD_RECORDS=fail``)."""
         if other.job is not self.job:
             raise ConfigError("cannot join streams of different jobs")
+        if how not in JOIN_TYPES:
+            raise ConfigError(f"join {uid!r}: how={how!r}; use one of {JOIN_TYPES}")
+        if unique not in (None, "none", "left", "right", "both"):
+            raise ConfigError(f"join {uid!r}: unique={unique!r}; use None, 'left', 'right' or 'both'")
+        if ttl_seconds is not None and ttl_seconds < 0:
+            raise ConfigError(f"join {uid!r}: ttl_seconds must be >= 0 (0: no expiry)")
         return self.job._add(JoinNode(self.job._uid(uid), self.node, other.node, on, ttl_seconds,
-                                      tuple(output) if output else None))
+                                      tuple(output) if output else None, how, unique or "none"))
 
     def aggregate(self, *, uid: str, key: str, aggs: Mapping[str, tuple[str, str | None]]) -> "Stream":
         spec = []

@@ -22,6 +22,11 @@ from pipeline.runtime.routing import shuffle_to_subtasks
 __all__ = ["OperatorIO", "operator_dataframe", "collect_handles", "fresh_dataframe", "split_dataframe", "task_count",
            "files_dataframe", "spark_schema", "rethrow_task_error"]
 
+#: columns the runtime adds to records (source positions, routing and alignment flags): never user data
+_INTERNAL = frozenset(["_source", "_partition", "_seq", "_row", "_park", "_kg", "_side", "_subtask", "_route",
+                       "_matched"])
+
+
 def spark_schema(schema: pa.Schema):
     from pyspark.sql.pandas.types import from_arrow_schema
     return from_arrow_schema(schema)
@@ -169,6 +174,8 @@ class OperatorIO:
     replay_handles: dict | None = None  # join: {"left"/"right": [file handles]} in-flight data to replay first
     channel_prefix: str | None = None   # join: where rows flagged ``_park`` are written as channel state
     prior_output: tuple = ()            # upsert sink: output files staged in earlier rounds of this checkpoint
+    bad_records: str = "dead_letter"    # plan-time: the bad-records policy (operators' declaration violations)
+    dead_letter_root: str | None = None  # plan-time
 
 
 def rethrow_task_error(e: Exception) -> None:
@@ -206,13 +213,21 @@ def operator_dataframe(spark, job: Job, op, inputs: dict[int, object], io: Opera
             if op.on not in d.columns or "_ingest_ts" not in d.columns:
                 raise ConfigError(f"join {op.uid}: {side} input needs columns {op.on!r} and _ingest_ts, has {d.columns}")
         # "_park" (unaligned checkpoints only) flags rows in flight at the join: a routing flag, not data
-        lcols = tuple(c for c in left.columns if c != "_park")
-        rcols = tuple(c for c in right.columns if c != "_park")
+        # internal columns (source positions, routing flags) are not the user's: never joined, never output
+        lcols = tuple(c for c in left.columns if c not in _INTERNAL)
+        rcols = tuple(c for c in right.columns if c not in _INTERNAL)
+        left, right = left.select(*lcols, *(["_park"] if "_park" in left.columns else [])), \
+            right.select(*rcols, *(["_park"] if "_park" in right.columns else []))
         clash = (set(lcols) & set(rcols)) - {op.on, "_ingest_ts"}
         if clash:
-            raise ConfigError(f"join {op.uid}: both inputs have columns {sorted(clash)}; rename with select()")
+            raise ConfigError(f"join {op.uid}: both inputs have columns {sorted(clash)}; rename them on one side "
+                              f"with select() (e.g. select('{sorted(clash)[0]} AS right_{sorted(clash)[0]}', ...))")
         output = op.output or tuple([op.on] + [c for c in lcols if c not in (op.on, "_ingest_ts")]
                                     + [c for c in rcols if c not in (op.on, "_ingest_ts")])
+        unknown = [c for c in output if c not in lcols and c not in rcols]
+        if unknown:
+            raise ConfigError(f"join {op.uid}: output columns {unknown} are in neither input "
+                              f"(left has {list(lcols)}, right has {list(rcols)})")
         lsch = arrow_schema_of(left.drop("_park") if "_park" in left.columns else left)
         rsch = arrow_schema_of(right.drop("_park") if "_park" in right.columns else right)
         kg = key_group_expr(op.on, MP)
@@ -221,14 +236,16 @@ def operator_dataframe(spark, job: Job, op, inputs: dict[int, object], io: Opera
         both = l2.unionByName(r2, allowMissingColumns=True).withColumn("_subtask", subtask_expr("_kg", MP, P))
         shuffled = shuffle_to_subtasks(both, spark, "_subtask", P)
         joined = {**{f.name: f for f in lsch}, **{f.name: f for f in rsch}}
-        out_schema = pa.schema([joined[c] for c in output])
+        # outer joins emit nulls for the other side: every output column is nullable
+        out_schema = pa.schema([joined[c].with_nullable(True) for c in output])
         # chained: only the columns the consumers read flow on (the sink file still gets every column)
         read = job.columns_read(job.node_id(op)) if io.ack_prefix is not None else None
         flow_schema = out_schema if read is None else pa.schema([f for f in out_schema if f.name.lower() in read])
         spec = JoinTaskSpec(op.uid, io.checkpoint, op.on, lcols, rcols, output, P, MP, io.ttl_cutoff_us,
                             io.parent_handles, io.state_prefix, io.output_prefix, io.output_name, io.file_tag,
                             lsch, rsch, out_schema, io.ack_prefix, io.replay_handles or {}, io.channel_prefix,
-                            flow_schema)
+                            flow_schema, how=op.how, unique=op.unique, bad_records=io.bad_records,
+                            dead_letter_root=io.dead_letter_root, job=job.name)
         result = shuffled.mapInArrow(make_join_task(spec), HANDLE_DDL if io.ack_prefix is None else schema_ddl(flow_schema))
         out_schema = flow_schema
     elif isinstance(op, AggregateNode):

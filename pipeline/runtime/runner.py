@@ -565,6 +565,10 @@ class JobRunner:
             self.ckpt_fio.write_bytes(f"{pending.location}/rounds/{rnd}/_plan.json",
                                       (json.dumps(plan, indent=1) + "\n").encode(), if_none_match=True)
             rows = self._process_round(pending, rnd, P, working, segments, epoch, parked=parked, staged=staged)
+            for h in rows:  # operators' dead letters (e.g. a join's ``unique`` violated), per operator
+                if h["kind"] == "dead_letter" and h["rows"]:
+                    name = f"operator={h['operator']}"
+                    dead_letters[name] = dead_letters.get(name, 0) + int(h["rows"])
             for table in staged:
                 out = [h for h in rows if h["kind"] == "output" and h["name"] == table and h["uri"]]
                 if table in merged_upserts:  # the aggregate rewrote its earlier output of this checkpoint merged
@@ -821,7 +825,8 @@ class JobRunner:
             # placeholders: the tasks take this round's values from the local property of the operator
             io = OperatorIO(checkpoint="chk-?", parallelism=P, max_parallelism=self.max_parallelism,
                             parent_handles={}, state_prefix="", output_prefix="", output_name="", file_tag="",
-                            ttl_cutoff_us=None, ack_prefix="" if consumers else None)
+                            ttl_cutoff_us=None, ack_prefix="" if consumers else None,
+                            bad_records=self.config.bad_records, dead_letter_root=self.dead_letter_root)
             df, _schema = operator_dataframe(spark, self.job, op, inputs, io)
             if consumers:
                 inputs[nid] = df
