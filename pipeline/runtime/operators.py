@@ -79,6 +79,9 @@ def _emit(rows: list[dict], out: pa.Table | None, out_schema: pa.Schema, fio, ac
         yield from out.select(out_schema.names).cast(out_schema).to_batches(max_chunksize=50_000)
 
 
+emit_handles = _emit  # for operator task modules (see pipeline.runtime.operator_registry)
+
+
 def _collect(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:
     bs = [b for b in batches if b.num_rows]
     return pa.Table.from_batches(bs) if bs else None

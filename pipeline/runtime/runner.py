@@ -533,6 +533,8 @@ class JobRunner:
 
         rnd = 0
         dead_letters: dict[str, int] = {}
+        dropped: dict[str, int] = {}  # rows an operator dropped by design (deduplicate), per operator
+        self._dropped = dropped
         last_rows: list[dict] = []
         while True:
             t0 = time.perf_counter()
@@ -565,10 +567,12 @@ class JobRunner:
             self.ckpt_fio.write_bytes(f"{pending.location}/rounds/{rnd}/_plan.json",
                                       (json.dumps(plan, indent=1) + "\n").encode(), if_none_match=True)
             rows = self._process_round(pending, rnd, P, working, segments, epoch, parked=parked, staged=staged)
-            for h in rows:  # operators' dead letters (e.g. a join's ``unique`` violated), per operator
+            for h in rows:  # operators' dead letters (e.g. a join's ``unique`` violated) and dropped rows
                 if h["kind"] == "dead_letter" and h["rows"]:
                     name = f"operator={h['operator']}"
                     dead_letters[name] = dead_letters.get(name, 0) + int(h["rows"])
+                elif h["kind"] == "dropped" and h["rows"]:
+                    dropped[h["operator"]] = dropped.get(h["operator"], 0) + int(h["rows"])
             for table in staged:
                 out = [h for h in rows if h["kind"] == "output" and h["name"] == table and h["uri"]]
                 if table in merged_upserts:  # the aggregate rewrote its earlier output of this checkpoint merged
@@ -674,7 +678,7 @@ class JobRunner:
             dead_letters=dead_letters, rounds=last_round + 1,
             extra={"records": records, "round_records": [r.records for r in results if r.round <= last_round]
                    + ([records] if not results or results[-1].round < last_round else []),
-                   "alignment": alignment})
+                   "alignment": alignment, "dropped": dict(sorted(getattr(self, "_dropped", {}).items()))})
         fault_point("after_metadata_before_commit")
         self._recover_sinks(completed.metadata)  # notifyCheckpointComplete -> commit (idempotent)
         fault_point("after_commit")
@@ -715,8 +719,7 @@ class JobRunner:
         """Stateful operators that read the output of node ``nid`` (through stateless steps)."""
         out = []
         for op in self.job.operators():
-            ins = (op.left, op.right) if isinstance(op, JoinNode) else (op.parent,)
-            if any(self.job.chain_to(i)[0] == nid for i in ins):
+            if any(self.job.chain_to(i)[0] == nid for i in op.inputs):
                 out.append(op)
         return out
 
@@ -751,7 +754,7 @@ class JobRunner:
         for op, sinks, consumers, _df in steps:
             ack_prefix = f"{round_dir}/acks/{op.uid}" if consumers else None
             ttl = None
-            if isinstance(op, JoinNode):
+            if hasattr(op, "ttl_seconds"):  # operators with state TTL: the epoch's cutoff (docs/operators.md)
                 ttl_s = op.ttl_seconds if op.ttl_seconds is not None else ttl_default
                 ttl = self.epochs.end_us(epoch) - ttl_s * 1_000_000 if ttl_s else None
             io = OperatorIO(checkpoint=f"chk-{pending.checkpoint_id}", parallelism=P,

@@ -20,7 +20,7 @@ from pipeline.runtime.runner import JobRunner
 from pipeline.testing.jobproc import run_job_process
 
 sys.path.insert(0, str(Path(__file__).parent))
-from jobs.clicks_views import CLICKS, TTL, VIEWS, build, build_unique_views  # noqa: E402
+from jobs.clicks_views import CLICKS, TTL, VIEWS, build, build_dedup_join, build_unique_views  # noqa: E402
 
 pytestmark = [pytest.mark.spark]
 
@@ -98,7 +98,7 @@ def _committed(runner: JobRunner, tmp: Path) -> list[tuple]:
 
 def _cfg(tmp: Path, source: Path, name: str, **kw):
     return load_config(env={}, source_uri=source.as_uri(), checkpoint_uri=(tmp / name / "ckpt").as_uri(),
-                       sink_uri=(tmp / name / "sink").as_uri(), epoch_seconds=E, **{"parallelism": 2, **kw})
+                       sink_uri=(tmp / name / "sink").as_uri(), epoch_seconds=E, **{"parallelism": 2, "retained_checkpoints": 50, **kw})
 
 
 @pytest.mark.parametrize("how", ["inner", "full"])
@@ -148,3 +148,33 @@ def test_broken_unique_declaration_goes_to_dead_letters_and_stats(tmp_path, sour
     assert not bad & {g[2] for g in got}
     kept = v[~v["view_id"].isin(bad)]
     assert not kept.duplicated(["ad_id", "e"]).any()  # one view per ad per epoch survives the declaration
+
+
+def test_deduplicate_chained_into_join_equals_pandas(tmp_path, source):
+    """dedup -> join in one Spark job; oracle: a click is dropped iff an earlier kept click of its ad has
+    t >= end(e(click)) - ttl (and the click itself is not past that cutoff)."""
+    c, v = _frames(source)
+    kept, held = [], {}
+    cut_us = TTL * 1_000_000
+    for r in c.sort_values(["e", "ad_id", "t", "click_id"]).itertuples():
+        cut = (r.e + 1) * E * 1_000_000 - cut_us
+        if r.t >= cut and held.get(r.ad_id, -1) >= cut:
+            continue
+        kept.append(r)
+        if r.t >= cut:
+            held[r.ad_id] = r.t
+    k = pd.DataFrame(kept)
+    assert 0 < len(k) < len(c)  # some clicks really are dropped
+    m = k.merge(v, on="ad_id", suffixes=("_c", "_v"))
+    end = (np.maximum(m["e_c"], m["e_v"]) + 1) * E * 1_000_000
+    m = m[np.minimum(m["t_c"], m["t_v"]) >= end - cut_us]
+    want = {(r.ad_id, r.click_id, r.view_id) for r in m.itertuples()}
+    r = JobRunner(build_dedup_join(), _cfg(tmp_path, source, "dedup"), echo=lambda m: None)
+    r.run()
+    out = tmp_path / "export-dedup"
+    r.export("first_click_views", str(out))
+    t = pq.read_table(out).to_pandas()
+    got = [(a, b, c_) for a, b, c_ in t[["ad_id", "click_id", "view_id"]].itertuples(index=False)]
+    assert len(got) == len(set(got)) and set(got) == want
+    dropped = sum(cp.metadata.extra.get("dropped", {}).get("first_click", 0) for cp in r.coordinator.store.list())
+    assert dropped == len(c) - len(k)

@@ -31,3 +31,13 @@ def build_unique_views() -> Job:
     views = job.source("views", VIEWS, key="ad_id")
     clicks.join(views, on="ad_id", uid="cv_join", unique="right", ttl_seconds=TTL).sink("click_views")
     return job
+
+
+def build_dedup_join() -> Job:
+    """Chained stateful operators: the first click per ad within the TTL, joined with the views."""
+    job = Job("first_clicks", max_parallelism=16)
+    clicks = job.source("clicks", CLICKS, key="ad_id")
+    views = job.source("views", VIEWS, key="ad_id")
+    first = clicks.deduplicate(uid="first_click", key="ad_id", ttl_seconds=TTL)
+    first.join(views, on="ad_id", uid="fv_join", ttl_seconds=TTL).sink("first_click_views")
+    return job
