@@ -90,11 +90,14 @@ def _duplicates(new: pa.Table, held: pa.Table, key: str) -> tuple[pa.Table, pa.T
     if new.num_rows == 0:
         return new, new.slice(0, 0)
     clash = pc.fill_null(pc.is_in(new[key], value_set=held[key]), False) if held.num_rows else None
-    counts = new.group_by(key, use_threads=False).aggregate([([], "count_all")])
-    dup_keys = counts.filter(pc.greater(counts["count_all"], 1))[key]
+    if clash is not None and not pc.any(clash).as_py():
+        clash = None
+    if len(pc.unique(new[key])) == new.num_rows:  # fast path: no key repeats among the new rows
+        dup_keys = new[key].slice(0, 0)
+    else:
+        counts = new.group_by(key, use_threads=False).aggregate([([], "count_all")])
+        dup_keys = counts.filter(pc.greater(counts["count_all"], 1))[key]
     if clash is None and len(dup_keys) == 0:
-        return new, new.slice(0, 0)
-    if clash is not None and not pc.any(clash).as_py() and len(dup_keys) == 0:
         return new, new.slice(0, 0)
     bad = clash if clash is not None else pa.array([False] * new.num_rows)
     if len(dup_keys):
