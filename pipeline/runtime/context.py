@@ -122,7 +122,7 @@ class RuntimeContext:
         """Stateful operators that read the output of node ``nid`` (through stateless steps)."""
         out = []
         for op in self.job.operators():
-            ins = (op.left, op.right) if isinstance(op, JoinNode) else (op.parent,)
+            ins = op.inputs
             if any(self.job.chain_to(i)[0] == nid for i in ins):
                 out.append(op)
         return out

@@ -53,7 +53,8 @@ class CheckpointFinalizer:
 
     def finish(self, pending, snap, working: Cursor, rows: list[dict], staged: dict, results: list[RoundResult],
                dead_letters: dict, summaries, expected: dict, P: int, *, last_round: int, t0: float,
-               records: dict | None = None, backlog: dict | None = None) -> tuple[Cursor, list[RoundResult]]:
+               records: dict | None = None, backlog: dict | None = None,
+               dropped: dict | None = None) -> tuple[Cursor, list[RoundResult]]:
         """Checkpoint n is snapshotted (``snap``): acknowledge the tasks' handles of round ``last_round``
         with the alignment metrics, write ``_metadata`` (last), commit the sinks."""
         ctx = self.ctx
@@ -115,7 +116,7 @@ class CheckpointFinalizer:
             dead_letters=dead_letters, rounds=last_round + 1,
             extra={"records": records, "round_records": [r.records for r in results if r.round <= last_round]
                    + ([records] if not results or results[-1].round < last_round else []),
-                   "alignment": alignment})
+                   "alignment": alignment, "dropped": dict(sorted((dropped or {}).items()))})
         fault_point("after_metadata_before_commit")
 
         # Step 4: commit the sinks (notifyCheckpointComplete -> commit; idempotent)

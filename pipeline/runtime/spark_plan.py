@@ -76,7 +76,7 @@ class SparkPlan:
         for op, sinks, consumers, _df in steps:
             ack_prefix = round_acks_prefix(loc, rnd, op.uid) if consumers else None
             ttl = None
-            if isinstance(op, JoinNode):
+            if hasattr(op, "ttl_seconds"):  # operators with state TTL: the epoch's cutoff (docs/operators.md)
                 ttl_s = op.ttl_seconds if op.ttl_seconds is not None else ttl_default
                 ttl = ctx.epochs.end_us(epoch) - ttl_s * 1_000_000 if ttl_s else None
             io = OperatorIO(checkpoint=checkpoint_dir_name(cid), parallelism=P,
@@ -150,7 +150,8 @@ class SparkPlan:
             # placeholders: the tasks take this round's values from the local property of the operator
             io = OperatorIO(checkpoint=checkpoint_dir_name("?"), parallelism=P, max_parallelism=ctx.max_parallelism,
                             parent_handles={}, state_prefix="", output_prefix="", output_name="", file_tag="",
-                            ttl_cutoff_us=None, ack_prefix="" if consumers else None)
+                            ttl_cutoff_us=None, ack_prefix="" if consumers else None,
+                            bad_records=ctx.config.bad_records, dead_letter_root=ctx.dead_letter_root)
             df, _schema = operator_dataframe(spark, ctx.job, op, inputs, io)
             if consumers:
                 inputs[nid] = df
