@@ -1,6 +1,6 @@
 """A job the rest of the suite never uses (``--job tests.cluster.sensors:build``): sensor readings, a running
-per-sensor aggregate (upsert sink ``totals``) and the hot readings joined with their sensor's site (append
-sink ``hot``), plus its data writer and oracle."""
+per-sensor aggregate (upsert sink ``totals``) and a per-sensor aggregate of the hot readings (upsert sink
+``hot``), plus its data writer and oracle."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
@@ -14,7 +14,6 @@ from pipeline.state.backend import table_to_parquet_bytes
 
 _TS = pa.timestamp("us", tz="UTC")
 SCHEMA = pa.schema([("sensor", pa.string()), ("celsius", pa.int64()), ("_ingest_ts", _TS)])
-SITES = pa.schema([("sensor", pa.string()), ("site", pa.string()), ("_ingest_ts", _TS)])
 SENSORS = 40
 START = datetime(2024, 3, 1, tzinfo=timezone.utc)
 EPOCH_SECONDS = 60
@@ -23,9 +22,9 @@ EPOCH_SECONDS = 60
 def build(max_parallelism: int = 32) -> Job:
     job = Job("sensors", max_parallelism=max_parallelism)
     readings = job.source("readings", SCHEMA, key="sensor")
-    sites = job.source("sites", SITES, key="sensor")
-    readings.filter("celsius >= 30").select("sensor", "celsius").join(
-        sites.select("sensor", "site"), on="sensor", uid="hot_sites").sink("hot")
+    readings.filter("celsius >= 30").aggregate(uid="hot_per_sensor", key="sensor",
+                                               aggs={"hot_n": ("count", None), "hot_max": ("max", "celsius")}
+                                               ).sink("hot", mode="upsert")
     readings.aggregate(uid="per_sensor", key="sensor",
                        aggs={"n": ("count", None), "total": ("sum", "celsius"), "peak": ("max", "celsius")}
                        ).sink("totals", mode="upsert")
@@ -39,10 +38,6 @@ def write(source_root: str, *, epochs: int = 3, partitions: int = 2, rows: int =
     fio = file_io_for(source_root)
     base_us = int(START.timestamp()) * 1_000_000
     tables = []
-    site_ts = pa.array([base_us] * SENSORS, pa.int64()).cast(_TS)
-    fio.write_bytes(join_uri(source_root, "sites", "partition=0", "00000000.parquet"), table_to_parquet_bytes(
-        pa.table({"sensor": [f"s{i:03d}" for i in range(SENSORS)], "site": [f"site-{i % 3}" for i in range(SENSORS)],
-                  "_ingest_ts": site_ts}, schema=SITES)))
     for e in range(epochs):
         for p in range(partitions):
             ts = np.sort(rng.integers(0, EPOCH_SECONDS * 1_000_000, size=rows)) + base_us + e * EPOCH_SECONDS * 1_000_000
@@ -58,7 +53,8 @@ def write(source_root: str, *, epochs: int = 3, partitions: int = 2, rows: int =
 def oracle(rows: pa.Table) -> tuple[list[tuple], list[tuple]]:
     """(sorted hot rows, sorted per-sensor totals) computed directly from the written rows."""
     df = rows.to_pandas()
-    hot = sorted((r.sensor, int(r.celsius), f"site-{int(r.sensor[1:]) % 3}") for r in df[df.celsius >= 30].itertuples())
+    h = df[df.celsius >= 30].groupby("sensor").celsius.agg(["count", "max"]).reset_index()
+    hot = sorted((r.sensor, int(r["count"]), int(r["max"])) for _, r in h.iterrows())
     g = df.groupby("sensor").celsius.agg(["count", "sum", "max"]).reset_index()
     totals = sorted((r.sensor, int(r["count"]), int(r["sum"]), int(r["max"])) for _, r in g.iterrows())
     return hot, totals

@@ -100,7 +100,7 @@ def test_cluster_export_state_and_credentials(isolated_cluster, tmp_path, s3_roo
     d = cli("export", "--table", "hot", "--to", (private / "hot").as_uri())
     got = pq.read_table(private / "hot")
     assert d["rows"] == got.num_rows == len(hot)
-    assert sorted(zip(*(got.column(c).to_pylist() for c in ("sensor", "celsius", "site")))) == hot
+    assert sorted(zip(*(got.column(c).to_pylist() for c in ("sensor", "hot_n", "hot_max")))) == hot
     # s3://: the executors write (data never through the driver), the driver verifies what they wrote
     d = cli("export", "--table", "hot", "--to", f"{s3_root}/export/hot")
     assert d["written_by"] == "executors" and d["rows"] == len(hot)

@@ -70,4 +70,4 @@ def test_attempts_stay_exactly_once_with_valid_checksums(tmp_path, fault, submit
     got = pq.read_table(out / "totals")
     assert sorted(zip(*(got.column(c).to_pylist() for c in ("sensor", "n", "total", "peak")))) == totals
     got = pq.read_table(out / "hot")
-    assert sorted(zip(*(got.column(c).to_pylist() for c in ("sensor", "celsius", "site")))) == hot
+    assert sorted(zip(*(got.column(c).to_pylist() for c in ("sensor", "hot_n", "hot_max")))) == hot
