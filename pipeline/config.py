@@ -10,6 +10,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from pipeline.barriers.events import CheckpointingMode
 from pipeline.exceptions import ConfigError
 
 __all__ = ["PipelineConfig", "load_config", "CONFIG_KEYS"]
@@ -51,7 +52,7 @@ class PipelineConfig:
             raise ConfigError(f"PIPELINE_DEAD_LETTER_URI={self.dead_letter_uri!r}: must be file:// or s3://")
         if self.checkpoint_mode not in ("exactly_once", "at_least_once"):
             raise ConfigError(f"PIPELINE_CHECKPOINT_MODE={self.checkpoint_mode!r}: use exactly_once or at_least_once")
-        if self.unaligned and self.checkpoint_mode == "at_least_once":
+        if self.unaligned and self.checkpoint_mode == CheckpointingMode.AT_LEAST_ONCE:
             raise ConfigError("PIPELINE_UNALIGNED=true requires PIPELINE_CHECKPOINT_MODE=exactly_once "
                               "(unaligned checkpoints are refused with at-least-once, as in Flink)")
         if self.bad_records not in ("dead_letter", "fail"):

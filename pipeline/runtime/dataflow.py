@@ -8,15 +8,22 @@ a routing column, are shuffled so that partition i == subtask i, and are consume
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Sequence
 
 import pyarrow as pa
 
 from pipeline.exceptions import ConfigError, MalformedInputError
 from pipeline.job import AggregateNode, Job, JoinNode, MapNode, SourceNode
 from pipeline.keygroups import key_group_expr, subtask_expr
-from pipeline.runtime.operators import (EXACT_SUM, HANDLE_DDL, AggTaskSpec, JoinTaskSpec, handle_rows_to_dicts,
-                                        make_agg_task, make_join_task)
+from pipeline.runtime.operators import (
+    EXACT_SUM,
+    HANDLE_DDL,
+    AggTaskSpec,
+    JoinTaskSpec,
+    handle_rows_to_dicts,
+    make_agg_task,
+    make_join_task,
+)
 from pipeline.runtime.routing import shuffle_to_subtasks
 
 __all__ = ["OperatorIO", "operator_dataframe", "collect_handles", "fresh_dataframe", "split_dataframe", "task_count",
@@ -118,6 +125,7 @@ def files_dataframe(spark, uris: Sequence[str], schema: pa.Schema, max_tasks: in
 
     def read(batches):
         import pyarrow.parquet as pq
+
         from pipeline.fileio import file_io_for
         for b in batches:
             for task in b.column(0).to_pylist():

@@ -24,13 +24,14 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+from pipeline.barriers.events import CheckpointType
 from pipeline.checkpoint.handles import ChannelStateHandle
 from pipeline.checkpoint.metadata import CheckpointMetadata
 from pipeline.exceptions import EpochalError
 from pipeline.faults import fault_point
 from pipeline.job import JoinNode
 from pipeline.layout import round_state_prefix
-from pipeline.runtime.alignment import channel_name
+from pipeline.runtime.alignment import MODE_ALIGNED, channel_name
 from pipeline.runtime.context import RuntimeContext
 from pipeline.runtime.cursor import Cursor, cursor_from_metadata
 from pipeline.runtime.results import RoundResult
@@ -125,7 +126,7 @@ class CheckpointFinalizer:
         self.drop_round_scratch(pending.location, last_round)
 
         # Step 6: listeners (e.g. the cheap per-epoch quality subset), then report and continue
-        if pending.kind == "checkpoint":
+        if pending.kind == CheckpointType.CHECKPOINT:
             for listener in self.listeners:
                 listener(completed.metadata)
         ckpt_s = time.perf_counter() - t_ack
@@ -140,7 +141,7 @@ class CheckpointFinalizer:
             results.append(RoundResult(cid, epoch, last_round, True, records, backlog or {},
                                        time.perf_counter() - t0, ckpt_s, state_bytes, snapshot_s))
         extra = ""
-        if snap.mode != "aligned" or snap.alignment_ms or last_round:
+        if snap.mode != MODE_ALIGNED or snap.alignment_ms or last_round:
             extra = (f", {snap.mode}, alignment {snap.alignment_ms:.0f} ms"
                      + (f", in-flight {alignment['inflight_bytes']} bytes + {len(ranges)} source range(s)"
                         if snap.ranges or chan_rows else ""))

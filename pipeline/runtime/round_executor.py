@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import time
 
+from pipeline.barriers.events import CheckpointType
 from pipeline.checkpoint.failure import CheckpointFailureReason
 from pipeline.checkpoint.handles import Position
 from pipeline.exceptions import CheckpointError, ConfigError
@@ -61,12 +62,12 @@ class RoundExecutor:
     def alignment_driver(self, cursor: Cursor, channels: list[tuple[str, str]], kind: str) -> AlignmentDriver:
         """The driver continuing from ``cursor`` (same process, same channels), else a fresh one."""
         drv = cursor.align
-        if (kind == "checkpoint" and isinstance(drv, AlignmentDriver) and not drv.savepoint
+        if (kind == CheckpointType.CHECKPOINT and isinstance(drv, AlignmentDriver) and not drv.savepoint
                 and drv.channels == tuple(channels)):
             return drv
         c = self.ctx.config
         return AlignmentDriver.create(c.checkpoint_mode, c.unaligned, c.aligned_timeout_seconds, channels,
-                                      savepoint=kind == "savepoint")
+                                      savepoint=kind == CheckpointType.SAVEPOINT)
 
     def complete_epoch(self, cursor: Cursor, epoch: int, barriers: Barriers, summaries, *,
                        parallelism: int | None = None, kind: str = "checkpoint",
