@@ -40,7 +40,7 @@ class PipelineConfig:
     bad_records: str = "dead_letter"
     state_ttl_seconds: int = 24 * 3600
     validate_after_epoch: bool = False
-    spark_master: str = "local[*]"
+    spark_master: str = ""  # empty: the launcher's / an existing session's master, else local[*]
     clock_now: str = ""  # ISO-8601 UTC; empty = wall clock. Lets tests and replays control the clock.
 
     def __post_init__(self) -> None:
@@ -140,4 +140,7 @@ def load_config(config_file: str | None = None, env: Mapping[str, str] | None = 
     for k, v in overrides.items():
         if v is not None:
             values[k] = v
-    return PipelineConfig(**values)
+    cfg = PipelineConfig(**values)
+    from pipeline.runtime.master import check_master_usable  # before the first side effect of any command
+    check_master_usable(cfg.spark_master, env)
+    return cfg
