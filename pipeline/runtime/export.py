@@ -282,6 +282,7 @@ def export_table(spark, table, to: str) -> dict:
         return {**base, **_describe(write_empty(to))}
     df = files_with_tag_dataframe(spark, files, _schema_of(files[0][0]))
     expected: int | None = sum(e.rows for e in chain)
+    assert head is not None  # files were found, so the table has a committed head
     if head.mode == "upsert":
         w = Window.partitionBy(*head.key).orderBy(F.col("_txn").desc())
         df = df.withColumn("_rn", F.row_number().over(w)).filter("_rn = 1").drop("_rn")

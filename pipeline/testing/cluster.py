@@ -138,7 +138,7 @@ class StandaloneCluster:
             dead = [p for p in self._procs if p.poll() is not None]
             if dead:
                 self.stop()
-                raise RuntimeError(f"a Spark daemon exited ({dead[0].args[:3]}):\n{self.log('master')[-2000:]}"
+                raise RuntimeError(f"a Spark daemon exited ({dead[0].args!r}):\n{self.log('master')[-2000:]}"
                                    f"\n{self.log('worker-0')[-2000:]}")
             try:
                 alive = sum(1 for w in self._status().get("workers", []) if w.get("state") == "ALIVE")

@@ -5,7 +5,6 @@ import re
 
 import pytest
 import yaml
-
 from af_helpers import REPO
 
 pytestmark = [pytest.mark.unit]
