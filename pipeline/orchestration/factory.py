@@ -371,7 +371,9 @@ def build_restore_dag(job_name: str, *, dag_id: str | None = None, doc_md: str |
             orch = _orchestrator(job_name)
             return orch.validate_restore(int(restored["checkpoint_id"]))
 
-        waited >> validate(restore())
+        restored = restore()
+        waited >> restored  # restore itself waits, not only validate
+        validate(restored)
     return dag
 
 
