@@ -457,9 +457,8 @@ class Orchestrator:
         """Aligned, self-contained savepoint of the newest checkpoint; optionally stop the job."""
         from pipeline.checkpoint.completed import CompletedCheckpoint
         from pipeline.fileio import file_io_for
-        target = (target or "").strip() or None
-        if target and not target.startswith(("file://", "s3://")):
-            raise ConfigError(f"savepoint target {target!r}: must be a file:// or s3:// URI")
+        from pipeline.inputs import check_savepoint_target
+        target = check_savepoint_target(target)  # before any side effect
         location = self.runner.savepoint(target)
         sp = CompletedCheckpoint.load(file_io_for(location), location)
         self.control.record_savepoint(sp.checkpoint_id, location, by=by, stop=stop)
@@ -477,11 +476,9 @@ class Orchestrator:
     def restore(self, from_: str, *, parallelism: int | None, allow_non_restored_state: bool,
                 by: str) -> dict[str, Any]:
         """Restore (NO_CLAIM) from a checkpoint id or savepoint URI; the job resumes (un-stopped)."""
-        from_ = str(from_ or "").strip()
-        if not from_:
-            raise ConfigError("restore: 'from' (a checkpoint id or a savepoint URI) is required")
-        if parallelism is not None and int(parallelism) < 1:
-            raise ConfigError(f"restore: parallelism must be >= 1, got {parallelism}")
+        from pipeline.inputs import check_parallelism, check_snapshot_ref
+        from_ = check_snapshot_ref(from_)  # before any side effect
+        parallelism = check_parallelism(parallelism)
         # validate=False: the restore DAG validates in its own task (validate_restore)
         res = self.runner.restore(from_, parallelism=int(parallelism) if parallelism else None,
                                   allow_non_restored_state=bool(allow_non_restored_state), validate=False)

@@ -77,6 +77,13 @@ def test_epoch_dag_shape(dagbag):
     assert dag.get_task("trigger").mode == "reschedule"
 
 
+def test_operations_wait_before_touching_the_job(dagbag):
+    """The restore and savepoint tasks themselves (not only what follows them) wait for running epochs."""
+    for dag_id, task_id in (("epochal_orders_payments_restore", "restore"),
+                            ("epochal_orders_payments_savepoint", "savepoint")):
+        assert dagbag.dags[dag_id].get_task(task_id).upstream_task_ids == {"wait_for_epoch_runs"}
+
+
 def test_manual_dags_have_params(dagbag):
     sp = dagbag.dags["epochal_orders_payments_savepoint"]
     assert type(sp.timetable).__name__ == "NullTimetable"  # manual only

@@ -209,3 +209,21 @@ def test_airflow_user_reads_cookie_or_bearer(airflow_home, monkeypatch):
     req = SimpleNamespace(headers={}, cookies={"_token": "cookie"})
     asyncio.run(airflow_user(req))
     assert seen == ["abc", "cookie"]
+
+
+def test_operations_and_epochs_never_wait_for_each_other():
+    """Operations (savepoint/restore) go first over epochs not yet started; they wait for started epochs."""
+    from pipeline.orchestration.exclusion import (EpochActivity, OperationActivity, epoch_wait_reason,
+                                                  operation_wait_reason)
+    idle = EpochActivity(running_runs=0, waiting_triggers=0, active_work_tasks=0)
+    assert operation_wait_reason("j", idle) is None
+    # a run whose trigger still waits (e.g. for the operation itself) does not hold the job: no deadlock
+    assert operation_wait_reason("j", EpochActivity(running_runs=1, waiting_triggers=1, active_work_tasks=0)) is None
+    # a run past its trigger (process not scheduled yet) holds the job
+    r = operation_wait_reason("j", EpochActivity(running_runs=1, waiting_triggers=0, active_work_tasks=0))
+    assert r and "past their trigger" in r
+    assert "process/commit/validate" in operation_wait_reason(
+        "j", EpochActivity(running_runs=1, waiting_triggers=0, active_work_tasks=1))
+    assert "another savepoint/restore" in operation_wait_reason("j", idle, other_operation_tasks=1)
+    assert epoch_wait_reason("j", OperationActivity(pending_runs=0)) is None
+    assert "savepoint or restore of job j" in epoch_wait_reason("j", OperationActivity(pending_runs=1))

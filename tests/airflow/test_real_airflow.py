@@ -323,6 +323,49 @@ def test_real_scheduler_rest_api_and_backfills(airflow):
     assert any(s["location"] == loc for s in hist["savepoints"])
 
 
+def test_real_scheduler_restore_while_epochs_run(airflow):
+    """A restore triggered while a backfill's epoch runs are processing waits for the started epoch, goes
+    before the epochs not yet started, and nothing fails, retries or is fenced; output stays exactly-once."""
+    inst = airflow
+    H = inst.hour
+    for dag_id in (DAG, f"{DAG}_savepoint", f"{DAG}_restore"):
+        inst.ok("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+    inst.wait_runs(DAG, lambda rs: len(rs) >= 2 and all(r["state"] == "success" for r in rs), 600, "normal runs")
+    first = _store(inst).list()[0]
+    before = {r["dag_run_id"] for r in inst.runs(f"{DAG}_restore")}
+    # re-process every interval (rewind, then forward): epoch runs for a while
+    inst.backfill("--dag-id", DAG, "--from-date", inst.iso(H - timedelta(hours=4)),
+                  "--to-date", inst.iso(H - timedelta(hours=1)), "--reprocess-behavior", "completed",
+                  "--max-active-runs", "2")
+    deadline = time.monotonic() + 600
+    while True:  # wait until an epoch run is processing
+        running = [r for r in inst.runs() if r["state"] == "running"]
+        if any(inst.tis(DAG, r["dag_run_id"]).get("process", {}).get("state") == "running" for r in running):
+            break
+        assert time.monotonic() < deadline, "no epoch run started processing"
+        time.sleep(1)
+    rs_run = inst.ok("POST", f"/api/v2/dags/{DAG}_restore/dagRuns",
+                     {"logical_date": None, "conf": {"from": str(first.checkpoint_id), "parallelism": 1,
+                                                     "allow_non_restored_state": False}})
+    inst.wait_runs(f"{DAG}_restore", lambda rs: all(r["state"] == "success" for r in rs
+                                                    if r["dag_run_id"] not in before), 900, "restore")
+    inst.wait_runs(DAG, lambda rs: all(r["state"] == "success" for r in rs), 900, "epochs after the restore")
+    tis = inst.tis(f"{DAG}_restore", rs_run["dag_run_id"])
+    assert tis["validate"]["state"] == "success", tis
+
+    def failed_tries(dag_id: str, run_id: str, task_id: str) -> list:
+        d = inst.ok("GET", f"/api/v2/dags/{dag_id}/dagRuns/{urllib.request.quote(run_id, safe='')}/taskInstances/"
+                           f"{task_id}/tries")
+        return [t["try_number"] for t in d["task_instances"] if t["state"] in ("failed", "up_for_retry")]
+    assert not failed_tries(f"{DAG}_restore", rs_run["dag_run_id"], "restore")
+    for r in inst.runs():
+        for tid in ("process", "commit", "validate"):
+            assert not failed_tries(DAG, r["dag_run_id"], tid), (r["dag_run_id"], tid)
+    logs = "\n".join(p.read_text() for p in (inst.home / "logs").rglob("*.log"))
+    assert "CheckpointFencedError" not in logs
+    _exactly_once(inst, all_input=True)
+
+
 @pytest.mark.browser
 def test_checkpoint_view_in_headless_chromium(airflow):
     """The plugin's view in the real Airflow UI (nav entry, iframe), logged in with an Airflow token."""
