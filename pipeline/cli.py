@@ -99,7 +99,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     d = rep.to_dict()
 
     def human(d: dict) -> str:
-        lines = [f"job {d['job']}: restored from {d['restored_from']}; completed checkpoints "
+        start = (f"restored from checkpoint {d['restored_from']}" if d["restored_from"] is not None
+                 else "started fresh (no checkpoint before)")
+        lines = [f"job {d['job']}: {start}; completed checkpoints "
                  f"{d['checkpoints_completed']} (epochs {d['epochs_completed']}); records {d['records']}"]
         lines += [f"  {m}" for m in d["messages"]]
         return "\n".join(lines)

@@ -113,6 +113,7 @@ def _orchestrator(job_name: str):
     """Resolve S3 settings (connection or env) into this task process, then build the orchestrator."""
     from pipeline.orchestration.settings import apply_s3_settings, load_pipeline_config, resolve_s3_settings
     from pipeline.orchestration.tasks import Orchestrator
+    os.environ.setdefault("EPOCHAL_JVM_LOGS", "python")  # Spark's WARN lines as warnings, not stderr ERRORs
     s3 = resolve_s3_settings()
     apply_s3_settings(s3)
     log.info("%s", s3.describe())

@@ -197,6 +197,18 @@ class ValidateResult:
                 "problems": list(self.problems), "quality": dict(self.quality) if self.quality else None}
 
 
+def _commit_words(res) -> str:
+    """A sink commit result in a user's words (the AckResult enum is the protocol's, not the user's)."""
+    from pipeline.checkpoint.ack import AckResult
+    if res is AckResult.DUPLICATE:
+        return "already committed"      # committed by the process task (notifyCheckpointComplete): success
+    if res is AckResult.SUCCESS:
+        return "committed now"          # recovered: the previous task stopped between _metadata and the commit
+    if res is None:
+        return "no output in this checkpoint"
+    return str(getattr(res, "name", res)).lower()
+
+
 class Orchestrator:
     """Task logic for one job, on top of :class:`~pipeline.runtime.runner.JobRunner`.
 
@@ -377,7 +389,7 @@ class Orchestrator:
                     f"{entry_head.checkpoint_id if entry_head else None}, expected checkpoint {head.checkpoint_id} "
                     f"({table.commits_uri})")
             chain = table.lineage()
-            tables[sink.table] = {"result": res.name if isinstance(res, AckResult) else str(res),
+            tables[sink.table] = {"result": _commit_words(res),
                                   "head": head.checkpoint_id, "lineage_length": len(chain),
                                   "rows_committed_in_checkpoint": entry_head.rows,
                                   "files_in_checkpoint": len(entry_head.files), "mode": sink.mode,

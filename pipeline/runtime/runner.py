@@ -205,11 +205,11 @@ class JobRunner:
                 positions.setdefault(c.source, {})[str(c.partition)] = c.start
         return _Cursor(md.checkpoint_id, md.epoch, positions, handles, inflight)
 
-    def _recover_sinks(self, md) -> None:
+    def _recover_sinks(self, md, *, restoring: bool = True) -> None:
         """recoverAndCommit: (re-)commit the sink transactions of a completed checkpoint (idempotent)."""
         for sink in self.job.sinks():
             if sink.table in md.sinks:
-                self._sink(sink).recover_and_commit(md)
+                self._sink(sink).recover_and_commit(md, restoring=restoring)
 
     def _table(self, table: str):
         from pipeline.sink.table import CommittedTable
@@ -343,6 +343,10 @@ class JobRunner:
         self._cleanup_sink_garbage()
         if cursor.checkpoint_id is not None:
             self.echo(f"restored checkpoint {cursor.checkpoint_id} (epoch {cursor.epoch})")
+        else:
+            self.echo(f"job {self.job.name}: no checkpoint yet: starting from the beginning of the sources")
+        from pipeline.runtime.progress import RunProgress, last_data_epoch
+        progress = RunProgress(epochs)
         done = 0
         while epochs is None or done < epochs:
             summaries = self._summaries(cursor)
@@ -366,6 +370,8 @@ class JobRunner:
             cursor, rounds = self.complete_epoch(cursor, target, barriers, summaries, parallelism=parallelism)
             report.rounds.extend(rounds)
             done += 1
+            self.echo(progress.epoch_done(target, sum(sum(r.records.values()) for r in rounds),
+                                          last_data_epoch(summaries, self.epochs.epoch_of)))
         self._cleanup_sink_garbage()  # staging of checkpoints aborted by earlier crashes is now unprotected
         return report
 
@@ -383,6 +389,8 @@ class JobRunner:
         if cursor.epoch is not None and cursor.epoch >= epoch:
             cursor = self._rewind_cursor(epoch, report)
         report.restored_from = cursor.checkpoint_id
+        from pipeline.runtime.progress import RunProgress
+        progress = RunProgress(None)
         while cursor.epoch is None or cursor.epoch < epoch:
             summaries = self._summaries(cursor)
             if cursor.epoch is None:
@@ -397,6 +405,7 @@ class JobRunner:
                                       "has not passed); retry later")
             cursor, rounds = self.complete_epoch(cursor, target, barriers, summaries, parallelism=parallelism)
             report.rounds.extend(rounds)
+            self.echo(progress.epoch_done(target, sum(sum(r.records.values()) for r in rounds), epoch))
         self._cleanup_sink_garbage()
         return report
 
@@ -672,7 +681,7 @@ class JobRunner:
                    + ([records] if not results or results[-1].round < last_round else []),
                    "alignment": alignment})
         fault_point("after_metadata_before_commit")
-        self._recover_sinks(completed.metadata)  # notifyCheckpointComplete -> commit (idempotent)
+        self._recover_sinks(completed.metadata, restoring=False)  # notifyCheckpointComplete -> commit
         fault_point("after_commit")
         self._drop_round_scratch(pending.location, last_round)
         if self.config.validate_after_epoch and pending.kind == "checkpoint":  # cheap per-epoch quality subset

@@ -38,7 +38,9 @@ def get_spark(master: str = "local[*]", parallelism: int = 2, app: str = "epocha
               "EPOCHAL_KILL_AT", "EPOCHAL_KILL_SCOPE", "EPOCHAL_PHASE_MARKERS"):
         if os.environ.get(k):
             b = b.config(f"spark.executorEnv.{k}", os.environ[k])
-    _SESSION = b.getOrCreate()
+    from pipeline.runtime.jvm_logs import relay_jvm_stderr
+    with relay_jvm_stderr():  # EPOCHAL_JVM_LOGS=python: JVM log lines at their level (Airflow tasks)
+        _SESSION = b.getOrCreate()
     _SESSION.sparkContext.setLogLevel(os.environ.get("EPOCHAL_SPARK_LOG_LEVEL", "ERROR"))
     return _SESSION
 

@@ -154,15 +154,16 @@ def test_commit_is_idempotent_and_recovers_a_missing_commit(tl):
     orch = Orchestrator("orders_payments", load_pipeline_config())
     head = tl.store().latest()
     res = orch.commit(head.checkpoint_id)
-    assert {t: v["result"] for t, v in res.tables.items()} == {"paid_orders": "DUPLICATE",
-                                                                 "merchant_revenue": "DUPLICATE"}
+    assert {t: v["result"] for t, v in res.tables.items()} == {"paid_orders": "already committed",
+                                                                 "merchant_revenue": "already committed"}
     # simulate the crash: the sink commit entries of the head checkpoint are missing
     for table in ("paid_orders", "merchant_revenue"):
         t = CommittedTable(file_io_for(tl.sinks), tl.sinks, "orders_payments", table)
         t.fileio.delete(t.commit_uri(head.checkpoint_id))
         assert t.head().checkpoint_id < head.checkpoint_id
     res = orch.commit(head.checkpoint_id)
-    assert {t: v["result"] for t, v in res.tables.items()} == {"paid_orders": "SUCCESS", "merchant_revenue": "SUCCESS"}
+    assert {t: v["result"] for t, v in res.tables.items()} == {"paid_orders": "committed now",
+                                                                 "merchant_revenue": "committed now"}
     assert orch.validate(head.checkpoint_id).success
     tl.assert_exactly_once()
 
@@ -299,7 +300,7 @@ def _control(tl) -> bytes | None:
 @pytest.mark.parametrize("conf,message", [
     ({"from": "/data/sp"}, "expected a file:///absolute/path or s3://bucket/prefix URI"),
     ({"from": "999999"}, "no such checkpoint"),
-    ({"from": "1", "parallelism": 0}, "parallelism"),
+    ({"from": "s3a://bucket/sp"}, "use s3://"),
 ])
 def test_restore_user_error_fails_once_before_any_side_effect(tl, conf, message):
     """A user error fails the task once (no retry although retries=2), claims no checkpoint id and writes nothing."""
