@@ -409,7 +409,9 @@ def test_checkpoint_view_in_headless_chromium(airflow):
         wait.until(EC.text_to_be_present_in_element((By.TAG_NAME, "h1"), "Checkpoint history: orders_payments"))
         body = drv.find_element(By.TAG_NAME, "body").text
         for text in ("COMPLETED", "latest", "Savepoints", "Trigger time", "Duration", "Size", "Alignment",
-                     "paid_orders_join", "merchant_revenue_agg"):
+                     "paid_orders_join", "merchant_revenue_agg", "Summary (completed checkpoints)", "Minimum",
+                     "Maximum", "Latest restore", "restored from savepoint", "Abandoned branch", "Configuration",
+                     "Checkpointing mode", "Airflow runs of", "auto-refresh every"):
             assert text in body, f"{text!r} not on the checkpoint page:\n{body[:2000]}"
         head = _store(inst).latest()
         drv.switch_to.default_content()
