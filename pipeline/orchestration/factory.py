@@ -120,6 +120,17 @@ def _orchestrator(job_name: str):
     return Orchestrator(job_name, load_pipeline_config(), echo=lambda m: log.info("%s", m))
 
 
+def approval_enabled(env_name: str, explicit: bool | None) -> bool:
+    """Optional human approval (off by default; see :mod:`pipeline.orchestration.approval`)."""
+    if explicit is not None:
+        return explicit
+    return _env_bool(env_name, False)
+
+
+APPROVE_RESTORE_ENV = "EPOCHAL_APPROVE_RESTORE"
+APPROVE_REWIND_ENV = "EPOCHAL_APPROVE_REWIND"
+
+
 @contextlib.contextmanager
 def _fail_fast_on_user_errors(*extra: type[BaseException]):
     """A user error (bad params, a wrong checkpoint id or URI, incompatible state) fails the task once with a
@@ -184,7 +195,7 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
                     end_date: str | datetime | None = None, catchup: bool | None = None,
                     retries: int | None = None, retry_delay: timedelta | None = None,
                     poke_interval: float | None = None, trigger_timeout: float | None = None,
-                    config=None) -> "DAG":
+                    config=None, approve_rewind: bool | None = None) -> "DAG":
     """The epoch DAG of ``job_name``: one run per data interval = one checkpointed epoch.
 
     Schedule = the epoch length (``PIPELINE_EPOCH_SECONDS``), data intervals aligned to epoch boundaries,
@@ -303,7 +314,12 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
                                       + "; ".join(res.problems[:5]))
             return res.to_dict()
 
-        validate(commit(process(trigger())))
+        triggered = trigger()
+        processed = process(triggered)
+        if approval_enabled(APPROVE_REWIND_ENV, approve_rewind):
+            from pipeline.orchestration.approval import rewind_approval
+            triggered >> rewind_approval(job.name) >> processed
+        validate(commit(processed))
     return dag
 
 
@@ -380,7 +396,7 @@ def build_savepoint_dag(job_name: str, *, dag_id: str | None = None, doc_md: str
 
 def build_restore_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | None = None,
                       tags: Sequence[str] = (), retries: int | None = None, retry_delay: timedelta | None = None,
-                      poke_interval: float | None = None) -> "DAG":
+                      poke_interval: float | None = None, approve: bool | None = None) -> "DAG":
     """Restore DAG (no schedule; trigger with the params form): restore the job from a checkpoint id or a
     savepoint URI (NO_CLAIM), optionally with another parallelism, then validate the restored state."""
     from airflow.sdk import DAG, Param, task
@@ -433,6 +449,9 @@ def build_restore_dag(job_name: str, *, dag_id: str | None = None, doc_md: str |
         restored = restore()
         waited >> restored  # restore itself waits, not only validate
         validate(restored)
+        if approval_enabled(APPROVE_RESTORE_ENV, approve):
+            from pipeline.orchestration.approval import restore_approval
+            restore_approval(job.name) >> waited
     return dag
 
 

@@ -148,3 +148,26 @@ def test_no_top_level_io(path, dagbag, monkeypatch):
     load_dag_module(path)
     assert time.perf_counter() - t0 < 2.0, "parsing should be fast"
     assert touched == []
+
+
+def test_human_approval_is_off_by_default_and_wired_when_on(dagbag, monkeypatch):
+    """EPOCHAL_APPROVE_RESTORE / EPOCHAL_APPROVE_REWIND add Airflow's ApprovalOperator before the restore (and
+    before its wait for running epochs) and between trigger and process; without them there is no approval task."""
+    from airflow.providers.standard.operators.hitl import ApprovalOperator
+    assert "approve_restore" not in dagbag.dags["epochal_orders_payments_restore"].task_ids
+    assert "approve_rewind" not in dagbag.dags["epochal_orders_payments"].task_ids
+    monkeypatch.setenv("EPOCHAL_APPROVE_RESTORE", "true")
+    monkeypatch.setenv("EPOCHAL_APPROVE_REWIND", "true")
+    restore = load_dag_module(REPO / "dags" / "orders_payments_restore.py").dag
+    t = restore.get_task("approve_restore")
+    assert isinstance(t, ApprovalOperator) and t.defaults == ["Reject"] and t.retries == 0
+    assert restore.get_task("wait_for_epoch_runs").upstream_task_ids == {"approve_restore"}
+    assert [x.task_id for x in restore.topological_sort()] == ["approve_restore", "wait_for_epoch_runs", "restore",
+                                                              "validate"]
+    epochs = load_dag_module(REPO / "dags" / "orders_payments_epochs.py").dag
+    assert isinstance(epochs.get_task("approve_rewind"), ApprovalOperator)
+    assert epochs.get_task("process").upstream_task_ids == {"trigger", "approve_rewind"}
+    monkeypatch.setenv("EPOCHAL_APPROVAL_TIMEOUT_SECONDS", "soon")
+    from pipeline.exceptions import ConfigError
+    with pytest.raises(ConfigError, match="EPOCHAL_APPROVAL_TIMEOUT_SECONDS"):
+        load_dag_module(REPO / "dags" / "orders_payments_restore.py")

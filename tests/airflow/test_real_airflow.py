@@ -147,8 +147,7 @@ def _stop(env: dict) -> None:
     subprocess.run(["bash", str(SCRIPT), "stop"], env=env, capture_output=True, text=True, timeout=120)
 
 
-@pytest.fixture(scope="module")
-def airflow(airflow_db_template, tmp_path_factory):
+def _instance(airflow_db_template, tmp_path_factory, extra_env: dict | None = None, logs: str = "real_airflow_logs"):
     home = tmp_path_factory.mktemp("standalone")
     copy_db(airflow_db_template, home)
     port = free_port()
@@ -162,6 +161,7 @@ def airflow(airflow_db_template, tmp_path_factory):
         "PIPELINE_PARALLELISM": "1", "EPOCHAL_START_DATE": (hour - timedelta(hours=4)).isoformat(),
         "EPOCHAL_END_DATE": (hour - timedelta(hours=3)).isoformat(), "EPOCHAL_CATCHUP": "true", "EPOCHAL_POKE_SECONDS": "3", "EPOCHAL_DAG_RETRY_DELAY_SECONDS": "5",
         "EPOCHAL_READY_TIMEOUT": "300",
+        **(extra_env or {}),
     })
     t0 = time.monotonic()
     p = subprocess.run(["bash", str(SCRIPT), "start", "-d"], env=env, capture_output=True, text=True, timeout=420)
@@ -181,7 +181,7 @@ def airflow(airflow_db_template, tmp_path_factory):
     finally:
         t1 = time.monotonic()
         _stop(env)
-        _keep_logs(home)
+        _keep_logs(home, logs)
         print(f"[airflow] stopped in {time.monotonic() - t1:.0f}s")
         left = []
         for g in pgids:
@@ -195,10 +195,15 @@ def airflow(airflow_db_template, tmp_path_factory):
         assert not left, f"processes left in process groups {left} after 'airflow_standalone.sh stop'"
 
 
-def _keep_logs(home: Path) -> None:
-    """Copy the instance's logs to tests/artifacts/real_airflow_logs (for post-mortems; git-ignored)."""
+@pytest.fixture(scope="module")
+def airflow(airflow_db_template, tmp_path_factory):
+    yield from _instance(airflow_db_template, tmp_path_factory)
+
+
+def _keep_logs(home: Path, name: str = "real_airflow_logs") -> None:
+    """Copy the instance's logs to tests/artifacts/<name> (for post-mortems; git-ignored)."""
     import shutil
-    dest = ARTIFACTS / "real_airflow_logs"
+    dest = ARTIFACTS / name
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True, exist_ok=True)
     state = home / "epochal-standalone"
@@ -433,3 +438,4 @@ def test_checkpoint_view_in_headless_chromium(airflow):
         assert (ARTIFACTS / "airflow_checkpoint_history.png").stat().st_size > 10_000
     finally:
         drv.quit()
+
