@@ -500,11 +500,16 @@ class Orchestrator:
                   f"(epoch {res['epoch']}, parallelism {res['parallelism']}); epoch runs continue from there")
         return dict(res)
 
+    def _echo_data_docs(self) -> None:
+        from pipeline.orchestration.ui import data_docs_url
+        self.echo(f"Data Docs of job {self.job_name} in the Airflow UI: {data_docs_url(self.job_name)}")
+
     def validate_restore(self, checkpoint_id: int) -> dict[str, Any]:
         """The data-quality suites on a restored checkpoint; raises ValidationError on failure."""
         from pipeline.orchestration.quality import validate_checkpoint
         outcome = validate_checkpoint(self.runner, checkpoint_id, mode="restore")
         self.echo(outcome.summary)
+        self._echo_data_docs()
         if not outcome.success:
             raise ValidationError(f"validation of checkpoint {checkpoint_id} of job {self.job_name!r} failed: "
                                   f"{outcome.summary}")
@@ -515,6 +520,7 @@ class Orchestrator:
         from pipeline.orchestration.quality import validate_checkpoint
         outcome = validate_checkpoint(self.runner, checkpoint)
         self.echo(outcome.summary)
+        self._echo_data_docs()
         if not outcome.success:
             raise ValidationError(f"validation of {checkpoint or 'the newest checkpoint'} of job "
                                   f"{self.job_name!r} failed: {outcome.summary}")

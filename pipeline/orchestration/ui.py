@@ -24,7 +24,7 @@ import logging
 from typing import Any, Callable
 from urllib.parse import quote
 
-__all__ = ["create_app", "render_job_page", "render_detail_page", "render_index_page"]
+__all__ = ["create_app", "render_job_page", "render_detail_page", "render_index_page", "data_docs_url"]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,13 @@ th{background:#f7fafc;font-weight:600} td.num,th.num{text-align:right;font-varia
 .kv td:first-child{color:#4a5568;width:220px} code{font-size:.8rem}
 .warn{background:#fffaf0;border:1px solid #fbd38d;padding:8px;border-radius:4px;margin:8px 0}
 """
+
+
+def data_docs_url(job: str, base_url: str | None = None) -> str:
+    """The Data Docs of ``job`` inside the Airflow UI (``AIRFLOW__API__BASE_URL`` + the plugin's route)."""
+    import os
+    base = (base_url if base_url is not None else os.environ.get("AIRFLOW__API__BASE_URL", "")).rstrip("/")
+    return f"{base}/epochal/jobs/{quote(job)}/data-docs/"
 
 
 def _e(v: Any) -> str:
@@ -171,7 +178,8 @@ def render_job_page(job: str, dag_id: str, checkpoints: list[dict], savepoints: 
     body = (f"<h1>Checkpoint history: {_e(job)}</h1>"
             f"<div class='sub'>Epoch DAG <code>{_e(dag_id)}</code> &middot; {completed} completed, {pending} pending"
             f" &middot; max parallelism {_e(info.get('max_parallelism'))} &middot; latest checkpoint {_e(head)}"
-            f" &middot; {runs} &middot; {auto} &middot; <a href='../../'>all jobs</a></div>{warn}"
+            f" &middot; {runs} &middot; <a href='data-docs/'>Data Docs</a> &middot; {auto} &middot; "
+            f"<a href='../../'>all jobs</a></div>{warn}"
             + (_summary_html(checkpoints, savepoints, head) if checkpoints else "")
             + "<h2>Checkpoints</h2>" + (_history_table(checkpoints, "checkpoints", head) if checkpoints
                                         else _empty_state(dag_id))
@@ -223,7 +231,7 @@ def render_detail_page(job: str, d: dict) -> str:
     dl = ", ".join(f"{_e(k)}: {v}" for k, v in sorted((d.get("dead_letters") or {}).items())) or "none"
     title = f"{s['kind'].capitalize()} {s['checkpoint_id']}"
     body = (f"<h1>{_e(title)} of {_e(job)}</h1><div class='sub'><a href='../'>back to the checkpoint history</a>"
-            "</div><table class='kv'>" + kvs + "</table>"
+            " &middot; <a href='../data-docs/'>Data Docs (data quality)</a></div><table class='kv'>" + kvs + "</table>"
             "<h2>Acknowledgements per operator</h2><table><tr><th>Operator</th><th class='num'>Acks</th>"
             "<th class='num'>State rows</th><th class='num'>State size</th><th class='num'>Sync</th>"
             "<th class='num'>Async</th><th class='num'>Alignment</th><th class='num'>Start delay</th>"
@@ -386,6 +394,33 @@ def create_app(*, backend: "_Backend | None" = None, authenticate: Callable | No
     @app.get("/jobs/{job}/savepoints/{savepoint_id}", response_class=HTMLResponse)
     async def savepoint_page(job: str, savepoint_id: int, request: Request):
         return await _detail(job, savepoint_id, "savepoint", request)
+
+    @app.get("/jobs/{job}/data-docs/{path:path}")
+    async def data_docs(job: str, path: str, request: Request):
+        """The job's Great Expectations Data Docs, from the checkpoint store (offline-styled)."""
+        from fastapi.responses import Response
+
+        from pipeline.fileio import join_uri
+        from pipeline.quality.docs_site import CONTENT_TYPES, site_uri
+        if (resp := await _check(request, job, html_page=True)) is not None:
+            return resp
+        parts = [p for p in (path or "index.html").split("/") if p]
+        if any(p in (".", "..") for p in parts):
+            raise HTTPException(status_code=400, detail="bad path")
+        if not parts or path.endswith("/"):
+            parts.append("index.html")
+        cfg = be.config()
+        uri = join_uri(site_uri(cfg.checkpoint_uri, job), *parts)
+        try:
+            data = be.fileio_for(uri).read_bytes(uri)
+        except ObjectNotFoundError:
+            if parts == ["index.html"]:
+                return HTMLResponse(_page(f"Data Docs {job}", f"<h1>Data Docs: {_e(job)}</h1><div class='warn'>No "
+                                          "data-quality results yet: they appear after the first restore or a run of "
+                                          "the data-quality DAG.</div>"))
+            return _err(f"no Data Docs file {'/'.join(parts)} for job {job!r}")
+        ext = "." + parts[-1].rsplit(".", 1)[-1].lower() if "." in parts[-1] else ""
+        return Response(data, media_type=CONTENT_TYPES.get(ext, "application/octet-stream"))
 
     @app.get("/dags/{dag_id}", include_in_schema=False)
     async def dag_redirect(dag_id: str, request: Request):

@@ -196,6 +196,7 @@ def test_history_table_rendering():
         {"source": "orders", "partition": "0", "position": "3:0", "barrier": "3:0"}], "sinks": [], "backlog": {},
         "dead_letters": {}})
     assert "Acknowledgements per operator" in detail and "paid_orders_join" in detail and "3:0" in detail
+    assert "href='../data-docs/'" in detail
 
 
 @pytest.mark.airflow
@@ -278,3 +279,37 @@ def test_job_page_overview_config_refresh_and_empty_state():
         assert text in html, text
     empty = render_job_page("j", "epochal_j", [], [], None, {}, {}, config_rows=cfg_rows, refresh=15)
     assert "No checkpoint yet" in empty and "Not found" not in empty and "Configuration" in empty
+
+
+def test_data_docs_served_per_job_offline_behind_login(app_client, tmp_path):
+    """A built site made offline, published to <checkpoint root>/<job>/data_docs/ and served by the plugin."""
+    from pipeline.fileio import file_io_for
+    from pipeline.quality.docs_site import make_offline, publish_site, site_uri
+    client, calls = app_client
+    site = tmp_path / "site"
+    (site / "validations").mkdir(parents=True)
+    (site / "index.html").write_text(
+        "<html><head><link href='https://maxcdn.bootstrapcdn.com/bootstrap/4.3.1/css/bootstrap.min.css' "
+        "rel='stylesheet'><script src=\"https://code.jquery.com/jquery-3.7.1.min.js\"></script></head><body>"
+        "<img src='https://great-expectations-web-assets.s3.us-east-2.amazonaws.com/logo-long.png?d=1'>"
+        "<div class='card'>suite ok</div></body></html>")
+    (site / "validations" / "v.html").write_text("<html><head></head><body>run</body></html>")
+    assert make_offline(site) == 2
+    text = (site / "index.html").read_text()
+    assert "https://" not in text and 'href="static/epochal-offline.css"' in text and "static/images/logo-long.png" in text
+    assert 'href="../static/epochal-offline.css"' in (site / "validations" / "v.html").read_text()
+    target = site_uri((tmp_path / "chk").as_uri(), "orders_payments")  # the app_client's checkpoint root
+    assert publish_site(site, file_io_for(target), target) == 3
+    assert client.get("/jobs/orders_payments/data-docs/").status_code == 302  # login first
+    client.cookies.set("_token", "reader")
+    r = client.get("/jobs/orders_payments/data-docs/")
+    assert r.status_code == 200 and "suite ok" in r.text and r.headers["content-type"].startswith("text/html")
+    r = client.get("/jobs/orders_payments/data-docs/static/epochal-offline.css")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/css") and ".card{" in r.text
+    assert client.get("/jobs/orders_payments/data-docs/validations/v.html").text.count("run") == 1
+    assert client.get("/jobs/orders_payments/data-docs/../job.json").status_code in (400, 404)
+    # another job has its own site (none yet): an empty state
+    r = client.get("/jobs/other_job/data-docs/")
+    assert r.status_code == 200 and "No data-quality results yet" in r.text
+    # linked from the job page and every checkpoint page
+    assert "href='data-docs/'" in client.get("/jobs/orders_payments/").text
