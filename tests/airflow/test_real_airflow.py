@@ -415,7 +415,7 @@ def test_checkpoint_view_in_headless_chromium(airflow):
         body = drv.find_element(By.TAG_NAME, "body").text
         for text in ("COMPLETED", "latest", "Savepoints", "Trigger time", "Duration", "Size", "Alignment",
                      "paid_orders_join", "merchant_revenue_agg", "Summary (completed checkpoints)", "Minimum",
-                     "Maximum", "Latest restore", "restored from savepoint", "Abandoned branch", "Configuration",
+                     "Maximum", "Latest restore", "Abandoned branch", "Configuration",
                      "Checkpointing mode", "Airflow runs of", "auto-refresh every"):
             assert text in body, f"{text!r} not on the checkpoint page:\n{body[:2000]}"
         head = _store(inst).latest()
@@ -435,6 +435,11 @@ def test_checkpoint_view_in_headless_chromium(airflow):
                      f"{head.metadata.parallelism} / {head.metadata.max_parallelism}"):
             assert text in body, f"{text!r} not on the detail page:\n{body[:2000]}"
         drv.save_screenshot(str(ARTIFACTS / "airflow_checkpoint_detail.png"))
+        # the job's Data Docs, served from the checkpoint store behind the same login (a restore validated)
+        drv.get(f"{inst.url}/epochal/jobs/orders_payments/data-docs/")
+        body = drv.find_element(By.TAG_NAME, "body").text
+        assert "Not found" not in body and ("Epochal data quality" in body or "No data-quality results" in body), body[:800]
+        drv.save_screenshot(str(ARTIFACTS / "airflow_data_docs.png"))
         assert (ARTIFACTS / "airflow_checkpoint_history.png").stat().st_size > 10_000
     finally:
         drv.quit()
