@@ -1,6 +1,7 @@
 """Flink-style summaries of a job's checkpoint history (pure functions over history rows, as dicts).
 
-* :func:`counts` - completed, in progress / aborted (no ``_metadata``), corrupt, savepoints;
+* :func:`counts` - completed, failed (with a recorded reason: declined, expired, fenced), in progress /
+  aborted (no ``_metadata``), corrupt, savepoints;
 * :func:`summary` - min / avg / max of end-to-end duration, state size and alignment time over completed
   checkpoints (Flink's "Summary" tab);
 * :func:`lineage` - the head's lineage (parent links), the latest restore (a checkpoint whose parent is a
@@ -21,6 +22,7 @@ __all__ = ["counts", "summary", "lineage", "configuration"]
 def counts(checkpoints: Iterable[Mapping[str, Any]], savepoints: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     rows = list(checkpoints)
     return {"completed": sum(r["status"] == "COMPLETED" for r in rows),
+            "failed": sum(r["status"] == "FAILED" for r in rows),
             "in_progress_or_aborted": sum(r["status"] == "PENDING" for r in rows),
             "corrupt": sum(r["status"] == "CORRUPT" for r in rows),
             "savepoints": sum(1 for _ in savepoints)}

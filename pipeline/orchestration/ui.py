@@ -35,7 +35,7 @@ h1{font-size:1.4rem;margin:0 0 4px 0} h2{font-size:1.1rem;margin:20px 0 6px 0}
 table{border-collapse:collapse;width:100%;font-size:.85rem;margin-bottom:8px}
 th,td{border-bottom:1px solid #e2e8f0;padding:5px 8px;text-align:left;vertical-align:top}
 th{background:#f7fafc;font-weight:600} td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
-.s-COMPLETED{color:#2f855a;font-weight:600} .s-PENDING{color:#b7791f;font-weight:600} .s-CORRUPT{color:#c53030;font-weight:600}
+.s-COMPLETED{color:#2f855a;font-weight:600} .s-PENDING{color:#b7791f;font-weight:600} .s-CORRUPT{color:#c53030;font-weight:600} .s-FAILED{color:#c53030;font-weight:600}
 .badge{display:inline-block;padding:1px 6px;border-radius:8px;background:#edf2f7;font-size:.75rem;margin-left:4px}
 .head{background:#ebf8ff} a{color:#2b6cb0;text-decoration:none} a:hover{text-decoration:underline}
 .kv td:first-child{color:#4a5568;width:220px} code{font-size:.8rem}
@@ -106,8 +106,9 @@ def _summary_html(checkpoints: list[dict], savepoints: list[dict], head: int | N
                  + " (completed, but not on the latest checkpoint's lineage: a restore or rewind left them)"
                  ) if lin["abandoned"] else "none"
     return ("<h2>Overview</h2><table class='kv'>"
-            f"<tr><td>Counts</td><td>completed {c['completed']} &middot; in progress or aborted "
-            f"{c['in_progress_or_aborted']} &middot; corrupt {c['corrupt']} &middot; savepoints {c['savepoints']}</td></tr>"
+            f"<tr><td>Counts</td><td>completed {c['completed']} &middot; failed {c['failed']} &middot; in progress "
+            f"or aborted {c['in_progress_or_aborted']} &middot; corrupt {c['corrupt']} &middot; savepoints "
+            f"{c['savepoints']}</td></tr>"
             f"<tr><td>Latest restore</td><td>{restore}</td></tr>"
             f"<tr><td>Abandoned branch</td><td>{abandoned}</td></tr></table>"
             "<h2>Summary (completed checkpoints)</h2><table><tr><th></th><th class='num'>Minimum</th>"
@@ -146,13 +147,16 @@ def _history_table(rows: list[dict], link: str, head: int | None) -> str:
            "<th>Records</th></tr>"]
     for r in rows:
         cid = r["checkpoint_id"]
-        ident = (f"<a href='{link}/{cid}'>{cid}</a>" if cid >= 0 else "?")
+        ident = (f"<a href='{link}/{cid}'>{cid}</a>" if cid >= 0 and r.get("location") else str(cid) if cid >= 0
+                 else "?")
         if head is not None and cid == head and r["kind"] == "checkpoint":
             ident += "<span class='badge'>latest</span>"
         recs = ", ".join(f"{_e(k)} {v}" for k, v in sorted((r.get("records") or {}).items())) or "-"
         cls = " class='head'" if head is not None and cid == head and r["kind"] == "checkpoint" else ""
         out.append(
-            f"<tr{cls}><td>{ident}</td><td class='s-{_e(r['status'])}'>{_e(r['status'])}</td>"
+            f"<tr{cls}><td>{ident}</td><td class='s-{_e(r['status'])}'>{_e(r['status'])}"
+            + (f"<br><small>{_e(r.get('problem'))}</small>" if r["status"] in ("FAILED", "CORRUPT") and r.get("problem")
+               else "") + "</td>"
             f"<td class='num'>{_e(r.get('epoch'))}<br><small>{_e(r.get('barrier_time') or '')}</small></td>"
             f"<td>{_e(r.get('trigger_time') or '-')}</td>"
             f"<td class='num'>{_ms(r.get('duration_ms'))}</td><td class='num'>{_bytes(r.get('state_bytes'))}</td>"

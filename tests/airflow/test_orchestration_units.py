@@ -249,7 +249,8 @@ def test_checkpoint_stats_counts_summary_restore_and_abandoned_branch():
            _cp(4, 3, d=400, b=40, a=6), _cp(6, 5, d=500, b=50, a=0), _cp(7, 6, d=600, b=60, a=0),
            _cp(8, 7, status="PENDING")]
     sps = [{**_cp(5, 3), "kind": "savepoint"}]
-    assert counts(cps, sps) == {"completed": 6, "in_progress_or_aborted": 1, "corrupt": 0, "savepoints": 1}
+    assert counts(cps, sps) == {"completed": 6, "failed": 0, "in_progress_or_aborted": 1, "corrupt": 0,
+                                "savepoints": 1}
     sm = summary(cps)
     assert sm["duration_ms"] == {"min": 100.0, "avg": 350.0, "max": 600.0}
     assert sm["state_bytes"]["max"] == 60.0 and sm["alignment_ms"]["min"] == 0.0
