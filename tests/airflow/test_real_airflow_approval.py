@@ -33,7 +33,8 @@ def test_real_scheduler_restore_waits_for_human_approval(airflow_approval):
                       {"logical_date": None, "conf": {"from": str(first.checkpoint_id), "parallelism": None}})
         rid = urllib.request.quote(run["dag_run_id"], safe="")
         deadline = time.monotonic() + 300
-        while inst.tis(f"{DAG}_restore", run["dag_run_id"])[expect_task]["state"] != "deferred":
+        # Airflow 3.3: a HITL task waits in state awaiting_input (deferred in older versions)
+        while inst.tis(f"{DAG}_restore", run["dag_run_id"])[expect_task]["state"] not in ("awaiting_input", "deferred"):
             assert time.monotonic() < deadline, inst.tis(f"{DAG}_restore", run["dag_run_id"])
             time.sleep(2)
         detail = inst.ok("GET", f"/api/v2/dags/{DAG}_restore/dagRuns/{rid}/taskInstances/{expect_task}/-1/hitlDetails")
