@@ -79,6 +79,8 @@ class AirflowRestClient:
                 return e.code, json.loads(text)
             except ValueError:
                 return e.code, text
+        except urllib.error.URLError as e:
+            raise BackfillError(f"cannot reach Airflow at {self.url}: {e.reason}") from None
 
     def get(self, path: str) -> Any:
         status, d = self.request("GET", path)
