@@ -6,7 +6,8 @@ becomes a red ERROR line in every task log. While the JVM starts, :func:`relay_j
 as its stderr (the JVM inherits fd 2 at launch; Python's own fd 2 is restored at once) and a daemon thread
 re-logs each line through Python's ``logging`` under ``spark.jvm`` at the line's log4j level (``WARN`` ->
 WARNING, ...; continuation lines such as stack traces keep the level of the line they follow; lines with
-no level, e.g. a Python worker's traceback, are WARNING).
+no level are INFO - Spark's start-up chatter - unless they look like trouble, e.g. a Python worker's
+traceback, which is WARNING).
 
 Used when ``EPOCHAL_JVM_LOGS=python`` (the Airflow tasks set it); a terminal keeps Spark's own output.
 """
@@ -25,6 +26,7 @@ ENV = "EPOCHAL_JVM_LOGS"
 _LINE = re.compile(r"^\d{2,4}[/-]\d\d[/-]\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\s+(TRACE|DEBUG|INFO|WARN|WARNING|ERROR|FATAL)\s")
 _LEVELS = {"TRACE": logging.DEBUG, "DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARN": logging.WARNING,
            "WARNING": logging.WARNING, "ERROR": logging.ERROR, "FATAL": logging.CRITICAL}
+_TROUBLE = re.compile(r"Traceback|Exception|Error|FATAL|Killed", re.I)
 log = logging.getLogger("spark.jvm")
 
 
@@ -35,7 +37,9 @@ def level_of(line: str, previous: int | None) -> int:
         return _LEVELS[m.group(1)]
     if previous is not None and (line.startswith(("\t", " ", "Caused by", "...")) or not line.strip()):
         return previous
-    return logging.WARNING
+    if _TROUBLE.search(line):
+        return logging.WARNING
+    return logging.INFO
 
 
 def _pump(fd: int) -> None:

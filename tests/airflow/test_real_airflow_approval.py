@@ -25,7 +25,7 @@ def test_real_scheduler_restore_waits_for_human_approval(airflow_approval):
     inst = airflow_approval
     for dag_id in (DAG, f"{DAG}_restore"):
         inst.ok("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
-    inst.wait_runs(DAG, lambda rs: len(rs) == 2 and all(r["state"] == "success" for r in rs), 600, "normal runs")
+    inst.wait_runs(DAG, lambda rs: len(rs) == 2 and all(r["state"] == "success" for r in rs), 1200, "normal runs")
     first = _store(inst).list()[0]
 
     def ask(expect_task: str = "approve_restore") -> str:

@@ -16,6 +16,7 @@ def test_level_of_log4j_lines():
     assert level_of("2025-11-23 21:00:00,123 ERROR Executor: boom", None) == logging.ERROR
     assert level_of("\tat org.apache.spark.Foo(Foo.java:1)", logging.ERROR) == logging.ERROR
     assert level_of("Traceback (most recent call last):", None) == logging.WARNING
+    assert level_of("Using Spark's default log4j profile: org/apache/spark/log4j2-defaults.properties", None) == logging.INFO
 
 
 @pytest.mark.spark
