@@ -366,6 +366,8 @@ class CheckpointCoordinator:
         aborted = pending.abort(reason, cause=cause)
         self._forget(pending)
         if aborted:
+            from pipeline.checkpoint.failed import FailedCheckpointLog
+            FailedCheckpointLog(self.fileio, self.job_root).record(pending, reason, cause)  # for the checkpoint view
             self._record_failure(reason, pending.checkpoint_id, cause)
 
     def shutdown(self) -> None:

@@ -136,11 +136,11 @@ class RuntimeContext:
     def sink(self, sink: SinkNode) -> TwoPhaseCommitSink:
         return TwoPhaseCommitSink(self.table(sink.table), mode=sink.mode, key=list(sink.key))
 
-    def recover_sinks(self, md) -> None:
+    def recover_sinks(self, md, *, restoring: bool = True) -> None:
         """recoverAndCommit: (re-)commit the sink transactions of a completed checkpoint (idempotent)."""
         for sink in self.job.sinks():
             if sink.table in md.sinks:
-                self.sink(sink).recover_and_commit(md)
+                self.sink(sink).recover_and_commit(md, restoring=restoring)
 
     def cleanup_sink_garbage(self) -> None:
         """Delete staged sink output of aborted/crashed checkpoints. Spares completed checkpoints (their

@@ -120,7 +120,7 @@ class CheckpointFinalizer:
         fault_point("after_metadata_before_commit")
 
         # Step 4: commit the sinks (notifyCheckpointComplete -> commit; idempotent)
-        ctx.recover_sinks(completed.metadata)
+        ctx.recover_sinks(completed.metadata, restoring=False)  # not a restore: no "re-committed" wording
         fault_point("after_commit")
 
         # Step 5: clean up the state of the earlier rounds of this checkpoint

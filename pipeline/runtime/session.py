@@ -54,7 +54,9 @@ def get_spark(master: str | None = None, parallelism: int = 2, app: str = "epoch
     for k in ("EPOCHAL_KILL_AT", "EPOCHAL_KILL_SCOPE", "EPOCHAL_PHASE_MARKERS", "EPOCHAL_ATTEMPT_FAULT"):
         if os.environ.get(k):
             b = b.config(f"spark.executorEnv.{k}", os.environ[k])
-    _SESSION = b.getOrCreate()
+    from pipeline.runtime.jvm_logs import relay_jvm_stderr
+    with relay_jvm_stderr():  # EPOCHAL_JVM_LOGS=python: JVM log lines at their level (Airflow tasks)
+        _SESSION = b.getOrCreate()
     # AWS credential-chain inputs travel with the tasks, never in the Spark configuration
     forward_to_executors(_SESSION.sparkContext, os.environ)
     _SESSION.sparkContext.setLogLevel(os.environ.get("EPOCHAL_SPARK_LOG_LEVEL", "ERROR"))
