@@ -23,10 +23,15 @@ from enum import Enum
 from typing import Iterable
 
 from pipeline.checkpoint.completed import METADATA_FILE, CompletedCheckpoint, delete_location
-from pipeline.exceptions import (CheckpointError, CorruptCheckpointError, NoValidCheckpointError,
-                                 ObjectNotFoundError, StorageError)
+from pipeline.exceptions import (
+    CheckpointError,
+    CorruptCheckpointError,
+    NoValidCheckpointError,
+    ObjectNotFoundError,
+    StorageError,
+)
 from pipeline.fileio import FileIO, join_uri
-from pipeline.layout import VALIDATION_DIR, JobLayout, checkpoint_id_of, snapshot_name
+from pipeline.layout import JobLayout, checkpoint_id_of, snapshot_name
 
 __all__ = ["CompletedCheckpointStore", "CheckpointDirStatus", "CheckpointDirInfo", "DEFAULT_RETAINED"]
 
@@ -110,6 +115,13 @@ class CompletedCheckpointStore:
         """Completed checkpoint ``checkpoint_id``; ObjectNotFoundError / CorruptCheckpointError otherwise."""
         info = self._load(checkpoint_id)
         if info.status is CheckpointDirStatus.PENDING:
+            if not self.fileio.list(info.location):
+                known = self.ids()
+                raise ObjectNotFoundError(
+                    f"no such checkpoint: job '{self.job}' has no checkpoint {checkpoint_id} under "
+                    f"{self.checkpoints_uri} (completed checkpoints: "
+                    f"{(known[:3] + ['...'] + known[-3:]) if len(known) > 6 else known}; it may have been "
+                    "removed by retention)")
             raise ObjectNotFoundError(f"checkpoint {checkpoint_id} of job '{self.job}' is not completed: "
                                       f"{join_uri(info.location, METADATA_FILE)} does not exist")
         if info.status is CheckpointDirStatus.CORRUPT:

@@ -29,7 +29,7 @@ class EpochPlanner:
         ctx = self.ctx
         out = {}
         for src in ctx.job.sources():
-            files = list_source_files(ctx.src_fio, ctx.config.source_uri, src.name, policy=ctx.config.bad_records,
+            files = list_source_files(ctx.src_fio, ctx.config.source_uri, src.name, policy=ctx.config.bad_records,  # type: ignore[arg-type]
                                       dead_letter_root=ctx.dead_letter_root, job=ctx.job.name)
             since = {int(p): pos for p, pos in cursor.positions.get(src.name, {}).items()}
             out[src.name] = summarize_source(files, since=since, fileio=ctx.src_fio)

@@ -42,6 +42,7 @@ from pipeline.runtime.context import RuntimeContext
 from pipeline.runtime.cursor import Cursor, cursor_from_metadata, restore_cursor
 from pipeline.runtime.epoch_planner import EpochPlanner
 from pipeline.runtime.finalize import CheckpointFinalizer, CheckpointListener
+from pipeline.runtime.progress import RunProgress, last_data_epoch
 from pipeline.runtime.results import RoundResult, RunReport
 from pipeline.runtime.round_executor import RoundExecutor
 from pipeline.runtime.spark_plan import SparkPlan
@@ -131,6 +132,9 @@ class JobRunner:
         ctx.cleanup_sink_garbage()
         if cursor.checkpoint_id is not None:
             ctx.echo(f"restored checkpoint {cursor.checkpoint_id} (epoch {cursor.epoch})")
+        else:
+            ctx.echo(f"job {ctx.job.name}: no checkpoint yet: starting from the beginning of the sources")
+        progress = RunProgress(epochs)
         done = 0
         while epochs is None or done < epochs:
             summaries = planner.summaries(cursor)
@@ -150,6 +154,8 @@ class JobRunner:
             cursor, rounds = self.complete_epoch(cursor, target, barriers, summaries, parallelism=parallelism)
             report.rounds.extend(rounds)
             done += 1
+            ctx.echo(progress.epoch_done(target, sum(sum(r.records.values()) for r in rounds),
+                                         last_data_epoch(summaries, ctx.epochs.epoch_of)))
         ctx.cleanup_sink_garbage()  # staging of checkpoints aborted by earlier crashes is now unprotected
         return report
 
@@ -168,6 +174,7 @@ class JobRunner:
         if cursor.epoch is not None and cursor.epoch >= epoch:
             cursor = planner.rewind_cursor(epoch, report)
         report.restored_from = cursor.checkpoint_id
+        progress = RunProgress(None)
         while cursor.epoch is None or cursor.epoch < epoch:
             summaries = planner.summaries(cursor)
             if cursor.epoch is None:
@@ -181,6 +188,7 @@ class JobRunner:
                                       "has not passed); retry later")
             cursor, rounds = self.complete_epoch(cursor, target, barriers, summaries, parallelism=parallelism)
             report.rounds.extend(rounds)
+            ctx.echo(progress.epoch_done(target, sum(sum(r.records.values()) for r in rounds), epoch))
         ctx.cleanup_sink_garbage()
         return report
 
@@ -239,10 +247,12 @@ class JobRunner:
         if cursor.checkpoint_id is None:
             raise CheckpointError(f"job {self.job.name!r} has no completed checkpoint to take a savepoint of "
                                   f"(under {self.job_root}); run some epochs first")
+        assert cursor.epoch is not None  # a completed checkpoint has an epoch
         barriers = {s: dict(p) for s, p in cursor.positions.items()}
         _, results = self.complete_epoch(cursor, cursor.epoch, barriers, {}, parallelism=parallelism,
                                          kind="savepoint", location=target.rstrip("/") if target else None)
         loc = self.last_location
+        assert loc is not None  # set by the completion just above
         self.echo(f"savepoint {results[-1].checkpoint_id} of checkpoint {cursor.checkpoint_id} written to {loc}")
         return loc
 
