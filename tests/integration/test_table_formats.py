@@ -18,9 +18,8 @@ from pipeline.config import load_config
 from pipeline.exceptions import IncompatibleSinkSchemaError
 from pipeline.job import Job
 from pipeline.runtime.runner import JobRunner
-
-from pipeline.testing.table_readers import read_in_child
 from pipeline.testing.shipping import DELIV, EPOCH_S, SHIP, T0, build_job, oracle, write_sources
+from pipeline.testing.table_readers import read_in_child
 
 pytestmark = [pytest.mark.spark, pytest.mark.table_formats]
 FULL = pytest.mark.skipif(not os.environ.get("EPOCHAL_TABLE_FORMATS_FULL"),
