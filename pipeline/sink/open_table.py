@@ -199,7 +199,7 @@ class OpenFormatTable(CommittedTable):
         # Step 4: rewind: the table must be at the parent's commit
         if cur != p:
             pref = self.find(p) if p is not None else None
-            if pref is not None:
+            if pref is not None and p is not None:
                 self.make_current(pref, p)
                 log.info("%s: rewound to checkpoint %s before committing %d", self.what, p, n)
             elif self.has_data():

@@ -15,6 +15,7 @@ __all__ = ["duckdb_read", "read_in_child", "main"]
 
 def _load(con, package: str) -> None:
     mod = __import__(package)
+    assert mod.__file__ is not None, package
     path = glob.glob(os.path.join(os.path.dirname(mod.__file__), "extensions", "*", "*.duckdb_extension"))[0]
     con.execute(f"LOAD '{path}'")
 
@@ -52,7 +53,7 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-def read_in_child(fmt: str, location: str, out_dir) -> "pd.DataFrame":  # noqa: F821
+def read_in_child(fmt: str, location: str, out_dir) -> "pd.DataFrame":  # type: ignore[name-defined]  # noqa: F821
     """Run :func:`duckdb_read` in a child Python process and return its rows as pandas."""
     import itertools
     import subprocess
