@@ -40,6 +40,7 @@ class PipelineConfig:
     state_ttl_seconds: int = 24 * 3600
     validate_after_epoch: bool = False
     spark_master: str = "local[*]"
+    savepoint_prefixes: str = ""  # comma-separated URI prefixes for savepoint --target; "" = <ckpt>/<job>/savepoints
     clock_now: str = ""  # ISO-8601 UTC; empty = wall clock. Lets tests and replays control the clock.
 
     def __post_init__(self) -> None:
