@@ -9,6 +9,7 @@ Hierarchy (every error message names the file, partition or checkpoint involved)
     │   └── ConditionalWriteError     a write-once object already exists (If-None-Match failed)
     ├── SourceError                   problems with source logs
     │   └── MalformedInputError       malformed file/record when bad-records policy is `fail`
+    │       └── SourceContractError   a late file or a file changed after it was read (policy `fail`)
     ├── CheckpointError               checkpoint life cycle problems
     │   ├── CheckpointFencedError     another runner owns/committed this checkpoint id (lost race)
     │   ├── CheckpointDeclinedError   a task or the coordinator declined/aborted a pending checkpoint
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 __all__ = [
     "EpochalError", "ConfigError", "StorageError", "ObjectNotFoundError", "ConditionalWriteError",
-    "SourceError", "MalformedInputError", "CheckpointError", "CheckpointFencedError",
+    "SourceError", "MalformedInputError", "SourceContractError", "CheckpointError", "CheckpointFencedError",
     "CheckpointDeclinedError", "CorruptCheckpointError", "NoValidCheckpointError",
     "TooManyFailedCheckpointsError", "IncompatibleStateError", "BarrierError", "CorruptStreamError",
     "SinkError", "TransactionStateError", "ValidationError",
@@ -63,6 +64,11 @@ class SourceError(EpochalError):
 
 class MalformedInputError(SourceError):
     """Malformed file or record while the bad-records policy is ``fail``."""
+
+
+class SourceContractError(MalformedInputError):
+    """A source broke its contract after Epochal read it (a late file with a lower seq than files already
+    read, or a file changed after it was read) while the bad-records policy is ``fail``."""
 
 
 class CheckpointError(EpochalError):

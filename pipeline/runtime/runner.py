@@ -29,6 +29,7 @@ from pipeline.exceptions import (CheckpointError, ConditionalWriteError, ConfigE
 from pipeline.faults import fault_point
 from pipeline.job import AggregateNode, Job, JoinNode, SinkNode, SourceNode
 from pipeline.runtime.savepoints import abort_pending, check_target
+from pipeline.source.contract import check_source_contract, read_inventory
 
 __all__ = ["JobRunner", "RoundResult", "RunReport"]
 
@@ -80,6 +81,7 @@ class _Cursor:
     # unaligned channel state still to replay first (in-flight data between operators): uid -> file handles
     inflight: dict[str, list[dict]] = field(default_factory=dict)
     align: object | None = None  # the AlignmentDriver continuing from this cursor (None: start a fresh one)
+    inventory: dict = field(default_factory=dict)  # read inventory of the checkpoint (pipeline.source.contract)
 
 
 def _by_name(handles: list[dict]) -> dict[str, list[dict]]:
@@ -204,7 +206,8 @@ class JobRunner:
             elif c.source is not None and c.partition is not None and c.start is not None:
                 # in-flight data still in the source log: reading resumes at the start of its range
                 positions.setdefault(c.source, {})[str(c.partition)] = c.start
-        return _Cursor(md.checkpoint_id, md.epoch, positions, handles, inflight)
+        return _Cursor(md.checkpoint_id, md.epoch, positions, handles, inflight,
+                       inventory=dict(md.extra.get("source_files") or {}))
 
     def _recover_sinks(self, md) -> None:
         """recoverAndCommit: (re-)commit the sink transactions of a completed checkpoint (idempotent)."""
@@ -226,12 +229,15 @@ class JobRunner:
     def _summaries(self, cursor: _Cursor):
         from pipeline.source.layout import list_source_files
         from pipeline.source.planner import summarize_source
-        out = {}
+        out, listing = {}, {}
         for src in self.job.sources():
             files = list_source_files(self.src_fio, self.config.source_uri, src.name, policy=self.config.bad_records,
                                       dead_letter_root=self.dead_letter_root, job=self.job.name)
             since = {int(p): pos for p, pos in cursor.positions.get(src.name, {}).items()}
             out[src.name] = summarize_source(files, since=since, fileio=self.src_fio)
+            listing[src.name] = files
+        self._listing = listing
+        self._contract_dead_letters = check_source_contract(self, cursor, listing)
         return out
 
     def _first_epoch(self, summaries) -> int | None:
@@ -514,7 +520,8 @@ class JobRunner:
         merged_upserts = {s.table for s in self.job.sinks()
                           if s.mode == "upsert" and isinstance(self.job.nodes[s.parent], AggregateNode)}
         working = _Cursor(cursor.checkpoint_id, cursor.epoch, {s: dict(p) for s, p in cursor.positions.items()},
-                          cursor.handles, {u: list(h) for u, h in cursor.inflight.items()}, driver)
+                          cursor.handles, {u: list(h) for u, h in cursor.inflight.items()}, driver,
+                          inventory=cursor.inventory)
         zero, empty = Position(seq=0, row=0), ()
         next_end = self.epochs.end_us(epoch + 1)
 
@@ -533,7 +540,7 @@ class JobRunner:
             return NextStop(b, True) if b is not None else NextStop(end_position(summaries_of(ch)), False)
 
         rnd = 0
-        dead_letters: dict[str, int] = {}
+        dead_letters: dict[str, int] = dict(getattr(self, "_contract_dead_letters", {}) if summaries else {})
         last_rows: list[dict] = []
         while True:
             t0 = time.perf_counter()
@@ -589,7 +596,8 @@ class JobRunner:
                 elif h["kind"] == "channel":  # parked: in flight between operators, replayed next round
                     h["inflight_bytes"] = h["bytes"]
                     inflight.setdefault(h["operator"], []).append(h)
-            working = _Cursor(working.checkpoint_id, working.epoch, new_positions, new_handles, inflight, driver)
+            working = _Cursor(working.checkpoint_id, working.epoch, new_positions, new_handles, inflight, driver,
+                              inventory=working.inventory)
             last_rows = rows
             records = {s: sum(seg.records for seg in segs.values()) for s, segs in segments.items()}
             backlog = {s: sum(seg.backlog for seg in segs.values()) for s, segs in segments.items()}
@@ -671,7 +679,9 @@ class JobRunner:
             dead_letters=dead_letters, rounds=last_round + 1,
             extra={"records": records, "round_records": [r.records for r in results if r.round <= last_round]
                    + ([records] if not results or results[-1].round < last_round else []),
-                   "alignment": alignment})
+                   "alignment": alignment,
+                   "source_files": (read_inventory(getattr(self, "_listing", {}), positions) if summaries
+                                    else working.inventory)})
         fault_point("after_metadata_before_commit")
         self._recover_sinks(completed.metadata)  # notifyCheckpointComplete -> commit (idempotent)
         fault_point("after_commit")
