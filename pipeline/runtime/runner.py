@@ -29,7 +29,7 @@ from pipeline.exceptions import (CheckpointError, ConditionalWriteError, ConfigE
 from pipeline.faults import fault_point
 from pipeline.job import AggregateNode, Job, JoinNode, SinkNode, SourceNode
 from pipeline.runtime.savepoints import abort_pending, check_target
-from pipeline.source.contract import check_source_contract, read_inventory
+from pipeline.source.contract import check_source_contract, read_inventory, unplaceable_files_error
 
 __all__ = ["JobRunner", "RoundResult", "RunReport"]
 
@@ -363,6 +363,8 @@ class JobRunner:
             else:
                 nxt = self._next_unread_epoch(cursor, summaries)
                 first = self._first_epoch(summaries) if cursor.epoch is None else cursor.epoch + 1
+                if first is None and nxt is None:  # a fresh job whose unread files are all unreadable
+                    raise unplaceable_files_error(self.job.name, summaries)
                 target = max(x for x in (first, nxt) if x is not None)
                 if cursor.epoch is not None and nxt is not None and nxt <= cursor.epoch:
                     target = cursor.epoch + 1  # unread rows at/before the last epoch (backlog/late files)

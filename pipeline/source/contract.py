@@ -31,11 +31,11 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Callable, Mapping, Sequence
 
-from pipeline.exceptions import SourceContractError
+from pipeline.exceptions import SourceContractError, SourceError
 from pipeline.source.layout import SourceFile
 
 __all__ = ["Breach", "ContractViolation", "read_inventory", "find_violations", "handle_violations",
-           "check_source_contract"]
+           "check_source_contract", "unplaceable_files_error"]
 
 Inventory = Mapping[str, Mapping[str, Sequence[Sequence[int]]]]  # source -> partition -> [[seq, size]]
 
@@ -132,3 +132,13 @@ def check_source_contract(runner, cursor, listing: Mapping[str, Mapping[int, Seq
     violations = find_violations(cursor.inventory, listing, cursor.positions)
     return handle_violations(violations, runner.config.bad_records, runner.dead_letter_root, runner.job.name,
                              runner.echo)
+
+
+def unplaceable_files_error(job: str, summaries) -> SourceError:
+    """A fresh job has unread files but none with a readable ``_ingest_ts``: no epoch can be placed."""
+    bad = [s for parts in summaries.values() for ss in parts.values() for s in ss if s.corrupt or not s.rows]
+    first = next((s for s in bad if s.corrupt), bad[0] if bad else None)
+    where = (f"; first: source {first.file.source}, partition {first.file.partition}: {first.uri}"
+             + (f": {first.error}" if first.error else "")) if first else ""
+    return SourceError(f"job {job!r} has never run and none of its {len(bad)} unread source file(s) is readable, "
+                       f"so no epoch can be placed{where}. Fix or remove the files, then run again")
