@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from pipeline.checkpoint.ack import AckResult, TaskAcknowledgement, acks_from_rows
-from pipeline.checkpoint.completed import METADATA_FILE, CompletedCheckpoint
+from pipeline.checkpoint.completed import CompletedCheckpoint
 from pipeline.checkpoint.failure import CheckpointFailureReason as Reason
 from pipeline.checkpoint.handles import ChannelStateHandle, FileHandle, Position, StateHandle
 from pipeline.checkpoint.ids import CheckpointIdCounter, default_runner_id
@@ -38,6 +38,7 @@ from pipeline.checkpoint.store import DEFAULT_RETAINED, CompletedCheckpointStore
 from pipeline.exceptions import (CheckpointDeclinedError, CheckpointError, CheckpointFencedError,
                                  CorruptCheckpointError, StorageError, TooManyFailedCheckpointsError)
 from pipeline.fileio import FileIO, join_uri
+from pipeline.layout import METADATA_FILE, JobLayout
 
 __all__ = ["CheckpointCoordinator"]
 
@@ -178,7 +179,7 @@ class CheckpointCoordinator:
         if location is None:
             if kind == "savepoint":
                 ts = datetime.fromtimestamp(now, tz=timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-                location = join_uri(self.job_root, "savepoints", f"sp-{cid}-{ts}")
+                location = JobLayout(self.job_root).savepoint(cid, ts)
             else:
                 location = self.store.location_of(cid)
         from pipeline.checkpoint.metadata import iso_utc

@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from pipeline.checkpoint._frozen import FrozenDict
 from pipeline.checkpoint.ack import AckResult, TaskAcknowledgement
-from pipeline.checkpoint.completed import METADATA_FILE, CompletedCheckpoint, delete_location
+from pipeline.checkpoint.completed import CompletedCheckpoint, delete_location
 from pipeline.checkpoint.failure import CheckpointFailureReason
 from pipeline.checkpoint.handles import ChannelStateHandle, FileHandle, Position, SinkHandle, StateHandle
 from pipeline.checkpoint.metadata import (FORMAT_VERSION, KINDS, CheckpointMetadata, _positions,
@@ -35,12 +35,12 @@ from pipeline.checkpoint.stats import CheckpointStats, OperatorStats, TaskMetric
 from pipeline.exceptions import (CheckpointDeclinedError, CheckpointError, CheckpointFencedError,
                                  ConditionalWriteError, CorruptCheckpointError, StorageError)
 from pipeline.fileio import FileIO, join_uri
+from pipeline.layout import METADATA_FILE, PENDING_FILE
 
 __all__ = ["PendingCheckpoint", "PendingManifest", "PendingState", "PENDING_FILE"]
 
 log = logging.getLogger(__name__)
 
-PENDING_FILE = "_pending.json"
 
 
 class PendingState(Enum):

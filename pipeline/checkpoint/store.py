@@ -26,13 +26,13 @@ from pipeline.checkpoint.completed import METADATA_FILE, CompletedCheckpoint, de
 from pipeline.exceptions import (CheckpointError, CorruptCheckpointError, NoValidCheckpointError,
                                  ObjectNotFoundError, StorageError)
 from pipeline.fileio import FileIO, join_uri
+from pipeline.layout import VALIDATION_DIR, JobLayout, checkpoint_id_of, snapshot_name
 
 __all__ = ["CompletedCheckpointStore", "CheckpointDirStatus", "CheckpointDirInfo", "DEFAULT_RETAINED"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_RETAINED = 3
-VALIDATION_DIR = "validation"  # <job root>/validation/<chk-<id>|sp-<id>>/: data-quality results per snapshot
 
 
 class CheckpointDirStatus(Enum):
@@ -52,10 +52,7 @@ class CheckpointDirInfo:
     problem: str | None = None
 
 
-def _chk_id(name: str) -> int | None:
-    if name.startswith("chk-") and name[4:].isdigit():
-        return int(name[4:])
-    return None
+_chk_id = checkpoint_id_of
 
 
 class CompletedCheckpointStore:
@@ -69,11 +66,12 @@ class CompletedCheckpointStore:
         self.job_root = job_root.rstrip("/")
         self.job = job or self.job_root.rsplit("/", 1)[-1]
         self.retain = retain
-        self.checkpoints_uri = join_uri(self.job_root, "checkpoints")
-        self.savepoints_uri = join_uri(self.job_root, "savepoints")
+        self.layout = JobLayout(self.job_root)
+        self.checkpoints_uri = self.layout.checkpoints()
+        self.savepoints_uri = self.layout.savepoints()
 
     def location_of(self, checkpoint_id: int) -> str:
-        return join_uri(self.checkpoints_uri, f"chk-{checkpoint_id}")
+        return self.layout.checkpoint(checkpoint_id)
 
     # -- reading -----------------------------------------------------------------------------------
     def _load(self, checkpoint_id: int) -> CheckpointDirInfo:
@@ -194,7 +192,7 @@ class CompletedCheckpointStore:
                 cp.discard(self.fileio, keep=keep)
                 discarded.append(cp.checkpoint_id)
                 # its data-quality results (pipeline.quality) go with it; a savepoint's results stay
-                self.fileio.delete_prefix(join_uri(self.job_root, VALIDATION_DIR, f"chk-{cp.checkpoint_id}"))
+                self.fileio.delete_prefix(self.layout.validation(snapshot_name(cp.checkpoint_id, savepoint=False)))
             except StorageError as e:
                 log.warning("could not discard subsumed %s: %s", cp.describe(), e)
         return discarded

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 from pipeline.exceptions import CheckpointError, ObjectNotFoundError, StorageError
 from pipeline.fileio import FileIO, join_uri
+from pipeline.layout import JobLayout, pending_uri
 
 __all__ = ["OperatorRow", "CheckpointRow", "CheckpointHistory", "list_jobs"]
 
@@ -97,11 +98,11 @@ class CheckpointHistory:
         self._fileio_for = fileio_for or (lambda uri: fileio)
 
     def exists(self) -> bool:
-        return self.fileio.exists(join_uri(self.job_root, "job.json"))
+        return self.fileio.exists(JobLayout(self.job_root).job_json())
 
     def job_info(self) -> dict[str, Any]:
         try:
-            return json.loads(self.fileio.read_bytes(join_uri(self.job_root, "job.json")))
+            return json.loads(self.fileio.read_bytes(JobLayout(self.job_root).job_json()))
         except (ObjectNotFoundError, ValueError):
             return {}
 
@@ -115,8 +116,8 @@ class CheckpointHistory:
     def _pending_row(self, info) -> CheckpointRow:
         from pipeline.checkpoint.pending import PendingManifest
         try:
-            m = PendingManifest.from_json(self.fileio.read_bytes(join_uri(info.location, "_pending.json")),
-                                          join_uri(info.location, "_pending.json"))
+            m = PendingManifest.from_json(self.fileio.read_bytes(pending_uri(info.location)),
+                                          pending_uri(info.location))
         except (ObjectNotFoundError, CheckpointError, StorageError):
             return CheckpointRow(info.checkpoint_id, "checkpoint", "PENDING", None, None, None, None, None, None,
                                  None, None, None, None, None, info.location, problem="no _metadata (in progress, "
@@ -231,7 +232,7 @@ def list_jobs(fileio: FileIO, checkpoint_root: str, known: list[str] | None = No
     names = set(known or [])
     try:
         for name in fileio.list_dirs(checkpoint_root):
-            if fileio.exists(join_uri(checkpoint_root, name, "job.json")):
+            if fileio.exists(JobLayout.of(checkpoint_root, name).job_json()):
                 names.add(name)
     except StorageError:
         pass

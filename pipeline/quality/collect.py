@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.exceptions import ObjectNotFoundError, SinkError, StorageError
+from pipeline.layout import snapshot_name
 from pipeline.quality.jobspec import JobObjects, job_objects, sink_obj, state_obj
 from pipeline.quality.keygroups import key_groups
 from pipeline.quality.normalize import (KG_SUMS, MAX_MEASURES, SUMMARY_DDL, SUMMARY_SCHEMA, ObjectSpec, group_sums,
@@ -319,7 +320,7 @@ class _Collector:
 
         owners = [(snap.name, snap.completed, True)]
         if self.mode != "epoch":
-            owners += [(("sp-" if cp.is_savepoint else "chk-") + str(cp.checkpoint_id), cp, False)
+            owners += [(snapshot_name(cp.checkpoint_id, savepoint=cp.is_savepoint), cp, False)
                        for cp in self.retained + self.savepoints
                        if cp.location.rstrip("/") != snap.location.rstrip("/")]
         for owner, cp, deep in owners:
@@ -372,7 +373,7 @@ class _Collector:
                 except Exception:  # noqa: BLE001 - subsumed parent: nothing to compare with
                     parent = None
             pmd = parent.metadata if parent is not None else None
-            name = ("sp-" if cp.is_savepoint else "chk-") + str(md.checkpoint_id)
+            name = snapshot_name(md.checkpoint_id, savepoint=cp.is_savepoint)
             sources = set(md.barriers) | set(md.positions) | (set(pmd.barriers) if pmd else set())
             for s in sorted(sources):
                 parts = set(md.barriers.get(s, {})) | set(md.positions.get(s, {}))

@@ -41,13 +41,13 @@ def default_docs_dir() -> str:
 
 
 def validation_root(runner) -> str:
-    from pipeline.checkpoint.store import VALIDATION_DIR
-    from pipeline.fileio import join_uri
-    return join_uri(runner.job_root, VALIDATION_DIR)
+    from pipeline.layout import JobLayout
+    return JobLayout(runner.job_root).validation()
 
 
 def resolve_snapshot(runner, checkpoint: str | int | None):
     """The CompletedCheckpoint to validate: latest completed (None), an id, or a savepoint/checkpoint URI."""
+    from pipeline.layout import snapshot_name
     from pipeline.quality.collect import Snapshot
     store = runner.coordinator.store
     if checkpoint is None or str(checkpoint).strip() in ("", "latest"):
@@ -59,7 +59,7 @@ def resolve_snapshot(runner, checkpoint: str | int | None):
         cp = runner._load_snapshot(str(checkpoint))
     if cp.metadata.job != runner.job.name:
         raise CheckpointError(f"{cp.describe()} belongs to job {cp.metadata.job!r}, not {runner.job.name!r}")
-    name = ("sp-" if cp.is_savepoint else "chk-") + str(cp.checkpoint_id)
+    name = snapshot_name(cp.checkpoint_id, savepoint=cp.is_savepoint)
     return Snapshot(cp, name)
 
 
