@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from urllib.parse import unquote, urlsplit
 
 from pipeline.exceptions import ConditionalWriteError, ConfigError, ObjectNotFoundError, StorageError
+from pipeline.storage_retry import with_retries
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow
@@ -441,6 +442,10 @@ def _arrow_s3(settings: _S3Settings) -> Any:
     return fs
 
 
+class _ShortBodyError(Exception):
+    """A GET response body shorter than its Content-Length (the connection was cut mid-body)."""
+
+
 def _error_code(exc: Exception) -> tuple[str, int]:
     resp = getattr(exc, "response", None) or {}
     code = str(resp.get("Error", {}).get("Code", ""))
@@ -483,9 +488,16 @@ class S3FileIO:
     # -- small objects ---------------------------------------------------------------------------
     def read_bytes(self, uri: str) -> bytes:
         bucket, key = split_s3_uri(uri)
-        try:
+
+        def get() -> bytes:  # the body is read inside the retried call: a cut body is retried, not corruption
             resp = self.client.get_object(Bucket=bucket, Key=key)
-            return resp["Body"].read()
+            data = resp["Body"].read()
+            expected = resp.get("ContentLength")
+            if expected is not None and len(data) != int(expected):
+                raise _ShortBodyError(f"got {len(data)} of {expected} bytes")
+            return data
+        try:
+            return with_retries(get, f"GET {uri}")
         except Exception as e:  # noqa: BLE001 - botocore raises several unrelated types
             raise self._fail("read", uri, e) from e
 
@@ -495,14 +507,23 @@ class S3FileIO:
         if if_none_match:
             kwargs["IfNoneMatch"] = "*"
         try:
-            self.client.put_object(**kwargs)
+            with_retries(lambda: self.client.put_object(**kwargs), f"PUT {uri}")
         except Exception as e:  # noqa: BLE001
             code, status = _error_code(e)
             if if_none_match and (code in ("PreconditionFailed", "ConditionalRequestConflict")
                                   or status in (409, 412)):
+                if self._holds(uri, data):  # our own PUT landed, its answer was lost and the retry got 412
+                    return
                 raise ConditionalWriteError(
                     f"object already exists (create-only write refused, {code or status}): {uri}") from e
             raise self._fail("write", uri, e) from e
+
+    def _holds(self, uri: str, data: bytes) -> bool:
+        """True if the object at ``uri`` has exactly the bytes ``data`` (a write-once PUT already done)."""
+        try:
+            return self.read_bytes(uri) == bytes(data)
+        except StorageError:
+            return False
 
     def exists(self, uri: str) -> bool:
         try:
@@ -516,7 +537,7 @@ class S3FileIO:
         if not key or key.endswith("/"):
             raise ObjectNotFoundError(f"object not found: {uri}")
         try:
-            resp = self.client.head_object(Bucket=bucket, Key=key)
+            resp = with_retries(lambda: self.client.head_object(Bucket=bucket, Key=key), f"HEAD {uri}")
         except Exception as e:  # noqa: BLE001
             code, status = _error_code(e)
             if status == 404 or code in ("404", "NoSuchKey", "NotFound", "NoSuchBucket"):
@@ -532,9 +553,11 @@ class S3FileIO:
         if delimiter:
             kwargs["Delimiter"] = delimiter
         try:
-            yield from self.client.get_paginator("list_objects_v2").paginate(**kwargs)
+            pages = with_retries(lambda: list(self.client.get_paginator("list_objects_v2").paginate(**kwargs)),
+                                 f"LIST {prefix_uri}")
         except Exception as e:  # noqa: BLE001
             raise self._fail("list", prefix_uri, e) from e
+        yield from pages
 
     def list(self, prefix_uri: str, *, recursive: bool = True) -> list[FileInfo]:
         bucket, _key = split_s3_uri(prefix_uri)
@@ -561,7 +584,7 @@ class S3FileIO:
     def delete(self, uri: str) -> None:
         bucket, key = split_s3_uri(uri)
         try:
-            self.client.delete_object(Bucket=bucket, Key=key)
+            with_retries(lambda: self.client.delete_object(Bucket=bucket, Key=key), f"DELETE {uri}")
         except Exception as e:  # noqa: BLE001
             code, status = _error_code(e)
             if status == 404 or code in ("NoSuchKey", "NoSuchBucket"):
@@ -577,8 +600,9 @@ class S3FileIO:
         for i in range(0, len(keys), 1000):
             batch = keys[i:i + 1000]
             try:
-                resp = self.client.delete_objects(
-                    Bucket=bucket, Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True})
+                resp = with_retries(lambda b=batch: self.client.delete_objects(
+                    Bucket=bucket, Delete={"Objects": [{"Key": k} for k in b], "Quiet": True}),
+                    f"DELETE {len(batch)} objects under {prefix_uri}")
             except Exception as e:  # noqa: BLE001
                 raise self._fail("delete", prefix_uri, e) from e
             errors = resp.get("Errors") or []
