@@ -80,3 +80,21 @@ def test_savepoint_targets_are_contained(tmp_path):
     for bad in ("s3://other-bucket/ck/j/savepoints/a", "s3://bucket/ck/j/savepoints/../../x"):
         with pytest.raises(ConfigError):
             check_target(bad, s3, "j")
+
+
+@pytest.mark.unit
+def test_unfinished_savepoint_dirs_are_cleaned_later(any_root):
+    fio, root = any_root
+    coord = CheckpointCoordinator(fio, join_uri(root, "ckpt"), "job")
+    sp = join_uri(root, "ckpt", "job", "savepoints")
+    killed = join_uri(sp, "sp-1-20240101T000000Z")      # killed before its _metadata
+    done = join_uri(sp, "sp-2-20240101T000100Z")        # completed
+    mine = join_uri(sp, "before-upgrade")               # a user-named target: never touched
+    for d in (killed, done, mine):
+        fio.write_bytes(join_uri(d, "_pending.json"), b"{}")
+        fio.write_bytes(join_uri(d, "state", "x.parquet"), b"x")
+    fio.write_bytes(join_uri(done, "_metadata"), b"{}")
+    coord.counter.next(at_least=3)  # newest claim 3: ids below it are not running
+    coord.cleanup_garbage()
+    assert fio.list(killed) == []
+    assert len(fio.list(done)) == 3 and len(fio.list(mine)) == 2
