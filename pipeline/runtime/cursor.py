@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pipeline.checkpoint.metadata import CheckpointMetadata
+from pipeline.runtime.restore_guard import check_restore_point
 
 if TYPE_CHECKING:
     from pipeline.runtime.context import RuntimeContext
@@ -69,6 +70,11 @@ def restore_cursor(ctx: RuntimeContext, report: RunReport | None = None) -> Curs
         ctx.echo(f"WARNING: {p}")
         if report is not None:
             report.messages.append(p)
+    note = check_restore_point(ctx, completed.checkpoint_id if completed is not None else None)
+    if note is not None and not problems:
+        ctx.echo(f"WARNING: {note}")
+        if report is not None:
+            report.messages.append(note)
     if completed is None:
         return Cursor()
     ctx.recover_sinks(completed.metadata)
