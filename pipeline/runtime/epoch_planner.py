@@ -29,9 +29,13 @@ class EpochPlanner:
     def summaries(self, cursor: Cursor):
         ctx = self.ctx
         out, listing = {}, {}
+        unexpected = getattr(ctx, "unexpected_dead_letters", None)
+        if unexpected is None:
+            unexpected = ctx.unexpected_dead_letters = {}
         for src in ctx.job.sources():
             files = list_source_files(ctx.src_fio, ctx.config.source_uri, src.name, policy=ctx.config.bad_records,
-                                      dead_letter_root=ctx.dead_letter_root, job=ctx.job.name)
+                                      dead_letter_root=ctx.dead_letter_root, job=ctx.job.name,
+                                      new_dead_letters=unexpected)
             since = {int(p): pos for p, pos in cursor.positions.get(src.name, {}).items()}
             out[src.name] = summarize_source(files, since=since, fileio=ctx.src_fio)
             listing[src.name] = files

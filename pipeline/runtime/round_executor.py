@@ -118,6 +118,10 @@ class RoundExecutor:
         rnd = 0
         # source-contract breaches found by this listing are counted in this checkpoint
         dead_letters: dict[str, int] = dict(getattr(ctx, "contract_dead_letters", {}) if summaries else {})
+        if summaries:  # files in badly named folders dead-lettered by listings since the last checkpoint
+            for s, n in (getattr(ctx, "unexpected_dead_letters", None) or {}).items():
+                dead_letters[s] = dead_letters.get(s, 0) + n
+            ctx.unexpected_dead_letters = {}
         last_rows: list[dict] = []
         while True:
             t0 = time.perf_counter()
