@@ -108,7 +108,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_checkpoints(args: argparse.Namespace) -> int:
-    from pipeline import inspect as insp
+    from pipeline.checkpoint import history as insp
     r = _runner(args)
     if args.action == "list":
         rows = insp.list_checkpoints(r)

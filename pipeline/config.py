@@ -10,6 +10,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from pipeline.barriers.events import CheckpointingMode
 from pipeline.exceptions import ConfigError
 
 __all__ = ["PipelineConfig", "load_config", "CONFIG_KEYS"]
@@ -39,7 +40,7 @@ class PipelineConfig:
     bad_records: str = "dead_letter"
     state_ttl_seconds: int = 24 * 3600
     validate_after_epoch: bool = False
-    spark_master: str = "local[*]"
+    spark_master: str = ""  # empty: the launcher's / an existing session's master, else local[*]
     savepoint_prefixes: str = ""  # comma-separated URI prefixes for savepoint --target; "" = <ckpt>/<job>/savepoints
     clock_now: str = ""  # ISO-8601 UTC; empty = wall clock. Lets tests and replays control the clock.
 
@@ -52,7 +53,7 @@ class PipelineConfig:
             raise ConfigError(f"PIPELINE_DEAD_LETTER_URI={self.dead_letter_uri!r}: must be file:// or s3://")
         if self.checkpoint_mode not in ("exactly_once", "at_least_once"):
             raise ConfigError(f"PIPELINE_CHECKPOINT_MODE={self.checkpoint_mode!r}: use exactly_once or at_least_once")
-        if self.unaligned and self.checkpoint_mode == "at_least_once":
+        if self.unaligned and self.checkpoint_mode == CheckpointingMode.AT_LEAST_ONCE:
             raise ConfigError("PIPELINE_UNALIGNED=true requires PIPELINE_CHECKPOINT_MODE=exactly_once "
                               "(unaligned checkpoints are refused with at-least-once, as in Flink)")
         if self.bad_records not in ("dead_letter", "fail"):
@@ -140,4 +141,7 @@ def load_config(config_file: str | None = None, env: Mapping[str, str] | None = 
     for k, v in overrides.items():
         if v is not None:
             values[k] = v
-    return PipelineConfig(**values)
+    cfg = PipelineConfig(**values)
+    from pipeline.runtime.master import check_master_usable  # before the first side effect of any command
+    check_master_usable(cfg.spark_master, env)
+    return cfg

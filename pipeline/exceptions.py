@@ -8,8 +8,9 @@ Hierarchy (every error message names the file, partition or checkpoint involved)
     │   ├── ObjectNotFoundError       the object/file does not exist
     │   └── ConditionalWriteError     a write-once object already exists (If-None-Match failed)
     ├── SourceError                   problems with source logs
-    │   └── MalformedInputError       malformed file/record when bad-records policy is `fail`
-    │       └── SourceContractError   a late file or a file changed after it was read (policy `fail`)
+    │   ├── MalformedInputError       malformed file/record when bad-records policy is `fail`
+    │   │   └── SourceContractError   a late file or a file changed after it was read (policy `fail`)
+    │   └── TypeMismatch              a column cannot be cast to the declared type at all (schema mismatch)
     ├── CheckpointError               checkpoint life cycle problems
     │   ├── CheckpointFencedError     another runner owns/committed this checkpoint id (lost race)
     │   ├── CheckpointDeclinedError   a task or the coordinator declined/aborted a pending checkpoint
@@ -21,7 +22,11 @@ Hierarchy (every error message names the file, partition or checkpoint involved)
     │   └── CorruptStreamError        repeated barrier on one channel (names channel + checkpoint)
     ├── SinkError                     sink problems
     │   └── TransactionStateError     illegal 2PC transition (names txn + state)
-    └── ValidationError               a Great Expectations suite failed (names checkpoint/table)
+    ├── ValidationError               a Great Expectations suite failed (names checkpoint/table)
+    └── JobStoppedError               the job was stopped with a savepoint (epoch runs are skipped)
+
+    InjectedFailure (RuntimeError)    a test double's crash: deliberately *not* an EpochalError, so nothing
+                                      that handles Epochal's errors catches it (it must act like a crash)
 """
 from __future__ import annotations
 
@@ -30,7 +35,8 @@ __all__ = [
     "SourceError", "MalformedInputError", "SourceContractError", "CheckpointError", "CheckpointFencedError",
     "CheckpointDeclinedError", "CorruptCheckpointError", "NoValidCheckpointError",
     "TooManyFailedCheckpointsError", "IncompatibleStateError", "BarrierError", "CorruptStreamError",
-    "SinkError", "TransactionStateError", "ValidationError",
+    "SinkError", "TransactionStateError", "ValidationError", "TypeMismatch", "JobStoppedError",
+    "InjectedFailure",
 ]
 
 
@@ -121,3 +127,15 @@ class TransactionStateError(SinkError):
 
 class ValidationError(EpochalError):
     """A data-quality suite failed."""
+
+
+class TypeMismatch(SourceError):
+    """A column's type cannot be cast to the declared type at all (schema mismatch)."""
+
+
+class JobStoppedError(EpochalError):
+    """The job was stopped with a savepoint; epoch runs are skipped until it is restored."""
+
+
+class InjectedFailure(RuntimeError):
+    """A test double's injected crash (see :func:`pipeline.orchestration.tasks.maybe_inject_failure`)."""

@@ -27,6 +27,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from pipeline.barriers.events import CheckpointType
 from pipeline.checkpoint.ack import AckResult, TaskAcknowledgement, acks_from_rows
 from pipeline.checkpoint.completed import CompletedCheckpoint
 from pipeline.checkpoint.failure import CheckpointFailureReason as Reason
@@ -35,8 +36,14 @@ from pipeline.checkpoint.ids import CheckpointIdCounter, default_runner_id
 from pipeline.checkpoint.pending import PendingCheckpoint, PendingManifest, PendingState
 from pipeline.checkpoint.stats import TaskMetrics
 from pipeline.checkpoint.store import DEFAULT_RETAINED, CompletedCheckpointStore
-from pipeline.exceptions import (CheckpointDeclinedError, CheckpointError, CheckpointFencedError,
-                                 CorruptCheckpointError, StorageError, TooManyFailedCheckpointsError)
+from pipeline.exceptions import (
+    CheckpointDeclinedError,
+    CheckpointError,
+    CheckpointFencedError,
+    CorruptCheckpointError,
+    StorageError,
+    TooManyFailedCheckpointsError,
+)
 from pipeline.fileio import FileIO, join_uri
 from pipeline.layout import METADATA_FILE, JobLayout
 
@@ -177,7 +184,7 @@ class CheckpointCoordinator:
             raise CheckpointDeclinedError(f"job '{self.job}': could not claim a checkpoint id: {e}",
                                           reason=Reason.IO_EXCEPTION) from e
         if location is None:
-            if kind == "savepoint":
+            if kind == CheckpointType.SAVEPOINT:
                 ts = datetime.fromtimestamp(now, tz=timezone.utc).strftime("%Y%m%dT%H%M%SZ")
                 location = JobLayout(self.job_root).savepoint(cid, ts)
             else:

@@ -29,11 +29,25 @@ from pipeline.checkpoint.ack import AckResult, TaskAcknowledgement
 from pipeline.checkpoint.completed import CompletedCheckpoint, delete_location
 from pipeline.checkpoint.failure import CheckpointFailureReason
 from pipeline.checkpoint.handles import ChannelStateHandle, FileHandle, Position, SinkHandle, StateHandle
-from pipeline.checkpoint.metadata import (FORMAT_VERSION, KINDS, CheckpointMetadata, _positions,
-                                          _positions_dict, freeze_json, iso_utc, thaw_json)
+from pipeline.checkpoint.metadata import (
+    FORMAT_VERSION,
+    KINDS,
+    CheckpointMetadata,
+    _positions,
+    _positions_dict,
+    freeze_json,
+    iso_utc,
+    thaw_json,
+)
 from pipeline.checkpoint.stats import CheckpointStats, OperatorStats, TaskMetrics
-from pipeline.exceptions import (CheckpointDeclinedError, CheckpointError, CheckpointFencedError,
-                                 ConditionalWriteError, CorruptCheckpointError, StorageError)
+from pipeline.exceptions import (
+    CheckpointDeclinedError,
+    CheckpointError,
+    CheckpointFencedError,
+    ConditionalWriteError,
+    CorruptCheckpointError,
+    StorageError,
+)
 from pipeline.fileio import FileIO, join_uri
 from pipeline.layout import METADATA_FILE, PENDING_FILE
 

@@ -23,10 +23,15 @@ from enum import Enum
 from typing import Iterable
 
 from pipeline.checkpoint.completed import METADATA_FILE, CompletedCheckpoint, delete_location
-from pipeline.exceptions import (CheckpointError, CorruptCheckpointError, NoValidCheckpointError,
-                                 ObjectNotFoundError, StorageError)
+from pipeline.exceptions import (
+    CheckpointError,
+    CorruptCheckpointError,
+    NoValidCheckpointError,
+    ObjectNotFoundError,
+    StorageError,
+)
 from pipeline.fileio import FileIO, join_uri
-from pipeline.layout import VALIDATION_DIR, JobLayout, checkpoint_id_of, snapshot_name
+from pipeline.layout import JobLayout, checkpoint_id_of, snapshot_name
 
 __all__ = ["CompletedCheckpointStore", "CheckpointDirStatus", "CheckpointDirInfo", "DEFAULT_RETAINED"]
 

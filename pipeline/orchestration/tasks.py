@@ -29,7 +29,14 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any, Callable, Mapping
 
-from pipeline.exceptions import CheckpointError, ConfigError, EpochalError, ValidationError
+from pipeline.exceptions import (
+    CheckpointError,
+    ConfigError,
+    EpochalError,
+    InjectedFailure,
+    JobStoppedError,
+    ValidationError,
+)
 
 __all__ = ["EpochAction", "EpochRun", "JobStoppedError", "Orchestrator", "TriggerResult", "ProcessResult",
            "CommitResult", "ValidateResult", "epoch_of_interval", "wait_reason", "InjectedFailure",
@@ -64,14 +71,6 @@ def _action(head, epoch: int) -> EpochAction:
     if head.epoch == epoch - 1:
         return EpochAction.CONTINUE
     return EpochAction.CATCH_UP
-
-
-class JobStoppedError(EpochalError):
-    """The job was stopped with a savepoint; epoch runs are skipped until it is restored."""
-
-
-class InjectedFailure(RuntimeError):
-    """A test double: raised once by :func:`maybe_inject_failure`."""
 
 
 def maybe_inject_failure(task: str, phase: str, try_number: int) -> None:

@@ -37,8 +37,18 @@ from pipeline.exceptions import ObjectNotFoundError, SinkError, StorageError
 from pipeline.layout import snapshot_name
 from pipeline.quality.jobspec import JobObjects, job_objects, sink_obj, state_obj
 from pipeline.quality.keygroups import key_groups
-from pipeline.quality.normalize import (KG_SUMS, MAX_MEASURES, SUMMARY_DDL, SUMMARY_SCHEMA, ObjectSpec, group_sums,
-                                        normalize, read_files_task, schema_signature, summarize)
+from pipeline.quality.normalize import (
+    KG_SUMS,
+    MAX_MEASURES,
+    SUMMARY_DDL,
+    SUMMARY_SCHEMA,
+    ObjectSpec,
+    group_sums,
+    normalize,
+    read_files_task,
+    schema_signature,
+    summarize,
+)
 
 __all__ = ["Snapshot", "Collected", "collect", "ordinal"]
 
@@ -490,7 +500,7 @@ class _Collector:
                     "dups": []}
         if engine == "auto":
             total = sum(self._size_hint.values())
-            engine = "spark" if (self.runner._spark is not None or total > _local_max_bytes()) else "local"
+            engine = "spark" if (self.runner.spark_started or total > _local_max_bytes()) else "local"
         self.out.figures["engine"] = engine
         side, keys, dups, names = (self._spark_pass if engine == "spark" else self._local_pass)(files)
         side["obj"] = side["oid"].map(names)
@@ -883,6 +893,7 @@ class _Collector:
 
         def task(batches):
             import pyarrow.parquet as pq2
+
             from pipeline.fileio import file_io_for
             from pipeline.quality.keygroups import key_groups as kgf
             for b in batches:

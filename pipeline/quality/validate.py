@@ -56,7 +56,7 @@ def resolve_snapshot(runner, checkpoint: str | int | None):
             raise CheckpointError(f"job {runner.job.name!r} has no completed checkpoint to validate "
                                   f"(under {store.checkpoints_uri})")
     else:
-        cp = runner._load_snapshot(str(checkpoint))
+        cp = runner.load_snapshot(str(checkpoint))
     if cp.metadata.job != runner.job.name:
         raise CheckpointError(f"{cp.describe()} belongs to job {cp.metadata.job!r}, not {runner.job.name!r}")
     name = snapshot_name(cp.checkpoint_id, savepoint=cp.is_savepoint)

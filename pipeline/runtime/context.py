@@ -15,6 +15,7 @@ import logging
 import time
 from typing import Any, Callable
 
+from pipeline.barriers.events import CheckpointingMode
 from pipeline.checkpoint.coordinator import CheckpointCoordinator
 from pipeline.clock import Clock, clock_from_iso
 from pipeline.config import PipelineConfig
@@ -71,7 +72,7 @@ class RuntimeContext:
         if not self.job.operators():
             raise ConfigError(f"job {self.job.name!r} has no stateful operator")
         joins = [o for o in self.job.operators() if isinstance(o, JoinNode)]
-        if self.config.checkpoint_mode == "at_least_once" or self.config.unaligned:
+        if self.config.checkpoint_mode == CheckpointingMode.AT_LEAST_ONCE or self.config.unaligned:
             what = ("PIPELINE_UNALIGNED=true" if self.config.unaligned
                     else f"PIPELINE_CHECKPOINT_MODE={self.config.checkpoint_mode}")
             if len(joins) > 1:
@@ -121,7 +122,7 @@ class RuntimeContext:
         """Stateful operators that read the output of node ``nid`` (through stateless steps)."""
         out = []
         for op in self.job.operators():
-            ins = (op.left, op.right) if isinstance(op, JoinNode) else (op.parent,)
+            ins = op.inputs
             if any(self.job.chain_to(i)[0] == nid for i in ins):
                 out.append(op)
         return out
@@ -144,7 +145,7 @@ class RuntimeContext:
     def cleanup_sink_garbage(self) -> None:
         """Delete staged sink output of aborted/crashed checkpoints. Spares completed checkpoints (their
         commit may still be recovered) and the newest claimed id (a runner may still be working on it)."""
-        protect = set(self.coordinator.store.ids())
+        protect: set[int] = set(self.coordinator.store.ids())
         newest = self.coordinator.counter.latest_claimed()
         for sink in self.job.sinks():
             try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from pipeline.checkpoint.handles import Position
 from pipeline.checkpoint.metadata import CheckpointMetadata
 from pipeline.runtime.restore_guard import check_restore_point
 
@@ -26,7 +27,7 @@ class Cursor:
 
     checkpoint_id: int | None = None
     epoch: int | None = None
-    positions: dict[str, dict[str, object]] = field(default_factory=dict)   # source -> partition -> Position
+    positions: dict[str, dict[str, Position]] = field(default_factory=dict)  # source -> partition -> position
     handles: dict[str, dict[str, list[dict]]] = field(default_factory=dict)  # uid -> state name -> handles
     # unaligned channel state still to replay first (in-flight data between operators): uid -> file handles
     inflight: dict[str, list[dict]] = field(default_factory=dict)

@@ -33,7 +33,7 @@ class EpochPlanner:
         if unexpected is None:
             unexpected = ctx.unexpected_dead_letters = {}
         for src in ctx.job.sources():
-            files = list_source_files(ctx.src_fio, ctx.config.source_uri, src.name, policy=ctx.config.bad_records,
+            files = list_source_files(ctx.src_fio, ctx.config.source_uri, src.name, policy=ctx.config.bad_records,  # type: ignore[arg-type]
                                       dead_letter_root=ctx.dead_letter_root, job=ctx.job.name,
                                       new_dead_letters=unexpected)
             since = {int(p): pos for p, pos in cursor.positions.get(src.name, {}).items()}

@@ -243,6 +243,7 @@ class JobRunner:
         if cursor.checkpoint_id is None:
             raise CheckpointError(f"job {self.job.name!r} has no completed checkpoint to take a savepoint of "
                                   f"(under {self.job_root}); run some epochs first")
+        assert cursor.epoch is not None  # a completed checkpoint has an epoch
         barriers = {s: dict(p) for s, p in cursor.positions.items()}
         try:
             _, results = self.complete_epoch(cursor, cursor.epoch, barriers, {}, parallelism=parallelism,
@@ -251,6 +252,7 @@ class JobRunner:
             abort_pending(self.coordinator, e)
             raise
         loc = self.last_location
+        assert loc is not None  # set by the completion just above
         self.echo(f"savepoint {results[-1].checkpoint_id} of checkpoint {cursor.checkpoint_id} written to {loc}")
         return loc
 

@@ -10,7 +10,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-
 from af_helpers import REPO, load_dag_module
 
 pytestmark = [pytest.mark.airflow]

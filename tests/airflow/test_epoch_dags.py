@@ -18,7 +18,6 @@ import uuid
 from datetime import datetime, timedelta, timezone
 
 import pytest
-
 from af_helpers import REPO, committed_vs_oracle, load_dag_module
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.s3, pytest.mark.slow]
@@ -233,7 +232,7 @@ def test_savepoint_stop_restore_other_parallelism(tl):
     assert tis["validate"][0] == "success", tis
     assert tl.store().latest().metadata.parallelism == 1
     tl.assert_exactly_once()
-    for uri, sha in sp_files.items():
+    for uri in sp_files:
         fio = file_io_for(uri)
         assert fio.exists(uri), f"savepoint file {uri} was deleted"
     assert CompletedCheckpoint.load(file_io_for(loc), loc).metadata.to_json() == sp.metadata.to_json()

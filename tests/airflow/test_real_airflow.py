@@ -29,7 +29,6 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-
 from af_helpers import REPO, committed_vs_oracle, copy_db, free_port
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.e2e, pytest.mark.spark, pytest.mark.s3]

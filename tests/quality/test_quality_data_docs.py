@@ -8,9 +8,8 @@ import struct
 import subprocess
 from pathlib import Path
 
-import pytest
-
 import corrupt
+import pytest
 from conftest import make_runner
 
 pytestmark = [pytest.mark.browser, pytest.mark.spark]

@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from pipeline.config import load_config
-from pipeline.inspect import show_checkpoint
+from pipeline.checkpoint.history import show_checkpoint
 from pipeline.runtime.runner import JobRunner
 from tests.reliability.jobs import counts_job, spanning_rows, write_events
 
