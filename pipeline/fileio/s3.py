@@ -169,13 +169,20 @@ class S3FileIO:
         kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key, "Body": bytes(data)}
         if if_none_match:
             kwargs["IfNoneMatch"] = "*"
+        calls = [0]
+
+        def put() -> Any:
+            calls[0] += 1
+            return self.client.put_object(**kwargs)
         try:
-            with_retries(lambda: self.client.put_object(**kwargs), f"PUT {uri}")
+            with_retries(put, f"PUT {uri}")
         except Exception as e:  # noqa: BLE001
             code, status = _error_code(e)
             if if_none_match and (code in ("PreconditionFailed", "ConditionalRequestConflict")
                                   or status in (409, 412)):
-                if self._holds(uri, data):  # our own PUT landed, its answer was lost and the retry got 412
+                resp = getattr(e, "response", None) or {}
+                retried = calls[0] > 1 or int(resp.get("ResponseMetadata", {}).get("RetryAttempts", 0) or 0) > 0
+                if retried and self._holds(uri, data):  # our own PUT landed, its answer was lost, the retry got 412
                     return
                 raise ConditionalWriteError(
                     f"object already exists (create-only write refused, {code or status}): {uri}") from e

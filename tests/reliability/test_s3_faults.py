@@ -27,13 +27,13 @@ def _fio(p):
     return S3FileIO(endpoint_url=p.endpoint_url)
 
 
-def test_write_once_put_is_idempotent_for_its_own_bytes(s3_root):
+def test_write_once_put_without_a_retry_is_still_a_conflict(s3_root):
     fio = S3FileIO()
     uri = f"{s3_root}/_metadata"
     fio.write_bytes(uri, b"mine", if_none_match=True)
-    fio.write_bytes(uri, b"mine", if_none_match=True)  # e.g. boto retried a PUT whose answer was lost
-    with pytest.raises(ConditionalWriteError):
-        fio.write_bytes(uri, b"somebody else's", if_none_match=True)
+    for data in (b"mine", b"somebody else's"):  # not retried: an existing object is somebody's, even equal bytes
+        with pytest.raises(ConditionalWriteError):
+            fio.write_bytes(uri, data, if_none_match=True)
     assert fio.read_bytes(uri) == b"mine"
 
 
@@ -42,6 +42,9 @@ def test_lost_put_answers_and_cut_bodies(proxy, s3_root):
     proxy.fail_next("lost_put")
     fio.write_bytes(f"{s3_root}/a/_pending.json", b"x" * 1000, if_none_match=True)  # answer lost, retried: 412
     assert proxy.injected["lost_put"] >= 1
+    proxy.fail_next("lost_put")
+    with pytest.raises(ConditionalWriteError):  # a lost answer with other bytes is still a conflict
+        fio.write_bytes(f"{s3_root}/a/_pending.json", b"y" * 1000, if_none_match=True)
     for _ in range(3):
         proxy.fail_next("cut_body")
         assert fio.read_bytes(f"{s3_root}/a/_pending.json") == b"x" * 1000
