@@ -44,6 +44,7 @@ class PipelineConfig:
     sink_format: str = ""  # "" | iceberg | delta | epochal | <table>=<format>,... (overrides the job API)
     iceberg_catalog: str = ""  # "" = embedded SQLite catalog; else a pyiceberg catalog name (REST/Glue/Hive/...)
     iceberg_catalog_uri: str = ""  # embedded catalog's SQLAlchemy URI; default <sink root>/_iceberg_catalog.db
+    savepoint_prefixes: str = ""  # comma-separated URI prefixes for savepoint --target; "" = <ckpt>/<job>/savepoints
     clock_now: str = ""  # ISO-8601 UTC; empty = wall clock. Lets tests and replays control the clock.
 
     def __post_init__(self) -> None:

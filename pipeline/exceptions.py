@@ -10,6 +10,7 @@ Hierarchy (every error message names the file, partition or checkpoint involved)
     │   └── ConditionalWriteError     a write-once object already exists (If-None-Match failed)
     ├── SourceError                   problems with source logs
     │   ├── MalformedInputError       malformed file/record when bad-records policy is `fail`
+    │   │   └── SourceContractError   a late file or a file changed after it was read (policy `fail`)
     │   └── TypeMismatch              a column cannot be cast to the declared type at all (schema mismatch)
     ├── CheckpointError               checkpoint life cycle problems
     │   ├── CheckpointFencedError     another runner owns/committed this checkpoint id (lost race)
@@ -31,8 +32,9 @@ Hierarchy (every error message names the file, partition or checkpoint involved)
 from __future__ import annotations
 
 __all__ = [
-    "EpochalError", "ConfigError", "IncompatibleSinkSchemaError", "StorageError", "ObjectNotFoundError", "ConditionalWriteError",
-    "SourceError", "MalformedInputError", "CheckpointError", "CheckpointFencedError",
+    "EpochalError", "ConfigError", "IncompatibleSinkSchemaError", "StorageError", "ObjectNotFoundError",
+    "ConditionalWriteError", "SourceError", "MalformedInputError", "SourceContractError", "CheckpointError",
+    "CheckpointFencedError",
     "CheckpointDeclinedError", "CorruptCheckpointError", "NoValidCheckpointError",
     "TooManyFailedCheckpointsError", "IncompatibleStateError", "BarrierError", "CorruptStreamError",
     "SinkError", "TransactionStateError", "ValidationError", "TypeMismatch", "JobStoppedError",
@@ -70,6 +72,11 @@ class SourceError(EpochalError):
 
 class MalformedInputError(SourceError):
     """Malformed file or record while the bad-records policy is ``fail``."""
+
+
+class SourceContractError(MalformedInputError):
+    """A source broke its contract after Epochal read it (a late file with a lower seq than files already
+    read, or a file changed after it was read) while the bad-records policy is ``fail``."""
 
 
 class CheckpointError(EpochalError):

@@ -166,6 +166,17 @@ class CheckpointCoordinator:
                 "has not passed", reason=Reason.MINIMUM_TIME_BETWEEN_CHECKPOINTS)
         if self._known_completed is None:
             self._known_completed = set(self.store.ids())
+        preexisting: frozenset[str] = frozenset()
+        if location is not None:  # a user-chosen target: whatever is there already is never deleted
+            try:
+                preexisting = frozenset(fi.uri for fi in self.fileio.list(location))
+            except StorageError as e:
+                raise CheckpointDeclinedError(f"job '{self.job}': cannot list the target {location}: {e}",
+                                              reason=Reason.IO_EXCEPTION) from e
+            if join_uri(location, METADATA_FILE) in preexisting:
+                raise CheckpointDeclinedError(
+                    f"job '{self.job}': target {location} already holds a completed checkpoint or savepoint "
+                    f"({METADATA_FILE}); choose another target", reason=Reason.TRIGGER_CHECKPOINT_FAILURE)
         try:
             cid = self.counter.next(at_least=(parent_id or 0) + 1)
         except StorageError as e:
@@ -186,7 +197,8 @@ class CheckpointCoordinator:
             max_parallelism=max_parallelism, parallelism=parallelism, expected_tasks=_expected(expected_tasks),
             positions=positions or {}, barriers=barriers or {}, sink_tables=tuple(sink_tables),
             trigger_time=iso_utc(now), runner=self.runner_id, plan=plan or {})
-        pending = PendingCheckpoint(manifest, location, self.fileio, clock=self._clock, started_at=now)
+        pending = PendingCheckpoint(manifest, location, self.fileio, clock=self._clock, started_at=now,
+                                    preexisting=preexisting)
         try:
             pending.write_manifest()
         except CheckpointFencedError:

@@ -215,6 +215,7 @@ class CompletedCheckpointStore:
         infos = self.inspect()
         garbage = [i for i in infos if i.status is CheckpointDirStatus.PENDING and i.checkpoint_id not in keep_ids
                    and (protect_from_id is None or i.checkpoint_id < protect_from_id)]
+        self.cleanup_unfinished_savepoints(keep=keep_ids, protect_from_id=protect_from_id)
         if not garbage:
             return []
         referenced = self.referenced_uris([i.checkpoint for i in infos if i.checkpoint is not None])
@@ -230,3 +231,33 @@ class CompletedCheckpointStore:
             except StorageError as e:
                 log.warning("could not delete garbage checkpoint directory %s: %s", info.location, e)
         return deleted
+
+    def cleanup_unfinished_savepoints(self, *, keep: Iterable[int] = (),
+                                      protect_from_id: int | None = None) -> list[str]:
+        """Delete ``savepoints/sp-<id>-<ts>`` dirs without ``_metadata`` (a savepoint killed before it completed),
+        sparing ids in ``keep`` and ids >= ``protect_from_id`` (possibly still running). Only the job's own
+        savepoints directory is cleaned; savepoints at user-chosen targets are never touched."""
+        keep_ids = set(keep)
+        out = []
+        try:
+            names = self.fileio.list_dirs(self.savepoints_uri)
+        except StorageError as e:
+            log.warning("could not list %s: %s", self.savepoints_uri, e)
+            return out
+        for name in names:
+            parts = name.split("-")
+            if len(parts) < 3 or parts[0] != "sp" or not parts[1].isdigit():
+                continue
+            sid = int(parts[1])
+            if sid in keep_ids or (protect_from_id is not None and sid >= protect_from_id):
+                continue
+            loc = join_uri(self.savepoints_uri, name)
+            try:
+                if self.fileio.exists(join_uri(loc, METADATA_FILE)):
+                    continue
+                self.fileio.delete_prefix(loc)
+                out.append(loc)
+                log.info("job '%s': deleted unfinished savepoint directory %s", self.job, loc)
+            except StorageError as e:
+                log.warning("could not delete unfinished savepoint directory %s: %s", loc, e)
+        return out

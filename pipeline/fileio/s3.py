@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from pipeline.exceptions import ConditionalWriteError, ObjectNotFoundError, StorageError
 from pipeline.fileio.base import FileInfo, dir_prefix
+from pipeline.storage_retry import with_retries
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow
@@ -104,6 +105,10 @@ def _arrow_s3(settings: _S3Settings) -> Any:
     return fs
 
 
+class _ShortBodyError(Exception):
+    """A GET response body shorter than its Content-Length (the connection was cut mid-body)."""
+
+
 def _error_code(exc: Exception) -> tuple[str, int]:
     resp = getattr(exc, "response", None) or {}
     code = str(resp.get("Error", {}).get("Code", ""))
@@ -146,9 +151,16 @@ class S3FileIO:
     # -- small objects ---------------------------------------------------------------------------
     def read_bytes(self, uri: str) -> bytes:
         bucket, key = split_s3_uri(uri)
-        try:
+
+        def get() -> bytes:  # the body is read inside the retried call: a cut body is retried, not corruption
             resp = self.client.get_object(Bucket=bucket, Key=key)
-            return resp["Body"].read()
+            data = resp["Body"].read()
+            expected = resp.get("ContentLength")
+            if expected is not None and len(data) != int(expected):
+                raise _ShortBodyError(f"got {len(data)} of {expected} bytes")
+            return data
+        try:
+            return with_retries(get, f"GET {uri}")
         except Exception as e:  # noqa: BLE001 - botocore raises several unrelated types
             raise self._fail("read", uri, e) from e
 
@@ -157,15 +169,31 @@ class S3FileIO:
         kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key, "Body": bytes(data)}
         if if_none_match:
             kwargs["IfNoneMatch"] = "*"
+        calls = [0]
+
+        def put() -> Any:
+            calls[0] += 1
+            return self.client.put_object(**kwargs)
         try:
-            self.client.put_object(**kwargs)
+            with_retries(put, f"PUT {uri}")
         except Exception as e:  # noqa: BLE001
             code, status = _error_code(e)
             if if_none_match and (code in ("PreconditionFailed", "ConditionalRequestConflict")
                                   or status in (409, 412)):
+                resp = getattr(e, "response", None) or {}
+                retried = calls[0] > 1 or int(resp.get("ResponseMetadata", {}).get("RetryAttempts", 0) or 0) > 0
+                if retried and self._holds(uri, data):  # our own PUT landed, its answer was lost, the retry got 412
+                    return
                 raise ConditionalWriteError(
                     f"object already exists (create-only write refused, {code or status}): {uri}") from e
             raise self._fail("write", uri, e) from e
+
+    def _holds(self, uri: str, data: bytes) -> bool:
+        """True if the object at ``uri`` has exactly the bytes ``data`` (a write-once PUT already done)."""
+        try:
+            return self.read_bytes(uri) == bytes(data)
+        except StorageError:
+            return False
 
     def exists(self, uri: str) -> bool:
         try:
@@ -179,7 +207,7 @@ class S3FileIO:
         if not key or key.endswith("/"):
             raise ObjectNotFoundError(f"object not found: {uri}")
         try:
-            resp = self.client.head_object(Bucket=bucket, Key=key)
+            resp = with_retries(lambda: self.client.head_object(Bucket=bucket, Key=key), f"HEAD {uri}")
         except Exception as e:  # noqa: BLE001
             code, status = _error_code(e)
             if status == 404 or code in ("404", "NoSuchKey", "NotFound", "NoSuchBucket"):
@@ -195,9 +223,12 @@ class S3FileIO:
         if delimiter:
             kwargs["Delimiter"] = delimiter
         try:
-            yield from self.client.get_paginator("list_objects_v2").paginate(**kwargs)
+            pages = with_retries(
+                lambda: builtins.list(self.client.get_paginator("list_objects_v2").paginate(**kwargs)),
+                f"LIST {prefix_uri}")
         except Exception as e:  # noqa: BLE001
             raise self._fail("list", prefix_uri, e) from e
+        yield from pages
 
     def list(self, prefix_uri: str, *, recursive: bool = True) -> list[FileInfo]:
         bucket, _key = split_s3_uri(prefix_uri)
@@ -224,7 +255,7 @@ class S3FileIO:
     def delete(self, uri: str) -> None:
         bucket, key = split_s3_uri(uri)
         try:
-            self.client.delete_object(Bucket=bucket, Key=key)
+            with_retries(lambda: self.client.delete_object(Bucket=bucket, Key=key), f"DELETE {uri}")
         except Exception as e:  # noqa: BLE001
             code, status = _error_code(e)
             if status == 404 or code in ("NoSuchKey", "NoSuchBucket"):
@@ -240,8 +271,9 @@ class S3FileIO:
         for i in range(0, len(keys), 1000):
             batch = keys[i:i + 1000]
             try:
-                resp = self.client.delete_objects(
-                    Bucket=bucket, Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True})
+                resp = with_retries(lambda b=batch: self.client.delete_objects(  # type: ignore[misc]
+                    Bucket=bucket, Delete={"Objects": [{"Key": k} for k in b], "Quiet": True}),
+                    f"DELETE {len(batch)} objects under {prefix_uri}")
             except Exception as e:  # noqa: BLE001
                 raise self._fail("delete", prefix_uri, e) from e
             errors = resp.get("Errors") or []

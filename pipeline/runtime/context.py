@@ -57,6 +57,11 @@ class RuntimeContext:
         self.validate_job()
         self.max_parallelism = self._ensure_job_json()
         self.spark_session: Any = None
+        # source contract (pipeline.source.contract): the latest listing, and dead letters of this run that
+        # the next checkpoint's stats must count
+        self.source_listing: dict = {}
+        self.contract_dead_letters: dict[str, int] = {}
+        self.unexpected_dead_letters: dict[str, int] | None = None
         # round clock: the configured clock when the runner starts, advancing with the elapsed time (a
         # fixed PIPELINE_CLOCK_NOW still lets alignment timeouts be measured across rounds)
         self._clock_base_s = self.clock.now_us() / 1e6

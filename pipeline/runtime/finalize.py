@@ -35,6 +35,7 @@ from pipeline.runtime.alignment import MODE_ALIGNED, channel_name
 from pipeline.runtime.context import RuntimeContext
 from pipeline.runtime.cursor import Cursor, cursor_from_metadata
 from pipeline.runtime.results import RoundResult
+from pipeline.source.contract import read_inventory
 from pipeline.source.planner import count_rows
 
 __all__ = ["CheckpointFinalizer", "CheckpointListener"]
@@ -116,7 +117,9 @@ class CheckpointFinalizer:
             dead_letters=dead_letters, rounds=last_round + 1,
             extra={"records": records, "round_records": [r.records for r in results if r.round <= last_round]
                    + ([records] if not results or results[-1].round < last_round else []),
-                   "alignment": alignment, "dropped": dict(sorted((dropped or {}).items()))})
+                   "alignment": alignment, "dropped": dict(sorted((dropped or {}).items())),
+                   "source_files": (read_inventory(getattr(ctx, "source_listing", {}), positions) if summaries
+                                    else working.inventory)})
         fault_point("after_metadata_before_commit")
 
         # Step 4: commit the sinks (notifyCheckpointComplete -> commit; idempotent)

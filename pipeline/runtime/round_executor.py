@@ -97,7 +97,8 @@ class RoundExecutor:
         merged_upserts = {s.table for s in job.sinks()
                           if s.mode == "upsert" and isinstance(job.nodes[s.parent], AggregateNode)}
         working = Cursor(cursor.checkpoint_id, cursor.epoch, {s: dict(p) for s, p in cursor.positions.items()},
-                         cursor.handles, {u: list(h) for u, h in cursor.inflight.items()}, driver)
+                         cursor.handles, {u: list(h) for u, h in cursor.inflight.items()}, driver,
+                         inventory=cursor.inventory)
         zero, empty = Position(seq=0, row=0), ()
         next_end = ctx.epochs.end_us(epoch + 1)
 
@@ -116,7 +117,12 @@ class RoundExecutor:
             return NextStop(b, True) if b is not None else NextStop(end_position(summaries_of(ch)), False)
 
         rnd = 0
-        dead_letters: dict[str, int] = {}
+        # source-contract breaches found by this listing are counted in this checkpoint
+        dead_letters: dict[str, int] = dict(getattr(ctx, "contract_dead_letters", {}) if summaries else {})
+        if summaries:  # files in badly named folders dead-lettered by listings since the last checkpoint
+            for s, n in (getattr(ctx, "unexpected_dead_letters", None) or {}).items():
+                dead_letters[s] = dead_letters.get(s, 0) + n
+            ctx.unexpected_dead_letters = {}
         dropped: dict[str, int] = {}  # rows an operator drops by design (deduplicate), per operator uid
         last_rows: list[dict] = []
         while True:
@@ -179,7 +185,8 @@ class RoundExecutor:
                 elif h["kind"] == "channel":  # parked: in flight between operators, replayed next round
                     h["inflight_bytes"] = h["bytes"]
                     inflight.setdefault(h["operator"], []).append(h)
-            working = Cursor(working.checkpoint_id, working.epoch, new_positions, new_handles, inflight, driver)
+            working = Cursor(working.checkpoint_id, working.epoch, new_positions, new_handles, inflight, driver,
+                             inventory=working.inventory)
             last_rows = rows
             records = {s: sum(seg.records for seg in segs.values()) for s, segs in segments.items()}
             backlog = {s: sum(seg.backlog for seg in segs.values()) for s, segs in segments.items()}

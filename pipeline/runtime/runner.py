@@ -45,6 +45,7 @@ from pipeline.runtime.finalize import CheckpointFinalizer, CheckpointListener
 from pipeline.runtime.progress import RunProgress, last_data_epoch
 from pipeline.runtime.results import RoundResult, RunReport
 from pipeline.runtime.round_executor import RoundExecutor
+from pipeline.runtime.savepoints import abort_pending, check_target
 from pipeline.runtime.spark_plan import SparkPlan
 
 __all__ = ["JobRunner", "RoundResult", "RunReport", "Cursor"]
@@ -242,15 +243,22 @@ class JobRunner:
 
     def savepoint(self, target: str | None = None, *, parallelism: int | None = None) -> str:
         """An aligned, self-contained savepoint of the latest completed checkpoint (state copied by the
-        tasks that own the key groups; it references no checkpoint-owned file). Never deleted by Epochal."""
+        tasks that own the key groups; it references no checkpoint-owned file). Never deleted by Epochal.
+        ``target`` must lie under an allowed savepoint prefix (:mod:`pipeline.runtime.savepoints`)."""
+        if target is not None:
+            target = check_target(target, self.config, self.job.name)
         cursor = self.restore_cursor()
         if cursor.checkpoint_id is None:
             raise CheckpointError(f"job {self.job.name!r} has no completed checkpoint to take a savepoint of "
                                   f"(under {self.job_root}); run some epochs first")
         assert cursor.epoch is not None  # a completed checkpoint has an epoch
         barriers = {s: dict(p) for s, p in cursor.positions.items()}
-        _, results = self.complete_epoch(cursor, cursor.epoch, barriers, {}, parallelism=parallelism,
-                                         kind="savepoint", location=target.rstrip("/") if target else None)
+        try:
+            _, results = self.complete_epoch(cursor, cursor.epoch, barriers, {}, parallelism=parallelism,
+                                             kind="savepoint", location=target)
+        except BaseException as e:
+            abort_pending(self.coordinator, e)
+            raise
         loc = self.last_location
         assert loc is not None  # set by the completion just above
         self.echo(f"savepoint {results[-1].checkpoint_id} of checkpoint {cursor.checkpoint_id} written to {loc}")
@@ -281,7 +289,11 @@ class JobRunner:
         cursor.handles = {u: h for u, h in cursor.handles.items() if u in self.job.operator_uids()}
         self.coordinator.mark_known(self.coordinator.store.ids())
         barriers = {s: dict(p) for s, p in cursor.positions.items()}
-        _, results = self.complete_epoch(cursor, md.epoch, barriers, {}, parallelism=parallelism)
+        try:
+            _, results = self.complete_epoch(cursor, md.epoch, barriers, {}, parallelism=parallelism)
+        except BaseException as e:
+            abort_pending(self.coordinator, e)
+            raise
         cid = results[-1].checkpoint_id
         self.echo(f"restored {snap.describe()} as checkpoint {cid} (parallelism "
                   f"{parallelism or self.config.parallelism}, epoch {md.epoch})")

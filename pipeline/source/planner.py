@@ -519,6 +519,10 @@ def end_positions(summaries_by_partition: Mapping[int, Sequence[FileSummary]]) -
 def _bounds(ordered: list[FileSummary], start: Position, stop: Position,
             source: str | None, partition: int | None) -> tuple[Position, Position, str]:
     where = _where_part(ordered, source, partition)
+    if _key(start) == _key(stop):
+        # an empty range reads nothing: its files need not be listed (a savepoint or restore of a checkpoint
+        # whose barrier lies inside a file has no summary of that file, since everything before it was read)
+        return start, stop, where
     by_seq = {s.seq: s for s in ordered}
     a = _normalize(by_seq, start, where)
     b = _normalize(by_seq, stop, where)
