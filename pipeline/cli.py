@@ -106,7 +106,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     d = rep.to_dict()
 
     def human(d: dict) -> str:
-        lines = [f"job {d['job']}: restored from {d['restored_from']}; completed checkpoints "
+        start = (f"restored from checkpoint {d['restored_from']}" if d["restored_from"] is not None
+                 else "started fresh (no checkpoint before)")
+        lines = [f"job {d['job']}: {start}; completed checkpoints "
                  f"{d['checkpoints_completed']} (epochs {d['epochs_completed']}); records {d['records']}"]
         lines += [f"  {m}" for m in d["messages"]]
         return "\n".join(lines)
@@ -115,7 +117,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_checkpoints(args: argparse.Namespace) -> int:
-    from pipeline import inspect as insp
+    from pipeline.checkpoint import history as insp
     r = _runner(args)
     if args.action == "list":
         rows = insp.list_checkpoints(r)
@@ -127,15 +129,19 @@ def _cmd_checkpoints(args: argparse.Namespace) -> int:
 
 
 def _cmd_savepoint(args: argparse.Namespace) -> int:
+    from pipeline.inputs import check_savepoint_target
+    target = check_savepoint_target(args.target)  # before any side effect (no id claimed, nothing aborted)
     r = _runner(args)
-    loc = r.savepoint(args.target)
+    loc = r.savepoint(target)
     _print(args, {"savepoint": loc}, lambda d: d["savepoint"])
     return 0
 
 
 def _cmd_restore(args: argparse.Namespace) -> int:
+    from pipeline.inputs import check_parallelism, check_snapshot_ref
+    from_, parallelism = check_snapshot_ref(args.from_), check_parallelism(args.parallelism)
     r = _runner(args)
-    d = r.restore(args.from_, parallelism=args.parallelism, allow_non_restored_state=args.allow_non_restored_state)
+    d = r.restore(from_, parallelism=parallelism, allow_non_restored_state=args.allow_non_restored_state)
     _print(args, d, lambda d: f"restored {d['job']} from {d['from']} as checkpoint {d['checkpoint_id']}")
     return 0
 

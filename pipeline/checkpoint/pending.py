@@ -29,11 +29,25 @@ from pipeline.checkpoint.ack import AckResult, TaskAcknowledgement
 from pipeline.checkpoint.completed import CompletedCheckpoint, delete_location
 from pipeline.checkpoint.failure import CheckpointFailureReason
 from pipeline.checkpoint.handles import ChannelStateHandle, FileHandle, Position, SinkHandle, StateHandle
-from pipeline.checkpoint.metadata import (FORMAT_VERSION, KINDS, CheckpointMetadata, _positions,
-                                          _positions_dict, freeze_json, iso_utc, thaw_json)
+from pipeline.checkpoint.metadata import (
+    FORMAT_VERSION,
+    KINDS,
+    CheckpointMetadata,
+    _positions,
+    _positions_dict,
+    freeze_json,
+    iso_utc,
+    thaw_json,
+)
 from pipeline.checkpoint.stats import CheckpointStats, OperatorStats, TaskMetrics
-from pipeline.exceptions import (CheckpointDeclinedError, CheckpointError, CheckpointFencedError,
-                                 ConditionalWriteError, CorruptCheckpointError, StorageError)
+from pipeline.exceptions import (
+    CheckpointDeclinedError,
+    CheckpointError,
+    CheckpointFencedError,
+    ConditionalWriteError,
+    CorruptCheckpointError,
+    StorageError,
+)
 from pipeline.fileio import FileIO, join_uri
 from pipeline.layout import METADATA_FILE, PENDING_FILE
 
@@ -134,8 +148,12 @@ class PendingCheckpoint:
     """A triggered checkpoint waiting for the acknowledgements of its tasks."""
 
     def __init__(self, manifest: PendingManifest, location: str, fileio: FileIO, *,
-                 clock: Callable[[], float] = time.time, started_at: float | None = None) -> None:
+                 clock: Callable[[], float] = time.time, started_at: float | None = None,
+                 preexisting: Iterable[str] = ()) -> None:
         self.manifest = manifest
+        # files that were at the location before this checkpoint was triggered (a user-chosen savepoint
+        # target): an abort deletes only what this checkpoint wrote, never these
+        self.preexisting = frozenset(preexisting)
         self.location = location.rstrip("/")
         self.fileio = fileio
         self._clock = clock
@@ -285,10 +303,22 @@ class PendingCheckpoint:
         log.warning("%s aborted: %s%s", self.describe(), reason, f" ({cause})" if cause else "")
         if discard:
             try:
-                delete_location(self.fileio, self.location)
+                self._discard_own_files()
             except StorageError as e:  # leftovers are garbage, cleaned up later
                 log.warning("could not delete aborted %s at %s: %s", self.describe(), self.location, e)
         return True
+
+    def _discard_own_files(self) -> int:
+        """Delete what this checkpoint wrote at its location (all of it unless the location held files
+        before the trigger: those are the user's and stay, ``_metadata`` included)."""
+        if not self.preexisting:
+            return delete_location(self.fileio, self.location)
+        n = 0
+        for fi in self.fileio.list(self.location):
+            if fi.uri not in self.preexisting:
+                self.fileio.delete(fi.uri)
+                n += 1
+        return n
 
     # -- finalize ----------------------------------------------------------------------------------
     def build_metadata(self, *, positions: Mapping[str, Mapping[str, Position]] | None = None,

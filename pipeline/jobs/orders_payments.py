@@ -27,9 +27,12 @@ def build_job(max_parallelism: int = 128) -> Job:
                                "event_time AS order_time")
     captured = payments.filter("status = 'captured'").select(
         "order_id", "payment_id", "amount AS paid_amount", "event_time AS payment_time")
-    paid = order_side.join(captured, on="order_id", uid="paid_orders_join", output=PAID_ORDERS_COLUMNS)
-    paid.sink("paid_orders")
+    # declared: order_id is unique among orders, and each order has at most one captured payment, so matched
+    # rows may leave state (a violation is dead-lettered, never double counted)
+    paid = order_side.join(captured, on="order_id", uid="paid_orders_join", unique="both",
+                           output=PAID_ORDERS_COLUMNS)
+    paid.sink("paid_orders", format="delta")  # open table any engine reads (docs/table-formats.md)
     paid.aggregate(uid="merchant_revenue_agg", key="merchant_id",
                    aggs={"paid_orders": ("count", None), "revenue": ("sum", "paid_amount")}
-                   ).sink("merchant_revenue", mode="upsert")
+                   ).sink("merchant_revenue", mode="upsert", format="delta")
     return job

@@ -8,7 +8,7 @@ Nothing here writes anything.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Mapping
 
 from pipeline.exceptions import CheckpointError, ObjectNotFoundError, StorageError
@@ -84,6 +84,15 @@ def _row_from_metadata(md, location: str, status: str = "COMPLETED") -> Checkpoi
         parent_id=md.parent_id, location=location, records=records, operators=ops)
 
 
+def _failure_text(d: Mapping[str, Any] | None) -> str | None:
+    if not d:
+        return None
+    text = f"{d.get('reason')}: {d.get('reason_message') or ''}".rstrip(": ")
+    if d.get("cause"):
+        text += f" - {d['cause']}"
+    return text + f" (at {d.get('failed_at')}, runner {d.get('runner') or '?'})"
+
+
 class CheckpointHistory:
     """Read-only view of one job's checkpoints and savepoints."""
 
@@ -138,7 +147,24 @@ class CheckpointHistory:
             else:
                 rows.append(CheckpointRow(info.checkpoint_id, "checkpoint", "CORRUPT", None, None, None, None, None,
                                           None, None, None, None, None, None, info.location, problem=info.problem))
-        return sorted(rows, key=lambda r: r.checkpoint_id, reverse=True)
+        failed = {d.get("checkpoint_id"): d for d in self.failed() if d.get("kind", "checkpoint") == "checkpoint"}
+        out = []
+        for r in rows:  # a pending directory whose abort was recorded (deletion failed or not yet collected)
+            d = failed.pop(r.checkpoint_id, None)
+            out.append(replace(r, status="FAILED", problem=_failure_text(d)) if d and r.status == "PENDING" else r)
+        for cid, d in failed.items():  # aborted and deleted: only the record is left
+            out.append(CheckpointRow(int(cid), "checkpoint", "FAILED", d.get("epoch"), d.get("barrier_time"),
+                                     d.get("trigger_time") or None, None, None, None, None, None, None,
+                                     d.get("parallelism"), d.get("parent_id"), "", problem=_failure_text(d)))
+        return sorted(out, key=lambda r: r.checkpoint_id, reverse=True)
+
+    def failed(self) -> list[dict]:
+        """Recorded failures (aborted, declined, expired, fenced), newest first."""
+        from pipeline.checkpoint.failed import FailedCheckpointLog
+        try:
+            return FailedCheckpointLog(self.fileio, self.job_root).list()
+        except StorageError:
+            return []
 
     def _savepoint_locations(self) -> list[str]:
         from pipeline.orchestration.control import ControlStore

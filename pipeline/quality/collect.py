@@ -37,8 +37,18 @@ from pipeline.exceptions import ObjectNotFoundError, SinkError, StorageError
 from pipeline.layout import snapshot_name
 from pipeline.quality.jobspec import JobObjects, job_objects, sink_obj, state_obj
 from pipeline.quality.keygroups import key_groups
-from pipeline.quality.normalize import (KG_SUMS, MAX_MEASURES, SUMMARY_DDL, SUMMARY_SCHEMA, ObjectSpec, group_sums,
-                                        normalize, read_files_task, schema_signature, summarize)
+from pipeline.quality.normalize import (
+    KG_SUMS,
+    MAX_MEASURES,
+    SUMMARY_DDL,
+    SUMMARY_SCHEMA,
+    ObjectSpec,
+    group_sums,
+    normalize,
+    read_files_task,
+    schema_signature,
+    summarize,
+)
 
 __all__ = ["Snapshot", "Collected", "collect", "ordinal"]
 
@@ -876,6 +886,7 @@ class _Collector:
 
         def task(batches):
             import pyarrow.parquet as pq2
+
             from pipeline.fileio import file_io_for
             from pipeline.quality.keygroups import key_groups as kgf
             for b in batches:

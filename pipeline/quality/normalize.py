@@ -298,6 +298,7 @@ def read_files_task(specs: Mapping[str, ObjectSpec], oids: Mapping[str, int], *,
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow.parquet as pq
+
         from pipeline.fileio import file_io_for
         for b in batches:
             d = b.to_pydict()

@@ -11,18 +11,19 @@ lateness; after that it is *idle* and its barrier is its end (everything it has)
 from __future__ import annotations
 
 import json
+from typing import Mapping
 
 from pipeline.checkpoint.handles import Position
 from pipeline.exceptions import ConditionalWriteError, ObjectNotFoundError
 from pipeline.layout import JobLayout
 from pipeline.runtime.context import RuntimeContext
 from pipeline.runtime.cursor import Cursor
-from pipeline.source.planner import barrier_position, end_position
+from pipeline.source.planner import barrier_or_idle, barrier_position
 
 __all__ = ["BarrierLog", "Barriers"]
 
 #: ``{source: {partition: Position}}``; ``None`` for a lagging partition (unaligned-from-the-start only)
-Barriers = dict[str, dict[str, object]]
+Barriers = Mapping[str, Mapping[str, Position | None]]
 
 
 class BarrierLog:
@@ -37,7 +38,7 @@ class BarrierLog:
     def is_logged(self, epoch: int) -> bool:
         return self.ctx.ckpt_fio.exists(self.uri(epoch))
 
-    def logged(self, epoch: int) -> Barriers | None:
+    def logged(self, epoch: int) -> dict[str, dict[str, Position]] | None:
         """Barrier ``epoch`` from the write-ahead barrier log, None if it is not logged (yet)."""
         try:
             doc = json.loads(self.ctx.ckpt_fio.read_bytes(self.uri(epoch)))
@@ -45,7 +46,7 @@ class BarrierLog:
             return None
         return {s: {p: Position.from_dict(v) for p, v in parts.items()} for s, parts in doc["barriers"].items()}
 
-    def barriers_for(self, epoch: int, summaries, cursor: Cursor) -> Barriers | None:
+    def barriers_for(self, epoch: int, summaries, cursor: Cursor) -> dict[str, dict[str, Position]] | None:
         """Barrier n positions per source partition from the write-ahead barrier log (written first if
         new). None while a partition lags (no row >= end of epoch and the clock has not passed the end
         plus the allowed lateness)."""
@@ -55,17 +56,16 @@ class BarrierLog:
         if logged is not None:
             return logged
         end = ctx.epochs.end_us(epoch)
-        idle_ok = ctx.clock.now_us() >= end + ctx.config.allowed_lateness_seconds * 1_000_000
-        out: dict[str, dict[str, object]] = {}
+        now, lateness = ctx.clock.now_us(), ctx.config.allowed_lateness_seconds * 1_000_000
+        out: dict[str, dict[str, Position]] = {}
         idle: dict[str, list[str]] = {}
         for src, parts in summaries.items():
             out[src] = {}
             for p, ss in sorted(parts.items()):
-                pos = barrier_position(ss, end, fileio=ctx.src_fio)
-                if pos is None:
-                    if not idle_ok:
-                        return None
-                    pos = end_position(ss)
+                pos, is_idle = barrier_or_idle(ss, end, now_us=now, allowed_lateness_us=lateness, fileio=ctx.src_fio)
+                if pos is None:  # lagging
+                    return None
+                if is_idle:
                     start = cursor.positions.get(src, {}).get(str(p))
                     if start is not None and (start.seq, start.row) > (pos.seq, pos.row):
                         pos = start  # everything of this partition was consumed already

@@ -15,6 +15,7 @@ import logging
 import time
 from typing import Any, Callable
 
+from pipeline.barriers.events import CheckpointingMode
 from pipeline.checkpoint.coordinator import CheckpointCoordinator
 from pipeline.clock import Clock, clock_from_iso
 from pipeline.config import PipelineConfig
@@ -23,6 +24,7 @@ from pipeline.exceptions import ConditionalWriteError, ConfigError, EpochalError
 from pipeline.fileio import file_io_for, join_uri
 from pipeline.job import Job, JoinNode, SinkNode, SourceNode
 from pipeline.layout import JobLayout
+from pipeline.sink.formats import open_sink_table, resolve_format
 from pipeline.sink.table import CommittedTable
 from pipeline.sink.two_phase import TwoPhaseCommitSink
 
@@ -55,6 +57,11 @@ class RuntimeContext:
         self.validate_job()
         self.max_parallelism = self._ensure_job_json()
         self.spark_session: Any = None
+        # source contract (pipeline.source.contract): the latest listing, and dead letters of this run that
+        # the next checkpoint's stats must count
+        self.source_listing: dict = {}
+        self.contract_dead_letters: dict[str, int] = {}
+        self.unexpected_dead_letters: dict[str, int] | None = None
         # round clock: the configured clock when the runner starts, advancing with the elapsed time (a
         # fixed PIPELINE_CLOCK_NOW still lets alignment timeouts be measured across rounds)
         self._clock_base_s = self.clock.now_us() / 1e6
@@ -71,7 +78,7 @@ class RuntimeContext:
         if not self.job.operators():
             raise ConfigError(f"job {self.job.name!r} has no stateful operator")
         joins = [o for o in self.job.operators() if isinstance(o, JoinNode)]
-        if self.config.checkpoint_mode == "at_least_once" or self.config.unaligned:
+        if self.config.checkpoint_mode == CheckpointingMode.AT_LEAST_ONCE or self.config.unaligned:
             what = ("PIPELINE_UNALIGNED=true" if self.config.unaligned
                     else f"PIPELINE_CHECKPOINT_MODE={self.config.checkpoint_mode}")
             if len(joins) > 1:
@@ -121,30 +128,33 @@ class RuntimeContext:
         """Stateful operators that read the output of node ``nid`` (through stateless steps)."""
         out = []
         for op in self.job.operators():
-            ins = (op.left, op.right) if isinstance(op, JoinNode) else (op.parent,)
+            ins = op.inputs
             if any(self.job.chain_to(i)[0] == nid for i in ins):
                 out.append(op)
         return out
 
     # ---------------------------------------------------------------------------------------- sinks
     def table(self, table: str) -> CommittedTable:
+        """The sink table in its format (Iceberg / Delta / Epochal's commit log; ``pipeline.sink.formats``)."""
         if table not in self.job.sink_tables():
             raise ConfigError(f"job {self.job.name!r} has no sink table {table!r} (has {self.job.sink_tables()})")
-        return CommittedTable(self.sink_fio, self.config.sink_uri, self.job.name, table)
+        s = next(s for s in self.job.sinks() if s.table == table)
+        return open_sink_table(self.sink_fio, self.config, self.job.name, table, mode=s.mode, key=s.key,
+                               fmt=resolve_format(table, s.format, self.config.sink_format))
 
     def sink(self, sink: SinkNode) -> TwoPhaseCommitSink:
         return TwoPhaseCommitSink(self.table(sink.table), mode=sink.mode, key=list(sink.key))
 
-    def recover_sinks(self, md) -> None:
+    def recover_sinks(self, md, *, restoring: bool = True) -> None:
         """recoverAndCommit: (re-)commit the sink transactions of a completed checkpoint (idempotent)."""
         for sink in self.job.sinks():
             if sink.table in md.sinks:
-                self.sink(sink).recover_and_commit(md)
+                self.sink(sink).recover_and_commit(md, restoring=restoring)
 
     def cleanup_sink_garbage(self) -> None:
         """Delete staged sink output of aborted/crashed checkpoints. Spares completed checkpoints (their
         commit may still be recovered) and the newest claimed id (a runner may still be working on it)."""
-        protect = set(self.coordinator.store.ids())
+        protect: set[int] = set(self.coordinator.store.ids())
         newest = self.coordinator.counter.latest_claimed()
         for sink in self.job.sinks():
             try:

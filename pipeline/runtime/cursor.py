@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from pipeline.checkpoint.handles import Position
 from pipeline.checkpoint.metadata import CheckpointMetadata
+from pipeline.runtime.restore_guard import check_restore_point
 
 if TYPE_CHECKING:
     from pipeline.runtime.context import RuntimeContext
@@ -25,11 +27,12 @@ class Cursor:
 
     checkpoint_id: int | None = None
     epoch: int | None = None
-    positions: dict[str, dict[str, object]] = field(default_factory=dict)   # source -> partition -> Position
+    positions: dict[str, dict[str, Position]] = field(default_factory=dict)  # source -> partition -> position
     handles: dict[str, dict[str, list[dict]]] = field(default_factory=dict)  # uid -> state name -> handles
     # unaligned channel state still to replay first (in-flight data between operators): uid -> file handles
     inflight: dict[str, list[dict]] = field(default_factory=dict)
     align: object | None = None  # the AlignmentDriver continuing from this cursor (None: start a fresh one)
+    inventory: dict = field(default_factory=dict)  # read inventory of the checkpoint (pipeline.source.contract)
 
 
 def handles_by_name(handles: list[dict]) -> dict[str, list[dict]]:
@@ -57,7 +60,8 @@ def cursor_from_metadata(md: CheckpointMetadata) -> Cursor:
         elif c.source is not None and c.partition is not None and c.start is not None:
             # in-flight data still in the source log: reading resumes at the start of its range
             positions.setdefault(c.source, {})[str(c.partition)] = c.start
-    return Cursor(md.checkpoint_id, md.epoch, positions, handles, inflight)
+    return Cursor(md.checkpoint_id, md.epoch, positions, handles, inflight,
+                  inventory=dict(md.extra.get("source_files") or {}))
 
 
 def restore_cursor(ctx: RuntimeContext, report: RunReport | None = None) -> Cursor:
@@ -67,6 +71,11 @@ def restore_cursor(ctx: RuntimeContext, report: RunReport | None = None) -> Curs
         ctx.echo(f"WARNING: {p}")
         if report is not None:
             report.messages.append(p)
+    note = check_restore_point(ctx, completed.checkpoint_id if completed is not None else None)
+    if note is not None and not problems:
+        ctx.echo(f"WARNING: {note}")
+        if report is not None:
+            report.messages.append(note)
     if completed is None:
         return Cursor()
     ctx.recover_sinks(completed.metadata)

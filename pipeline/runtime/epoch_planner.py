@@ -13,6 +13,7 @@ from pipeline.exceptions import CheckpointError
 from pipeline.runtime.context import RuntimeContext
 from pipeline.runtime.cursor import Cursor, cursor_from_metadata
 from pipeline.runtime.results import RunReport
+from pipeline.source.contract import check_source_contract, unplaceable_files_error
 from pipeline.source.layout import list_source_files
 from pipeline.source.planner import count_rows, end_position, summarize_source
 
@@ -27,12 +28,19 @@ class EpochPlanner:
 
     def summaries(self, cursor: Cursor):
         ctx = self.ctx
-        out = {}
+        out, listing = {}, {}
+        unexpected = getattr(ctx, "unexpected_dead_letters", None)
+        if unexpected is None:
+            unexpected = ctx.unexpected_dead_letters = {}
         for src in ctx.job.sources():
-            files = list_source_files(ctx.src_fio, ctx.config.source_uri, src.name, policy=ctx.config.bad_records,
-                                      dead_letter_root=ctx.dead_letter_root, job=ctx.job.name)
+            files = list_source_files(ctx.src_fio, ctx.config.source_uri, src.name, policy=ctx.config.bad_records,  # type: ignore[arg-type]
+                                      dead_letter_root=ctx.dead_letter_root, job=ctx.job.name,
+                                      new_dead_letters=unexpected)
             since = {int(p): pos for p, pos in cursor.positions.get(src.name, {}).items()}
             out[src.name] = summarize_source(files, since=since, fileio=ctx.src_fio)
+            listing[src.name] = files
+        ctx.source_listing = listing  # the read inventory of the next checkpoint is taken from it
+        ctx.contract_dead_letters = check_source_contract(ctx, cursor, listing)
         return out
 
     def first_epoch(self, summaries) -> int | None:
@@ -70,6 +78,8 @@ class EpochPlanner:
         """``epochal run``: the epoch after the cursor's, or the epoch of the earliest unread row if later."""
         nxt = self.next_unread_epoch(cursor, summaries)
         first = self.first_epoch(summaries) if cursor.epoch is None else cursor.epoch + 1
+        if first is None and nxt is None:  # a fresh job whose unread files are all unreadable
+            raise unplaceable_files_error(self.ctx.job.name, summaries)
         target = max(x for x in (first, nxt) if x is not None)
         if cursor.epoch is not None and nxt is not None and nxt <= cursor.epoch:
             target = cursor.epoch + 1  # unread rows at/before the last epoch (backlog/late files)

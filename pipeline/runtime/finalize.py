@@ -24,16 +24,18 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+from pipeline.barriers.events import CheckpointType
 from pipeline.checkpoint.handles import ChannelStateHandle
 from pipeline.checkpoint.metadata import CheckpointMetadata
 from pipeline.exceptions import EpochalError
 from pipeline.faults import fault_point
 from pipeline.job import JoinNode
 from pipeline.layout import round_state_prefix
-from pipeline.runtime.alignment import channel_name
+from pipeline.runtime.alignment import MODE_ALIGNED, channel_name
 from pipeline.runtime.context import RuntimeContext
 from pipeline.runtime.cursor import Cursor, cursor_from_metadata
 from pipeline.runtime.results import RoundResult
+from pipeline.source.contract import read_inventory
 from pipeline.source.planner import count_rows
 
 __all__ = ["CheckpointFinalizer", "CheckpointListener"]
@@ -52,7 +54,8 @@ class CheckpointFinalizer:
 
     def finish(self, pending, snap, working: Cursor, rows: list[dict], staged: dict, results: list[RoundResult],
                dead_letters: dict, summaries, expected: dict, P: int, *, last_round: int, t0: float,
-               records: dict | None = None, backlog: dict | None = None) -> tuple[Cursor, list[RoundResult]]:
+               records: dict | None = None, backlog: dict | None = None,
+               dropped: dict | None = None) -> tuple[Cursor, list[RoundResult]]:
         """Checkpoint n is snapshotted (``snap``): acknowledge the tasks' handles of round ``last_round``
         with the alignment metrics, write ``_metadata`` (last), commit the sinks."""
         ctx = self.ctx
@@ -114,18 +117,20 @@ class CheckpointFinalizer:
             dead_letters=dead_letters, rounds=last_round + 1,
             extra={"records": records, "round_records": [r.records for r in results if r.round <= last_round]
                    + ([records] if not results or results[-1].round < last_round else []),
-                   "alignment": alignment})
+                   "alignment": alignment, "dropped": dict(sorted((dropped or {}).items())),
+                   "source_files": (read_inventory(getattr(ctx, "source_listing", {}), positions) if summaries
+                                    else working.inventory)})
         fault_point("after_metadata_before_commit")
 
         # Step 4: commit the sinks (notifyCheckpointComplete -> commit; idempotent)
-        ctx.recover_sinks(completed.metadata)
+        ctx.recover_sinks(completed.metadata, restoring=False)  # not a restore: no "re-committed" wording
         fault_point("after_commit")
 
         # Step 5: clean up the state of the earlier rounds of this checkpoint
         self.drop_round_scratch(pending.location, last_round)
 
         # Step 6: listeners (e.g. the cheap per-epoch quality subset), then report and continue
-        if pending.kind == "checkpoint":
+        if pending.kind == CheckpointType.CHECKPOINT:
             for listener in self.listeners:
                 listener(completed.metadata)
         ckpt_s = time.perf_counter() - t_ack
@@ -140,7 +145,7 @@ class CheckpointFinalizer:
             results.append(RoundResult(cid, epoch, last_round, True, records, backlog or {},
                                        time.perf_counter() - t0, ckpt_s, state_bytes, snapshot_s))
         extra = ""
-        if snap.mode != "aligned" or snap.alignment_ms or last_round:
+        if snap.mode != MODE_ALIGNED or snap.alignment_ms or last_round:
             extra = (f", {snap.mode}, alignment {snap.alignment_ms:.0f} ms"
                      + (f", in-flight {alignment['inflight_bytes']} bytes + {len(ranges)} source range(s)"
                         if snap.ranges or chan_rows else ""))

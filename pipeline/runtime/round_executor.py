@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import time
 
+from pipeline.barriers.events import CheckpointType
 from pipeline.checkpoint.failure import CheckpointFailureReason
 from pipeline.checkpoint.handles import Position
 from pipeline.exceptions import CheckpointError, ConfigError
@@ -61,12 +62,12 @@ class RoundExecutor:
     def alignment_driver(self, cursor: Cursor, channels: list[tuple[str, str]], kind: str) -> AlignmentDriver:
         """The driver continuing from ``cursor`` (same process, same channels), else a fresh one."""
         drv = cursor.align
-        if (kind == "checkpoint" and isinstance(drv, AlignmentDriver) and not drv.savepoint
+        if (kind == CheckpointType.CHECKPOINT and isinstance(drv, AlignmentDriver) and not drv.savepoint
                 and drv.channels == tuple(channels)):
             return drv
         c = self.ctx.config
         return AlignmentDriver.create(c.checkpoint_mode, c.unaligned, c.aligned_timeout_seconds, channels,
-                                      savepoint=kind == "savepoint")
+                                      savepoint=kind == CheckpointType.SAVEPOINT)
 
     def complete_epoch(self, cursor: Cursor, epoch: int, barriers: Barriers, summaries, *,
                        parallelism: int | None = None, kind: str = "checkpoint",
@@ -96,7 +97,8 @@ class RoundExecutor:
         merged_upserts = {s.table for s in job.sinks()
                           if s.mode == "upsert" and isinstance(job.nodes[s.parent], AggregateNode)}
         working = Cursor(cursor.checkpoint_id, cursor.epoch, {s: dict(p) for s, p in cursor.positions.items()},
-                         cursor.handles, {u: list(h) for u, h in cursor.inflight.items()}, driver)
+                         cursor.handles, {u: list(h) for u, h in cursor.inflight.items()}, driver,
+                         inventory=cursor.inventory)
         zero, empty = Position(seq=0, row=0), ()
         next_end = ctx.epochs.end_us(epoch + 1)
 
@@ -115,7 +117,13 @@ class RoundExecutor:
             return NextStop(b, True) if b is not None else NextStop(end_position(summaries_of(ch)), False)
 
         rnd = 0
-        dead_letters: dict[str, int] = {}
+        # source-contract breaches found by this listing are counted in this checkpoint
+        dead_letters: dict[str, int] = dict(getattr(ctx, "contract_dead_letters", {}) if summaries else {})
+        if summaries:  # files in badly named folders dead-lettered by listings since the last checkpoint
+            for s, n in (getattr(ctx, "unexpected_dead_letters", None) or {}).items():
+                dead_letters[s] = dead_letters.get(s, 0) + n
+            ctx.unexpected_dead_letters = {}
+        dropped: dict[str, int] = {}  # rows an operator drops by design (deduplicate), per operator uid
         last_rows: list[dict] = []
         while True:
             t0 = time.perf_counter()
@@ -124,7 +132,8 @@ class RoundExecutor:
             snap = driver.start_round(rnd, now, starts)
             if snap is not None:  # the alignment timeout fired between rounds: the last round's state is the snapshot
                 return self.finalizer.finish(pending, snap, working, last_rows, staged, results, dead_letters,
-                                             summaries, expected, P, last_round=rnd - 1, t0=t0)
+                                             summaries, expected, P, last_round=rnd - 1, t0=t0,
+                                             dropped=dropped)
             stops = driver.stops(starts, {ch: end_position(summaries_of(ch)) for ch in channels}, next_stop)
             segments = {}
             for src in job.sources():
@@ -148,6 +157,12 @@ class RoundExecutor:
             ctx.ckpt_fio.write_bytes(round_plan_uri(pending.location, rnd),
                                      (json.dumps(plan, indent=1) + "\n").encode(), if_none_match=True)
             rows = self.plan.process_round(pending, rnd, P, working, segments, epoch, parked=parked, staged=staged)
+            for h in rows:  # operators' dead letters (e.g. a join's ``unique`` violated) and dropped rows
+                if h["kind"] == "dead_letter" and h["rows"]:
+                    name = f"operator={h['operator']}"
+                    dead_letters[name] = dead_letters.get(name, 0) + int(h["rows"])
+                elif h["kind"] == "dropped" and h["rows"]:
+                    dropped[h["operator"]] = dropped.get(h["operator"], 0) + int(h["rows"])
             for table in staged:
                 out = [h for h in rows if h["kind"] == "output" and h["name"] == table and h["uri"]]
                 if table in merged_upserts:  # the aggregate rewrote its earlier output of this checkpoint merged
@@ -170,7 +185,8 @@ class RoundExecutor:
                 elif h["kind"] == "channel":  # parked: in flight between operators, replayed next round
                     h["inflight_bytes"] = h["bytes"]
                     inflight.setdefault(h["operator"], []).append(h)
-            working = Cursor(working.checkpoint_id, working.epoch, new_positions, new_handles, inflight, driver)
+            working = Cursor(working.checkpoint_id, working.epoch, new_positions, new_handles, inflight, driver,
+                             inventory=working.inventory)
             last_rows = rows
             records = {s: sum(seg.records for seg in segs.values()) for s, segs in segments.items()}
             backlog = {s: sum(seg.backlog for seg in segs.values()) for s, segs in segments.items()}
@@ -191,4 +207,5 @@ class RoundExecutor:
                 rnd += 1
                 continue
             return self.finalizer.finish(pending, snap, working, rows, staged, results, dead_letters, summaries,
-                                         expected, P, last_round=rnd, t0=t0, records=records, backlog=backlog)
+                                         expected, P, last_round=rnd, t0=t0, records=records, backlog=backlog,
+                                         dropped=dropped)

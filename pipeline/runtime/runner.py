@@ -42,8 +42,10 @@ from pipeline.runtime.context import RuntimeContext
 from pipeline.runtime.cursor import Cursor, cursor_from_metadata, restore_cursor
 from pipeline.runtime.epoch_planner import EpochPlanner
 from pipeline.runtime.finalize import CheckpointFinalizer, CheckpointListener
+from pipeline.runtime.progress import RunProgress, last_data_epoch
 from pipeline.runtime.results import RoundResult, RunReport
 from pipeline.runtime.round_executor import RoundExecutor
+from pipeline.runtime.savepoints import abort_pending, check_target
 from pipeline.runtime.spark_plan import SparkPlan
 
 __all__ = ["JobRunner", "RoundResult", "RunReport", "Cursor"]
@@ -131,6 +133,9 @@ class JobRunner:
         ctx.cleanup_sink_garbage()
         if cursor.checkpoint_id is not None:
             ctx.echo(f"restored checkpoint {cursor.checkpoint_id} (epoch {cursor.epoch})")
+        else:
+            ctx.echo(f"job {ctx.job.name}: no checkpoint yet: starting from the beginning of the sources")
+        progress = RunProgress(epochs)
         done = 0
         while epochs is None or done < epochs:
             summaries = planner.summaries(cursor)
@@ -150,6 +155,8 @@ class JobRunner:
             cursor, rounds = self.complete_epoch(cursor, target, barriers, summaries, parallelism=parallelism)
             report.rounds.extend(rounds)
             done += 1
+            ctx.echo(progress.epoch_done(target, sum(sum(r.records.values()) for r in rounds),
+                                         last_data_epoch(summaries, ctx.epochs.epoch_of)))
         ctx.cleanup_sink_garbage()  # staging of checkpoints aborted by earlier crashes is now unprotected
         return report
 
@@ -168,6 +175,7 @@ class JobRunner:
         if cursor.epoch is not None and cursor.epoch >= epoch:
             cursor = planner.rewind_cursor(epoch, report)
         report.restored_from = cursor.checkpoint_id
+        progress = RunProgress(None)
         while cursor.epoch is None or cursor.epoch < epoch:
             summaries = planner.summaries(cursor)
             if cursor.epoch is None:
@@ -181,6 +189,7 @@ class JobRunner:
                                       "has not passed); retry later")
             cursor, rounds = self.complete_epoch(cursor, target, barriers, summaries, parallelism=parallelism)
             report.rounds.extend(rounds)
+            ctx.echo(progress.epoch_done(target, sum(sum(r.records.values()) for r in rounds), epoch))
         ctx.cleanup_sink_garbage()
         return report
 
@@ -241,15 +250,24 @@ class JobRunner:
 
     def savepoint(self, target: str | None = None, *, parallelism: int | None = None) -> str:
         """An aligned, self-contained savepoint of the latest completed checkpoint (state copied by the
-        tasks that own the key groups; it references no checkpoint-owned file). Never deleted by Epochal."""
+        tasks that own the key groups; it references no checkpoint-owned file). Never deleted by Epochal.
+        ``target`` must lie under an allowed savepoint prefix (:mod:`pipeline.runtime.savepoints`)."""
+        if target is not None:
+            target = check_target(target, self.config, self.job.name)
         cursor = self.restore_cursor()
         if cursor.checkpoint_id is None:
             raise CheckpointError(f"job {self.job.name!r} has no completed checkpoint to take a savepoint of "
                                   f"(under {self.job_root}); run some epochs first")
+        assert cursor.epoch is not None  # a completed checkpoint has an epoch
         barriers = {s: dict(p) for s, p in cursor.positions.items()}
-        _, results = self.complete_epoch(cursor, cursor.epoch, barriers, {}, parallelism=parallelism,
-                                         kind="savepoint", location=target.rstrip("/") if target else None)
+        try:
+            _, results = self.complete_epoch(cursor, cursor.epoch, barriers, {}, parallelism=parallelism,
+                                             kind="savepoint", location=target)
+        except BaseException as e:
+            abort_pending(self.coordinator, e)
+            raise
         loc = self.last_location
+        assert loc is not None  # set by the completion just above
         self.echo(f"savepoint {results[-1].checkpoint_id} of checkpoint {cursor.checkpoint_id} written to {loc}")
         return loc
 
@@ -278,7 +296,11 @@ class JobRunner:
         cursor.handles = {u: h for u, h in cursor.handles.items() if u in self.job.operator_uids()}
         self.coordinator.mark_known(self.coordinator.store.ids())
         barriers = {s: dict(p) for s, p in cursor.positions.items()}
-        _, results = self.complete_epoch(cursor, md.epoch, barriers, {}, parallelism=parallelism)
+        try:
+            _, results = self.complete_epoch(cursor, md.epoch, barriers, {}, parallelism=parallelism)
+        except BaseException as e:
+            abort_pending(self.coordinator, e)
+            raise
         cid = results[-1].checkpoint_id
         self.echo(f"restored {snap.describe()} as checkpoint {cid} (parallelism "
                   f"{parallelism or self.config.parallelism}, epoch {md.epoch})")

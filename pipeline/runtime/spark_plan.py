@@ -9,17 +9,30 @@ and the tasks' acknowledgements (handle rows) come back.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from pipeline.exceptions import ConfigError
 from pipeline.faults import fault_point
 from pipeline.fileio import join_uri
 from pipeline.job import AggregateNode, JoinNode, SourceNode
-from pipeline.layout import (channel_prefix, checkpoint_dir_name, round_acks_prefix, round_state_prefix,
-                             round_unused_prefix, sink_staging_uri)
+from pipeline.layout import (
+    channel_prefix,
+    checkpoint_dir_name,
+    round_acks_prefix,
+    round_state_prefix,
+    round_unused_prefix,
+    sink_staging_uri,
+)
 from pipeline.runtime.context import RuntimeContext
 from pipeline.runtime.cursor import Cursor, handles_by_name
-from pipeline.runtime.dataflow import (OperatorIO, collect_handles, fresh_dataframe, operator_dataframe,
-                                       split_dataframe, task_count)
+from pipeline.runtime.dataflow import (
+    OperatorIO,
+    collect_handles,
+    fresh_dataframe,
+    operator_dataframe,
+    split_dataframe,
+    task_count,
+)
 from pipeline.runtime.round_params import RoundProperties, operator_key, operator_params, source_key
 from pipeline.source.reader import META_FIELDS, make_split_reader
 
@@ -63,7 +76,7 @@ class SparkPlan:
         for op, sinks, consumers, _df in steps:
             ack_prefix = round_acks_prefix(loc, rnd, op.uid) if consumers else None
             ttl = None
-            if isinstance(op, JoinNode):
+            if hasattr(op, "ttl_seconds"):  # operators with state TTL: the epoch's cutoff (docs/operators.md)
                 ttl_s = op.ttl_seconds if op.ttl_seconds is not None else ttl_default
                 ttl = ctx.epochs.end_us(epoch) - ttl_s * 1_000_000 if ttl_s else None
             io = OperatorIO(checkpoint=checkpoint_dir_name(cid), parallelism=P,
@@ -80,12 +93,12 @@ class SparkPlan:
                                                if sinks and sinks[0].mode == "upsert"
                                                and isinstance(op, AggregateNode) else ()))
             values[operator_key(op.uid)] = operator_params(io)
-            if consumers:
+            if ack_prefix is not None:  # set exactly when the operator has consumers
                 chained.append((op.uid, ack_prefix))
         rows: list[dict] = []
         persisted = []
         with RoundProperties(spark, values):
-            for op, _sinks, consumers, df in steps:
+            for _op, _sinks, consumers, df in steps:
                 if consumers:
                     if len(consumers) > 1:  # computed once for all its consumers (this round's data)
                         persisted.append(fresh_dataframe(spark, df).persist())
@@ -110,13 +123,15 @@ class SparkPlan:
         if key in self.plans:
             return self.plans[key]
         tasks = dict(shape)
-        inputs: dict[int, object] = {}
+        inputs: dict[int, Any] = {}
         for i, node in enumerate(ctx.job.nodes):
             if isinstance(node, SourceNode):
                 key_cols = [node.key] if node.key else []
                 cfg = ctx.config
                 jobname, dlq = ctx.job.name, ctx.dead_letter_root
-                factory = (lambda src, kc=key_cols: make_split_reader(src.schema, kc, cfg.bad_records, dlq, jobname))
+
+                def factory(src, kc=key_cols, cfg=cfg, dlq=dlq, jobname=jobname):
+                    return make_split_reader(src.schema, kc, cfg.bad_records, dlq, jobname)
                 park = sorted(int(p) for s, p in parked if s == node.name)
                 read = ctx.job.columns_read(i)
                 meta = None if read is None else [f.name for f in META_FIELDS
@@ -135,8 +150,11 @@ class SparkPlan:
             # placeholders: the tasks take this round's values from the local property of the operator
             io = OperatorIO(checkpoint=checkpoint_dir_name("?"), parallelism=P, max_parallelism=ctx.max_parallelism,
                             parent_handles={}, state_prefix="", output_prefix="", output_name="", file_tag="",
-                            ttl_cutoff_us=None, ack_prefix="" if consumers else None)
+                            ttl_cutoff_us=None, ack_prefix="" if consumers else None,
+                            bad_records=ctx.config.bad_records, dead_letter_root=ctx.dead_letter_root)
             df, _schema = operator_dataframe(spark, ctx.job, op, inputs, io)
+            for s in sinks:  # open table formats: create the table, or refuse an incompatible schema change
+                getattr(ctx.table(s.table), "prepare", lambda _schema: None)(_schema)
             if consumers:
                 inputs[nid] = df
             steps.append((op, sinks, consumers, df))

@@ -28,8 +28,7 @@ from pipeline.checkpoint.ack import AckResult
 from pipeline.checkpoint.handles import FileHandle
 from pipeline.exceptions import ConditionalWriteError, ObjectNotFoundError, SinkError, StorageError
 from pipeline.fileio import FileIO, join_uri
-from pipeline.layout import (sink_commit_name, sink_commits_uri, sink_data_uri, sink_staging_uri,
-                             sink_table_uri)
+from pipeline.layout import sink_commit_name, sink_commits_uri, sink_data_uri, sink_staging_uri, sink_table_uri
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa

@@ -5,7 +5,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import failed_suites, make_runner
 
 pytestmark = [pytest.mark.spark]

@@ -1,4 +1,9 @@
-"""Checkpoint history, as ``checkpoints list|show`` (and the Airflow checkpoint view) present it."""
+"""Checkpoint history, as ``checkpoints list|show`` (and the Airflow checkpoint view) present it.
+
+(Formerly ``pipeline/inspect.py``, which shadowed the standard library's ``inspect`` when ``pipeline/`` was on
+``sys.path``, as under spark-submit. The Airflow view's projection, :mod:`pipeline.orchestration.history`, is
+still separate.)
+"""
 from __future__ import annotations
 
 from typing import Any
@@ -52,7 +57,7 @@ def list_checkpoints(runner) -> list[dict[str, Any]]:
 
 def show_checkpoint(runner, ref: str) -> dict[str, Any]:
     """Full detail of one checkpoint (id) or savepoint (URI): barriers, positions, per-operator acks."""
-    cp = runner._load_snapshot(ref)
+    cp = runner.load_snapshot(ref)
     md = cp.metadata
     d = checkpoint_summary(cp)
     d["positions"] = {s: {p: [pos.seq, pos.row] for p, pos in parts.items()} for s, parts in md.positions.items()}
