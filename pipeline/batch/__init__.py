@@ -28,6 +28,7 @@ def write_batch(runner, checkpoint: str | None, to_dir: str) -> dict:
     ``state/<uid>/<name>/``). Returns ``{"checkpoint", "epoch", "objects": {obj: rows}, "unchecked"}``."""
     import os
     import shutil
+
     from pipeline.exceptions import CheckpointError
     cp = runner.snapshot(checkpoint)
     if cp is None:
@@ -37,7 +38,7 @@ def write_batch(runner, checkpoint: str | None, to_dir: str) -> dict:
     for obj, df in sorted(res.objects().items()):
         path = os.path.join(os.path.abspath(to_dir), obj)
         shutil.rmtree(path, ignore_errors=True)
-        t = df.toArrow()
+        t = df.toArrow()  # type: ignore[attr-defined]
         os.makedirs(path, exist_ok=True)
         import pyarrow.parquet as pq
         pq.write_table(t, os.path.join(path, "part-00000.parquet"))

@@ -64,7 +64,7 @@ def join_semantics(op: JoinNode) -> tuple[str, str | None]:
     """``(how, unique)`` of a join node; the older join (no ``how``) behaves as inner, ``unique="both"``."""
     if not hasattr(op, "how"):
         return "inner", "both"
-    return getattr(op, "how") or "inner", getattr(op, "unique", None)
+    return op.how or "inner", getattr(op, "unique", None)
 
 
 def _visible(df):
@@ -121,14 +121,15 @@ class _Compiler:
         E = self.prefix.epoch_us
         how, unique = join_semantics(op)
         inputs = []
-        for side in (op.left, op.right):
-            df = self.frame(side)
+        for inp in (op.left, op.right):
+            df = self.frame(inp)
             if df is None:
-                self.bad[nid] = self.bad[side]
+                self.bad[nid] = self.bad[inp]
                 return None
-            base, _ = self.job.chain_to(side)
-            if isinstance(self.job.nodes[base], AggregateNode):
-                self.bad[nid] = f"join {op.uid} reads the changelog of aggregate {self.job.nodes[base].uid}"
+            base, _ = self.job.chain_to(inp)
+            base_node = self.job.nodes[base]
+            if isinstance(base_node, AggregateNode):
+                self.bad[nid] = f"join {op.uid} reads the changelog of aggregate {base_node.uid}"
                 return None
             inputs.append(df)
         left, right = inputs
@@ -162,7 +163,7 @@ class _Compiler:
         pairs = lt.join(rt, cond, "inner").select(*[pick(c) for c in output], m.alias(PEPOCH))
         out = pairs
         cutoff_n = self.prefix.end_us(self.prefix.epoch) - ttl if ttl is not None else None
-        for side, mine, other, mcols, ocols in (("left", lt, rt, lcols, rcols), ("right", rt, lt, rcols, lcols)):
+        for side, mine, other, mcols, _ocols in (("left", lt, rt, lcols, rcols), ("right", rt, lt, rcols, lcols)):
             if how not in (side, "full") or ttl is None:
                 continue
             p = "__l_" if side == "left" else "__r_"
@@ -209,8 +210,9 @@ class _Compiler:
             self.bad[nid] = self.bad[op.parent]
             return None
         base, _ = self.job.chain_to(op.parent)
-        if isinstance(self.job.nodes[base], AggregateNode):
-            self.bad[nid] = f"aggregate {op.uid} reads the changelog of aggregate {self.job.nodes[base].uid}"
+        base_node = self.job.nodes[base]
+        if isinstance(base_node, AggregateNode):
+            self.bad[nid] = f"aggregate {op.uid} reads the changelog of aggregate {base_node.uid}"
             return None
         aggs = []
         for out, fn, col in op.aggs:

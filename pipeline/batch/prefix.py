@@ -103,7 +103,7 @@ def _files(runner, source: SourceNode, stops: Mapping[int, tuple[int, int]]) -> 
     footers are read by the executors, which turn each file into its split)."""
     from pipeline.source.layout import list_source_files
     files = list_source_files(runner.src_fio, runner.config.source_uri, source.name, policy="dead_letter")
-    out = []
+    out: list[tuple] = []
     for p, fs in files.items():
         if int(p) not in stops:
             continue

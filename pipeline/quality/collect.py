@@ -925,6 +925,7 @@ def collect(runner, snapshot: Snapshot, *, mode: str = "full", areas: tuple[str,
             drill_kgs: int = _DRILL_KGS, engine: str = "auto") -> Collected:
     """Build every dataset the suites of ``areas`` need (``mode="epoch"``: metadata only, no Spark)."""
     import dataclasses
+
     from pipeline.quality.recovery import plan_recomputation
     c = _Collector(runner, snapshot, mode=mode, drill_kgs=drill_kgs)
     areas = areas or (("metadata",) if mode == "epoch" else ("metadata", "state", "sink", "recovery"))

@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 import random
 
-from pipeline import Job
-
 from jobs import LEFT, RIGHT
+
+from pipeline import Job
 
 
 def random_job(seed: int) -> Job:
