@@ -14,8 +14,8 @@ PINNED = {
     "pipeline.exceptions": [
         "BarrierError", "CheckpointDeclinedError", "CheckpointError", "CheckpointFencedError",
         "ConditionalWriteError", "ConfigError", "CorruptCheckpointError", "CorruptStreamError", "EpochalError",
-        "IncompatibleStateError", "InjectedFailure", "JobStoppedError", "MalformedInputError",
-        "NoValidCheckpointError", "ObjectNotFoundError", "SinkError", "SourceError", "StorageError",
+        "IncompatibleSinkSchemaError", "IncompatibleStateError", "InjectedFailure", "JobStoppedError", "MalformedInputError",
+        "NoValidCheckpointError", "ObjectNotFoundError", "SinkError", "SourceContractError", "SourceError", "StorageError",
         "TooManyFailedCheckpointsError", "TransactionStateError", "TypeMismatch", "ValidationError",
     ],
     "pipeline.fileio": [
