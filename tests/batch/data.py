@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from jobs import LEFT, RIGHT
+from batch_jobs import LEFT, RIGHT
 
 T0 = 1_780_000_000 // 60 * 60 * 1_000_000   # an epoch boundary (E = 60 s), in microseconds
 E_US = 60_000_000

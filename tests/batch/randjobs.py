@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import random
 
-from jobs import LEFT, RIGHT
+from batch_jobs import LEFT, RIGHT
 
 from pipeline import Job
 

@@ -15,8 +15,8 @@ _HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(_HERE))
 sys.path.insert(0, str(_HERE.parent / "quality"))
 
+from batch_jobs import join_agg  # noqa: E402
 from data import E_US, generate  # noqa: E402
-from jobs import join_agg  # noqa: E402
 
 from pipeline.job import JoinNode  # noqa: E402
 
@@ -146,14 +146,14 @@ def test_batch_evaluation_equals_pandas_brute_force(tmp_path, repeated):
 
 def test_unmodelled_parts_are_reported_not_skipped(tmp_path):
     """An append sink of an aggregate (a changelog) is not modelled: the result says so."""
-    from jobs import LEFT
+    from batch_jobs import LEFT
 
     from pipeline import Job
     from pipeline.quality import validate_job
     generate(tmp_path / "src", seed=1, epochs=2)
     job = Job("bt_changelog", max_parallelism=8)
     job.source("lefts", LEFT, key="k").aggregate(uid="cnt", key="grp", aggs={"n": ("count", None)}).sink("changes")
-    job.source("rights", __import__("jobs").RIGHT, key="k")
+    job.source("rights", __import__("batch_jobs").RIGHT, key="k")
     r = _runner(tmp_path, job)
     r.run(epochs=2)
     v = validate_job(r, None, build_docs=False, store_results=False)

@@ -20,7 +20,7 @@ from pipeline.runtime.runner import JobRunner
 from pipeline.testing.jobproc import run_job_process
 
 sys.path.insert(0, str(Path(__file__).parent))
-from jobs.clicks_views import CLICKS, TTL, VIEWS, build, build_dedup_join, build_unique_views  # noqa: E402
+from m2m_jobs.clicks_views import CLICKS, TTL, VIEWS, build, build_dedup_join, build_unique_views  # noqa: E402
 
 pytestmark = [pytest.mark.spark]
 
@@ -118,11 +118,11 @@ def test_sigkill_then_restore_at_another_parallelism(tmp_path, source):
     cfg = _cfg(tmp_path, source, "crash")
     env = {**{k: v for k, v in cfg.as_env().items() if v != "None"}, "PIPELINE_EPOCH_SECONDS": str(E), "PYTHONPATH": os.pathsep.join(
         [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]), "EPOCHAL_KILL_AT": "after_state_before_metadata:3"}
-    res = run_job_process(["run", "--job", "jobs.clicks_views:build", "--epochs", "20"], env=env, timeout_s=600)
+    res = run_job_process(["run", "--job", "m2m_jobs.clicks_views:build", "--epochs", "20"], env=env, timeout_s=600)
     assert res.returncode != 0 and any("EPOCHAL_FAULT" in line for line in res.stderr_lines), res.stderr_lines[-5:]
     env.pop("EPOCHAL_KILL_AT")
     env["PIPELINE_PARALLELISM"] = "3"
-    res = run_job_process(["run", "--job", "jobs.clicks_views:build", "--epochs", "20"], env=env, timeout_s=600)
+    res = run_job_process(["run", "--job", "m2m_jobs.clicks_views:build", "--epochs", "20"], env=env, timeout_s=600)
     assert res.returncode == 0, res.stderr_lines[-10:]
     r = JobRunner(build(), cfg.with_(parallelism=3), echo=lambda m: None)
     got = _committed(r, tmp_path)
