@@ -164,23 +164,16 @@ def test_unmodelled_parts_are_reported_not_skipped(tmp_path):
 
 @pytest.mark.parametrize("how,unique", [("full", None), ("left", None), ("inner", "left")])
 def test_outer_and_unique_joins_equal_pandas_brute_force(tmp_path, how, unique):
-    """The rules for ``how=`` and ``unique=`` (docs/batch.md), on a join node carrying them (the operators
-    work adds them to ``Stream.join``; here a node subclass stands in until it is on main)."""
+    """The rules for ``how=`` and ``unique=`` (docs/batch.md) of the batch evaluation, against pandas."""
     import dataclasses
 
     from pipeline.batch import Prefix, evaluate
-
-    @dataclasses.dataclass(frozen=True, slots=True)
-    class JoinWith(JoinNode):
-        how: str = "inner"
-        unique: str | None = None
 
     generate(tmp_path / "src", seed=4, repeated=unique is None, epochs=5)
     ttl = 150
     job = join_agg(ttl_seconds=ttl)
     i = next(i for i, n in enumerate(job.nodes) if isinstance(n, JoinNode))
-    job.nodes[i] = JoinWith(*[getattr(job.nodes[i], f.name) for f in dataclasses.fields(JoinNode)],
-                            how=how, unique=unique)
+    job.nodes[i] = dataclasses.replace(job.nodes[i], how=how, unique=unique or "none")
     L, R = _read_all(tmp_path / "src", "lefts"), _read_all(tmp_path / "src", "rights")
     n = int(max(L["e"].max(), R["e"].max()))
     ends = {s: {p: (len(list((tmp_path / "src" / s / f"partition={p}").glob("*.parquet"))), 0) for p in (0, 1)}
