@@ -40,6 +40,7 @@ def summary(checkpoints: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, flo
     def col(name: str) -> list[float]:
         return [float(r[name]) for r in done if r.get(name) is not None]
     return {"duration_ms": _mma(col("duration_ms")), "state_bytes": _mma(col("state_bytes")),
+            "checkpointed_bytes": _mma(col("checkpointed_bytes")),
             "sink_bytes": _mma(col("sink_bytes")), "alignment_ms": _mma(col("alignment_ms"))}
 
 

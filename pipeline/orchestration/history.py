@@ -55,6 +55,7 @@ class CheckpointRow:
     records: Mapping[str, int] = field(default_factory=dict)
     operators: tuple[OperatorRow, ...] = ()
     problem: str | None = None
+    checkpointed_bytes: int | None = None   # what this checkpoint wrote; ``state_bytes`` is the full state
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -81,7 +82,8 @@ def _row_from_metadata(md, location: str, status: str = "COMPLETED") -> Checkpoi
         trigger_time=st.trigger_time if st else None, duration_ms=st.duration_ms if st else None,
         state_bytes=st.bytes if st else None, sink_bytes=sink_bytes, alignment_ms=st.alignment_ms if st else None,
         acks=st.acks if st else None, expected_acks=st.expected_acks if st else None, parallelism=md.parallelism,
-        parent_id=md.parent_id, location=location, records=records, operators=ops)
+        parent_id=md.parent_id, location=location, records=records, operators=ops,
+        checkpointed_bytes=st.checkpointed_bytes if st else None)
 
 
 def _failure_text(d: Mapping[str, Any] | None) -> str | None:
@@ -245,6 +247,7 @@ class CheckpointHistory:
                   "bytes": sum(f.bytes for f in s.files)} for t, s in sorted(md.sinks.items())]
         st = md.stats
         return {"summary": row.to_dict(), "operators": [asdict(o) for o in row.operators], "state": state,
+                "subtasks": [t.to_dict() for t in st.subtasks] if st else [],
                 "sources": sources, "sinks": sinks,
                 "backlog": dict(st.backlog) if st else {}, "dead_letters": dict(st.dead_letters) if st else {},
                 "rounds": st.rounds if st else None, "sync_ms": st.sync_ms if st else None,

@@ -93,7 +93,9 @@ def _summary_html(checkpoints: list[dict], savepoints: list[dict], head: int | N
     rows = "".join(
         f"<tr><td>{label}</td><td class='num'>{_stat_cell(sm[k]['min'], f)}</td>"
         f"<td class='num'>{_stat_cell(sm[k]['avg'], f)}</td><td class='num'>{_stat_cell(sm[k]['max'], f)}</td></tr>"
-        for label, k, f in (("End-to-end duration", "duration_ms", _ms), ("Checkpointed state size", "state_bytes", _bytes),
+        for label, k, f in (("End-to-end duration", "duration_ms", _ms),
+                            ("Checkpointed data size", "checkpointed_bytes", _bytes),
+                            ("Full state size", "state_bytes", _bytes),
                             ("Sink output staged", "sink_bytes", _bytes), ("Alignment time", "alignment_ms", _ms)))
     r = lin["latest_restore"]
     if r:
@@ -142,7 +144,7 @@ def render_index_page(jobs: list[dict]) -> str:
 
 def _history_table(rows: list[dict], link: str, head: int | None) -> str:
     out = ["<table><tr><th>ID</th><th>Status</th><th class='num'>Epoch (ends at)</th><th>Trigger time</th>"
-           "<th class='num'>Duration</th><th class='num'>Size</th><th class='num'>Alignment</th>"
+           "<th class='num'>Duration</th><th class='num'>Checkpointed / full size</th><th class='num'>Alignment</th>"
            "<th>Acks (per operator)</th><th class='num'>Parallelism</th><th class='num'>Parent</th>"
            "<th>Records</th></tr>"]
     for r in rows:
@@ -159,7 +161,8 @@ def _history_table(rows: list[dict], link: str, head: int | None) -> str:
                else "") + "</td>"
             f"<td class='num'>{_e(r.get('epoch'))}<br><small>{_e(r.get('barrier_time') or '')}</small></td>"
             f"<td>{_e(r.get('trigger_time') or '-')}</td>"
-            f"<td class='num'>{_ms(r.get('duration_ms'))}</td><td class='num'>{_bytes(r.get('state_bytes'))}</td>"
+            f"<td class='num'>{_ms(r.get('duration_ms'))}</td>"
+            f"<td class='num'>{_bytes(r.get('checkpointed_bytes'))} / {_bytes(r.get('state_bytes'))}</td>"
             f"<td class='num'>{_ms(r.get('alignment_ms'))}</td><td>{_acks_cell(r)}</td>"
             f"<td class='num'>{_e(r.get('parallelism'))}</td><td class='num'>{_e(r.get('parent_id'))}</td>"
             f"<td>{recs}</td></tr>")
@@ -204,7 +207,8 @@ def render_detail_page(job: str, d: dict) -> str:
     kv = [("Status", f"<span class='s-{_e(s['status'])}'>{_e(s['status'])}</span>"), ("Type", _e(s["kind"])),
           ("Epoch", _e(s.get("epoch"))), ("Barrier time (epoch end)", _e(s.get("barrier_time"))),
           ("Trigger time", _e(s.get("trigger_time"))), ("Duration", _ms(s.get("duration_ms"))),
-          ("State size", _bytes(s.get("state_bytes"))), ("Sink output staged", _bytes(s.get("sink_bytes"))),
+          ("Checkpointed data size", _bytes(s.get("checkpointed_bytes"))),
+          ("Full state size", _bytes(s.get("state_bytes"))), ("Sink output staged", _bytes(s.get("sink_bytes"))),
           ("Alignment time", _ms(s.get("alignment_ms"))),
           ("Acks", f"{_e(s.get('acks'))}/{_e(s.get('expected_acks'))}"),
           ("Parallelism / max", f"{_e(s.get('parallelism'))} / {_e(d.get('max_parallelism'))}"),
@@ -221,6 +225,13 @@ def render_detail_page(job: str, d: dict) -> str:
         f"<td class='num'>{_ms(o['async_ms'])}</td><td class='num'>{_ms(o['alignment_ms'])}</td>"
         f"<td class='num'>{_ms(o['start_delay_ms'])}</td><td class='num'>{_bytes(o['inflight_bytes'])}</td>"
         f"<td>{_e(o['mode'])}</td></tr>" for o in d.get("operators", []))
+    subs = "".join(
+        f"<tr><td>{_e(t['uid'])}</td><td class='num'>{t['subtask']}</td>"
+        f"<td class='num'>{_ms(t['ack_ms']) if t.get('ack_ms') is not None else '-'}</td>"
+        f"<td class='num'>{_ms(t['sync_ms'])}</td><td class='num'>{_ms(t['async_ms'])}</td>"
+        f"<td class='num'>{_ms(t['alignment_ms'])}</td><td class='num'>{_ms(t['start_delay_ms'])}</td>"
+        f"<td class='num'>{_bytes(t['state_bytes'])}</td><td class='num'>{t['state_rows']}</td>"
+        f"<td class='num'>{t['in_rows']}</td></tr>" for t in d.get("subtasks", []))
     srcs = "".join(f"<tr><td>{_e(x['source'])}</td><td class='num'>{_e(x['partition'])}</td>"
                    f"<td class='num'>{_e(x['position'])}</td><td class='num'>{_e(x['barrier'])}</td>"
                    f"<td class='num'>{_e(d.get('backlog', {}).get(x['source'], ''))}</td></tr>"
@@ -240,6 +251,11 @@ def render_detail_page(job: str, d: dict) -> str:
             "<th class='num'>State rows</th><th class='num'>State size</th><th class='num'>Sync</th>"
             "<th class='num'>Async</th><th class='num'>Alignment</th><th class='num'>Start delay</th>"
             "<th class='num'>In-flight persisted</th><th>Mode</th></tr>" + (ops or "<tr><td colspan=10>-</td></tr>")
+            + "</table><h2>Acknowledgements per subtask</h2><table><tr><th>Operator</th><th class='num'>Subtask</th>"
+            "<th class='num'>Acknowledged (after trigger)</th><th class='num'>Sync</th><th class='num'>Async</th>"
+            "<th class='num'>Alignment</th><th class='num'>Start delay</th><th class='num'>State size</th>"
+            "<th class='num'>State rows</th><th class='num'>Records in</th></tr>"
+            + (subs or "<tr><td colspan=10>- (not recorded by this checkpoint)</td></tr>")
             + "</table><h2>Sources: restore position and barrier per partition (file seq:row)</h2><table><tr>"
             "<th>Source</th><th class='num'>Partition</th><th class='num'>Position</th><th class='num'>Barrier</th>"
             "<th class='num'>Backlog (source)</th></tr>" + (srcs or "<tr><td colspan=5>-</td></tr>") + "</table>"

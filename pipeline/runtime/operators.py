@@ -42,10 +42,11 @@ HANDLE_SCHEMA = pa.schema([
     ("expired_rows", pa.int64()),
     ("sync_ms", pa.float64()),    # restore + processing + staging the sink output ("synchronous part")
     ("async_ms", pa.float64()),   # state snapshot upload: state + channel state files ("asynchronous part")
+    ("ack_ts_ms", pa.float64()),  # wall clock (Unix ms) when the subtask acknowledged (per-subtask ack time)
 ])
 HANDLE_DDL = ("kind string, operator string, name string, subtask int, kg_start int, kg_end int, uri string, "
               "rows bigint, bytes bigint, sha256 string, in_rows bigint, restored_rows bigint, "
-              "expired_rows bigint, sync_ms double, async_ms double")
+              "expired_rows bigint, sync_ms double, async_ms double, ack_ts_ms double")
 
 
 def _partition_id() -> int:
@@ -59,7 +60,7 @@ def _handle(kind, op, name, subtask, kgr, fh, in_rows=0, restored=0, expired=0, 
     return {"kind": kind, "operator": op, "name": name, "subtask": subtask, "kg_start": kgr.start,
             "kg_end": kgr.end, "uri": fh["uri"], "rows": fh["rows"], "bytes": fh["bytes"],
             "sha256": fh["sha256"], "in_rows": in_rows, "restored_rows": restored, "expired_rows": expired,
-            "sync_ms": sync_ms, "async_ms": async_ms}
+            "sync_ms": sync_ms, "async_ms": async_ms, "ack_ts_ms": time.time() * 1000.0}
 
 
 def handle_rows_to_dicts(rows) -> list[dict]:
