@@ -10,7 +10,8 @@ parallelism; at every completed checkpoint the state and committed output equal 
 * property: after every run that was not killed (it restored the latest checkpoint, re-committing its sink
   output, and completed the next), the latest completed checkpoint passes the recovery suites.
 
-CI profile: 1 seed. Larger: ``EPOCHAL_PROPERTY_SEEDS=10 .venv/bin/python -m pytest tests/batch/test_property_crash.py``.
+CI profile: 1 seed of 3 epochs. Larger: ``EPOCHAL_PROPERTY_SEEDS=10 EPOCHAL_PROPERTY_EPOCHS=6 .venv/bin/python -m pytest
+tests/batch/test_property_crash.py``.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ SEEDS = int(os.environ.get("EPOCHAL_PROPERTY_SEEDS", "1"))
 PHASES = ["reading", "writing_state", "after_state_before_metadata", "after_metadata_before_commit", "after_commit"]
 RECOVERY = {"epochal_recovery_key_groups", "epochal_recovery_totals", "epochal_recovery_conservation"}
 CLOCK = "2027-01-01T00:00:00Z"
-EPOCHS = 4
+EPOCHS = int(os.environ.get("EPOCHAL_PROPERTY_EPOCHS", "3"))   # CI profile: 3 epochs per seed
 
 
 @pytest.mark.parametrize("seed", range(SEEDS))
