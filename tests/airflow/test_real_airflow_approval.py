@@ -10,8 +10,7 @@ import pytest
 from test_real_airflow import DAG, _instance, _store
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.e2e, pytest.mark.spark, pytest.mark.s3,
-              # opt-in: on a fresh clone the approved restore's ApprovalOperator failed once when it resumed
-              # after the answer (cause not found yet; see docs/airflow.md): EPOCHAL_AIRFLOW_HITL=1 runs it
+              # opt-in (a second real Airflow instance, ~2 min): EPOCHAL_AIRFLOW_HITL=1 runs it
               pytest.mark.skipif(os.environ.get("EPOCHAL_AIRFLOW_HITL") != "1",
                                  reason="opt-in: EPOCHAL_AIRFLOW_HITL=1 (human-approval flow, real scheduler)")]
 
@@ -44,6 +43,17 @@ def test_real_scheduler_restore_waits_for_human_approval(airflow_approval):
         detail = inst.ok("GET", f"/api/v2/dags/{DAG}_restore/dagRuns/{rid}/taskInstances/{expect_task}/-1/hitlDetails")
         assert detail["options"] == ["Approve", "Reject"] and "Restore Epochal job orders_payments" in detail["subject"]
         assert inst.tis(f"{DAG}_restore", run["dag_run_id"])["restore"]["state"] in (None, "none")
+        # Airflow 3.3 race: an answer given before the scheduler has processed the executor's event of the
+        # pausing try (the task process exits "success" while the TI waits for input) fails the task
+        # ("finished with state success, but the task instance's state attribute is queued"). A person never
+        # answers that fast; the API can. Wait for the scheduler to record the pause before answering.
+        paused = (f"TaskInstance Finished: dag_id={DAG}_restore, task_id={expect_task}, "
+                  f"run_id={run['dag_run_id']}, ")
+        log = inst.home / "epochal-standalone" / "standalone.log"
+        while not any(paused in line and "state=awaiting_input" in line
+                      for line in log.read_text(errors="replace").splitlines()):
+            assert time.monotonic() < deadline, f"the scheduler never recorded the pause of {expect_task}"
+            time.sleep(1)
         return run["dag_run_id"]
 
     head = _store(inst).latest().checkpoint_id
