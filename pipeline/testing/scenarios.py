@@ -13,14 +13,18 @@
 """
 from __future__ import annotations
 
+import io
 import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
+from pipeline.exceptions import SourceError
 from pipeline.fileio import file_io_for, join_uri
+from pipeline.state.backend import table_to_parquet_bytes
 
 __all__ = ["EpochBounds", "epoch_bounds", "write_burst", "hold_back", "deliver", "iso"]
 
@@ -53,13 +57,20 @@ def iso(us: int) -> str:
     return datetime.fromtimestamp(us / _US, tz=timezone.utc).isoformat().replace("+00:00", "Z")
 
 
+def _source_schema(fio, source_uri: str) -> pa.Schema:
+    """The schema of a source, read from one of its existing Parquet files (this module knows no job)."""
+    for f in sorted(fio.list(source_uri), key=lambda f: f.uri):
+        if f.uri.endswith(".parquet"):
+            return pq.read_schema(io.BytesIO(fio.read_bytes(f.uri)))
+    raise SourceError(f"no Parquet file under {source_uri} to take the source's schema from")
+
+
 def write_burst(source_root: str, *, r: int, rows: int, seed: int = 7) -> str:
     """Write ``rows`` unpaid orders inside generator epoch ``r`` into a new ``orders`` partition; returns its URI."""
-    from pipeline.jobs.orders_payments import ORDERS_SCHEMA
-    from pipeline.state.backend import table_to_parquet_bytes
     cfg = _generator(source_root)
     root = source_root.rstrip("/")
     fio = file_io_for(root)
+    schema = _source_schema(fio, join_uri(root, "orders"))
     existing = {int(d.split("=", 1)[1]) for d in fio.list_dirs(join_uri(root, "orders")) if d.startswith("partition=")}
     part = max(existing | {int(cfg["partitions"]) - 1}) + 1
     b = epoch_bounds(root, r)
@@ -72,7 +83,7 @@ def write_burst(source_root: str, *, r: int, rows: int, seed: int = 7) -> str:
         "amount": pa.array(np.round(rng.uniform(1, 200, size=rows), 2)),
         "event_time": pa.array(ts, pa.int64()).cast(_TS),
         "_ingest_ts": pa.array(ts, pa.int64()).cast(_TS),
-    }, schema=ORDERS_SCHEMA)
+    }, schema=schema)
     uri = join_uri(root, "orders", f"partition={part}", "00000000.parquet")
     fio.write_bytes(uri, table_to_parquet_bytes(table))
     return uri

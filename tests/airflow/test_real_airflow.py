@@ -412,7 +412,8 @@ def test_checkpoint_view_in_headless_chromium(airflow):
         wait.until(EC.presence_of_element_located((By.LINK_TEXT, "orders_payments"))).click()
         wait.until(EC.text_to_be_present_in_element((By.TAG_NAME, "h1"), "Checkpoint history: orders_payments"))
         body = drv.find_element(By.TAG_NAME, "body").text
-        for text in ("COMPLETED", "latest", "Savepoints", "Trigger time", "Duration", "Size", "Alignment",
+        for text in ("COMPLETED", "latest", "Savepoints", "Trigger time", "Duration", "Checkpointed / full size",
+                     "Alignment",
                      "paid_orders_join", "merchant_revenue_agg", "Summary (completed checkpoints)", "Minimum",
                      "Maximum", "Latest restore", "Abandoned branch", "Configuration",
                      "Checkpointing mode", "Airflow runs of", "auto-refresh every"):
@@ -431,9 +432,14 @@ def test_checkpoint_view_in_headless_chromium(airflow):
         wait.until(EC.text_to_be_present_in_element((By.TAG_NAME, "h1"), f"Checkpoint {head.checkpoint_id}"))
         body = drv.find_element(By.TAG_NAME, "body").text
         for text in ("Acknowledgements per operator", "paid_orders_join", "Key groups", "orders", "payments",
-                     f"{head.metadata.parallelism} / {head.metadata.max_parallelism}"):
+                     f"{head.metadata.parallelism} / {head.metadata.max_parallelism}", "Acknowledgements per subtask",
+                     "Acknowledged (after trigger)", "Checkpointed data size", "Full state size"):
             assert text in body, f"{text!r} not on the detail page:\n{body[:2000]}"
+        assert "not recorded by this checkpoint" not in body
         drv.save_screenshot(str(ARTIFACTS / "airflow_checkpoint_detail.png"))
+        sub = drv.find_element(By.XPATH, "//h2[text()='Acknowledgements per subtask']")
+        drv.execute_script("arguments[0].scrollIntoView(true);", sub)
+        drv.save_screenshot(str(ARTIFACTS / "airflow_checkpoint_subtasks.png"))
         # the job's Data Docs, served from the checkpoint store behind the same login (a restore validated)
         drv.get(f"{inst.url}/epochal/jobs/orders_payments/data-docs/")
         body = drv.find_element(By.TAG_NAME, "body").text
