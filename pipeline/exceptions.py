@@ -20,7 +20,8 @@ Hierarchy (every error message names the file, partition or checkpoint involved)
     │   └── CorruptStreamError        repeated barrier on one channel (names channel + checkpoint)
     ├── SinkError                     sink problems
     │   └── TransactionStateError     illegal 2PC transition (names txn + state)
-    └── ValidationError               a Great Expectations suite failed (names checkpoint/table)
+    ├── ValidationError               a Great Expectations suite failed (names checkpoint/table)
+    └── UserFunctionError             a user's ``Stream.process`` function failed or broke its contract
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ __all__ = [
     "SourceError", "MalformedInputError", "CheckpointError", "CheckpointFencedError",
     "CheckpointDeclinedError", "CorruptCheckpointError", "NoValidCheckpointError",
     "TooManyFailedCheckpointsError", "IncompatibleStateError", "BarrierError", "CorruptStreamError",
-    "SinkError", "TransactionStateError", "ValidationError",
+    "SinkError", "TransactionStateError", "ValidationError", "UserFunctionError",
 ]
 
 
@@ -115,3 +116,8 @@ class TransactionStateError(SinkError):
 
 class ValidationError(EpochalError):
     """A data-quality suite failed."""
+
+
+class UserFunctionError(EpochalError):
+    """A user-supplied function (``Stream.process``'s ``fn``) raised or returned rows breaking its contract
+    (names the operator uid)."""

@@ -13,7 +13,7 @@ from typing import Callable, Mapping, Sequence
 import pyarrow as pa
 
 from pipeline.exceptions import ConfigError, MalformedInputError
-from pipeline.job import AggregateNode, Job, JoinNode, MapNode, SourceNode
+from pipeline.job import AggregateNode, Job, JoinNode, MapNode, ProcessNode, SourceNode, WindowNode
 from pipeline.keygroups import key_group_expr, subtask_expr
 from pipeline.runtime.operators import (EXACT_SUM, HANDLE_DDL, AggTaskSpec, JoinTaskSpec, handle_rows_to_dicts,
                                         make_agg_task, make_join_task)
@@ -140,6 +140,8 @@ def apply_maps(df, maps: Sequence[MapNode]):
                 exprs.append("_ingest_ts")
             if "_park" in df.columns:  # unaligned: the row is in flight at the join (see JobRunner._process_round)
                 exprs.append("_park")
+            if "_wm_channel" in df.columns:  # a window's watermark channel (pipeline.runtime.keyed_ops)
+                exprs.append("_wm_channel")
             df = df.selectExpr(*exprs)
     return df
 
@@ -169,6 +171,11 @@ class OperatorIO:
     replay_handles: dict | None = None  # join: {"left"/"right": [file handles]} in-flight data to replay first
     channel_prefix: str | None = None   # join: where rows flagged ``_park`` are written as channel state
     prior_output: tuple = ()            # upsert sink: output files staged in earlier rounds of this checkpoint
+    epoch: int = 0                      # window/process: the epoch being processed, its barrier time (µs) and
+    barrier_us: int = 0                 # whether this round completes the checkpoint (pipeline.runtime.keyed_ops)
+    complete: bool = True
+    bad_records: str = "dead_letter"    # plan-time: the bad-records policy
+    dead_letter_root: str | None = None  # plan-time (a window's late records: <root>/<job>/operator=<uid>/...)
 
 
 def rethrow_task_error(e: Exception) -> None:
@@ -262,6 +269,10 @@ def operator_dataframe(spark, job: Job, op, inputs: dict[int, object], io: Opera
                            io.state_prefix, io.output_prefix, io.output_name, io.file_tag, io.ack_prefix,
                            out_schema, tuple(io.prior_output))
         result = shuffled.mapInArrow(make_agg_task(spec), HANDLE_DDL if io.ack_prefix is None else schema_ddl(out_schema))
+    elif isinstance(op, (WindowNode, ProcessNode)):
+        from pipeline.runtime.keyed_ops import process_dataframe, window_dataframe
+        build = window_dataframe if isinstance(op, WindowNode) else process_dataframe
+        return build(spark, job, op, inputs, io)
     else:  # pragma: no cover - guarded by Job
         raise ConfigError(f"not a stateful operator: {op!r}")
     return result, out_schema

@@ -131,6 +131,8 @@ class JobRunner:
                                   "output directly (put select/filter before the operator)")
         if not self.job.operators():
             raise ConfigError(f"job {self.job.name!r} has no stateful operator")
+        from pipeline.runtime.keyed_ops import validate_keyed_ops
+        validate_keyed_ops(self.job, self.config)
         joins = [o for o in self.job.operators() if isinstance(o, JoinNode)]
         if self.config.checkpoint_mode == "at_least_once" or self.config.unaligned:
             what = ("PIPELINE_UNALIGNED=true" if self.config.unaligned
@@ -564,7 +566,8 @@ class JobRunner:
                     "replayed_inflight_rows": replayed}
             self.ckpt_fio.write_bytes(f"{pending.location}/rounds/{rnd}/_plan.json",
                                       (json.dumps(plan, indent=1) + "\n").encode(), if_none_match=True)
-            rows = self._process_round(pending, rnd, P, working, segments, epoch, parked=parked, staged=staged)
+            rows = self._process_round(pending, rnd, P, working, segments, epoch, parked=parked, staged=staged,
+                                       complete=snap is not None)
             for table in staged:
                 out = [h for h in rows if h["kind"] == "output" and h["name"] == table and h["uri"]]
                 if table in merged_upserts:  # the aggregate rewrote its earlier output of this checkpoint merged
@@ -578,6 +581,10 @@ class JobRunner:
                 from pipeline.source.reader import dead_letter_counts
                 for s, n in dead_letter_counts(None, self.dead_letter_root, self.job.name, splits).items():
                     dead_letters[s] = dead_letters.get(s, 0) + n
+            for h in rows:  # operators' dead letters (a window's late records), per operator
+                if h["kind"] == "dead_letter" and h["rows"]:
+                    name = f"operator={h['operator']}"
+                    dead_letters[name] = dead_letters.get(name, 0) + int(h["rows"])
             new_positions = {s: {**working.positions.get(s, {}), **{str(p): seg.reached for p, seg in segs.items()}}
                              for s, segs in segments.items()}
             new_handles: dict[str, dict[str, list[dict]]] = {}
@@ -717,7 +724,8 @@ class JobRunner:
         return out
 
     def _process_round(self, pending, rnd: int, P: int, cursor: _Cursor, segments, epoch: int, *,
-                       parked: frozenset = frozenset(), staged: dict | None = None) -> list[dict]:
+                       parked: frozenset = frozenset(), staged: dict | None = None,
+                       complete: bool = True) -> list[dict]:
         """The Spark work of one round; returns all handle rows (the acks of every subtask).
 
         Operators feeding other operators are chained into the same Spark job (their output flows
@@ -762,7 +770,8 @@ class JobRunner:
                                             if parked and isinstance(op, JoinNode) else None),
                             prior_output=tuple((staged or {}).get(sinks[0].table, ())
                                                if sinks and sinks[0].mode == "upsert"
-                                               and isinstance(op, AggregateNode) else ()))
+                                               and isinstance(op, AggregateNode) else ()),
+                            epoch=epoch, barrier_us=self.epochs.end_us(epoch), complete=complete)
             values[operator_key(op.uid)] = operator_params(io)
             if consumers:
                 chained.append((op.uid, ack_prefix))
@@ -821,7 +830,8 @@ class JobRunner:
             # placeholders: the tasks take this round's values from the local property of the operator
             io = OperatorIO(checkpoint="chk-?", parallelism=P, max_parallelism=self.max_parallelism,
                             parent_handles={}, state_prefix="", output_prefix="", output_name="", file_tag="",
-                            ttl_cutoff_us=None, ack_prefix="" if consumers else None)
+                            ttl_cutoff_us=None, ack_prefix="" if consumers else None,
+                            bad_records=self.config.bad_records, dead_letter_root=self.dead_letter_root)
             df, _schema = operator_dataframe(spark, self.job, op, inputs, io)
             if consumers:
                 inputs[nid] = df
