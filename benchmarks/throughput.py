@@ -49,7 +49,6 @@ from __future__ import annotations
 import argparse
 import glob
 import json
-import math
 import os
 import platform
 import re
@@ -799,7 +798,7 @@ def _driver_breakdown(path: str, top: int = 25) -> dict:
     st = pstats.Stats(path)
     total = max((v[3] for v in st.stats.values()), default=0.0)  # type: ignore[attr-defined]
     rows = []
-    for (fn, line, name), (cc, nc, tt, ct, callers) in st.stats.items():  # type: ignore[attr-defined]
+    for (fn, line, name), (_cc, nc, tt, ct, _callers) in st.stats.items():  # type: ignore[attr-defined]
         if "pipeline" in fn or "py4j" in fn or "pyspark" in fn:
             rows.append((ct, tt, nc, f"{os.path.relpath(fn, REPO) if fn.startswith(REPO) else fn.split('site-packages/')[-1]}:{line}({name})"))
     rows.sort(reverse=True)

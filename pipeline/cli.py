@@ -67,6 +67,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--table", required=True)
     p.add_argument("--to", required=True, metavar="DIR")
 
+    p = sub.add_parser("batch", help="evaluate the job as one Spark batch query over a checkpoint's source prefix "
+                       "and write every sink table and operator state it implies as Parquet")
+    _common(p)
+    p.add_argument("--checkpoint", default=None, metavar="ID|URI", help="checkpoint id or savepoint URI "
+                   "(default: the latest completed checkpoint)")
+    p.add_argument("--to", required=True, metavar="DIR", help="local output directory")
+
     p = sub.add_parser("state", help="write one operator's state of a checkpoint as Parquet")
     _common(p)
     p.add_argument("--checkpoint", required=True, help="checkpoint id or savepoint URI")
@@ -99,7 +106,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     d = rep.to_dict()
 
     def human(d: dict) -> str:
-        lines = [f"job {d['job']}: restored from {d['restored_from']}; completed checkpoints "
+        start = (f"restored from checkpoint {d['restored_from']}" if d["restored_from"] is not None
+                 else "started fresh (no checkpoint before)")
+        lines = [f"job {d['job']}: {start}; completed checkpoints "
                  f"{d['checkpoints_completed']} (epochs {d['epochs_completed']}); records {d['records']}"]
         lines += [f"  {m}" for m in d["messages"]]
         return "\n".join(lines)
@@ -108,7 +117,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_checkpoints(args: argparse.Namespace) -> int:
-    from pipeline import inspect as insp
+    from pipeline.checkpoint import history as insp
     r = _runner(args)
     if args.action == "list":
         rows = insp.list_checkpoints(r)
@@ -120,15 +129,19 @@ def _cmd_checkpoints(args: argparse.Namespace) -> int:
 
 
 def _cmd_savepoint(args: argparse.Namespace) -> int:
+    from pipeline.inputs import check_savepoint_target
+    target = check_savepoint_target(args.target)  # before any side effect (no id claimed, nothing aborted)
     r = _runner(args)
-    loc = r.savepoint(args.target)
+    loc = r.savepoint(target)
     _print(args, {"savepoint": loc}, lambda d: d["savepoint"])
     return 0
 
 
 def _cmd_restore(args: argparse.Namespace) -> int:
+    from pipeline.inputs import check_parallelism, check_snapshot_ref
+    from_, parallelism = check_snapshot_ref(args.from_), check_parallelism(args.parallelism)
     r = _runner(args)
-    d = r.restore(args.from_, parallelism=args.parallelism, allow_non_restored_state=args.allow_non_restored_state)
+    d = r.restore(from_, parallelism=parallelism, allow_non_restored_state=args.allow_non_restored_state)
     _print(args, d, lambda d: f"restored {d['job']} from {d['from']} as checkpoint {d['checkpoint_id']}")
     return 0
 
@@ -148,6 +161,21 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_batch(args: argparse.Namespace) -> int:
+    from pipeline.batch import write_batch
+    r = _runner(args)
+    d = write_batch(r, args.checkpoint, args.to)
+
+    def human(d: dict) -> str:
+        lines = [f"batch evaluation of checkpoint {d['checkpoint']} (epoch {d['epoch']}) written to {d['to']}"]
+        lines += [f"  {obj}: {n} rows" for obj, n in sorted(d["objects"].items())]
+        lines += [f"  NOT MODELLED {obj}: {why}" for obj, why in sorted(d["unchecked"].items())]
+        return "\n".join(lines + [f"  {m}" for m in d["messages"]])
+
+    _print(args, d, human)
+    return 0
+
+
 def _cmd_state(args: argparse.Namespace) -> int:
     r = _runner(args)
     d = r.export_state(args.checkpoint, args.operator, args.to)
@@ -156,7 +184,8 @@ def _cmd_state(args: argparse.Namespace) -> int:
 
 
 _COMMANDS = {"run": _cmd_run, "checkpoints": _cmd_checkpoints, "savepoint": _cmd_savepoint,
-             "restore": _cmd_restore, "validate": _cmd_validate, "export": _cmd_export, "state": _cmd_state}
+             "restore": _cmd_restore, "validate": _cmd_validate, "export": _cmd_export, "state": _cmd_state,
+             "batch": _cmd_batch}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from pipeline.barriers.events import CheckpointingMode
 from pipeline.exceptions import ConfigError
 
 __all__ = ["PipelineConfig", "load_config", "CONFIG_KEYS"]
@@ -39,7 +40,11 @@ class PipelineConfig:
     bad_records: str = "dead_letter"
     state_ttl_seconds: int = 24 * 3600
     validate_after_epoch: bool = False
-    spark_master: str = "local[*]"
+    spark_master: str = ""  # empty: the launcher's / an existing session's master, else local[*]
+    sink_format: str = ""  # "" | iceberg | delta | epochal | <table>=<format>,... (overrides the job API)
+    iceberg_catalog: str = ""  # "" = embedded SQLite catalog; else a pyiceberg catalog name (REST/Glue/Hive/...)
+    iceberg_catalog_uri: str = ""  # embedded catalog's SQLAlchemy URI; default <sink root>/_iceberg_catalog.db
+    savepoint_prefixes: str = ""  # comma-separated URI prefixes for savepoint --target; "" = <ckpt>/<job>/savepoints
     clock_now: str = ""  # ISO-8601 UTC; empty = wall clock. Lets tests and replays control the clock.
 
     def __post_init__(self) -> None:
@@ -51,9 +56,12 @@ class PipelineConfig:
             raise ConfigError(f"PIPELINE_DEAD_LETTER_URI={self.dead_letter_uri!r}: must be file:// or s3://")
         if self.checkpoint_mode not in ("exactly_once", "at_least_once"):
             raise ConfigError(f"PIPELINE_CHECKPOINT_MODE={self.checkpoint_mode!r}: use exactly_once or at_least_once")
-        if self.unaligned and self.checkpoint_mode == "at_least_once":
+        if self.unaligned and self.checkpoint_mode == CheckpointingMode.AT_LEAST_ONCE:
             raise ConfigError("PIPELINE_UNALIGNED=true requires PIPELINE_CHECKPOINT_MODE=exactly_once "
                               "(unaligned checkpoints are refused with at-least-once, as in Flink)")
+        if self.sink_format:
+            from pipeline.sink.formats import parse_format_override
+            parse_format_override(self.sink_format)
         if self.bad_records not in ("dead_letter", "fail"):
             raise ConfigError(f"PIPELINE_BAD_RECORDS={self.bad_records!r}: use dead_letter or fail")
         for name in ("epoch_seconds", "max_records_per_epoch", "parallelism", "max_parallelism",
@@ -139,4 +147,7 @@ def load_config(config_file: str | None = None, env: Mapping[str, str] | None = 
     for k, v in overrides.items():
         if v is not None:
             values[k] = v
-    return PipelineConfig(**values)
+    cfg = PipelineConfig(**values)
+    from pipeline.runtime.master import check_master_usable  # before the first side effect of any command
+    check_master_usable(cfg.spark_master, env)
+    return cfg

@@ -4,11 +4,14 @@ Hierarchy (every error message names the file, partition or checkpoint involved)
 
     EpochalError                      base of everything raised on purpose
     ├── ConfigError                   bad configuration or usage -> CLI exit code 2
+    │   └── IncompatibleSinkSchemaError  a job's sink schema does not fit its existing open-format table
     ├── StorageError                  FileIO failures
     │   ├── ObjectNotFoundError       the object/file does not exist
     │   └── ConditionalWriteError     a write-once object already exists (If-None-Match failed)
     ├── SourceError                   problems with source logs
-    │   └── MalformedInputError       malformed file/record when bad-records policy is `fail`
+    │   ├── MalformedInputError       malformed file/record when bad-records policy is `fail`
+    │   │   └── SourceContractError   a late file or a file changed after it was read (policy `fail`)
+    │   └── TypeMismatch              a column cannot be cast to the declared type at all (schema mismatch)
     ├── CheckpointError               checkpoint life cycle problems
     │   ├── CheckpointFencedError     another runner owns/committed this checkpoint id (lost race)
     │   ├── CheckpointDeclinedError   a task or the coordinator declined/aborted a pending checkpoint
@@ -21,16 +24,22 @@ Hierarchy (every error message names the file, partition or checkpoint involved)
     ├── SinkError                     sink problems
     │   └── TransactionStateError     illegal 2PC transition (names txn + state)
     ├── ValidationError               a Great Expectations suite failed (names checkpoint/table)
-    └── UserFunctionError             a user's ``Stream.process`` function failed or broke its contract
+    ├── UserFunctionError             a user's ``Stream.process`` function failed or broke its contract
+    └── JobStoppedError               the job was stopped with a savepoint (epoch runs are skipped)
+
+    InjectedFailure (RuntimeError)    a test double's crash: deliberately *not* an EpochalError, so nothing
+                                      that handles Epochal's errors catches it (it must act like a crash)
 """
 from __future__ import annotations
 
 __all__ = [
-    "EpochalError", "ConfigError", "StorageError", "ObjectNotFoundError", "ConditionalWriteError",
-    "SourceError", "MalformedInputError", "CheckpointError", "CheckpointFencedError",
+    "EpochalError", "ConfigError", "IncompatibleSinkSchemaError", "StorageError", "ObjectNotFoundError",
+    "ConditionalWriteError", "SourceError", "MalformedInputError", "SourceContractError", "CheckpointError",
+    "CheckpointFencedError",
     "CheckpointDeclinedError", "CorruptCheckpointError", "NoValidCheckpointError",
     "TooManyFailedCheckpointsError", "IncompatibleStateError", "BarrierError", "CorruptStreamError",
-    "SinkError", "TransactionStateError", "ValidationError", "UserFunctionError",
+    "SinkError", "TransactionStateError", "ValidationError", "UserFunctionError", "TypeMismatch",
+    "JobStoppedError", "InjectedFailure",
 ]
 
 
@@ -64,6 +73,11 @@ class SourceError(EpochalError):
 
 class MalformedInputError(SourceError):
     """Malformed file or record while the bad-records policy is ``fail``."""
+
+
+class SourceContractError(MalformedInputError):
+    """A source broke its contract after Epochal read it (a late file with a lower seq than files already
+    read, or a file changed after it was read) while the bad-records policy is ``fail``."""
 
 
 class CheckpointError(EpochalError):
@@ -110,6 +124,10 @@ class SinkError(EpochalError):
     """A sink problem."""
 
 
+class IncompatibleSinkSchemaError(ConfigError):
+    """The job's output schema for a sink is incompatible with its existing Iceberg/Delta table (names both)."""
+
+
 class TransactionStateError(SinkError):
     """An illegal two-phase-commit transition."""
 
@@ -121,3 +139,15 @@ class ValidationError(EpochalError):
 class UserFunctionError(EpochalError):
     """A user-supplied function (``Stream.process``'s ``fn``) raised or returned rows breaking its contract
     (names the operator uid)."""
+
+
+class TypeMismatch(SourceError):
+    """A column's type cannot be cast to the declared type at all (schema mismatch)."""
+
+
+class JobStoppedError(EpochalError):
+    """The job was stopped with a savepoint; epoch runs are skipped until it is restored."""
+
+
+class InjectedFailure(RuntimeError):
+    """A test double's injected crash (see :func:`pipeline.orchestration.tasks.maybe_inject_failure`)."""

@@ -21,17 +21,19 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Mapping, Sequence
+from typing import Callable, ClassVar, Literal, Mapping, Sequence
 
 import pyarrow as pa
 
 from pipeline.exceptions import ConfigError
 
-__all__ = ["Job", "Stream", "SourceNode", "MapNode", "JoinNode", "AggregateNode", "WindowNode", "ProcessNode",
-           "SinkNode", "AGG_FUNCTIONS", "WINDOW_AGG_FUNCTIONS", "INTERNAL_COLUMNS"]
+__all__ = ["Job", "Stream", "SourceNode", "MapNode", "JoinNode", "AggregateNode", "DedupNode", "WindowNode",
+           "ProcessNode", "SinkNode", "is_operator",
+           "AGG_FUNCTIONS", "WINDOW_AGG_FUNCTIONS", "JOIN_TYPES", "INTERNAL_COLUMNS"]
 
 AGG_FUNCTIONS = ("count", "sum", "min", "max")
 WINDOW_AGG_FUNCTIONS = AGG_FUNCTIONS + ("avg", "count_distinct")
+JOIN_TYPES = ("inner", "left", "right", "full")
 INTERNAL_COLUMNS = ("_ingest_ts",)
 _UID = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{0,63}$")
 
@@ -53,7 +55,9 @@ class MapNode:
 
 @dataclass(frozen=True, slots=True)
 class JoinNode:
-    """Inner equi-join of two streams; each side is held in keyed state until matched (or TTL)."""
+    """Stream-stream equi-join: every pair of rows with equal keys, once, while the older is within the TTL
+    (see ``docs/operators.md``). Each side is held in keyed state until TTL expiry (or, with ``unique``,
+    until matched)."""
 
     uid: str
     left: int
@@ -61,6 +65,14 @@ class JoinNode:
     on: str
     ttl_seconds: int | None  # None: job default (PIPELINE_STATE_TTL_SECONDS)
     output: tuple[str, ...] | None  # column order of the joined rows; None: key, left, right
+    how: str = "inner"       # inner | left | right | full
+    unique: str = "none"     # none | left | right | both: sides whose keys are declared unique
+
+    STATE_NAMES: ClassVar[tuple[str, ...]] = ("left", "right")
+
+    @property
+    def inputs(self) -> tuple[int, ...]:
+        return (self.left, self.right)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +83,28 @@ class AggregateNode:
     parent: int
     key: str
     aggs: tuple[tuple[str, str, str | None], ...]  # (output column, function, input column)
+
+    STATE_NAMES: ClassVar[tuple[str, ...]] = ("agg",)
+
+    @property
+    def inputs(self) -> tuple[int, ...]:
+        return (self.parent,)
+
+
+@dataclass(frozen=True, slots=True)
+class DedupNode:
+    """Passes the first row per key while an earlier kept row of that key is within the TTL."""
+
+    uid: str
+    parent: int
+    key: str
+    ttl_seconds: int | None  # None: job default (PIPELINE_STATE_TTL_SECONDS); 0: keys held for ever
+
+    STATE_NAMES: ClassVar[tuple[str, ...]] = ("keys",)
+
+    @property
+    def inputs(self) -> tuple[int, ...]:
+        return (self.parent,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +122,12 @@ class WindowNode:
     aggs: tuple[tuple[str, str, str | None], ...]  # (output column, function, input column)
     emit: Literal["final", "update"]
 
+    STATE_NAMES: ClassVar[tuple[str, ...]] = ("win", "wm")
+
+    @property
+    def inputs(self) -> tuple[int, ...]:
+        return (self.parent,)
+
 
 @dataclass(frozen=True, slots=True, eq=False)
 class ProcessNode:
@@ -101,6 +141,12 @@ class ProcessNode:
     output_schema: pa.Schema
     ttl_seconds: int | None
 
+    STATE_NAMES: ClassVar[tuple[str, ...]] = ("proc",)
+
+    @property
+    def inputs(self) -> tuple[int, ...]:
+        return (self.parent,)
+
 
 @dataclass(frozen=True, slots=True)
 class SinkNode:
@@ -108,10 +154,17 @@ class SinkNode:
     parent: int
     mode: Literal["append", "upsert"]
     key: tuple[str, ...]
+    format: str | None = None  # "iceberg" | "delta" | "epochal"; None: PIPELINE_SINK_FORMAT or the default
 
 
-Node = SourceNode | MapNode | JoinNode | AggregateNode | WindowNode | ProcessNode | SinkNode
-StatefulNode = JoinNode | AggregateNode | WindowNode | ProcessNode
+Node = SourceNode | MapNode | JoinNode | AggregateNode | DedupNode | WindowNode | ProcessNode | SinkNode
+StatefulNode = JoinNode | AggregateNode | DedupNode | WindowNode | ProcessNode
+
+
+def is_operator(node) -> bool:
+    """A stateful operator node: has a uid, ``inputs`` and ``STATE_NAMES`` (see
+    :mod:`pipeline.runtime.operator_registry`)."""
+    return hasattr(type(node), "STATE_NAMES")
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,12 +182,29 @@ class Stream:
             raise ConfigError("select() needs at least one expression")
         return self.job._add(MapNode(self.node, "select", tuple(exprs)))
 
-    def join(self, other: "Stream", *, on: str, uid: str, ttl_seconds: int | None = None,
-             output: Sequence[str] | None = None) -> "Stream":
+    def join(self, other: "Stream", *, on: str, uid: str, how: str = "inner", unique: str | None = None,
+             ttl_seconds: int | None = None, output: Sequence[str] | None = None) -> "Stream":
+        """Stream-stream equi-join on column ``on``. ``how``: inner, left, right, full (an unmatched outer row is
+        emitted with nulls when it expires from state). ``unique``: None, "left", "right" or "both" declares
+        keys unique on that side, so matched rows of the other side leave state; a violating row goes to the
+        dead-letter location (or fails the epoch, ``PIPELINE_BAD_RECORDS=fail``)."""
         if other.job is not self.job:
             raise ConfigError("cannot join streams of different jobs")
+        if how not in JOIN_TYPES:
+            raise ConfigError(f"join {uid!r}: how={how!r}; use one of {JOIN_TYPES}")
+        if unique not in (None, "none", "left", "right", "both"):
+            raise ConfigError(f"join {uid!r}: unique={unique!r}; use None, 'left', 'right' or 'both'")
+        if ttl_seconds is not None and ttl_seconds < 0:
+            raise ConfigError(f"join {uid!r}: ttl_seconds must be >= 0 (0: no expiry)")
         return self.job._add(JoinNode(self.job._uid(uid), self.node, other.node, on, ttl_seconds,
-                                      tuple(output) if output else None))
+                                      tuple(output) if output else None, how, unique or "none"))
+
+    def deduplicate(self, *, uid: str, key: str, ttl_seconds: int | None = None) -> "Stream":
+        """The first row per ``key`` passes; a later row is dropped (and counted) while the kept row is held,
+        i.e. within ``ttl_seconds`` of ``_ingest_ts`` (see ``docs/operators.md``)."""
+        if ttl_seconds is not None and ttl_seconds < 0:
+            raise ConfigError(f"deduplicate {uid!r}: ttl_seconds must be >= 0 (0: no expiry)")
+        return self.job._add(DedupNode(self.job._uid(uid), self.node, key, ttl_seconds))
 
     def aggregate(self, *, uid: str, key: str, aggs: Mapping[str, tuple[str, str | None]]) -> "Stream":
         spec = []
@@ -199,7 +269,9 @@ class Stream:
         return self.job._add(ProcessNode(uid, self.node, key, fn, state_schema, output_schema, ttl_seconds))
 
     def sink(self, table: str, *, mode: Literal["append", "upsert"] = "append",
-             key: Sequence[str] | None = None) -> "Stream":
+             key: Sequence[str] | None = None, format: str | None = None) -> "Stream":
+        """Two-phase-commit sink. ``format``: ``"iceberg"``, ``"delta"`` or ``"epochal"`` (see
+        ``docs/table-formats.md``); ``PIPELINE_SINK_FORMAT`` overrides it."""
         if mode not in ("append", "upsert"):
             raise ConfigError(f"sink {table!r}: mode must be append or upsert")
         parent = self.job.nodes[self.node]
@@ -212,7 +284,10 @@ class Stream:
                 raise ConfigError(f"sink {table!r}: upsert needs key=")
         if not _UID.match(table) or table in self.job.sink_tables():
             raise ConfigError(f"sink table name {table!r} is invalid or used twice")
-        return self.job._add(SinkNode(table, self.node, mode, tuple(key or ())))
+        if format is not None:
+            from pipeline.sink.formats import TableFormat
+            format = TableFormat.parse(format, f"sink {table!r} format").value
+        return self.job._add(SinkNode(table, self.node, mode, tuple(key or ()), format))
 
 
 @dataclass(eq=False)
@@ -257,7 +332,7 @@ class Job:
 
     def operators(self) -> list[StatefulNode]:
         """Stateful operators in topological order (node order is topological by construction)."""
-        return [n for n in self.nodes if isinstance(n, (JoinNode, AggregateNode, WindowNode, ProcessNode))]
+        return [n for n in self.nodes if is_operator(n)]  # type: ignore[misc]
 
     def operator_uids(self) -> list[str]:
         return [n.uid for n in self.operators()]
@@ -288,8 +363,7 @@ class Job:
         import re
         read: set[str] = {"_ingest_ts"}  # carried through every select (event-time bookkeeping)
         for op in self.operators():
-            inputs = (op.left, op.right) if isinstance(op, JoinNode) else (op.parent,)
-            for i in inputs:
+            for i in op.inputs:
                 base, maps = self.chain_to(i)
                 if base != node_id:
                     continue
@@ -306,7 +380,7 @@ class Job:
                         break
                 if selected:
                     continue
-                if isinstance(op, (JoinNode, ProcessNode)):
+                if not isinstance(op, (AggregateNode, WindowNode)):
                     return None
                 read.add(op.key.lower())
                 read.update(c.lower() for _, _, c in op.aggs if c)
@@ -321,11 +395,4 @@ class Job:
         raise ConfigError(f"job {self.name!r} has no operator {uid!r} (has {self.operator_uids()})")
 
     def state_names(self, uid: str) -> tuple[str, ...]:
-        op = self.operator(uid)
-        if isinstance(op, JoinNode):
-            return ("left", "right")
-        if isinstance(op, WindowNode):
-            return ("win", "wm")
-        if isinstance(op, ProcessNode):
-            return ("proc",)
-        return ("agg",)
+        return type(self.operator(uid)).STATE_NAMES

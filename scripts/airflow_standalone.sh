@@ -5,6 +5,9 @@
 #   scripts/airflow_standalone.sh start -d   start in the background (returns when the UI is up)
 #   scripts/airflow_standalone.sh stop       stop a background instance (no processes are left)
 #   scripts/airflow_standalone.sh status     is it running? prints URL and credentials
+#   scripts/airflow_standalone.sh backfill --dag-id D --from-date ISO --to-date ISO [--reprocess-behavior
+#        completed] [--max-active-runs N] [--wait]: create a backfill once the DAG's previous backfill is
+#        complete (Airflow allows one running backfill per DAG; says which one is still running)
 #   scripts/airflow_standalone.sh airflow …  run an `airflow` CLI command against this instance, e.g.
 #        scripts/airflow_standalone.sh airflow backfill create --dag-id epochal_orders_payments \
 #            --from-date 2026-11-21T06:00:00Z --to-date 2026-11-21T06:10:00Z --max-active-runs 1
@@ -74,8 +77,8 @@ print_info() {
   AIRFLOW_HOME   $AIRFLOW_HOME   (logs: $STATE/standalone.log)
 
   1. Turn on DAG epochal_orders_payments: one run per ${PIPELINE_EPOCH_SECONDS:-60}s epoch, catching up the demo data.
-  2. Backfill / re-run: Trigger > Backfill in the UI, or
-       $0 airflow backfill create --dag-id epochal_orders_payments --from-date <ISO> --to-date <ISO> \\
+  2. Backfill / re-run: Trigger > Backfill in the UI, or (waits for the previous backfill to complete)
+       $0 backfill --dag-id epochal_orders_payments --from-date <ISO> --to-date <ISO> \\
            [--reprocess-behavior completed] --max-active-runs 1
   3. Savepoint: trigger epochal_orders_payments_savepoint (params form); restore: epochal_orders_payments_restore.
   4. Checkpoint history: Browse > Epochal checkpoints.
@@ -96,8 +99,14 @@ case "$CMD" in
     # shellcheck disable=SC1090
     source "$(env_file)"
     exec "$ROOT/.venv/bin/airflow" "$@" ;;
+  backfill)
+    [ -f "$(env_file)" ] || { log "not started (no $(env_file))"; exit 2; }
+    # shellcheck disable=SC1090
+    source "$(env_file)"
+    exec "$ROOT/.venv/bin/python" -m pipeline.orchestration.backfills --url "$URL" \
+      --password-file "$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated" create "$@" ;;
   start) ;;
-  *) echo "usage: $0 [start [-d]|stop|status|airflow ARGS...]" >&2; exit 2 ;;
+  *) echo "usage: $0 [start [-d]|stop|status|backfill ARGS...|airflow ARGS...]" >&2; exit 2 ;;
 esac
 
 BACKGROUND=0

@@ -13,4 +13,8 @@ if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 &
 fi
 export PATH="$ROOT/.venv/bin:$PATH"
 export PYSPARK_PYTHON="$ROOT/.venv/bin/python"
+# static checks first (config in pyproject.toml): ruff (pyflakes, pycodestyle, isort, bugbear) and mypy
+echo "[test] ruff check + mypy..." >&2
+.venv/bin/python -m ruff check pipeline tests dags plugins include benchmarks
+.venv/bin/python -m mypy
 exec .venv/bin/python -m pytest "$@"

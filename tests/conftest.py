@@ -9,7 +9,9 @@ Fixtures:
     moto_server   the session server (:class:`pipeline.testing.moto_server.MotoS3Server`)
     s3_root       a fresh ``s3://epochal-test/<test>-<random>`` prefix (bucket re-created if needed)
     local_root    a fresh ``file://`` root in ``tmp_path``
-    any_root      parametrised over both: ``(FileIO, root URI)`` - for suites that must pass on both
+    memory_root   a fresh ``memory://`` root (InMemoryFileIO)
+    any_root      parametrised over all three: ``(FileIO, root URI)`` - for suites that must pass on each
+    data_root     local and S3 only: roots that Spark tasks in other processes can reach (dead letters, ...)
 """
 from __future__ import annotations
 
@@ -60,9 +62,29 @@ def local_root(tmp_path) -> str:
     return root.as_uri()
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture
+def memory_root(request) -> str:
+    name = re.sub(r"[^A-Za-z0-9_-]+", "-", request.node.name)[:60].strip("-")
+    return f"memory://epochal-test/{name}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(params=["local", "s3", "memory"])
 def any_root(request):
-    """``(fileio, root_uri)`` on LocalFileIO and on S3FileIO (moto); S3 cases carry the ``s3`` marker."""
+    """``(fileio, root_uri)`` on LocalFileIO, on S3FileIO (moto) and on InMemoryFileIO; S3 cases carry the
+    ``s3`` marker."""
+    from pipeline.fileio import InMemoryFileIO, LocalFileIO, S3FileIO
+
+    if request.param == "local":
+        return LocalFileIO(), request.getfixturevalue("local_root")
+    if request.param == "memory":
+        return InMemoryFileIO(), request.getfixturevalue("memory_root")
+    request.node.add_marker(pytest.mark.s3)
+    return S3FileIO(), request.getfixturevalue("s3_root")
+
+
+@pytest.fixture(params=["local", "s3"])
+def data_root(request):
+    """``(fileio, root_uri)`` on LocalFileIO and S3FileIO (moto): roots the data plane (Spark tasks) can use."""
     from pipeline.fileio import LocalFileIO, S3FileIO
 
     if request.param == "local":

@@ -47,7 +47,7 @@ from typing import TypeAlias
 from pipeline.exceptions import BarrierError
 
 __all__ = [
-    "CheckpointType", "AlignmentType", "CheckpointOptions",
+    "CheckpointType", "CheckpointingMode", "AlignmentType", "CheckpointOptions",
     "CheckpointBarrier", "CancelCheckpointMarker", "EndOfPartition", "InputEvent",
     "TriggerMode", "AbortReason",
     "TriggerCheckpoint", "AbortCheckpoint", "Block", "Unblock", "PersistInFlight",
@@ -81,6 +81,13 @@ class CheckpointType(StrEnum):
     @property
     def is_savepoint(self) -> bool:
         return self is CheckpointType.SAVEPOINT
+
+
+class CheckpointingMode(StrEnum):
+    """Flink ``CheckpointingMode`` (``PIPELINE_CHECKPOINT_MODE``)."""
+
+    EXACTLY_ONCE = "exactly_once"
+    AT_LEAST_ONCE = "at_least_once"
 
 
 class AlignmentType(StrEnum):

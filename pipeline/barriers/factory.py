@@ -23,14 +23,15 @@ from collections.abc import Sequence
 
 from pipeline.barriers.aligned import AlignedBarrierHandler
 from pipeline.barriers.alternating import AlternatingBarrierHandler
+from pipeline.barriers.events import CheckpointingMode
 from pipeline.barriers.handler import BaseBarrierHandler
 from pipeline.barriers.tracker import MAX_CHECKPOINTS_TO_TRACK, BarrierTracker
 from pipeline.exceptions import ConfigError
 
 __all__ = ["create_barrier_handler", "EXACTLY_ONCE", "AT_LEAST_ONCE"]
 
-EXACTLY_ONCE = "exactly_once"
-AT_LEAST_ONCE = "at_least_once"
+EXACTLY_ONCE = CheckpointingMode.EXACTLY_ONCE
+AT_LEAST_ONCE = CheckpointingMode.AT_LEAST_ONCE
 
 
 def create_barrier_handler(

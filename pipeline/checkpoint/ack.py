@@ -14,6 +14,7 @@ Handle row schema accepted by :func:`acks_from_rows` (extra keys are ignored)::
     kg_start, kg_end                   key-group range of the subtask (inclusive)
     uri, rows, bytes, sha256           the file (uri None/empty: nothing written)
     sync_ms, async_ms, alignment_ms, start_delay_ms, inflight_bytes, in_rows   metrics (optional)
+    ack_ts_ms  wall clock (Unix ms) when the subtask finished its snapshot (optional; max over its rows)
     mode       "aligned" | "unaligned" | "at_least_once" ... (optional)
 
 Metrics of several rows of the same subtask are combined: times take the max, counts the sum of
@@ -113,7 +114,7 @@ def acks_from_rows(rows: Iterable[Mapping[str, Any] | Any]) -> list[TaskAcknowle
         elif kind != "ack":
             raise CheckpointError(f"handle row of {key[0]}[{key[1]}] has unknown kind {kind!r}")
         m = g["m"]
-        for t in ("sync_ms", "async_ms", "alignment_ms", "start_delay_ms", "in_rows"):
+        for t in ("sync_ms", "async_ms", "alignment_ms", "start_delay_ms", "in_rows", "ack_ts_ms"):
             if row.get(t) is not None:
                 m[t] = max(m.get(t, 0), row[t])
         if row.get("inflight_bytes") is not None:

@@ -17,12 +17,12 @@ from pipeline.checkpoint.handles import FileHandle
 from pipeline.checkpoint.metadata import CheckpointMetadata
 from pipeline.exceptions import CheckpointError, CorruptCheckpointError, ObjectNotFoundError, StorageError
 from pipeline.fileio import FileIO, join_uri, sha256_of_file
+from pipeline.layout import METADATA_FILE
 
 __all__ = ["CompletedCheckpoint", "METADATA_FILE", "delete_location"]
 
 log = logging.getLogger(__name__)
 
-METADATA_FILE = "_metadata"
 _MAX_LISTED_PROBLEMS = 5
 
 

@@ -27,17 +27,25 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from pipeline.barriers.events import CheckpointType
 from pipeline.checkpoint.ack import AckResult, TaskAcknowledgement, acks_from_rows
-from pipeline.checkpoint.completed import METADATA_FILE, CompletedCheckpoint
+from pipeline.checkpoint.completed import CompletedCheckpoint
 from pipeline.checkpoint.failure import CheckpointFailureReason as Reason
 from pipeline.checkpoint.handles import ChannelStateHandle, FileHandle, Position, StateHandle
 from pipeline.checkpoint.ids import CheckpointIdCounter, default_runner_id
 from pipeline.checkpoint.pending import PendingCheckpoint, PendingManifest, PendingState
 from pipeline.checkpoint.stats import TaskMetrics
 from pipeline.checkpoint.store import DEFAULT_RETAINED, CompletedCheckpointStore
-from pipeline.exceptions import (CheckpointDeclinedError, CheckpointError, CheckpointFencedError,
-                                 CorruptCheckpointError, StorageError, TooManyFailedCheckpointsError)
+from pipeline.exceptions import (
+    CheckpointDeclinedError,
+    CheckpointError,
+    CheckpointFencedError,
+    CorruptCheckpointError,
+    StorageError,
+    TooManyFailedCheckpointsError,
+)
 from pipeline.fileio import FileIO, join_uri
+from pipeline.layout import METADATA_FILE, JobLayout
 
 __all__ = ["CheckpointCoordinator"]
 
@@ -158,6 +166,17 @@ class CheckpointCoordinator:
                 "has not passed", reason=Reason.MINIMUM_TIME_BETWEEN_CHECKPOINTS)
         if self._known_completed is None:
             self._known_completed = set(self.store.ids())
+        preexisting: frozenset[str] = frozenset()
+        if location is not None:  # a user-chosen target: whatever is there already is never deleted
+            try:
+                preexisting = frozenset(fi.uri for fi in self.fileio.list(location))
+            except StorageError as e:
+                raise CheckpointDeclinedError(f"job '{self.job}': cannot list the target {location}: {e}",
+                                              reason=Reason.IO_EXCEPTION) from e
+            if join_uri(location, METADATA_FILE) in preexisting:
+                raise CheckpointDeclinedError(
+                    f"job '{self.job}': target {location} already holds a completed checkpoint or savepoint "
+                    f"({METADATA_FILE}); choose another target", reason=Reason.TRIGGER_CHECKPOINT_FAILURE)
         try:
             cid = self.counter.next(at_least=(parent_id or 0) + 1)
         except StorageError as e:
@@ -165,9 +184,9 @@ class CheckpointCoordinator:
             raise CheckpointDeclinedError(f"job '{self.job}': could not claim a checkpoint id: {e}",
                                           reason=Reason.IO_EXCEPTION) from e
         if location is None:
-            if kind == "savepoint":
+            if kind == CheckpointType.SAVEPOINT:
                 ts = datetime.fromtimestamp(now, tz=timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-                location = join_uri(self.job_root, "savepoints", f"sp-{cid}-{ts}")
+                location = JobLayout(self.job_root).savepoint(cid, ts)
             else:
                 location = self.store.location_of(cid)
         from pipeline.checkpoint.metadata import iso_utc
@@ -178,7 +197,8 @@ class CheckpointCoordinator:
             max_parallelism=max_parallelism, parallelism=parallelism, expected_tasks=_expected(expected_tasks),
             positions=positions or {}, barriers=barriers or {}, sink_tables=tuple(sink_tables),
             trigger_time=iso_utc(now), runner=self.runner_id, plan=plan or {})
-        pending = PendingCheckpoint(manifest, location, self.fileio, clock=self._clock, started_at=now)
+        pending = PendingCheckpoint(manifest, location, self.fileio, clock=self._clock, started_at=now,
+                                    preexisting=preexisting)
         try:
             pending.write_manifest()
         except CheckpointFencedError:
@@ -358,6 +378,8 @@ class CheckpointCoordinator:
         aborted = pending.abort(reason, cause=cause)
         self._forget(pending)
         if aborted:
+            from pipeline.checkpoint.failed import FailedCheckpointLog
+            FailedCheckpointLog(self.fileio, self.job_root).record(pending, reason, cause)  # for the checkpoint view
             self._record_failure(reason, pending.checkpoint_id, cause)
 
     def shutdown(self) -> None:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from pipeline.exceptions import CheckpointError, ConditionalWriteError, ObjectNotFoundError, StorageError
 from pipeline.fileio import FileIO, join_uri
+from pipeline.layout import JobLayout, checkpoint_id_of, id_claim_name
 
 __all__ = ["CheckpointIdCounter", "IdClaim", "default_runner_id", "DEFAULT_KEEP_CLAIMS"]
 
@@ -61,11 +62,11 @@ class CheckpointIdCounter:
         self.keep_claims = keep_claims
         self.fileio = fileio
         self.job_root = job_root.rstrip("/")
-        self.ids_uri = join_uri(self.job_root, "ids")
+        self.ids_uri = JobLayout(self.job_root).ids()
         self.runner_id = runner_id or default_runner_id()
 
     def claim_uri(self, checkpoint_id: int) -> str:
-        return join_uri(self.ids_uri, f"{checkpoint_id:012d}")
+        return join_uri(self.ids_uri, id_claim_name(checkpoint_id))
 
     def _claimed_ids(self) -> list[int]:
         ids = []
@@ -78,9 +79,10 @@ class CheckpointIdCounter:
     def _used_dir_ids(self) -> int:
         """Highest id among ``checkpoints/chk-<id>`` directories (0 if none)."""
         best = 0
-        for name in self.fileio.list_dirs(join_uri(self.job_root, "checkpoints")):
-            if name.startswith("chk-") and name[4:].isdigit():
-                best = max(best, int(name[4:]))
+        for name in self.fileio.list_dirs(JobLayout(self.job_root).checkpoints()):
+            cid = checkpoint_id_of(name)
+            if cid is not None:
+                best = max(best, cid)
         return best
 
     def latest_claimed(self) -> int | None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
+from pipeline.barriers.events import CheckpointType
 from pipeline.checkpoint._frozen import FrozenDict
 from pipeline.checkpoint.handles import ChannelStateHandle, FileHandle, Position, SinkHandle, StateHandle
 from pipeline.checkpoint.stats import CheckpointStats
@@ -117,7 +118,7 @@ class CheckpointMetadata:
     # -- derived -----------------------------------------------------------------------------------
     @property
     def is_savepoint(self) -> bool:
-        return self.kind == "savepoint"
+        return self.kind == CheckpointType.SAVEPOINT
 
     @property
     def name(self) -> str:

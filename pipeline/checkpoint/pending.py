@@ -26,21 +26,35 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from pipeline.checkpoint._frozen import FrozenDict
 from pipeline.checkpoint.ack import AckResult, TaskAcknowledgement
-from pipeline.checkpoint.completed import METADATA_FILE, CompletedCheckpoint, delete_location
+from pipeline.checkpoint.completed import CompletedCheckpoint, delete_location
 from pipeline.checkpoint.failure import CheckpointFailureReason
 from pipeline.checkpoint.handles import ChannelStateHandle, FileHandle, Position, SinkHandle, StateHandle
-from pipeline.checkpoint.metadata import (FORMAT_VERSION, KINDS, CheckpointMetadata, _positions,
-                                          _positions_dict, freeze_json, iso_utc, thaw_json)
-from pipeline.checkpoint.stats import CheckpointStats, OperatorStats, TaskMetrics
-from pipeline.exceptions import (CheckpointDeclinedError, CheckpointError, CheckpointFencedError,
-                                 ConditionalWriteError, CorruptCheckpointError, StorageError)
+from pipeline.checkpoint.metadata import (
+    FORMAT_VERSION,
+    KINDS,
+    CheckpointMetadata,
+    _positions,
+    _positions_dict,
+    freeze_json,
+    iso_utc,
+    thaw_json,
+)
+from pipeline.checkpoint.stats import CheckpointStats, OperatorStats, SubtaskStats, TaskMetrics
+from pipeline.exceptions import (
+    CheckpointDeclinedError,
+    CheckpointError,
+    CheckpointFencedError,
+    ConditionalWriteError,
+    CorruptCheckpointError,
+    StorageError,
+)
 from pipeline.fileio import FileIO, join_uri
+from pipeline.layout import METADATA_FILE, PENDING_FILE
 
 __all__ = ["PendingCheckpoint", "PendingManifest", "PendingState", "PENDING_FILE"]
 
 log = logging.getLogger(__name__)
 
-PENDING_FILE = "_pending.json"
 
 
 class PendingState(Enum):
@@ -134,8 +148,12 @@ class PendingCheckpoint:
     """A triggered checkpoint waiting for the acknowledgements of its tasks."""
 
     def __init__(self, manifest: PendingManifest, location: str, fileio: FileIO, *,
-                 clock: Callable[[], float] = time.time, started_at: float | None = None) -> None:
+                 clock: Callable[[], float] = time.time, started_at: float | None = None,
+                 preexisting: Iterable[str] = ()) -> None:
         self.manifest = manifest
+        # files that were at the location before this checkpoint was triggered (a user-chosen savepoint
+        # target): an abort deletes only what this checkpoint wrote, never these
+        self.preexisting = frozenset(preexisting)
         self.location = location.rstrip("/")
         self.fileio = fileio
         self._clock = clock
@@ -285,10 +303,22 @@ class PendingCheckpoint:
         log.warning("%s aborted: %s%s", self.describe(), reason, f" ({cause})" if cause else "")
         if discard:
             try:
-                delete_location(self.fileio, self.location)
+                self._discard_own_files()
             except StorageError as e:  # leftovers are garbage, cleaned up later
                 log.warning("could not delete aborted %s at %s: %s", self.describe(), self.location, e)
         return True
+
+    def _discard_own_files(self) -> int:
+        """Delete what this checkpoint wrote at its location (all of it unless the location held files
+        before the trigger: those are the user's and stay, ``_metadata`` included)."""
+        if not self.preexisting:
+            return delete_location(self.fileio, self.location)
+        n = 0
+        for fi in self.fileio.list(self.location):
+            if fi.uri not in self.preexisting:
+                self.fileio.delete(fi.uri)
+                n += 1
+        return n
 
     # -- finalize ----------------------------------------------------------------------------------
     def build_metadata(self, *, positions: Mapping[str, Mapping[str, Position]] | None = None,
@@ -325,8 +355,12 @@ class PendingCheckpoint:
             async_ms=max((s.async_ms for s in op_stats.values()), default=0.0),
             alignment_ms=max((s.alignment_ms for s in op_stats.values()), default=0.0),
             bytes=sum(s.bytes for s in op_stats.values()), rows=sum(s.rows for s in op_stats.values()),
+            # every state and channel-state file of a checkpoint is written by it (no file is shared with
+            # an earlier checkpoint), so what it persisted is its full size
+            persisted_bytes=sum(s.bytes for s in op_stats.values()),
             acks=len(acks), expected_acks=len(self._expected), rounds=rounds, operators=op_stats,
-            backlog=backlog or {}, dead_letters=dead_letters or {})
+            backlog=backlog or {}, dead_letters=dead_letters or {},
+            subtasks=tuple(SubtaskStats.of(a, self.started_at * 1000.0) for a in acks))
         return CheckpointMetadata(
             job=m.job, checkpoint_id=m.checkpoint_id, parent_id=m.parent_id, kind=m.kind, epoch=m.epoch,
             barrier_time=m.barrier_time, checkpoint_mode=m.checkpoint_mode, alignment=m.alignment,

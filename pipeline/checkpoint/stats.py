@@ -3,6 +3,8 @@
 * :class:`TaskMetrics`: the metrics one subtask reports with its acknowledgement (Flink's
   ``CheckpointMetrics``): sync/async/alignment time, start delay, in-flight (channel state) bytes.
 * :class:`OperatorStats`: per operator, aggregated over its subtasks (times: max, sizes: sum).
+* :class:`SubtaskStats`: per subtask (Flink's per-subtask checkpoint details): when it acknowledged,
+  relative to the trigger, its sync/async/alignment times and the state it persisted.
 * :class:`CheckpointStats`: per checkpoint: trigger time, duration, sizes, acks, per operator,
   backlog and dead letters per source, number of rounds.
 
@@ -18,7 +20,7 @@ from pipeline.checkpoint._frozen import FrozenDict
 if TYPE_CHECKING:  # pragma: no cover
     from pipeline.checkpoint.ack import TaskAcknowledgement
 
-__all__ = ["TaskMetrics", "OperatorStats", "CheckpointStats"]
+__all__ = ["TaskMetrics", "OperatorStats", "SubtaskStats", "CheckpointStats"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,9 +34,10 @@ class TaskMetrics:
     inflight_bytes: int = 0
     in_rows: int = 0
     mode: str = "aligned"
+    ack_ts_ms: float = 0.0   # wall clock (Unix ms) at which the subtask finished its snapshot; 0: unknown
 
     def __post_init__(self) -> None:
-        for name in ("sync_ms", "async_ms", "alignment_ms", "start_delay_ms"):
+        for name in ("sync_ms", "async_ms", "alignment_ms", "start_delay_ms", "ack_ts_ms"):
             object.__setattr__(self, name, float(getattr(self, name)))
         object.__setattr__(self, "inflight_bytes", int(self.inflight_bytes))
         object.__setattr__(self, "in_rows", int(self.in_rows))
@@ -42,12 +45,12 @@ class TaskMetrics:
     def to_dict(self) -> dict[str, Any]:
         return {"sync_ms": self.sync_ms, "async_ms": self.async_ms, "alignment_ms": self.alignment_ms,
                 "start_delay_ms": self.start_delay_ms, "inflight_bytes": self.inflight_bytes,
-                "in_rows": self.in_rows, "mode": self.mode}
+                "in_rows": self.in_rows, "mode": self.mode, "ack_ts_ms": self.ack_ts_ms}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "TaskMetrics":
         return cls(**{k: d[k] for k in ("sync_ms", "async_ms", "alignment_ms", "start_delay_ms",
-                                        "inflight_bytes", "in_rows", "mode") if k in d})
+                                        "inflight_bytes", "in_rows", "mode", "ack_ts_ms") if k in d})
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,15 +108,61 @@ class OperatorStats:
 
 
 @dataclass(frozen=True, slots=True)
+class SubtaskStats:
+    """One subtask's part of a checkpoint (a row of Flink's per-subtask checkpoint details)."""
+
+    uid: str
+    subtask: int
+    ack_ms: float | None      # acknowledgement time minus the checkpoint's trigger time; None: not recorded
+    sync_ms: float
+    async_ms: float
+    alignment_ms: float
+    start_delay_ms: float
+    state_bytes: int          # state + channel state this subtask's handles hold
+    state_rows: int
+    in_rows: int
+    mode: str
+
+    @classmethod
+    def of(cls, ack: "TaskAcknowledgement", trigger_ts_ms: float) -> "SubtaskStats":
+        m = ack.metrics
+        return cls(uid=ack.operator_uid, subtask=ack.subtask,
+                   ack_ms=round(max(0.0, m.ack_ts_ms - trigger_ts_ms), 3) if m.ack_ts_ms else None,
+                   sync_ms=m.sync_ms, async_ms=m.async_ms, alignment_ms=m.alignment_ms,
+                   start_delay_ms=m.start_delay_ms,
+                   state_bytes=sum(h.bytes for h in ack.state)
+                   + sum(c.file.bytes for c in ack.channel_state if c.file),
+                   state_rows=sum(h.rows for h in ack.state), in_rows=m.in_rows, mode=m.mode)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"uid": self.uid, "subtask": self.subtask, "ack_ms": self.ack_ms, "sync_ms": self.sync_ms,
+                "async_ms": self.async_ms, "alignment_ms": self.alignment_ms,
+                "start_delay_ms": self.start_delay_ms, "state_bytes": self.state_bytes,
+                "state_rows": self.state_rows, "in_rows": self.in_rows, "mode": self.mode}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "SubtaskStats":
+        return cls(uid=str(d["uid"]), subtask=int(d["subtask"]),
+                   ack_ms=None if d.get("ack_ms") is None else float(d["ack_ms"]),
+                   sync_ms=float(d.get("sync_ms", 0.0)), async_ms=float(d.get("async_ms", 0.0)),
+                   alignment_ms=float(d.get("alignment_ms", 0.0)),
+                   start_delay_ms=float(d.get("start_delay_ms", 0.0)), state_bytes=int(d.get("state_bytes", 0)),
+                   state_rows=int(d.get("state_rows", 0)), in_rows=int(d.get("in_rows", 0)),
+                   mode=str(d.get("mode", "aligned")))
+
+
+@dataclass(frozen=True, slots=True)
 class CheckpointStats:
-    """Statistics of one checkpoint (per-operator detail in ``operators``)."""
+    """Statistics of one checkpoint (per-operator detail in ``operators``, per subtask in ``subtasks``)."""
 
     trigger_time: str                      # ISO-8601 UTC
     duration_ms: float = 0.0               # trigger -> _metadata written
     sync_ms: float = 0.0                   # max over operators
     async_ms: float = 0.0
     alignment_ms: float = 0.0
-    bytes: int = 0                         # state + channel state bytes
+    bytes: int = 0                         # state + channel state bytes: the full state this checkpoint represents
+    persisted_bytes: int | None = None     # bytes this checkpoint itself wrote (Flink's "checkpointed data size");
+                                           # None: not recorded (older _metadata) - then equal to ``bytes``
     rows: int = 0                          # state rows
     acks: int = 0
     expected_acks: int = 0
@@ -121,8 +170,10 @@ class CheckpointStats:
     operators: Mapping[str, OperatorStats] = field(default_factory=FrozenDict)
     backlog: Mapping[str, int] = field(default_factory=FrozenDict)        # records left per source
     dead_letters: Mapping[str, int] = field(default_factory=FrozenDict)   # malformed records per source
+    subtasks: tuple[SubtaskStats, ...] = ()                               # per (operator, subtask)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "subtasks", tuple(self.subtasks or ()))
         for name in ("duration_ms", "sync_ms", "async_ms", "alignment_ms"):
             object.__setattr__(self, name, float(getattr(self, name)))
         object.__setattr__(self, "operators", FrozenDict(self.operators or {}))
@@ -130,20 +181,29 @@ class CheckpointStats:
         object.__setattr__(self, "dead_letters",
                            FrozenDict({str(k): int(v) for k, v in (self.dead_letters or {}).items()}))
 
+    @property
+    def checkpointed_bytes(self) -> int:
+        """What this checkpoint wrote (``persisted_bytes``), ``bytes`` where that was not recorded."""
+        return self.bytes if self.persisted_bytes is None else self.persisted_bytes
+
     def to_dict(self) -> dict[str, Any]:
         return {"trigger_time": self.trigger_time, "duration_ms": self.duration_ms, "sync_ms": self.sync_ms,
                 "async_ms": self.async_ms, "alignment_ms": self.alignment_ms, "bytes": self.bytes,
+                "persisted_bytes": self.persisted_bytes,
                 "rows": self.rows, "acks": self.acks, "expected_acks": self.expected_acks, "rounds": self.rounds,
                 "operators": {uid: s.to_dict() for uid, s in sorted(self.operators.items())},
                 "backlog": dict(sorted(self.backlog.items())),
-                "dead_letters": dict(sorted(self.dead_letters.items()))}
+                "dead_letters": dict(sorted(self.dead_letters.items())),
+                "subtasks": [t.to_dict() for t in self.subtasks]}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "CheckpointStats":
         return cls(trigger_time=str(d["trigger_time"]), duration_ms=d.get("duration_ms", 0.0),
                    sync_ms=d.get("sync_ms", 0.0), async_ms=d.get("async_ms", 0.0),
                    alignment_ms=d.get("alignment_ms", 0.0), bytes=int(d.get("bytes", 0)),
+                   persisted_bytes=None if d.get("persisted_bytes") is None else int(d["persisted_bytes"]),
                    rows=int(d.get("rows", 0)), acks=int(d.get("acks", 0)),
                    expected_acks=int(d.get("expected_acks", 0)), rounds=int(d.get("rounds", 1)),
                    operators={uid: OperatorStats.from_dict(s) for uid, s in d.get("operators", {}).items()},
-                   backlog=d.get("backlog", {}), dead_letters=d.get("dead_letters", {}))
+                   backlog=d.get("backlog", {}), dead_letters=d.get("dead_letters", {}),
+                   subtasks=tuple(SubtaskStats.from_dict(t) for t in d.get("subtasks", ())))

@@ -23,16 +23,21 @@ from enum import Enum
 from typing import Iterable
 
 from pipeline.checkpoint.completed import METADATA_FILE, CompletedCheckpoint, delete_location
-from pipeline.exceptions import (CheckpointError, CorruptCheckpointError, NoValidCheckpointError,
-                                 ObjectNotFoundError, StorageError)
+from pipeline.exceptions import (
+    CheckpointError,
+    CorruptCheckpointError,
+    NoValidCheckpointError,
+    ObjectNotFoundError,
+    StorageError,
+)
 from pipeline.fileio import FileIO, join_uri
+from pipeline.layout import JobLayout, checkpoint_id_of, snapshot_name
 
 __all__ = ["CompletedCheckpointStore", "CheckpointDirStatus", "CheckpointDirInfo", "DEFAULT_RETAINED"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_RETAINED = 3
-VALIDATION_DIR = "validation"  # <job root>/validation/<chk-<id>|sp-<id>>/: data-quality results per snapshot
 
 
 class CheckpointDirStatus(Enum):
@@ -52,10 +57,7 @@ class CheckpointDirInfo:
     problem: str | None = None
 
 
-def _chk_id(name: str) -> int | None:
-    if name.startswith("chk-") and name[4:].isdigit():
-        return int(name[4:])
-    return None
+_chk_id = checkpoint_id_of
 
 
 class CompletedCheckpointStore:
@@ -69,11 +71,12 @@ class CompletedCheckpointStore:
         self.job_root = job_root.rstrip("/")
         self.job = job or self.job_root.rsplit("/", 1)[-1]
         self.retain = retain
-        self.checkpoints_uri = join_uri(self.job_root, "checkpoints")
-        self.savepoints_uri = join_uri(self.job_root, "savepoints")
+        self.layout = JobLayout(self.job_root)
+        self.checkpoints_uri = self.layout.checkpoints()
+        self.savepoints_uri = self.layout.savepoints()
 
     def location_of(self, checkpoint_id: int) -> str:
-        return join_uri(self.checkpoints_uri, f"chk-{checkpoint_id}")
+        return self.layout.checkpoint(checkpoint_id)
 
     # -- reading -----------------------------------------------------------------------------------
     def _load(self, checkpoint_id: int) -> CheckpointDirInfo:
@@ -112,6 +115,13 @@ class CompletedCheckpointStore:
         """Completed checkpoint ``checkpoint_id``; ObjectNotFoundError / CorruptCheckpointError otherwise."""
         info = self._load(checkpoint_id)
         if info.status is CheckpointDirStatus.PENDING:
+            if not self.fileio.list(info.location):
+                known = self.ids()
+                raise ObjectNotFoundError(
+                    f"no such checkpoint: job '{self.job}' has no checkpoint {checkpoint_id} under "
+                    f"{self.checkpoints_uri} (completed checkpoints: "
+                    f"{(known[:3] + ['...'] + known[-3:]) if len(known) > 6 else known}; it may have been "
+                    "removed by retention)")
             raise ObjectNotFoundError(f"checkpoint {checkpoint_id} of job '{self.job}' is not completed: "
                                       f"{join_uri(info.location, METADATA_FILE)} does not exist")
         if info.status is CheckpointDirStatus.CORRUPT:
@@ -194,7 +204,7 @@ class CompletedCheckpointStore:
                 cp.discard(self.fileio, keep=keep)
                 discarded.append(cp.checkpoint_id)
                 # its data-quality results (pipeline.quality) go with it; a savepoint's results stay
-                self.fileio.delete_prefix(join_uri(self.job_root, VALIDATION_DIR, f"chk-{cp.checkpoint_id}"))
+                self.fileio.delete_prefix(self.layout.validation(snapshot_name(cp.checkpoint_id, savepoint=False)))
             except StorageError as e:
                 log.warning("could not discard subsumed %s: %s", cp.describe(), e)
         return discarded
@@ -205,6 +215,7 @@ class CompletedCheckpointStore:
         infos = self.inspect()
         garbage = [i for i in infos if i.status is CheckpointDirStatus.PENDING and i.checkpoint_id not in keep_ids
                    and (protect_from_id is None or i.checkpoint_id < protect_from_id)]
+        self.cleanup_unfinished_savepoints(keep=keep_ids, protect_from_id=protect_from_id)
         if not garbage:
             return []
         referenced = self.referenced_uris([i.checkpoint for i in infos if i.checkpoint is not None])
@@ -220,3 +231,33 @@ class CompletedCheckpointStore:
             except StorageError as e:
                 log.warning("could not delete garbage checkpoint directory %s: %s", info.location, e)
         return deleted
+
+    def cleanup_unfinished_savepoints(self, *, keep: Iterable[int] = (),
+                                      protect_from_id: int | None = None) -> list[str]:
+        """Delete ``savepoints/sp-<id>-<ts>`` dirs without ``_metadata`` (a savepoint killed before it completed),
+        sparing ids in ``keep`` and ids >= ``protect_from_id`` (possibly still running). Only the job's own
+        savepoints directory is cleaned; savepoints at user-chosen targets are never touched."""
+        keep_ids = set(keep)
+        out = []
+        try:
+            names = self.fileio.list_dirs(self.savepoints_uri)
+        except StorageError as e:
+            log.warning("could not list %s: %s", self.savepoints_uri, e)
+            return out
+        for name in names:
+            parts = name.split("-")
+            if len(parts) < 3 or parts[0] != "sp" or not parts[1].isdigit():
+                continue
+            sid = int(parts[1])
+            if sid in keep_ids or (protect_from_id is not None and sid >= protect_from_id):
+                continue
+            loc = join_uri(self.savepoints_uri, name)
+            try:
+                if self.fileio.exists(join_uri(loc, METADATA_FILE)):
+                    continue
+                self.fileio.delete_prefix(loc)
+                out.append(loc)
+                log.info("job '%s': deleted unfinished savepoint directory %s", self.job, loc)
+            except StorageError as e:
+                log.warning("could not delete unfinished savepoint directory %s: %s", loc, e)
+        return out

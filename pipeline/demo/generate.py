@@ -67,17 +67,12 @@ import pyarrow.parquet as pq
 
 from pipeline.exceptions import ConfigError, EpochalError
 from pipeline.fileio import file_io_for, join_uri
+from pipeline.jobs.orders_payments import ORDERS_SCHEMA, PAYMENTS_SCHEMA  # the job's schemas: one definition
 
 __all__ = ["ORDERS_SCHEMA", "PAYMENTS_SCHEMA", "GeneratorConfig", "GenerateSummary", "generate", "main",
            "STATE_FILE", "PAID_PROB", "FAILED_PROB"]
 
 TS = pa.timestamp("us", tz="UTC")
-ORDERS_SCHEMA = pa.schema([("order_id", pa.string()), ("customer_id", pa.string()),
-                           ("merchant_id", pa.string()), ("amount", pa.float64()),
-                           ("event_time", TS), ("_ingest_ts", TS)])
-PAYMENTS_SCHEMA = pa.schema([("payment_id", pa.string()), ("order_id", pa.string()),
-                             ("amount", pa.float64()), ("status", pa.string()),
-                             ("event_time", TS), ("_ingest_ts", TS)])
 STATE_FILE = "_generator.json"
 PAID_PROB = 0.85
 FAILED_PROB = 0.12

@@ -66,6 +66,8 @@ __all__ = ["ORDERS_SCHEMA", "PAYMENTS_SCHEMA", "PAID_COLUMNS", "REVENUE_COLUMNS"
            "CompareReport", "read_source", "expected", "compare", "load_positions", "digest", "main"]
 
 _TS = pa.timestamp("us", tz="UTC")
+# deliberately a second definition: the oracle imports nothing from the pipeline (it checks it independently);
+# tests/unit/demo/test_demo_oracle.py checks that it equals the job's schemas
 ORDERS_SCHEMA = pa.schema([("order_id", pa.string()), ("customer_id", pa.string()),
                            ("merchant_id", pa.string()), ("amount", pa.float64()),
                            ("event_time", _TS), ("_ingest_ts", _TS)])

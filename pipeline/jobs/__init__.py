@@ -37,8 +37,23 @@ def get_job(name: str) -> Job:
     if ":" in name:
         import importlib
         mod, _, fn = name.partition(":")
+        if not mod or not fn:
+            raise ConfigError(f"--job {name!r}: use module:function (a function returning a pipeline.Job)")
         try:
-            return getattr(importlib.import_module(mod), fn)()
+            factory = getattr(importlib.import_module(mod), fn)
         except (ImportError, AttributeError) as e:
             raise ConfigError(f"cannot load job {name!r}: {e}") from None
+        if isinstance(factory, Job):
+            return factory
+        if not callable(factory):
+            raise ConfigError(f"--job {name!r}: {fn} is a {type(factory).__name__}, not a function returning a Job")
+        try:
+            job = factory()
+        except ConfigError:
+            raise
+        except Exception as e:  # the user's job factory failed: say where, no traceback
+            raise ConfigError(f"--job {name!r}: calling {fn}() failed: {type(e).__name__}: {e}") from None
+        if not isinstance(job, Job):
+            raise ConfigError(f"--job {name!r}: {fn}() returned a {type(job).__name__}, not a pipeline.Job")
+        return job
     raise ConfigError(f"unknown job {name!r}; known jobs: {', '.join(sorted(_REGISTRY))} (or module:function)")

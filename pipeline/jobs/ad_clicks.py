@@ -60,13 +60,14 @@ def build_job() -> Job:
     views = impressions.select("concat(user_id, '|', ad_id) AS view_key", "impression_id", "campaign_id")
     clicked = unique_clicks.select("concat(user_id, '|', ad_id) AS view_key", "click_id", "event_time AS click_time")
     pairs = views.join(clicked, on="view_key", uid="click_attribution")
-    window = dict(size_seconds=WINDOW_SECONDS, max_out_of_orderness_seconds=OUT_OF_ORDERNESS_SECONDS,
-                  allowed_lateness_seconds=ALLOWED_LATENESS_SECONDS, emit="final")
     pairs.window(uid="campaign_clicks", key="campaign_id", event_time="click_time",
                  aggs={"clicks": ("count_distinct", "click_id"),
                        "clicked_impressions": ("count_distinct", "impression_id"),
-                       "attributions": ("count", None)}, **window).sink("campaign_clicks")
+                       "attributions": ("count", None)}, size_seconds=WINDOW_SECONDS,
+                 max_out_of_orderness_seconds=OUT_OF_ORDERNESS_SECONDS,
+                 allowed_lateness_seconds=ALLOWED_LATENESS_SECONDS, emit="final").sink("campaign_clicks")
     impressions.window(uid="campaign_impressions", key="campaign_id", event_time="event_time",
                        aggs={"impressions": ("count", None), "users": ("count_distinct", "user_id")},
-                       **window).sink("campaign_impressions")
+                       size_seconds=WINDOW_SECONDS, max_out_of_orderness_seconds=OUT_OF_ORDERNESS_SECONDS,
+                       allowed_lateness_seconds=ALLOWED_LATENESS_SECONDS, emit="final").sink("campaign_impressions")
     return job

@@ -27,7 +27,12 @@ def build_job(max_parallelism: int = 128) -> Job:
                                "event_time AS order_time")
     captured = payments.filter("status = 'captured'").select(
         "order_id", "payment_id", "amount AS paid_amount", "event_time AS payment_time")
-    paid = order_side.join(captured, on="order_id", uid="paid_orders_join", output=PAID_ORDERS_COLUMNS)
+    # declared: order_id is unique among orders, and each order has at most one captured payment, so matched
+    # rows may leave state (a violation is dead-lettered, never double counted)
+    paid = order_side.join(captured, on="order_id", uid="paid_orders_join", unique="both",
+                           output=PAID_ORDERS_COLUMNS)
+    # Epochal's commit-log format by default; PIPELINE_SINK_FORMAT=delta (or iceberg) writes open tables instead
+    # (docs/table-formats.md says why Delta is not yet the demo's default)
     paid.sink("paid_orders")
     paid.aggregate(uid="merchant_revenue_agg", key="merchant_id",
                    aggs={"paid_orders": ("count", None), "revenue": ("sum", "paid_amount")}

@@ -17,6 +17,7 @@ from typing import Any, Mapping
 
 from pipeline.exceptions import ObjectNotFoundError
 from pipeline.fileio import FileIO, join_uri
+from pipeline.layout import JobLayout
 
 __all__ = ["JobControl", "ControlStore", "utc_now_iso"]
 
@@ -52,7 +53,7 @@ class ControlStore:
     def __init__(self, fileio: FileIO, checkpoint_root: str, job: str) -> None:
         self.fileio = fileio
         self.job = job
-        self.root = join_uri(checkpoint_root, job, "orchestration")
+        self.root = JobLayout.of(checkpoint_root, job).orchestration()
 
     # -- control ------------------------------------------------------------------------------------
     @property

@@ -23,6 +23,7 @@ Defaults can be set per deployment with environment variables (all optional):
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -39,9 +40,12 @@ __all__ = ["build_epoch_dag", "build_savepoint_dag", "build_restore_dag", "build
 log = logging.getLogger("epochal.airflow")
 
 DEFAULT_START_DATE = "2026-01-01T00:00:00Z"
-# task instance states in which a task holds (or is about to hold) the job
-ACTIVE_TI_STATES = ["scheduled", "queued", "running", "up_for_retry", "up_for_reschedule", "restarting",
-                    "deferred"]
+from pipeline.orchestration.exclusion import (  # noqa: E402
+    ACTIVE_TI_STATES,
+    EPOCH_WORK_TASKS,
+    PENDING_RUN_STATES,
+    WAITING_TRIGGER_STATES,
+)
 
 
 def epoch_dag_id(job: str) -> str:
@@ -113,15 +117,71 @@ def _orchestrator(job_name: str):
     """Resolve S3 settings (connection or env) into this task process, then build the orchestrator."""
     from pipeline.orchestration.settings import apply_s3_settings, load_pipeline_config, resolve_s3_settings
     from pipeline.orchestration.tasks import Orchestrator
+    os.environ.setdefault("EPOCHAL_JVM_LOGS", "python")  # Spark's WARN lines as warnings, not stderr ERRORs
     s3 = resolve_s3_settings()
     apply_s3_settings(s3)
     log.info("%s", s3.describe())
     return Orchestrator(job_name, load_pipeline_config(), echo=lambda m: log.info("%s", m))
 
 
+def approval_enabled(env_name: str, explicit: bool | None) -> bool:
+    """Optional human approval (off by default; see :mod:`pipeline.orchestration.approval`)."""
+    if explicit is not None:
+        return explicit
+    return _env_bool(env_name, False)
+
+
+APPROVE_RESTORE_ENV = "EPOCHAL_APPROVE_RESTORE"
+APPROVE_REWIND_ENV = "EPOCHAL_APPROVE_REWIND"
+
+
+@contextlib.contextmanager
+def _fail_fast_on_user_errors(*extra: type[BaseException]):
+    """A user error (bad params, a wrong checkpoint id or URI, incompatible state) fails the task once with a
+    clear message (``AirflowFailException``: no retry); anything else propagates and is retried."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from pipeline.exceptions import ConfigError, IncompatibleStateError
+    try:
+        yield
+    except (ConfigError, IncompatibleStateError, *extra) as e:  # type: ignore[misc]
+        log.error("epochal: %s (a user error: not retried)", e)
+        raise AirflowFailException(f"epochal: {e}") from None
+
+
 def _ops_busy(ti, job_name: str) -> int:
-    return int(ti.get_ti_count(dag_id=savepoint_dag_id(job_name), task_ids=["savepoint"], states=ACTIVE_TI_STATES)
-               + ti.get_ti_count(dag_id=restore_dag_id(job_name), task_ids=["restore"], states=ACTIVE_TI_STATES))
+    """Savepoint/restore DAG runs of the job that are queued or running (they go first)."""
+    return int(ti.get_dr_count(dag_id=savepoint_dag_id(job_name), states=PENDING_RUN_STATES)
+               + ti.get_dr_count(dag_id=restore_dag_id(job_name), states=PENDING_RUN_STATES))
+
+
+def _epoch_activity(ti, job_name: str):
+    from pipeline.orchestration.exclusion import EpochActivity
+    dag_id = epoch_dag_id(job_name)
+    return EpochActivity(
+        running_runs=int(ti.get_dr_count(dag_id=dag_id, states=["running"])),
+        waiting_triggers=int(ti.get_ti_count(dag_id=dag_id, task_ids=["trigger"], states=WAITING_TRIGGER_STATES)),
+        active_work_tasks=int(ti.get_ti_count(dag_id=dag_id, task_ids=EPOCH_WORK_TASKS, states=ACTIVE_TI_STATES)))
+
+
+def _operation_wait_reason(ti, job_name: str, other_dag: str, other_task: str) -> str | None:
+    from pipeline.orchestration.exclusion import operation_wait_reason
+    other = int(ti.get_ti_count(dag_id=other_dag, task_ids=[other_task], states=ACTIVE_TI_STATES))
+    return operation_wait_reason(job_name, _epoch_activity(ti, job_name), other_operation_tasks=other)
+
+
+def _wait_until_job_free(ti, job_name: str, other_dag: str, other_task: str, poke: float, timeout: float) -> None:
+    """Right before a savepoint/restore touches the job: wait (polling) while an epoch run holds it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        reason = _operation_wait_reason(ti, job_name, other_dag, other_task)
+        if reason is None:
+            return
+        log.info("waiting: %s", reason)
+        if time.monotonic() > deadline:
+            from pipeline.exceptions import CheckpointError
+            raise CheckpointError(f"job {job_name}: still busy after {timeout:.0f} s: {reason}")
+        time.sleep(poke)
 
 
 def _default_args(retries: int | None, retry_delay: timedelta | None) -> dict[str, Any]:
@@ -139,7 +199,7 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
                     end_date: str | datetime | None = None, catchup: bool | None = None,
                     retries: int | None = None, retry_delay: timedelta | None = None,
                     poke_interval: float | None = None, trigger_timeout: float | None = None,
-                    config=None) -> "DAG":
+                    config=None, approve_rewind: bool | None = None) -> "DAG":
     """The epoch DAG of ``job_name``: one run per data interval = one checkpointed epoch.
 
     Schedule = the epoch length (``PIPELINE_EPOCH_SECONDS``), data intervals aligned to epoch boundaries,
@@ -205,13 +265,18 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
                 if reason:
                     log.info("epoch %s: waiting: %s", run.epoch, reason)
                 else:
-                    orch = orch or _orchestrator(job_name)
                     try:
-                        res = orch.trigger(run)
+                        with _fail_fast_on_user_errors():
+                            orch = orch or _orchestrator(job_name)
+                            res = orch.trigger(run)
                     except JobStoppedError as e:
                         raise AirflowSkipException(str(e)) from None
                     if res is not None:
-                        return PokeReturnValue(is_done=True, xcom_value=res.to_dict())
+                        if _ops_busy(ti, job.name):  # an operation arrived meanwhile: it goes first
+                            log.info("epoch %s: waiting: a savepoint or restore of this job was just triggered",
+                                     run.epoch)
+                        else:
+                            return PokeReturnValue(is_done=True, xcom_value=res.to_dict())
                 if time.monotonic() + poke > deadline:
                     return PokeReturnValue(is_done=False)
                 time.sleep(poke)
@@ -221,9 +286,10 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
             from pipeline.orchestration.tasks import JobStoppedError
             run = _run_of(context, E)
             others = int(context["ti"].get_dr_count(dag_id=run.dag_id, states=["queued", "running"])) > 1
-            orch = _orchestrator(job_name)
             try:
-                res = orch.process(run, head_before=(triggered or {}).get("head_before"), others_active=others)
+                with _fail_fast_on_user_errors():
+                    orch = _orchestrator(job_name)
+                    res = orch.process(run, head_before=(triggered or {}).get("head_before"), others_active=others)
             except JobStoppedError as e:
                 raise AirflowSkipException(str(e)) from None
             return res.to_dict()
@@ -239,7 +305,9 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
                     if table in assets:
                         events[assets[table]].extra = {"job": job.name, "table": table,
                                                        "checkpoint_id": res.checkpoint_id, "epoch": res.epoch,
-                                                       "rows_in_checkpoint": info.get("rows_committed_in_checkpoint")}
+                                                       "rows_in_checkpoint": info.get("rows_committed_in_checkpoint"),
+                                                       "format": info.get("format"),
+                                                       "table_version": info.get("table_version")}
             return res.to_dict()
 
         @task(task_id="validate", doc_md="Verify the checkpoint files, positions and the sink lineage.")
@@ -252,7 +320,12 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
                                       + "; ".join(res.problems[:5]))
             return res.to_dict()
 
-        validate(commit(process(trigger())))
+        triggered = trigger()
+        processed = process(triggered)
+        if approval_enabled(APPROVE_REWIND_ENV, approve_rewind):
+            from pipeline.orchestration.approval import rewind_approval
+            triggered >> rewind_approval(job.name) >> processed
+        validate(commit(processed))
     return dag
 
 
@@ -266,12 +339,10 @@ def _wait_for_epoch_runs(job_name: str, poke: float, timeout: float, other_dag: 
         ti = context["ti"]
         deadline = time.monotonic() + wait_window
         while True:
-            busy = int(ti.get_ti_count(dag_id=epoch_dag_id(job_name), task_ids=["process", "commit"],
-                                       states=ACTIVE_TI_STATES))
-            busy += int(ti.get_ti_count(dag_id=other_dag, task_ids=[other_task], states=ACTIVE_TI_STATES))
-            if not busy:
+            reason = _operation_wait_reason(ti, job_name, other_dag, other_task)
+            if reason is None:
                 return PokeReturnValue(is_done=True)
-            log.info("waiting: %d epoch-run/%s task(s) of job %s are active", busy, other_task, job_name)
+            log.info("waiting: %s", reason)
             if time.monotonic() + poke > deadline:
                 return PokeReturnValue(is_done=False)
             time.sleep(poke)
@@ -313,9 +384,14 @@ def build_savepoint_dag(job_name: str, *, dag_id: str | None = None, doc_md: str
         def savepoint(**context):
             params = context["params"]
             dr = context["dag_run"]
+            from pipeline.inputs import check_savepoint_target
+            with _fail_fast_on_user_errors():
+                target = check_savepoint_target(params.get("target"))  # before waiting or touching the job
+            _wait_until_job_free(context["ti"], job.name, restore_dag_id(job.name), "restore", poke, 3600)
             orch = _orchestrator(job_name)
-            res = orch.savepoint(target=params.get("target"), stop=bool(params.get("stop_after_savepoint")),
-                                 by=f"airflow:{dr.dag_id}/{dr.run_id}")
+            with _fail_fast_on_user_errors():
+                res = orch.savepoint(target=target, stop=bool(params.get("stop_after_savepoint")),
+                                     by=f"airflow:{dr.dag_id}/{dr.run_id}")
             context["ti"].xcom_push(key="savepoint_location", value=res["savepoint"])
             log.info("SAVEPOINT LOCATION: %s", res["savepoint"])
             return res
@@ -326,7 +402,7 @@ def build_savepoint_dag(job_name: str, *, dag_id: str | None = None, doc_md: str
 
 def build_restore_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | None = None,
                       tags: Sequence[str] = (), retries: int | None = None, retry_delay: timedelta | None = None,
-                      poke_interval: float | None = None) -> "DAG":
+                      poke_interval: float | None = None, approve: bool | None = None) -> "DAG":
     """Restore DAG (no schedule; trigger with the params form): restore the job from a checkpoint id or a
     savepoint URI (NO_CLAIM), optionally with another parallelism, then validate the restored state."""
     from airflow.sdk import DAG, Param, task
@@ -360,18 +436,28 @@ def build_restore_dag(job_name: str, *, dag_id: str | None = None, doc_md: str |
         def restore(**context):
             params = context["params"]
             dr = context["dag_run"]
+            from pipeline.exceptions import ObjectNotFoundError
+            from pipeline.inputs import check_parallelism, check_snapshot_ref
+            with _fail_fast_on_user_errors():  # before waiting or touching the job
+                from_, par = check_snapshot_ref(params.get("from")), check_parallelism(params.get("parallelism"))
+            _wait_until_job_free(context["ti"], job.name, savepoint_dag_id(job.name), "savepoint", poke, 3600)
             orch = _orchestrator(job_name)
-            par = params.get("parallelism")
-            return orch.restore(str(params.get("from") or ""), parallelism=int(par) if par not in (None, "") else None,
-                                allow_non_restored_state=bool(params.get("allow_non_restored_state")),
-                                by=f"airflow:{dr.dag_id}/{dr.run_id}")
+            with _fail_fast_on_user_errors(ObjectNotFoundError):  # no such checkpoint / savepoint
+                return orch.restore(from_, parallelism=par,
+                                    allow_non_restored_state=bool(params.get("allow_non_restored_state")),
+                                    by=f"airflow:{dr.dag_id}/{dr.run_id}")
 
         @task(task_id="validate", retries=0, doc_md="Data-quality suites on the restored checkpoint.")
         def validate(restored: dict, **context):
             orch = _orchestrator(job_name)
             return orch.validate_restore(int(restored["checkpoint_id"]))
 
-        waited >> validate(restore())
+        restored = restore()
+        waited >> restored  # restore itself waits, not only validate
+        validate(restored)
+        if approval_enabled(APPROVE_RESTORE_ENV, approve):
+            from pipeline.orchestration.approval import restore_approval
+            restore_approval(job.name) >> waited
     return dag
 
 
@@ -397,8 +483,13 @@ def build_quality_dag(job_name: str, *, dag_id: str | None = None, doc_md: str |
 
         @task(task_id="validate")
         def validate(**context):
-            orch = _orchestrator(job_name)
-            return orch.quality(context["params"].get("checkpoint") or None)
+            from pipeline.exceptions import ObjectNotFoundError
+            from pipeline.inputs import check_snapshot_ref
+            ref = context["params"].get("checkpoint") or None
+            with _fail_fast_on_user_errors(ObjectNotFoundError):
+                ref = check_snapshot_ref(ref) if ref is not None else None
+                orch = _orchestrator(job_name)
+                return orch.quality(ref)
 
         validate()
     return dag

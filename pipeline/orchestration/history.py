@@ -8,11 +8,12 @@ Nothing here writes anything.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Mapping
 
 from pipeline.exceptions import CheckpointError, ObjectNotFoundError, StorageError
 from pipeline.fileio import FileIO, join_uri
+from pipeline.layout import JobLayout, pending_uri
 
 __all__ = ["OperatorRow", "CheckpointRow", "CheckpointHistory", "list_jobs"]
 
@@ -54,6 +55,7 @@ class CheckpointRow:
     records: Mapping[str, int] = field(default_factory=dict)
     operators: tuple[OperatorRow, ...] = ()
     problem: str | None = None
+    checkpointed_bytes: int | None = None   # what this checkpoint wrote; ``state_bytes`` is the full state
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -80,7 +82,17 @@ def _row_from_metadata(md, location: str, status: str = "COMPLETED") -> Checkpoi
         trigger_time=st.trigger_time if st else None, duration_ms=st.duration_ms if st else None,
         state_bytes=st.bytes if st else None, sink_bytes=sink_bytes, alignment_ms=st.alignment_ms if st else None,
         acks=st.acks if st else None, expected_acks=st.expected_acks if st else None, parallelism=md.parallelism,
-        parent_id=md.parent_id, location=location, records=records, operators=ops)
+        parent_id=md.parent_id, location=location, records=records, operators=ops,
+        checkpointed_bytes=st.checkpointed_bytes if st else None)
+
+
+def _failure_text(d: Mapping[str, Any] | None) -> str | None:
+    if not d:
+        return None
+    text = f"{d.get('reason')}: {d.get('reason_message') or ''}".rstrip(": ")
+    if d.get("cause"):
+        text += f" - {d['cause']}"
+    return text + f" (at {d.get('failed_at')}, runner {d.get('runner') or '?'})"
 
 
 class CheckpointHistory:
@@ -97,11 +109,11 @@ class CheckpointHistory:
         self._fileio_for = fileio_for or (lambda uri: fileio)
 
     def exists(self) -> bool:
-        return self.fileio.exists(join_uri(self.job_root, "job.json"))
+        return self.fileio.exists(JobLayout(self.job_root).job_json())
 
     def job_info(self) -> dict[str, Any]:
         try:
-            return json.loads(self.fileio.read_bytes(join_uri(self.job_root, "job.json")))
+            return json.loads(self.fileio.read_bytes(JobLayout(self.job_root).job_json()))
         except (ObjectNotFoundError, ValueError):
             return {}
 
@@ -115,8 +127,8 @@ class CheckpointHistory:
     def _pending_row(self, info) -> CheckpointRow:
         from pipeline.checkpoint.pending import PendingManifest
         try:
-            m = PendingManifest.from_json(self.fileio.read_bytes(join_uri(info.location, "_pending.json")),
-                                          join_uri(info.location, "_pending.json"))
+            m = PendingManifest.from_json(self.fileio.read_bytes(pending_uri(info.location)),
+                                          pending_uri(info.location))
         except (ObjectNotFoundError, CheckpointError, StorageError):
             return CheckpointRow(info.checkpoint_id, "checkpoint", "PENDING", None, None, None, None, None, None,
                                  None, None, None, None, None, info.location, problem="no _metadata (in progress, "
@@ -137,7 +149,24 @@ class CheckpointHistory:
             else:
                 rows.append(CheckpointRow(info.checkpoint_id, "checkpoint", "CORRUPT", None, None, None, None, None,
                                           None, None, None, None, None, None, info.location, problem=info.problem))
-        return sorted(rows, key=lambda r: r.checkpoint_id, reverse=True)
+        failed = {d.get("checkpoint_id"): d for d in self.failed() if d.get("kind", "checkpoint") == "checkpoint"}
+        out = []
+        for r in rows:  # a pending directory whose abort was recorded (deletion failed or not yet collected)
+            d = failed.pop(r.checkpoint_id, None)
+            out.append(replace(r, status="FAILED", problem=_failure_text(d)) if d and r.status == "PENDING" else r)
+        for cid, d in failed.items():  # aborted and deleted: only the record is left
+            out.append(CheckpointRow(int(cid), "checkpoint", "FAILED", d.get("epoch"), d.get("barrier_time"),
+                                     d.get("trigger_time") or None, None, None, None, None, None, None,
+                                     d.get("parallelism"), d.get("parent_id"), "", problem=_failure_text(d)))
+        return sorted(out, key=lambda r: r.checkpoint_id, reverse=True)
+
+    def failed(self) -> list[dict]:
+        """Recorded failures (aborted, declined, expired, fenced), newest first."""
+        from pipeline.checkpoint.failed import FailedCheckpointLog
+        try:
+            return FailedCheckpointLog(self.fileio, self.job_root).list()
+        except StorageError:
+            return []
 
     def _savepoint_locations(self) -> list[str]:
         from pipeline.orchestration.control import ControlStore
@@ -218,6 +247,7 @@ class CheckpointHistory:
                   "bytes": sum(f.bytes for f in s.files)} for t, s in sorted(md.sinks.items())]
         st = md.stats
         return {"summary": row.to_dict(), "operators": [asdict(o) for o in row.operators], "state": state,
+                "subtasks": [t.to_dict() for t in st.subtasks] if st else [],
                 "sources": sources, "sinks": sinks,
                 "backlog": dict(st.backlog) if st else {}, "dead_letters": dict(st.dead_letters) if st else {},
                 "rounds": st.rounds if st else None, "sync_ms": st.sync_ms if st else None,
@@ -231,7 +261,7 @@ def list_jobs(fileio: FileIO, checkpoint_root: str, known: list[str] | None = No
     names = set(known or [])
     try:
         for name in fileio.list_dirs(checkpoint_root):
-            if fileio.exists(join_uri(checkpoint_root, name, "job.json")):
+            if fileio.exists(JobLayout.of(checkpoint_root, name).job_json()):
                 names.add(name)
     except StorageError:
         pass

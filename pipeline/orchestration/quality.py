@@ -84,7 +84,7 @@ def consistency_checks(runner, checkpoint: str | None = None) -> QualityOutcome:
         if cp is None:
             return QualityOutcome(False, f"job {runner.job.name!r} has no completed checkpoint", "consistency")
     else:
-        cp = runner._load_snapshot(checkpoint)
+        cp = runner.load_snapshot(checkpoint)
     md = cp.metadata
     label = f"{md.kind} {md.checkpoint_id} of job {md.job!r}"
     from pipeline.fileio import file_io_for

@@ -29,7 +29,14 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any, Callable, Mapping
 
-from pipeline.exceptions import CheckpointError, ConfigError, EpochalError, ValidationError
+from pipeline.exceptions import (
+    CheckpointError,
+    ConfigError,
+    EpochalError,
+    InjectedFailure,
+    JobStoppedError,
+    ValidationError,
+)
 
 __all__ = ["EpochAction", "EpochRun", "JobStoppedError", "Orchestrator", "TriggerResult", "ProcessResult",
            "CommitResult", "ValidateResult", "epoch_of_interval", "wait_reason", "InjectedFailure",
@@ -64,14 +71,6 @@ def _action(head, epoch: int) -> EpochAction:
     if head.epoch == epoch - 1:
         return EpochAction.CONTINUE
     return EpochAction.CATCH_UP
-
-
-class JobStoppedError(EpochalError):
-    """The job was stopped with a savepoint; epoch runs are skipped until it is restored."""
-
-
-class InjectedFailure(RuntimeError):
-    """A test double: raised once by :func:`maybe_inject_failure`."""
 
 
 def maybe_inject_failure(task: str, phase: str, try_number: int) -> None:
@@ -197,6 +196,18 @@ class ValidateResult:
                 "problems": list(self.problems), "quality": dict(self.quality) if self.quality else None}
 
 
+def _commit_words(res) -> str:
+    """A sink commit result in a user's words (the AckResult enum is the protocol's, not the user's)."""
+    from pipeline.checkpoint.ack import AckResult
+    if res is AckResult.DUPLICATE:
+        return "already committed"      # committed by the process task (notifyCheckpointComplete): success
+    if res is AckResult.SUCCESS:
+        return "committed now"          # recovered: the previous task stopped between _metadata and the commit
+    if res is None:
+        return "no output in this checkpoint"
+    return str(getattr(res, "name", res)).lower()
+
+
 class Orchestrator:
     """Task logic for one job, on top of :class:`~pipeline.runtime.runner.JobRunner`.
 
@@ -239,12 +250,11 @@ class Orchestrator:
         return self.store.latest()
 
     def _sinks(self):
-        from pipeline.sink.table import CommittedTable
         from pipeline.sink.two_phase import TwoPhaseCommitSink
         r = self.runner
         out = []
         for s in r.job.sinks():
-            table = CommittedTable(r.sink_fio, self.config.sink_uri, r.job.name, s.table)
+            table = r.ctx.table(s.table)  # the sink's format (Iceberg / Delta / Epochal's commit log)
             out.append((s, table, TwoPhaseCommitSink(table, mode=s.mode, key=list(s.key))))
         return out
 
@@ -377,11 +387,11 @@ class Orchestrator:
                     f"{entry_head.checkpoint_id if entry_head else None}, expected checkpoint {head.checkpoint_id} "
                     f"({table.commits_uri})")
             chain = table.lineage()
-            tables[sink.table] = {"result": res.name if isinstance(res, AckResult) else str(res),
+            tables[sink.table] = {"result": _commit_words(res),
                                   "head": head.checkpoint_id, "lineage_length": len(chain),
                                   "rows_committed_in_checkpoint": entry_head.rows,
                                   "files_in_checkpoint": len(entry_head.files), "mode": sink.mode,
-                                  "uri": table.table_uri}
+                                  "uri": table.table_uri, **_table_version(table)}
             if res is AckResult.SUCCESS:
                 self.echo(f"commit: table {sink.table}: committed checkpoint {head.checkpoint_id} "
                           "(recovered: the previous task stopped between _metadata and the commit)")
@@ -457,9 +467,8 @@ class Orchestrator:
         """Aligned, self-contained savepoint of the newest checkpoint; optionally stop the job."""
         from pipeline.checkpoint.completed import CompletedCheckpoint
         from pipeline.fileio import file_io_for
-        target = (target or "").strip() or None
-        if target and not target.startswith(("file://", "s3://")):
-            raise ConfigError(f"savepoint target {target!r}: must be a file:// or s3:// URI")
+        from pipeline.inputs import check_savepoint_target
+        target = check_savepoint_target(target)  # before any side effect
         location = self.runner.savepoint(target)
         sp = CompletedCheckpoint.load(file_io_for(location), location)
         self.control.record_savepoint(sp.checkpoint_id, location, by=by, stop=stop)
@@ -477,11 +486,9 @@ class Orchestrator:
     def restore(self, from_: str, *, parallelism: int | None, allow_non_restored_state: bool,
                 by: str) -> dict[str, Any]:
         """Restore (NO_CLAIM) from a checkpoint id or savepoint URI; the job resumes (un-stopped)."""
-        from_ = str(from_ or "").strip()
-        if not from_:
-            raise ConfigError("restore: 'from' (a checkpoint id or a savepoint URI) is required")
-        if parallelism is not None and int(parallelism) < 1:
-            raise ConfigError(f"restore: parallelism must be >= 1, got {parallelism}")
+        from pipeline.inputs import check_parallelism, check_snapshot_ref
+        from_ = check_snapshot_ref(from_)  # before any side effect
+        parallelism = check_parallelism(parallelism)
         # validate=False: the restore DAG validates in its own task (validate_restore)
         res = self.runner.restore(from_, parallelism=int(parallelism) if parallelism else None,
                                   allow_non_restored_state=bool(allow_non_restored_state), validate=False)
@@ -491,11 +498,16 @@ class Orchestrator:
                   f"(epoch {res['epoch']}, parallelism {res['parallelism']}); epoch runs continue from there")
         return dict(res)
 
+    def _echo_data_docs(self) -> None:
+        from pipeline.orchestration.ui import data_docs_url
+        self.echo(f"Data Docs of job {self.job_name} in the Airflow UI: {data_docs_url(self.job_name)}")
+
     def validate_restore(self, checkpoint_id: int) -> dict[str, Any]:
         """The data-quality suites on a restored checkpoint; raises ValidationError on failure."""
         from pipeline.orchestration.quality import validate_checkpoint
         outcome = validate_checkpoint(self.runner, checkpoint_id, mode="restore")
         self.echo(outcome.summary)
+        self._echo_data_docs()
         if not outcome.success:
             raise ValidationError(f"validation of checkpoint {checkpoint_id} of job {self.job_name!r} failed: "
                                   f"{outcome.summary}")
@@ -506,7 +518,16 @@ class Orchestrator:
         from pipeline.orchestration.quality import validate_checkpoint
         outcome = validate_checkpoint(self.runner, checkpoint)
         self.echo(outcome.summary)
+        self._echo_data_docs()
         if not outcome.success:
             raise ValidationError(f"validation of {checkpoint or 'the newest checkpoint'} of job "
                                   f"{self.job_name!r} failed: {outcome.summary}")
         return outcome.to_dict()
+
+
+def _table_version(table) -> dict[str, Any]:
+    """Format and current snapshot id / version of an Iceberg or Delta sink (for the sink's Asset event)."""
+    from pipeline.sink.open_table import OpenFormatTable
+    if not isinstance(table, OpenFormatTable) or not table.exists():
+        return {"format": "epochal"}
+    return {"format": table.format_name.lower(), "table_version": table.version_id()}

@@ -24,7 +24,7 @@ import logging
 from typing import Any, Callable
 from urllib.parse import quote
 
-__all__ = ["create_app", "render_job_page", "render_detail_page", "render_index_page"]
+__all__ = ["create_app", "render_job_page", "render_detail_page", "render_index_page", "data_docs_url"]
 
 log = logging.getLogger(__name__)
 
@@ -35,12 +35,19 @@ h1{font-size:1.4rem;margin:0 0 4px 0} h2{font-size:1.1rem;margin:20px 0 6px 0}
 table{border-collapse:collapse;width:100%;font-size:.85rem;margin-bottom:8px}
 th,td{border-bottom:1px solid #e2e8f0;padding:5px 8px;text-align:left;vertical-align:top}
 th{background:#f7fafc;font-weight:600} td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
-.s-COMPLETED{color:#2f855a;font-weight:600} .s-PENDING{color:#b7791f;font-weight:600} .s-CORRUPT{color:#c53030;font-weight:600}
+.s-COMPLETED{color:#2f855a;font-weight:600} .s-PENDING{color:#b7791f;font-weight:600} .s-CORRUPT{color:#c53030;font-weight:600} .s-FAILED{color:#c53030;font-weight:600}
 .badge{display:inline-block;padding:1px 6px;border-radius:8px;background:#edf2f7;font-size:.75rem;margin-left:4px}
 .head{background:#ebf8ff} a{color:#2b6cb0;text-decoration:none} a:hover{text-decoration:underline}
 .kv td:first-child{color:#4a5568;width:220px} code{font-size:.8rem}
 .warn{background:#fffaf0;border:1px solid #fbd38d;padding:8px;border-radius:4px;margin:8px 0}
 """
+
+
+def data_docs_url(job: str, base_url: str | None = None) -> str:
+    """The Data Docs of ``job`` inside the Airflow UI (``AIRFLOW__API__BASE_URL`` + the plugin's route)."""
+    import os
+    base = (base_url if base_url is not None else os.environ.get("AIRFLOW__API__BASE_URL", "")).rstrip("/")
+    return f"{base}/epochal/jobs/{quote(job)}/data-docs/"
 
 
 def _e(v: Any) -> str:
@@ -65,9 +72,56 @@ def _ms(v: Any) -> str:
     return f"{v:.0f} ms" if v < 10_000 else f"{v / 1000:.1f} s"
 
 
-def _page(title: str, body: str) -> str:
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{_e(title)}</title>"
+def _page(title: str, body: str, *, refresh: int = 0) -> str:
+    meta = f"<meta http-equiv='refresh' content='{int(refresh)}'>" if refresh > 0 else ""
+    return (f"<!doctype html><html><head><meta charset='utf-8'>{meta}<title>{_e(title)}</title>"
             f"<style>{_CSS}</style></head><body>{body}</body></html>")
+
+
+REFRESH_SECONDS = 15
+
+
+def _stat_cell(v: Any, fmt: Callable[[Any], str]) -> str:
+    return fmt(v) if v is not None else "-"
+
+
+def _summary_html(checkpoints: list[dict], savepoints: list[dict], head: int | None) -> str:
+    from pipeline.orchestration.checkpoint_stats import counts, lineage, summary
+    c = counts(checkpoints, savepoints)
+    sm = summary(checkpoints)
+    lin = lineage(checkpoints, savepoints, head)
+    rows = "".join(
+        f"<tr><td>{label}</td><td class='num'>{_stat_cell(sm[k]['min'], f)}</td>"
+        f"<td class='num'>{_stat_cell(sm[k]['avg'], f)}</td><td class='num'>{_stat_cell(sm[k]['max'], f)}</td></tr>"
+        for label, k, f in (("End-to-end duration", "duration_ms", _ms),
+                            ("Checkpointed data size", "checkpointed_bytes", _bytes),
+                            ("Full state size", "state_bytes", _bytes),
+                            ("Sink output staged", "sink_bytes", _bytes), ("Alignment time", "alignment_ms", _ms)))
+    r = lin["latest_restore"]
+    if r:
+        restore = (f"checkpoint <a href='checkpoints/{r['checkpoint_id']}'>{r['checkpoint_id']}</a> (epoch "
+                   f"{_e(r['epoch'])}) restored from {_e(r['from_kind'])} {_e(r['from_id'])}"
+                   + (f" <code>{_e(r['from_location'])}</code>" if r.get("from_location") else ""))
+    else:
+        restore = "none (the job was never restored or rewound)"
+    abandoned = (", ".join(f"<a href='checkpoints/{i}'>{i}</a>" for i in lin["abandoned"])
+                 + " (completed, but not on the latest checkpoint's lineage: a restore or rewind left them)"
+                 ) if lin["abandoned"] else "none"
+    return ("<h2>Overview</h2><table class='kv'>"
+            f"<tr><td>Counts</td><td>completed {c['completed']} &middot; failed {c['failed']} &middot; in progress "
+            f"or aborted {c['in_progress_or_aborted']} &middot; corrupt {c['corrupt']} &middot; savepoints "
+            f"{c['savepoints']}</td></tr>"
+            f"<tr><td>Latest restore</td><td>{restore}</td></tr>"
+            f"<tr><td>Abandoned branch</td><td>{abandoned}</td></tr></table>"
+            "<h2>Summary (completed checkpoints)</h2><table><tr><th></th><th class='num'>Minimum</th>"
+            f"<th class='num'>Average</th><th class='num'>Maximum</th></tr>{rows}</table>")
+
+
+def _config_html(config_rows: list[tuple[str, str]]) -> str:
+    if not config_rows:
+        return ""
+    return ("<h2>Configuration</h2><table class='kv'>"
+            + "".join(f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in config_rows) + "</table>")
 
 
 def _acks_cell(row: dict) -> str:
@@ -89,21 +143,26 @@ def render_index_page(jobs: list[dict]) -> str:
 
 
 def _history_table(rows: list[dict], link: str, head: int | None) -> str:
-    out = ["<table><tr><th>ID</th><th>Status</th><th class='num'>Epoch</th><th>Trigger time</th>"
-           "<th class='num'>Duration</th><th class='num'>Size</th><th class='num'>Alignment</th>"
+    out = ["<table><tr><th>ID</th><th>Status</th><th class='num'>Epoch (ends at)</th><th>Trigger time</th>"
+           "<th class='num'>Duration</th><th class='num'>Checkpointed / full size</th><th class='num'>Alignment</th>"
            "<th>Acks (per operator)</th><th class='num'>Parallelism</th><th class='num'>Parent</th>"
            "<th>Records</th></tr>"]
     for r in rows:
         cid = r["checkpoint_id"]
-        ident = (f"<a href='{link}/{cid}'>{cid}</a>" if cid >= 0 else "?")
+        ident = (f"<a href='{link}/{cid}'>{cid}</a>" if cid >= 0 and r.get("location") else str(cid) if cid >= 0
+                 else "?")
         if head is not None and cid == head and r["kind"] == "checkpoint":
             ident += "<span class='badge'>latest</span>"
         recs = ", ".join(f"{_e(k)} {v}" for k, v in sorted((r.get("records") or {}).items())) or "-"
         cls = " class='head'" if head is not None and cid == head and r["kind"] == "checkpoint" else ""
         out.append(
-            f"<tr{cls}><td>{ident}</td><td class='s-{_e(r['status'])}'>{_e(r['status'])}</td>"
-            f"<td class='num'>{_e(r.get('epoch'))}</td><td>{_e(r.get('trigger_time') or '-')}</td>"
-            f"<td class='num'>{_ms(r.get('duration_ms'))}</td><td class='num'>{_bytes(r.get('state_bytes'))}</td>"
+            f"<tr{cls}><td>{ident}</td><td class='s-{_e(r['status'])}'>{_e(r['status'])}"
+            + (f"<br><small>{_e(r.get('problem'))}</small>" if r["status"] in ("FAILED", "CORRUPT") and r.get("problem")
+               else "") + "</td>"
+            f"<td class='num'>{_e(r.get('epoch'))}<br><small>{_e(r.get('barrier_time') or '')}</small></td>"
+            f"<td>{_e(r.get('trigger_time') or '-')}</td>"
+            f"<td class='num'>{_ms(r.get('duration_ms'))}</td>"
+            f"<td class='num'>{_bytes(r.get('checkpointed_bytes'))} / {_bytes(r.get('state_bytes'))}</td>"
             f"<td class='num'>{_ms(r.get('alignment_ms'))}</td><td>{_acks_cell(r)}</td>"
             f"<td class='num'>{_e(r.get('parallelism'))}</td><td class='num'>{_e(r.get('parent_id'))}</td>"
             f"<td>{recs}</td></tr>")
@@ -112,22 +171,35 @@ def _history_table(rows: list[dict], link: str, head: int | None) -> str:
 
 
 def render_job_page(job: str, dag_id: str, checkpoints: list[dict], savepoints: list[dict],
-                    head: int | None, control: dict, info: dict) -> str:
+                    head: int | None, control: dict, info: dict, *, config_rows: list[tuple[str, str]] | None = None,
+                    refresh: int = 0) -> str:
     completed = sum(1 for r in checkpoints if r["status"] == "COMPLETED")
     pending = sum(1 for r in checkpoints if r["status"] == "PENDING")
     warn = ""
     if control.get("stopped"):
         warn = (f"<div class='warn'>Job stopped with savepoint <code>{_e(control.get('stopped_savepoint'))}</code>"
                 " - epoch runs are skipped until the job is restored.</div>")
+    runs = f"<a href='../../../dags/{quote(dag_id)}/runs' target='_top'>Airflow runs of {_e(dag_id)}</a>"
+    auto = (f"auto-refresh every {refresh} s (<a href='?refresh=0'>stop</a>)" if refresh
+            else f"<a href='?refresh={REFRESH_SECONDS}'>auto-refresh</a>")
     body = (f"<h1>Checkpoint history: {_e(job)}</h1>"
             f"<div class='sub'>Epoch DAG <code>{_e(dag_id)}</code> &middot; {completed} completed, {pending} pending"
             f" &middot; max parallelism {_e(info.get('max_parallelism'))} &middot; latest checkpoint {_e(head)}"
-            f" &middot; <a href='../../'>all jobs</a></div>{warn}"
-            "<h2>Checkpoints</h2>" + (_history_table(checkpoints, "checkpoints", head) if checkpoints
-                                      else "<p>No checkpoints yet.</p>")
+            f" &middot; {runs} &middot; <a href='data-docs/'>Data Docs</a> &middot; {auto} &middot; "
+            f"<a href='../../'>all jobs</a></div>{warn}"
+            + (_summary_html(checkpoints, savepoints, head) if checkpoints else "")
+            + "<h2>Checkpoints</h2>" + (_history_table(checkpoints, "checkpoints", head) if checkpoints
+                                        else _empty_state(dag_id))
             + "<h2>Savepoints</h2>" + (_history_table(savepoints, "savepoints", None) if savepoints
-                                       else "<p>No savepoints.</p>"))
-    return _page(f"Checkpoints {job}", body)
+                                       else "<p>No savepoints.</p>")
+            + _config_html(config_rows or []))
+    return _page(f"Checkpoints {job}", body, refresh=refresh)
+
+
+def _empty_state(dag_id: str) -> str:
+    return (f"<div class='warn'>No checkpoint yet. Turn on and trigger the epoch DAG <code>{_e(dag_id)}</code> "
+            "(or run <code>epochal run</code>); the first completed epoch appears here. This page refreshes "
+            "itself.</div>")
 
 
 def render_detail_page(job: str, d: dict) -> str:
@@ -135,7 +207,8 @@ def render_detail_page(job: str, d: dict) -> str:
     kv = [("Status", f"<span class='s-{_e(s['status'])}'>{_e(s['status'])}</span>"), ("Type", _e(s["kind"])),
           ("Epoch", _e(s.get("epoch"))), ("Barrier time (epoch end)", _e(s.get("barrier_time"))),
           ("Trigger time", _e(s.get("trigger_time"))), ("Duration", _ms(s.get("duration_ms"))),
-          ("State size", _bytes(s.get("state_bytes"))), ("Sink output staged", _bytes(s.get("sink_bytes"))),
+          ("Checkpointed data size", _bytes(s.get("checkpointed_bytes"))),
+          ("Full state size", _bytes(s.get("state_bytes"))), ("Sink output staged", _bytes(s.get("sink_bytes"))),
           ("Alignment time", _ms(s.get("alignment_ms"))),
           ("Acks", f"{_e(s.get('acks'))}/{_e(s.get('expected_acks'))}"),
           ("Parallelism / max", f"{_e(s.get('parallelism'))} / {_e(d.get('max_parallelism'))}"),
@@ -152,6 +225,13 @@ def render_detail_page(job: str, d: dict) -> str:
         f"<td class='num'>{_ms(o['async_ms'])}</td><td class='num'>{_ms(o['alignment_ms'])}</td>"
         f"<td class='num'>{_ms(o['start_delay_ms'])}</td><td class='num'>{_bytes(o['inflight_bytes'])}</td>"
         f"<td>{_e(o['mode'])}</td></tr>" for o in d.get("operators", []))
+    subs = "".join(
+        f"<tr><td>{_e(t['uid'])}</td><td class='num'>{t['subtask']}</td>"
+        f"<td class='num'>{_ms(t['ack_ms']) if t.get('ack_ms') is not None else '-'}</td>"
+        f"<td class='num'>{_ms(t['sync_ms'])}</td><td class='num'>{_ms(t['async_ms'])}</td>"
+        f"<td class='num'>{_ms(t['alignment_ms'])}</td><td class='num'>{_ms(t['start_delay_ms'])}</td>"
+        f"<td class='num'>{_bytes(t['state_bytes'])}</td><td class='num'>{t['state_rows']}</td>"
+        f"<td class='num'>{t['in_rows']}</td></tr>" for t in d.get("subtasks", []))
     srcs = "".join(f"<tr><td>{_e(x['source'])}</td><td class='num'>{_e(x['partition'])}</td>"
                    f"<td class='num'>{_e(x['position'])}</td><td class='num'>{_e(x['barrier'])}</td>"
                    f"<td class='num'>{_e(d.get('backlog', {}).get(x['source'], ''))}</td></tr>"
@@ -166,11 +246,16 @@ def render_detail_page(job: str, d: dict) -> str:
     dl = ", ".join(f"{_e(k)}: {v}" for k, v in sorted((d.get("dead_letters") or {}).items())) or "none"
     title = f"{s['kind'].capitalize()} {s['checkpoint_id']}"
     body = (f"<h1>{_e(title)} of {_e(job)}</h1><div class='sub'><a href='../'>back to the checkpoint history</a>"
-            "</div><table class='kv'>" + kvs + "</table>"
+            " &middot; <a href='../data-docs/'>Data Docs (data quality)</a></div><table class='kv'>" + kvs + "</table>"
             "<h2>Acknowledgements per operator</h2><table><tr><th>Operator</th><th class='num'>Acks</th>"
             "<th class='num'>State rows</th><th class='num'>State size</th><th class='num'>Sync</th>"
             "<th class='num'>Async</th><th class='num'>Alignment</th><th class='num'>Start delay</th>"
             "<th class='num'>In-flight persisted</th><th>Mode</th></tr>" + (ops or "<tr><td colspan=10>-</td></tr>")
+            + "</table><h2>Acknowledgements per subtask</h2><table><tr><th>Operator</th><th class='num'>Subtask</th>"
+            "<th class='num'>Acknowledged (after trigger)</th><th class='num'>Sync</th><th class='num'>Async</th>"
+            "<th class='num'>Alignment</th><th class='num'>Start delay</th><th class='num'>State size</th>"
+            "<th class='num'>State rows</th><th class='num'>Records in</th></tr>"
+            + (subs or "<tr><td colspan=10>- (not recorded by this checkpoint)</td></tr>")
             + "</table><h2>Sources: restore position and barrier per partition (file seq:row)</h2><table><tr>"
             "<th>Source</th><th class='num'>Partition</th><th class='num'>Position</th><th class='num'>Barrier</th>"
             "<th class='num'>Backlog (source)</th></tr>" + (srcs or "<tr><td colspan=5>-</td></tr>") + "</table>"
@@ -294,12 +379,20 @@ def create_app(*, backend: "_Backend | None" = None, authenticate: Callable | No
     async def job_page(job: str, request: Request):
         if (resp := await _check(request, job, html_page=True)) is not None:
             return resp
+        from pipeline.orchestration.checkpoint_stats import configuration
         h = be.history(job)
-        if not h.exists():
-            return _err(f"job {job!r} has no checkpoints under {be.config().checkpoint_uri}")
+        cfg = be.config()
+        try:
+            refresh = max(0, int(request.query_params.get("refresh", REFRESH_SECONDS)))
+        except ValueError:
+            refresh = REFRESH_SECONDS
+        if not h.exists():  # before the first checkpoint: an empty state, not "Not found"
+            return HTMLResponse(render_job_page(job, epoch_dag_id(job), [], [], None, {}, {},
+                                                config_rows=configuration(cfg, {}), refresh=refresh or REFRESH_SECONDS))
+        info = h.job_info()
         return HTMLResponse(render_job_page(job, epoch_dag_id(job), [r.to_dict() for r in h.checkpoints()],
                                             [r.to_dict() for r in h.savepoints()], h.head_id(), h.control(),
-                                            h.job_info()))
+                                            info, config_rows=configuration(cfg, info), refresh=refresh))
 
     @app.get("/jobs/{job}", include_in_schema=False)
     async def job_page_noslash(job: str, request: Request):
@@ -322,6 +415,33 @@ def create_app(*, backend: "_Backend | None" = None, authenticate: Callable | No
     async def savepoint_page(job: str, savepoint_id: int, request: Request):
         return await _detail(job, savepoint_id, "savepoint", request)
 
+    @app.get("/jobs/{job}/data-docs/{path:path}")
+    async def data_docs(job: str, path: str, request: Request):
+        """The job's Great Expectations Data Docs, from the checkpoint store (offline-styled)."""
+        from fastapi.responses import Response
+
+        from pipeline.fileio import join_uri
+        from pipeline.quality.docs_site import CONTENT_TYPES, site_uri
+        if (resp := await _check(request, job, html_page=True)) is not None:
+            return resp
+        parts = [p for p in (path or "index.html").split("/") if p]
+        if any(p in (".", "..") for p in parts):
+            raise HTTPException(status_code=400, detail="bad path")
+        if not parts or path.endswith("/"):
+            parts.append("index.html")
+        cfg = be.config()
+        uri = join_uri(site_uri(cfg.checkpoint_uri, job), *parts)
+        try:
+            data = be.fileio_for(uri).read_bytes(uri)
+        except ObjectNotFoundError:
+            if parts == ["index.html"]:
+                return HTMLResponse(_page(f"Data Docs {job}", f"<h1>Data Docs: {_e(job)}</h1><div class='warn'>No "
+                                          "data-quality results yet: they appear after the first restore or a run of "
+                                          "the data-quality DAG.</div>"))
+            return _err(f"no Data Docs file {'/'.join(parts)} for job {job!r}")
+        ext = "." + parts[-1].rsplit(".", 1)[-1].lower() if "." in parts[-1] else ""
+        return Response(data, media_type=CONTENT_TYPES.get(ext, "application/octet-stream"))
+
     @app.get("/dags/{dag_id}", include_in_schema=False)
     async def dag_redirect(dag_id: str, request: Request):
         for job in be.jobs():
@@ -339,9 +459,11 @@ def create_app(*, backend: "_Backend | None" = None, authenticate: Callable | No
     async def api_checkpoints(job: str, request: Request):
         await _check(request, job, html_page=False)
         h = be.history(job)
-        return JSONResponse({"job": job, "head": h.head_id(), "control": h.control(),
-                             "checkpoints": [r.to_dict() for r in h.checkpoints()],
-                             "savepoints": [r.to_dict() for r in h.savepoints()]})
+        from pipeline.orchestration.checkpoint_stats import counts, lineage, summary
+        cps, sps, head = [r.to_dict() for r in h.checkpoints()], [r.to_dict() for r in h.savepoints()], h.head_id()
+        return JSONResponse({"job": job, "head": head, "control": h.control(), "checkpoints": cps,
+                             "savepoints": sps, "counts": counts(cps, sps), "summary": summary(cps),
+                             "lineage": lineage(cps, sps, head)})
 
     @app.get("/api/jobs/{job}/checkpoints/{checkpoint_id}")
     async def api_checkpoint(job: str, checkpoint_id: int, request: Request):

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = ["validate_job", "validate_restored", "validate_after_epoch", "run_validation", "ValidationResult",
-           "SuiteOutcome", "ExpectationOutcome", "SUITES", "export_suites", "register_model"]
+           "SuiteOutcome", "ExpectationOutcome", "SUITES", "export_suites"]
 
 _LAZY = {
     "validate_job": ("pipeline.quality.validate", "validate_job"),
@@ -31,7 +31,6 @@ _LAZY = {
     "ExpectationOutcome": ("pipeline.quality.result", "ExpectationOutcome"),
     "SUITES": ("pipeline.quality.suites", "SUITES"),
     "export_suites": ("pipeline.quality.suites", "export_suites"),
-    "register_model": ("pipeline.quality.recovery", "register_model"),
 }
 
 

@@ -34,10 +34,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.exceptions import ObjectNotFoundError, SinkError, StorageError
+from pipeline.layout import snapshot_name
 from pipeline.quality.jobspec import JobObjects, job_objects, sink_obj, state_obj
 from pipeline.quality.keygroups import key_groups
-from pipeline.quality.normalize import (KG_SUMS, MAX_MEASURES, SUMMARY_DDL, SUMMARY_SCHEMA, ObjectSpec, group_sums,
-                                        normalize, read_files_task, schema_signature, summarize)
+from pipeline.quality.normalize import (
+    KG_SUMS,
+    MAX_MEASURES,
+    SUMMARY_DDL,
+    SUMMARY_SCHEMA,
+    ObjectSpec,
+    group_sums,
+    normalize,
+    read_files_task,
+    schema_signature,
+    summarize,
+)
 
 __all__ = ["Snapshot", "Collected", "collect", "ordinal"]
 
@@ -319,7 +330,7 @@ class _Collector:
 
         owners = [(snap.name, snap.completed, True)]
         if self.mode != "epoch":
-            owners += [(("sp-" if cp.is_savepoint else "chk-") + str(cp.checkpoint_id), cp, False)
+            owners += [(snapshot_name(cp.checkpoint_id, savepoint=cp.is_savepoint), cp, False)
                        for cp in self.retained + self.savepoints
                        if cp.location.rstrip("/") != snap.location.rstrip("/")]
         for owner, cp, deep in owners:
@@ -372,7 +383,7 @@ class _Collector:
                 except Exception:  # noqa: BLE001 - subsumed parent: nothing to compare with
                     parent = None
             pmd = parent.metadata if parent is not None else None
-            name = ("sp-" if cp.is_savepoint else "chk-") + str(md.checkpoint_id)
+            name = snapshot_name(md.checkpoint_id, savepoint=cp.is_savepoint)
             sources = set(md.barriers) | set(md.positions) | (set(pmd.barriers) if pmd else set())
             for s in sorted(sources):
                 parts = set(md.barriers.get(s, {})) | set(md.positions.get(s, {}))
@@ -490,7 +501,7 @@ class _Collector:
                     "dups": []}
         if engine == "auto":
             total = sum(self._size_hint.values())
-            engine = "spark" if (self.runner._spark is not None or total > _local_max_bytes()) else "local"
+            engine = "spark" if (self.runner.spark_started or total > _local_max_bytes()) else "local"
         self.out.figures["engine"] = engine
         side, keys, dups, names = (self._spark_pass if engine == "spark" else self._local_pass)(files)
         side["obj"] = side["oid"].map(names)
@@ -758,16 +769,9 @@ class _Collector:
         return _frame(rows, ["aggregate", "group", "measure", "append", "upsert", "state", "expected"])
 
     # -- recovery --------------------------------------------------------------------------------
-    def recompute(self, model) -> dict:
-        from pipeline.quality.recovery import oracle_positions
-        md = self.md
-        if md.channel_state:
-            positions = md.positions
-            self.out.messages.append(f"{self.snap.name} has unaligned channel state: the recomputation uses the "
-                                     "restore positions (state) rather than the barrier positions")
-        else:
-            positions = md.barriers
-        rec = model.recompute(self.runner.config.source_uri, oracle_positions(positions), ttl_cutoff_us=self.cutoffs)
+    def recompute(self, plan) -> dict:
+        """Run the batch plan (:mod:`pipeline.quality.recovery`) and summarise its rows like the real ones."""
+        rec = plan.materialize()
         per_kg, per_group, norms = [], [], {}
         for obj, table in rec.tables.items():
             spec = self.objects.specs.get(obj)
@@ -884,6 +888,7 @@ class _Collector:
 
         def task(batches):
             import pyarrow.parquet as pq2
+
             from pipeline.fileio import file_io_for
             from pipeline.quality.keygroups import key_groups as kgf
             for b in batches:
@@ -921,28 +926,42 @@ def _local_max_bytes() -> int:
 def collect(runner, snapshot: Snapshot, *, mode: str = "full", areas: tuple[str, ...] | None = None,
             drill_kgs: int = _DRILL_KGS, engine: str = "auto") -> Collected:
     """Build every dataset the suites of ``areas`` need (``mode="epoch"``: metadata only, no Spark)."""
-    from pipeline.quality.recovery import model_for
+    import dataclasses
+
+    from pipeline.quality.recovery import plan_recomputation
     c = _Collector(runner, snapshot, mode=mode, drill_kgs=drill_kgs)
     areas = areas or (("metadata",) if mode == "epoch" else ("metadata", "state", "sink", "recovery"))
     with c.timer("metadata_load"):
         c.load_known()
         c.output_view()
     data_needed = any(a in areas for a in ("state", "sink", "recovery"))
-    model = model_for(runner.job.name) if "recovery" in areas else None
+    plan = None
     exp_box: dict[str, Any] = {}
+    if data_needed and "recovery" in areas:
+        with c.timer("batch_plan"):
+            try:
+                plan = plan_recomputation(runner, c.md, set(c.objects.specs))
+            except Exception as e:  # noqa: BLE001 - cannot prove recovery correctness: a failure, not a skip
+                log.exception("batch plan failed")
+                exp_box["error"] = f"{type(e).__name__}: {e}"
+        if plan is not None:
+            for obj, cols in plan.columns.items():  # compare on the batch plan's columns only
+                c.objects.specs[obj] = dataclasses.replace(c.objects.specs[obj], columns=cols)
+            c.out.figures["not_checked"] = dict(plan.unchecked)
+            c.out.messages.extend(plan.messages)
 
     def run_model() -> None:
         t0 = time.perf_counter()
         try:
-            exp_box["value"] = c.recompute(model)
-        except Exception as e:  # noqa: BLE001 - reported as a skipped/failed recovery suite
-            log.exception("recomputation failed")
+            exp_box["value"] = c.recompute(plan)
+        except Exception as e:  # noqa: BLE001 - reported as a failed recovery suite
+            log.exception("batch evaluation failed")
             exp_box["error"] = f"{type(e).__name__}: {e}"
         c.out.timings["recompute"] = time.perf_counter() - t0
 
     worker = None
-    if data_needed and model is not None:
-        worker = threading.Thread(target=run_model, name="epochal-recompute", daemon=True)
+    if data_needed and plan is not None:
+        worker = threading.Thread(target=run_model, name="epochal-batch-eval", daemon=True)
         worker.start()
     checksums: dict[str, dict] = {}
     files: list = []
@@ -965,11 +984,7 @@ def collect(runner, snapshot: Snapshot, *, mode: str = "full", areas: tuple[str,
             with c.timer("recompute_wait"):
                 worker.join()
         if "recovery" in areas:
-            if model is None:
-                for d in ("recovery_key_groups", "recovery_conservation"):
-                    c.out.skipped[d] = f"no recovery model (independent recomputation) for job {runner.job.name!r}"
-                c.out.skipped["group_totals:recovery"] = c.out.skipped["recovery_key_groups"]
-            elif "error" in exp_box:  # cannot prove recovery correctness: that is a failure, not a skip
+            if "error" in exp_box:  # cannot prove recovery correctness: that is a failure, not a skip
                 for d in ("recovery_key_groups", "recovery_conservation", "group_totals:recovery"):
                     c.out.errors[d] = f"recomputation from the sources failed: {exp_box['error']}"
             else:

@@ -106,8 +106,10 @@ def build_data_docs(docs_dir: str, results: Iterable[tuple[str, str, str, Mappin
     """
     from great_expectations.core.expectation_validation_result import ExpectationSuiteValidationResultSchema
     from great_expectations.core.run_identifier import RunIdentifier
-    from great_expectations.data_context.types.resource_identifiers import (ExpectationSuiteIdentifier,
-                                                                          ValidationResultIdentifier)
+    from great_expectations.data_context.types.resource_identifiers import (
+        ExpectationSuiteIdentifier,
+        ValidationResultIdentifier,
+    )
     os.makedirs(docs_dir, exist_ok=True)
     ctx = _new_context()
     try:
@@ -157,8 +159,8 @@ _OVERVIEW_CSS = """
 
 def _add_overview(index_path: str, results) -> None:
     """Insert a static table of the validations (no CDN assets needed) at the top of ``index.html``."""
-    import html
     import glob
+    import html
     root = os.path.dirname(index_path)
     by_snap: dict[str, list] = {}
     for suite_name, dataset, run_name, doc in results:

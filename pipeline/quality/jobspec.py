@@ -98,7 +98,9 @@ def node_schema(job: Job, node_id: int) -> pa.Schema | None:
 def _state_schema(job: Job, op, name: str) -> pa.Schema | None:
     if isinstance(op, JoinNode):
         side = node_schema(job, op.left if name == "left" else op.right)
-        return None if side is None else side.append(_KG)
+        return None if side is None else side.append(_KG).append(pa.field("_matched", pa.bool_()))
+    if not isinstance(op, AggregateNode):
+        return None  # other operators (dedup, ...): schema not checked here
     sch = node_schema(job, job.node_id(op))
     return None if sch is None else sch.append(_KG)
 
@@ -134,7 +136,7 @@ def job_objects(job: Job, default_ttl_seconds: int | None) -> JobObjects:
             # window records / user state: several rows per key by design, and the window's watermark table is
             # operator-wide; the generic state checks (unique keys per key group) do not apply (docs/windows.md)
             continue
-        else:
+        elif isinstance(op, AggregateNode):
             o = state_obj(op.uid, "agg")
             measures = tuple((out, out) for out, fn, _ in op.aggs if fn in ("count", "sum"))
             specs[o] = ObjectSpec(o, "state", op.key, op.key, measures, op.uid)

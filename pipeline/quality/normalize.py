@@ -92,6 +92,8 @@ class ObjectSpec:
     measures: tuple[tuple[str, str | None], ...] = ()  # (measure, column or None = count 1 per row)
     aggregate: str | None = None              # aggregate uid the measures belong to
     upsert_key: tuple[str, ...] = ()          # upsert sinks: newest row per key wins
+    columns: tuple[str, ...] | None = None    # columns fingerprinted (None: all but _kg); the recovery suites
+    # set them to the batch evaluation's columns, so runtime-internal columns do not count
 
     def __post_init__(self) -> None:
         if len(self.measures) > MAX_MEASURES:
@@ -138,7 +140,7 @@ def normalize(table: pa.Table, spec: ObjectSpec, *, fid: int = -1, kg_lo: int | 
               kg_hi: int | None = None, max_parallelism: int = 0) -> pa.Table:
     """The normal form (``NORM_SCHEMA`` row records) of ``table``'s rows."""
     n = table.num_rows
-    cols = [c for c in table.column_names if c != KG_COLUMN]
+    cols = [c for c in table.column_names if c != KG_COLUMN and (spec.columns is None or c in spec.columns)]
     numeric = [c for c in cols if pa.types.is_integer(table.schema.field(c).type)
                or pa.types.is_floating(table.schema.field(c).type) or pa.types.is_decimal(table.schema.field(c).type)]
     stamps = [c for c in cols if pa.types.is_timestamp(table.schema.field(c).type)
@@ -296,6 +298,7 @@ def read_files_task(specs: Mapping[str, ObjectSpec], oids: Mapping[str, int], *,
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow.parquet as pq
+
         from pipeline.fileio import file_io_for
         for b in batches:
             d = b.to_pydict()

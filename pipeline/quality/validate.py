@@ -33,6 +33,16 @@ ALL_AREAS = ("metadata", "state", "sink", "recovery")
 DOCS_HISTORY = 5   # validated snapshots shown in Data Docs besides the current one
 
 
+def _publish_docs(runner, site_dir: str) -> str | None:
+    """Offline styling + copy to ``<checkpoint root>/<job>/data_docs/`` (served in the Airflow UI)."""
+    from pipeline.fileio import join_uri
+    from pipeline.quality.docs_site import make_offline, publish_site, site_uri
+    make_offline(site_dir)
+    target = site_uri(runner.config.checkpoint_uri, runner.job.name)
+    publish_site(site_dir, runner.ckpt_fio, target)
+    return join_uri(target, "index.html")
+
+
 def default_docs_dir() -> str:
     if os.environ.get("EPOCHAL_DATA_DOCS_DIR"):
         return os.environ["EPOCHAL_DATA_DOCS_DIR"]
@@ -41,13 +51,13 @@ def default_docs_dir() -> str:
 
 
 def validation_root(runner) -> str:
-    from pipeline.checkpoint.store import VALIDATION_DIR
-    from pipeline.fileio import join_uri
-    return join_uri(runner.job_root, VALIDATION_DIR)
+    from pipeline.layout import JobLayout
+    return JobLayout(runner.job_root).validation()
 
 
 def resolve_snapshot(runner, checkpoint: str | int | None):
     """The CompletedCheckpoint to validate: latest completed (None), an id, or a savepoint/checkpoint URI."""
+    from pipeline.layout import snapshot_name
     from pipeline.quality.collect import Snapshot
     store = runner.coordinator.store
     if checkpoint is None or str(checkpoint).strip() in ("", "latest"):
@@ -56,10 +66,10 @@ def resolve_snapshot(runner, checkpoint: str | int | None):
             raise CheckpointError(f"job {runner.job.name!r} has no completed checkpoint to validate "
                                   f"(under {store.checkpoints_uri})")
     else:
-        cp = runner._load_snapshot(str(checkpoint))
+        cp = runner.load_snapshot(str(checkpoint))
     if cp.metadata.job != runner.job.name:
         raise CheckpointError(f"{cp.describe()} belongs to job {cp.metadata.job!r}, not {runner.job.name!r}")
-    name = ("sp-" if cp.is_savepoint else "chk-") + str(cp.checkpoint_id)
+    name = snapshot_name(cp.checkpoint_id, savepoint=cp.is_savepoint)
     return Snapshot(cp, name)
 
 
@@ -199,7 +209,9 @@ def validate_job(runner, checkpoint: str | int | None = None, *, mode: str = "fu
         t_d = time.perf_counter()
         try:
             history = _previous_results(runner, snap.name, DOCS_HISTORY) if store_results else []
-            docs_uri = eng.build_data_docs(docs_dir or default_docs_dir(), docs_inputs + history)
+            site_dir = docs_dir or os.path.join(default_docs_dir(), runner.job.name)  # one site per job
+            docs_uri = eng.build_data_docs(site_dir, docs_inputs + history)
+            docs_uri = _publish_docs(runner, site_dir) or docs_uri
         except Exception as e:  # noqa: BLE001 - docs are a view; never fail a validation because of them
             log.warning("could not build Data Docs: %s", e)
             collected.messages.append(f"Data Docs not built: {e}")

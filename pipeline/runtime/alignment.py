@@ -40,9 +40,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
-from pipeline.barriers import (AbortCheckpoint, AllBarriersReceived, AlignedBarrierHandler, BarrierTracker,
-                               CheckpointBarrier, CheckpointOptions, CheckpointType, Decision, PersistInFlight,
-                               TriggerCheckpoint, TriggerMode, create_barrier_handler)
+from pipeline.barriers import (
+    AbortCheckpoint,
+    AlignedBarrierHandler,
+    AllBarriersReceived,
+    BarrierTracker,
+    CheckpointBarrier,
+    CheckpointOptions,
+    CheckpointType,
+    Decision,
+    PersistInFlight,
+    TriggerCheckpoint,
+    TriggerMode,
+    create_barrier_handler,
+)
+from pipeline.barriers.events import CheckpointingMode
 from pipeline.barriers.handler import BaseBarrierHandler
 from pipeline.checkpoint.handles import Position
 from pipeline.exceptions import CheckpointError, ConfigError
@@ -65,7 +77,7 @@ def channel_name(ch: Channel) -> str:
 
 def alignment_label(checkpoint_mode: str, unaligned: bool, aligned_timeout_s: float) -> str:
     """The configured alignment, as ``metadata.alignment``: aligned | unaligned | aligned_timeout | tracker."""
-    if checkpoint_mode == "at_least_once":
+    if checkpoint_mode == CheckpointingMode.AT_LEAST_ONCE:
         return "tracker"
     if not unaligned:
         return "aligned"

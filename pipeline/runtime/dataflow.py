@@ -8,19 +8,32 @@ a routing column, are shuffled so that partition i == subtask i, and are consume
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Sequence
 
 import pyarrow as pa
 
 from pipeline.exceptions import ConfigError, MalformedInputError
-from pipeline.job import AggregateNode, Job, JoinNode, MapNode, ProcessNode, SourceNode, WindowNode
+from pipeline.job import AggregateNode, Job, JoinNode, MapNode, SourceNode
 from pipeline.keygroups import key_group_expr, subtask_expr
-from pipeline.runtime.operators import (EXACT_SUM, HANDLE_DDL, AggTaskSpec, JoinTaskSpec, handle_rows_to_dicts,
-                                        make_agg_task, make_join_task)
+from pipeline.runtime.operator_registry import register_operator
+from pipeline.runtime.operators import (
+    EXACT_SUM,
+    HANDLE_DDL,
+    AggTaskSpec,
+    JoinTaskSpec,
+    handle_rows_to_dicts,
+    make_agg_task,
+    make_join_task,
+)
 from pipeline.runtime.routing import shuffle_to_subtasks
 
-__all__ = ["OperatorIO", "operator_dataframe", "collect_handles", "fresh_dataframe", "split_dataframe", "task_count",
+__all__ = ["OperatorIO", "operator_dataframe", "drop_internal", "schema_ddl", "arrow_schema_of", "collect_handles", "fresh_dataframe", "split_dataframe", "task_count",
            "files_dataframe", "spark_schema", "rethrow_task_error"]
+
+#: columns the runtime adds to records (source positions, routing and alignment flags): never user data
+_INTERNAL = frozenset(["_source", "_partition", "_seq", "_row", "_park", "_kg", "_side", "_subtask", "_route",
+                       "_matched"])
+
 
 def spark_schema(schema: pa.Schema):
     from pyspark.sql.pandas.types import from_arrow_schema
@@ -118,6 +131,7 @@ def files_dataframe(spark, uris: Sequence[str], schema: pa.Schema, max_tasks: in
 
     def read(batches):
         import pyarrow.parquet as pq
+
         from pipeline.fileio import file_io_for
         for b in batches:
             for task in b.column(0).to_pylist():
@@ -171,11 +185,11 @@ class OperatorIO:
     replay_handles: dict | None = None  # join: {"left"/"right": [file handles]} in-flight data to replay first
     channel_prefix: str | None = None   # join: where rows flagged ``_park`` are written as channel state
     prior_output: tuple = ()            # upsert sink: output files staged in earlier rounds of this checkpoint
+    bad_records: str = "dead_letter"    # plan-time: the bad-records policy (operators' declaration violations)
+    dead_letter_root: str | None = None  # plan-time
     epoch: int = 0                      # window/process: the epoch being processed, its barrier time (µs) and
     barrier_us: int = 0                 # whether this round completes the checkpoint (pipeline.runtime.keyed_ops)
     complete: bool = True
-    bad_records: str = "dead_letter"    # plan-time: the bad-records policy
-    dead_letter_root: str | None = None  # plan-time (a window's late records: <root>/<job>/operator=<uid>/...)
 
 
 def rethrow_task_error(e: Exception) -> None:
@@ -200,81 +214,106 @@ def operator_dataframe(spark, job: Job, op, inputs: dict[int, object], io: Opera
     Spark job; its acks are written by the tasks as objects under ``io.ack_prefix``.
     Returns ``(dataframe, output arrow schema)``.
     """
+    from pipeline.runtime.operator_registry import builder_for
+
+    def resolve(node_id: int, prepare: Callable | None = None):
+        """The DataFrame of node ``node_id``'s input chain; ``prepare(base_id, df)`` (optional) runs on the
+        base (source or operator output) before the stateless steps (a window tags watermark channels)."""
+        base, maps = job.chain_to(node_id)
+        df = inputs[base] if prepare is None else prepare(base, inputs[base])
+        return apply_maps(df, maps)
+
+    return builder_for(op)(spark, job, op, resolve, io)
+
+
+def drop_internal(df):
+    """``df`` without the runtime's own columns (keeps ``_park``, the unaligned routing flag)."""
+    keep = [c for c in df.columns if c not in _INTERNAL or c == "_park"]
+    return df if len(keep) == len(df.columns) else df.select(*keep)
+
+
+@register_operator(JoinNode)
+def join_dataframe(spark, job: Job, op: JoinNode, resolve, io: OperatorIO):
+    """The join operator: both inputs keyed by ``op.on`` and shuffled together (``_side`` 0/1)."""
     from pyspark.sql import functions as F
     P, MP = io.parallelism, io.max_parallelism
+    left, right = resolve(op.left), resolve(op.right)
+    for side, d in (("left", left), ("right", right)):
+        if op.on not in d.columns or "_ingest_ts" not in d.columns:
+            raise ConfigError(f"join {op.uid}: {side} input needs columns {op.on!r} and _ingest_ts, has "
+                              f"{[c for c in d.columns if c not in _INTERNAL]}")
+    # "_park" (unaligned checkpoints only) flags rows in flight at the join: a routing flag, not data
+    # internal columns (source positions, routing flags) are not the user's: never joined, never output
+    lcols = tuple(c for c in left.columns if c not in _INTERNAL)
+    rcols = tuple(c for c in right.columns if c not in _INTERNAL)
+    left, right = left.select(*lcols, *(["_park"] if "_park" in left.columns else [])), \
+        right.select(*rcols, *(["_park"] if "_park" in right.columns else []))
+    clash = (set(lcols) & set(rcols)) - {op.on, "_ingest_ts"}
+    if clash:
+        raise ConfigError(f"join {op.uid}: both inputs have columns {sorted(clash)}; rename them on one side "
+                          f"with select() (e.g. select('{sorted(clash)[0]} AS right_{sorted(clash)[0]}', ...))")
+    output = op.output or tuple([op.on] + [c for c in lcols if c not in (op.on, "_ingest_ts")]
+                                + [c for c in rcols if c not in (op.on, "_ingest_ts")])
+    unknown = [c for c in output if c not in lcols and c not in rcols]
+    if unknown:
+        raise ConfigError(f"join {op.uid}: output columns {unknown} are in neither input "
+                          f"(left has {list(lcols)}, right has {list(rcols)})")
+    lsch = arrow_schema_of(left.drop("_park") if "_park" in left.columns else left)
+    rsch = arrow_schema_of(right.drop("_park") if "_park" in right.columns else right)
+    kg = key_group_expr(op.on, MP)
+    l2 = left.withColumn("_side", F.lit(0).cast("byte")).withColumn("_kg", kg)
+    r2 = right.withColumn("_side", F.lit(1).cast("byte")).withColumn("_kg", kg)
+    both = l2.unionByName(r2, allowMissingColumns=True).withColumn("_subtask", subtask_expr("_kg", MP, P))
+    shuffled = shuffle_to_subtasks(both, spark, "_subtask", P)
+    joined = {**{f.name: f for f in lsch}, **{f.name: f for f in rsch}}
+    # outer joins emit nulls for the other side: every output column is nullable
+    out_schema = pa.schema([joined[c].with_nullable(True) for c in output])
+    # chained: only the columns the consumers read flow on (the sink file still gets every column)
+    read = job.columns_read(job.node_id(op)) if io.ack_prefix is not None else None
+    flow_schema = out_schema if read is None else pa.schema([f for f in out_schema if f.name.lower() in read])
+    spec = JoinTaskSpec(op.uid, io.checkpoint, op.on, lcols, rcols, output, P, MP, io.ttl_cutoff_us,
+                        io.parent_handles, io.state_prefix, io.output_prefix, io.output_name, io.file_tag,
+                        lsch, rsch, out_schema, io.ack_prefix, io.replay_handles or {}, io.channel_prefix,
+                        flow_schema, how=op.how, unique=op.unique, bad_records=io.bad_records,
+                        dead_letter_root=io.dead_letter_root, job=job.name)
+    result = shuffled.mapInArrow(make_join_task(spec), HANDLE_DDL if io.ack_prefix is None else schema_ddl(flow_schema))
+    return result, out_schema  # the full output schema (what a sink gets), not the chained flow_schema
 
-    def resolve(node_id: int):
-        base, maps = job.chain_to(node_id)
-        return apply_maps(inputs[base], maps)
 
-    if isinstance(op, JoinNode):
-        left, right = resolve(op.left), resolve(op.right)
-        for side, d in (("left", left), ("right", right)):
-            if op.on not in d.columns or "_ingest_ts" not in d.columns:
-                raise ConfigError(f"join {op.uid}: {side} input needs columns {op.on!r} and _ingest_ts, has {d.columns}")
-        # "_park" (unaligned checkpoints only) flags rows in flight at the join: a routing flag, not data
-        lcols = tuple(c for c in left.columns if c != "_park")
-        rcols = tuple(c for c in right.columns if c != "_park")
-        clash = (set(lcols) & set(rcols)) - {op.on, "_ingest_ts"}
-        if clash:
-            raise ConfigError(f"join {op.uid}: both inputs have columns {sorted(clash)}; rename with select()")
-        output = op.output or tuple([op.on] + [c for c in lcols if c not in (op.on, "_ingest_ts")]
-                                    + [c for c in rcols if c not in (op.on, "_ingest_ts")])
-        lsch = arrow_schema_of(left.drop("_park") if "_park" in left.columns else left)
-        rsch = arrow_schema_of(right.drop("_park") if "_park" in right.columns else right)
-        kg = key_group_expr(op.on, MP)
-        l2 = left.withColumn("_side", F.lit(0).cast("byte")).withColumn("_kg", kg)
-        r2 = right.withColumn("_side", F.lit(1).cast("byte")).withColumn("_kg", kg)
-        both = l2.unionByName(r2, allowMissingColumns=True).withColumn("_subtask", subtask_expr("_kg", MP, P))
-        shuffled = shuffle_to_subtasks(both, spark, "_subtask", P)
-        joined = {**{f.name: f for f in lsch}, **{f.name: f for f in rsch}}
-        out_schema = pa.schema([joined[c] for c in output])
-        # chained: only the columns the consumers read flow on (the sink file still gets every column)
-        read = job.columns_read(job.node_id(op)) if io.ack_prefix is not None else None
-        flow_schema = out_schema if read is None else pa.schema([f for f in out_schema if f.name.lower() in read])
-        spec = JoinTaskSpec(op.uid, io.checkpoint, op.on, lcols, rcols, output, P, MP, io.ttl_cutoff_us,
-                            io.parent_handles, io.state_prefix, io.output_prefix, io.output_name, io.file_tag,
-                            lsch, rsch, out_schema, io.ack_prefix, io.replay_handles or {}, io.channel_prefix,
-                            flow_schema)
-        result = shuffled.mapInArrow(make_join_task(spec), HANDLE_DDL if io.ack_prefix is None else schema_ddl(flow_schema))
-        out_schema = flow_schema
-    elif isinstance(op, AggregateNode):
-        src = resolve(op.parent)
-        needed = [op.key] + sorted({c for _, fn, c in op.aggs if c})
-        missing = [c for c in needed if c not in src.columns]
-        if missing:
-            raise ConfigError(f"aggregate {op.uid}: input lacks columns {missing}")
-        src = src.select(*needed)
-        in_schema = arrow_schema_of(src)
-        fields = [in_schema.field(op.key)]
-        out_fields = [in_schema.field(op.key)]
-        for out, fn, col in op.aggs:
-            if fn == "count":
-                fields.append(pa.field(out, pa.int64()))
-                out_fields.append(fields[-1])
-            elif fn == "sum":
-                t = in_schema.field(col).type
-                # floating sums are kept as exact decimals in state, so totals do not depend on the
-                # order in which records arrive (deterministic replay, identical results after rescaling)
-                fields.append(pa.field(out, EXACT_SUM if pa.types.is_floating(t) else pa.int64()))
-                out_fields.append(pa.field(out, pa.float64() if pa.types.is_floating(t) else pa.int64()))
-            else:
-                fields.append(pa.field(out, in_schema.field(col).type))
-                out_fields.append(fields[-1])
-        state_schema = pa.schema(fields)
-        out_schema = pa.schema(out_fields)
-        with_kg = src.withColumn("_kg", key_group_expr(op.key, MP)).withColumn("_subtask", subtask_expr("_kg", MP, P))
-        shuffled = shuffle_to_subtasks(with_kg, spark, "_subtask", P)
-        spec = AggTaskSpec(op.uid, io.checkpoint, op.key, op.aggs, state_schema, P, MP, io.parent_handles,
-                           io.state_prefix, io.output_prefix, io.output_name, io.file_tag, io.ack_prefix,
-                           out_schema, tuple(io.prior_output))
-        result = shuffled.mapInArrow(make_agg_task(spec), HANDLE_DDL if io.ack_prefix is None else schema_ddl(out_schema))
-    elif isinstance(op, (WindowNode, ProcessNode)):
-        from pipeline.runtime.keyed_ops import process_dataframe, window_dataframe
-        build = window_dataframe if isinstance(op, WindowNode) else process_dataframe
-        return build(spark, job, op, inputs, io)
-    else:  # pragma: no cover - guarded by Job
-        raise ConfigError(f"not a stateful operator: {op!r}")
+@register_operator(AggregateNode)
+def aggregate_dataframe(spark, job: Job, op: AggregateNode, resolve, io: OperatorIO):
+    """The running keyed aggregate: input keyed by ``op.key``, exact decimal sums in state."""
+    P, MP = io.parallelism, io.max_parallelism
+    src = resolve(op.parent)
+    needed = [op.key] + sorted({c for _, fn, c in op.aggs if c})
+    missing = [c for c in needed if c not in src.columns]
+    if missing:
+        raise ConfigError(f"aggregate {op.uid}: input lacks columns {missing}")
+    src = src.select(*needed)
+    in_schema = arrow_schema_of(src)
+    fields = [in_schema.field(op.key)]
+    out_fields = [in_schema.field(op.key)]
+    for out, fn, col in op.aggs:
+        if fn == "count":
+            fields.append(pa.field(out, pa.int64()))
+            out_fields.append(fields[-1])
+        elif fn == "sum":
+            t = in_schema.field(col).type
+            # floating sums are kept as exact decimals in state, so totals do not depend on the
+            # order in which records arrive (deterministic replay, identical results after rescaling)
+            fields.append(pa.field(out, EXACT_SUM if pa.types.is_floating(t) else pa.int64()))
+            out_fields.append(pa.field(out, pa.float64() if pa.types.is_floating(t) else pa.int64()))
+        else:
+            fields.append(pa.field(out, in_schema.field(col).type))
+            out_fields.append(fields[-1])
+    state_schema = pa.schema(fields)
+    out_schema = pa.schema(out_fields)
+    with_kg = src.withColumn("_kg", key_group_expr(op.key, MP)).withColumn("_subtask", subtask_expr("_kg", MP, P))
+    shuffled = shuffle_to_subtasks(with_kg, spark, "_subtask", P)
+    spec = AggTaskSpec(op.uid, io.checkpoint, op.key, op.aggs, state_schema, P, MP, io.parent_handles,
+                       io.state_prefix, io.output_prefix, io.output_name, io.file_tag, io.ack_prefix,
+                       out_schema, tuple(io.prior_output))
+    result = shuffled.mapInArrow(make_agg_task(spec), HANDLE_DDL if io.ack_prefix is None else schema_ddl(out_schema))
     return result, out_schema
 
 

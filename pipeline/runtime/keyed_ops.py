@@ -26,6 +26,7 @@ from pipeline.faults import fault_point
 from pipeline.job import Job, ProcessNode, WindowNode
 from pipeline.keygroups import key_group_expr, range_for_subtask, subtask_expr
 from pipeline.process_op import TOUCHED, process_step
+from pipeline.runtime.operator_registry import register_operator
 from pipeline.runtime.operators import HANDLE_DDL, _collect, _emit, _handle, _partition_id, _round_spec
 from pipeline.runtime.routing import shuffle_to_subtasks
 from pipeline.state.backend import KG_COLUMN, read_state, write_table
@@ -256,19 +257,22 @@ def _with_markers(df, spark, event_time: str, key: str, parallelism: int):
     return df.mapInArrow(mark, schema_ddl(out_schema))
 
 
-def window_dataframe(spark, job: Job, op: WindowNode, inputs: dict, io):
+@register_operator(WindowNode)
+def window_dataframe(spark, job: Job, op: WindowNode, resolve, io):
     """The (lazy) DataFrame of a window operator and its output schema (see ``operator_dataframe``)."""
     from pyspark.sql import functions as F
 
-    from pipeline.runtime.dataflow import apply_maps, arrow_schema_of, schema_ddl
+    from pipeline.runtime.dataflow import arrow_schema_of, schema_ddl
     P, MP = io.parallelism, io.max_parallelism
-    base, maps = job.chain_to(op.parent)
-    df = inputs[base]
-    if base in [job.node_id(o) for o in job.operators()]:
-        df = df.withColumn(CHANNEL, F.lit(f"op:{job.nodes[base].uid}"))
-    else:
-        df = df.withColumn(CHANNEL, F.concat(F.col("_source"), F.lit("/"), F.col("_partition").cast("string")))
-    df = apply_maps(df, maps)
+    operator_ids = {job.node_id(o) for o in job.operators()}
+
+    def tag_channel(base: int, df):
+        """Watermark channels: a source partition, or the whole output of an upstream operator."""
+        if base in operator_ids:
+            return df.withColumn(CHANNEL, F.lit(f"op:{job.nodes[base].uid}"))
+        return df.withColumn(CHANNEL, F.concat(F.col("_source"), F.lit("/"), F.col("_partition").cast("string")))
+
+    df = resolve(op.parent, tag_channel)
     wspec = WindowSpec(op.key, op.event_time, op.size_seconds * SEC, op.slide_seconds * SEC,
                        op.max_out_of_orderness_seconds * SEC, op.allowed_lateness_seconds * SEC, op.aggs,
                        EmitMode(op.emit))
@@ -292,8 +296,8 @@ def window_dataframe(spark, job: Job, op: WindowNode, inputs: dict, io):
     spec = WindowTaskSpec(op.uid, io.checkpoint, wspec, task_in, P, MP, io.parent_handles, io.state_prefix,
                           io.output_prefix, io.output_name, io.file_tag, out_schema,
                           late_dead_letter_prefix(io.dead_letter_root or "", job.name, op.uid), io.bad_records,
-                          io.ack_prefix, getattr(io, "epoch", 0), getattr(io, "complete", True),
-                          getattr(io, "barrier_us", 0), flow_schema)
+                          io.ack_prefix, io.epoch, io.complete,
+                          io.barrier_us, flow_schema)
     result = shuffled.mapInArrow(make_window_task(spec),
                                  HANDLE_DDL if io.ack_prefix is None else schema_ddl(flow_schema))
     return result, flow_schema or out_schema
@@ -369,12 +373,12 @@ def make_process_task(spec: ProcessTaskSpec):
     return task
 
 
-def process_dataframe(spark, job: Job, op: ProcessNode, inputs: dict, io):
+@register_operator(ProcessNode)
+def process_dataframe(spark, job: Job, op: ProcessNode, resolve, io):
     """The (lazy) DataFrame of a ``process`` operator and its output schema."""
-    from pipeline.runtime.dataflow import apply_maps, arrow_schema_of, schema_ddl
+    from pipeline.runtime.dataflow import arrow_schema_of, schema_ddl
     P, MP = io.parallelism, io.max_parallelism
-    base, maps = job.chain_to(op.parent)
-    df = apply_maps(inputs[base], maps)
+    df = resolve(op.parent)
     if op.key not in df.columns:
         raise ConfigError(f"process {op.uid}: input lacks the key column {op.key!r}")
     internal = {"_source", "_partition", "_seq", "_row", "_park"}
@@ -384,7 +388,7 @@ def process_dataframe(spark, job: Job, op: ProcessNode, inputs: dict, io):
     shuffled = shuffle_to_subtasks(_with_beacons(df, spark, P), spark, "_subtask", P)
     spec = ProcessTaskSpec(op.uid, io.checkpoint, op.key, op.fn, op.state_schema, op.output_schema, in_schema,
                            op.ttl_seconds, P, MP, io.parent_handles, io.state_prefix, io.output_prefix,
-                           io.output_name, io.file_tag, io.ack_prefix, getattr(io, "barrier_us", 0))
+                           io.output_name, io.file_tag, io.ack_prefix, io.barrier_us)
     result = shuffled.mapInArrow(make_process_task(spec),
                                  HANDLE_DDL if io.ack_prefix is None else schema_ddl(op.output_schema))
     return result, op.output_schema

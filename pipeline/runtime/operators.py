@@ -15,8 +15,10 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipeline.exceptions import MalformedInputError
 from pipeline.faults import fault_point
 from pipeline.keygroups import range_for_subtask
+from pipeline.operators.join import MATCHED, JoinType, Uniqueness, join_step
 from pipeline.state.backend import KG_COLUMN, read_state, write_table
 
 __all__ = ["EXACT_SUM", "HANDLE_SCHEMA", "JoinTaskSpec", "AggTaskSpec", "make_join_task", "make_agg_task",
@@ -40,10 +42,11 @@ HANDLE_SCHEMA = pa.schema([
     ("expired_rows", pa.int64()),
     ("sync_ms", pa.float64()),    # restore + processing + staging the sink output ("synchronous part")
     ("async_ms", pa.float64()),   # state snapshot upload: state + channel state files ("asynchronous part")
+    ("ack_ts_ms", pa.float64()),  # wall clock (Unix ms) when the subtask acknowledged (per-subtask ack time)
 ])
 HANDLE_DDL = ("kind string, operator string, name string, subtask int, kg_start int, kg_end int, uri string, "
               "rows bigint, bytes bigint, sha256 string, in_rows bigint, restored_rows bigint, "
-              "expired_rows bigint, sync_ms double, async_ms double")
+              "expired_rows bigint, sync_ms double, async_ms double, ack_ts_ms double")
 
 
 def _partition_id() -> int:
@@ -57,7 +60,7 @@ def _handle(kind, op, name, subtask, kgr, fh, in_rows=0, restored=0, expired=0, 
     return {"kind": kind, "operator": op, "name": name, "subtask": subtask, "kg_start": kgr.start,
             "kg_end": kgr.end, "uri": fh["uri"], "rows": fh["rows"], "bytes": fh["bytes"],
             "sha256": fh["sha256"], "in_rows": in_rows, "restored_rows": restored, "expired_rows": expired,
-            "sync_ms": sync_ms, "async_ms": async_ms}
+            "sync_ms": sync_ms, "async_ms": async_ms, "ack_ts_ms": time.time() * 1000.0}
 
 
 def handle_rows_to_dicts(rows) -> list[dict]:
@@ -75,6 +78,9 @@ def _emit(rows: list[dict], out: pa.Table | None, out_schema: pa.Schema, fio, ac
     fio.write_bytes(f"{ack_prefix}/{subtask:05d}.json", json.dumps(rows).encode())
     if out is not None and out.num_rows:
         yield from out.select(out_schema.names).cast(out_schema).to_batches(max_chunksize=50_000)
+
+
+emit_handles = _emit  # for operator task modules (see pipeline.runtime.operator_registry)
 
 
 def _collect(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:
@@ -105,12 +111,53 @@ class JoinTaskSpec:
     replay_handles: dict | None = None   # unaligned: {"left"/"right": [file handles]} in-flight data replayed first
     channel_prefix: str | None = None    # unaligned: rows flagged ``_park`` are written here, not processed
     flow_schema: pa.Schema | None = None  # chained: the columns that flow on to the consumers (None: out_schema)
+    how: str = "inner"                    # JoinType value
+    unique: str = "none"                  # Uniqueness value
+    bad_records: str = "dead_letter"      # what a violation of ``unique`` does: dead letter or fail the epoch
+    dead_letter_root: str | None = None
+    job: str = ""
 
 
 def _round_spec(spec):
     """``spec`` completed with this round's values (local property ``epochal.op.<uid>``, if the job has it)."""
     from pipeline.runtime.round_params import apply_params, operator_key, task_params
     return apply_params(spec, task_params(operator_key(spec.uid)))
+
+
+def operator_dead_letter_uri(dead_letter_root: str, job: str, uid: str, checkpoint: str, name: str,
+                             file_tag: str, subtask: int) -> str:
+    """Where an operator's dead letters of one round and subtask go (``operator=`` cannot clash with a source
+    name). Only files of completed checkpoints count; the checkpoint's stats hold the counts."""
+    return (f"{dead_letter_root.rstrip('/')}/{job}/operator={uid}/{checkpoint}/"
+            f"{name}-{file_tag}-{subtask:05d}.jsonl")
+
+
+def _join_violations(spec: "JoinTaskSpec", fio, res, subtask: int) -> list[tuple]:
+    """Rows violating ``unique``: fail the epoch, or write them as dead letters (handle rows of kind
+    ``dead_letter``, ``rows`` = count)."""
+    import json
+
+    from pipeline.fileio import file_io_for
+    from pipeline.source._formats import json_default
+    out = []
+    for name, bad in (("left", res.violations_left), ("right", res.violations_right)):
+        if not bad.num_rows:
+            continue
+        user = [c for c in bad.column_names if c != KG_COLUMN]
+        first = bad.select(user).slice(0, 1).to_pylist()[0]
+        what = (f"join {spec.uid} ({spec.checkpoint}): {bad.num_rows} {name} row(s) repeat a key although "
+                f"unique={spec.unique!r} declares {name} keys unique (e.g. {spec.key}={first.get(spec.key)!r})")
+        if spec.bad_records == "fail" or not spec.dead_letter_root:
+            raise MalformedInputError(what)
+        uri = operator_dead_letter_uri(spec.dead_letter_root, spec.job, spec.uid, spec.checkpoint, name,
+                                       spec.file_tag, subtask)
+        lines = [json.dumps({"operator": spec.uid, "side": name, "checkpoint": spec.checkpoint,
+                             "error": f"duplicate key on the side declared unique ({name})", "values": v},
+                            default=json_default, ensure_ascii=False) for v in bad.select(user).to_pylist()]
+        data = ("\n".join(lines) + "\n").encode("utf-8")
+        file_io_for(uri).write_bytes(uri, data)
+        out.append(("dead_letter", name, {"uri": uri, "rows": bad.num_rows, "bytes": len(data), "sha256": None}))
+    return out
 
 
 def make_join_task(spec: JoinTaskSpec):
@@ -125,8 +172,10 @@ def make_join_task(spec: JoinTaskSpec):
         subtask = _partition_id()
         kgr = range_for_subtask(spec.max_parallelism, spec.parallelism, subtask)
         fio = file_io_for(spec.state_prefix)
-        lschema = spec.left_schema.append(pa.field(KG_COLUMN, pa.int32()))
-        rschema = spec.right_schema.append(pa.field(KG_COLUMN, pa.int32()))
+        lin = spec.left_schema.append(pa.field(KG_COLUMN, pa.int32()))
+        rin = spec.right_schema.append(pa.field(KG_COLUMN, pa.int32()))
+        lschema = lin.append(pa.field(MATCHED, pa.bool_()))
+        rschema = rin.append(pa.field(MATCHED, pa.bool_()))
         incoming = _collect(batches)
         parked = None
         if incoming is not None and "_park" in incoming.column_names:
@@ -140,41 +189,28 @@ def make_join_task(spec: JoinTaskSpec):
         restored = state_l.num_rows + state_r.num_rows
         in_rows = 0
         if spec.replay_handles:  # channel state of the previous checkpoint: consumed first
-            replay_l = read_state(fio, spec.replay_handles.get("left", []), kgr.start, kgr.end, lschema,
+            replay_l = read_state(fio, spec.replay_handles.get("left", []), kgr.start, kgr.end, lin,
                                   spec.checkpoint)
-            replay_r = read_state(fio, spec.replay_handles.get("right", []), kgr.start, kgr.end, rschema,
+            replay_r = read_state(fio, spec.replay_handles.get("right", []), kgr.start, kgr.end, rin,
                                   spec.checkpoint)
             in_rows += replay_l.num_rows + replay_r.num_rows
-            state_l = pa.concat_tables([state_l, replay_l])
-            state_r = pa.concat_tables([state_r, replay_r])
         if incoming is not None:
             in_rows += incoming.num_rows
             side = incoming["_side"]
-            new_l = incoming.filter(pc.equal(side, 0)).select(lschema.names).cast(lschema)
-            new_r = incoming.filter(pc.equal(side, 1)).select(rschema.names).cast(rschema)
-            left = pa.concat_tables([state_l, new_l])
-            right = pa.concat_tables([state_r, new_r])
+            new_l = incoming.filter(pc.equal(side, 0)).select(lin.names).cast(lin)
+            new_r = incoming.filter(pc.equal(side, 1)).select(rin.names).cast(rin)
         else:
-            left, right = state_l, state_r
-        expired = 0
-        if spec.ttl_cutoff_us is not None:
-            cutoff = pa.scalar(spec.ttl_cutoff_us, pa.timestamp("us", tz="UTC"))
-            n = left.num_rows + right.num_rows
-            left = left.filter(pc.greater_equal(left["_ingest_ts"], cutoff))
-            right = right.filter(pc.greater_equal(right["_ingest_ts"], cutoff))
-            expired = n - left.num_rows - right.num_rows
-        key = spec.key
-        if left.num_rows and right.num_rows:
-            matches = left.join(right, keys=key, join_type="inner", right_suffix="__r", use_threads=False)
-        else:
-            matches = None
-        if matches is not None and matches.num_rows:
-            matched_keys = pc.unique(matches[key])
-            left = left.filter(pc.invert(pc.is_in(left[key], value_set=matched_keys)))
-            right = right.filter(pc.invert(pc.is_in(right[key], value_set=matched_keys)))
-            out = matches.select(list(spec.output))
-        else:
-            out = None
+            new_l, new_r = lin.empty_table(), rin.empty_table()
+        if spec.replay_handles:  # in-flight rows of the previous checkpoint come first
+            new_l = pa.concat_tables([replay_l, new_l])
+            new_r = pa.concat_tables([replay_r, new_r])
+        cutoff = (pa.scalar(spec.ttl_cutoff_us, pa.timestamp("us", tz="UTC"))
+                  if spec.ttl_cutoff_us is not None else None)
+        res = join_step(state_l, state_r, new_l, new_r, key=spec.key, cutoff=cutoff, how=JoinType(spec.how),
+                        unique=Uniqueness(spec.unique), output_schema=spec.out_schema)
+        left, right, expired = res.left, res.right, res.expired
+        out = res.output if res.output.num_rows else None
+        dead = _join_violations(spec, fio, res, subtask)
         sync_ms = (time.perf_counter() - t0) * 1000
         fault_point("writing_state")
         t1 = time.perf_counter()
@@ -194,13 +230,14 @@ def make_join_task(spec: JoinTaskSpec):
         if parked is not None and parked.num_rows:
             if not spec.channel_prefix:
                 raise RuntimeError(f"join {spec.uid}: rows to park but no channel state location")
-            for name, sch, code in (("left", lschema, 0), ("right", rschema, 1)):
+            for name, sch, code in (("left", lin, 0), ("right", rin, 1)):
                 t = parked.filter(pc.equal(parked["_side"], code)).select(sch.names).cast(sch)
                 if t.num_rows:
                     handles.append(("channel", name, write_table(
                         fio, f"{spec.channel_prefix}/{name}/kg-{kgr.start:05d}-{kgr.end:05d}.parquet", t)))
         async_ms = (time.perf_counter() - t1) * 1000 - out_ms
         sync_ms += out_ms
+        handles.extend(dead)
         rows = [_handle(kind, spec.uid, name, subtask, kgr, fh, in_rows, restored, expired, sync_ms, async_ms)
                 for kind, name, fh in handles]
         yield from _emit(rows, out, spec.flow_schema or spec.out_schema, fio, spec.ack_prefix, subtask)

@@ -1,5 +1,8 @@
 """The SparkSession Epochal runs on: ``local[*]`` by default, any cluster master at scale (spark-submit).
 
+The master a launcher or an existing session set wins over ``PIPELINE_SPARK_MASTER`` and the default
+(:mod:`pipeline.runtime.master`).
+
 A classic session is required (not Spark Connect): the runner hands each round's values to the tasks as
 local properties of the SparkContext and re-plans a cached analysed plan through the JVM
 (:mod:`pipeline.runtime.round_params`)."""
@@ -8,20 +11,33 @@ from __future__ import annotations
 import os
 import sys
 
+from pipeline.credentials import REDACTION_REGEX, forward_to_executors
+
 __all__ = ["get_spark", "stop_spark"]
 
 _SESSION = None
 
 
-def get_spark(master: str = "local[*]", parallelism: int = 2, app: str = "epochal"):
-    """Create (once per process) the SparkSession. Workers use this interpreter (pyarrow on executors)."""
+def get_spark(master: str | None = None, parallelism: int = 2, app: str = "epochal"):
+    """Create (once per process) the SparkSession. Workers use this interpreter (pyarrow on executors).
+    ``master``: the configured ``PIPELINE_SPARK_MASTER`` (empty/None: not configured)."""
     global _SESSION
     if _SESSION is not None:
         return _SESSION
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
-    b = (SparkSession.builder.master(master).appName(app)
+
+    from pipeline.runtime.master import choose_master
+    active = SparkContext._active_spark_context  # noqa: SLF001 - the only way to see a running context
+    choice = choose_master(master, active_master=active.master if active is not None else None)
+    if choice.note():
+        print(choice.note(), file=sys.stderr)
+    b = SparkSession.builder.appName(app)
+    if choice.builder_master:
+        b = b.master(choice.builder_master)
+    b = (b
          .config("spark.ui.enabled", "false")
          .config("spark.ui.showConsoleProgress", "false")
          .config("spark.sql.session.timeZone", "UTC")
@@ -34,11 +50,15 @@ def get_spark(master: str = "local[*]", parallelism: int = 2, app: str = "epocha
          .config("spark.driver.memory", os.environ.get("EPOCHAL_DRIVER_MEMORY", "4g"))
          .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
          .config("spark.executorEnv.PYTHONPATH", os.pathsep.join(p for p in sys.path if p)))
-    for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION",
-              "EPOCHAL_KILL_AT", "EPOCHAL_KILL_SCOPE", "EPOCHAL_PHASE_MARKERS"):
+    b = b.config("spark.redaction.regex", REDACTION_REGEX)
+    for k in ("EPOCHAL_KILL_AT", "EPOCHAL_KILL_SCOPE", "EPOCHAL_PHASE_MARKERS", "EPOCHAL_ATTEMPT_FAULT"):
         if os.environ.get(k):
             b = b.config(f"spark.executorEnv.{k}", os.environ[k])
-    _SESSION = b.getOrCreate()
+    from pipeline.runtime.jvm_logs import relay_jvm_stderr
+    with relay_jvm_stderr():  # EPOCHAL_JVM_LOGS=python: JVM log lines at their level (Airflow tasks)
+        _SESSION = b.getOrCreate()
+    # AWS credential-chain inputs travel with the tasks, never in the Spark configuration
+    forward_to_executors(_SESSION.sparkContext, os.environ)
     _SESSION.sparkContext.setLogLevel(os.environ.get("EPOCHAL_SPARK_LOG_LEVEL", "ERROR"))
     return _SESSION
 

@@ -28,6 +28,7 @@ from pipeline.checkpoint.ack import AckResult
 from pipeline.checkpoint.handles import FileHandle
 from pipeline.exceptions import ConditionalWriteError, ObjectNotFoundError, SinkError, StorageError
 from pipeline.fileio import FileIO, join_uri
+from pipeline.layout import sink_commit_name, sink_commits_uri, sink_data_uri, sink_staging_uri, sink_table_uri
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -113,22 +114,22 @@ class CommittedTable:
         self.fileio = fileio
         self.job = job
         self.table = table
-        self.table_uri = join_uri(sink_root, job, table)
-        self.data_uri = join_uri(self.table_uri, "data")
-        self.commits_uri = join_uri(self.table_uri, "_commits")
+        self.table_uri = sink_table_uri(sink_root, job, table)
+        self.data_uri = sink_data_uri(self.table_uri)
+        self.commits_uri = sink_commits_uri(self.table_uri)
 
     def __repr__(self) -> str:
         return f"CommittedTable({self.table_uri})"
 
     def staging_uri(self, checkpoint_id: int) -> str:
         """``data/txn-<id>``: where tasks stage the files of checkpoint ``checkpoint_id``."""
-        return join_uri(self.data_uri, f"txn-{checkpoint_id}")
+        return sink_staging_uri(self.table_uri, checkpoint_id)
 
     def part_uri(self, checkpoint_id: int, subtask: int, suffix: str = ".parquet") -> str:
         return join_uri(self.staging_uri(checkpoint_id), f"part-{subtask:05d}{suffix}")
 
     def commit_uri(self, checkpoint_id: int) -> str:
-        return join_uri(self.commits_uri, f"{checkpoint_id:012d}.json")
+        return join_uri(self.commits_uri, sink_commit_name(checkpoint_id))
 
     # -- commit log --------------------------------------------------------------------------------
     def commit(self, entry: CommitEntry) -> AckResult:

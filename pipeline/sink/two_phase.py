@@ -122,7 +122,7 @@ class TwoPhaseCommitSink:
                 raise SinkError(f"table {self.name}: {what}: staged file {f.uri} has {size} bytes, "
                                 f"expected {f.bytes}")
 
-    def recover_and_commit(self, metadata: CheckpointMetadata) -> AckResult | None:
+    def recover_and_commit(self, metadata: CheckpointMetadata, *, restoring: bool = True) -> AckResult | None:
         """Commit the sink section of a restored checkpoint again (idempotent).
 
         Returns SUCCESS (it had not been committed: crash between ``_metadata`` and commit), DUPLICATE
@@ -142,7 +142,10 @@ class TwoPhaseCommitSink:
         if txn is not None and txn.state is TransactionState.PRE_COMMITTED:
             txn.commit()
         if result is AckResult.SUCCESS:
-            log.info("table %s: re-committed checkpoint %d on restore", self.name, metadata.checkpoint_id)
+            if restoring:  # only a restore re-commits; the normal path is notifyCheckpointComplete
+                log.info("table %s: re-committed checkpoint %d on restore", self.name, metadata.checkpoint_id)
+            else:
+                log.info("table %s: committed checkpoint %d", self.name, metadata.checkpoint_id)
         return result
 
     def cleanup(self, *, protect: Iterable[int] = (), protect_from_id: int | None = None) -> int:

@@ -5,14 +5,44 @@ See :mod:`pipeline.source.layout`, :mod:`pipeline.source.planner` and :mod:`pipe
 """
 from __future__ import annotations
 
-from pipeline.source.layout import (SourceFile, SourceListing, UnexpectedFile, dead_letter_unexpected,
-                                    list_source_files, scan_source, source_file_uri)
-from pipeline.source.planner import (FileStatus, FileSummary, Segment, Split, allocate_records, barrier_position,
-                                     barrier_positions, clear_summary_cache, count_rows, end_position,
-                                     end_positions, normalize_position, plan_segment, plan_segments, resolve_barrier,
-                                     splits_table, summarize_file, summarize_files, summarize_source)
-from pipeline.source.reader import (SplitReader, dead_letter_counts, dead_letter_uri, make_split_reader,
-                                    read_split_table, reader_output_schema)
+from pipeline.source.layout import (
+                                    SourceFile,
+                                    SourceListing,
+                                    UnexpectedFile,
+                                    dead_letter_unexpected,
+                                    list_source_files,
+                                    scan_source,
+                                    source_file_uri,
+)
+from pipeline.source.planner import (
+                                    FileStatus,
+                                    FileSummary,
+                                    Segment,
+                                    Split,
+                                    allocate_records,
+                                    barrier_position,
+                                    barrier_positions,
+                                    clear_summary_cache,
+                                    count_rows,
+                                    end_position,
+                                    end_positions,
+                                    normalize_position,
+                                    plan_segment,
+                                    plan_segments,
+                                    resolve_barrier,
+                                    splits_table,
+                                    summarize_file,
+                                    summarize_files,
+                                    summarize_source,
+)
+from pipeline.source.reader import (
+                                    SplitReader,
+                                    dead_letter_counts,
+                                    dead_letter_uri,
+                                    make_split_reader,
+                                    read_split_table,
+                                    reader_output_schema,
+)
 
 __all__ = [
     "SourceFile", "SourceListing", "UnexpectedFile", "scan_source", "list_source_files", "source_file_uri",

@@ -21,6 +21,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from pipeline.exceptions import TypeMismatch
+
 __all__ = ["TS_US", "NO_TS", "TypeMismatch", "read_jsonl", "cast_lenient", "ingest_us", "CONTENT_ERRORS"]
 
 TS_US = pa.timestamp("us", tz="UTC")
@@ -33,10 +35,6 @@ CONTENT_ERRORS: tuple[type[BaseException], ...] = (
     pa.ArrowIndexError, pa.ArrowCapacityError, pa.ArrowSerializationError, ValueError, UnicodeDecodeError,
     EOFError,
 )
-
-
-class TypeMismatch(Exception):
-    """A column's type cannot be cast to the declared type at all (schema mismatch)."""
 
 
 def read_jsonl(data: bytes) -> pa.Table:

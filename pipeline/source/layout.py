@@ -171,7 +171,8 @@ def scan_source(fileio: "FileIO", source_root_uri: str, source: str) -> SourceLi
 
 def list_source_files(fileio: "FileIO", source_root_uri: str, source: str, *,
                       policy: BadRecordsPolicy = "fail", dead_letter_root: str | None = None,
-                      job: str | None = None) -> dict[int, tuple[SourceFile, ...]]:
+                      job: str | None = None, new_dead_letters: dict[str, int] | None = None
+                      ) -> dict[int, tuple[SourceFile, ...]]:
     """The files of ``source`` per partition, each tuple sorted by seq.
 
     Files that do not match the layout are reported per ``policy``: ``fail`` raises
@@ -188,7 +189,9 @@ def list_source_files(fileio: "FileIO", source_root_uri: str, source: str, *,
         if policy == "fail":
             raise MalformedInputError(summary)
         if dead_letter_root is not None and job is not None:
-            dead_letter_unexpected(dead_letter_root, job, listing.unexpected)
+            for src, n in dead_letter_unexpected(dead_letter_root, job, listing.unexpected, only_new=True).items():
+                if new_dead_letters is not None:  # counted in the next checkpoint's dead-letter stats
+                    new_dead_letters[src] = new_dead_letters.get(src, 0) + n
         log.warning("%s (dead-lettered, not read)", summary)
     return dict(listing.files)
 
@@ -200,7 +203,7 @@ def unexpected_dead_letter_uri(dead_letter_root: str, job: str, unexpected: Unex
 
 
 def dead_letter_unexpected(dead_letter_root: str, job: str,
-                           unexpected: Iterable[UnexpectedFile]) -> dict[str, int]:
+                           unexpected: Iterable[UnexpectedFile], *, only_new: bool = False) -> dict[str, int]:
     """Write one dead-letter record per unexpected file; returns the count per source.
 
     Records are deterministic, so calling this again for the same files rewrites identical content.
@@ -212,7 +215,9 @@ def dead_letter_unexpected(dead_letter_root: str, job: str,
     for u in unexpected:
         record = {"file": u.uri, "source": u.source, "partition": u.partition, "seq": None, "row": None,
                   "error": f"unexpected file in source layout: {u.reason}", "size": u.size, "values": None}
-        dl_io.write_bytes(unexpected_dead_letter_uri(dead_letter_root, job, u),
-                          (json.dumps(record) + "\n").encode("utf-8"))
+        uri = unexpected_dead_letter_uri(dead_letter_root, job, u)
+        if only_new and dl_io.exists(uri):  # dead-lettered (and counted) by an earlier listing
+            continue
+        dl_io.write_bytes(uri, (json.dumps(record) + "\n").encode("utf-8"))
         counts[u.source] = counts.get(u.source, 0) + 1
     return counts

@@ -49,7 +49,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "FileStatus", "RowGroupStats", "FileSummary", "Split", "Segment", "SPLIT_SCHEMA", "SPLIT_DDL",
     "summarize_file", "summarize_files", "summarize_source", "clear_summary_cache",
-    "normalize_position", "barrier_position", "resolve_barrier", "barrier_positions", "end_position", "end_positions",
+    "normalize_position", "barrier_position", "barrier_or_idle", "resolve_barrier", "barrier_positions", "end_position", "end_positions",
     "count_rows", "plan_segment", "plan_segments", "allocate_records", "splits_table",
 ]
 
@@ -421,7 +421,7 @@ def _read_group_ts(s: FileSummary, group: int, fileio: "FileIO | None") -> np.nd
             col = table.column(INGEST_TS) if INGEST_TS in table.column_names else None
     except StorageError as e:
         raise _io_error(f, e) from e
-    except CONTENT_ERRORS as e:
+    except CONTENT_ERRORS:
         # footer was fine, the column is not: no usable timestamps here (the reader dead-letters the rows)
         arr = np.full(s.row_groups[group].rows, NO_TS, dtype=np.int64)
         _remember_ts(key, arr)
@@ -480,19 +480,28 @@ def end_position(summaries: Sequence[FileSummary]) -> Position:
     return Position(seq=max(s.seq for s in summaries) + 1, row=0)
 
 
-def resolve_barrier(summaries: Sequence[FileSummary], boundary_us: int, *, now_us: int,
-                    allowed_lateness_us: int = 0, fileio: "FileIO | None" = None) -> Position | None:
-    """Barrier of one partition per the epoch contract, or None while the partition lags.
+def barrier_or_idle(summaries: Sequence[FileSummary], boundary_us: int, *, now_us: int,
+                    allowed_lateness_us: int = 0, fileio: "FileIO | None" = None) -> tuple[Position | None, bool]:
+    """The one lag/idle rule of the epoch contract: ``(barrier, idle)`` of one partition.
 
-    The first row with ``_ingest_ts >= boundary_us`` if there is one; otherwise, once the clock has passed
-    ``boundary_us + allowed_lateness_us``, the partition is idle and its barrier is :func:`end_position`.
+    The first row with ``_ingest_ts >= boundary_us`` if there is one (``idle`` False); otherwise, once the clock
+    has passed ``boundary_us + allowed_lateness_us``, the partition is idle and its barrier is
+    :func:`end_position` (``idle`` True); before that it lags: ``(None, False)``.
     """
     pos = barrier_position(summaries, boundary_us, fileio=fileio)
     if pos is not None:
-        return pos
+        return pos, False
     if now_us >= boundary_us + allowed_lateness_us:
-        return end_position(summaries)
-    return None
+        return end_position(summaries), True
+    return None, False
+
+
+def resolve_barrier(summaries: Sequence[FileSummary], boundary_us: int, *, now_us: int,
+                    allowed_lateness_us: int = 0, fileio: "FileIO | None" = None) -> Position | None:
+    """Barrier of one partition per the epoch contract, or None while the partition lags
+    (:func:`barrier_or_idle` without the idle flag)."""
+    return barrier_or_idle(summaries, boundary_us, now_us=now_us, allowed_lateness_us=allowed_lateness_us,
+                           fileio=fileio)[0]
 
 
 def barrier_positions(summaries_by_partition: Mapping[int, Sequence[FileSummary]], boundary_us: int, *,
@@ -510,6 +519,10 @@ def end_positions(summaries_by_partition: Mapping[int, Sequence[FileSummary]]) -
 def _bounds(ordered: list[FileSummary], start: Position, stop: Position,
             source: str | None, partition: int | None) -> tuple[Position, Position, str]:
     where = _where_part(ordered, source, partition)
+    if _key(start) == _key(stop):
+        # an empty range reads nothing: its files need not be listed (a savepoint or restore of a checkpoint
+        # whose barrier lies inside a file has no summary of that file, since everything before it was read)
+        return start, stop, where
     by_seq = {s.seq: s for s in ordered}
     a = _normalize(by_seq, start, where)
     b = _normalize(by_seq, stop, where)

@@ -132,11 +132,15 @@ class SplitReader:
             if good.num_rows:
                 yield from good.to_batches(max_chunksize=_MAX_BATCH)
         if lines:
-            uri = dead_letter_uri(self.dead_letter_root, self.job, split.source, split.partition, split.seq,
-                                  split.row_start)
-            from pipeline.fileio import file_io_for
+            self.write_dead_letters(split, lines)
 
-            file_io_for(uri).write_bytes(uri, ("\n".join(lines) + "\n").encode("utf-8"))
+    def write_dead_letters(self, split: Split, lines: list[str]) -> None:
+        """Write the dead-letter records of ``split`` (one JSON line each) to its dead-letter file."""
+        uri = dead_letter_uri(self.dead_letter_root, self.job, split.source, split.partition, split.seq,
+                              split.row_start)
+        from pipeline.fileio import file_io_for
+
+        file_io_for(uri).write_bytes(uri, ("\n".join(lines) + "\n").encode("utf-8"))
 
     def _where(self, split: Split) -> str:
         return f"{split.uri} (source {split.source}, partition {split.partition}, seq {split.seq})"

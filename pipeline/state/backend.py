@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.exceptions import CorruptCheckpointError
+from pipeline.state.attempts import attempt_uri, canonical_order, inject_attempt_fault
 
 __all__ = ["table_to_parquet_bytes", "write_table", "read_state", "KG_COLUMN"]
 
@@ -34,9 +35,14 @@ def table_to_parquet_bytes(table: pa.Table) -> bytes:
 
 
 def write_table(fileio, uri: str, table: pa.Table) -> dict:
-    """Write ``table`` as Parquet to ``uri``; returns the file handle as a plain dict."""
+    """Write ``table`` as Parquet to ``uri`` (in a Spark task: an attempt-unique name derived from it, rows
+    in canonical order, see :mod:`pipeline.state.attempts`); returns the file handle as a plain dict."""
+    table = canonical_order(table)
+    task_uri = attempt_uri(uri)
     data = table_to_parquet_bytes(table)
-    fileio.write_bytes(uri, data)
+    fileio.write_bytes(task_uri, data, if_none_match=task_uri != uri)  # an attempt's file is write-once
+    uri = task_uri
+    inject_attempt_fault()
     return {"uri": uri, "rows": table.num_rows, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 

@@ -1,6 +1,7 @@
 """Test doubles and test infrastructure that ship with Epochal (Bytewax / Quix Streams style).
 
 Modules:
+    doubles      FakeClock, FlakyFileIO (failing writes on any FileIO)
     moto_server  moto S3 server on loopback: in-process (:func:`moto_s3`), as a child process
                  (:func:`spawn_moto_server`, ``python -m pipeline.testing.moto_server``).
 

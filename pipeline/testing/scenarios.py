@@ -55,7 +55,7 @@ def iso(us: int) -> str:
 
 def write_burst(source_root: str, *, r: int, rows: int, seed: int = 7) -> str:
     """Write ``rows`` unpaid orders inside generator epoch ``r`` into a new ``orders`` partition; returns its URI."""
-    from pipeline.demo.generate import ORDERS_SCHEMA
+    from pipeline.jobs.orders_payments import ORDERS_SCHEMA
     from pipeline.state.backend import table_to_parquet_bytes
     cfg = _generator(source_root)
     root = source_root.rstrip("/")

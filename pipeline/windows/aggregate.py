@@ -116,7 +116,7 @@ def _aggregate(spec: WindowSpec, pairs: pa.Table, out_schema: pa.Schema) -> pa.T
     tbl = {spec.key: pairs[spec.key], "_ws": pairs["_ws"]}
     requests = []
     names = []
-    for i, (out, fn, col) in enumerate(spec.aggs):
+    for i, (_out, fn, col) in enumerate(spec.aggs):
         c = f"_a{i}"
         if fn == "count":
             requests.append(([], "count_all"))
@@ -139,7 +139,7 @@ def _aggregate(spec: WindowSpec, pairs: pa.Table, out_schema: pa.Schema) -> pa.T
     g = pa.table(tbl).group_by([spec.key, "_ws"], use_threads=False).aggregate(requests)
     ws = g["_ws"]
     cols = [g[spec.key], pc.cast(ws, TS), pc.cast(pc.add(ws, spec.size_us), TS)]
-    for (out, fn, col), (n1, n2), f in zip(spec.aggs, names, list(out_schema)[3:]):
+    for (_out, fn, _col), (n1, n2), f in zip(spec.aggs, names, list(out_schema)[3:]):
         c = g[n1]
         if fn == "avg":
             s = _to_float(c) if pa.types.is_decimal(c.type) else pc.cast(c, pa.float64())

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from af_helpers import VENV_BIN, airflow_base_env
 
 

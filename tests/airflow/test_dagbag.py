@@ -10,7 +10,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-
 from af_helpers import REPO, load_dag_module
 
 pytestmark = [pytest.mark.airflow]
@@ -77,6 +76,13 @@ def test_epoch_dag_shape(dagbag):
     assert dag.get_task("trigger").mode == "reschedule"
 
 
+def test_operations_wait_before_touching_the_job(dagbag):
+    """The restore and savepoint tasks themselves (not only what follows them) wait for running epochs."""
+    for dag_id, task_id in (("epochal_orders_payments_restore", "restore"),
+                            ("epochal_orders_payments_savepoint", "savepoint")):
+        assert dagbag.dags[dag_id].get_task(task_id).upstream_task_ids == {"wait_for_epoch_runs"}
+
+
 def test_manual_dags_have_params(dagbag):
     sp = dagbag.dags["epochal_orders_payments_savepoint"]
     assert type(sp.timetable).__name__ == "NullTimetable"  # manual only
@@ -141,3 +147,26 @@ def test_no_top_level_io(path, dagbag, monkeypatch):
     load_dag_module(path)
     assert time.perf_counter() - t0 < 2.0, "parsing should be fast"
     assert touched == []
+
+
+def test_human_approval_is_off_by_default_and_wired_when_on(dagbag, monkeypatch):
+    """EPOCHAL_APPROVE_RESTORE / EPOCHAL_APPROVE_REWIND add Airflow's ApprovalOperator before the restore (and
+    before its wait for running epochs) and between trigger and process; without them there is no approval task."""
+    from airflow.providers.standard.operators.hitl import ApprovalOperator
+    assert "approve_restore" not in dagbag.dags["epochal_orders_payments_restore"].task_ids
+    assert "approve_rewind" not in dagbag.dags["epochal_orders_payments"].task_ids
+    monkeypatch.setenv("EPOCHAL_APPROVE_RESTORE", "true")
+    monkeypatch.setenv("EPOCHAL_APPROVE_REWIND", "true")
+    restore = load_dag_module(REPO / "dags" / "orders_payments_restore.py").dag
+    t = restore.get_task("approve_restore")
+    assert isinstance(t, ApprovalOperator) and t.defaults == ["Reject"] and t.retries == 0
+    assert restore.get_task("wait_for_epoch_runs").upstream_task_ids == {"approve_restore"}
+    assert [x.task_id for x in restore.topological_sort()] == ["approve_restore", "wait_for_epoch_runs", "restore",
+                                                              "validate"]
+    epochs = load_dag_module(REPO / "dags" / "orders_payments_epochs.py").dag
+    assert isinstance(epochs.get_task("approve_rewind"), ApprovalOperator)
+    assert epochs.get_task("process").upstream_task_ids == {"trigger", "approve_rewind"}
+    monkeypatch.setenv("EPOCHAL_APPROVAL_TIMEOUT_SECONDS", "soon")
+    from pipeline.exceptions import ConfigError
+    with pytest.raises(ConfigError, match="EPOCHAL_APPROVAL_TIMEOUT_SECONDS"):
+        load_dag_module(REPO / "dags" / "orders_payments_restore.py")

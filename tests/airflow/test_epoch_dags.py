@@ -18,7 +18,6 @@ import uuid
 from datetime import datetime, timedelta, timezone
 
 import pytest
-
 from af_helpers import REPO, committed_vs_oracle, load_dag_module
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.s3, pytest.mark.slow]
@@ -154,15 +153,16 @@ def test_commit_is_idempotent_and_recovers_a_missing_commit(tl):
     orch = Orchestrator("orders_payments", load_pipeline_config())
     head = tl.store().latest()
     res = orch.commit(head.checkpoint_id)
-    assert {t: v["result"] for t, v in res.tables.items()} == {"paid_orders": "DUPLICATE",
-                                                                 "merchant_revenue": "DUPLICATE"}
+    assert {t: v["result"] for t, v in res.tables.items()} == {"paid_orders": "already committed",
+                                                                 "merchant_revenue": "already committed"}
     # simulate the crash: the sink commit entries of the head checkpoint are missing
     for table in ("paid_orders", "merchant_revenue"):
         t = CommittedTable(file_io_for(tl.sinks), tl.sinks, "orders_payments", table)
         t.fileio.delete(t.commit_uri(head.checkpoint_id))
         assert t.head().checkpoint_id < head.checkpoint_id
     res = orch.commit(head.checkpoint_id)
-    assert {t: v["result"] for t, v in res.tables.items()} == {"paid_orders": "SUCCESS", "merchant_revenue": "SUCCESS"}
+    assert {t: v["result"] for t, v in res.tables.items()} == {"paid_orders": "committed now",
+                                                                 "merchant_revenue": "committed now"}
     assert orch.validate(head.checkpoint_id).success
     tl.assert_exactly_once()
 
@@ -233,7 +233,7 @@ def test_savepoint_stop_restore_other_parallelism(tl):
     assert tis["validate"][0] == "success", tis
     assert tl.store().latest().metadata.parallelism == 1
     tl.assert_exactly_once()
-    for uri, sha in sp_files.items():
+    for uri in sp_files:
         fio = file_io_for(uri)
         assert fio.exists(uri), f"savepoint file {uri} was deleted"
     assert CompletedCheckpoint.load(file_io_for(loc), loc).metadata.to_json() == sp.metadata.to_json()
@@ -281,3 +281,46 @@ def _task_log(dag_id: str, run_id: str, task_id: str) -> str | None:
     logs = sorted(base.glob("*.log")) if base.exists() else []
     return "".join(p.read_text() for p in logs) if logs else None
 
+
+
+def _claimed(tl) -> int:
+    from pipeline.checkpoint.ids import CheckpointIdCounter
+    from pipeline.fileio import file_io_for, join_uri
+    return CheckpointIdCounter(file_io_for(tl.checkpoints), join_uri(tl.checkpoints, "orders_payments")).latest_claimed()
+
+
+def _control(tl) -> bytes | None:
+    from pipeline.fileio import file_io_for, join_uri
+    uri = join_uri(tl.checkpoints, "orders_payments", "orchestration", "control.json")
+    fio = file_io_for(uri)
+    return fio.read_bytes(uri) if fio.exists(uri) else None
+
+
+@pytest.mark.parametrize("conf,message", [
+    ({"from": "/data/sp"}, "expected a file:///absolute/path or s3://bucket/prefix URI"),
+    ({"from": "999999"}, "no such checkpoint"),
+    ({"from": "s3a://bucket/sp"}, "use s3://"),
+])
+def test_restore_user_error_fails_once_before_any_side_effect(tl, conf, message):
+    """A user error fails the task once (no retry although retries=2), claims no checkpoint id and writes nothing."""
+    claimed, control, head = _claimed(tl), _control(tl), tl.store().latest().checkpoint_id
+    restore = tl.dags["orders_payments_restore"]
+    assert restore.get_task("restore").retries >= 1
+    dr, tis = run_dag(restore, conf={"parallelism": None, **conf})
+    assert tis["restore"][0] == "failed" and tis["restore"][1] == 1, tis
+    log = _task_log(restore.dag_id, dr.run_id, "restore")
+    assert log is None or message in log, log
+    assert (_claimed(tl), _control(tl), tl.store().latest().checkpoint_id) == (claimed, control, head)
+
+
+def test_savepoint_bad_target_fails_once_and_claims_nothing(tl, capsys):
+    claimed = _claimed(tl)
+    dag = tl.dags["orders_payments_savepoint"]
+    dr, tis = run_dag(dag, conf={"target": "/data/sp", "stop_after_savepoint": False})
+    assert tis["savepoint"][0] == "failed" and tis["savepoint"][1] == 1, tis
+    # the CLI checks the target before it builds the runner: exit 2, one line, no id claimed
+    from pipeline.cli import main
+    assert main(["savepoint", "--job", "orders_payments", "--target", "/data/sp"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("epochal: ") and "did you mean file:///data/sp" in err[-1], err
+    assert _claimed(tl) == claimed

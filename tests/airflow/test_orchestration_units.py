@@ -167,7 +167,12 @@ def test_plugin_pages_render(app_client):
     r = client.get("/")
     assert r.status_code == 200 and "orders_payments" in r.text
     r = client.get("/jobs/orders_payments/")
-    assert r.status_code == 200 and "Checkpoint history: orders_payments" in r.text and "No checkpoints yet" in r.text
+    assert r.status_code == 200 and "Checkpoint history: orders_payments" in r.text and "No checkpoint yet" in r.text
+    # a job without any checkpoint directory (before its first run): an empty state, not "Not found"
+    r = client.get("/jobs/fresh_job/")
+    assert r.status_code == 200 and "No checkpoint yet" in r.text and "Not found" not in r.text
+    assert "http-equiv='refresh'" in r.text and "Configuration" in r.text
+    assert "http-equiv" not in client.get("/jobs/orders_payments/?refresh=0").text
     assert client.get("/jobs/orders_payments/checkpoints/99").status_code == 404
     assert client.get("/api/jobs/orders_payments/checkpoints").json()["checkpoints"] == []
     r = client.get("/dags/epochal_orders_payments")
@@ -191,6 +196,7 @@ def test_history_table_rendering():
         {"source": "orders", "partition": "0", "position": "3:0", "barrier": "3:0"}], "sinks": [], "backlog": {},
         "dead_letters": {}})
     assert "Acknowledgements per operator" in detail and "paid_orders_join" in detail and "3:0" in detail
+    assert "href='../data-docs/'" in detail
 
 
 @pytest.mark.airflow
@@ -209,3 +215,106 @@ def test_airflow_user_reads_cookie_or_bearer(airflow_home, monkeypatch):
     req = SimpleNamespace(headers={}, cookies={"_token": "cookie"})
     asyncio.run(airflow_user(req))
     assert seen == ["abc", "cookie"]
+
+
+def test_operations_and_epochs_never_wait_for_each_other():
+    """Operations (savepoint/restore) go first over epochs not yet started; they wait for started epochs."""
+    from pipeline.orchestration.exclusion import (
+        EpochActivity,
+        OperationActivity,
+        epoch_wait_reason,
+        operation_wait_reason,
+    )
+    idle = EpochActivity(running_runs=0, waiting_triggers=0, active_work_tasks=0)
+    assert operation_wait_reason("j", idle) is None
+    # a run whose trigger still waits (e.g. for the operation itself) does not hold the job: no deadlock
+    assert operation_wait_reason("j", EpochActivity(running_runs=1, waiting_triggers=1, active_work_tasks=0)) is None
+    # a run past its trigger (process not scheduled yet) holds the job
+    r = operation_wait_reason("j", EpochActivity(running_runs=1, waiting_triggers=0, active_work_tasks=0))
+    assert r and "past their trigger" in r
+    assert "process/commit/validate" in operation_wait_reason(
+        "j", EpochActivity(running_runs=1, waiting_triggers=0, active_work_tasks=1))
+    assert "another savepoint/restore" in operation_wait_reason("j", idle, other_operation_tasks=1)
+    assert epoch_wait_reason("j", OperationActivity(pending_runs=0)) is None
+    assert "savepoint or restore of job j" in epoch_wait_reason("j", OperationActivity(pending_runs=1))
+
+
+def _cp(cid, parent, status="COMPLETED", **kw):
+    return {"checkpoint_id": cid, "kind": "checkpoint", "status": status, "epoch": cid, "barrier_time": f"T{cid}",
+            "trigger_time": None, "duration_ms": kw.get("d"), "state_bytes": kw.get("b"), "sink_bytes": 0,
+            "alignment_ms": kw.get("a"), "acks": None, "expected_acks": None, "parallelism": 2, "parent_id": parent,
+            "location": f"s3://x/chk-{cid}", "records": {}, "operators": [], "problem": None}
+
+
+def test_checkpoint_stats_counts_summary_restore_and_abandoned_branch():
+    from pipeline.orchestration.checkpoint_stats import counts, lineage, summary
+    # 1 <- 2 <- 3 <- 4, savepoint 5 of 3; restore from savepoint 5 -> 6 <- 7; 8 pending
+    cps = [_cp(1, None, d=100, b=10, a=0), _cp(2, 1, d=300, b=30, a=4), _cp(3, 2, d=200, b=20, a=2),
+           _cp(4, 3, d=400, b=40, a=6), _cp(6, 5, d=500, b=50, a=0), _cp(7, 6, d=600, b=60, a=0),
+           _cp(8, 7, status="PENDING")]
+    sps = [{**_cp(5, 3), "kind": "savepoint"}]
+    assert counts(cps, sps) == {"completed": 6, "failed": 0, "in_progress_or_aborted": 1, "corrupt": 0,
+                                "savepoints": 1}
+    sm = summary(cps)
+    assert sm["duration_ms"] == {"min": 100.0, "avg": 350.0, "max": 600.0}
+    assert sm["state_bytes"]["max"] == 60.0 and sm["alignment_ms"]["min"] == 0.0
+    lin = lineage(cps, sps, 7)
+    assert lin["lineage"] == [7, 6]
+    assert lin["latest_restore"]["checkpoint_id"] == 6 and lin["latest_restore"]["from_kind"] == "savepoint"
+    assert lin["abandoned"] == [], "4 is older than the savepoint's fork point 5? no: the fork is savepoint 5"
+    # a rewind: 9 restored from checkpoint 2 abandons 3, 4 (6, 7 are newer than the fork too)
+    lin = lineage(cps + [_cp(9, 2)], sps, 9)
+    assert lin["latest_restore"] == {"checkpoint_id": 9, "from_id": 2, "from_kind": "checkpoint",
+                                     "from_location": "s3://x/chk-2", "epoch": 9}
+    assert lin["abandoned"] == [3, 4, 6, 7]
+    # plain history: no restore, nothing abandoned
+    assert lineage(cps[:4], [], 4) == {"head": 4, "lineage": [4, 3, 2, 1], "latest_restore": None, "abandoned": []}
+
+
+def test_job_page_overview_config_refresh_and_empty_state():
+    from pipeline.config import PipelineConfig
+    from pipeline.orchestration.checkpoint_stats import configuration
+    from pipeline.orchestration.ui import render_job_page
+    cfg_rows = configuration(PipelineConfig(), {"max_parallelism": 64})
+    html = render_job_page("j", "epochal_j", [_cp(2, 1, d=300, b=2048, a=4), _cp(1, None, d=100, b=1024, a=0)], [],
+                           2, {}, {"max_parallelism": 64}, config_rows=cfg_rows, refresh=15)
+    for text in ("Summary (completed checkpoints)", "Minimum", "Average", "200 ms", "1.5 KiB", "Latest restore",
+                 "Abandoned branch", "Configuration", "exactly_once", "64", "http-equiv='refresh' content='15'",
+                 "T2", "dags/epochal_j/runs"):
+        assert text in html, text
+    empty = render_job_page("j", "epochal_j", [], [], None, {}, {}, config_rows=cfg_rows, refresh=15)
+    assert "No checkpoint yet" in empty and "Not found" not in empty and "Configuration" in empty
+
+
+def test_data_docs_served_per_job_offline_behind_login(app_client, tmp_path):
+    """A built site made offline, published to <checkpoint root>/<job>/data_docs/ and served by the plugin."""
+    from pipeline.fileio import file_io_for
+    from pipeline.quality.docs_site import make_offline, publish_site, site_uri
+    client, calls = app_client
+    site = tmp_path / "site"
+    (site / "validations").mkdir(parents=True)
+    (site / "index.html").write_text(
+        "<html><head><link href='https://maxcdn.bootstrapcdn.com/bootstrap/4.3.1/css/bootstrap.min.css' "
+        "rel='stylesheet'><script src=\"https://code.jquery.com/jquery-3.7.1.min.js\"></script></head><body>"
+        "<img src='https://great-expectations-web-assets.s3.us-east-2.amazonaws.com/logo-long.png?d=1'>"
+        "<div class='card'>suite ok</div></body></html>")
+    (site / "validations" / "v.html").write_text("<html><head></head><body>run</body></html>")
+    assert make_offline(site) == 2
+    text = (site / "index.html").read_text()
+    assert "https://" not in text and 'href="static/epochal-offline.css"' in text and "static/images/logo-long.png" in text
+    assert 'href="../static/epochal-offline.css"' in (site / "validations" / "v.html").read_text()
+    target = site_uri((tmp_path / "chk").as_uri(), "orders_payments")  # the app_client's checkpoint root
+    assert publish_site(site, file_io_for(target), target) == 3
+    assert client.get("/jobs/orders_payments/data-docs/").status_code == 302  # login first
+    client.cookies.set("_token", "reader")
+    r = client.get("/jobs/orders_payments/data-docs/")
+    assert r.status_code == 200 and "suite ok" in r.text and r.headers["content-type"].startswith("text/html")
+    r = client.get("/jobs/orders_payments/data-docs/static/epochal-offline.css")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/css") and ".card{" in r.text
+    assert client.get("/jobs/orders_payments/data-docs/validations/v.html").text.count("run") == 1
+    assert client.get("/jobs/orders_payments/data-docs/../job.json").status_code in (400, 404)
+    # another job has its own site (none yet): an empty state
+    r = client.get("/jobs/other_job/data-docs/")
+    assert r.status_code == 200 and "No data-quality results yet" in r.text
+    # linked from the job page and every checkpoint page
+    assert "href='data-docs/'" in client.get("/jobs/orders_payments/").text

@@ -1,14 +1,15 @@
 """The real thing: ``scripts/airflow_standalone.sh`` (moto S3 + demo data + ``airflow standalone``), driven
-through the REST API and ``airflow backfill create``, then the checkpoint view in headless Chromium.
+through the REST API and ``airflow_standalone.sh backfill`` (Airflow's REST API), then the checkpoint view in headless Chromium.
 
 Timeline (epoch = 1 h; demo data e0..e3 for the 4 hours before the last full hour H; the epoch DAG's start
 date is e0's start and its end date e1's start, so the scheduler itself runs e0 and e1 and nothing after):
 
 1. normal runs: the DAG is turned on (REST) and the scheduler runs the intervals of e0 and e1, one
    checkpointed epoch each, in order;
-2. ``airflow backfill create`` over e2..e3 (not processed yet; Airflow runs backfill runs in parallel):
+2. a backfill over e2..e3 (not processed yet; Airflow runs backfill runs in parallel):
    processed in order, one checkpoint per interval;
-3. ``airflow backfill create --reprocess-behavior completed`` over e2: rewinds to the checkpoint of e1,
+3. a backfill with ``--reprocess-behavior completed`` over e2, created as soon as the first one's runs are
+   done (Epochal waits until Airflow marks that backfill complete): rewinds to the checkpoint of e1,
    re-processes e2, and processes forward to e3 again;
 4. the savepoint DAG (REST trigger with params); 5. the restore DAG from that savepoint, parallelism 2.
 
@@ -29,7 +30,6 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-
 from af_helpers import REPO, committed_vs_oracle, copy_db, free_port
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.e2e, pytest.mark.spark, pytest.mark.s3]
@@ -112,15 +112,14 @@ class Instance:
                 raise AssertionError(f"{what}: timed out; runs {[(r['logical_date'], r['state']) for r in runs]}")
             time.sleep(3)
 
-    def wait_backfills_completed(self, timeout: float = 180) -> None:
-        """The scheduler marks a backfill completed a little after its last run; one backfill per DAG at a time."""
-        deadline = time.monotonic() + timeout
-        while True:
-            bfs = self.ok("GET", f"/api/v2/backfills?dag_id={DAG}")["backfills"]
-            if all(b.get("completed_at") for b in bfs):
-                return
-            assert time.monotonic() < deadline, f"backfills not completed: {bfs}"
-            time.sleep(3)
+    def backfill(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+        """``airflow_standalone.sh backfill``: Epochal's backfill creation, which waits until the DAG's previous
+        backfill is complete (Airflow allows one running backfill per DAG) and survives SQLite lock errors."""
+        p = subprocess.run(["bash", str(SCRIPT), "backfill", *args], env=self.env, capture_output=True,
+                           text=True, timeout=timeout)
+        assert p.returncode == 0, f"backfill {' '.join(args)} failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+        print(f"[airflow] backfill {' '.join(args)}:\n{p.stderr.strip()}")
+        return p
 
     def tis(self, dag_id: str, run_id: str) -> dict[str, dict]:
         d = self.ok("GET", f"/api/v2/dags/{dag_id}/dagRuns/{urllib.request.quote(run_id, safe='')}/taskInstances")
@@ -147,8 +146,7 @@ def _stop(env: dict) -> None:
     subprocess.run(["bash", str(SCRIPT), "stop"], env=env, capture_output=True, text=True, timeout=120)
 
 
-@pytest.fixture(scope="module")
-def airflow(airflow_db_template, tmp_path_factory):
+def _instance(airflow_db_template, tmp_path_factory, extra_env: dict | None = None, logs: str = "real_airflow_logs"):
     home = tmp_path_factory.mktemp("standalone")
     copy_db(airflow_db_template, home)
     port = free_port()
@@ -162,6 +160,7 @@ def airflow(airflow_db_template, tmp_path_factory):
         "PIPELINE_PARALLELISM": "1", "EPOCHAL_START_DATE": (hour - timedelta(hours=4)).isoformat(),
         "EPOCHAL_END_DATE": (hour - timedelta(hours=3)).isoformat(), "EPOCHAL_CATCHUP": "true", "EPOCHAL_POKE_SECONDS": "3", "EPOCHAL_DAG_RETRY_DELAY_SECONDS": "5",
         "EPOCHAL_READY_TIMEOUT": "300",
+        **(extra_env or {}),
     })
     t0 = time.monotonic()
     p = subprocess.run(["bash", str(SCRIPT), "start", "-d"], env=env, capture_output=True, text=True, timeout=420)
@@ -181,7 +180,7 @@ def airflow(airflow_db_template, tmp_path_factory):
     finally:
         t1 = time.monotonic()
         _stop(env)
-        _keep_logs(home)
+        _keep_logs(home, logs)
         print(f"[airflow] stopped in {time.monotonic() - t1:.0f}s")
         left = []
         for g in pgids:
@@ -195,10 +194,15 @@ def airflow(airflow_db_template, tmp_path_factory):
         assert not left, f"processes left in process groups {left} after 'airflow_standalone.sh stop'"
 
 
-def _keep_logs(home: Path) -> None:
-    """Copy the instance's logs to tests/artifacts/real_airflow_logs (for post-mortems; git-ignored)."""
+@pytest.fixture(scope="module")
+def airflow(airflow_db_template, tmp_path_factory):
+    yield from _instance(airflow_db_template, tmp_path_factory)
+
+
+def _keep_logs(home: Path, name: str = "real_airflow_logs") -> None:
+    """Copy the instance's logs to tests/artifacts/<name> (for post-mortems; git-ignored)."""
     import shutil
-    dest = ARTIFACTS / "real_airflow_logs"
+    dest = ARTIFACTS / name
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True, exist_ok=True)
     state = home / "epochal-standalone"
@@ -256,8 +260,8 @@ def test_real_scheduler_rest_api_and_backfills(airflow):
     print(f"[airflow] normal runs done at {time.monotonic() - t0:.0f}s")
 
     # 2. backfill over intervals not processed yet (e2, e3): in order, one checkpoint each
-    inst.airflow_cli("backfill", "create", "--dag-id", DAG, "--from-date", inst.iso(H - timedelta(hours=2)),
-                     "--to-date", inst.iso(H - timedelta(hours=1)))
+    inst.backfill("--dag-id", DAG, "--from-date", inst.iso(H - timedelta(hours=2)),
+                  "--to-date", inst.iso(H - timedelta(hours=1)))
     runs = inst.wait_runs(DAG, lambda rs: len(rs) == 4 and all(r["state"] == "success" for r in rs), 900, "backfill")
     bf = [r for r in runs if r["run_type"] == "backfill"]
     assert len(bf) == 2
@@ -268,15 +272,18 @@ def test_real_scheduler_rest_api_and_backfills(airflow):
     assert [c.epoch for c in cps] == [e0, e0 + 1, e0 + 2, e0 + 3]
     assert [c.parent_id for c in cps[1:]] == [c.checkpoint_id for c in cps[:-1]]
     _exactly_once(inst)
-    inst.wait_backfills_completed()
     print(f"[airflow] backfill done at {time.monotonic() - t0:.0f}s")
 
     # 3. re-run of a completed interval (e2): rewind to e1's checkpoint, re-process e2, forward to e3
     head = _store(inst).latest()
     e1_id = next(c.checkpoint_id for c in cps if c.epoch == e0 + 1)
     target = next(r for r in bf if r["logical_date"].startswith(inst.iso(H - timedelta(hours=2))[:19]))
-    inst.airflow_cli("backfill", "create", "--dag-id", DAG, "--from-date", inst.iso(H - timedelta(hours=2)),
-                     "--to-date", inst.iso(H - timedelta(hours=2)), "--reprocess-behavior", "completed")
+    # created right after the first backfill's runs finished: Airflow has usually not marked that backfill
+    # completed yet; Epochal waits for it (a condition) and says so, instead of meeting AlreadyRunningBackfill
+    p = inst.backfill("--dag-id", DAG, "--from-date", inst.iso(H - timedelta(hours=2)),
+                      "--to-date", inst.iso(H - timedelta(hours=2)), "--reprocess-behavior", "completed")
+    assert "epochal: created backfill" in p.stderr, p.stderr
+    assert "AlreadyRunningBackfill" not in p.stderr
 
     def rerun_done(rs):
         r = next(x for x in rs if x["dag_run_id"] == target["dag_run_id"])
@@ -318,6 +325,49 @@ def test_real_scheduler_rest_api_and_backfills(airflow):
     hist = inst.ok("GET", "/epochal/api/jobs/orders_payments/checkpoints")
     assert hist["head"] == restored["checkpoint_id"]
     assert any(s["location"] == loc for s in hist["savepoints"])
+
+
+def test_real_scheduler_restore_while_epochs_run(airflow):
+    """A restore triggered while a backfill's epoch runs are processing waits for the started epoch, goes
+    before the epochs not yet started, and nothing fails, retries or is fenced; output stays exactly-once."""
+    inst = airflow
+    H = inst.hour
+    for dag_id in (DAG, f"{DAG}_savepoint", f"{DAG}_restore"):
+        inst.ok("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+    inst.wait_runs(DAG, lambda rs: len(rs) >= 2 and all(r["state"] == "success" for r in rs), 600, "normal runs")
+    first = _store(inst).list()[0]
+    before = {r["dag_run_id"] for r in inst.runs(f"{DAG}_restore")}
+    # re-process every interval (rewind, then forward): epoch runs for a while
+    inst.backfill("--dag-id", DAG, "--from-date", inst.iso(H - timedelta(hours=4)),
+                  "--to-date", inst.iso(H - timedelta(hours=1)), "--reprocess-behavior", "completed",
+                  "--max-active-runs", "2")
+    deadline = time.monotonic() + 600
+    while True:  # wait until an epoch run is processing
+        running = [r for r in inst.runs() if r["state"] == "running"]
+        if any(inst.tis(DAG, r["dag_run_id"]).get("process", {}).get("state") == "running" for r in running):
+            break
+        assert time.monotonic() < deadline, "no epoch run started processing"
+        time.sleep(1)
+    rs_run = inst.ok("POST", f"/api/v2/dags/{DAG}_restore/dagRuns",
+                     {"logical_date": None, "conf": {"from": str(first.checkpoint_id), "parallelism": 1,
+                                                     "allow_non_restored_state": False}})
+    inst.wait_runs(f"{DAG}_restore", lambda rs: all(r["state"] == "success" for r in rs
+                                                    if r["dag_run_id"] not in before), 900, "restore")
+    inst.wait_runs(DAG, lambda rs: all(r["state"] == "success" for r in rs), 900, "epochs after the restore")
+    tis = inst.tis(f"{DAG}_restore", rs_run["dag_run_id"])
+    assert tis["validate"]["state"] == "success", tis
+
+    def failed_tries(dag_id: str, run_id: str, task_id: str) -> list:
+        d = inst.ok("GET", f"/api/v2/dags/{dag_id}/dagRuns/{urllib.request.quote(run_id, safe='')}/taskInstances/"
+                           f"{task_id}/tries")
+        return [t["try_number"] for t in d["task_instances"] if t["state"] in ("failed", "up_for_retry")]
+    assert not failed_tries(f"{DAG}_restore", rs_run["dag_run_id"], "restore")
+    for r in inst.runs():
+        for tid in ("process", "commit", "validate"):
+            assert not failed_tries(DAG, r["dag_run_id"], tid), (r["dag_run_id"], tid)
+    logs = "\n".join(p.read_text() for p in (inst.home / "logs").rglob("*.log"))
+    assert "CheckpointFencedError" not in logs
+    _exactly_once(inst, all_input=True)
 
 
 @pytest.mark.browser
@@ -363,7 +413,9 @@ def test_checkpoint_view_in_headless_chromium(airflow):
         wait.until(EC.text_to_be_present_in_element((By.TAG_NAME, "h1"), "Checkpoint history: orders_payments"))
         body = drv.find_element(By.TAG_NAME, "body").text
         for text in ("COMPLETED", "latest", "Savepoints", "Trigger time", "Duration", "Size", "Alignment",
-                     "paid_orders_join", "merchant_revenue_agg"):
+                     "paid_orders_join", "merchant_revenue_agg", "Summary (completed checkpoints)", "Minimum",
+                     "Maximum", "Latest restore", "Abandoned branch", "Configuration",
+                     "Checkpointing mode", "Airflow runs of", "auto-refresh every"):
             assert text in body, f"{text!r} not on the checkpoint page:\n{body[:2000]}"
         head = _store(inst).latest()
         drv.switch_to.default_content()
@@ -382,6 +434,12 @@ def test_checkpoint_view_in_headless_chromium(airflow):
                      f"{head.metadata.parallelism} / {head.metadata.max_parallelism}"):
             assert text in body, f"{text!r} not on the detail page:\n{body[:2000]}"
         drv.save_screenshot(str(ARTIFACTS / "airflow_checkpoint_detail.png"))
+        # the job's Data Docs, served from the checkpoint store behind the same login (a restore validated)
+        drv.get(f"{inst.url}/epochal/jobs/orders_payments/data-docs/")
+        body = drv.find_element(By.TAG_NAME, "body").text
+        assert "Not found" not in body and ("Epochal data quality" in body or "No data-quality results" in body), body[:800]
+        drv.save_screenshot(str(ARTIFACTS / "airflow_data_docs.png"))
         assert (ARTIFACTS / "airflow_checkpoint_history.png").stat().st_size > 10_000
     finally:
         drv.quit()
+

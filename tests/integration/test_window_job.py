@@ -52,7 +52,7 @@ def _data(seed: int, epochs: int = 9, parts: int = 3) -> list[list[dict]]:
 
 def _write(root: str, epochs: list[list[dict]]) -> None:
     seqs: Counter = Counter()
-    for m, recs in enumerate(epochs):
+    for _m, recs in enumerate(epochs):
         for p in sorted({r["p"] for r in recs}):
             mine = sorted((r for r in recs if r["p"] == p), key=lambda r: r["ing"])
             t = pa.table({"rid": [r["rid"] for r in mine], "k": [r["k"] for r in mine],

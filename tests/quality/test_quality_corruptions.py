@@ -6,9 +6,8 @@ written the bad data) leave the checksum suite green, so the data-level suites a
 """
 from __future__ import annotations
 
-import pytest
-
 import corrupt
+import pytest
 from conftest import failed_expectations, failed_suites, make_runner
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -8,9 +8,8 @@ import struct
 import subprocess
 from pathlib import Path
 
-import pytest
-
 import corrupt
+import pytest
 from conftest import make_runner
 
 pytestmark = [pytest.mark.browser, pytest.mark.spark]
@@ -43,7 +42,14 @@ def test_data_docs_render_in_headless_chromium(deployment, tmp_path):
     bad = validate_job(runner, None, docs_dir=str(docs))           # the newest, broken
     assert not bad.success
     index = docs / "index.html"
-    assert bad.docs_uri == index.as_uri()
+    # published per job on the checkpoint store (served in the Airflow UI), styled without internet
+    assert bad.docs_uri == f"{runner.config.checkpoint_uri}/{runner.job.name}/data_docs/index.html", bad.docs_uri
+    import re
+    for page in docs.rglob("*.html"):
+        text = page.read_text()
+        assert not re.search(r"<(link|script)\b[^>]*(href|src)=[\"']https?://", text), f"{page} loads from the internet"
+        assert "epochal-offline.css" in text
+    assert runner.ckpt_fio.exists(bad.docs_uri)
     profile = tmp_path / "chromium-profile"
 
     dom = _chromium(["--dump-dom", index.as_uri()], profile)

@@ -7,9 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 import corrupt
+import pytest
 from conftest import CLOCK
 
 REPO = Path(__file__).resolve().parents[2]

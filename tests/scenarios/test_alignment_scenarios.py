@@ -123,7 +123,7 @@ def _check_backlog_stats(env: dict[str, str], mode: str) -> None:
         md = inflight[0]
         assert any(c.file is not None for c in md.channel_state)
         assert any(c.source == "orders" and c.start is not None for c in md.channel_state)
-        from pipeline import inspect as insp
+        from pipeline.checkpoint import history as insp
         text = insp.format_show(insp.show_checkpoint(_runner(env), str(md.checkpoint_id)))
         assert "in-flight data (channel state)" in text and "source range" in text
     elif mode == "at_least_once":

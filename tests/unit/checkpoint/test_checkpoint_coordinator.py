@@ -6,34 +6,18 @@ import pytest
 from pipeline.checkpoint.ack import AckResult
 from pipeline.checkpoint.coordinator import CheckpointCoordinator
 from pipeline.checkpoint.failure import CheckpointFailureReason as R
-from pipeline.checkpoint.handles import FileHandle, Position, StateHandle
+from pipeline.checkpoint.handles import Position
 from pipeline.checkpoint.pending import PendingManifest
-from pipeline.exceptions import (CheckpointDeclinedError, CheckpointError, CheckpointFencedError, StorageError,
-                                 TooManyFailedCheckpointsError)
+from pipeline.exceptions import (
+    CheckpointDeclinedError,
+    CheckpointError,
+    CheckpointFencedError,
+    TooManyFailedCheckpointsError,
+)
 from pipeline.fileio import LocalFileIO, join_uri, sha256_of
+from pipeline.testing.doubles import FakeClock, FlakyFileIO
 
 pytestmark = pytest.mark.unit
-
-
-class FakeClock:
-    def __init__(self, t: float = 1_700_000_000.0):
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
-class FlakyFileIO(LocalFileIO):
-    """Fails writes whose file name is in ``fail_names``."""
-
-    def __init__(self):
-        super().__init__()
-        self.fail_names: set[str] = set()
-
-    def write_bytes(self, uri, data, *, if_none_match=False):
-        if uri.rsplit("/", 1)[-1] in self.fail_names:
-            raise StorageError(f"injected failure writing {uri}")
-        super().write_bytes(uri, data, if_none_match=if_none_match)
 
 
 def coordinator(fio, root, **kw) -> CheckpointCoordinator:

@@ -10,8 +10,7 @@ from pipeline.checkpoint.handles import FileHandle, Position, StateHandle
 from pipeline.checkpoint.metadata import CheckpointMetadata
 from pipeline.checkpoint.pending import PendingCheckpoint, PendingManifest, PendingState
 from pipeline.checkpoint.stats import TaskMetrics
-from pipeline.exceptions import (CheckpointDeclinedError, CheckpointError, CheckpointFencedError,
-                                 CorruptCheckpointError)
+from pipeline.exceptions import CheckpointDeclinedError, CheckpointError, CheckpointFencedError, CorruptCheckpointError
 from pipeline.fileio import LocalFileIO, join_uri, sha256_of
 
 pytestmark = pytest.mark.unit

@@ -154,8 +154,15 @@ def test_oracle_imports_nothing_from_the_pipeline():
 def test_reader_and_oracle_agree_on_generated_data_with_bad_records(tmp_path):
     """Plan + read every split with the pipeline's source code, join, and compare with the oracle."""
     from pipeline.checkpoint.handles import Position
-    from pipeline.source import (dead_letter_counts, end_position, list_source_files, make_split_reader,
-                                 plan_segments, read_split_table, summarize_source)
+    from pipeline.source import (
+        dead_letter_counts,
+        end_position,
+        list_source_files,
+        make_split_reader,
+        plan_segments,
+        read_split_table,
+        summarize_source,
+    )
 
     root = (tmp_path / "gen").as_uri()
     dl = (tmp_path / "dl").as_uri()
@@ -188,3 +195,12 @@ def test_reader_and_oracle_agree_on_generated_data_with_bad_records(tmp_path):
     report = oracle.compare(exp, paid, rev)
     assert report.ok, report.to_dict()
     assert exp.stats["orders"]["bad_rows"] == 3 and exp.stats["payments"]["bad_rows"] == 2
+
+
+def test_oracle_schemas_equal_the_jobs():
+    """The oracle's own copy of the schemas (independence) equals the one definition the job and generator use."""
+    from pipeline.demo import generate
+    from pipeline.jobs import orders_payments as job
+
+    assert oracle.ORDERS_SCHEMA.equals(job.ORDERS_SCHEMA) and oracle.PAYMENTS_SCHEMA.equals(job.PAYMENTS_SCHEMA)
+    assert generate.ORDERS_SCHEMA is job.ORDERS_SCHEMA and generate.PAYMENTS_SCHEMA is job.PAYMENTS_SCHEMA

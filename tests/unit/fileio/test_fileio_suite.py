@@ -8,8 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.exceptions import ConditionalWriteError, ConfigError, ObjectNotFoundError
-from pipeline.fileio import (FileInfo, FileIO, LocalFileIO, S3FileIO, file_io_for, join_uri, sha256_of,
-                             sha256_of_file)
+from pipeline.fileio import FileInfo, FileIO, LocalFileIO, S3FileIO, file_io_for, join_uri, sha256_of, sha256_of_file
 
 pytestmark = pytest.mark.unit
 

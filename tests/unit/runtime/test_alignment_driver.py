@@ -7,8 +7,14 @@ import pytest
 
 from pipeline.checkpoint.handles import Position
 from pipeline.exceptions import CheckpointError, ConfigError
-from pipeline.runtime.alignment import (MODE_ALIGNED, MODE_AT_LEAST_ONCE, MODE_SWITCHED, MODE_UNALIGNED,
-                                        AlignmentDriver, NextStop)
+from pipeline.runtime.alignment import (
+    MODE_ALIGNED,
+    MODE_AT_LEAST_ONCE,
+    MODE_SWITCHED,
+    MODE_UNALIGNED,
+    AlignmentDriver,
+    NextStop,
+)
 
 pytestmark = pytest.mark.unit
 

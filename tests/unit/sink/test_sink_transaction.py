@@ -7,7 +7,8 @@ import pytest
 
 from pipeline.checkpoint.handles import FileHandle
 from pipeline.exceptions import SinkError, TransactionStateError
-from pipeline.sink.transaction import SinkTransaction, TransactionState as S
+from pipeline.sink.transaction import SinkTransaction
+from pipeline.sink.transaction import TransactionState as S
 
 pytestmark = pytest.mark.unit
 

@@ -3,13 +3,17 @@ from __future__ import annotations
 import json
 
 import pytest
+from srchelpers import rows_table, write_bytes, write_parquet
 
 from pipeline.exceptions import MalformedInputError
 from pipeline.fileio import LocalFileIO, file_io_for, join_uri
-from pipeline.source.layout import (SourceFile, list_source_files, scan_source, source_file_uri,
-                                    unexpected_dead_letter_uri)
-
-from srchelpers import rows_table, write_bytes, write_parquet
+from pipeline.source.layout import (
+    SourceFile,
+    list_source_files,
+    scan_source,
+    source_file_uri,
+    unexpected_dead_letter_uri,
+)
 
 pytestmark = pytest.mark.unit
 

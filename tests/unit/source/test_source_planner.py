@@ -4,17 +4,27 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from srchelpers import BASE, iso, rows_table, write_bytes, write_jsonl, write_parquet
 
 from pipeline.checkpoint.handles import Position
 from pipeline.exceptions import SourceError
 from pipeline.fileio import LocalFileIO
 from pipeline.source import planner
 from pipeline.source.layout import list_source_files
-from pipeline.source.planner import (FileStatus, Split, allocate_records, barrier_position, barrier_positions,
-                                     count_rows, end_position, normalize_position, plan_segment, plan_segments,
-                                     summarize_file, summarize_source)
-
-from srchelpers import BASE, iso, rows_table, write_bytes, write_jsonl, write_parquet
+from pipeline.source.planner import (
+    FileStatus,
+    Split,
+    allocate_records,
+    barrier_position,
+    barrier_positions,
+    count_rows,
+    end_position,
+    normalize_position,
+    plan_segment,
+    plan_segments,
+    summarize_file,
+    summarize_source,
+)
 
 pytestmark = pytest.mark.unit
 S = 1_000_000  # one second in microseconds

@@ -5,16 +5,20 @@ import pickle
 
 import pyarrow as pa
 import pytest
+from srchelpers import BASE, SCHEMA, TS, iso, rows_table, write_bytes, write_jsonl, write_parquet
 
 from pipeline.checkpoint.handles import Position
 from pipeline.exceptions import ConfigError, MalformedInputError, SourceError
 from pipeline.fileio import LocalFileIO, file_io_for
 from pipeline.source.layout import list_source_files
 from pipeline.source.planner import Split, end_position, plan_segment, splits_table, summarize_source
-from pipeline.source.reader import (dead_letter_counts, dead_letter_uri, make_split_reader, read_split_table,
-                                    reader_output_schema)
-
-from srchelpers import BASE, SCHEMA, TS, iso, rows_table, write_bytes, write_jsonl, write_parquet
+from pipeline.source.reader import (
+    dead_letter_counts,
+    dead_letter_uri,
+    make_split_reader,
+    read_split_table,
+    reader_output_schema,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -114,8 +118,8 @@ def test_reader_config_errors(dl):
 
 
 # ------------------------------------------------------------------------------------------------ bad input
-def test_unreadable_parquet_is_dead_lettered_whole(any_root, tmp_path):
-    _, root = any_root
+def test_unreadable_parquet_is_dead_lettered_whole(data_root, tmp_path):
+    _, root = data_root
     dl = root + "/dl"
     uri = write_bytes(root, "orders", 3, 5, b"PAR1 not parquet at all PAR1")
     split = Split("orders", 3, 5, uri, "parquet", 0, None)  # as planned: corrupt, whole file

@@ -61,7 +61,7 @@ def run(epochs, ttl, parallelisms):
                         schema=pa.schema([("k", pa.string()), ("v", pa.int64())]))
         outs, states = [], []
         for i in range(P):
-            def own(t):
+            def own(t, P=P, i=i):
                 return pa.array([zlib.crc32(k.encode()) % P == i for k in t["k"].to_pylist()], pa.bool_())
             st_i = state.filter(own(state)) if state is not None else STATE.append(
                 pa.field(TOUCHED, pa.int64())).empty_table()

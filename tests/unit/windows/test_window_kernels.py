@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.windows import EmitMode, WatermarkState, WindowSpec, observe_channels, window_step
 from pipeline.testing.window_model import model
+from pipeline.windows import EmitMode, WatermarkState, WindowSpec, observe_channels, window_step
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,9 @@
-"""Checkpoint history, as ``checkpoints list|show`` (and the Airflow checkpoint view) present it."""
+"""Checkpoint history, as ``checkpoints list|show`` (and the Airflow checkpoint view) present it.
+
+(Formerly ``pipeline/inspect.py``, which shadowed the standard library's ``inspect`` when ``pipeline/`` was on
+``sys.path``, as under spark-submit. The Airflow view's projection, :mod:`pipeline.orchestration.history`, is
+still separate.)
+"""
 from __future__ import annotations
 
 from typing import Any
@@ -15,6 +20,7 @@ def checkpoint_summary(cp, status: str = "COMPLETED") -> dict[str, Any]:
         "barrier_time": md.barrier_time, "parent_id": md.parent_id,
         "trigger_time": st.trigger_time if st else None, "duration_ms": st.duration_ms if st else None,
         "state_bytes": st.bytes if st else 0, "state_rows": st.rows if st else 0,
+        "checkpointed_bytes": st.checkpointed_bytes if st else 0,
         "sync_ms": st.sync_ms if st else 0, "async_ms": st.async_ms if st else 0,
         "alignment_ms": st.alignment_ms if st else 0, "acks": f"{st.acks}/{st.expected_acks}" if st else "",
         "rounds": st.rounds if st else 1, "mode": md.checkpoint_mode, "alignment": md.alignment,
@@ -52,7 +58,7 @@ def list_checkpoints(runner) -> list[dict[str, Any]]:
 
 def show_checkpoint(runner, ref: str) -> dict[str, Any]:
     """Full detail of one checkpoint (id) or savepoint (URI): barriers, positions, per-operator acks."""
-    cp = runner._load_snapshot(ref)
+    cp = runner.load_snapshot(ref)
     md = cp.metadata
     d = checkpoint_summary(cp)
     d["positions"] = {s: {p: [pos.seq, pos.row] for p, pos in parts.items()} for s, parts in md.positions.items()}
@@ -65,6 +71,7 @@ def show_checkpoint(runner, ref: str) -> dict[str, Any]:
             "handles": [{"subtask": h.subtask, "name": h.name, "kg": [h.kg_start, h.kg_end],
                          "uri": h.file.uri if h.file else None, "rows": h.rows, "bytes": h.bytes,
                          "sha256": h.file.sha256 if h.file else None} for h in hs]}
+    d["subtasks"] = [t.to_dict() for t in md.stats.subtasks] if md.stats else []
     d["channel_state"] = [c.to_dict() for c in md.channel_state]
     d["sinks"] = {t: {"files": len(s.files), "rows": s.rows, "bytes": s.bytes, "full": s.full}
                   for t, s in md.sinks.items()}
@@ -96,7 +103,8 @@ def format_show(d: dict[str, Any]) -> str:
     lines = [f"{d['kind']} {d['id']} ({d['status']}): epoch {d['epoch']} (barrier {d['barrier_time']}), "
              f"parent {d['parent_id']}, mode {d['mode']}/{d['alignment']}, parallelism {d['parallelism']}",
              f"  location {d['location']}",
-             f"  trigger {d['trigger_time']}, duration {d['duration_ms']:.0f} ms, size {_kb(d['state_bytes'])}, "
+             f"  trigger {d['trigger_time']}, duration {d['duration_ms']:.0f} ms, checkpointed "
+             f"{_kb(d.get('checkpointed_bytes', d['state_bytes']))} of full size {_kb(d['state_bytes'])}, "
              f"alignment {d['alignment_ms']:.0f} ms, acks {d['acks']}, rounds {d['rounds']}",
              f"  backlog {d['backlog']}, dead letters {d['dead_letters']}, sink rows {d['sink_rows']}"]
     al = (d.get("extra") or {}).get("alignment")
@@ -124,6 +132,11 @@ def format_show(d: dict[str, Any]) -> str:
                      f"bytes {st.get('bytes')}, sync {st.get('sync_ms', 0):.0f} ms, async {st.get('async_ms', 0):.0f} ms, "
                      f"alignment {st.get('alignment_ms', 0):.0f} ms, start delay {st.get('start_delay_ms', 0):.0f} ms, "
                      f"in-flight {st.get('inflight_bytes', 0)} bytes, mode {st.get('mode')}")
+        for t in d.get("subtasks") or []:
+            if t["uid"] == uid:
+                ack = f"{t['ack_ms']:.0f} ms after trigger" if t.get("ack_ms") is not None else "time not recorded"
+                lines.append(f"    subtask {t['subtask']}: acknowledged {ack}, sync {t['sync_ms']:.0f} ms, "
+                             f"async {t['async_ms']:.0f} ms, state {t['state_bytes']} bytes, in {t['in_rows']} rows")
         for h in op["handles"]:
             lines.append(f"    [{h['subtask']}] {h['name']:<6} kg {h['kg'][0]}-{h['kg'][1]} rows {h['rows']} "
                          f"bytes {h['bytes']} {h['uri'] or '(empty)'}")

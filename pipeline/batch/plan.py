@@ -1,0 +1,261 @@
+"""Batch evaluation of a job: the whole dataflow as ONE Spark batch plan over a source prefix.
+
+This is the meaning of a job that does not depend on epochs (docs/batch.md): the committed output and the
+operator state after checkpoint ``n`` - whatever crashes, restores, rescales and rewinds happened - equal
+this plan evaluated over the source rows before barrier ``n``. It uses plain Spark SQL / DataFrame operators
+(joins, group-bys, window functions) and shares nothing with the epoch runtime's operator tasks or state
+files; only the source reading (file listing, bad-record rules) is the runtime's.
+
+Rules (``E`` = epoch length, ``end(k) = (k+1)E``, ``p(x)`` = processing epoch of row ``x``, see
+:mod:`pipeline.batch.prefix`, ``t_x`` = its ``_ingest_ts``, ``c_k = end(k) - ttl`` the TTL cutoff of epoch ``k``):
+
+* ``filter`` / ``select``: as Spark SQL; ``_ingest_ts`` is kept through selects like the runtime does.
+* ``join`` (inner): a pair ``(l, r)`` with equal keys is emitted iff ``min(t_l, t_r) >= c_m`` with
+  ``m = max(p(l), p(r))`` (both rows were alive when the later one arrived); no TTL: every pair.
+  Outer (``how`` = left/right/full): a row with no such pair is emitted with nulls for the other side once
+  it expires, i.e. by checkpoint ``n`` iff ``t_x < c_n``.
+  State at ``n``: the rows with ``t_x >= c_n``, minus - on a side whose partner side is declared ``unique`` -
+  the rows that matched (they left state). Rows violating a ``unique`` declaration are dead-lettered by the
+  runtime: the first row per key (by processing epoch, then ``_ingest_ts``) is kept here, and their number is
+  reported. Jobs built with the older join (no ``how``/``unique``: one match per key, both rows leave state)
+  are evaluated as ``unique="both"``.
+* ``aggregate``: totals per key over all input rows (count = rows, sum, min, max; floating sums exact in
+  ``decimal(38,9)``, then correctly rounded to double, like the runtime's state); an upsert sink holds them.
+* What is not modelled is listed in :attr:`BatchResult.unchecked` (never skipped silently): an append sink
+  of an aggregate (a changelog whose rows depend on round boundaries), an upsert sink of a non-aggregate,
+  operators fed by an aggregate, and ``deduplicate`` / ``window`` / ``process`` nodes (see docs/batch.md).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pipeline.batch.prefix import PEPOCH, Prefix, source_dataframe
+from pipeline.job import AggregateNode, Job, JoinNode, MapNode, SinkNode, SourceNode
+
+__all__ = ["BatchResult", "evaluate", "join_semantics"]
+
+INTERNAL = ("_source", "_partition", "_seq", "_row", PEPOCH)
+EXACT_SUM = "decimal(38,9)"
+
+
+@dataclass
+class BatchResult:
+    """Lazy Spark DataFrames of every object the batch plan models, and what it does not model."""
+
+    prefix: Prefix
+    sinks: dict[str, object] = field(default_factory=dict)       # table -> DataFrame
+    states: dict[str, object] = field(default_factory=dict)      # "state/<uid>/<name>" -> DataFrame
+    unchecked: dict[str, str] = field(default_factory=dict)      # object -> why it is not modelled
+    messages: list[str] = field(default_factory=list)
+    counts: dict[str, object] = field(default_factory=dict)      # lazily counted figures (DataFrames)
+    cached: list = field(default_factory=list)                   # persisted DataFrames (see release())
+
+    def release(self) -> None:
+        """Unpersist what the plan cached (sources read once, join outputs used twice)."""
+        for df in self.cached:
+            df.unpersist()
+        self.cached.clear()
+
+    def objects(self) -> dict[str, object]:
+        return {**{f"sink/{t}": d for t, d in self.sinks.items()}, **self.states}
+
+
+def join_semantics(op: JoinNode) -> tuple[str, str | None]:
+    """``(how, unique)`` of a join node; the older join (no ``how``) behaves as inner, ``unique="both"``."""
+    if not hasattr(op, "how"):
+        return "inner", "both"
+    return op.how or "inner", getattr(op, "unique", None)
+
+
+def _visible(df):
+    return df.select(*[c for c in df.columns if c not in INTERNAL])
+
+
+class _Compiler:
+    def __init__(self, spark, runner, job: Job, prefix: Prefix) -> None:
+        self.spark, self.runner, self.job, self.prefix = spark, runner, job, prefix
+        self.frames: dict[int, object] = {}
+        self.bad: dict[int, str] = {}               # node -> why its rows are not modelled
+        self.result = BatchResult(prefix)
+        self.default_ttl = runner.config.state_ttl_seconds
+
+    def frame(self, nid: int):
+        if nid in self.bad:
+            return None
+        if nid not in self.frames:
+            self.frames[nid] = self._build(nid)
+        return self.frames[nid]
+
+    def _build(self, nid: int):
+        node = self.job.nodes[nid]
+        if isinstance(node, SourceNode):  # read once, used by every object downstream
+            return self._cache(source_dataframe(self.spark, self.runner, self.job, node, self.prefix))
+        if isinstance(node, MapNode):
+            df = self.frame(node.parent)
+            if df is None:
+                self.bad[nid] = self.bad[node.parent]
+                return None
+            if node.kind == "filter":
+                return df.filter(node.exprs[0])
+            exprs = list(node.exprs)
+            if "_ingest_ts" in df.columns and not any(e.strip().split()[-1] == "_ingest_ts" for e in exprs):
+                exprs.append("_ingest_ts")
+            exprs += [c for c in INTERNAL if c in df.columns]
+            return df.selectExpr(*exprs)
+        if isinstance(node, JoinNode):
+            return self._join(nid, node)
+        if isinstance(node, AggregateNode):
+            return self._aggregate(nid, node)
+        self.bad[nid] = f"{type(node).__name__} is not modelled by the batch evaluation"
+        return None
+
+    def _cache(self, df):
+        from pyspark import StorageLevel
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)
+        self.result.cached.append(df)
+        return df
+
+    # -- join ------------------------------------------------------------------------------------------
+    def _join(self, nid: int, op: JoinNode):
+        from pyspark.sql import functions as F
+        E = self.prefix.epoch_us
+        how, unique = join_semantics(op)
+        inputs = []
+        for inp in (op.left, op.right):
+            df = self.frame(inp)
+            if df is None:
+                self.bad[nid] = self.bad[inp]
+                return None
+            base, _ = self.job.chain_to(inp)
+            base_node = self.job.nodes[base]
+            if isinstance(base_node, AggregateNode):
+                self.bad[nid] = f"join {op.uid} reads the changelog of aggregate {base_node.uid}"
+                return None
+            inputs.append(df)
+        left, right = inputs
+        lcols = [c for c in left.columns if c not in INTERNAL]
+        rcols = [c for c in right.columns if c not in INTERNAL]
+        output = list(op.output or [op.on] + [c for c in lcols if c not in (op.on, "_ingest_ts")]
+                      + [c for c in rcols if c not in (op.on, "_ingest_ts")])
+        ttl_s = op.ttl_seconds if op.ttl_seconds is not None else self.default_ttl
+        ttl = ttl_s * 1_000_000 if ttl_s else None
+        declared = hasattr(op, "how")
+        if declared and unique in ("left", "both"):
+            left = self._first_per_key(left, op, "left")
+        if declared and unique in ("right", "both"):
+            right = self._first_per_key(right, op, "right")
+
+        def tag(df, p):
+            return df.select(*[F.col(c).alias(f"{p}{c}") for c in df.columns],
+                             F.expr("unix_micros(_ingest_ts)").alias(f"{p}_t"))
+
+        lt, rt = tag(left, "__l_"), tag(right, "__r_")
+        m = F.greatest(F.col(f"__l_{PEPOCH}"), F.col(f"__r_{PEPOCH}"))
+        cond = F.col(f"__l_{op.on}") == F.col(f"__r_{op.on}")
+        if ttl is not None:
+            cond = cond & (F.least(F.col("__l__t"), F.col("__r__t")) >= (m + 1) * F.lit(E) - F.lit(ttl))
+
+        def pick(c: str, outer_side: str | None = None):
+            if c == op.on or (c == "_ingest_ts" and c in lcols and c in rcols):
+                return F.coalesce(F.col(f"__l_{c}"), F.col(f"__r_{c}")).alias(c)
+            return F.col(f"__l_{c}" if c in lcols else f"__r_{c}").alias(c)
+
+        pairs = lt.join(rt, cond, "inner").select(*[pick(c) for c in output], m.alias(PEPOCH))
+        out = pairs
+        cutoff_n = self.prefix.end_us(self.prefix.epoch) - ttl if ttl is not None else None
+        for side, mine, other, mcols, _ocols in (("left", lt, rt, lcols, rcols), ("right", rt, lt, rcols, lcols)):
+            if how not in (side, "full") or ttl is None:
+                continue
+            p = "__l_" if side == "left" else "__r_"
+            lonely = mine.join(other, cond, "left_anti").filter(F.col(f"{p}_t") < F.lit(cutoff_n))
+            emitted_at = F.greatest(F.col(f"{p}{PEPOCH}"),
+                                    F.floor((F.col(f"{p}_t") + F.lit(ttl)) / F.lit(E)).cast("long"))
+            cols = []
+            for c in output:
+                if c == op.on or c in mcols:
+                    cols.append(F.col(f"{p}{c}").alias(c))
+                else:
+                    cols.append(F.lit(None).cast(other.schema[f"{'__r_' if side == 'left' else '__l_'}{c}"]
+                                                 .dataType).alias(c))
+            out = out.unionByName(lonely.select(*cols, emitted_at.alias(PEPOCH)))
+        # state at checkpoint n
+        for name, mine, other, cols, leaves in (("left", lt, rt, lcols, unique in ("right", "both")),
+                                                ("right", rt, lt, rcols, unique in ("left", "both"))):
+            p = "__l_" if name == "left" else "__r_"
+            st = mine if cutoff_n is None else mine.filter(F.col(f"{p}_t") >= F.lit(cutoff_n))
+            if leaves:
+                st = st.join(other, cond, "left_anti")
+            self.result.states[f"state/{op.uid}/{name}"] = st.select(*[F.col(f"{p}{c}").alias(c) for c in cols])
+        consumers = sum(1 for s in self.job.sinks() if self.job.chain_to(s.parent)[0] == nid)
+        for o in self.job.operators():
+            ins = (o.left, o.right) if isinstance(o, JoinNode) else (o.parent,)
+            consumers += sum(1 for i in ins if self.job.chain_to(i)[0] == nid)
+        return self._cache(out) if consumers > 1 else out
+
+    def _first_per_key(self, df, op: JoinNode, side: str):
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+        order = [F.col(c) for c in (PEPOCH, "_ingest_ts", "_partition", "_seq", "_row") if c in df.columns]
+        w = Window.partitionBy(op.on).orderBy(*order)
+        ranked = df.withColumn("__rk", F.row_number().over(w))
+        self.result.counts[f"{op.uid}: {side} rows violating unique={side!r} (dead-lettered by the runtime)"] = \
+            ranked.filter(F.col("__rk") > 1)
+        return ranked.filter(F.col("__rk") == 1).drop("__rk")
+
+    # -- aggregate -------------------------------------------------------------------------------------
+    def _aggregate(self, nid: int, op: AggregateNode):
+        from pyspark.sql import functions as F
+        src = self.frame(op.parent)
+        if src is None:
+            self.bad[nid] = self.bad[op.parent]
+            return None
+        base, _ = self.job.chain_to(op.parent)
+        base_node = self.job.nodes[base]
+        if isinstance(base_node, AggregateNode):
+            self.bad[nid] = f"aggregate {op.uid} reads the changelog of aggregate {base_node.uid}"
+            return None
+        aggs = []
+        for out, fn, col in op.aggs:
+            if fn == "count":
+                aggs.append(F.count(F.lit(1)).alias(out))
+            elif fn == "sum":
+                dt = src.schema[col].dataType.typeName()
+                if dt in ("double", "float") or dt.startswith("decimal"):
+                    aggs.append(F.sum(F.col(col).cast(EXACT_SUM)).cast("double").alias(out))
+                else:
+                    aggs.append(F.sum(F.col(col).cast("long")).alias(out))
+            else:
+                aggs.append((F.min if fn == "min" else F.max)(F.col(col)).alias(out))
+        totals = src.groupBy(op.key).agg(*aggs)
+        self.result.states[f"state/{op.uid}/agg"] = totals
+        return totals
+
+    # -- all ---------------------------------------------------------------------------------------------
+    def compile(self) -> BatchResult:
+        for op in self.job.operators():
+            nid = self.job.node_id(op)
+            if self.frame(nid) is None:
+                for name in self.job.state_names(op.uid):
+                    self.result.unchecked[f"state/{op.uid}/{name}"] = self.bad[nid]
+        for s in self.job.sinks():
+            obj = f"sink/{s.table}"
+            parent = self.job.nodes[s.parent]
+            df = self.frame(s.parent)
+            if df is None:
+                self.result.unchecked[obj] = self.bad[s.parent]
+            elif isinstance(parent, AggregateNode) and s.mode == "append":
+                self.result.unchecked[obj] = ("append sink of an aggregate: a changelog whose rows depend on round "
+                                              "boundaries (its upsert view is checked through the aggregate state)")
+            elif s.mode == "upsert" and not isinstance(parent, AggregateNode):
+                self.result.unchecked[obj] = "upsert sink of a non-aggregate: 'newest row per key' is not modelled"
+            else:
+                self.result.sinks[s.table] = _visible(df)
+        for n in self.job.nodes:
+            if not isinstance(n, (SourceNode, MapNode, JoinNode, AggregateNode, SinkNode)):
+                self.result.messages.append(f"not checked: {type(n).__name__} nodes are not modelled yet")
+        return self.result
+
+
+def evaluate(runner, job: Job, prefix: Prefix, spark=None) -> BatchResult:
+    """Compile ``job`` into one Spark batch plan over ``prefix`` (lazy: nothing runs until an action)."""
+    return _Compiler(spark if spark is not None else runner.spark, runner, job, prefix).compile()

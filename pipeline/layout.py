@@ -1,0 +1,174 @@
+"""Storage layout: every key Epochal writes under its roots is built here, and only here.
+
+::
+
+    <checkpoint root>/<job>/
+      job.json                                  # job id, max parallelism, operator uids, created
+      ids/<id:012d>                             # checkpoint id claims (fencing; create-only)
+      barriers/epoch-<n>.json                   # the write-ahead barrier log
+      checkpoints/chk-<id>/
+        _pending.json                           # pending manifest (written at trigger)
+        _metadata                               # written last, create-only: the checkpoint exists
+        rounds/<k>/_plan.json                   # round plan (write-ahead)
+        rounds/<k>/state/<uid>/...              # state files written by the tasks of round k
+        rounds/<k>/acks/<uid>/...               # acks of chained operators (scratch)
+        channel/<uid>/r<k>/...                  # unaligned channel state (in-flight data)
+      savepoints/sp-<id>-<ts>/                  # self-contained savepoints (same inside)
+      validation/<chk-<id>|sp-<id>>/            # data-quality results per snapshot
+      orchestration/                            # Airflow-side control records
+    <sink root>/<job>/<table>/
+      data/txn-<id>/part-<subtask>...           # staged output of checkpoint <id>
+      _commits/<id:012d>.json                   # the commit log (readers see committed data only)
+
+Functions take and return URIs (strings); :func:`pipeline.fileio.join_uri` joins the segments.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipeline.fileio import join_uri
+
+__all__ = ["METADATA_FILE", "PENDING_FILE", "JOB_FILE", "CHECKPOINTS_DIR", "SAVEPOINTS_DIR", "BARRIERS_DIR",
+           "IDS_DIR", "VALIDATION_DIR", "ORCHESTRATION_DIR", "ROUNDS_DIR", "SINK_DATA_DIR", "SINK_COMMITS_DIR",
+           "checkpoint_dir_name", "checkpoint_id_of", "savepoint_dir_name", "snapshot_name", "JobLayout",
+           "round_dir", "round_plan_uri", "round_state_prefix", "round_acks_prefix", "channel_prefix",
+           "id_claim_name", "sink_table_uri", "sink_staging_uri", "sink_commit_name"]
+
+METADATA_FILE = "_metadata"
+PENDING_FILE = "_pending.json"
+JOB_FILE = "job.json"
+CHECKPOINTS_DIR = "checkpoints"
+SAVEPOINTS_DIR = "savepoints"
+BARRIERS_DIR = "barriers"
+IDS_DIR = "ids"
+VALIDATION_DIR = "validation"
+ORCHESTRATION_DIR = "orchestration"
+ROUNDS_DIR = "rounds"
+SINK_DATA_DIR = "data"
+SINK_COMMITS_DIR = "_commits"
+_CHK = "chk-"
+
+
+# ------------------------------------------------------------------------------------------- names
+def checkpoint_dir_name(checkpoint_id: int | str) -> str:
+    """``chk-<id>`` (``chk-?`` as a placeholder in a plan built before the id is known)."""
+    return f"{_CHK}{checkpoint_id}"
+
+
+def checkpoint_id_of(name: str) -> int | None:
+    """The id of a ``chk-<id>`` directory name, None for any other name."""
+    if name.startswith(_CHK) and name[len(_CHK):].isdigit():
+        return int(name[len(_CHK):])
+    return None
+
+
+def savepoint_dir_name(checkpoint_id: int, ts: str) -> str:
+    return f"sp-{checkpoint_id}-{ts}"
+
+
+def snapshot_name(checkpoint_id: int, *, savepoint: bool) -> str:
+    """``chk-<id>`` or ``sp-<id>``: how results and history name a retained checkpoint or a savepoint."""
+    return ("sp-" if savepoint else _CHK) + str(checkpoint_id)
+
+
+def id_claim_name(checkpoint_id: int) -> str:
+    return f"{checkpoint_id:012d}"
+
+
+def sink_commit_name(checkpoint_id: int) -> str:
+    return f"{checkpoint_id:012d}.json"
+
+
+# ------------------------------------------------------------------------------------ job root
+@dataclass(frozen=True)
+class JobLayout:
+    """Keys under ``<checkpoint root>/<job>``."""
+
+    root: str
+
+    @classmethod
+    def of(cls, checkpoint_root: str, job: str) -> JobLayout:
+        return cls(join_uri(checkpoint_root, job))
+
+    def job_json(self) -> str:
+        return join_uri(self.root, JOB_FILE)
+
+    def ids(self) -> str:
+        return join_uri(self.root, IDS_DIR)
+
+    def checkpoints(self) -> str:
+        return join_uri(self.root, CHECKPOINTS_DIR)
+
+    def checkpoint(self, checkpoint_id: int) -> str:
+        return join_uri(self.root, CHECKPOINTS_DIR, checkpoint_dir_name(checkpoint_id))
+
+    def savepoints(self) -> str:
+        return join_uri(self.root, SAVEPOINTS_DIR)
+
+    def savepoint(self, checkpoint_id: int, ts: str) -> str:
+        return join_uri(self.root, SAVEPOINTS_DIR, savepoint_dir_name(checkpoint_id, ts))
+
+    def barrier(self, epoch: int) -> str:
+        return join_uri(self.root, BARRIERS_DIR, f"epoch-{epoch}.json")
+
+    def validation(self, snapshot: str | None = None) -> str:
+        return join_uri(self.root, VALIDATION_DIR, snapshot) if snapshot else join_uri(self.root, VALIDATION_DIR)
+
+    def orchestration(self) -> str:
+        return join_uri(self.root, ORCHESTRATION_DIR)
+
+
+# ------------------------------------------------------------------------ inside a checkpoint dir
+def metadata_uri(location: str) -> str:
+    return join_uri(location, METADATA_FILE)
+
+
+def pending_uri(location: str) -> str:
+    return join_uri(location, PENDING_FILE)
+
+
+def round_dir(location: str, rnd: int) -> str:
+    return f"{location}/{ROUNDS_DIR}/{rnd}"
+
+
+def round_plan_uri(location: str, rnd: int) -> str:
+    return f"{round_dir(location, rnd)}/_plan.json"
+
+
+def round_state_prefix(location: str, rnd: int, uid: str | None = None) -> str:
+    base = f"{round_dir(location, rnd)}/state"
+    return f"{base}/{uid}" if uid is not None else base
+
+
+def round_acks_prefix(location: str, rnd: int, uid: str) -> str:
+    return f"{round_dir(location, rnd)}/acks/{uid}"
+
+
+def round_unused_prefix(location: str, rnd: int, uid: str) -> str:
+    """Output prefix of an operator without a sink (nothing is written there)."""
+    return f"{round_dir(location, rnd)}/unused/{uid}"
+
+
+def channel_prefix(location: str, uid: str, rnd: int) -> str:
+    return f"{location}/channel/{uid}/r{rnd}"
+
+
+# --------------------------------------------------------------------------------------- sinks
+def sink_table_uri(sink_root: str, job: str, table: str) -> str:
+    return join_uri(sink_root, job, table)
+
+
+def sink_data_uri(table_uri: str) -> str:
+    return join_uri(table_uri, SINK_DATA_DIR)
+
+
+def sink_commits_uri(table_uri: str) -> str:
+    return join_uri(table_uri, SINK_COMMITS_DIR)
+
+
+def sink_staging_uri(table_uri: str, checkpoint_id: int) -> str:
+    """``data/txn-<id>``: where tasks stage the files of checkpoint ``checkpoint_id``."""
+    return join_uri(table_uri, SINK_DATA_DIR, f"txn-{checkpoint_id}")
+
+
+__all__ += ["metadata_uri", "pending_uri", "round_unused_prefix", "sink_data_uri", "sink_commits_uri"]

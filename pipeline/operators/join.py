@@ -1,0 +1,236 @@
+"""The stream-stream equi-join kernel (one subtask, one round).
+
+Semantics (see ``docs/operators.md``). State holds the left and the right rows seen so far, each with a
+``_matched`` flag. When a round of epoch ``m`` is processed with TTL cutoff ``c = end(m) - ttl``:
+
+1. **Expiry.** Rows (state and new) with ``_ingest_ts < c`` leave. An expiring row of an outer side
+   (``how`` left/full for left rows, right/full for right rows) that never matched is emitted with nulls
+   for the other side.
+2. **Declared uniqueness.** On a side declared unique, a new row whose key is already held in that side's
+   state, or that repeats a key among the round's new rows of that side (all but the first in
+   ``(_ingest_ts, other columns)`` order), is a violation: returned apart (dead letter / fail), never
+   stored or matched.
+3. **Matching.** New left rows meet all right rows (state + new); state left rows meet the new right rows.
+   So every pair is produced exactly once, in the round its later row arrives.
+4. **Matched flags and release.** A row is matched once a row of the other side with its key is held. If
+   the left side is declared unique, matched right rows leave state (no second left row can come), and
+   vice versa.
+
+So without ``unique`` a pair (l, r) is emitted iff ``min(t_l, t_r) >= end(max(e(l), e(r))) - ttl``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = ["JoinType", "Uniqueness", "JoinResult", "MATCHED", "join_step", "with_matched"]
+
+MATCHED = "_matched"
+_K = "__key"
+
+
+class JoinType(str, Enum):
+    INNER = "inner"
+    LEFT = "left"
+    RIGHT = "right"
+    FULL = "full"
+
+    @property
+    def outer_left(self) -> bool:
+        return self in (JoinType.LEFT, JoinType.FULL)
+
+    @property
+    def outer_right(self) -> bool:
+        return self in (JoinType.RIGHT, JoinType.FULL)
+
+
+class Uniqueness(str, Enum):
+    NONE = "none"
+    LEFT = "left"
+    RIGHT = "right"
+    BOTH = "both"
+
+    @property
+    def left(self) -> bool:
+        return self in (Uniqueness.LEFT, Uniqueness.BOTH)
+
+    @property
+    def right(self) -> bool:
+        return self in (Uniqueness.RIGHT, Uniqueness.BOTH)
+
+
+@dataclass(frozen=True, slots=True)
+class JoinResult:
+    left: pa.Table              # new left state (with ``_matched``)
+    right: pa.Table             # new right state
+    output: pa.Table            # pairs, then expired unmatched outer rows, in the output schema
+    pairs: int
+    unmatched: int
+    violations_left: pa.Table   # rows of a unique side that repeat a key (input columns, no ``_matched``)
+    violations_right: pa.Table
+    expired: int
+
+
+def with_matched(t: pa.Table, value: bool = False) -> pa.Table:
+    """``t`` with a ``_matched`` column (a constant), replacing any present."""
+    if MATCHED in t.column_names:
+        t = t.drop_columns([MATCHED])
+    return t.append_column(MATCHED, pa.array([value] * t.num_rows, pa.bool_()))
+
+
+def _live(t: pa.Table, cutoff) -> pa.Array:
+    return pc.fill_null(pc.greater_equal(t["_ingest_ts"], cutoff), False)
+
+
+def _duplicates(new: pa.Table, held: pa.Table, key: str) -> tuple[pa.Table, pa.Table]:
+    """Split ``new`` rows of a unique side into (kept, violations)."""
+    if new.num_rows == 0:
+        return new, new.slice(0, 0)
+    clash = pc.fill_null(pc.is_in(new[key], value_set=held[key]), False) if held.num_rows else None
+    if clash is not None and not pc.any(clash).as_py():
+        clash = None
+    if len(pc.unique(new[key])) == new.num_rows:  # fast path: no key repeats among the new rows
+        dup_keys = new[key].slice(0, 0)
+    else:
+        counts = new.group_by(key, use_threads=False).aggregate([([], "count_all")])
+        dup_keys = counts.filter(pc.greater(counts["count_all"], 1))[key]
+    if clash is None and len(dup_keys) == 0:
+        return new, new.slice(0, 0)
+    bad = clash if clash is not None else pa.array([False] * new.num_rows)
+    if len(dup_keys):
+        in_dup = pc.fill_null(pc.is_in(new[key], value_set=dup_keys), False)
+        # the first row of each repeated key, in a total order of its values (deterministic on replay)
+        idx = pa.array(range(new.num_rows), pa.int64())
+        cand = new.append_column("__i", idx).filter(pc.and_(in_dup, pc.invert(bad)))
+        order = [(key, "ascending"), ("_ingest_ts", "ascending")] + [
+            (c, "ascending") for c in new.column_names if c not in (key, "_ingest_ts", MATCHED, "__i")
+            and _sortable(new.schema.field(c).type)] + [("__i", "ascending")]
+        cand = cand.sort_by(order)
+        first = cand.group_by(key, use_threads=False).aggregate([("__i", "first")])
+        keep_dup = pc.is_in(idx, value_set=first["__i_first"])
+        bad = pc.or_(bad, pc.and_(in_dup, pc.invert(keep_dup)))
+    return new.filter(pc.invert(bad)), new.filter(bad)
+
+
+def _sortable(t: pa.DataType) -> bool:
+    return not (pa.types.is_nested(t) or pa.types.is_dictionary(t))
+
+
+def _pairs(left: pa.Table, right: pa.Table, key: str) -> pa.Table | None:
+    if not left.num_rows or not right.num_rows:
+        return None
+    lp = left.rename_columns([_K if c == key else f"l:{c}" for c in left.column_names])
+    rp = right.rename_columns([_K if c == key else f"r:{c}" for c in right.column_names])
+    j = lp.join(rp, keys=_K, join_type="inner", use_threads=False)
+    return j if j.num_rows else None
+
+
+def _column(src: pa.Table | None, n: int, prefix: str, name: str, typ: pa.DataType):
+    if src is None:
+        return pa.nulls(n, typ)
+    col = f"{prefix}{name}"
+    if col not in src.column_names:
+        return pa.nulls(n, typ)
+    return src[col].cast(typ)
+
+
+def _assemble(schema: pa.Schema, key: str, n: int, *, joined: pa.Table | None = None,
+              left: pa.Table | None = None, right: pa.Table | None = None) -> pa.Table:
+    """Output rows in ``schema``: from joined pairs (``l:``/``r:`` prefixed, key ``__key``), or from lone
+    left / right rows (plain names) with nulls for the other side."""
+    cols = []
+    for f in schema:
+        if joined is not None:
+            if f.name == key:
+                c = joined[_K].cast(f.type)
+            elif f.name == "_ingest_ts":
+                c = pc.max_element_wise(joined["l:_ingest_ts"], joined["r:_ingest_ts"]).cast(f.type)
+            elif f"l:{f.name}" in joined.column_names:
+                c = joined[f"l:{f.name}"].cast(f.type)
+            else:
+                c = _column(joined, n, "r:", f.name, f.type)
+        else:
+            side = left if left is not None else right
+            assert side is not None
+            c = side[f.name].cast(f.type) if f.name in side.column_names and (
+                f.name in (key, "_ingest_ts") or _owns(f.name, left, right)) else pa.nulls(n, f.type)
+        cols.append(c)
+    return pa.table(cols, schema=schema)
+
+
+def _owns(name: str, left: pa.Table | None, right: pa.Table | None) -> bool:
+    return (left is not None and name in left.column_names) or (right is not None and name in right.column_names)
+
+
+def join_step(state_left: pa.Table, state_right: pa.Table, new_left: pa.Table, new_right: pa.Table, *,
+              key: str, cutoff, how: JoinType, unique: Uniqueness, output_schema: pa.Schema) -> JoinResult:
+    """One round of the join for one subtask (see the module docstring).
+
+    ``state_*`` carry ``_matched``; ``new_*`` may or may not (it is set false). ``cutoff``: a
+    ``pa.timestamp`` scalar or None (no TTL). Internal columns such as ``_kg`` are kept in state and
+    never reach the output unless ``output_schema`` names them."""
+    new_left, new_right = with_matched(new_left), with_matched(new_right)
+    state_left = state_left.select(new_left.column_names).cast(new_left.schema) if state_left.num_rows else \
+        new_left.slice(0, 0)
+    state_right = state_right.select(new_right.column_names).cast(new_right.schema) if state_right.num_rows else \
+        new_right.slice(0, 0)
+    # Step 1: expiry (state and new rows alike)
+    gone_l = gone_r = None
+    expired = 0
+    if cutoff is not None:
+        parts = []
+        for t in (state_left, new_left, state_right, new_right):
+            live = _live(t, cutoff)
+            parts.append((t.filter(live), t.filter(pc.invert(live))))
+        (state_left, xl1), (new_left, xl2), (state_right, xr1), (new_right, xr2) = parts
+        gone_l, gone_r = pa.concat_tables([xl1, xl2]), pa.concat_tables([xr1, xr2])
+        expired = gone_l.num_rows + gone_r.num_rows
+    # Step 2: declared uniqueness
+    bad_l = new_left.slice(0, 0)
+    bad_r = new_right.slice(0, 0)
+    if unique.left:
+        new_left, bad_l = _duplicates(new_left, state_left, key)
+    if unique.right:
+        new_right, bad_r = _duplicates(new_right, state_right, key)
+    # Step 3: matching (each pair once: in the round of its later row)
+    all_right = pa.concat_tables([state_right, new_right])
+    payload_l = [c for c in new_left.column_names if c != MATCHED]
+    payload_r = [c for c in new_right.column_names if c != MATCHED]
+    joined = [j for j in (_pairs(new_left.select(payload_l), all_right.select(payload_r), key),
+                          _pairs(state_left.select(payload_l), new_right.select(payload_r), key)) if j is not None]
+    # Step 4: matched flags, release of rows whose partner side is unique
+    left = pa.concat_tables([state_left, new_left])
+    if joined:
+        right = all_right
+        lm = pc.or_(left[MATCHED], pc.fill_null(pc.is_in(left[key], value_set=right[key]), False))
+        rm = pc.or_(right[MATCHED], pc.fill_null(pc.is_in(right[key], value_set=left[key]), False))
+        left = left.set_column(left.schema.get_field_index(MATCHED), MATCHED, lm)
+        right = right.set_column(right.schema.get_field_index(MATCHED), MATCHED, rm)
+        if unique.right:
+            left = left.filter(pc.invert(lm))
+        if unique.left:
+            right = right.filter(pc.invert(rm))
+    else:
+        right = all_right
+    outs = []
+    n_pairs = 0
+    for j in joined:
+        n_pairs += j.num_rows
+        outs.append(_assemble(output_schema, key, j.num_rows, joined=j))
+    n_unmatched = 0
+    if gone_l is not None and how.outer_left:
+        lone = gone_l.filter(pc.invert(gone_l[MATCHED]))
+        if lone.num_rows:
+            n_unmatched += lone.num_rows
+            outs.append(_assemble(output_schema, key, lone.num_rows, left=lone))
+    if gone_r is not None and how.outer_right:
+        lone = gone_r.filter(pc.invert(gone_r[MATCHED]))
+        if lone.num_rows:
+            n_unmatched += lone.num_rows
+            outs.append(_assemble(output_schema, key, lone.num_rows, right=lone))
+    out = pa.concat_tables(outs) if outs else output_schema.empty_table()
+    return JoinResult(left, right, out, n_pairs, n_unmatched, bad_l.drop_columns([MATCHED]),
+                      bad_r.drop_columns([MATCHED]), expired)

@@ -1,0 +1,236 @@
+"""Backfills of an epoch DAG, created one at a time (Airflow allows one running backfill per DAG).
+
+Airflow marks a backfill *completed* in a scheduler housekeeping pass (every 30 s) some time after its last
+run finished; until then ``airflow backfill create`` for the same DAG fails with ``AlreadyRunningBackfill``.
+Creating a backfill can also fail half-way on SQLite ("database is locked"): the backfill row is committed
+before its runs, so a naive retry meets the orphan (the scheduler completes an orphan without runs after
+about two minutes). :func:`create_backfill` handles both:
+
+1. wait (a condition, polled) until no backfill of the DAG is running, saying which one and how many of
+   its runs are unfinished;
+2. ``POST /api/v2/backfills``; a 409 (another backfill started meanwhile) goes back to step 1;
+3. a 503 / lock error: if the request did create the backfill (a running backfill with our dates and
+   runs exists), that backfill is ours; otherwise retry from step 1.
+
+:func:`wait_backfills_complete` waits until every backfill of a DAG is complete. Both talk to Airflow's REST
+API with a user name and password (``POST /auth/token``); no Airflow import. CLI::
+
+    python -m pipeline.orchestration.backfills create --url URL --dag-id D --from-date ISO --to-date ISO \\
+        [--reprocess-behavior none|failed|completed] [--max-active-runs N]
+    python -m pipeline.orchestration.backfills wait --url URL --dag-id D
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+from pipeline.exceptions import ConfigError, EpochalError
+
+__all__ = ["AirflowRestClient", "BackfillError", "create_backfill", "wait_backfills_complete", "active_backfills"]
+
+UNFINISHED_RUN_STATES = ("queued", "running")
+
+
+class BackfillError(EpochalError):
+    """A backfill could not be created, or a running one did not complete in time."""
+
+
+@dataclass
+class AirflowRestClient:
+    """A minimal Airflow 3 REST client (``/api/v2``) authenticated with a JWT from ``/auth/token``."""
+
+    url: str
+    username: str
+    password: str
+    timeout: float = 60.0
+    _token: str | None = field(default=None, repr=False)
+
+    def token(self) -> str:
+        if self._token is None:
+            status, d = self.request("POST", "/auth/token", {"username": self.username, "password": self.password},
+                                     auth=False)
+            if status >= 300:
+                raise BackfillError(f"Airflow at {self.url}: login as {self.username!r} failed ({status}: {d})")
+            self._token = d["access_token"]
+        return self._token
+
+    def request(self, method: str, path: str, body: Any = None, *, auth: bool = True) -> tuple[int, Any]:
+        req = urllib.request.Request(self.url.rstrip("/") + path, method=method,
+                                     data=json.dumps(body).encode() if body is not None else None)
+        req.add_header("Content-Type", "application/json")
+        if auth:
+            req.add_header("Authorization", f"Bearer {self.token()}")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as r:
+                text = r.read().decode()
+                return r.status, (json.loads(text) if text else None)
+        except urllib.error.HTTPError as e:
+            text = e.read().decode()
+            try:
+                return e.code, json.loads(text)
+            except ValueError:
+                return e.code, text
+        except urllib.error.URLError as e:
+            raise BackfillError(f"cannot reach Airflow at {self.url}: {e.reason}") from None
+
+    def get(self, path: str) -> Any:
+        status, d = self.request("GET", path)
+        if status >= 300:
+            raise BackfillError(f"GET {path}: {status} {d}")
+        return d
+
+
+def active_backfills(client: AirflowRestClient, dag_id: str) -> list[dict]:
+    """Backfills of ``dag_id`` that Airflow has not marked completed (they block a new backfill)."""
+    d = client.get(f"/api/v2/backfills?dag_id={urllib.parse.quote(dag_id)}&limit=100")
+    return [b for b in d["backfills"] if not b.get("completed_at")]
+
+
+def _unfinished_backfill_runs(client: AirflowRestClient, dag_id: str) -> int:
+    q = "&".join(f"state={s}" for s in UNFINISHED_RUN_STATES)
+    d = client.get(f"/api/v2/dags/{urllib.parse.quote(dag_id)}/dagRuns?run_type=backfill&{q}&limit=1")
+    return int(d.get("total_entries", 0))
+
+
+def _describe(b: dict, unfinished: int) -> str:
+    what = (f"{unfinished} backfill run(s) of the DAG not finished yet" if unfinished else
+            "all its runs are finished; Airflow marks it completed within about 30 s (a backfill whose "
+            "creation failed half-way, with no runs, within about 2.5 min)")
+    return (f"backfill {b['id']} of DAG {b['dag_id']} ({b['from_date']} .. {b['to_date']}) is still running: {what}")
+
+
+def wait_backfills_complete(client: AirflowRestClient, dag_id: str, *, timeout: float = 1800.0, poll: float = 3.0,
+                            echo: Callable[[str], None] = print) -> None:
+    """Wait until no backfill of ``dag_id`` is running (Airflow allows one at a time)."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        active = active_backfills(client, dag_id)
+        if not active:
+            return
+        msg = _describe(active[0], _unfinished_backfill_runs(client, dag_id))
+        if msg != last:
+            echo(f"epochal: {msg}; waiting for it to complete before creating the next")
+            last = msg
+        if time.monotonic() > deadline:
+            raise BackfillError(f"{msg}; still not complete after {timeout:.0f} s (Airflow allows one running "
+                                f"backfill per DAG: let it finish, or pause/cancel it in the UI)")
+        time.sleep(poll)
+
+
+def _iso(value: str | datetime) -> str:
+    if isinstance(value, datetime):
+        dt = value
+    else:
+        try:
+            dt = datetime.fromisoformat(str(value).strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise ConfigError(f"backfill date {value!r}: expected an ISO-8601 timestamp") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _same_instant(a: str, b: str) -> bool:
+    return _iso(a) == _iso(b)
+
+
+def create_backfill(client: AirflowRestClient, dag_id: str, from_date: str | datetime, to_date: str | datetime, *,
+                    reprocess_behavior: str = "none", max_active_runs: int | None = None,
+                    timeout: float = 1800.0, poll: float = 3.0, echo: Callable[[str], None] = print) -> dict:
+    """Create a backfill once every earlier backfill of the DAG is complete; returns Airflow's backfill."""
+    if reprocess_behavior not in ("none", "failed", "completed"):
+        raise ConfigError(f"--reprocess-behavior {reprocess_behavior!r}: expected none, failed or completed")
+    body: dict[str, Any] = {"dag_id": dag_id, "from_date": _iso(from_date), "to_date": _iso(to_date),
+                            "reprocess_behavior": reprocess_behavior}
+    if max_active_runs is not None:
+        if max_active_runs < 1:
+            raise ConfigError(f"--max-active-runs {max_active_runs}: expected at least 1")
+        body["max_active_runs"] = int(max_active_runs)
+    deadline = time.monotonic() + timeout
+    while True:
+        wait_backfills_complete(client, dag_id, timeout=max(1.0, deadline - time.monotonic()), poll=poll, echo=echo)
+        status, d = client.request("POST", "/api/v2/backfills", body)
+        if status < 300:
+            echo(f"epochal: created backfill {d['id']} of DAG {dag_id} ({body['from_date']} .. {body['to_date']}, "
+                 f"reprocess {reprocess_behavior})")
+            return d
+        if status == 409:
+            echo(f"epochal: another backfill of DAG {dag_id} started meanwhile; waiting for it")
+        elif status in (500, 503) or "locked" in str(d):
+            mine = [b for b in active_backfills(client, dag_id)
+                    if _same_instant(b["from_date"], body["from_date"]) and _same_instant(b["to_date"], body["to_date"])]
+            if mine and _unfinished_backfill_runs(client, dag_id):
+                echo(f"epochal: backfill {mine[0]['id']} was created although Airflow answered {status}; using it")
+                return mine[0]
+            echo(f"epochal: creating the backfill failed transiently ({status}: {d}); retrying")
+        else:
+            raise BackfillError(f"Airflow refused the backfill of DAG {dag_id} ({body['from_date']} .. "
+                                f"{body['to_date']}): {status} {d}")
+        if time.monotonic() > deadline:
+            raise BackfillError(f"could not create the backfill of DAG {dag_id} within {timeout:.0f} s")
+        time.sleep(poll)
+
+
+def _client(args) -> AirflowRestClient:
+    password = args.password or os.environ.get("EPOCHAL_AIRFLOW_PASSWORD")
+    if not password and args.password_file:
+        try:
+            password = json.load(open(args.password_file))[args.username]
+        except (OSError, ValueError, KeyError) as e:
+            raise ConfigError(f"cannot read the password of {args.username!r} from {args.password_file}: {e}") from None
+    if not password:
+        raise ConfigError("no Airflow password: pass --password, --password-file or EPOCHAL_AIRFLOW_PASSWORD")
+    return AirflowRestClient(args.url, args.username, password)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m pipeline.orchestration.backfills", description=__doc__.split("\n")[0])
+    p.add_argument("--url", default=os.environ.get("AIRFLOW__API__BASE_URL", "http://127.0.0.1:8080"))
+    p.add_argument("--username", default="admin")
+    p.add_argument("--password")
+    p.add_argument("--password-file")
+    p.add_argument("--timeout", type=float, default=1800.0)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("create", help="wait for running backfills of the DAG, then create one")
+    c.add_argument("--dag-id", required=True)
+    c.add_argument("--from-date", required=True)
+    c.add_argument("--to-date", required=True)
+    c.add_argument("--reprocess-behavior", default="none")
+    c.add_argument("--max-active-runs", type=int)
+    c.add_argument("--wait", action="store_true", help="also wait until the new backfill is complete")
+    w = sub.add_parser("wait", help="wait until no backfill of the DAG is running")
+    w.add_argument("--dag-id", required=True)
+    args = p.parse_args(argv)
+    echo = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    try:
+        client = _client(args)
+        if args.cmd == "create":
+            b = create_backfill(client, args.dag_id, args.from_date, args.to_date,
+                                reprocess_behavior=args.reprocess_behavior, max_active_runs=args.max_active_runs,
+                                timeout=args.timeout, echo=echo)
+            if args.wait:
+                wait_backfills_complete(client, args.dag_id, timeout=args.timeout, echo=echo)
+            print(json.dumps(b, default=str))
+        else:
+            wait_backfills_complete(client, args.dag_id, timeout=args.timeout, echo=echo)
+    except ConfigError as e:
+        print(f"epochal: {e}", file=sys.stderr)
+        return 2
+    except (BackfillError, OSError) as e:
+        print(f"epochal: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

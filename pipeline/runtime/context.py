@@ -1,0 +1,167 @@
+"""RuntimeContext: what every part of a running job shares (Flink: the JobMaster's view of one job).
+
+The job graph, the configuration, the clocks, the storage ports of the three roots, the checkpoint
+coordinator and the (lazily started) Spark session. The modules of the runtime - the cursor
+(:mod:`pipeline.runtime.cursor`), the barrier log (:mod:`pipeline.runtime.barrier_log`), epoch planning
+(:mod:`pipeline.runtime.epoch_planner`), the round executor (:mod:`pipeline.runtime.round_executor`), the
+Spark plan of a round (:mod:`pipeline.runtime.spark_plan`) and checkpoint finalisation
+(:mod:`pipeline.runtime.finalize`) - each take this context; :class:`~pipeline.runtime.runner.JobRunner`
+builds it once and is a thin facade over them.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any, Callable
+
+from pipeline.barriers.events import CheckpointingMode
+from pipeline.checkpoint.coordinator import CheckpointCoordinator
+from pipeline.clock import Clock, clock_from_iso
+from pipeline.config import PipelineConfig
+from pipeline.epochs import EpochClock
+from pipeline.exceptions import ConditionalWriteError, ConfigError, EpochalError
+from pipeline.fileio import file_io_for, join_uri
+from pipeline.job import Job, JoinNode, SinkNode, SourceNode
+from pipeline.layout import JobLayout
+from pipeline.runtime.keyed_ops import validate_keyed_ops
+from pipeline.sink.formats import open_sink_table, resolve_format
+from pipeline.sink.table import CommittedTable
+from pipeline.sink.two_phase import TwoPhaseCommitSink
+
+__all__ = ["RuntimeContext"]
+
+log = logging.getLogger("epochal")
+
+
+class RuntimeContext:
+    """Shared state of one running job (see module docstring)."""
+
+    def __init__(self, job: Job, config: PipelineConfig, *, clock: Clock | None = None,
+                 runner_id: str | None = None, echo: Callable[[str], None] | None = None) -> None:
+        self.job = job
+        self.config = config
+        self.clock = clock or clock_from_iso(config.clock_now)
+        self.epochs = EpochClock(config.epoch_seconds)
+        self.echo: Callable[[str], None] = echo or (lambda msg: log.info(msg))
+        self.ckpt_fio = file_io_for(config.checkpoint_uri)
+        self.src_fio = file_io_for(config.source_uri)
+        self.sink_fio = file_io_for(config.sink_uri)
+        self.job_root = join_uri(config.checkpoint_uri, job.name)
+        self.sink_root = join_uri(config.sink_uri, job.name)
+        self.dead_letter_root = config.dead_letter_root
+        self.coordinator = CheckpointCoordinator(
+            self.ckpt_fio, config.checkpoint_uri, job.name,
+            checkpoint_timeout_s=config.checkpoint_timeout_seconds,
+            tolerable_failed_checkpoints=config.tolerable_failed_checkpoints,
+            retained_checkpoints=config.retained_checkpoints, runner_id=runner_id)
+        self.validate_job()
+        self.max_parallelism = self._ensure_job_json()
+        self.spark_session: Any = None
+        # source contract (pipeline.source.contract): the latest listing, and dead letters of this run that
+        # the next checkpoint's stats must count
+        self.source_listing: dict = {}
+        self.contract_dead_letters: dict[str, int] = {}
+        self.unexpected_dead_letters: dict[str, int] | None = None
+        # round clock: the configured clock when the runner starts, advancing with the elapsed time (a
+        # fixed PIPELINE_CLOCK_NOW still lets alignment timeouts be measured across rounds)
+        self._clock_base_s = self.clock.now_us() / 1e6
+        self._mono_base_s = time.monotonic()
+
+    # ------------------------------------------------------------------------------------------ setup
+    def validate_job(self) -> None:
+        ops = {id(o) for o in self.job.operators()}
+        for s in self.job.sinks():
+            parent = self.job.nodes[s.parent]
+            if id(parent) not in ops:
+                raise ConfigError(f"job {self.job.name!r}: sink {s.table!r} must consume a stateful operator's "
+                                  "output directly (put select/filter before the operator)")
+        if not self.job.operators():
+            raise ConfigError(f"job {self.job.name!r} has no stateful operator")
+        validate_keyed_ops(self.job, self.config)
+        joins = [o for o in self.job.operators() if isinstance(o, JoinNode)]
+        if self.config.checkpoint_mode == CheckpointingMode.AT_LEAST_ONCE or self.config.unaligned:
+            what = ("PIPELINE_UNALIGNED=true" if self.config.unaligned
+                    else f"PIPELINE_CHECKPOINT_MODE={self.config.checkpoint_mode}")
+            if len(joins) > 1:
+                raise ConfigError(f"job {self.job.name!r}: {what} is supported for jobs with one multi-input operator "
+                                  f"(has joins {[j.uid for j in joins]}); use aligned exactly-once checkpoints")
+        if self.config.unaligned and joins:
+            join = joins[0]
+            for side in (join.left, join.right):
+                base = self.job.chain_to(side)[0]
+                if not isinstance(self.job.nodes[base], SourceNode):
+                    raise ConfigError(f"job {self.job.name!r}: unaligned checkpoints need the inputs of join "
+                                      f"{join.uid!r} to be sources (through select/filter)")
+            for src in self.job.sources():
+                users = [o.uid for o in self.consumers(self.job.node_id(src))]
+                if users != [join.uid]:
+                    raise ConfigError(f"job {self.job.name!r}: with unaligned checkpoints every source must feed "
+                                      f"only the join {join.uid!r}; source {src.name!r} feeds {users}")
+
+    def _ensure_job_json(self) -> int:
+        uri = JobLayout(self.job_root).job_json()
+        doc = {"job": self.job.name, "max_parallelism": self.job.max_parallelism,
+               "operators": self.job.operator_uids(), "sources": self.job.source_names(),
+               "sinks": self.job.sink_tables(), "created": self.epochs.iso(self.clock.now_us())}
+        try:
+            self.ckpt_fio.write_bytes(uri, (json.dumps(doc, indent=1) + "\n").encode(), if_none_match=True)
+            return self.job.max_parallelism
+        except ConditionalWriteError:
+            existing = json.loads(self.ckpt_fio.read_bytes(uri))
+            if existing.get("job") != self.job.name:
+                raise ConfigError(f"{uri} belongs to job {existing.get('job')!r}, not {self.job.name!r}") from None
+            return int(existing["max_parallelism"])  # fixed when the job was first created
+
+    @property
+    def spark(self):
+        if self.spark_session is None:
+            # imported here: starting Spark (and importing pyspark) is paid only by commands that need it
+            from pipeline.runtime.session import get_spark
+            self.spark_session = get_spark(self.config.spark_master, self.config.parallelism)
+        return self.spark_session
+
+    def round_now(self) -> float:
+        """The round clock in seconds (recorded in every round plan; alignment times are measured with it)."""
+        return self._clock_base_s + (time.monotonic() - self._mono_base_s)
+
+    # ------------------------------------------------------------------------------------ job graph
+    def consumers(self, nid: int) -> list:
+        """Stateful operators that read the output of node ``nid`` (through stateless steps)."""
+        out = []
+        for op in self.job.operators():
+            ins = op.inputs
+            if any(self.job.chain_to(i)[0] == nid for i in ins):
+                out.append(op)
+        return out
+
+    # ---------------------------------------------------------------------------------------- sinks
+    def table(self, table: str) -> CommittedTable:
+        """The sink table in its format (Iceberg / Delta / Epochal's commit log; ``pipeline.sink.formats``)."""
+        if table not in self.job.sink_tables():
+            raise ConfigError(f"job {self.job.name!r} has no sink table {table!r} (has {self.job.sink_tables()})")
+        s = next(s for s in self.job.sinks() if s.table == table)
+        return open_sink_table(self.sink_fio, self.config, self.job.name, table, mode=s.mode, key=s.key,
+                               fmt=resolve_format(table, s.format, self.config.sink_format))
+
+    def sink(self, sink: SinkNode) -> TwoPhaseCommitSink:
+        return TwoPhaseCommitSink(self.table(sink.table), mode=sink.mode, key=list(sink.key))
+
+    def recover_sinks(self, md, *, restoring: bool = True) -> None:
+        """recoverAndCommit: (re-)commit the sink transactions of a completed checkpoint (idempotent)."""
+        for sink in self.job.sinks():
+            if sink.table in md.sinks:
+                self.sink(sink).recover_and_commit(md, restoring=restoring)
+
+    def cleanup_sink_garbage(self) -> None:
+        """Delete staged sink output of aborted/crashed checkpoints. Spares completed checkpoints (their
+        commit may still be recovered) and the newest claimed id (a runner may still be working on it)."""
+        protect: set[int] = set(self.coordinator.store.ids())
+        newest = self.coordinator.counter.latest_claimed()
+        for sink in self.job.sinks():
+            try:
+                n = self.table(sink.table).cleanup(protect=protect, protect_from_id=newest)
+                if n:
+                    self.echo(f"sink {sink.table}: removed {n} uncommitted staging dir(s) of aborted checkpoints")
+            except EpochalError as e:  # cleanup must never fail a run
+                self.echo(f"WARNING: sink {sink.table}: cleanup failed: {e}")

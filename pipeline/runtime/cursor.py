@@ -1,0 +1,82 @@
+"""The cursor: where a job stands between rounds (Flink: the restored source offsets and state handles).
+
+A cursor is built from a completed checkpoint's ``_metadata`` (:func:`cursor_from_metadata`) when a job
+restores, and carried in memory from round to round while it runs. It holds, per source partition, the
+position reading resumes at; per operator, the state handles its tasks restore; the unaligned channel state
+still to replay first; and the alignment driver continuing from it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from pipeline.checkpoint.handles import Position
+from pipeline.checkpoint.metadata import CheckpointMetadata
+from pipeline.runtime.restore_guard import check_restore_point
+
+if TYPE_CHECKING:
+    from pipeline.runtime.context import RuntimeContext
+    from pipeline.runtime.results import RunReport
+
+__all__ = ["Cursor", "cursor_from_metadata", "handles_by_name", "restore_cursor"]
+
+
+@dataclass
+class Cursor:
+    """Where the job stands between rounds (restored from a checkpoint or carried in memory)."""
+
+    checkpoint_id: int | None = None
+    epoch: int | None = None
+    positions: dict[str, dict[str, Position]] = field(default_factory=dict)  # source -> partition -> position
+    handles: dict[str, dict[str, list[dict]]] = field(default_factory=dict)  # uid -> state name -> handles
+    # unaligned channel state still to replay first (in-flight data between operators): uid -> file handles
+    inflight: dict[str, list[dict]] = field(default_factory=dict)
+    align: object | None = None  # the AlignmentDriver continuing from this cursor (None: start a fresh one)
+    inventory: dict = field(default_factory=dict)  # read inventory of the checkpoint (pipeline.source.contract)
+
+
+def handles_by_name(handles: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for h in handles:
+        out.setdefault(str(h["name"]), []).append(h)
+    return out
+
+
+def cursor_from_metadata(md: CheckpointMetadata) -> Cursor:
+    """The cursor a completed checkpoint restores to."""
+    handles: dict[str, dict[str, list[dict]]] = {}
+    for uid, hs in md.operators.items():
+        for h in hs:
+            handles.setdefault(uid, {}).setdefault(h.name, []).append(
+                {"uri": h.file.uri if h.file else None, "rows": h.rows, "bytes": h.bytes,
+                 "sha256": h.file.sha256 if h.file else None, "kg_start": h.kg_start, "kg_end": h.kg_end})
+    positions = {s: dict(parts) for s, parts in md.positions.items()}
+    inflight: dict[str, list[dict]] = {}
+    for c in md.channel_state:
+        if c.file is not None:  # in-flight data between operators: replayed first
+            inflight.setdefault(c.operator_uid, []).append(
+                {"uri": c.file.uri, "rows": c.file.rows, "bytes": c.file.bytes, "sha256": c.file.sha256,
+                 "kg_start": 0, "kg_end": md.max_parallelism - 1, "name": c.channel})
+        elif c.source is not None and c.partition is not None and c.start is not None:
+            # in-flight data still in the source log: reading resumes at the start of its range
+            positions.setdefault(c.source, {})[str(c.partition)] = c.start
+    return Cursor(md.checkpoint_id, md.epoch, positions, handles, inflight,
+                  inventory=dict(md.extra.get("source_files") or {}))
+
+
+def restore_cursor(ctx: RuntimeContext, report: RunReport | None = None) -> Cursor:
+    """Latest valid completed checkpoint (with fallback), sink transactions re-committed."""
+    completed, problems = ctx.coordinator.restore_latest(verify=True)
+    for p in problems:
+        ctx.echo(f"WARNING: {p}")
+        if report is not None:
+            report.messages.append(p)
+    note = check_restore_point(ctx, completed.checkpoint_id if completed is not None else None)
+    if note is not None and not problems:
+        ctx.echo(f"WARNING: {note}")
+        if report is not None:
+            report.messages.append(note)
+    if completed is None:
+        return Cursor()
+    ctx.recover_sinks(completed.metadata)
+    return cursor_from_metadata(completed.metadata)

@@ -1,0 +1,103 @@
+"""Spark side of ``Stream.deduplicate``: keyed shuffle, then the dedup kernel per subtask
+(:mod:`pipeline.operators.dedup`). State ``keys``: the held keys with their ``_ingest_ts`` and key group."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+import pyarrow as pa
+
+from pipeline.exceptions import ConfigError
+from pipeline.faults import fault_point
+from pipeline.job import DedupNode, Job
+from pipeline.keygroups import key_group_expr, range_for_subtask, subtask_expr
+from pipeline.operators.dedup import dedup_step
+from pipeline.runtime.dataflow import OperatorIO, arrow_schema_of, drop_internal, schema_ddl
+from pipeline.runtime.operator_registry import register_operator
+from pipeline.runtime.operators import HANDLE_DDL, _collect, _handle, _partition_id, _round_spec, emit_handles
+from pipeline.runtime.routing import shuffle_to_subtasks
+from pipeline.state.backend import KG_COLUMN, read_state, write_table
+
+__all__ = ["DedupTaskSpec", "make_dedup_task", "dedup_dataframe"]
+
+
+@dataclass(frozen=True, slots=True)
+class DedupTaskSpec:
+    uid: str
+    checkpoint: str
+    key: str
+    in_schema: pa.Schema           # input columns (user columns + _ingest_ts)
+    parallelism: int
+    max_parallelism: int
+    parent_handles: dict           # {"keys": [...]}
+    state_prefix: str
+    output_prefix: str
+    output_name: str
+    file_tag: str
+    ttl_cutoff_us: int | None
+    ack_prefix: str | None = None
+
+
+def make_dedup_task(spec: DedupTaskSpec):
+    plan_spec = spec
+
+    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pipeline.fileio import file_io_for
+        spec = _round_spec(plan_spec)
+        fault_point("reading")
+        t0 = time.perf_counter()
+        subtask = _partition_id()
+        kgr = range_for_subtask(spec.max_parallelism, spec.parallelism, subtask)
+        fio = file_io_for(spec.state_prefix)
+        sschema = pa.schema([spec.in_schema.field(spec.key), spec.in_schema.field("_ingest_ts"),
+                             pa.field(KG_COLUMN, pa.int32())])
+        state = read_state(fio, spec.parent_handles.get("keys", []), kgr.start, kgr.end, sschema, spec.checkpoint)
+        restored = state.num_rows
+        ischema = spec.in_schema.append(pa.field(KG_COLUMN, pa.int32()))
+        incoming = _collect(batches)
+        new = incoming.select(ischema.names).cast(ischema) if incoming is not None else ischema.empty_table()
+        cutoff = (pa.scalar(spec.ttl_cutoff_us, pa.timestamp("us", tz="UTC"))
+                  if spec.ttl_cutoff_us is not None else None)
+        res = dedup_step(state, new, key=spec.key, cutoff=cutoff, state_columns=sschema.names)
+        out = res.output.select(spec.in_schema.names)
+        sync_ms = (time.perf_counter() - t0) * 1000
+        fault_point("writing_state")
+        t1 = time.perf_counter()
+        fh = None
+        if res.state.num_rows:
+            fh = write_table(fio, f"{spec.state_prefix}/keys/kg-{kgr.start:05d}-{kgr.end:05d}.parquet", res.state)
+        t_out = time.perf_counter()
+        ofh = None
+        if spec.ack_prefix is None and out.num_rows:
+            ofh = write_table(fio, f"{spec.output_prefix}/part-{spec.file_tag}-{subtask:05d}.parquet", out)
+        async_ms = (t_out - t1) * 1000
+        sync_ms += (time.perf_counter() - t_out) * 1000
+        n = new.num_rows
+        rows = [_handle("state", spec.uid, "keys", subtask, kgr, fh, n, restored, res.expired, sync_ms, async_ms),
+                _handle("output", spec.uid, spec.output_name, subtask, kgr, ofh, n, restored, res.expired, sync_ms,
+                        async_ms),
+                _handle("dropped", spec.uid, "dropped", subtask, kgr,
+                        {"uri": None, "rows": res.dropped, "bytes": 0, "sha256": None}, n, restored, res.expired)]
+        yield from emit_handles(rows, out, spec.in_schema, fio, spec.ack_prefix, subtask)
+
+    return task
+
+
+@register_operator(DedupNode)
+def dedup_dataframe(spark, job: Job, op: DedupNode, resolve, io: OperatorIO):
+    P, MP = io.parallelism, io.max_parallelism
+    src = drop_internal(resolve(op.parent))
+    if "_park" in src.columns:
+        src = src.drop("_park")
+    for c in (op.key, "_ingest_ts"):
+        if c not in src.columns:
+            raise ConfigError(f"deduplicate {op.uid}: input lacks column {c!r} (has {src.columns})")
+    in_schema = arrow_schema_of(src)
+    keyed = src.withColumn(KG_COLUMN, key_group_expr(op.key, MP)).withColumn("_subtask", subtask_expr(KG_COLUMN, MP, P))
+    shuffled = shuffle_to_subtasks(keyed, spark, "_subtask", P)
+    spec = DedupTaskSpec(op.uid, io.checkpoint, op.key, in_schema, P, MP, io.parent_handles, io.state_prefix,
+                         io.output_prefix, io.output_name, io.file_tag, io.ttl_cutoff_us, io.ack_prefix)
+    result = shuffled.mapInArrow(make_dedup_task(spec),
+                                 HANDLE_DDL if io.ack_prefix is None else schema_ddl(in_schema))
+    return result, in_schema

@@ -1,0 +1,163 @@
+"""Finalising a checkpoint: from the snapshot decision of the barrier handler to ``_metadata`` and commit.
+
+Flink: ``PendingCheckpoint`` -> acknowledgements -> ``CompletedCheckpoint`` -> ``notifyCheckpointComplete``.
+When the barrier handler snapshots checkpoint n (``snap``), :meth:`CheckpointFinalizer.finish` runs the
+protocol on the driver:
+
+1. Acknowledge: every subtask of every operator acknowledges with the handles of the snapshot round
+   (state, channel state, staged sink output) and, at the aligning operator, the alignment metrics.
+2. Restore point: the positions reading resumes at after a restore from n (barrier n, or the start of the
+   in-flight source ranges of an unaligned snapshot), the channel state, and the at-least-once records
+   past barrier n counted into n.
+3. Complete: write ``_metadata`` last with a conditional PUT (the checkpoint exists from here on) and apply
+   retention (:meth:`pipeline.checkpoint.coordinator.CheckpointCoordinator.complete`).
+4. Commit: commit every sink transaction of n (two-phase commit; idempotent, redone on restore).
+5. Clean up: delete the state of earlier rounds of n (not referenced by ``_metadata``).
+6. Listen: the checkpoint listeners run (e.g. the per-epoch quality check), then the round is reported
+   and the cursor the next round continues from is returned.
+
+A crash before step 3 leaves garbage that is cleaned up; a crash between 3 and 4 is repaired by the
+re-commit on restore (step 4 of the next restore).
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from pipeline.barriers.events import CheckpointType
+from pipeline.checkpoint.handles import ChannelStateHandle
+from pipeline.checkpoint.metadata import CheckpointMetadata
+from pipeline.exceptions import EpochalError
+from pipeline.faults import fault_point
+from pipeline.job import JoinNode
+from pipeline.layout import round_state_prefix
+from pipeline.runtime.alignment import MODE_ALIGNED, channel_name
+from pipeline.runtime.context import RuntimeContext
+from pipeline.runtime.cursor import Cursor, cursor_from_metadata
+from pipeline.runtime.results import RoundResult
+from pipeline.source.contract import read_inventory
+from pipeline.source.planner import count_rows
+
+__all__ = ["CheckpointFinalizer", "CheckpointListener"]
+
+#: called with the metadata of every completed checkpoint (not savepoint) after its sinks are committed
+CheckpointListener = Callable[[CheckpointMetadata], None]
+
+
+class CheckpointFinalizer:
+    """Runs the completion protocol of a snapshotted checkpoint (see module docstring)."""
+
+    def __init__(self, ctx: RuntimeContext, listeners: list[CheckpointListener] | None = None) -> None:
+        self.ctx = ctx
+        self.listeners: list[CheckpointListener] = listeners if listeners is not None else []
+        self.last_location: str | None = None
+
+    def finish(self, pending, snap, working: Cursor, rows: list[dict], staged: dict, results: list[RoundResult],
+               dead_letters: dict, summaries, expected: dict, P: int, *, last_round: int, t0: float,
+               records: dict | None = None, backlog: dict | None = None,
+               dropped: dict | None = None) -> tuple[Cursor, list[RoundResult]]:
+        """Checkpoint n is snapshotted (``snap``): acknowledge the tasks' handles of round ``last_round``
+        with the alignment metrics, write ``_metadata`` (last), commit the sinks."""
+        ctx = self.ctx
+        job = ctx.job
+        cid, epoch = pending.checkpoint_id, pending.epoch
+        if records is None:  # snapshotted between rounds: the last round's figures
+            prev = results[-1]
+            records, backlog = prev.records, prev.backlog
+        t_ack = time.perf_counter()
+
+        # Step 1: acknowledge - the snapshot round's handles of every subtask, alignment metrics at the join
+        joins = [o.uid for o in job.operators() if isinstance(o, JoinNode)]
+        align_uid = joins[0] if joins else job.operator_uids()[0]
+        chan_rows = [h for h in rows if h["kind"] == "channel"]
+        acks = []
+        for uid in expected:
+            for sub in range(P):
+                a = {"kind": "ack", "operator": uid, "subtask": sub, "mode": snap.mode}
+                if uid == align_uid:
+                    a.update(alignment_ms=snap.alignment_ms, start_delay_ms=snap.start_delay_ms)
+                acks.append(a)
+        final_rows = [h for h in rows if h["kind"] == "state"] + chan_rows + [
+            {**h, "kind": "output"} for t in staged for h in staged[t]] + acks
+        ctx.coordinator.receive_acknowledge_rows(pending, final_rows)
+        fault_point("after_state_before_metadata")
+
+        # Step 2: the restore point - positions, channel state ranges, post-barrier records (at-least-once)
+        positions = {s: dict(parts) for s, parts in working.positions.items()}
+        for (s, p), pos in snap.restore.items():
+            positions.setdefault(s, {})[p] = pos
+        ranges = [ChannelStateHandle(operator_uid=align_uid, subtask=0, channel=channel_name(ch), source=ch[0],
+                                     partition=ch[1], start=a, end=b) for ch, a, b in snap.ranges]
+        post_barrier: dict[str, int] = {}
+        for (s, p), cut in snap.cut.items():  # at-least-once: records past barrier n inside snapshot n
+            b = pending.manifest.barriers.get(s, {}).get(p)
+            if b is not None and (cut.seq, cut.row) > (b.seq, b.row):
+                try:
+                    n = count_rows(summaries.get(s, {}).get(int(p), ()), b, cut)
+                except EpochalError:
+                    n = 0
+                post_barrier[s] = post_barrier.get(s, 0) + n
+        t = snap.trigger
+        alignment = {
+            "configured": working.align.label if working.align is not None else "aligned",  # type: ignore[attr-defined]
+            "mode_used": snap.mode,
+            "switched_to_unaligned": t.switched_to_unaligned, "first_barrier_round": snap.first_barrier_round,
+            "snapshot_round": last_round, "between_rounds": snap.at_round_start, "alignment_ms": snap.alignment_ms,
+            "start_delay_ms": snap.start_delay_ms, "inflight_files": len(chan_rows),
+            "inflight_rows": sum(int(h["rows"] or 0) for h in chan_rows),
+            "inflight_bytes": sum(int(h["bytes"] or 0) for h in chan_rows),
+            "inflight_ranges": [{"channel": channel_name(ch), "start": a.to_dict(), "end": b.to_dict() if b else None}
+                                for ch, a, b in snap.ranges],
+            "lagging": [channel_name(ch) for ch in snap.lagging], "post_barrier_records": post_barrier}
+
+        # Step 3: complete - _metadata written last (conditional PUT), retention applied
+        full = {s.table: False for s in job.sinks()}
+        completed = ctx.coordinator.complete(
+            pending, positions=positions, channel_state=ranges, sinks_full=full, backlog=backlog,
+            dead_letters=dead_letters, rounds=last_round + 1,
+            extra={"records": records, "round_records": [r.records for r in results if r.round <= last_round]
+                   + ([records] if not results or results[-1].round < last_round else []),
+                   "alignment": alignment, "dropped": dict(sorted((dropped or {}).items())),
+                   "source_files": (read_inventory(getattr(ctx, "source_listing", {}), positions) if summaries
+                                    else working.inventory)})
+        fault_point("after_metadata_before_commit")
+
+        # Step 4: commit the sinks (notifyCheckpointComplete -> commit; idempotent)
+        ctx.recover_sinks(completed.metadata, restoring=False)  # not a restore: no "re-committed" wording
+        fault_point("after_commit")
+
+        # Step 5: clean up the state of the earlier rounds of this checkpoint
+        self.drop_round_scratch(pending.location, last_round)
+
+        # Step 6: listeners (e.g. the cheap per-epoch quality subset), then report and continue
+        if pending.kind == CheckpointType.CHECKPOINT:
+            for listener in self.listeners:
+                listener(completed.metadata)
+        ckpt_s = time.perf_counter() - t_ack
+        md = completed.metadata
+        self.last_location = completed.location
+        state_bytes = md.stats.bytes if md.stats else 0
+        snapshot_s = sum(o.async_ms for o in md.stats.operators.values()) / 1000 if md.stats else 0.0
+        if results and results[-1].round == last_round:  # snapshotted between rounds
+            r = results[-1]
+            r.completed, r.checkpoint_s, r.state_bytes, r.snapshot_s = True, ckpt_s, state_bytes, snapshot_s
+        else:
+            results.append(RoundResult(cid, epoch, last_round, True, records, backlog or {},
+                                       time.perf_counter() - t0, ckpt_s, state_bytes, snapshot_s))
+        extra = ""
+        if snap.mode != MODE_ALIGNED or snap.alignment_ms or last_round:
+            extra = (f", {snap.mode}, alignment {snap.alignment_ms:.0f} ms"
+                     + (f", in-flight {alignment['inflight_bytes']} bytes + {len(ranges)} source range(s)"
+                        if snap.ranges or chan_rows else ""))
+        ctx.echo(f"checkpoint {cid} completed: epoch {epoch}, records {records}, "
+                 f"state {state_bytes} bytes, rounds {last_round + 1}{extra}")
+        nxt = cursor_from_metadata(md)
+        # continuing in this process: read on from where the rounds got (the tracker's restore point is
+        # barrier n, but this state has consumed up to here), replay what is parked, keep the handler
+        nxt.positions, nxt.inflight, nxt.align = working.positions, working.inflight, working.align
+        return nxt, results
+
+    def drop_round_scratch(self, location: str, last_round: int) -> None:
+        """State of earlier rounds and exchange files are not referenced by the completed checkpoint."""
+        for k in range(last_round):
+            self.ctx.ckpt_fio.delete_prefix(round_state_prefix(location, k))

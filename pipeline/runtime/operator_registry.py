@@ -1,0 +1,50 @@
+"""The plug-in point for stateful operators: which function builds the Spark side of each node type.
+
+An operator is two things:
+
+* a **node** in :mod:`pipeline.job`: a frozen dataclass with ``uid``, ``inputs`` (the node ids it reads,
+  in order), the class attribute ``STATE_NAMES`` (its state names, e.g. ``("left", "right")``) and,
+  optionally, ``ttl_seconds`` (the runtime then hands its tasks the epoch's TTL cutoff
+  ``ttl_cutoff_us = end(epoch) - ttl``; ``None`` uses ``PIPELINE_STATE_TTL_SECONDS``, ``0`` none);
+* a **builder** registered here for the node type: ``builder(spark, job, node, resolve, io)`` returns
+  ``(DataFrame, output arrow schema)``. ``resolve(node_id)`` gives the DataFrame of an input (stateless steps
+  applied); ``io`` is the :class:`~pipeline.runtime.dataflow.OperatorIO` (parallelism, state/output prefixes,
+  parent state handles, TTL cutoff, ack prefix). The builder keys and shuffles its input
+  (:func:`pipeline.keygroups.key_group_expr`, :func:`pipeline.runtime.routing.shuffle_to_subtasks`) and maps
+  each partition with a task that restores the subtask's key groups, calls a pure kernel
+  (:mod:`pipeline.operators`), writes state/output and yields handle rows
+  (:func:`pipeline.runtime.operators.emit_handles`).
+
+Handle rows are the acknowledgement. Kinds: ``state`` (one per state name), ``output``, ``channel``
+(unaligned in-flight data), ``dead_letter`` (``rows`` counted in the checkpoint's ``dead_letters`` under
+``operator=<uid>``) and ``dropped`` (``rows`` counted in the checkpoint's ``dropped`` stats per operator).
+See ``docs/operators.md`` ("Adding an operator").
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+__all__ = ["register_operator", "builder_for"]
+
+_BUILDERS: dict[type, Callable] = {}
+
+
+def register_operator(node_type: type) -> Callable[[Callable], Callable]:
+    """Decorator: ``builder`` builds the Spark side of nodes of ``node_type``."""
+    def deco(fn: Callable) -> Callable:
+        _BUILDERS[node_type] = fn
+        return fn
+    return deco
+
+
+def builder_for(node) -> Callable:
+    if type(node) not in _BUILDERS:
+        import pipeline.runtime.dataflow  # noqa: F401  (registers the built-in operators)
+        import pipeline.runtime.dedup  # noqa: F401
+        import pipeline.runtime.keyed_ops  # noqa: F401  (windows, process)
+    try:
+        return _BUILDERS[type(node)]
+    except KeyError:
+        from pipeline.exceptions import ConfigError
+        raise ConfigError(f"no runtime registered for operator {getattr(node, 'uid', node)!r} "
+                          f"({type(node).__name__})") from None

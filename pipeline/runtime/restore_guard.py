@@ -1,0 +1,56 @@
+"""Never a silent fresh start, never a silent fallback past a committed checkpoint.
+
+The sink commit logs are the witness: a sink commits checkpoint n only after n's ``_metadata`` was written.
+So if a sink table holds a commit of checkpoint n and the newest restorable checkpoint is older than n (or
+there is none), checkpoints were deleted or damaged:
+
+* none left at all: :class:`~pipeline.exceptions.NoValidCheckpointError` (exit 1) naming the table and
+  checkpoint; starting from scratch would emit committed output twice. Restore from a savepoint
+  (``epochal restore --from <uri>``), or delete the job's sink tables and checkpoint root to start over;
+* an older one is left: restore falls back to it, with a message naming the missing checkpoint.
+
+Only commit-entry names are listed (no entry is read), one listing per sink table.
+"""
+from __future__ import annotations
+
+from pipeline.exceptions import NoValidCheckpointError, StorageError
+
+__all__ = ["newest_committed", "check_restore_point"]
+
+
+def newest_committed(ctx) -> tuple[int, str] | None:
+    """``(checkpoint id, table)`` of the newest commit entry over the job's sink tables, None if none."""
+    best: tuple[int, str] | None = None
+    for table in ctx.job.sink_tables():
+        t = ctx.table(table)
+        try:
+            files = t.fileio.list(t.commits_uri, recursive=False)
+        except StorageError:
+            continue
+        for fi in files:
+            name = fi.uri.rsplit("/", 1)[-1]
+            if name.endswith(".json") and name[:-5].isdigit():
+                cid = int(name[:-5])
+                if best is None or cid > best[0]:
+                    best = (cid, table)
+    return best
+
+
+def check_restore_point(ctx, restored_id: int | None) -> str | None:
+    """Raise if the job would start from scratch although a sink committed output; a warning message if the
+    restore point is older than the newest committed checkpoint; None otherwise."""
+    seen = newest_committed(ctx)
+    if seen is None:
+        return None
+    cid, table = seen
+    where = ctx.coordinator.store.checkpoints_uri
+    if restored_id is None:
+        raise NoValidCheckpointError(
+            f"job {ctx.job.name!r}: no checkpoint left under {where}, but sink table {table!r} has committed output "
+            f"of checkpoint {cid}: the checkpoints were deleted. Refusing to start from scratch (output would be "
+            f"emitted twice); restore from a savepoint (epochal restore --from <uri>) or delete the job's sink tables "
+            f"and {ctx.job_root} to start over")
+    if cid > restored_id:
+        return (f"checkpoint {cid} committed output to sink table {table!r} but is missing or unreadable under "
+                f"{where}; falling back to checkpoint {restored_id}")
+    return None

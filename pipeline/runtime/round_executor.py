@@ -1,0 +1,212 @@
+"""The round executor: trigger checkpoint n, then run rounds until the barrier handler snapshots it.
+
+Flink: the ``CheckpointCoordinator`` triggers checkpoint n and the barrier handlers of the tasks decide when
+to snapshot. Here :meth:`RoundExecutor.complete_epoch`:
+
+* triggers checkpoint n (claims the id, writes the pending manifest with barrier n);
+* per round: plans the segments every source partition reads (capped by ``max records per epoch`` per
+  input; a channel that is ahead is blocked by the aligned handler), writes the round plan
+  (``rounds/<k>/_plan.json``, write-ahead), runs the Spark plan (:mod:`pipeline.runtime.spark_plan`) and
+  carries the new positions, state handles and in-flight data on in a :class:`~pipeline.runtime.cursor.Cursor`;
+* when the handler snapshots (:mod:`pipeline.runtime.alignment`), hands over to the finaliser
+  (:mod:`pipeline.runtime.finalize`).
+"""
+from __future__ import annotations
+
+import json
+import time
+
+from pipeline.barriers.events import CheckpointType
+from pipeline.checkpoint.failure import CheckpointFailureReason
+from pipeline.checkpoint.handles import Position
+from pipeline.exceptions import CheckpointError, ConfigError
+from pipeline.job import AggregateNode, JoinNode, SourceNode
+from pipeline.layout import round_plan_uri
+from pipeline.runtime.alignment import AlignmentDriver, NextStop
+from pipeline.runtime.barrier_log import BarrierLog, Barriers
+from pipeline.runtime.context import RuntimeContext
+from pipeline.runtime.cursor import Cursor
+from pipeline.runtime.finalize import CheckpointFinalizer
+from pipeline.runtime.results import RoundResult
+from pipeline.runtime.spark_plan import SparkPlan
+from pipeline.source.planner import barrier_position, end_position, plan_segments
+from pipeline.source.reader import dead_letter_counts
+
+__all__ = ["RoundExecutor"]
+
+
+class RoundExecutor:
+    """Completes one checkpoint in as many rounds as it takes (see module docstring)."""
+
+    def __init__(self, ctx: RuntimeContext, barrier_log: BarrierLog, plan: SparkPlan,
+                 finalizer: CheckpointFinalizer) -> None:
+        self.ctx = ctx
+        self.barrier_log = barrier_log
+        self.plan = plan
+        self.finalizer = finalizer
+
+    def channels(self, barriers) -> list[tuple[str, str]]:
+        """Barrier-handler channels: the partitions of the join's left input, then those of its right input,
+        then any other source's (see :mod:`pipeline.runtime.alignment`)."""
+        job = self.ctx.job
+        order: list[str] = []
+        joins = [o for o in job.operators() if isinstance(o, JoinNode)]
+        if joins:
+            for side in (joins[0].left, joins[0].right):
+                base = job.nodes[job.chain_to(side)[0]]
+                if isinstance(base, SourceNode) and base.name not in order:
+                    order.append(base.name)
+        order += [s.name for s in job.sources() if s.name not in order]
+        return [(s, p) for s in order for p in sorted(barriers.get(s, {}), key=int)]
+
+    def alignment_driver(self, cursor: Cursor, channels: list[tuple[str, str]], kind: str) -> AlignmentDriver:
+        """The driver continuing from ``cursor`` (same process, same channels), else a fresh one."""
+        drv = cursor.align
+        if (kind == CheckpointType.CHECKPOINT and isinstance(drv, AlignmentDriver) and not drv.savepoint
+                and drv.channels == tuple(channels)):
+            return drv
+        c = self.ctx.config
+        return AlignmentDriver.create(c.checkpoint_mode, c.unaligned, c.aligned_timeout_seconds, channels,
+                                      savepoint=kind == CheckpointType.SAVEPOINT)
+
+    def complete_epoch(self, cursor: Cursor, epoch: int, barriers: Barriers, summaries, *,
+                       parallelism: int | None = None, kind: str = "checkpoint",
+                       location: str | None = None) -> tuple[Cursor, list[RoundResult]]:
+        """Trigger checkpoint n (barrier = end of ``epoch``) and run rounds until the barrier handler
+        snapshots it (see :mod:`pipeline.runtime.alignment`). ``barriers``: ``{source: {partition:
+        Position}}``, ``None`` for a lagging partition (only with checkpoints unaligned from the first barrier)."""
+        ctx = self.ctx
+        job, config = ctx.job, ctx.config
+        P = parallelism or config.parallelism
+        if P > ctx.max_parallelism:
+            raise ConfigError(f"parallelism {P} exceeds the job's max parallelism {ctx.max_parallelism} (job.json)")
+        expected = {op.uid: P for op in job.operators()}
+        channels = self.channels(barriers)
+        driver = self.alignment_driver(cursor, channels, kind)
+        known = {s: {p: pos for p, pos in parts.items() if pos is not None} for s, parts in barriers.items()}
+        pending = ctx.coordinator.trigger(
+            epoch=epoch, barrier_time=ctx.epochs.iso(ctx.epochs.end_us(epoch)), expected_tasks=expected,
+            parent_id=cursor.checkpoint_id, max_parallelism=ctx.max_parallelism, parallelism=P,
+            checkpoint_mode=config.checkpoint_mode, alignment=driver.label, positions=cursor.positions,
+            barriers=known, sink_tables=job.sink_tables(), kind=kind, location=location)
+        cid = pending.checkpoint_id
+        trigger_now = ctx.round_now()
+        driver.begin(epoch, {ch: barriers[ch[0]][ch[1]] for ch in channels}, trigger_now)
+        results: list[RoundResult] = []
+        staged: dict[str, list] = {t: [] for t in job.sink_tables()}
+        merged_upserts = {s.table for s in job.sinks()
+                          if s.mode == "upsert" and isinstance(job.nodes[s.parent], AggregateNode)}
+        working = Cursor(cursor.checkpoint_id, cursor.epoch, {s: dict(p) for s, p in cursor.positions.items()},
+                         cursor.handles, {u: list(h) for u, h in cursor.inflight.items()}, driver,
+                         inventory=cursor.inventory)
+        zero, empty = Position(seq=0, row=0), ()
+        next_end = ctx.epochs.end_us(epoch + 1)
+
+        def summaries_of(ch):
+            return summaries.get(ch[0], {}).get(int(ch[1]), empty)
+
+        logged_next: list = []
+
+        def next_stop(ch) -> NextStop:  # at-least-once: how far a channel past barrier n may read
+            if not logged_next:  # barrier n+1 may be logged already (Airflow logs epochs ahead): never pass it
+                logged_next.append(self.barrier_log.logged(epoch + 1))
+            logged = (logged_next[0] or {}).get(ch[0], {}).get(ch[1])
+            if logged is not None:
+                return NextStop(logged, True)
+            b = barrier_position(summaries_of(ch), next_end, fileio=ctx.src_fio)
+            return NextStop(b, True) if b is not None else NextStop(end_position(summaries_of(ch)), False)
+
+        rnd = 0
+        # source-contract breaches found by this listing are counted in this checkpoint
+        dead_letters: dict[str, int] = dict(getattr(ctx, "contract_dead_letters", {}) if summaries else {})
+        if summaries:  # files in badly named folders dead-lettered by listings since the last checkpoint
+            for s, n in (getattr(ctx, "unexpected_dead_letters", None) or {}).items():
+                dead_letters[s] = dead_letters.get(s, 0) + n
+            ctx.unexpected_dead_letters = {}
+        dropped: dict[str, int] = {}  # rows an operator drops by design (deduplicate), per operator uid
+        last_rows: list[dict] = []
+        while True:
+            t0 = time.perf_counter()
+            now = trigger_now if rnd == 0 else ctx.round_now()
+            starts = {ch: working.positions.get(ch[0], {}).get(ch[1], zero) for ch in channels}
+            snap = driver.start_round(rnd, now, starts)
+            if snap is not None:  # the alignment timeout fired between rounds: the last round's state is the snapshot
+                return self.finalizer.finish(pending, snap, working, last_rows, staged, results, dead_letters,
+                                             summaries, expected, P, last_round=rnd - 1, t0=t0,
+                                             dropped=dropped)
+            stops = driver.stops(starts, {ch: end_position(summaries_of(ch)) for ch in channels}, next_stop)
+            segments = {}
+            for src in job.sources():
+                parts = summaries.get(src.name, {})
+                st = {int(p): pos for p, pos in working.positions.get(src.name, {}).items()}
+                sp = {int(p): stops[(s, p)][0] for s, p in channels if s == src.name}
+                segments[src.name] = plan_segments(parts, st, sp, config.max_records_per_epoch, source=src.name)
+            seg_of = {ch: segments[ch[0]][int(ch[1])] for ch in channels}
+            arrived = {ch: (stops[ch][1] if seg_of[ch].done else None) for ch in channels}
+            reached = {ch: seg_of[ch].reached for ch in channels}
+            snap = driver.walk(rnd, now, starts, reached, arrived)
+            parked = snap.parked if snap is not None else frozenset()
+            replayed = sum(h["rows"] for hs in working.inflight.values() for h in hs)
+            plan = {"round": rnd, "now": now,
+                    "segments": {s: {str(p): {"start": seg.start.to_dict(), "stop": seg.stop.to_dict(),
+                                              "reached": seg.reached.to_dict(), "records": seg.records,
+                                              "backlog": seg.backlog}
+                                     for p, seg in segs.items()} for s, segs in segments.items()},
+                    "alignment": driver.round_log, "parked": sorted(f"{s}/partition={p}" for s, p in parked),
+                    "replayed_inflight_rows": replayed}
+            ctx.ckpt_fio.write_bytes(round_plan_uri(pending.location, rnd),
+                                     (json.dumps(plan, indent=1) + "\n").encode(), if_none_match=True)
+            rows = self.plan.process_round(pending, rnd, P, working, segments, epoch, parked=parked, staged=staged,
+                                           complete=snap is not None)
+            for h in rows:  # operators' dead letters (e.g. a join's ``unique`` violated) and dropped rows
+                if h["kind"] == "dead_letter" and h["rows"]:
+                    name = f"operator={h['operator']}"
+                    dead_letters[name] = dead_letters.get(name, 0) + int(h["rows"])
+                elif h["kind"] == "dropped" and h["rows"]:
+                    dropped[h["operator"]] = dropped.get(h["operator"], 0) + int(h["rows"])
+            for table in staged:
+                out = [h for h in rows if h["kind"] == "output" and h["name"] == table and h["uri"]]
+                if table in merged_upserts:  # the aggregate rewrote its earlier output of this checkpoint merged
+                    for uri in {h["uri"] for h in staged[table]} - {h["uri"] for h in out}:
+                        ctx.sink_fio.delete(uri)
+                    staged[table] = out
+                else:
+                    staged[table].extend(out)
+            splits = [sp for segs in segments.values() for seg in segs.values() for sp in seg.splits]
+            if splits:
+                for s, n in dead_letter_counts(None, ctx.dead_letter_root, job.name, splits).items():
+                    dead_letters[s] = dead_letters.get(s, 0) + n
+            new_positions = {s: {**working.positions.get(s, {}), **{str(p): seg.reached for p, seg in segs.items()}}
+                             for s, segs in segments.items()}
+            new_handles: dict[str, dict[str, list[dict]]] = {}
+            inflight: dict[str, list[dict]] = {}
+            for h in rows:
+                if h["kind"] == "state":
+                    new_handles.setdefault(h["operator"], {}).setdefault(h["name"], []).append(h)
+                elif h["kind"] == "channel":  # parked: in flight between operators, replayed next round
+                    h["inflight_bytes"] = h["bytes"]
+                    inflight.setdefault(h["operator"], []).append(h)
+            working = Cursor(working.checkpoint_id, working.epoch, new_positions, new_handles, inflight, driver,
+                             inventory=working.inventory)
+            last_rows = rows
+            records = {s: sum(seg.records for seg in segs.values()) for s, segs in segments.items()}
+            backlog = {s: sum(seg.backlog for seg in segs.values()) for s, segs in segments.items()}
+            if snap is None:
+                results.append(RoundResult(cid, epoch, rnd, False, records, backlog, time.perf_counter() - t0))
+                if (not replayed and all(reached[ch] == starts[ch] for ch in channels)
+                        and not any(v is not None for v in arrived.values())):
+                    err = CheckpointError(
+                        f"checkpoint {cid} (epoch {epoch}) of job {job.name!r} cannot complete: no channel can "
+                        f"make progress (waiting for {sorted(set(ch for ch in channels if arrived[ch] is None))})")
+                    ctx.coordinator.abort(pending, CheckpointFailureReason.CHECKPOINT_DECLINED, cause=err)
+                    raise err
+                blocked = sorted(f"{driver.channels[i][0]}/partition={driver.channels[i][1]}"
+                                 for i in driver.handler.blocked_channels)
+                ctx.echo(f"checkpoint {cid} (epoch {epoch}) round {rnd}: {records} records, backlog {backlog}; "
+                         f"waiting for barrier {epoch} ({driver.label}"
+                         + (f", blocked {', '.join(blocked)}" if blocked else "") + ")")
+                rnd += 1
+                continue
+            return self.finalizer.finish(pending, snap, working, rows, staged, results, dead_letters, summaries,
+                                         expected, P, last_round=rnd, t0=t0, records=records, backlog=backlog,
+                                         dropped=dropped)

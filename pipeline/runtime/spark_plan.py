@@ -1,0 +1,166 @@
+"""The Spark plan of a round (Flink: the ExecutionGraph of the job, deployed once and fed per round).
+
+:meth:`SparkPlan.steps` builds, once per shape, ``[(operator, its sinks, its consumers, DataFrame)]`` in
+topological order: source reads -> stateless steps -> shuffles by key group -> operator tasks.
+:meth:`SparkPlan.process_round` runs it for one round: this round's values (splits, parent state handles,
+staging prefixes, TTL cutoff) reach the tasks as Spark local properties (:mod:`pipeline.runtime.round_params`),
+and the tasks' acknowledgements (handle rows) come back.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pipeline.exceptions import ConfigError
+from pipeline.faults import fault_point
+from pipeline.fileio import join_uri
+from pipeline.job import AggregateNode, JoinNode, SourceNode
+from pipeline.layout import (
+    channel_prefix,
+    checkpoint_dir_name,
+    round_acks_prefix,
+    round_state_prefix,
+    round_unused_prefix,
+    sink_staging_uri,
+)
+from pipeline.runtime.context import RuntimeContext
+from pipeline.runtime.cursor import Cursor, handles_by_name
+from pipeline.runtime.dataflow import (
+    OperatorIO,
+    collect_handles,
+    fresh_dataframe,
+    operator_dataframe,
+    split_dataframe,
+    task_count,
+)
+from pipeline.runtime.round_params import RoundProperties, operator_key, operator_params, source_key
+from pipeline.source.reader import META_FIELDS, make_split_reader
+
+__all__ = ["SparkPlan"]
+
+
+class SparkPlan:
+    """Builds (once per shape) and runs the Spark work of a round (see module docstring)."""
+
+    def __init__(self, ctx: RuntimeContext) -> None:
+        self.ctx = ctx
+        self.plans: dict = {}   # round plans by shape (see steps)
+
+    def process_round(self, pending, rnd: int, P: int, cursor: Cursor, segments, epoch: int, *,
+                      parked: frozenset = frozenset(), staged: dict | None = None,
+                      complete: bool = True) -> list[dict]:
+        """The Spark work of one round; returns all handle rows (the acks of every subtask).
+
+        Operators feeding other operators are chained into the same Spark job (their output flows
+        through Spark's shuffle; their acks are written as objects); each terminal operator is one job.
+        The plan comes from :meth:`steps` (built once per shape); this round's values (splits,
+        parent state handles, staging prefixes, TTL cutoff) reach the tasks as local properties
+        (:mod:`pipeline.runtime.round_params`).
+        Unaligned checkpoints: the join first replays ``cursor.inflight`` (channel state of the previous
+        checkpoint); the rows of the ``parked`` channels ``(source, partition)`` read this round are in
+        flight at the join (the snapshot was taken before it consumed them): it writes them as channel state
+        files (handle rows of kind ``channel``) instead of processing them. ``staged``: sink output staged
+        by earlier rounds of this checkpoint (an aggregate feeding an upsert sink merges it into its output).
+        ``complete``: this round completes the checkpoint (a window's watermark advances and windows fire only
+        then, :mod:`pipeline.runtime.keyed_ops`).
+        """
+        ctx = self.ctx
+        spark = ctx.spark
+        fault_point("reading")
+        splits = {node.name: [sp.as_dict() for seg in segments[node.name].values() for sp in seg.splits]
+                  for node in ctx.job.sources()}
+        values: dict[str, object] = {source_key(name): sp for name, sp in splits.items()}
+        shape = tuple(sorted((name, task_count(len(sp), P)) for name, sp in splits.items()))
+        steps = self.steps(P, shape, parked)
+        spark.conf.set("spark.sql.shuffle.partitions", str(P))  # planned anew for every round's Dataset
+        ttl_default = ctx.config.state_ttl_seconds
+        loc, cid = pending.location, pending.checkpoint_id
+        chained: list[tuple[str, str]] = []
+        for op, sinks, consumers, _df in steps:
+            ack_prefix = round_acks_prefix(loc, rnd, op.uid) if consumers else None
+            ttl = None
+            if hasattr(op, "ttl_seconds"):  # operators with state TTL: the epoch's cutoff (docs/operators.md)
+                ttl_s = op.ttl_seconds if op.ttl_seconds is not None else ttl_default
+                ttl = ctx.epochs.end_us(epoch) - ttl_s * 1_000_000 if ttl_s else None
+            io = OperatorIO(checkpoint=checkpoint_dir_name(cid), parallelism=P,
+                            max_parallelism=ctx.max_parallelism, parent_handles=cursor.handles.get(op.uid, {}),
+                            state_prefix=round_state_prefix(loc, rnd, op.uid),
+                            output_prefix=(sink_staging_uri(join_uri(ctx.sink_root, sinks[0].table), cid)
+                                           if sinks else round_unused_prefix(loc, rnd, op.uid)),
+                            output_name=sinks[0].table if sinks else f"exchange:{op.uid}",
+                            file_tag=f"r{rnd}", ttl_cutoff_us=ttl, ack_prefix=ack_prefix,
+                            replay_handles=handles_by_name(cursor.inflight.get(op.uid, [])),
+                            channel_prefix=(channel_prefix(loc, op.uid, rnd)
+                                            if parked and isinstance(op, JoinNode) else None),
+                            prior_output=tuple((staged or {}).get(sinks[0].table, ())
+                                               if sinks and sinks[0].mode == "upsert"
+                                               and isinstance(op, AggregateNode) else ()),
+                            epoch=epoch, barrier_us=ctx.epochs.end_us(epoch), complete=complete)
+            values[operator_key(op.uid)] = operator_params(io)
+            if ack_prefix is not None:  # set exactly when the operator has consumers
+                chained.append((op.uid, ack_prefix))
+        rows: list[dict] = []
+        persisted = []
+        with RoundProperties(spark, values):
+            for _op, _sinks, consumers, df in steps:
+                if consumers:
+                    if len(consumers) > 1:  # computed once for all its consumers (this round's data)
+                        persisted.append(fresh_dataframe(spark, df).persist())
+                else:
+                    rows.extend(collect_handles(fresh_dataframe(spark, df)))
+            for df in persisted:
+                df.unpersist()
+        for _uid, prefix in chained:
+            for f in ctx.ckpt_fio.list(prefix):
+                rows.extend(json.loads(ctx.ckpt_fio.read_bytes(f.uri)))
+            ctx.ckpt_fio.delete_prefix(prefix)
+        # output of an operator without a sink is not sink output
+        return [h for h in rows if not (h["kind"] == "output" and str(h["name"]).startswith("exchange:"))]
+
+    def steps(self, P: int, shape: tuple, parked: frozenset) -> list[tuple]:
+        """The round's Spark plan, built once per (parallelism, source task counts, parked channels) and
+        session: ``[(operator, its sinks, its consumers, DataFrame)]`` in topological order. The task
+        functions read their per-round values from local properties, so nothing round-specific is in it."""
+        ctx = self.ctx
+        spark = ctx.spark
+        key = (id(spark), P, shape, parked)
+        if key in self.plans:
+            return self.plans[key]
+        tasks = dict(shape)
+        inputs: dict[int, Any] = {}
+        for i, node in enumerate(ctx.job.nodes):
+            if isinstance(node, SourceNode):
+                key_cols = [node.key] if node.key else []
+                cfg = ctx.config
+                jobname, dlq = ctx.job.name, ctx.dead_letter_root
+
+                def factory(src, kc=key_cols, cfg=cfg, dlq=dlq, jobname=jobname):
+                    return make_split_reader(src.schema, kc, cfg.bad_records, dlq, jobname)
+                park = sorted(int(p) for s, p in parked if s == node.name)
+                read = ctx.job.columns_read(i)
+                meta = None if read is None else [f.name for f in META_FIELDS
+                                                  if f.name.lower() in read or (park and f.name == "_partition")]
+                inputs[i] = split_dataframe(spark, tasks[node.name], node, factory, source_key(node.name), meta=meta)
+                if park:
+                    from pyspark.sql import functions as F  # pyspark: imported where Spark already runs
+                    inputs[i] = inputs[i].withColumn("_park", F.col("_partition").isin(park))
+        steps = []
+        for op in ctx.job.operators():
+            nid = ctx.job.node_id(op)
+            sinks = [s for s in ctx.job.sinks() if s.parent == nid]
+            if len(sinks) > 1:
+                raise ConfigError(f"operator {op.uid}: at most one sink may consume it directly")
+            consumers = ctx.consumers(nid)
+            # placeholders: the tasks take this round's values from the local property of the operator
+            io = OperatorIO(checkpoint=checkpoint_dir_name("?"), parallelism=P, max_parallelism=ctx.max_parallelism,
+                            parent_handles={}, state_prefix="", output_prefix="", output_name="", file_tag="",
+                            ttl_cutoff_us=None, ack_prefix="" if consumers else None,
+                            bad_records=ctx.config.bad_records, dead_letter_root=ctx.dead_letter_root)
+            df, _schema = operator_dataframe(spark, ctx.job, op, inputs, io)
+            for s in sinks:  # open table formats: create the table, or refuse an incompatible schema change
+                getattr(ctx.table(s.table), "prepare", lambda _schema: None)(_schema)
+            if consumers:
+                inputs[nid] = df
+            steps.append((op, sinks, consumers, df))
+        self.plans[key] = steps
+        return steps

@@ -1,0 +1,211 @@
+"""Apache Iceberg sink tables (pyiceberg) with location ``<sink root>/<job>/<table>/``.
+
+Catalog (``PIPELINE_ICEBERG_CATALOG``):
+
+* empty (default): an **embedded SQL catalog on SQLite** (no server). Its file is
+  ``PIPELINE_ICEBERG_CATALOG_URI`` (a SQLAlchemy URI) or by default ``<sink root>/_iceberg_catalog.db`` for a
+  ``file://`` sink root. SQLite cannot live on S3 (it needs POSIX locks), so for an ``s3://`` sink root the
+  default file is ``$EPOCHAL_HOME/iceberg_catalog.db`` on the local disk: fine for one machine (demo, tests),
+  not for a fleet; there use a catalog service:
+* a catalog name: ``pyiceberg.catalog.load_catalog(name)`` with pyiceberg's own configuration
+  (``~/.pyiceberg.yaml`` or ``PYICEBERG_CATALOG__<NAME>__TYPE=rest|glue|hive|sql`` and friends).
+
+Namespace = job name, table = sink table name. Operations:
+
+* append: the staged files are registered with ``add_files`` (no data through the driver, nothing rewritten);
+* upsert: in one transaction, ``delete`` the rows whose key is in this checkpoint's staged rows
+  (copy-on-write rewrite of the data files holding such keys) and ``add_files`` the staged files;
+* every snapshot carries the summary properties ``epochal.job``, ``epochal.checkpoint-id``,
+  ``epochal.parent-id`` (Flink's Iceberg committer keeps its max committed checkpoint id the same way);
+* rewind / restore: ``manage_snapshots().set_current_snapshot`` to the checkpoint's snapshot.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+import pyarrow as pa
+
+from pipeline.exceptions import ConfigError, SinkError
+from pipeline.sink.open_table import MARK_CHECKPOINT, MARK_EMPTY, MARK_JOB, OpenFormatTable
+from pipeline.sink.table import CommitEntry
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pipeline.config import PipelineConfig
+    from pipeline.fileio import FileIO
+
+__all__ = ["IcebergTable", "iceberg_catalog", "default_catalog_uri"]
+
+_CATALOGS: dict[tuple, Any] = {}
+_LOCK = threading.Lock()
+
+
+def default_catalog_uri(sink_uri: str) -> str:
+    """The embedded SQLite catalog's SQLAlchemy URI for a sink root (see the module docstring)."""
+    if sink_uri.startswith("file://"):
+        path = Path(sink_uri[len("file://"):]) / "_iceberg_catalog.db"
+    else:
+        path = Path(os.environ.get("EPOCHAL_HOME", Path.cwd() / ".epochal")).resolve() / "iceberg_catalog.db"
+    return f"sqlite:///{path}"
+
+
+def _s3_properties() -> dict[str, str]:
+    out = {}
+    for env, prop in (("AWS_ENDPOINT_URL", "s3.endpoint"), ("AWS_ACCESS_KEY_ID", "s3.access-key-id"),
+                      ("AWS_SECRET_ACCESS_KEY", "s3.secret-access-key"), ("AWS_SESSION_TOKEN", "s3.session-token")):
+        if os.environ.get(env):
+            out[prop] = os.environ[env]
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region:
+        out["s3.region"] = region
+    return out
+
+
+def iceberg_catalog(config: "PipelineConfig"):
+    """The configured catalog (cached per process)."""
+    name = config.iceberg_catalog
+    uri = config.iceberg_catalog_uri or default_catalog_uri(config.sink_uri)
+    key = (name, uri, tuple(sorted(_s3_properties().items())))
+    with _LOCK:
+        cat = _CATALOGS.get(key)
+        if cat is None:
+            if name:
+                from pyiceberg.catalog import load_catalog
+                try:
+                    cat = load_catalog(name)
+                except Exception as e:  # pyiceberg raises ValueError & co for bad configs
+                    raise ConfigError(f"PIPELINE_ICEBERG_CATALOG={name!r}: cannot load the catalog with pyiceberg's "
+                                      f"configuration (~/.pyiceberg.yaml or PYICEBERG_CATALOG__*): {e}") from e
+            else:
+                from pyiceberg.catalog.sql import SqlCatalog
+                if uri.startswith("sqlite:///"):
+                    Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+                cat = SqlCatalog("epochal", uri=uri, warehouse=config.sink_uri, **_s3_properties())
+            _CATALOGS[key] = cat
+        return cat
+
+
+class IcebergTable(OpenFormatTable):
+    format_name = "Iceberg"
+
+    def __init__(self, fileio: "FileIO", config: "PipelineConfig", job: str, table: str, *, mode: str = "append",
+                 key: Sequence[str] = ()) -> None:
+        super().__init__(fileio, config, job, table, mode=mode, key=key)
+        self.identifier = (job, table)
+
+    @property
+    def catalog(self):
+        return iceberg_catalog(self.config)
+
+    def _tbl(self):
+        return self.catalog.load_table(self.identifier)
+
+    # -- OpenFormatTable ---------------------------------------------------------------------------
+    def exists(self) -> bool:
+        return self.catalog.table_exists(self.identifier)
+
+    def create(self, schema: pa.Schema) -> None:
+        self.catalog.create_namespace_if_not_exists(self.job)
+        from pyiceberg.exceptions import TableAlreadyExistsError
+        try:
+            self.catalog.create_table(self.identifier, schema=schema, location=self.table_uri,
+                                      properties={MARK_JOB: self.job})
+        except TableAlreadyExistsError:
+            pass
+
+    def table_schema(self) -> pa.Schema:
+        return self._tbl().schema().as_arrow()
+
+    def add_columns(self, fields: list[pa.Field]) -> None:
+        with self._tbl().update_schema() as upd:
+            upd.union_by_name(pa.schema(fields))
+
+    def _marked(self, snap) -> dict[str, str] | None:
+        props = snap.summary.additional_properties if snap.summary is not None else {}
+        return props if props.get(MARK_JOB) == self.job else None
+
+    def current_checkpoint(self) -> int | None:
+        tbl = self._tbl()
+        snap = tbl.current_snapshot()
+        while snap is not None:
+            props = self._marked(snap)
+            if props is not None:
+                if props.get(MARK_EMPTY):
+                    return None
+                if props.get(MARK_CHECKPOINT) is not None:
+                    return int(props[MARK_CHECKPOINT])
+            snap = tbl.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
+        return None
+
+    def has_data(self) -> bool:
+        snap = self._tbl().current_snapshot()
+        return snap is not None and int((snap.summary or {}).get("total-records", "0") or 0) > 0
+
+    def find(self, checkpoint_id: int) -> int | None:
+        best = None
+        for s in self._tbl().snapshots():
+            props = self._marked(s)
+            if props is not None and props.get(MARK_CHECKPOINT) == str(checkpoint_id):
+                if best is None or s.sequence_number > best.sequence_number:
+                    best = s
+        return None if best is None else best.snapshot_id
+
+    def make_current(self, ref: int, checkpoint_id: int) -> None:
+        self._tbl().manage_snapshots().set_current_snapshot(ref).commit()
+
+    def reset_empty(self) -> None:
+        from pyiceberg.expressions import AlwaysTrue
+        self._tbl().delete(AlwaysTrue(), snapshot_properties=self.markers(None))
+
+    def _uris(self, entry: CommitEntry) -> list[str]:
+        return [f.uri for f in entry.files]
+
+    def append_files(self, entry: CommitEntry, schema: pa.Schema) -> None:
+        props = self.markers(entry.checkpoint_id, entry.parent_id)
+        tbl = self._tbl()
+        if entry.files:
+            tbl.add_files(self._uris(entry), snapshot_properties=props, check_duplicate_files=False)
+        else:  # an empty snapshot still records that the table has checkpoint n
+            tbl.append(schema.empty_table(), snapshot_properties=props)  # pyiceberg writes a snapshot of no files
+
+    def upsert_files(self, entry: CommitEntry, schema: pa.Schema) -> None:
+        from pyiceberg.table.upsert_util import create_match_filter
+        props = self.markers(entry.checkpoint_id, entry.parent_id)
+        tbl = self._tbl()
+        if not entry.files:
+            self.append_files(entry, schema)
+            return
+        keys = pa.concat_tables([self._read_columns(f.uri, list(entry.key)) for f in entry.files])
+        with tbl.transaction() as tx:
+            if keys.num_rows and tbl.current_snapshot() is not None:
+                tx.delete(create_match_filter(keys, list(entry.key)), snapshot_properties=props)
+            tx.add_files(self._uris(entry), snapshot_properties=props, check_duplicate_files=False)
+
+    def _read_columns(self, uri: str, columns: list[str]) -> pa.Table:
+        import pyarrow.parquet as pq
+        with self.fileio.open_input(uri) as f:
+            return pq.read_table(f, columns=columns)
+
+    def current_files(self) -> list[str]:
+        tasks = list(self._tbl().scan().plan_files())
+        if any(t.delete_files for t in tasks):
+            raise SinkError(f"{self.what}: the current snapshot has delete files (written by another engine); "
+                            "read it with an Iceberg engine")
+        return [t.file.file_path for t in tasks]
+
+    def version_id(self) -> str:
+        snap = self._tbl().current_snapshot()
+        return f"snapshot {snap.snapshot_id if snap else None}"
+
+    def snapshot_id(self) -> int | None:
+        snap = self._tbl().current_snapshot()
+        return snap.snapshot_id if snap else None
+
+    def metadata_location(self) -> str:
+        return self._tbl().metadata_location
+
+    def open_read(self) -> pa.Table:
+        return self._tbl().scan().to_arrow()
+

@@ -1,0 +1,211 @@
+"""A real HTTP fault-injecting proxy in front of an S3 endpoint (moto), shipped with the package.
+
+Point S3 clients at :attr:`S3FaultProxy.endpoint_url` instead of the real endpoint; every request is
+forwarded unless the fault plan picks it. Faults (each a real effect on the wire):
+
+* ``slowdown``: ``503 SlowDown`` (not forwarded);
+* ``error500``: ``500 InternalError`` (not forwarded);
+* ``drop``: the connection is closed without an answer (not forwarded);
+* ``cut_body``: forwarded; the answer's headers announce the full body, then half of it is sent and the
+  connection closed (a response cut mid-body; GETs only);
+* ``lost_put``: forwarded and executed upstream, then the connection is closed without an answer (the
+  PUT landed, its answer was lost);
+* an **outage** (:meth:`S3FaultProxy.outage`): for the given seconds every request gets ``503`` or a
+  dropped connection.
+
+``rate`` (0..1) is the share of requests that get a random fault from ``kinds``; ``seed`` makes the choice
+reproducible. :attr:`S3FaultProxy.injected` counts what was injected. Usable from the command line::
+
+    python -m pipeline.testing.s3_faults --upstream http://127.0.0.1:5000 --rate 0.1 --port 5100
+"""
+from __future__ import annotations
+
+import argparse
+import http.client
+import random
+import socket
+import threading
+import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+__all__ = ["S3FaultProxy", "FAULT_KINDS"]
+
+FAULT_KINDS = ("slowdown", "error500", "drop", "cut_body", "lost_put")
+_HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "upgrade", "trailer"}
+
+
+def _error_xml(code: str, message: str) -> bytes:
+    return (f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code><Message>{message}</Message>'
+            f"<RequestId>epochal-fault</RequestId></Error>").encode()
+
+
+class S3FaultProxy:
+    def __init__(self, upstream: str, *, rate: float = 0.0, kinds: tuple[str, ...] = FAULT_KINDS, seed: int = 0,
+                 host: str = "127.0.0.1", port: int = 0) -> None:
+        unknown = set(kinds) - set(FAULT_KINDS)
+        if unknown:
+            raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: {FAULT_KINDS}")
+        u = urlsplit(upstream)
+        self.upstream_host, self.upstream_port = u.hostname or "127.0.0.1", u.port or 80
+        self.rate, self.kinds = float(rate), tuple(kinds)
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self._outage_until = 0.0
+        self._forced: list[str] = []
+        self.injected: Counter[str] = Counter()
+        self.requests = 0
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:  # quiet
+                pass
+
+            def _body(self) -> bytes:
+                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                    out = b""
+                    while True:
+                        n = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                        if n == 0:
+                            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                                pass
+                            return out
+                        out += self.rfile.read(n)
+                        self.rfile.readline()
+                n = int(self.headers.get("Content-Length") or 0)
+                return self.rfile.read(n) if n else b""
+
+            def _send(self, status: int, headers: list[tuple[str, str]], body: bytes, *, cut: bool = False) -> None:
+                self.send_response_only(status)
+                for k, v in headers:
+                    if k.lower() not in _HOP and k.lower() != "content-length":
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                if cut:
+                    self.send_header("Connection", "close")
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body[: len(body) // 2] if cut else body)
+                self.wfile.flush()
+                if cut:
+                    self._drop()
+
+            def _drop(self) -> None:
+                self.close_connection = True
+                try:
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+            def _proxy(self) -> None:
+                body = self._body()
+                fault = proxy._choose(self.command)
+                if fault in ("slowdown", "outage503"):
+                    return self._send(503, [("Content-Type", "application/xml")],
+                                      _error_xml("SlowDown", "Please reduce your request rate."))
+                if fault == "error500":
+                    return self._send(500, [("Content-Type", "application/xml")],
+                                      _error_xml("InternalError", "We encountered an internal error."))
+                if fault in ("drop", "outage_drop"):
+                    return self._drop()
+                conn = http.client.HTTPConnection(proxy.upstream_host, proxy.upstream_port, timeout=60)
+                try:
+                    headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
+                    if body or self.command in ("PUT", "POST"):
+                        headers["Content-Length"] = str(len(body))
+                    conn.request(self.command, self.path, body=body, headers=headers)
+                    resp = conn.getresponse()
+                    data = resp.read()
+                    status, rheaders = resp.status, resp.getheaders()
+                finally:
+                    conn.close()
+                if fault == "lost_put":
+                    return self._drop()
+                self._send(status, rheaders, data, cut=(fault == "cut_body" and len(data) > 1))
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _proxy
+
+        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def endpoint_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def _choose(self, method: str) -> str | None:
+        with self._lock:
+            self.requests += 1
+            if time.monotonic() < self._outage_until:
+                kind = "outage503" if self._rng.random() < 0.5 else "outage_drop"
+                self.injected[kind] += 1
+                return kind
+            for i, kind in enumerate(self._forced):
+                if (kind != "cut_body" or method == "GET") and (kind != "lost_put" or method == "PUT"):
+                    del self._forced[i]
+                    self.injected[kind] += 1
+                    return kind
+            if self.rate <= 0 or self._rng.random() >= self.rate:
+                return None
+            eligible = [k for k in self.kinds if (k != "cut_body" or method == "GET")
+                        and (k != "lost_put" or method == "PUT")]
+            if not eligible:
+                return None
+            kind = self._rng.choice(eligible)
+            self.injected[kind] += 1
+            return kind
+
+    def fail_next(self, kind: str, n: int = 1) -> None:
+        """Inject ``kind`` into the next ``n`` eligible requests (GETs for cut_body, PUTs for lost_put)."""
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault kind {kind!r}; known: {FAULT_KINDS}")
+        with self._lock:
+            self._forced.extend([kind] * n)
+
+    def outage(self, seconds: float) -> None:
+        """From now on, for ``seconds``, every request fails (503 or a dropped connection)."""
+        with self._lock:
+            self._outage_until = time.monotonic() + float(seconds)
+
+    def set_rate(self, rate: float) -> None:
+        with self._lock:
+            self.rate = float(rate)
+
+    def start(self) -> "S3FaultProxy":
+        self._thread = threading.Thread(target=self._server.serve_forever, name="s3-fault-proxy", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> "S3FaultProxy":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def main() -> None:  # pragma: no cover - manual use
+    ap = argparse.ArgumentParser(description="fault-injecting HTTP proxy in front of an S3 endpoint")
+    ap.add_argument("--upstream", required=True)
+    ap.add_argument("--rate", type=float, default=0.1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--port", type=int, default=0)
+    a = ap.parse_args()
+    p = S3FaultProxy(a.upstream, rate=a.rate, seed=a.seed, port=a.port).start()
+    print(p.endpoint_url, flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        p.stop()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,42 @@
+"""Random jobs for the property-based crash test, rebuilt in the child process from ``BT_JOB_SEED``.
+
+``python -m pipeline run --job randjobs:job`` (with ``tests/batch`` on ``PYTHONPATH``) builds the same job as
+:func:`random_job` with the seed in the environment. Shapes are drawn from what the operators support:
+a join (random TTL, optional filter/select on either side) feeding an append sink and/or an aggregate with an
+upsert sink; an aggregate over a raw source; random aggregate functions.
+"""
+from __future__ import annotations
+
+import os
+import random
+
+from batch_jobs import LEFT, RIGHT
+
+from pipeline import Job
+
+
+def random_job(seed: int) -> Job:
+    rnd = random.Random(seed)
+    job = Job(f"rand{seed}", max_parallelism=rnd.choice([8, 16, 32]))
+    a = job.source("lefts", LEFT, key="k")
+    b = job.source("rights", RIGHT, key="k")
+    if rnd.random() < 0.5:
+        a = a.filter(rnd.choice(["x > 10", "grp <> 'g3'", "x < 90"]))
+    rb = b.select("k", "y", "tag AS rtag") if rnd.random() < 0.7 else b.filter("tag = 'ok'").select(
+        "k", "y", "tag AS rtag")
+    ttl = rnd.choice([90, 150, 400, 3600])
+    j = a.join(rb, on="k", uid="j", ttl_seconds=ttl)
+    if rnd.random() < 0.8:
+        j.sink("joined")
+    fns = {"n": ("count", None), "xs": ("sum", "x"), "ys": ("sum", "y"), "ymin": ("min", "y"),
+           "xmax": ("max", "x")}
+    keep = dict(rnd.sample(sorted(fns.items()), rnd.randint(1, 4)))
+    j.aggregate(uid="agg", key=rnd.choice(["grp", "rtag"]), aggs=keep).sink("totals", mode="upsert")
+    if rnd.random() < 0.5:
+        a.aggregate(uid="raw", key="grp", aggs={"rows": ("count", None), "xsum": ("sum", "x")}).sink(
+            "raw_totals", mode="upsert")
+    return job
+
+
+def job() -> Job:
+    return random_job(int(os.environ["BT_JOB_SEED"]))

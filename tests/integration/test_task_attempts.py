@@ -1,0 +1,73 @@
+"""Task retries and speculative attempts cannot corrupt a checkpoint (``pipeline.state.attempts``).
+
+A job of this suite's own (``tests.cluster.sensors``) runs through the CLI while every stage's partition 0
+either fails on its first attempt right after writing its files (Spark retries it: two attempts wrote) or
+straggles with ``spark.speculation=true`` (a speculative copy may write concurrently). The result must equal
+the oracle exactly, and every file a checkpoint or a committed sink entry references must match its checksum.
+"""
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.checkpoint.completed import CompletedCheckpoint
+from pipeline.fileio import file_io_for, sha256_of_file
+from pipeline.sink.table import CommittedTable
+from pipeline.testing.jobproc import run_job_process
+from tests.cluster import sensors
+
+pytestmark = [pytest.mark.spark, pytest.mark.e2e, pytest.mark.slow]
+
+JOB = "tests.cluster.sensors:build"
+SPECULATION = ("--conf spark.speculation=true --conf spark.speculation.quantile=0.5 "
+               "--conf spark.speculation.multiplier=1.1 --conf spark.speculation.minTaskRuntime=100ms "
+               "--conf spark.speculation.interval=100ms pyspark-shell")
+
+
+@pytest.mark.parametrize("fault,submit", [("fail", ""), ("slow:4", SPECULATION)], ids=["retry", "speculation"])
+def test_attempts_stay_exactly_once_with_valid_checksums(tmp_path, fault, submit):
+    src, ckpt, sink = ((tmp_path / d).as_uri() for d in ("src", "ckpt", "sink"))
+    hot, totals = sensors.oracle(sensors.write(src, epochs=3, partitions=2, rows=200))
+    env = {"PIPELINE_SOURCE_URI": src, "PIPELINE_CHECKPOINT_URI": ckpt, "PIPELINE_SINK_URI": sink,
+           "PIPELINE_PARALLELISM": "2", "PIPELINE_EPOCH_SECONDS": str(sensors.EPOCH_SECONDS),
+           "PIPELINE_RETAINED_CHECKPOINTS": "10", "EPOCHAL_ATTEMPT_FAULT": fault,
+           "EPOCHAL_SPARK_LOG_LEVEL": "WARN", "EPOCHAL_DRIVER_MEMORY": "1g",
+           # local[2,4]: two cores, up to 4 attempts per task (plain local[*] never retries a task)
+           "PIPELINE_SPARK_MASTER": "local[2,4]"}
+    if submit:
+        env["PYSPARK_SUBMIT_ARGS"] = submit
+    r = run_job_process(["run", "--job", JOB, "--json"], env, timeout_s=900)
+    log = "\n".join(r.stderr_lines)
+    assert r.returncode == 0, log[-4000:]
+    if fault == "fail":  # the retries really happened
+        assert "EPOCHAL_ATTEMPT_FAULT: injected failure" in log, log[-3000:]
+    assert json.loads(r.stdout)["checkpoints_completed"]
+
+    fio = file_io_for(ckpt)
+    locations = sorted({f.uri.rsplit("/", 1)[0] for f in fio.list(ckpt) if f.uri.endswith("/_metadata")})
+    assert locations
+    checked = 0
+    for loc in locations:
+        cp = CompletedCheckpoint.load(fio, loc)
+        for handles in cp.metadata.operators.values():
+            for h in handles:
+                if h.file is not None:
+                    assert sha256_of_file(fio, h.file.uri) == (h.file.bytes, h.file.sha256), h.file.uri
+                    checked += 1
+    for table in ("hot", "totals"):
+        for fh in CommittedTable(file_io_for(sink), sink, "sensors", table).committed_files():
+            assert sha256_of_file(fio, fh.uri) == (fh.bytes, fh.sha256), fh.uri
+            checked += 1
+    assert checked > 0
+
+    out = tmp_path / "out"
+    for table in ("hot", "totals"):
+        e = run_job_process(["export", "--job", JOB, "--table", table, "--to", str(out / table)],
+                            {k: v for k, v in env.items() if k != "EPOCHAL_ATTEMPT_FAULT"}, timeout_s=600)
+        assert e.returncode == 0, "\n".join(e.stderr_lines[-20:])
+    got = pq.read_table(out / "totals")
+    assert sorted(zip(*(got.column(c).to_pylist() for c in ("sensor", "n", "total", "peak")))) == totals
+    got = pq.read_table(out / "hot")
+    assert sorted(zip(*(got.column(c).to_pylist() for c in ("sensor", "hot_n", "hot_max")))) == hot

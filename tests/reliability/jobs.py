@@ -1,0 +1,40 @@
+"""Small jobs of the reliability tests' own making (public job API only) and a writer of source files
+whose rows span several epochs."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.job import Job
+
+EVENTS_SCHEMA = pa.schema([pa.field("event_id", pa.string()), pa.field("user", pa.string()),
+                           pa.field("value", pa.int64()), pa.field("_ingest_ts", pa.timestamp("us", tz="UTC"))])
+T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
+
+
+def counts_job() -> Job:
+    """Per-user running count and sum of ``value`` (upsert sink)."""
+    job = Job("rel_counts", max_parallelism=16)
+    ev = job.source("events", EVENTS_SCHEMA, key="event_id")
+    ev.aggregate(uid="per-user", key="user", aggs={"n": ("count", None), "total": ("sum", "value")}) \
+        .sink("user_totals", mode="upsert", key=["user"])
+    return job
+
+
+def write_events(src: Path, partition: int, seq: int, rows: list[tuple[str, str, int, float]]) -> Path:
+    """rows: (event_id, user, value, seconds after T0)."""
+    d = src / "events" / f"partition={partition}"
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / f"{seq:08d}.parquet"
+    tbl = pa.table({"event_id": [r[0] for r in rows], "user": [r[1] for r in rows],
+                    "value": [r[2] for r in rows],
+                    "_ingest_ts": [T0 + timedelta(seconds=r[3]) for r in rows]}, schema=EVENTS_SCHEMA)
+    pq.write_table(tbl, path)
+    return path
+
+
+def spanning_rows(seq: int, n: int, start_s: float, step_s: float, users: int = 5) -> list:
+    return [(f"e{seq}-{i}", f"u{i % users}", i + 1, start_s + i * step_s) for i in range(n)]
