@@ -24,6 +24,7 @@ Hierarchy (every error message names the file, partition or checkpoint involved)
     ├── SinkError                     sink problems
     │   └── TransactionStateError     illegal 2PC transition (names txn + state)
     ├── ValidationError               a Great Expectations suite failed (names checkpoint/table)
+    ├── UserFunctionError             a user's ``Stream.process`` function failed or broke its contract
     └── JobStoppedError               the job was stopped with a savepoint (epoch runs are skipped)
 
     InjectedFailure (RuntimeError)    a test double's crash: deliberately *not* an EpochalError, so nothing
@@ -37,8 +38,8 @@ __all__ = [
     "CheckpointFencedError",
     "CheckpointDeclinedError", "CorruptCheckpointError", "NoValidCheckpointError",
     "TooManyFailedCheckpointsError", "IncompatibleStateError", "BarrierError", "CorruptStreamError",
-    "SinkError", "TransactionStateError", "ValidationError", "TypeMismatch", "JobStoppedError",
-    "InjectedFailure",
+    "SinkError", "TransactionStateError", "ValidationError", "UserFunctionError", "TypeMismatch",
+    "JobStoppedError", "InjectedFailure",
 ]
 
 
@@ -133,6 +134,11 @@ class TransactionStateError(SinkError):
 
 class ValidationError(EpochalError):
     """A data-quality suite failed."""
+
+
+class UserFunctionError(EpochalError):
+    """A user-supplied function (``Stream.process``'s ``fn``) raised or returned rows breaking its contract
+    (names the operator uid)."""
 
 
 class TypeMismatch(SourceError):

@@ -21,17 +21,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal, Mapping, Sequence
+from typing import Callable, ClassVar, Literal, Mapping, Sequence
 
 import pyarrow as pa
 
 from pipeline.exceptions import ConfigError
 
-__all__ = ["Job", "Stream", "SourceNode", "MapNode", "JoinNode", "AggregateNode", "DedupNode", "SinkNode",
-           "is_operator",
-           "AGG_FUNCTIONS", "JOIN_TYPES", "INTERNAL_COLUMNS"]
+__all__ = ["Job", "Stream", "SourceNode", "MapNode", "JoinNode", "AggregateNode", "DedupNode", "WindowNode",
+           "ProcessNode", "SinkNode", "is_operator",
+           "AGG_FUNCTIONS", "WINDOW_AGG_FUNCTIONS", "JOIN_TYPES", "INTERNAL_COLUMNS"]
 
 AGG_FUNCTIONS = ("count", "sum", "min", "max")
+WINDOW_AGG_FUNCTIONS = AGG_FUNCTIONS + ("avg", "count_distinct")
 JOIN_TYPES = ("inner", "left", "right", "full")
 INTERNAL_COLUMNS = ("_ingest_ts",)
 _UID = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{0,63}$")
@@ -107,6 +108,47 @@ class DedupNode:
 
 
 @dataclass(frozen=True, slots=True)
+class WindowNode:
+    """Keyed event-time windows with a watermark (exact semantics: docs/windows.md)."""
+
+    uid: str
+    parent: int
+    key: str
+    event_time: str
+    size_seconds: int
+    slide_seconds: int
+    max_out_of_orderness_seconds: int
+    allowed_lateness_seconds: int
+    aggs: tuple[tuple[str, str, str | None], ...]  # (output column, function, input column)
+    emit: Literal["final", "update"]
+
+    STATE_NAMES: ClassVar[tuple[str, ...]] = ("win", "wm")
+
+    @property
+    def inputs(self) -> tuple[int, ...]:
+        return (self.parent,)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ProcessNode:
+    """User-defined keyed stateful logic, vectorised over Arrow (contract: docs/process.md)."""
+
+    uid: str
+    parent: int
+    key: str
+    fn: Callable[[pa.Table, pa.Table], tuple[pa.Table, pa.Table]]
+    state_schema: pa.Schema
+    output_schema: pa.Schema
+    ttl_seconds: int | None
+
+    STATE_NAMES: ClassVar[tuple[str, ...]] = ("proc",)
+
+    @property
+    def inputs(self) -> tuple[int, ...]:
+        return (self.parent,)
+
+
+@dataclass(frozen=True, slots=True)
 class SinkNode:
     table: str
     parent: int
@@ -115,7 +157,8 @@ class SinkNode:
     format: str | None = None  # "iceberg" | "delta" | "epochal"; None: PIPELINE_SINK_FORMAT or the default
 
 
-Node = SourceNode | MapNode | JoinNode | AggregateNode | DedupNode | SinkNode
+Node = SourceNode | MapNode | JoinNode | AggregateNode | DedupNode | WindowNode | ProcessNode | SinkNode
+StatefulNode = JoinNode | AggregateNode | DedupNode | WindowNode | ProcessNode
 
 
 def is_operator(node) -> bool:
@@ -175,6 +218,56 @@ class Stream:
             raise ConfigError(f"aggregate {uid!r}: no aggregations")
         return self.job._add(AggregateNode(self.job._uid(uid), self.node, key, tuple(spec)))
 
+    def window(self, *, uid: str, key: str, event_time: str, size_seconds: int, slide_seconds: int | None = None,
+               max_out_of_orderness_seconds: int = 0, allowed_lateness_seconds: int = 0,
+               aggs: Mapping[str, tuple[str, str | None]], emit: Literal["final", "update"] = "final") -> "Stream":
+        """Tumbling (``slide_seconds`` None) or sliding event-time windows per ``key``; output columns: the key,
+        ``window_start``, ``window_end``, then ``aggs`` (count, sum, min, max, avg, count_distinct). Watermark,
+        lateness and firing: docs/windows.md."""
+        uid = self.job._uid(uid)
+        slide = size_seconds if slide_seconds is None else slide_seconds
+        for name, v in (("size_seconds", size_seconds), ("slide_seconds", slide),
+                        ("max_out_of_orderness_seconds", max_out_of_orderness_seconds),
+                        ("allowed_lateness_seconds", allowed_lateness_seconds)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ConfigError(f"window {uid!r}: {name} must be a non-negative whole number of seconds, got {v!r}")
+        if size_seconds <= 0 or slide <= 0 or slide > size_seconds or size_seconds % slide:
+            raise ConfigError(f"window {uid!r}: size_seconds ({size_seconds}) must be a positive multiple of "
+                              f"slide_seconds ({slide})")
+        if emit not in ("final", "update"):
+            raise ConfigError(f"window {uid!r}: emit must be 'final' or 'update', got {emit!r}")
+        spec = []
+        for out, (fn, col) in aggs.items():
+            if fn not in WINDOW_AGG_FUNCTIONS:
+                raise ConfigError(f"window {uid!r}: unknown function {fn!r} for {out!r} (use {WINDOW_AGG_FUNCTIONS})")
+            if fn != "count" and not col:
+                raise ConfigError(f"window {uid!r}: {fn}() of {out!r} needs an input column")
+            if out in (key, "window_start", "window_end"):
+                raise ConfigError(f"window {uid!r}: aggregate name {out!r} clashes with an output column")
+            spec.append((out, fn, col))
+        if not spec:
+            raise ConfigError(f"window {uid!r}: no aggregations")
+        return self.job._add(WindowNode(uid, self.node, key, event_time, size_seconds, slide,
+                                        max_out_of_orderness_seconds, allowed_lateness_seconds, tuple(spec), emit))
+
+    def process(self, *, uid: str, key: str, fn: Callable[[pa.Table, pa.Table], tuple[pa.Table, pa.Table]],
+                state_schema: pa.Schema, output_schema: pa.Schema, ttl_seconds: int | None = None) -> "Stream":
+        """User-defined keyed stateful logic: ``fn(rows, state) -> (new_state, output)`` over Arrow tables, called
+        per subtask and round with the rows of this round and the state of their keys (docs/process.md)."""
+        uid = self.job._uid(uid)
+        if not callable(fn):
+            raise ConfigError(f"process {uid!r}: fn must be callable")
+        if not isinstance(state_schema, pa.Schema) or not isinstance(output_schema, pa.Schema):
+            raise ConfigError(f"process {uid!r}: state_schema and output_schema must be pyarrow schemas")
+        if key not in state_schema.names:
+            raise ConfigError(f"process {uid!r}: state_schema must contain the key column {key!r}")
+        reserved = [n for n in list(state_schema.names) + list(output_schema.names) if n in ("_kg", "_touched_us")]
+        if reserved:
+            raise ConfigError(f"process {uid!r}: schemas must not use reserved columns {reserved}")
+        if ttl_seconds is not None and (not isinstance(ttl_seconds, int) or ttl_seconds <= 0):
+            raise ConfigError(f"process {uid!r}: ttl_seconds must be a positive whole number or None")
+        return self.job._add(ProcessNode(uid, self.node, key, fn, state_schema, output_schema, ttl_seconds))
+
     def sink(self, table: str, *, mode: Literal["append", "upsert"] = "append",
              key: Sequence[str] | None = None, format: str | None = None) -> "Stream":
         """Two-phase-commit sink. ``format``: ``"iceberg"``, ``"delta"`` or ``"epochal"`` (see
@@ -185,6 +278,8 @@ class Stream:
         if mode == "upsert" and not key:
             if isinstance(parent, AggregateNode):
                 key = (parent.key,)
+            elif isinstance(parent, WindowNode):
+                key = (parent.key, "window_start")
             else:
                 raise ConfigError(f"sink {table!r}: upsert needs key=")
         if not _UID.match(table) or table in self.job.sink_tables():
@@ -235,7 +330,7 @@ class Job:
     def sources(self) -> list[SourceNode]:
         return [n for n in self.nodes if isinstance(n, SourceNode)]
 
-    def operators(self) -> list[JoinNode | AggregateNode | DedupNode]:
+    def operators(self) -> list[StatefulNode]:
         """Stateful operators in topological order (node order is topological by construction)."""
         return [n for n in self.nodes if is_operator(n)]  # type: ignore[misc]
 
@@ -272,6 +367,8 @@ class Job:
                 base, maps = self.chain_to(i)
                 if base != node_id:
                     continue
+                if isinstance(op, WindowNode):  # the watermark's channel is the record's source partition
+                    read.update(("_source", "_partition"))
                 selected = False
                 for m in maps:
                     text = " ".join(m.exprs)
@@ -283,13 +380,15 @@ class Job:
                         break
                 if selected:
                     continue
-                if not isinstance(op, AggregateNode):
+                if not isinstance(op, (AggregateNode, WindowNode)):
                     return None
                 read.add(op.key.lower())
                 read.update(c.lower() for _, _, c in op.aggs if c)
+                if isinstance(op, WindowNode):
+                    read.add(op.event_time.lower())
         return frozenset(read)
 
-    def operator(self, uid: str) -> JoinNode | AggregateNode | DedupNode:
+    def operator(self, uid: str) -> StatefulNode:
         for op in self.operators():
             if op.uid == uid:
                 return op

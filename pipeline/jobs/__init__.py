@@ -19,6 +19,9 @@ def _load_builtin() -> None:
     if "orders_payments" not in _REGISTRY:
         from pipeline.jobs.orders_payments import build_job
         register_job("orders_payments", build_job)
+    if "ad_clicks" not in _REGISTRY:
+        from pipeline.jobs.ad_clicks import build_job as build_ad_clicks
+        register_job("ad_clicks", build_ad_clicks)
 
 
 def job_names() -> list[str]:

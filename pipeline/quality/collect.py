@@ -461,7 +461,8 @@ class _Collector:
         files = []
         self._size_hint: dict[str, int] = {}
         for h in self.md.state_handles():
-            if h.file is not None:
+            if h.file is not None and state_obj(h.operator_uid, h.name) in self.objects.specs:
+                # (operators without a state spec, e.g. windows, are checked by files and checksums only)
                 files.append((len(files), state_obj(h.operator_uid, h.name), h.file.uri, h.kg_start, h.kg_end))
                 self._size_hint[h.file.uri] = h.file.bytes
         for t, info in self.tables.items():
@@ -687,7 +688,8 @@ class _Collector:
         rows = []
         by_state: dict[str, list] = {}
         for h in self.md.state_handles():
-            by_state.setdefault(state_obj(h.operator_uid, h.name), []).append(h)
+            if state_obj(h.operator_uid, h.name) in self.objects.specs:
+                by_state.setdefault(state_obj(h.operator_uid, h.name), []).append(h)
         for obj, hs in sorted(by_state.items()):
             hs = sorted(hs, key=lambda h: (h.kg_start, h.kg_end))
             prev_end = -1

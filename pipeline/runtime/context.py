@@ -24,6 +24,7 @@ from pipeline.exceptions import ConditionalWriteError, ConfigError, EpochalError
 from pipeline.fileio import file_io_for, join_uri
 from pipeline.job import Job, JoinNode, SinkNode, SourceNode
 from pipeline.layout import JobLayout
+from pipeline.runtime.keyed_ops import validate_keyed_ops
 from pipeline.sink.formats import open_sink_table, resolve_format
 from pipeline.sink.table import CommittedTable
 from pipeline.sink.two_phase import TwoPhaseCommitSink
@@ -77,6 +78,7 @@ class RuntimeContext:
                                   "output directly (put select/filter before the operator)")
         if not self.job.operators():
             raise ConfigError(f"job {self.job.name!r} has no stateful operator")
+        validate_keyed_ops(self.job, self.config)
         joins = [o for o in self.job.operators() if isinstance(o, JoinNode)]
         if self.config.checkpoint_mode == CheckpointingMode.AT_LEAST_ONCE or self.config.unaligned:
             what = ("PIPELINE_UNALIGNED=true" if self.config.unaligned

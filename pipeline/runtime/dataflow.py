@@ -154,6 +154,8 @@ def apply_maps(df, maps: Sequence[MapNode]):
                 exprs.append("_ingest_ts")
             if "_park" in df.columns:  # unaligned: the row is in flight at the join (see JobRunner._process_round)
                 exprs.append("_park")
+            if "_wm_channel" in df.columns:  # a window's watermark channel (pipeline.runtime.keyed_ops)
+                exprs.append("_wm_channel")
             df = df.selectExpr(*exprs)
     return df
 
@@ -185,6 +187,9 @@ class OperatorIO:
     prior_output: tuple = ()            # upsert sink: output files staged in earlier rounds of this checkpoint
     bad_records: str = "dead_letter"    # plan-time: the bad-records policy (operators' declaration violations)
     dead_letter_root: str | None = None  # plan-time
+    epoch: int = 0                      # window/process: the epoch being processed, its barrier time (µs) and
+    barrier_us: int = 0                 # whether this round completes the checkpoint (pipeline.runtime.keyed_ops)
+    complete: bool = True
 
 
 def rethrow_task_error(e: Exception) -> None:
@@ -211,9 +216,12 @@ def operator_dataframe(spark, job: Job, op, inputs: dict[int, object], io: Opera
     """
     from pipeline.runtime.operator_registry import builder_for
 
-    def resolve(node_id: int):
+    def resolve(node_id: int, prepare: Callable | None = None):
+        """The DataFrame of node ``node_id``'s input chain; ``prepare(base_id, df)`` (optional) runs on the
+        base (source or operator output) before the stateless steps (a window tags watermark channels)."""
         base, maps = job.chain_to(node_id)
-        return apply_maps(inputs[base], maps)
+        df = inputs[base] if prepare is None else prepare(base, inputs[base])
+        return apply_maps(df, maps)
 
     return builder_for(op)(spark, job, op, resolve, io)
 

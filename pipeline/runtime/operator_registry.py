@@ -41,6 +41,7 @@ def builder_for(node) -> Callable:
     if type(node) not in _BUILDERS:
         import pipeline.runtime.dataflow  # noqa: F401  (registers the built-in operators)
         import pipeline.runtime.dedup  # noqa: F401
+        import pipeline.runtime.keyed_ops  # noqa: F401  (windows, process)
     try:
         return _BUILDERS[type(node)]
     except KeyError:

@@ -156,7 +156,8 @@ class RoundExecutor:
                     "replayed_inflight_rows": replayed}
             ctx.ckpt_fio.write_bytes(round_plan_uri(pending.location, rnd),
                                      (json.dumps(plan, indent=1) + "\n").encode(), if_none_match=True)
-            rows = self.plan.process_round(pending, rnd, P, working, segments, epoch, parked=parked, staged=staged)
+            rows = self.plan.process_round(pending, rnd, P, working, segments, epoch, parked=parked, staged=staged,
+                                           complete=snap is not None)
             for h in rows:  # operators' dead letters (e.g. a join's ``unique`` violated) and dropped rows
                 if h["kind"] == "dead_letter" and h["rows"]:
                     name = f"operator={h['operator']}"

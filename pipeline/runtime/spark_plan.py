@@ -47,7 +47,8 @@ class SparkPlan:
         self.plans: dict = {}   # round plans by shape (see steps)
 
     def process_round(self, pending, rnd: int, P: int, cursor: Cursor, segments, epoch: int, *,
-                      parked: frozenset = frozenset(), staged: dict | None = None) -> list[dict]:
+                      parked: frozenset = frozenset(), staged: dict | None = None,
+                      complete: bool = True) -> list[dict]:
         """The Spark work of one round; returns all handle rows (the acks of every subtask).
 
         Operators feeding other operators are chained into the same Spark job (their output flows
@@ -60,6 +61,8 @@ class SparkPlan:
         flight at the join (the snapshot was taken before it consumed them): it writes them as channel state
         files (handle rows of kind ``channel``) instead of processing them. ``staged``: sink output staged
         by earlier rounds of this checkpoint (an aggregate feeding an upsert sink merges it into its output).
+        ``complete``: this round completes the checkpoint (a window's watermark advances and windows fire only
+        then, :mod:`pipeline.runtime.keyed_ops`).
         """
         ctx = self.ctx
         spark = ctx.spark
@@ -91,7 +94,8 @@ class SparkPlan:
                                             if parked and isinstance(op, JoinNode) else None),
                             prior_output=tuple((staged or {}).get(sinks[0].table, ())
                                                if sinks and sinks[0].mode == "upsert"
-                                               and isinstance(op, AggregateNode) else ()))
+                                               and isinstance(op, AggregateNode) else ()),
+                            epoch=epoch, barrier_us=ctx.epochs.end_us(epoch), complete=complete)
             values[operator_key(op.uid)] = operator_params(io)
             if ack_prefix is not None:  # set exactly when the operator has consumers
                 chained.append((op.uid, ack_prefix))

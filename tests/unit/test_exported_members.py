@@ -16,7 +16,7 @@ PINNED = {
         "ConditionalWriteError", "ConfigError", "CorruptCheckpointError", "CorruptStreamError", "EpochalError",
         "IncompatibleSinkSchemaError", "IncompatibleStateError", "InjectedFailure", "JobStoppedError", "MalformedInputError",
         "NoValidCheckpointError", "ObjectNotFoundError", "SinkError", "SourceContractError", "SourceError", "StorageError",
-        "TooManyFailedCheckpointsError", "TransactionStateError", "TypeMismatch", "ValidationError",
+        "TooManyFailedCheckpointsError", "TransactionStateError", "TypeMismatch", "UserFunctionError", "ValidationError",
     ],
     "pipeline.fileio": [
         "FileIO", "FileInfo", "InMemoryFileIO", "LocalFileIO", "S3FileIO", "file_io_for", "join_uri",

@@ -1,0 +1,395 @@
+"""Runtime of the keyed operators ``window`` and ``process``: their Spark plan and their executor tasks.
+
+Both follow the pattern of :mod:`pipeline.runtime.operators`: the input gets a key group and a subtask, is
+shuffled so that Spark partition ``i`` is subtask ``i``, and the task (pyarrow, vectorised) restores its key
+groups, runs the pure step (:func:`pipeline.windows.window_step`, :func:`pipeline.process_op.process_step`),
+writes its snapshot and output and returns handle rows (its acknowledgement).
+
+Window watermark (docs/windows.md "Runtime"): before the shuffle every upstream Spark task appends, for each
+channel it saw, one *marker row* per subtask carrying that channel's highest event time, as Flink broadcasts
+watermarks on every output channel. Every subtask thus derives the same operator watermark; subtask 0 writes it
+(state ``wm``) and every subtask reads it back on restore, whatever the parallelism. In a checkpoint that spans
+several rounds, the observations of the earlier rounds are carried in ``wm`` as rows whose channel starts with
+:data:`OBS_PREFIX`, and the watermark advances (and windows fire) in the round that completes the checkpoint.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipeline.exceptions import ConfigError, MalformedInputError
+from pipeline.faults import fault_point
+from pipeline.job import Job, ProcessNode, WindowNode
+from pipeline.keygroups import key_group_expr, range_for_subtask, subtask_expr
+from pipeline.process_op import TOUCHED, process_step
+from pipeline.runtime.operator_registry import register_operator
+from pipeline.runtime.operators import HANDLE_DDL, _collect, _emit, _handle, _partition_id, _round_spec
+from pipeline.runtime.routing import shuffle_to_subtasks
+from pipeline.state.backend import KG_COLUMN, read_state, write_table
+from pipeline.windows.aggregate import EmitMode, WindowSpec, output_schema, state_schema, window_step
+from pipeline.windows.watermark import WATERMARK_SCHEMA, WatermarkState, merge_observations, observe_channels
+
+__all__ = ["WindowTaskSpec", "ProcessTaskSpec", "make_window_task", "make_process_task", "window_dataframe",
+           "process_dataframe", "validate_keyed_ops", "CHANNEL", "MARKER", "OBS_PREFIX", "late_dead_letter_name",
+           "late_dead_letter_prefix"]
+
+CHANNEL = "_wm_channel"   # the watermark channel of a record (source partition or upstream operator)
+MARKER = "_wm_max"        # set on marker rows only: the channel's highest event time (µs) in one upstream task
+OBS_PREFIX = "~obs~"      # wm state rows holding this checkpoint's observations of earlier rounds
+_ALL_KG = (0, 1 << 30)
+SEC = 1_000_000
+
+
+def late_dead_letter_name(uid: str) -> str:
+    """The stats key (``checkpoints show`` dead letters) of an operator's dead letters."""
+    return f"operator={uid}"
+
+
+def late_dead_letter_prefix(dead_letter_root: str, job: str, uid: str) -> str:
+    """Where a window's late and unassignable records go (one directory per operator, as the join's)."""
+    return f"{dead_letter_root.rstrip('/')}/{job}/operator={uid}"
+
+
+def validate_keyed_ops(job: Job, config) -> None:
+    """Refuse up front what the window/process runtime cannot honour (called by the runner's job check)."""
+    for op in job.operators():
+        if isinstance(op, WindowNode):
+            if config.checkpoint_mode != "exactly_once" or config.unaligned or getattr(
+                    config, "aligned_timeout_seconds", None):
+                raise ConfigError(f"job {job.name!r}: window {op.uid!r} needs aligned exactly-once checkpoints "
+                                  "(its watermark advances when the checkpoint's epoch is complete); unset "
+                                  "PIPELINE_UNALIGNED / PIPELINE_ALIGNED_TIMEOUT_SECONDS and use "
+                                  "PIPELINE_CHECKPOINT_MODE=exactly_once")
+            for s in job.sinks():
+                if s.parent == job.node_id(op) and op.emit == "update" and s.mode != "upsert":
+                    raise ConfigError(f"job {job.name!r}: window {op.uid!r} emits updates; its sink {s.table!r} "
+                                      "must be mode='upsert' (key: the window key and window_start)")
+
+
+# ------------------------------------------------------------------------------------------------ window
+@dataclass(frozen=True, slots=True)
+class WindowTaskSpec:
+    uid: str
+    checkpoint: str
+    window: WindowSpec
+    input_schema: pa.Schema        # the window's input rows as the task receives them (with _kg)
+    parallelism: int
+    max_parallelism: int
+    parent_handles: dict           # {"win": [...], "wm": [...]}
+    state_prefix: str
+    output_prefix: str
+    output_name: str
+    file_tag: str
+    out_schema: pa.Schema
+    dead_letter_prefix: str        # <dead-letter root>/<job>/operator=<uid>
+    bad_records: str               # "dead_letter" | "fail"
+    ack_prefix: str | None = None
+    epoch: int = 0
+    complete: bool = True
+    barrier_us: int = 0
+    flow_schema: pa.Schema | None = None  # chained: out_schema + _ingest_ts (barrier time of the emitting epoch - 1 µs)
+
+
+def _split_wm(table: pa.Table) -> tuple[pa.Table, dict[str, int]]:
+    obs_mask = pc.starts_with(table["channel"], OBS_PREFIX)
+    obs = table.filter(obs_mask)
+    return table.filter(pc.invert(obs_mask)), {c[len(OBS_PREFIX):]: int(t) for c, t in zip(
+        obs["channel"].to_pylist(), obs["max_event_us"].to_pylist())}
+
+
+def _wm_table(state: WatermarkState, obs: dict[str, int]) -> pa.Table:
+    t = state.to_table()
+    if obs:
+        names = sorted(obs)
+        t = pa.concat_tables([t, pa.table([pa.array([OBS_PREFIX + c for c in names], pa.string()),
+                                           pa.array([obs[c] for c in names], pa.int64())], schema=WATERMARK_SCHEMA)])
+    return t
+
+
+def _write_dead_letters(fio, prefix: str, name: str, late: pa.Table, bad: pa.Table, wm_us) -> dict | None:
+    parts = []
+    if late.num_rows:
+        parts.append(late.append_column("_reason", pa.array(["late"] * late.num_rows, pa.string())))
+    if bad.num_rows:
+        b = bad
+        for col, typ in (("window_start", pa.timestamp("us", tz="UTC")), ("window_end", pa.timestamp("us", tz="UTC")),
+                         ("_watermark_us", pa.int64())):
+            b = b.append_column(col, pa.nulls(b.num_rows, typ))
+        parts.append(b.append_column("_reason", pa.array(["null key or event time"] * b.num_rows, pa.string())))
+    if not parts:
+        return None
+    t = pa.concat_tables(parts, promote_options="permissive")
+    drop = [c for c in (KG_COLUMN, "_subtask", MARKER) if c in t.column_names]
+    return write_table(fio, f"{prefix}/{name}.parquet", t.drop_columns(drop))
+
+
+def make_window_task(spec: WindowTaskSpec):
+    """Returns the ``mapInArrow`` function of a window operator (after the shuffle)."""
+    plan_spec = spec
+
+    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pipeline.fileio import file_io_for
+        spec = _round_spec(plan_spec)
+        fault_point("reading")
+        t0 = time.perf_counter()
+        subtask, incoming = _subtask_of(_collect(batches))
+        kgr = range_for_subtask(spec.max_parallelism, spec.parallelism, subtask)
+        fio = file_io_for(spec.state_prefix)
+        w = spec.window
+        sschema = state_schema(w, spec.input_schema).append(pa.field(KG_COLUMN, pa.int32()))
+        state = read_state(fio, spec.parent_handles.get("win", []), kgr.start, kgr.end, sschema, spec.checkpoint)
+        restored = state.num_rows
+        wm_rows = read_state(fio, spec.parent_handles.get("wm", []), *_ALL_KG, WATERMARK_SCHEMA, spec.checkpoint)
+        wm_rows, seen = _split_wm(wm_rows)
+        wm = WatermarkState.from_table(wm_rows, spec.checkpoint)
+        rows = None
+        in_rows = 0
+        if incoming is not None:
+            is_marker = pc.is_valid(incoming[MARKER])
+            markers = incoming.filter(is_marker)
+            rows = incoming.filter(pc.invert(is_marker)).select(spec.input_schema.names).cast(spec.input_schema)
+            in_rows = rows.num_rows
+            if markers.num_rows:
+                g = markers.group_by(CHANNEL, use_threads=False).aggregate([(MARKER, "max")])
+                seen = merge_observations(seen, dict(zip(g[CHANNEL].to_pylist(),
+                                                         (int(v) for v in g[f"{MARKER}_max"].to_pylist()))))
+        if spec.complete:
+            new_wm, obs_left = wm.advance(seen, w.out_of_orderness_us), {}
+            fire = new_wm.watermark_us
+        else:
+            new_wm, obs_left, fire = wm, seen, None
+        res = window_step(w, state, rows, epoch=spec.epoch, late_watermark_us=wm.watermark_us,
+                          fire_watermark_us=fire, complete=spec.complete, input_schema=spec.input_schema,
+                          carry=(KG_COLUMN,))
+        if res.bad.num_rows and spec.bad_records == "fail":
+            raise MalformedInputError(f"window {spec.uid}: {res.bad.num_rows} record(s) with a null key "
+                                      f"{w.key!r} or event time {w.event_time!r} (checkpoint {spec.checkpoint})")
+        out = res.output
+        sync_ms = (time.perf_counter() - t0) * 1000
+        fault_point("writing_state")
+        t1 = time.perf_counter()
+        fh = write_table(fio, f"{spec.state_prefix}/win/kg-{kgr.start:05d}-{kgr.end:05d}.parquet",
+                         res.state) if res.state.num_rows else None
+        wfh = (write_table(fio, f"{spec.state_prefix}/wm/wm.parquet", _wm_table(new_wm, obs_left))
+               if subtask == 0 else None)
+        async_ms = (time.perf_counter() - t1) * 1000
+        t_out = time.perf_counter()
+        ofh = None
+        if out.num_rows:
+            ofh = write_table(fio, f"{spec.output_prefix}/part-{spec.file_tag}-{subtask:05d}.parquet", out)
+        dfh = _write_dead_letters(
+            file_io_for(spec.dead_letter_prefix), f"{spec.dead_letter_prefix}/epoch-{spec.epoch}",
+            f"{spec.file_tag}-kg-{kgr.start:05d}-{kgr.end:05d}", res.late, res.bad, wm.watermark_us)
+        sync_ms += (time.perf_counter() - t_out) * 1000
+        name = late_dead_letter_name(spec.uid)
+        handles = [("state", "win", fh), ("state", "wm", wfh), ("output", spec.output_name, ofh),
+                   ("dead_letter", name, dfh)]
+        rows_out = [_handle(kind, spec.uid, nm, subtask, kgr, h, in_rows, restored, 0, sync_ms, async_ms)
+                    for kind, nm, h in handles]
+        if spec.flow_schema is not None:  # rows flowing on belong to this epoch: their _ingest_ts is inside it
+            out = out.append_column("_ingest_ts", pa.array([spec.barrier_us - 1] * out.num_rows, pa.int64()).cast(
+                pa.timestamp("us", tz="UTC")))
+        yield from _emit(rows_out, out, spec.flow_schema or spec.out_schema, fio, spec.ack_prefix, subtask)
+
+    return task
+
+
+BEACON = "_beacon"  # one row per subtask, so that a task knows its subtask even without data (see _with_beacons)
+
+
+def _with_beacons(df, spark, parallelism: int):
+    """``df`` plus one *beacon* row per subtask (only ``_subtask`` and ``_beacon`` set). After the shuffle every
+    task finds its subtask in its beacon: Spark's partition id is not the subtask when the operator's output
+    feeds a union (a join downstream numbers the partitions of its inputs consecutively)."""
+    from pyspark.sql import functions as F
+    beacons = spark.range(0, parallelism, 1, 1).select(F.col("id").cast("int").alias("_subtask"),
+                                                       F.lit(True).alias(BEACON))
+    return df.withColumn(BEACON, F.lit(None).cast("boolean")).unionByName(beacons, allowMissingColumns=True)
+
+
+def _subtask_of(incoming: pa.Table | None) -> tuple[int, pa.Table | None]:
+    """(this task's subtask, the incoming rows without the beacon)."""
+    if incoming is None or BEACON not in incoming.column_names:
+        return _partition_id(), incoming
+    flag = pc.fill_null(incoming[BEACON], False)
+    b = incoming.filter(flag)
+    if b.num_rows != 1:
+        raise RuntimeError(f"expected exactly one subtask beacon, got {b.num_rows}")
+    rest = incoming.filter(pc.invert(flag)).drop_columns([BEACON])
+    return int(b["_subtask"][0].as_py()), (rest if rest.num_rows else None)
+
+
+def _with_markers(df, spark, event_time: str, key: str, parallelism: int):
+    """``df`` plus, per upstream Spark task and channel, one marker row to every subtask (its max event time)."""
+    from pipeline.runtime.dataflow import arrow_schema_of, schema_ddl
+    in_schema = arrow_schema_of(df)
+    out_schema = in_schema.append(pa.field(MARKER, pa.int64()))
+    P = parallelism
+
+    def mark(batches):
+        seen: dict[str, int] = {}
+        for b in batches:
+            if b.num_rows:
+                seen = merge_observations(seen, observe_channels(b.column(CHANNEL), b.column(event_time),
+                                                                 b.column(key)))
+                b = b.append_column(MARKER, pa.nulls(b.num_rows, pa.int64()))
+                yield pa.RecordBatch.from_arrays([b.column(i).cast(f.type) for i, f in enumerate(out_schema)],
+                                                 schema=out_schema)
+        if seen:
+            chans = sorted(seen)
+            n = len(chans) * P
+            cols = {}
+            for f in out_schema:
+                if f.name == CHANNEL:
+                    cols[f.name] = pa.array([c for c in chans for _ in range(P)], f.type)
+                elif f.name == "_subtask":
+                    cols[f.name] = pa.array([s for _ in chans for s in range(P)], f.type)
+                elif f.name == MARKER:
+                    cols[f.name] = pa.array([seen[c] for c in chans for _ in range(P)], pa.int64())
+                else:
+                    cols[f.name] = pa.nulls(n, f.type)
+            yield pa.RecordBatch.from_pydict(cols, schema=out_schema)
+
+    return df.mapInArrow(mark, schema_ddl(out_schema))
+
+
+@register_operator(WindowNode)
+def window_dataframe(spark, job: Job, op: WindowNode, resolve, io):
+    """The (lazy) DataFrame of a window operator and its output schema (see ``operator_dataframe``)."""
+    from pyspark.sql import functions as F
+
+    from pipeline.runtime.dataflow import arrow_schema_of, schema_ddl
+    P, MP = io.parallelism, io.max_parallelism
+    operator_ids = {job.node_id(o) for o in job.operators()}
+
+    def tag_channel(base: int, df):
+        """Watermark channels: a source partition, or the whole output of an upstream operator."""
+        if base in operator_ids:
+            return df.withColumn(CHANNEL, F.lit(f"op:{job.nodes[base].uid}"))
+        return df.withColumn(CHANNEL, F.concat(F.col("_source"), F.lit("/"), F.col("_partition").cast("string")))
+
+    df = resolve(op.parent, tag_channel)
+    wspec = WindowSpec(op.key, op.event_time, op.size_seconds * SEC, op.slide_seconds * SEC,
+                       op.max_out_of_orderness_seconds * SEC, op.allowed_lateness_seconds * SEC, op.aggs,
+                       EmitMode(op.emit))
+    needed = [op.key, op.event_time] + wspec.input_columns()
+    missing = [c for c in needed if c not in df.columns]
+    if missing:
+        raise ConfigError(f"window {op.uid}: input lacks columns {missing} (has {[c for c in df.columns if not c.startswith('_')]})")
+    # every column flows to the task (a late record is dead-lettered whole); state keeps only what the aggs read
+    df = df.select(*dict.fromkeys(needed + [c for c in df.columns if c != "_park"]))
+    et = dict(df.dtypes)[op.event_time]
+    if not et.startswith("timestamp"):
+        raise ConfigError(f"window {op.uid}: event_time column {op.event_time!r} must be a timestamp, is {et}")
+    df = df.withColumn(KG_COLUMN, key_group_expr(op.key, MP)).withColumn("_subtask", subtask_expr(KG_COLUMN, MP, P))
+    in_schema = arrow_schema_of(df)
+    marked = _with_beacons(_with_markers(df, spark, op.event_time, op.key, P), spark, P)
+    shuffled = shuffle_to_subtasks(marked, spark, "_subtask", P)
+    task_in = pa.schema([f for f in in_schema if f.name not in ("_subtask",)])
+    out_schema = output_schema(wspec, task_in)
+    flow_schema = (out_schema.append(pa.field("_ingest_ts", pa.timestamp("us", tz="UTC")))
+                   if io.ack_prefix is not None else None)
+    spec = WindowTaskSpec(op.uid, io.checkpoint, wspec, task_in, P, MP, io.parent_handles, io.state_prefix,
+                          io.output_prefix, io.output_name, io.file_tag, out_schema,
+                          late_dead_letter_prefix(io.dead_letter_root or "", job.name, op.uid), io.bad_records,
+                          io.ack_prefix, io.epoch, io.complete,
+                          io.barrier_us, flow_schema)
+    result = shuffled.mapInArrow(make_window_task(spec),
+                                 HANDLE_DDL if io.ack_prefix is None else schema_ddl(flow_schema))
+    return result, flow_schema or out_schema
+
+
+# ------------------------------------------------------------------------------------------------ process
+@dataclass(frozen=True, slots=True)
+class ProcessTaskSpec:
+    uid: str
+    checkpoint: str
+    key: str
+    fn: object
+    state_schema: pa.Schema
+    output_schema: pa.Schema
+    input_schema: pa.Schema        # the user's rows (without _kg)
+    ttl_seconds: int | None
+    parallelism: int
+    max_parallelism: int
+    parent_handles: dict           # {"proc": [...]}
+    state_prefix: str
+    output_prefix: str
+    output_name: str
+    file_tag: str
+    ack_prefix: str | None = None
+    barrier_us: int = 0
+
+
+def make_process_task(spec: ProcessTaskSpec):
+    """Returns the ``mapInArrow`` function of a ``process`` operator (after the shuffle)."""
+    plan_spec = spec
+
+    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pipeline.fileio import file_io_for
+        spec = _round_spec(plan_spec)
+        fault_point("reading")
+        t0 = time.perf_counter()
+        subtask, incoming = _subtask_of(_collect(batches))
+        kgr = range_for_subtask(spec.max_parallelism, spec.parallelism, subtask)
+        fio = file_io_for(spec.state_prefix)
+        sschema = spec.state_schema.append(pa.field(TOUCHED, pa.int64())).append(pa.field(KG_COLUMN, pa.int32()))
+        state = read_state(fio, spec.parent_handles.get("proc", []), kgr.start, kgr.end, sschema, spec.checkpoint)
+        restored = state.num_rows
+        rows = kgs = None
+        if incoming is not None:
+            kgs = incoming.group_by(spec.key, use_threads=False).aggregate([(KG_COLUMN, "min")]).rename_columns(
+                [spec.key, KG_COLUMN])
+            rows = incoming.select(spec.input_schema.names).cast(spec.input_schema)
+
+        def carry(new_state: pa.Table) -> pa.Table:
+            return new_state.join(kgs, keys=spec.key, join_type="inner", use_threads=False).select(sschema.names)
+
+        res = process_step(spec.uid, spec.key, spec.fn, spec.state_schema, spec.output_schema, state, rows,
+                           barrier_us=spec.barrier_us,
+                           ttl_us=None if spec.ttl_seconds is None else spec.ttl_seconds * SEC, carry=carry)
+        sync_ms = (time.perf_counter() - t0) * 1000
+        fault_point("writing_state")
+        t1 = time.perf_counter()
+        st = res.state.select(sschema.names).cast(sschema)
+        fh = write_table(fio, f"{spec.state_prefix}/proc/kg-{kgr.start:05d}-{kgr.end:05d}.parquet",
+                         st) if st.num_rows else None
+        async_ms = (time.perf_counter() - t1) * 1000
+        t_out = time.perf_counter()
+        out = res.output
+        ofh = (write_table(fio, f"{spec.output_prefix}/part-{spec.file_tag}-{subtask:05d}.parquet", out)
+               if out.num_rows else None)
+        sync_ms += (time.perf_counter() - t_out) * 1000
+        n_in = 0 if rows is None else rows.num_rows
+        handles = [("state", "proc", fh), ("output", spec.output_name, ofh)]
+        yield from _emit([_handle(kind, spec.uid, nm, subtask, kgr, h, n_in, restored, res.expired, sync_ms,
+                                  async_ms) for kind, nm, h in handles],
+                         out, spec.output_schema, fio, spec.ack_prefix, subtask)
+
+    return task
+
+
+@register_operator(ProcessNode)
+def process_dataframe(spark, job: Job, op: ProcessNode, resolve, io):
+    """The (lazy) DataFrame of a ``process`` operator and its output schema."""
+    from pipeline.runtime.dataflow import arrow_schema_of, schema_ddl
+    P, MP = io.parallelism, io.max_parallelism
+    df = resolve(op.parent)
+    if op.key not in df.columns:
+        raise ConfigError(f"process {op.uid}: input lacks the key column {op.key!r}")
+    internal = {"_source", "_partition", "_seq", "_row", "_park"}
+    df = df.select(*[c for c in df.columns if c not in internal])
+    in_schema = arrow_schema_of(df)
+    df = df.withColumn(KG_COLUMN, key_group_expr(op.key, MP)).withColumn("_subtask", subtask_expr(KG_COLUMN, MP, P))
+    shuffled = shuffle_to_subtasks(_with_beacons(df, spark, P), spark, "_subtask", P)
+    spec = ProcessTaskSpec(op.uid, io.checkpoint, op.key, op.fn, op.state_schema, op.output_schema, in_schema,
+                           op.ttl_seconds, P, MP, io.parent_handles, io.state_prefix, io.output_prefix,
+                           io.output_name, io.file_tag, io.ack_prefix, io.barrier_us)
+    result = shuffled.mapInArrow(make_process_task(spec),
+                                 HANDLE_DDL if io.ack_prefix is None else schema_ddl(op.output_schema))
+    return result, op.output_schema
+
