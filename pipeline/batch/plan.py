@@ -23,14 +23,22 @@ Rules (``E`` = epoch length, ``end(k) = (k+1)E``, ``p(x)`` = processing epoch of
   ``decimal(38,9)``, then correctly rounded to double, like the runtime's state); an upsert sink holds them.
 * What is not modelled is listed in :attr:`BatchResult.unchecked` (never skipped silently): an append sink
   of an aggregate (a changelog whose rows depend on round boundaries), an upsert sink of a non-aggregate,
-  operators fed by an aggregate, and ``deduplicate`` / ``window`` / ``process`` nodes (see docs/batch.md).
+  operators fed by an aggregate, ``deduplicate`` / ``process`` nodes and window state (see docs/batch.md).
+* ``window`` (docs/windows.md): records with a key and an event time; per (channel, epoch) the highest event
+  time, folded into ``W(m)`` exactly as the page defines it (running maximum per channel, minimum over the
+  channels active in ``m``, minus the out-of-orderness, never decreasing); a (record, window) pair counts iff
+  ``window_end + L > W(p(x) - 1)``; records whose every window is closed are late (counted, dead-lettered by the
+  runtime). ``emit="final"``: the windows with ``window_end + L <= W(m)`` for some ``m <= n`` (as ``W`` never
+  decreases: ``<= W`` of the last epoch with records), aggregated over their on-time records. ``emit="update"``
+  (an upsert sink keyed by the key and ``window_start``): every window with an on-time record, aggregated over
+  its on-time records so far. Window state is not compared.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from pipeline.batch.prefix import PEPOCH, Prefix, source_dataframe
-from pipeline.job import AggregateNode, Job, JoinNode, MapNode, SinkNode, SourceNode
+from pipeline.job import AggregateNode, Job, JoinNode, MapNode, SinkNode, SourceNode, WindowNode
 
 __all__ = ["BatchResult", "evaluate", "join_semantics"]
 
@@ -106,6 +114,8 @@ class _Compiler:
             return self._join(nid, node)
         if isinstance(node, AggregateNode):
             return self._aggregate(nid, node)
+        if isinstance(node, WindowNode):
+            return self._window(nid, node)
         self.bad[nid] = f"{type(node).__name__} is not modelled by the batch evaluation"
         return None
 
@@ -128,8 +138,9 @@ class _Compiler:
                 return None
             base, _ = self.job.chain_to(inp)
             base_node = self.job.nodes[base]
-            if isinstance(base_node, AggregateNode):
-                self.bad[nid] = f"join {op.uid} reads the changelog of aggregate {base_node.uid}"
+            if isinstance(base_node, AggregateNode) or (isinstance(base_node, WindowNode)
+                                                         and base_node.emit == "update"):
+                self.bad[nid] = f"join {op.uid} reads the changelog of {base_node.uid}"
                 return None
             inputs.append(df)
         left, right = inputs
@@ -211,8 +222,8 @@ class _Compiler:
             return None
         base, _ = self.job.chain_to(op.parent)
         base_node = self.job.nodes[base]
-        if isinstance(base_node, AggregateNode):
-            self.bad[nid] = f"aggregate {op.uid} reads the changelog of aggregate {base_node.uid}"
+        if isinstance(base_node, AggregateNode) or (isinstance(base_node, WindowNode) and base_node.emit == "update"):
+            self.bad[nid] = f"aggregate {op.uid} reads the changelog of {base_node.uid}"
             return None
         aggs = []
         for out, fn, col in op.aggs:
@@ -230,6 +241,91 @@ class _Compiler:
         self.result.states[f"state/{op.uid}/agg"] = totals
         return totals
 
+    # -- window ------------------------------------------------------------------------------------------
+    def _window(self, nid: int, op: WindowNode):
+        """docs/windows.md as one batch query. The watermark is a function of (channel, epoch) maxima only: that
+        small table (channels x epochs) is computed by Spark and folded on the driver into ``W(m)``; records,
+        lateness, firing and the aggregates stay in Spark."""
+        from pyspark.sql import functions as F
+        src = self.frame(op.parent)
+        if src is None:
+            self.bad[nid] = self.bad[op.parent]
+            return None
+        base, _ = self.job.chain_to(op.parent)
+        base_node = self.job.nodes[base]
+        if isinstance(base_node, AggregateNode):
+            self.bad[nid] = f"window {op.uid} reads the changelog of aggregate {base_node.uid}"
+            return None
+        for name in self.job.state_names(op.uid):
+            self.result.unchecked[f"state/{op.uid}/{name}"] = (
+                "window state (records of unfired windows, watermark table): not compared (docs/windows.md)")
+        SEC = 1_000_000
+        S, D = op.size_seconds * SEC, op.slide_seconds * SEC
+        O, L = op.max_out_of_orderness_seconds * SEC, op.allowed_lateness_seconds * SEC
+        channel = (F.concat(F.col("_source"), F.lit("/"), F.col("_partition").cast("string"))
+                   if isinstance(base_node, SourceNode) else F.lit(f"op:{getattr(base_node, 'uid', base)}"))
+        recs = (src.filter(F.col(op.key).isNotNull() & F.col(op.event_time).isNotNull())
+                .withColumn("__t", F.expr(f"unix_micros(`{op.event_time}`)")).withColumn("__ch", channel))
+        # W(m) for every epoch with records: M_c(m) = running max per channel, min over the active channels
+        maxima = sorted((int(r[0]), str(r[1]), int(r[2])) for r in recs.groupBy(PEPOCH, "__ch")
+                        .agg(F.max("__t")).collect())
+        seen: dict[str, int] = {}
+        w_prev: dict[int, int | None] = {}     # epoch m -> W(m-1)
+        w_after: dict[int, int | None] = {}    # epoch m -> W(m)
+        w: int | None = None
+        for m in sorted({e for e, _, _ in maxima}):
+            w_prev[m] = w
+            active = [(c, t) for e, c, t in maxima if e == m]
+            for c, t in active:
+                seen[c] = max(seen.get(c, t), t)
+            cand = min(seen[c] for c, _ in active) - O
+            w = cand if w is None else max(w, cand)
+            w_after[m] = w
+        if not w_prev:
+            wm = self.spark.createDataFrame([], f"{PEPOCH} long, __wprev long")
+        else:
+            wm = self.spark.createDataFrame([(m, w_prev[m]) for m in w_prev], f"{PEPOCH} long, __wprev long")
+        # (record, window) pairs on time: window end + L > W(m-1) of the record's epoch
+        k = S // D
+        pairs = (recs.join(F.broadcast(wm), PEPOCH, "left")
+                 .withColumn("__last", F.floor(F.col("__t") / F.lit(D)).cast("long") * F.lit(D))
+                 .withColumn("__ws", F.explode(F.sequence(F.col("__last") - F.lit((k - 1) * D), F.col("__last"),
+                                                          F.lit(D))))
+                 .filter(F.col("__wprev").isNull() | (F.col("__ws") + F.lit(S + L) > F.col("__wprev"))))
+        late = recs.join(F.broadcast(wm), PEPOCH, "left").filter(
+            F.col("__wprev").isNotNull()
+            & (F.floor(F.col("__t") / F.lit(D)).cast("long") * F.lit(D) + F.lit(S + L) <= F.col("__wprev")))
+        self.result.counts[f"{op.uid}: late records (dead-lettered by the runtime)"] = late
+        aggs = []
+        for out, fn, col in op.aggs:
+            if fn == "count":
+                aggs.append(F.count(F.lit(1)).alias(out))
+            elif fn == "count_distinct":
+                aggs.append(F.countDistinct(F.col(col)).cast("long").alias(out))
+            elif fn in ("sum", "avg"):
+                dt = src.schema[col].dataType.typeName()
+                floating = dt in ("double", "float") or dt.startswith("decimal")
+                total = F.sum(F.col(col).cast(EXACT_SUM)) if floating else F.sum(F.col(col).cast("long"))
+                if fn == "sum":
+                    aggs.append((total.cast("double") if floating else total).alias(out))
+                else:
+                    aggs.append((total.cast("double") / F.count(F.col(col)).cast("double")).alias(out))
+            else:
+                aggs.append((F.min if fn == "min" else F.max)(F.col(col)).alias(out))
+        by_window = pairs.groupBy(op.key, "__ws").agg(*aggs)
+        names = [out for out, _, _ in op.aggs]
+        out = by_window.select(op.key, F.expr("timestamp_micros(__ws)").alias("window_start"),
+                               F.expr(f"timestamp_micros(__ws + {S})").alias("window_end"), *names,
+                               F.col("__ws"))
+        if op.emit == "final":
+            # fires at the first epoch m <= n with end + L <= W(m): emitted once, with its on-time records
+            marks: list[int] = [x for m, x in w_after.items() if m <= self.prefix.epoch and x is not None]
+            top = max(marks, default=None)
+            out = out if top is None else out.filter(F.col("__ws") + F.lit(S + L) <= F.lit(top))
+            if top is None:
+                out = out.limit(0)
+        return out.drop("__ws")
+
     # -- all ---------------------------------------------------------------------------------------------
     def compile(self) -> BatchResult:
         for op in self.job.operators():
@@ -246,12 +342,12 @@ class _Compiler:
             elif isinstance(parent, AggregateNode) and s.mode == "append":
                 self.result.unchecked[obj] = ("append sink of an aggregate: a changelog whose rows depend on round "
                                               "boundaries (its upsert view is checked through the aggregate state)")
-            elif s.mode == "upsert" and not isinstance(parent, AggregateNode):
+            elif s.mode == "upsert" and not isinstance(parent, (AggregateNode, WindowNode)):
                 self.result.unchecked[obj] = "upsert sink of a non-aggregate: 'newest row per key' is not modelled"
             else:
                 self.result.sinks[s.table] = _visible(df)
         for n in self.job.nodes:
-            if not isinstance(n, (SourceNode, MapNode, JoinNode, AggregateNode, SinkNode)):
+            if not isinstance(n, (SourceNode, MapNode, JoinNode, AggregateNode, WindowNode, SinkNode)):
                 self.result.messages.append(f"not checked: {type(n).__name__} nodes are not modelled yet")
         return self.result
 

@@ -740,7 +740,11 @@ class _Collector:
         self.out.figures["state_rows"] = int(st["rows"].sum()) if len(st) else 0
         self.out.figures["sink_rows"] = int(sk["rows"].sum()) if len(sk) else 0
 
-    def group_totals(self, expected_per_group: pd.DataFrame | None) -> pd.DataFrame:
+    def group_totals(self, expected_per_group: pd.DataFrame | None,
+                     recomputed: set[str] | None = None) -> pd.DataFrame:
+        """Per aggregate, group and measure: the totals of its append and upsert output, its state and the batch
+        evaluation (``expected``; None where the batch evaluation does not model the aggregate's state - it is
+        then reported as NOT CHECKED, not compared with zero)."""
         rows = []
         ag = self.actual_per_group
 
@@ -754,7 +758,8 @@ class _Collector:
 
         for uid, a in sorted(self.objects.aggregates.items()):
             srcs = {"append": sums(ag, a["append"]), "upsert": sums(ag, a["upsert"]), "state": sums(ag, a["state"]),
-                    "expected": sums(expected_per_group, a["state"]) if expected_per_group is not None else None}
+                    "expected": (sums(expected_per_group, a["state"]) if expected_per_group is not None
+                                 and (recomputed is None or a["state"] in recomputed) else None)}
             groups = sorted({g for s in srcs.values() if s for g in s})
             for g in groups:
                 for i, m in enumerate(a["measures"]):
@@ -980,6 +985,7 @@ def collect(runner, snapshot: Snapshot, *, mode: str = "full", areas: tuple[str,
         c.metadata_datasets(checksums)
     if data_needed:
         exp_per_group = None
+        recomputed: set[str] | None = None
         if worker is not None:
             with c.timer("recompute_wait"):
                 worker.join()
@@ -990,6 +996,7 @@ def collect(runner, snapshot: Snapshot, *, mode: str = "full", areas: tuple[str,
             else:
                 exp = exp_box["value"]
                 exp_per_group = exp["per_group"]
+                recomputed = set(exp["rec"].tables)
                 c.recovery_datasets(exp, files)
-        c.out.datasets["group_totals"] = c.group_totals(exp_per_group)
+        c.out.datasets["group_totals"] = c.group_totals(exp_per_group, recomputed)
     return c.out

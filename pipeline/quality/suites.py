@@ -229,23 +229,19 @@ SUITES: tuple[SuiteSpec, ...] = (
             _zero("out_of_range", "every key lies in the key-group range of the subtask whose file holds it"),
             ExpectationSpec("ExpectColumnValuesToBeBetween", {"column": "files", "min_value": 1, "max_value": 1},
                             "each key group of a state lives in exactly one state file"),
-            _zero("null_values", "numeric and timestamp state values are not null"),
-            _zero("negative_values", "amounts and counts in state are not negative"),
             _zero("after_barrier", "snapshot n holds no record ingested at or after barrier n (exactly-once)"),
             _zero("expired", "no state row is older than the state TTL at barrier n"),
         )),
     # ---------------------------------------------------------------------------------------- sink
     SuiteSpec(
         "epochal_sink_key_groups", "sink", "sink_key_groups", ("object", "kg"),
-        "Committed output as readers see it: each result row exactly once, non-null keys and references, "
-        "non-negative amounts.",
+        "Committed output as readers see it: each result row exactly once, with a key. (Nulls and negative "
+        "values are legitimate in a user's job - an outer join's other side, a refund - so they are counted in "
+        "the figures but not expected to be zero; correctness is the recovery suites' comparison.)",
         (
             _zero("dup_keys", "no duplicate key in committed output (e.g. order_id in paid_orders)",
                   "sink_duplicates"),
             _zero("null_keys", "committed rows have a key"),
-            _zero("null_values", "committed rows have all their amounts and timestamps (a paid order has its "
-                  "order and its captured payment)"),
-            _zero("negative_values", "committed amounts and counts are not negative"),
         )),
     SuiteSpec(
         "epochal_sink_totals", "sink", "group_totals", ("aggregate", "group", "measure"),

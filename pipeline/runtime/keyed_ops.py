@@ -269,7 +269,7 @@ def window_dataframe(spark, job: Job, op: WindowNode, resolve, io):
     def tag_channel(base: int, df):
         """Watermark channels: a source partition, or the whole output of an upstream operator."""
         if base in operator_ids:
-            return df.withColumn(CHANNEL, F.lit(f"op:{job.nodes[base].uid}"))
+            return df.withColumn(CHANNEL, F.lit(f"op:{getattr(job.nodes[base], 'uid', base)}"))
         return df.withColumn(CHANNEL, F.concat(F.col("_source"), F.lit("/"), F.col("_partition").cast("string")))
 
     df = resolve(op.parent, tag_channel)
