@@ -727,9 +727,15 @@ class _Collector:
         keyless = {o for o, s in self.objects.specs.items() if s.key is None}
         if len(sk):
             sk.loc[sk["object"].isin(keyless), ["keys", "dup_keys"]] = 0
+        # a many-to-many join holds and emits several rows per key: duplicates are its meaning, not an error
+        repeated = {o for o, s in self.objects.specs.items() if not s.unique_key}
+        if len(sk):
+            sk.loc[sk["object"].isin(repeated), "dup_keys"] = 0
+        if len(st):
+            st.loc[st["object"].isin(repeated), "dup_keys"] = 0
         self.out.datasets["state_key_groups"] = st.sort_values(["object", "kg"]).reset_index(drop=True)
         self.out.datasets["sink_key_groups"] = sk.sort_values(["object", "kg"]).reset_index(drop=True)
-        dups = spark_out["dups"] + upsert_out["dups"]
+        dups = [d for d in spark_out["dups"] + upsert_out["dups"] if d["object"] not in repeated]
         self.out.examples["state_duplicates"] = [d for d in dups if d["object"].startswith("state/")][:_MAX_EXAMPLES]
         self.out.examples["sink_duplicates"] = [d for d in dups if d["object"].startswith("sink/")][:_MAX_EXAMPLES]
         self.actual_per_group = pd.concat([d for d in (spark_out["per_group"], upsert_out["per_group"]) if len(d)],
@@ -800,6 +806,10 @@ class _Collector:
         e = e[keep] if len(e) else pd.DataFrame(columns=keep)
         objs = sorted(set(rec.tables))
         a = a[a["object"].isin(objs)]
+        # keyless objects (an append sink of windows, a changelog): rows are compared, there is no key to count
+        keyless = {o for o, sp in self.objects.specs.items() if sp.key is None}
+        a = a.assign(keys=a["keys"].where(~a["object"].isin(keyless), 0))
+        e = e.assign(keys=e["keys"].where(~e["object"].isin(keyless), 0))
         m = a.merge(e, on=["object", "kg"], how="outer", suffixes=("", "_exp"))
         for c in ("rows", "keys", "fp_num", "fp_ts", "fp_str"):
             m[c] = m[c].fillna(0).astype("int64")

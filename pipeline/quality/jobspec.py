@@ -120,6 +120,11 @@ class JobObjects:
         return [o for o, s in self.specs.items() if s.kind == "sink"]
 
 
+def _join_unique(op: JoinNode) -> str | None:
+    """The join's ``unique`` declaration (the older join without ``how``: one match per key, as "both")."""
+    return getattr(op, "unique", None) if hasattr(op, "how") else "both"
+
+
 def job_objects(job: Job, default_ttl_seconds: int | None) -> JobObjects:
     specs: dict[str, ObjectSpec] = {}
     schemas: dict[str, str | None] = {}
@@ -127,9 +132,10 @@ def job_objects(job: Job, default_ttl_seconds: int | None) -> JobObjects:
     aggregates: dict[str, dict] = {}
     for op in job.operators():
         if isinstance(op, JoinNode):
+            unique = _join_unique(op)
             for name in ("left", "right"):
                 o = state_obj(op.uid, name)
-                specs[o] = ObjectSpec(o, "state", op.on)
+                specs[o] = ObjectSpec(o, "state", op.on, unique_key=unique in (name, "both"))
                 t = op.ttl_seconds if op.ttl_seconds is not None else default_ttl_seconds
                 ttl[o] = t or None
         elif isinstance(op, (WindowNode, ProcessNode)):
@@ -169,7 +175,8 @@ def job_objects(job: Job, default_ttl_seconds: int | None) -> JobObjects:
                                                         "upsert": None,
                                                         "measures": [m for m, _ in measures]})["append"] = o
                         break
-            specs[o] = ObjectSpec(o, "sink", parent.on, group, measures, agg_uid)
+            specs[o] = ObjectSpec(o, "sink", parent.on, group, measures, agg_uid,
+                                  unique_key=_join_unique(parent) == "both")
         else:
             key = tuple(sink.key) if sink.mode == "upsert" else ()
             specs[o] = ObjectSpec(o, "sink", key[0] if len(key) == 1 else None, upsert_key=key)

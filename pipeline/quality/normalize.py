@@ -94,6 +94,8 @@ class ObjectSpec:
     upsert_key: tuple[str, ...] = ()          # upsert sinks: newest row per key wins
     columns: tuple[str, ...] | None = None    # columns fingerprinted (None: all but _kg); the recovery suites
     # set them to the batch evaluation's columns, so runtime-internal columns do not count
+    unique_key: bool = True                   # False: several rows per key are legitimate (a many-to-many join's
+    # state and output); duplicates are then not an error
 
     def __post_init__(self) -> None:
         if len(self.measures) > MAX_MEASURES:
