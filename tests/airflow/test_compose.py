@@ -108,3 +108,45 @@ def test_minio_bucket_and_s3(compose):
     air = _env(compose["services"]["airflow-scheduler"])
     assert env["MINIO_ROOT_USER"] == air["AWS_ACCESS_KEY_ID"]
     assert env["MINIO_ROOT_PASSWORD"] == air["AWS_SECRET_ACCESS_KEY"]
+
+
+# -- the compose specification and secrets -------------------------------------------------------------------
+_INTERPOLATION = re.compile(r"\$\{([A-Z0-9_]+)(?::?[-?])?([^}]*)\}")
+
+
+def test_valid_against_the_compose_specification(compose):
+    """The file validates against the Compose Specification's JSON schema (compose-spec/compose-spec,
+    schema/compose-spec.json, Apache-2.0, vendored in tests/airflow/schemas): what `docker compose config`
+    checks first, without a Docker engine."""
+    import json
+
+    import jsonschema
+    schema = json.loads((REPO / "tests" / "airflow" / "schemas" / "compose-spec.json").read_text())
+    errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(compose), key=lambda e: list(e.path))
+    assert not errors, "\n".join(f"{'/'.join(map(str, e.path))}: {e.message}" for e in errors[:10])
+    # and a broken file is refused (the check can fail)
+    broken = {**compose, "services": {**compose["services"], "postgres": {**compose["services"]["postgres"],
+                                                                          "ports": [{"published": []}]}}}
+    assert list(jsonschema.Draft7Validator(schema).iter_errors(broken))
+
+
+def test_fernet_key_is_required_and_secrets_are_called_out(compose):
+    """Airflow gets a Fernet key that the user must supply (no key in the repository), and every secret-like
+    value is an interpolation whose default (if any) is named in the file's header."""
+    text = (REPO / "docker-compose.yaml").read_text()
+    header = "\n".join(line for line in text.splitlines() if line.startswith("#"))
+    for name in AIRFLOW_SERVICES:
+        env = _env(compose["services"][name])
+        fernet = env.get("AIRFLOW__CORE__FERNET_KEY", "")
+        m = _INTERPOLATION.fullmatch(fernet)
+        assert m and ":?" in fernet, f"{name}: the Fernet key must be required from the environment: {fernet!r}"
+    secret_keys = re.compile(r"(PASSWORD|SECRET|FERNET)", re.I)
+    for name, svc in compose["services"].items():
+        for k, v in _env(svc).items():
+            if secret_keys.search(k):
+                m = _INTERPOLATION.fullmatch(v)
+                assert m, f"{name}: {k} is a literal secret ({v!r}); interpolate it and call it out in the header"
+                assert m.group(1) in header, f"{name}: {k} uses ${{{m.group(1)}}}, not explained in the header"
+    for m in _INTERPOLATION.finditer(text):
+        if secret_keys.search(m.group(1)):
+            assert m.group(1) in header, f"${{{m.group(1)}}} is not called out in the header"
