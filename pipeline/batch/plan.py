@@ -23,7 +23,9 @@ Rules (``E`` = epoch length, ``end(k) = (k+1)E``, ``p(x)`` = processing epoch of
   ``decimal(38,9)``, then correctly rounded to double, like the runtime's state); an upsert sink holds them.
 * What is not modelled is listed in :attr:`BatchResult.unchecked` (never skipped silently): an append sink
   of an aggregate (a changelog whose rows depend on round boundaries), an upsert sink of a non-aggregate,
-  operators fed by an aggregate, ``deduplicate`` / ``process`` nodes and window state (see docs/batch.md).
+  operators fed by an aggregate, ``process`` nodes, window and deduplicate state, and ``deduplicate`` when a
+  checkpoint spans several rounds (see docs/batch.md).
+* ``deduplicate``: per key, a fold over processing epochs (see :meth:`_Compiler._dedup`).
 * ``window`` (docs/windows.md): records with a key and an event time; per (channel, epoch) the highest event
   time, folded into ``W(m)`` exactly as the page defines it (running maximum per channel, minimum over the
   channels active in ``m``, minus the out-of-orderness, never decreasing); a (record, window) pair counts iff
@@ -38,7 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pipeline.batch.prefix import PEPOCH, Prefix, source_dataframe
-from pipeline.job import AggregateNode, Job, JoinNode, MapNode, SinkNode, SourceNode, WindowNode
+from pipeline.job import AggregateNode, DedupNode, Job, JoinNode, MapNode, SinkNode, SourceNode, WindowNode
 
 __all__ = ["BatchResult", "evaluate", "join_semantics"]
 
@@ -116,6 +118,8 @@ class _Compiler:
             return self._aggregate(nid, node)
         if isinstance(node, WindowNode):
             return self._window(nid, node)
+        if isinstance(node, DedupNode):
+            return self._dedup(nid, node)
         self.bad[nid] = f"{type(node).__name__} is not modelled by the batch evaluation"
         return None
 
@@ -241,6 +245,60 @@ class _Compiler:
         self.result.states[f"state/{op.uid}/agg"] = totals
         return totals
 
+    # -- deduplicate -------------------------------------------------------------------------------------
+    def _dedup(self, nid: int, op: DedupNode):
+        """docs/operators.md "Deduplicate", per key as a fold over processing epochs (grouped pandas in Spark):
+        with ``c_m = end(m) - ttl``, a row with ``t < c_m`` or a null key passes and is not held; otherwise the
+        first row of the epoch (``_ingest_ts``, then the other columns) passes iff no held row has
+        ``t_held >= c_m``, and is held; the others are dropped."""
+        src = self.frame(op.parent)
+        if src is None:
+            self.bad[nid] = self.bad[op.parent]
+            return None
+        base, _ = self.job.chain_to(op.parent)
+        if isinstance(self.job.nodes[base], (AggregateNode, WindowNode)):
+            self.bad[nid] = f"deduplicate {op.uid} reads the changelog of {getattr(self.job.nodes[base], 'uid', base)}"
+            return None
+        n = self.prefix.epoch
+        if any((cp.metadata.stats.rounds if cp.metadata.stats else 1) > 1 and cp.metadata.epoch <= n
+               for cp in self.runner.coordinator.store.list()):
+            # "first of its key" is decided per round when an epoch's backlog spans rounds
+            self.bad[nid] = (f"deduplicate {op.uid}: a checkpoint of this lineage spans several rounds (the first "
+                             "row per key is then decided per round; the batch rule decides per epoch)")
+            return None
+        self.result.unchecked[f"state/{op.uid}/keys"] = "deduplicate state (held keys): not compared"
+        ttl_s = op.ttl_seconds if op.ttl_seconds is not None else self.default_ttl
+        ttl = ttl_s * 1_000_000 if ttl_s else None
+        E = self.prefix.epoch_us
+        key = op.key
+        # the runtime's order: _ingest_ts, then the other (sortable) columns in column order
+        order = ["_ingest_ts"] + [c for c in src.columns if c not in (key, "_ingest_ts") and c not in INTERNAL
+                                  and src.schema[c].dataType.typeName() not in ("array", "map", "struct")]
+        from pyspark.sql import functions as F
+        src = src.withColumn("__t", F.expr("unix_micros(_ingest_ts)"))   # µs, whatever pandas makes of timestamps
+        schema = src.schema
+
+        def fold(pdf):
+            import pandas as pd
+            if pdf.empty:
+                return pdf
+            keep = []
+            held: int | None = None
+            for m, g in pdf.groupby(PEPOCH, sort=True):
+                c = (int(m) + 1) * E - ttl if ttl is not None else None
+                null_key = g[key].isna()
+                live = ~null_key if c is None else (~null_key & (g["__t"] >= c))
+                keep.append(g[~live])
+                if held is not None and c is not None and held < c:
+                    held = None
+                cand = g[live].sort_values(order, kind="mergesort")
+                if len(cand) and held is None:
+                    keep.append(cand.iloc[:1])
+                    held = int(cand["__t"].iloc[0])
+            return pd.concat(keep) if keep else pdf.iloc[:0]
+
+        return src.groupBy(key).applyInPandas(fold, schema=schema).drop("__t")
+
     # -- window ------------------------------------------------------------------------------------------
     def _window(self, nid: int, op: WindowNode):
         """docs/windows.md as one batch query. The watermark is a function of (channel, epoch) maxima only: that
@@ -347,7 +405,7 @@ class _Compiler:
             else:
                 self.result.sinks[s.table] = _visible(df)
         for n in self.job.nodes:
-            if not isinstance(n, (SourceNode, MapNode, JoinNode, AggregateNode, WindowNode, SinkNode)):
+            if not isinstance(n, (SourceNode, MapNode, JoinNode, AggregateNode, WindowNode, DedupNode, SinkNode)):
                 self.result.messages.append(f"not checked: {type(n).__name__} nodes are not modelled yet")
         return self.result
 

@@ -210,4 +210,10 @@ def test_deduplicate_chained_into_join_equals_pandas(tmp_path, source):
     assert len(got) == len(set(got)) and set(got) == want
     dropped = sum(cp.metadata.extra.get("dropped", {}).get("first_click", 0) for cp in r.coordinator.store.list())
     assert dropped == len(c) - len(k)
+    # the generic recovery check models the deduplication too (docs/batch.md): the join behind it is compared
+    from pipeline.quality import validate_job
+    v = validate_job(r, str(r.coordinator.store.latest().checkpoint_id), build_docs=False, store_results=False)
+    assert v.success, v.summary()
+    unchecked = v.figures.get("not_checked") or {}
+    assert "sink/first_click_views" not in unchecked and "state/fv_join/left" not in unchecked, unchecked
     _assert_per_subtask_stats(r, parallelism=2)  # chained operators: acks written as objects, read back
