@@ -8,7 +8,7 @@ a routing column, are shuffled so that partition i == subtask i, and are consume
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import pyarrow as pa
 
@@ -87,7 +87,7 @@ def _indexed_dataframe(spark, n_tasks: int):
 
 
 def split_dataframe(spark, n_tasks: int, source: SourceNode, reader_factory: Callable, params_key: str,
-                    meta: Sequence[str] | None = None):
+                    meta: Sequence[str] | None = None, carried: Mapping[str, Any] | None = None):
     """A DataFrame of one round's source records of ``source``, read on the executors by ``n_tasks`` tasks
     (each reads its splits through FileIO, so S3 needs nothing on the JVM).
 
@@ -95,7 +95,8 @@ def split_dataframe(spark, n_tasks: int, source: SourceNode, reader_factory: Cal
     :mod:`pipeline.runtime.round_params`), so the same plan serves every round whose splits group into
     ``n_tasks`` tasks (:func:`task_count`). ``meta``: the position columns to keep (default all); Spark
     cannot prune a Python function's output, and every column handed to the JVM is converted row by row,
-    so columns nobody reads are dropped in the task.
+    so columns nobody reads are dropped in the task. ``carried`` (Spark Connect, which has no local
+    properties): the round's values, put into the task function itself.
     """
     from pipeline.source.reader import META_FIELDS
     keep = [f for f in META_FIELDS if meta is None or f.name in meta]
@@ -106,10 +107,11 @@ def split_dataframe(spark, n_tasks: int, source: SourceNode, reader_factory: Cal
                               ("uri", pa.string()), ("format", pa.string()), ("row_start", pa.int64()),
                               ("row_end", pa.int64())])
     name = source.name
+    embedded = None if carried is None else carried.get(params_key, [])
 
     def read(batches):
         from pipeline.runtime.round_params import task_params
-        items = task_params(params_key)
+        items = embedded if embedded is not None else task_params(params_key)
         if items is None:
             raise RuntimeError(f"source {name}: the job was submitted without its splits ({params_key})")
         groups = [list(range(i, len(items), n_tasks)) for i in range(n_tasks)]
