@@ -12,6 +12,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import pyarrow as pa
 
+from pipeline.arrow_ddl import schema_ddl
 from pipeline.exceptions import ConfigError, MalformedInputError
 from pipeline.job import AggregateNode, Job, JoinNode, MapNode, SourceNode
 from pipeline.keygroups import key_group_expr, subtask_expr
@@ -38,36 +39,6 @@ _INTERNAL = frozenset(["_source", "_partition", "_seq", "_row", "_park", "_kg", 
 def spark_schema(schema: pa.Schema):
     from pyspark.sql.pandas.types import from_arrow_schema
     return from_arrow_schema(schema)
-
-
-def _arrow_type_to_ddl(t: pa.DataType) -> str:
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return "string"
-    if pa.types.is_float64(t):
-        return "double"
-    if pa.types.is_float32(t):
-        return "float"
-    if pa.types.is_int64(t):
-        return "bigint"
-    if pa.types.is_int32(t):
-        return "int"
-    if pa.types.is_int16(t):
-        return "smallint"
-    if pa.types.is_int8(t):
-        return "tinyint"
-    if pa.types.is_boolean(t):
-        return "boolean"
-    if pa.types.is_timestamp(t):
-        return "timestamp"
-    if pa.types.is_date32(t):
-        return "date"
-    if pa.types.is_decimal(t):
-        return f"decimal({t.precision},{t.scale})"
-    raise ConfigError(f"unsupported column type {t}")
-
-
-def schema_ddl(schema: pa.Schema) -> str:
-    return ", ".join(f"`{f.name}` {_arrow_type_to_ddl(f.type)}" for f in schema)
 
 
 def task_count(n_items: int, max_tasks: int) -> int:

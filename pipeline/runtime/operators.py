@@ -15,6 +15,7 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipeline.arrow_ddl import schema_ddl
 from pipeline.exceptions import MalformedInputError
 from pipeline.faults import fault_point
 from pipeline.keygroups import range_for_subtask
@@ -44,9 +45,7 @@ HANDLE_SCHEMA = pa.schema([
     ("async_ms", pa.float64()),   # state snapshot upload: state + channel state files ("asynchronous part")
     ("ack_ts_ms", pa.float64()),  # wall clock (Unix ms) when the subtask acknowledged (per-subtask ack time)
 ])
-HANDLE_DDL = ("kind string, operator string, name string, subtask int, kg_start int, kg_end int, uri string, "
-              "rows bigint, bytes bigint, sha256 string, in_rows bigint, restored_rows bigint, "
-              "expired_rows bigint, sync_ms double, async_ms double, ack_ts_ms double")
+HANDLE_DDL = schema_ddl(HANDLE_SCHEMA)
 
 
 def _partition_id() -> int:
