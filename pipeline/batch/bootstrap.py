@@ -205,13 +205,13 @@ def _write_object(spark, df, *, kind: str, uid: str, name: str, key: str | None,
     (state: ``<prefix>/<name>/kg-<start>-<end>.parquet`` with ``_kg``; output: ``<prefix>/part-<tag>-<sub>``) and
     returns its handle row."""
     import pyarrow as pa
+    from pyspark.sql import functions as F
 
     from pipeline.keygroups import key_group_expr, range_for_subtask, subtask_expr
     from pipeline.runtime.dataflow import arrow_schema_of
     from pipeline.runtime.operators import HANDLE_DDL, _collect, _handle, _partition_id, handle_rows_to_dicts
     from pipeline.runtime.routing import shuffle_to_subtasks
     from pipeline.state.backend import KG_COLUMN, write_table
-    from pyspark.sql import functions as F
     if key is not None:
         df = df.withColumn(KG_COLUMN, key_group_expr(key, MP))
         keyed = df.withColumn("_subtask", subtask_expr(KG_COLUMN, MP, P))

@@ -204,11 +204,15 @@ class _Compiler:
                 st = st.join(other, cond, "left_anti")
             self.result.states[f"state/{op.uid}/{name}"] = st.select(*[F.col(f"{p}{c}").alias(c) for c in cols])
             # the runtime's ``_matched`` flag: the row met a partner while both were alive (what bootstrap writes)
-            hit = st.join(other, cond, "left_semi").select(*[F.col(f"{p}{c}").alias(c) for c in cols])
-            self.result.matched[f"state/{op.uid}/{name}"] = (
-                hit.withColumn("_matched", F.lit(True)).unionByName(
+            # (a side whose partner side is unique keeps only unmatched rows: no second join needed)
+            if leaves:
+                flagged = st.select(*[F.col(f"{p}{c}").alias(c) for c in cols]).withColumn("_matched", F.lit(False))
+            else:
+                hit = st.join(other, cond, "left_semi").select(*[F.col(f"{p}{c}").alias(c) for c in cols])
+                flagged = hit.withColumn("_matched", F.lit(True)).unionByName(
                     st.join(other, cond, "left_anti").select(*[F.col(f"{p}{c}").alias(c) for c in cols])
-                    .withColumn("_matched", F.lit(False))))
+                    .withColumn("_matched", F.lit(False)))
+            self.result.matched[f"state/{op.uid}/{name}"] = flagged
         consumers = sum(1 for s in self.job.sinks() if self.job.chain_to(s.parent)[0] == nid)
         for o in self.job.operators():
             ins = (o.left, o.right) if isinstance(o, JoinNode) else (o.parent,)

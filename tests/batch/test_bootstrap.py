@@ -3,6 +3,7 @@ from it and run the remaining epochs; the result equals (a) the batch plan at th
 that processed every epoch from the start. Jobs of our own (never the demo), real local Spark, file://."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -13,15 +14,18 @@ import pytest
 _HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(_HERE))
 
-from batch_jobs import LEFT, RIGHT, join_agg  # noqa: E402
+from batch_jobs import join_agg  # noqa: E402
+from boot_jobs import append_agg_job, dedup_join, process_job, window_job  # noqa: E402
 from data import E_US, T0, generate  # noqa: E402
 
-from pipeline import Job  # noqa: E402
 from pipeline.exceptions import BootstrapRefusedError, ConfigError  # noqa: E402
 
 pytestmark = [pytest.mark.spark]
 CLOCK = "2027-01-01T00:00:00Z"
 FIRST = T0 // E_US          # the first epoch of the generated data
+#: the full profile (EPOCHAL_BOOTSTRAP_FULL=1, ~4 min): both jobs, 6 epochs, the recovery suites on the result;
+#: the default CI profile: the many-to-many join job over 4 epochs, compared with the full run and the batch plan
+FULL = os.environ.get("EPOCHAL_BOOTSTRAP_FULL", "") not in ("", "0")
 
 
 def _runner(root: Path, src: Path, job, **kw):
@@ -31,16 +35,6 @@ def _runner(root: Path, src: Path, job, **kw):
     cfg = load_config(env={}, source_uri=src.as_uri(), checkpoint_uri=(root / "ckpt").as_uri(),
                       sink_uri=(root / "sink").as_uri(), epoch_seconds=60, **kw)
     return JobRunner(job, cfg, echo=lambda m: None)
-
-
-def dedup_join() -> Job:
-    """Deduplicate (TTL) feeding a left outer join (TTL: unmatched rows are emitted when they expire)."""
-    job = Job("bt_boot_dedup_join", max_parallelism=8)
-    a = job.source("lefts", LEFT, key="k")
-    b = job.source("rights", RIGHT, key="k")
-    d = a.deduplicate(uid="dd", key="k", ttl_seconds=90)
-    d.join(b.select("k", "y", "tag AS rtag"), on="k", uid="dj", how="left", ttl_seconds=150).sink("dpairs")
-    return job
 
 
 def _sorted(t: pa.Table) -> pa.Table:
@@ -78,14 +72,14 @@ def _bootstrap_then_run(root: Path, src: Path, job, epoch: int, parallelism: int
     committed = {t: r.table(t).read().num_rows for t in job.sink_tables()}
     assert committed == {t: d["objects"][f"sink/{t}"] for t in job.sink_tables()}
     r2 = _runner(root, src, job, parallelism=3)          # restore with another parallelism
-    res = r2.restore(d["savepoint"], parallelism=3)
+    res = r2.restore(d["savepoint"], parallelism=3, validate=FULL)   # the post-restore suites: full profile
     assert res["epoch"] == epoch
     rep = r2.run()
     assert len(rep.to_dict()["checkpoints_completed"]) >= 2
     return r2, d
 
 
-def _check_against_batch(r, tmp: Path) -> None:
+def _check_against_batch(r, tmp: Path, suites: bool) -> None:
     """(a) the final checkpoint's sinks equal the batch plan at its barrier, and the recovery suites pass."""
     from pipeline.batch import write_batch
     from pipeline.quality import validate_job
@@ -95,19 +89,26 @@ def _check_against_batch(r, tmp: Path) -> None:
         want = _sorted(pq.read_table(tmp / "batch" / "sink" / t))
         got = r.table(t).read()
         assert _sorted(got.select(want.column_names).cast(want.schema)).equals(want), t
+    if not suites:
+        return
     v = validate_job(r, None, build_docs=False, store_results=False)
     failed = [s.suite for s in v.suites if not s.success and s.skipped is None]
     assert failed == [], v.summary()
 
 
-@pytest.mark.parametrize("make,seed", [(join_agg, 5), (dedup_join, 7)], ids=["m2m-join-agg", "dedup-join"])
+_CASES = [pytest.param(join_agg, 5, id="m2m-join-agg"),
+          pytest.param(dedup_join, 7, id="dedup-join", marks=pytest.mark.skipif(
+              not FULL, reason="full profile only: EPOCHAL_BOOTSTRAP_FULL=1"))]
+
+
+@pytest.mark.parametrize("make,seed", _CASES)
 def test_bootstrap_restore_run_equals_full_run_and_batch(tmp_path, make, seed):
     src = tmp_path / "src"
-    generate(src, seed=seed, epochs=6, n_left=160, repeated=True)
+    generate(src, seed=seed, epochs=6 if FULL else 4, n_left=160 if FULL else 80, repeated=True)
     job = make()
     full = _runner(tmp_path / "full", src, job, parallelism=2)
     full.run()
-    boot, _ = _bootstrap_then_run(tmp_path / "boot", src, make(), FIRST + 2)
+    boot, _ = _bootstrap_then_run(tmp_path / "boot", src, make(), FIRST + (2 if FULL else 1))
     assert boot.snapshot().metadata.epoch == full.snapshot().metadata.epoch
     # (b) the same sinks and the same state (every column, _kg and _matched included) as the full run
     assert _sinks(boot) == _sinks(full)
@@ -119,7 +120,7 @@ def test_bootstrap_restore_run_equals_full_run_and_batch(tmp_path, make, seed):
         assert (s_boot[k] is None) == (s_full[k] is None), k
         if s_full[k] is not None:
             assert s_boot[k].equals(s_full[k].select(s_boot[k].column_names).cast(s_boot[k].schema)), k
-    _check_against_batch(boot, tmp_path)
+    _check_against_batch(boot, tmp_path, suites=FULL)
 
 
 def _nothing_written(root: Path) -> None:
@@ -128,32 +129,8 @@ def _nothing_written(root: Path) -> None:
     assert not (root / "sink").exists() or not any((root / "sink").rglob("*.parquet"))
 
 
-def _window_job() -> Job:
-    job = Job("bt_boot_window", max_parallelism=8)
-    job.source("lefts", LEFT, key="k").window(uid="win-grp", key="grp", event_time="_ingest_ts", size_seconds=60,
-                                              aggs={"n": ("count", None)}).sink("per_minute")
-    return job
-
-
-def _process_job() -> Job:
-    def fn(rows, state):
-        return state, rows.select(["k", "x"])
-    job = Job("bt_boot_process", max_parallelism=8)
-    job.source("lefts", LEFT, key="k").process(
-        uid="user-fn", key="k", fn=fn, state_schema=pa.schema([("k", pa.string())]),
-        output_schema=pa.schema([("k", pa.string()), ("x", pa.float64())])).sink("out")
-    return job
-
-
-def _append_agg_job() -> Job:
-    job = Job("bt_boot_changelog", max_parallelism=8)
-    job.source("lefts", LEFT, key="k").aggregate(uid="per-grp", key="grp", aggs={"n": ("count", None)}).sink(
-        "changes")
-    return job
-
-
-@pytest.mark.parametrize("make,names", [(_window_job, "win-grp"), (_process_job, "user-fn"),
-                                        (_append_agg_job, "changes")], ids=["window", "process", "changelog"])
+@pytest.mark.parametrize("make,names", [(window_job, "win-grp"), (process_job, "user-fn"),
+                                        (append_agg_job, "changes")], ids=["window", "process", "changelog"])
 def test_bootstrap_refuses_what_it_cannot_derive_exactly(tmp_path, make, names):
     from pipeline.batch.bootstrap import bootstrap
     src = tmp_path / "src"
@@ -181,3 +158,39 @@ def test_bootstrap_validates_before_any_side_effect(tmp_path):
     r.run(epochs=1)
     with pytest.raises(BootstrapRefusedError, match="already has completed checkpoints"):
         bootstrap(r, epoch=FIRST + 2)
+
+
+def _cli(tmp_path: Path, *args: str):
+    import subprocess
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(_HERE), str(_HERE.parents[1])]),
+           "PIPELINE_SOURCE_URI": (tmp_path / "src").as_uri(), "PIPELINE_CHECKPOINT_URI": (tmp_path / "ckpt").as_uri(),
+           "PIPELINE_SINK_URI": (tmp_path / "sink").as_uri(), "PIPELINE_CLOCK_NOW": CLOCK,
+           "PIPELINE_EPOCH_SECONDS": "60"}
+    return subprocess.run([sys.executable, "-m", "pipeline", "bootstrap", *args], env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_cli_bootstrap_refusal_and_bad_target_exit_2_with_one_line(tmp_path):
+    generate(tmp_path / "src", seed=1, epochs=2, n_left=20)
+    p = _cli(tmp_path, "--job", "boot_jobs:process_job")
+    assert p.returncode == 2, p.stderr
+    msg = [ln for ln in p.stderr.splitlines() if ln.startswith("epochal:")]
+    assert len(msg) == 1 and "process 'user-fn'" in msg[0], p.stderr
+    p = _cli(tmp_path, "--job", "batch_jobs:join_agg", "--target", (tmp_path / "elsewhere").as_uri())
+    assert p.returncode == 2 and "outside the allowed savepoint prefixes" in p.stderr, p.stderr
+    _nothing_written(tmp_path)
+
+
+@pytest.mark.s3
+def test_bootstrap_on_moto_s3(moto_server, s3_root):
+    import json
+    import subprocess
+    env = {**os.environ, "PYTHONPATH": str(_HERE.parents[1]), "GX_ANALYTICS_ENABLED": "False"}
+    p = subprocess.run([sys.executable, str(_HERE / "s3_bootstrap_scenario.py"), s3_root], env=env,
+                       capture_output=True, text=True, timeout=900)
+    line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert p.returncode == 0 and line, f"{p.stdout[-3000:]}\n{p.stderr[-5000:]}"
+    out = json.loads(line[len("RESULT "):])
+    assert out["savepoint"].startswith(s3_root + "/boot/ckpt/bt_join_agg/savepoints/")
+    assert out["epoch_boot"] == out["epoch_full"]
+    assert out["same_sinks"] and out["same_state"] and all(out["rows"].values()), out
