@@ -54,6 +54,15 @@ _CLIENTS: dict[tuple[int, _S3Settings], Any] = {}
 _ARROW_FS: dict[tuple[int, _S3Settings], Any] = {}
 
 
+def _boto_attempts() -> int:
+    """boto3's own attempts per call (``PIPELINE_S3_BOTO_ATTEMPTS``, default 1: no silent inner retries). Every
+    retry is then one of :mod:`pipeline.storage_retry`'s: logged, backed off and bounded by its time budget."""
+    try:
+        return max(1, int(os.environ.get("PIPELINE_S3_BOTO_ATTEMPTS") or 1))
+    except ValueError:
+        return 1
+
+
 def _boto_client(settings: _S3Settings) -> Any:
     key = (os.getpid(), settings)
     client = _CLIENTS.get(key)
@@ -73,7 +82,7 @@ def _boto_client(settings: _S3Settings) -> Any:
             )
             client = session.client(
                 "s3", endpoint_url=settings.endpoint_url,
-                config=Config(retries={"max_attempts": 5, "mode": "standard"},
+                config=Config(retries={"total_max_attempts": _boto_attempts(), "mode": "standard"},
                               max_pool_connections=32, s3={"addressing_style": "path"}
                               if settings.endpoint_url else {}),
             )

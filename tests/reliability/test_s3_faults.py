@@ -103,3 +103,22 @@ def test_streams_ride_out_faults_large_parquet_through_the_proxy(proxy, s3_root,
     assert sum(proxy.injected.values()) >= 5, proxy.injected
     with pytest.raises(StorageError, match="missing.parquet"):
         fio.open_input(f"{s3_root}/big/missing.parquet")
+
+
+@pytest.mark.unit
+def test_task_errors_surface_as_epochal_errors():
+    """A StorageError raised in a Spark task (outage past the budget) reaches the CLI as itself (one line),
+    not as Spark's wrapped Python traceback (issue 15, defect 7)."""
+    from pipeline.exceptions import CorruptCheckpointError
+    from pipeline.runtime.dataflow import rethrow_task_error
+    wrapped = RuntimeError("An exception was thrown from the Python worker:\nTraceback (most recent call last):\n"
+                           '  File "x.py", line 1\npipeline.exceptions.StorageError: cannot write s3://b/k.parquet: '
+                           "SlowDown\n\tat org.apache.spark...")
+    with pytest.raises(StorageError) as ei:
+        rethrow_task_error(wrapped)
+    assert str(ei.value) == "cannot write s3://b/k.parquet: SlowDown"
+    with pytest.raises(CorruptCheckpointError, match="chk-3"):
+        rethrow_task_error(RuntimeError("pipeline.exceptions.CorruptCheckpointError: bad chk-3/_metadata"))
+    other = ValueError("pipeline.exceptions.NoSuchThing: x")
+    with pytest.raises(ValueError):
+        rethrow_task_error(other)
