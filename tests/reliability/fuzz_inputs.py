@@ -170,11 +170,16 @@ def _null_group_key_and_value(src, c: Case, rng):
 
 
 def _huge_values(src, c: Case, rng):
-    big = 2 ** 62
-    rs = [(f"h{c.partition}-{i}", "u-huge", big, i * 1.0) for i in range(3)]  # the sum overflows int64
-    rs += [(f"h{c.partition}-m", "u-min", -(2 ** 63), 5.0)]
+    rs = [(f"h{c.partition}-a", "u-huge", 2 ** 62, 1.0), (f"h{c.partition}-b", "u-huge", 2 ** 61, 2.0),
+          (f"h{c.partition}-m", "u-min", -(2 ** 63), 5.0), (f"h{c.partition}-M", "u-max", 2 ** 63 - 1, 6.0)]
     c.names = _write(src, c.partition, "00000001.parquet", _parquet_bytes(events_table(rs)))
-    c.good = rs
+    c.good = rs  # extreme, but every sum fits in int64
+
+
+def write_overflow(src: Path, partition: int = 9) -> str:
+    """Rows whose per-user sum leaves int64 (3 * 2^62): the epoch must fail naming operator and key."""
+    rs = [(f"o-{i}", "u-overflow", 2 ** 62, i * 1.0) for i in range(3)]
+    return _write(src, partition, "00000001.parquet", _parquet_bytes(events_table(rs)))
 
 
 def _decreasing_ts(src, c: Case, rng):
@@ -227,8 +232,8 @@ def _bad_file_name(src, c: Case, rng):
     rs = _rows(f"bn{c.partition}", 5, 0, rng)
     ok = _rows(f"bn{c.partition}ok", 5, 10, rng)
     _write(src, c.partition, "00000002.parquet", _parquet_bytes(events_table(ok)))
-    c.names = _write(src, c.partition, rng.choice(["1.parquet", "0000000x.parquet", "00000001.csv"]),
-                     _parquet_bytes(events_table(rs)))
+    c.names = f"partition={c.partition}/" + _write(
+        src, c.partition, rng.choice(["1.parquet", "0000000x.parquet", "00000001.csv"]), _parquet_bytes(events_table(rs)))
     c.good, c.dead, c.fail_names_partition = ok, 1, False
 
 

@@ -63,5 +63,5 @@ def totals_oracle(rows) -> dict[str, tuple[int, int]]:
     out: dict[str, tuple[int, int]] = {}
     for _eid, user, value, _t in rows:
         n, t = out.get(user, (0, 0))
-        out[user] = (n + 1, t + value)
+        out[user] = (n + 1, t + (value or 0))  # count(*) counts every row, sum skips nulls (SQL)
     return out

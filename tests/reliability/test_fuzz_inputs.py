@@ -26,7 +26,7 @@ from pipeline.config import load_config
 from pipeline.exceptions import EpochalError
 from pipeline.runtime.runner import JobRunner
 from tests.reliability import fuzz_inputs as fz
-from tests.reliability.jobs import counts_job, totals_oracle
+from tests.reliability.jobs import counts_job, put_events, totals_oracle
 
 pytestmark = [pytest.mark.spark]
 
@@ -60,6 +60,10 @@ def test_every_broken_input_is_dead_lettered_and_counted(tmp_path, seed):
     for c in cases:
         if c.late:
             c.late(src)
+    # new data too, so that an epoch completes and counts the breaches in its checkpoint
+    more = [(f"new-{i}", f"u{i % 5}", i, 300 + i) for i in range(30)]
+    put_events(src.as_uri(), 0, 3, more)
+    cases[0].good += more
     r2, msgs2 = _runner(tmp_path, src)
     assert r2.run().completed
     store = r2.coordinator.store
@@ -74,8 +78,9 @@ def test_every_broken_input_is_dead_lettered_and_counted(tmp_path, seed):
         assert where and rec.get("error"), rec
     for c in cases:
         if c.dead or c.late_dead:
-            hits = [r for r in records if c.names in (r.get("file") or r.get("uri") or "")]
-            assert hits, (c.kind, c.names, records)
+            where = f"partition={c.partition}/{c.names}" if c.fail_names_partition else f"/{c.names}"
+            hits = [r for r in records if where in (r.get("file") or r.get("uri") or "")]
+            assert len(hits) == c.dead + c.late_dead, (c.kind, where, hits)
             if c.fail_names_partition:
                 assert all(r.get("partition") == c.partition for r in hits), (c.kind, hits)
     # nothing silent: late/changed files are also warned about
@@ -103,3 +108,16 @@ def test_fail_policy_names_file_and_partition(tmp_path, kind):
     assert "\n" not in msg.strip() and case.names in msg, msg
     if case.fail_names_partition:
         assert f"partition {case.partition}" in msg or f"partition={case.partition}" in msg, msg
+
+
+def test_int64_sum_overflow_is_a_clear_failure_not_a_wrap_around(tmp_path):
+    """Found by the fuzz: a per-user int64 sum past 2^63 wrapped around silently (negative totals)."""
+    from pipeline.exceptions import AggregateOverflowError
+    src = tmp_path / "src"
+    fz.build(src, 2, kinds=["huge_values"])
+    fz.write_overflow(src)
+    r, _ = _runner(tmp_path, src)
+    with pytest.raises(AggregateOverflowError) as ei:
+        r.run()
+    msg = str(ei.value)
+    assert "per-user" in msg and "u-overflow" in msg and "int64" in msg, msg
