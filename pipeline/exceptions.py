@@ -147,6 +147,11 @@ class UserFunctionError(EpochalError):
     (names the operator uid)."""
 
 
+class AggregateOverflowError(EpochalError):
+    """A running aggregate left its type's range (an int64 ``sum``); names the operator, column and key.
+    Never wrapped around silently."""
+
+
 class TypeMismatch(SourceError):
     """A column's type cannot be cast to the declared type at all (schema mismatch)."""
 

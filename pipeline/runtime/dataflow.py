@@ -7,13 +7,14 @@ a routing column, are shuffled so that partition i == subtask i, and are consume
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import pyarrow as pa
 
 from pipeline.arrow_ddl import schema_ddl
-from pipeline.exceptions import ConfigError, MalformedInputError
+from pipeline.exceptions import ConfigError
 from pipeline.job import AggregateNode, Job, JoinNode, MapNode, SourceNode
 from pipeline.keygroups import key_group_expr, subtask_expr
 from pipeline.runtime.operator_registry import register_operator
@@ -166,16 +167,15 @@ class OperatorIO:
 
 
 def rethrow_task_error(e: Exception) -> None:
-    """Spark wraps executor exceptions; surface Epochal's own message (file/partition/checkpoint)."""
-    msg = str(e)
-    for cls in ("MalformedInputError", "CorruptCheckpointError"):
-        marker = f"pipeline.exceptions.{cls}: "
-        if marker in msg:
-            detail = msg.split(marker, 1)[1].strip().splitlines()[0]
-            if cls == "MalformedInputError":
-                raise MalformedInputError(detail) from None
-            from pipeline.exceptions import CorruptCheckpointError
-            raise CorruptCheckpointError(detail) from None
+    """Spark wraps executor exceptions; surface Epochal's own error (its class and its one-line message naming
+    the file/partition/checkpoint/URI) instead of the wrapped Python traceback."""
+    import pipeline.exceptions as exc_mod
+
+    found = re.findall(r"pipeline\.exceptions\.(\w+): ([^\n]*)", str(e))
+    for name, detail in reversed(found):  # the innermost (last reported) Epochal error
+        cls = getattr(exc_mod, name, None)
+        if isinstance(cls, type) and issubclass(cls, exc_mod.EpochalError):
+            raise cls(detail.strip()) from None
     raise e
 
 

@@ -89,7 +89,10 @@ def get_spark(master: str | None = None, parallelism: int = 2, app: str = "epoch
     for k, v in SQL_CONF.items():
         b = b.config(k, v)
     b = b.config("spark.redaction.regex", REDACTION_REGEX)
-    for k in ("EPOCHAL_KILL_AT", "EPOCHAL_KILL_SCOPE", "EPOCHAL_PHASE_MARKERS", "EPOCHAL_ATTEMPT_FAULT"):
+    for k in ("EPOCHAL_KILL_AT", "EPOCHAL_KILL_SCOPE", "EPOCHAL_PHASE_MARKERS", "EPOCHAL_ATTEMPT_FAULT",
+              # the S3 retry knobs (pipeline.storage_retry, pipeline.fileio.s3) hold on the executors too
+              "PIPELINE_S3_RETRY_SECONDS", "PIPELINE_S3_RETRY_BASE_MS", "PIPELINE_S3_RETRY_MAX_BACKOFF_SECONDS",
+              "PIPELINE_S3_BOTO_ATTEMPTS", "PIPELINE_S3_PART_MB"):
         if os.environ.get(k):
             b = b.config(f"spark.executorEnv.{k}", os.environ[k])
     from pipeline.runtime.jvm_logs import relay_jvm_stderr
@@ -98,6 +101,7 @@ def get_spark(master: str | None = None, parallelism: int = 2, app: str = "epoch
     # AWS credential-chain inputs travel with the tasks, never in the Spark configuration
     forward_to_executors(_SESSION.sparkContext, os.environ)
     _SESSION.sparkContext.setLogLevel(os.environ.get("EPOCHAL_SPARK_LOG_LEVEL", "ERROR"))
+    _quiet_task_failures(_SESSION)
     return _SESSION
 
 
@@ -129,6 +133,22 @@ def ship_job_code(job) -> None:
         if dataclasses.is_dataclass(node):
             for f in dataclasses.fields(node):
                 visit(getattr(node, f.name))
+
+
+def _quiet_task_failures(spark) -> None:
+    """A failed task is reported once, by Epochal (``epochal: <Error>: <message naming the URI/file>``, see
+    :func:`pipeline.runtime.dataflow.rethrow_task_error`): Spark's own ERROR lines carrying the Python worker's
+    traceback (``Executor: Exception in task``, ``TaskSetManager: Lost task``) are switched off, unless
+    ``EPOCHAL_SPARK_TASK_ERRORS=1`` (debugging) or an explicit ``EPOCHAL_SPARK_LOG_LEVEL`` asks for them."""
+    if os.environ.get("EPOCHAL_SPARK_TASK_ERRORS") == "1" or os.environ.get("EPOCHAL_SPARK_LOG_LEVEL"):
+        return
+    try:
+        jvm = spark.sparkContext._jvm  # noqa: SLF001
+        off = jvm.org.apache.logging.log4j.Level.OFF
+        for name in ("org.apache.spark.executor.Executor", "org.apache.spark.scheduler.TaskSetManager"):
+            jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, off)
+    except Exception:  # noqa: BLE001 - a cluster/Connect session may not expose log4j: keep Spark's logging
+        pass
 
 
 def stop_spark() -> None:
