@@ -164,6 +164,7 @@ class OperatorIO:
     epoch: int = 0                      # window/process: the epoch being processed, its barrier time (µs) and
     barrier_us: int = 0                 # whether this round completes the checkpoint (pipeline.runtime.keyed_ops)
     complete: bool = True
+    snapshot: dict | None = None        # how tasks snapshot state (pipeline.state.snapshot.SnapshotOptions.to_params)
 
 
 def rethrow_task_error(e: Exception) -> None:

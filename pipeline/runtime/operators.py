@@ -21,6 +21,7 @@ from pipeline.faults import fault_point
 from pipeline.keygroups import range_for_subtask
 from pipeline.operators.join import MATCHED, JoinType, Uniqueness, join_step
 from pipeline.state.backend import KG_COLUMN, read_state, write_table
+from pipeline.state.snapshot import write_state
 
 __all__ = ["EXACT_SUM", "HANDLE_SCHEMA", "JoinTaskSpec", "AggTaskSpec", "make_join_task", "make_agg_task",
            "handle_rows_to_dicts"]
@@ -44,6 +45,9 @@ HANDLE_SCHEMA = pa.schema([
     ("sync_ms", pa.float64()),    # restore + processing + staging the sink output ("synchronous part")
     ("async_ms", pa.float64()),   # state snapshot upload: state + channel state files ("asynchronous part")
     ("ack_ts_ms", pa.float64()),  # wall clock (Unix ms) when the subtask acknowledged (per-subtask ack time)
+    ("deltas", pa.string()),      # state: the chain's delta files (JSON list; null: base only), pipeline.state.chain
+    ("state_rows", pa.int64()),   # state: rows of the state the chain represents
+    ("persisted_bytes", pa.int64()),  # state: bytes of the chain's files this checkpoint wrote
 ])
 HANDLE_DDL = schema_ddl(HANDLE_SCHEMA)
 
@@ -59,7 +63,8 @@ def _handle(kind, op, name, subtask, kgr, fh, in_rows=0, restored=0, expired=0, 
     return {"kind": kind, "operator": op, "name": name, "subtask": subtask, "kg_start": kgr.start,
             "kg_end": kgr.end, "uri": fh["uri"], "rows": fh["rows"], "bytes": fh["bytes"],
             "sha256": fh["sha256"], "in_rows": in_rows, "restored_rows": restored, "expired_rows": expired,
-            "sync_ms": sync_ms, "async_ms": async_ms, "ack_ts_ms": time.time() * 1000.0}
+            "sync_ms": sync_ms, "async_ms": async_ms, "ack_ts_ms": time.time() * 1000.0,
+            "deltas": fh.get("deltas"), "state_rows": fh.get("state_rows"), "persisted_bytes": fh.get("persisted_bytes")}
 
 
 def handle_rows_to_dicts(rows) -> list[dict]:
@@ -115,6 +120,7 @@ class JoinTaskSpec:
     bad_records: str = "dead_letter"      # what a violation of ``unique`` does: dead letter or fail the epoch
     dead_letter_root: str | None = None
     job: str = ""
+    snapshot: dict | None = None          # round field: pipeline.state.snapshot.SnapshotOptions
 
 
 def _round_spec(spec):
@@ -216,9 +222,8 @@ def make_join_task(spec: JoinTaskSpec):
         out_ms = 0.0
         handles = []
         for name, tbl in (("left", left), ("right", right)):
-            fh = None
-            if tbl.num_rows:
-                fh = write_table(fio, f"{spec.state_prefix}/{name}/kg-{kgr.start:05d}-{kgr.end:05d}.parquet", tbl)
+            fh = write_state(fio, spec.state_prefix, name, kgr.start, kgr.end, tbl,
+                             spec.parent_handles.get(name, []), spec.snapshot, spec.checkpoint)
             handles.append(("state", name, fh))
         ofh = None
         if out is not None and out.num_rows:
@@ -263,6 +268,7 @@ class AggTaskSpec:
     # upsert sink, checkpoint spanning rounds: this checkpoint's output files staged in earlier rounds; the
     # task rewrites them merged with this round's rows (newest per key), so a commit entry has one row per key
     prior_output: tuple = ()
+    snapshot: dict | None = None                     # round field: pipeline.state.snapshot.SnapshotOptions
 
 
 def _to_output(t: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -358,9 +364,8 @@ def make_agg_task(spec: AggTaskSpec):
         sync_ms = (time.perf_counter() - t0) * 1000
         fault_point("writing_state")
         t1 = time.perf_counter()
-        fh = None
-        if state.num_rows:
-            fh = write_table(fio, f"{spec.state_prefix}/agg/kg-{kgr.start:05d}-{kgr.end:05d}.parquet", state)
+        fh = write_state(fio, spec.state_prefix, "agg", kgr.start, kgr.end, state, spec.parent_handles.get("agg", []),
+                         spec.snapshot, spec.checkpoint)
         t_out = time.perf_counter()
         ofh = None
         file_out = out

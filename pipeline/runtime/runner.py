@@ -298,6 +298,7 @@ class JobRunner:
         self.ctx.require_spark()
         cursor = cursor_from_metadata(md)
         cursor.handles = {u: h for u, h in cursor.handles.items() if u in self.job.operator_uids()}
+        cursor.materialize = True  # NO_CLAIM: the restored checkpoint writes every state whole (docs/state.md)
         self.coordinator.mark_known(self.coordinator.store.ids())
         barriers = {s: dict(p) for s, p in cursor.positions.items()}
         try:

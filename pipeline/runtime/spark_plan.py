@@ -16,11 +16,13 @@ import dataclasses
 import json
 from typing import Any
 
+from pipeline.barriers.events import CheckpointType
 from pipeline.exceptions import ConfigError
 from pipeline.faults import fault_point
 from pipeline.fileio import join_uri
 from pipeline.job import AggregateNode, JoinNode, SourceNode
 from pipeline.layout import (
+    JobLayout,
     channel_prefix,
     checkpoint_dir_name,
     round_acks_prefix,
@@ -41,6 +43,8 @@ from pipeline.runtime.dataflow import (
 from pipeline.runtime.round_params import ROUND_FIELDS, RoundProperties, operator_key, operator_params, source_key
 from pipeline.runtime.session import is_connect_session
 from pipeline.source.reader import META_FIELDS, make_split_reader
+from pipeline.state.materialization import MaterializationPolicy
+from pipeline.state.snapshot import SnapshotOptions
 
 __all__ = ["SparkPlan"]
 
@@ -101,7 +105,8 @@ class SparkPlan:
                             prior_output=tuple((staged or {}).get(sinks[0].table, ())
                                                if sinks and sinks[0].mode == "upsert"
                                                and isinstance(op, AggregateNode) else ()),
-                            epoch=epoch, barrier_us=ctx.epochs.end_us(epoch), complete=complete)
+                            epoch=epoch, barrier_us=ctx.epochs.end_us(epoch), complete=complete,
+                            snapshot=self.snapshot_options(pending, rnd, op.uid, cursor).to_params())
             values[operator_key(op.uid)] = operator_params(io)
             ios[op.uid] = io
             if ack_prefix is not None:  # set exactly when the operator has consumers
@@ -148,6 +153,18 @@ class SparkPlan:
                 raise ConfigError(f"operator {op.uid}: at most one sink may consume it directly")
             out.append((op, sinks, ctx.consumers(nid)))
         return out
+
+    def snapshot_options(self, pending, rnd: int, uid: str, cursor: Cursor) -> SnapshotOptions:
+        """How operator ``uid`` snapshots its state this round (docs/state.md): checkpoints write into the job's
+        ``shared/`` area, incrementally; savepoints write bases into their own directory (self-contained); the
+        first checkpoint after a restore writes bases (NO_CLAIM: it never references the files it came from)."""
+        cfg = self.ctx.config
+        savepoint = pending.kind == CheckpointType.SAVEPOINT
+        return SnapshotOptions(
+            checkpoint_id=pending.checkpoint_id, round=rnd,
+            shared=None if savepoint else JobLayout(self.ctx.job_root).shared(uid),
+            materialize=savepoint or cursor.materialize,
+            policy=MaterializationPolicy(cfg.state_incremental, cfg.state_max_deltas, cfg.state_max_delta_ratio))
 
     def steps(self, P: int, shape: tuple, parked: frozenset) -> list[tuple]:
         """The round's Spark plan, built once per (parallelism, source task counts, parked channels) and
