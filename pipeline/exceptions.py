@@ -40,7 +40,7 @@ __all__ = [
     "CheckpointDeclinedError", "CorruptCheckpointError", "NoValidCheckpointError",
     "TooManyFailedCheckpointsError", "IncompatibleStateError", "BarrierError", "CorruptStreamError",
     "SinkError", "TransactionStateError", "ValidationError", "UserFunctionError", "TypeMismatch",
-    "JobStoppedError", "InjectedFailure",
+    "JobStoppedError", "InjectedFailure", "AggregateOverflowError",
 ]
 
 
