@@ -219,12 +219,41 @@ def test_deduplicate_chained_into_join_equals_pandas(tmp_path, source):
     _assert_per_subtask_stats(r, parallelism=2)  # chained operators: acks written as objects, read back
 
 
-@pytest.mark.parametrize("mode", ["unaligned", "at_least_once"])
-def test_alignment_modes_with_a_backlog_and_a_sigkill(tmp_path, source, mode):
+@pytest.fixture(scope="module")
+def burst_source(tmp_path_factory) -> Path:
+    """Like ``source``, plus a burst: 300 more clicks in partition 0 during epoch 2 (a lagging channel)."""
+    root = tmp_path_factory.mktemp("cv-burst")
+    rng = np.random.default_rng(11)
+    span = N_EPOCHS * E * 1_000_000
+    ads = [f"ad{i}" for i in range(25)]
+    for name, schema, n, parts in (("clicks", CLICKS, 220, 3), ("views", VIEWS, 260, 2)):
+        by_part: dict[int, list] = {p: [] for p in range(parts)}
+        for i in range(n):
+            p = int(rng.integers(parts))
+            ad = ads[int(min(rng.zipf(1.6), len(ads)) - 1)]
+            by_part[p].append((f"{name[0]}{i}", ad, T0 * 1_000_000 + int(rng.integers(span))))
+        if name == "clicks":
+            e2 = (T0 + 2 * E) * 1_000_000
+            by_part[0] += [(f"b{i}", ads[int(rng.integers(5))], e2 + int(rng.integers(E * 1_000_000)))
+                           for i in range(300)]
+        _write(root, name, schema, by_part)
+    return root
+
+
+_TTL_UNDER_BACKLOG = pytest.mark.xfail(strict=True, reason=(
+    "known defect (docs/alignment.md, 'TTL under a backlog'): unaligned checkpoints drain a backlog over later "
+    "checkpoints, whose TTL cutoffs expire rows the pairs need: 8,444 of 14,866 pairs missing here"))
+
+
+@pytest.mark.parametrize("mode", [pytest.param("unaligned", marks=_TTL_UNDER_BACKLOG), "at_least_once"])
+def test_alignment_modes_with_a_backlog_and_a_sigkill(tmp_path, burst_source, mode):
     """The many-to-many join under the other checkpointing modes (docs/alignment.md): a backlog (at most 60 records
     per input and round, so epochs span several rounds and, unaligned, in-flight rows become channel state of the
-    join), a SIGKILL between the state snapshot and ``_metadata``, then a resume. Unaligned is exactly-once: every
-    pair once. At-least-once may repeat output after the crash but loses nothing."""
+    join), a SIGKILL between the state snapshot and ``_metadata``, then a resume. Unaligned must be exactly-once:
+    every pair once (a known defect makes it lose pairs of a TTL join, see the xfail). At-least-once loses nothing;
+    it may repeat output after the crash and, processing rows in other epochs than their own, pair rows that TTL
+    would have kept apart (documented in docs/alignment.md)."""
+    source = burst_source
     want = oracle(source, "inner")
     kw = {"unaligned": True} if mode == "unaligned" else {"checkpoint_mode": "at_least_once"}
     cfg = _cfg(tmp_path, source, mode, max_records_per_epoch=60, **kw)
@@ -236,9 +265,10 @@ def test_alignment_modes_with_a_backlog_and_a_sigkill(tmp_path, source, mode):
     r = JobRunner(build(), cfg, echo=lambda m: None)
     report = r.run()
     assert report.restored_from is not None
-    if mode == "unaligned":  # the backlog really made checkpoints span rounds
-        assert any(not rr.completed for rr in report.rounds), "no checkpoint spanned several rounds"
+    if mode == "unaligned":  # the backlog really put in-flight rows of the join into channel state
+        mds = [c.metadata for c in r.coordinator.store.list()]
+        assert any(c.file is not None for md in mds for c in md.channel_state), "no checkpoint has channel state"
     got = _committed(r, tmp_path)
-    assert set(got) == want, (len(set(got) - want), len(want - set(got)))
+    assert not want - set(got), f"{len(want - set(got))} of {len(want)} pairs missing"
     if mode == "unaligned":
-        assert len(got) == len(set(got)), "a pair was committed twice"
+        assert set(got) == want and len(got) == len(set(got)), "pairs invented or committed twice"
