@@ -245,7 +245,12 @@ _TTL_UNDER_BACKLOG = pytest.mark.xfail(strict=True, reason=(
     "checkpoints, whose TTL cutoffs expire rows the pairs need: 8,444 of 14,866 pairs missing here"))
 
 
-@pytest.mark.parametrize("mode", [pytest.param("unaligned", marks=_TTL_UNDER_BACKLOG), "at_least_once"])
+_KNOWN_DEFECTS = pytest.mark.skipif(os.environ.get("EPOCHAL_KNOWN_DEFECTS") != "1",
+                                    reason="a known defect's strict xfail (~70 s): EPOCHAL_KNOWN_DEFECTS=1 runs it")
+
+
+@pytest.mark.parametrize("mode", [pytest.param("unaligned", marks=[_KNOWN_DEFECTS, _TTL_UNDER_BACKLOG]),
+                                  "at_least_once"])
 def test_alignment_modes_with_a_backlog_and_a_sigkill(tmp_path, burst_source, mode):
     """The many-to-many join under the other checkpointing modes (docs/alignment.md): a backlog (at most 60 records
     per input and round, so epochs span several rounds and, unaligned, in-flight rows become channel state of the
