@@ -39,6 +39,9 @@ class PipelineConfig:
     retained_checkpoints: int = 3
     bad_records: str = "dead_letter"
     state_ttl_seconds: int = 24 * 3600
+    state_incremental: bool = True  # incremental (changelog) state snapshots in <job>/shared/ (docs/state.md)
+    state_max_deltas: int = 10  # a state chain holds at most this many deltas before a full base is written
+    state_max_delta_ratio: float = 0.5  # ... and its deltas at most this fraction of the base's bytes
     validate_after_epoch: bool = False
     spark_master: str = ""  # empty: the launcher's / an existing session's master, else local[*]
     sink_format: str = ""  # "" | iceberg | delta | epochal | <table>=<format>,... (overrides the job API)
@@ -69,7 +72,7 @@ class PipelineConfig:
             if getattr(self, name) < 1:
                 raise ConfigError(f"PIPELINE_{name.upper()}={getattr(self, name)}: must be >= 1")
         for name in ("allowed_lateness_seconds", "aligned_timeout_seconds", "tolerable_failed_checkpoints",
-                     "state_ttl_seconds"):
+                     "state_ttl_seconds", "state_max_deltas", "state_max_delta_ratio"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"PIPELINE_{name.upper()}={getattr(self, name)}: must be >= 0")
         if self.parallelism > self.max_parallelism:

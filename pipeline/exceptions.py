@@ -40,7 +40,7 @@ __all__ = [
     "CheckpointDeclinedError", "CorruptCheckpointError", "NoValidCheckpointError",
     "TooManyFailedCheckpointsError", "IncompatibleStateError", "BarrierError", "CorruptStreamError",
     "SinkError", "TransactionStateError", "ValidationError", "UserFunctionError", "TypeMismatch",
-    "JobStoppedError", "InjectedFailure",
+    "JobStoppedError", "InjectedFailure", "AggregateOverflowError",
 ]
 
 
@@ -145,6 +145,11 @@ class ValidationError(EpochalError):
 class UserFunctionError(EpochalError):
     """A user-supplied function (``Stream.process``'s ``fn``) raised or returned rows breaking its contract
     (names the operator uid)."""
+
+
+class AggregateOverflowError(EpochalError):
+    """A running aggregate left its type's range (an int64 ``sum``); names the operator, column and key.
+    Never wrapped around silently."""
 
 
 class TypeMismatch(SourceError):

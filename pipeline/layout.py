@@ -13,6 +13,9 @@
         rounds/<k>/state/<uid>/...              # state files written by the tasks of round k
         rounds/<k>/acks/<uid>/...               # acks of chained operators (scratch)
         channel/<uid>/r<k>/...                  # unaligned channel state (in-flight data)
+      shared/<uid>/<state>/kg-<a>-<b>/          # incremental state files (bases + deltas) shared by checkpoints:
+        c<id:012d>-r<k>-<base|delta>...          #   written by checkpoint <id> round <k>; deleted only when no
+                                                #   retained checkpoint and no savepoint references them
       savepoints/sp-<id>-<ts>/                  # self-contained savepoints (same inside)
       validation/<chk-<id>|sp-<id>>/            # data-quality results per snapshot
       orchestration/                            # Airflow-side control records
@@ -24,6 +27,7 @@ Functions take and return URIs (strings); :func:`pipeline.fileio.join_uri` joins
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from pipeline.fileio import join_uri
@@ -46,6 +50,7 @@ ORCHESTRATION_DIR = "orchestration"
 ROUNDS_DIR = "rounds"
 SINK_DATA_DIR = "data"
 SINK_COMMITS_DIR = "_commits"
+SHARED_DIR = "shared"
 _CHK = "chk-"
 
 
@@ -108,6 +113,10 @@ class JobLayout:
     def savepoint(self, checkpoint_id: int, ts: str) -> str:
         return join_uri(self.root, SAVEPOINTS_DIR, savepoint_dir_name(checkpoint_id, ts))
 
+    def shared(self, uid: str | None = None) -> str:
+        """``shared/`` (or ``shared/<uid>``): state files referenced across checkpoints (incremental)."""
+        return join_uri(self.root, SHARED_DIR, uid) if uid else join_uri(self.root, SHARED_DIR)
+
     def barrier(self, epoch: int) -> str:
         return join_uri(self.root, BARRIERS_DIR, f"epoch-{epoch}.json")
 
@@ -153,6 +162,25 @@ def channel_prefix(location: str, uid: str, rnd: int) -> str:
     return f"{location}/channel/{uid}/r{rnd}"
 
 
+# ------------------------------------------------------------------------------- shared state
+_SHARED_NAME = re.compile(r"/c(\d{12})-r(\d+)-(base|delta)[^/]*$")
+
+
+def shared_state_uri(shared_prefix: str, state: str, kg_start: int, kg_end: int, checkpoint_id: int, rnd: int,
+                     kind: str) -> str:
+    """``<shared>/<state>/kg-<a>-<b>/c<id>-r<k>-<kind>.parquet``: a base or delta file of one state chain,
+    written by round ``rnd`` of checkpoint ``checkpoint_id`` (the task adds its attempt id)."""
+    if kind not in ("base", "delta"):
+        raise ValueError(f"shared state file kind must be base or delta, got {kind!r}")
+    return f"{shared_prefix}/{state}/kg-{kg_start:05d}-{kg_end:05d}/c{checkpoint_id:012d}-r{rnd}-{kind}.parquet"
+
+
+def shared_writer_id(uri: str) -> int | None:
+    """The id of the checkpoint that wrote shared state file ``uri`` (None: not a shared state file name)."""
+    m = _SHARED_NAME.search(uri)
+    return int(m.group(1)) if m else None
+
+
 # --------------------------------------------------------------------------------------- sinks
 def sink_table_uri(sink_root: str, job: str, table: str) -> str:
     return join_uri(sink_root, job, table)
@@ -171,4 +199,4 @@ def sink_staging_uri(table_uri: str, checkpoint_id: int) -> str:
     return join_uri(table_uri, SINK_DATA_DIR, f"txn-{checkpoint_id}")
 
 
-__all__ += ["metadata_uri", "pending_uri", "round_unused_prefix", "sink_data_uri", "sink_commits_uri"]
+__all__ += ["SHARED_DIR", "shared_state_uri", "shared_writer_id", "metadata_uri", "pending_uri", "round_unused_prefix", "sink_data_uri", "sink_commits_uri"]

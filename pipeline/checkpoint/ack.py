@@ -12,7 +12,9 @@ Handle row schema accepted by :func:`acks_from_rows` (extra keys are ignored)::
     subtask    int
     name       state name (kind=state), sink table (kind=output), channel name (kind=channel)
     kg_start, kg_end                   key-group range of the subtask (inclusive)
-    uri, rows, bytes, sha256           the file (uri None/empty: nothing written)
+    uri, rows, bytes, sha256           the file (uri None/empty: nothing written); of a state: its chain's base
+    deltas, state_rows, persisted_bytes  state: the chain's delta files (JSON), rows it represents, bytes this
+                                       checkpoint wrote (see pipeline.state.chain; optional)
     sync_ms, async_ms, alignment_ms, start_delay_ms, inflight_bytes, in_rows   metrics (optional)
     ack_ts_ms  wall clock (Unix ms) when the subtask finished its snapshot (optional; max over its rows)
     mode       "aligned" | "unaligned" | "at_least_once" ... (optional)
@@ -22,6 +24,7 @@ distinct rows (``in_rows`` the max, as every row of a subtask repeats it).
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Iterable, Mapping
@@ -85,6 +88,18 @@ def _opt_file(row: Mapping[str, Any]) -> FileHandle | None:
                       sha256=str(row.get("sha256") or ""))
 
 
+def _opt_int(v: Any) -> int | None:
+    return None if v is None else int(v)
+
+
+def _deltas(raw: Any) -> tuple[FileHandle, ...]:
+    """The delta files of a state handle row (JSON text or a list of dicts; None: none)."""
+    if raw is None or raw == "":
+        return ()
+    items = json.loads(raw) if isinstance(raw, (str, bytes)) else raw
+    return tuple(FileHandle.from_dict(f) for f in items)
+
+
 def acks_from_rows(rows: Iterable[Mapping[str, Any] | Any]) -> list[TaskAcknowledgement]:
     """Group flat handle rows (dicts or Spark ``Row``s) into one acknowledgement per subtask.
 
@@ -104,7 +119,9 @@ def acks_from_rows(rows: Iterable[Mapping[str, Any] | Any]) -> list[TaskAcknowle
         if kind == "state":
             g["state"].append(StateHandle(operator_uid=key[0], subtask=key[1], kg_start=int(row.get("kg_start") or 0),
                                           kg_end=int(row.get("kg_end") if row.get("kg_end") is not None else -1),
-                                          name=name, file=fh))
+                                          name=name, file=fh, deltas=_deltas(row.get("deltas")),
+                                          state_rows=_opt_int(row.get("state_rows")) if fh else None,
+                                          persisted_bytes=_opt_int(row.get("persisted_bytes")) if fh else None))
         elif kind == "output":
             files = g["sink"].setdefault(name, [])
             if fh is not None:

@@ -111,8 +111,9 @@ class CompletedCheckpoint:
         md = self.metadata
         checks: list[tuple[FileHandle, str]] = []
         for h in md.state_handles():
-            if h.file is not None:
-                checks.append((h.file, f"state file ({h.operator_uid}[{h.subtask}] {h.name})"))
+            for i, f in enumerate(h.files()):
+                checks.append((f, f"state file ({h.operator_uid}[{h.subtask}] {h.name}"
+                                  + (f", delta {i}" if i else "") + ")"))
         for c in md.channel_state:
             if c.file is not None:
                 checks.append((c.file, f"channel state file ({c.operator_uid}[{c.subtask}] {c.channel})"))

@@ -5,7 +5,9 @@
 * :class:`FileHandle` ``(uri, rows, bytes, sha256)``: a file written for a checkpoint or a sink.
 * :class:`StateHandle`: one operator subtask's snapshot of one named state (``left``/``right``/``agg``)
   over its key-group range ``[kg_start, kg_end]`` (inclusive, like Flink's ``KeyGroupRange``);
-  ``file`` is None when the state was empty.
+  ``file`` is None when the state was empty. An incremental snapshot is a chain: ``file`` is its
+  materialised base and ``deltas`` the changelog files applied on top, oldest first (files that earlier
+  checkpoints may have written, in the job's ``shared/`` area; see docs/state.md).
 * :class:`ChannelStateHandle`: unaligned checkpoints' in-flight data of one channel, either a file
   (data between operators) or a source position range ``[start, end)`` (data durable in a source log).
 * :class:`SinkHandle`: what checkpoint n staged for one sink table: files + whether it is a full image.
@@ -75,8 +77,14 @@ class StateHandle:
     kg_end: int
     name: str
     file: FileHandle | None = None
+    deltas: tuple[FileHandle, ...] = ()    # changelog files on top of ``file`` (incremental snapshots)
+    state_rows: int | None = None          # rows of the state the chain represents (None: ``file.rows``)
+    persisted_bytes: int | None = None     # bytes of the chain this checkpoint wrote (None: all of it)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "deltas", tuple(self.deltas))
+        if self.deltas and self.file is None:
+            raise ValueError(f"state handle of {self.operator_uid}[{self.subtask}] {self.name}: deltas without a base")
         if self.subtask < 0:
             raise ValueError(f"state handle of {self.operator_uid}: negative subtask {self.subtask}")
         if self.kg_start < 0 or self.kg_end < self.kg_start - 1:
@@ -85,22 +93,45 @@ class StateHandle:
 
     @property
     def rows(self) -> int:
+        """Rows of the state this snapshot represents."""
+        if self.state_rows is not None:
+            return self.state_rows
         return self.file.rows if self.file else 0
 
     @property
     def bytes(self) -> int:
-        return self.file.bytes if self.file else 0
+        """Stored bytes of the whole snapshot (base + deltas): the full state size."""
+        return (self.file.bytes if self.file else 0) + sum(f.bytes for f in self.deltas)
+
+    @property
+    def checkpointed_bytes(self) -> int:
+        """Bytes this checkpoint wrote for this snapshot (the rest was written by earlier checkpoints)."""
+        return self.bytes if self.persisted_bytes is None else self.persisted_bytes
+
+    def files(self) -> tuple[FileHandle, ...]:
+        """Every file the snapshot needs: the base, then the deltas."""
+        return ((self.file,) if self.file else ()) + self.deltas
 
     def to_dict(self) -> dict[str, Any]:
-        return {"operator_uid": self.operator_uid, "subtask": self.subtask, "kg_start": self.kg_start,
-                "kg_end": self.kg_end, "name": self.name,
-                "file": self.file.to_dict() if self.file else None}
+        out: dict[str, Any] = {"operator_uid": self.operator_uid, "subtask": self.subtask,
+                               "kg_start": self.kg_start, "kg_end": self.kg_end, "name": self.name,
+                               "file": self.file.to_dict() if self.file else None}
+        if self.deltas:
+            out["deltas"] = [f.to_dict() for f in self.deltas]
+        if self.state_rows is not None:
+            out["state_rows"] = self.state_rows
+        if self.persisted_bytes is not None:
+            out["persisted_bytes"] = self.persisted_bytes
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "StateHandle":
         f = d.get("file")
         return cls(operator_uid=str(d["operator_uid"]), subtask=int(d["subtask"]), kg_start=int(d["kg_start"]),
-                   kg_end=int(d["kg_end"]), name=str(d["name"]), file=FileHandle.from_dict(f) if f else None)
+                   kg_end=int(d["kg_end"]), name=str(d["name"]), file=FileHandle.from_dict(f) if f else None,
+                   deltas=tuple(FileHandle.from_dict(x) for x in d.get("deltas") or ()),
+                   state_rows=None if d.get("state_rows") is None else int(d["state_rows"]),
+                   persisted_bytes=None if d.get("persisted_bytes") is None else int(d["persisted_bytes"]))
 
 
 @dataclass(frozen=True, slots=True)

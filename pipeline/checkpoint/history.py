@@ -70,7 +70,9 @@ def show_checkpoint(runner, ref: str) -> dict[str, Any]:
             "stats": ops.to_dict() if ops else None,
             "handles": [{"subtask": h.subtask, "name": h.name, "kg": [h.kg_start, h.kg_end],
                          "uri": h.file.uri if h.file else None, "rows": h.rows, "bytes": h.bytes,
-                         "sha256": h.file.sha256 if h.file else None} for h in hs]}
+                         "sha256": h.file.sha256 if h.file else None,
+                         "deltas": [f.uri for f in h.deltas], "persisted_bytes": h.checkpointed_bytes}
+                        for h in hs]}
     d["subtasks"] = [t.to_dict() for t in md.stats.subtasks] if md.stats else []
     d["channel_state"] = [c.to_dict() for c in md.channel_state]
     d["sinks"] = {t: {"files": len(s.files), "rows": s.rows, "bytes": s.bytes, "full": s.full}
@@ -138,8 +140,10 @@ def format_show(d: dict[str, Any]) -> str:
                 lines.append(f"    subtask {t['subtask']}: acknowledged {ack}, sync {t['sync_ms']:.0f} ms, "
                              f"async {t['async_ms']:.0f} ms, state {t['state_bytes']} bytes, in {t['in_rows']} rows")
         for h in op["handles"]:
+            chain = f" + {len(h['deltas'])} delta(s)" if h.get("deltas") else ""
             lines.append(f"    [{h['subtask']}] {h['name']:<6} kg {h['kg'][0]}-{h['kg'][1]} rows {h['rows']} "
-                         f"bytes {h['bytes']} {h['uri'] or '(empty)'}")
+                         f"bytes {h['bytes']} (this checkpoint wrote {h.get('persisted_bytes', h['bytes'])}) "
+                         f"{h['uri'] or '(empty)'}{chain}")
     for c in d.get("channel_state") or []:
         if c.get("file"):
             f = c["file"]

@@ -130,7 +130,7 @@ class CheckpointMetadata:
 
     def state_files(self) -> list[FileHandle]:
         """State and channel-state files (the files that live under the checkpoint root)."""
-        files = [h.file for h in self.state_handles() if h.file is not None]
+        files = [f for h in self.state_handles() for f in h.files()]
         files += [c.file for c in self.channel_state if c.file is not None]
         return files
 

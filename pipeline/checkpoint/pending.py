@@ -355,9 +355,8 @@ class PendingCheckpoint:
             async_ms=max((s.async_ms for s in op_stats.values()), default=0.0),
             alignment_ms=max((s.alignment_ms for s in op_stats.values()), default=0.0),
             bytes=sum(s.bytes for s in op_stats.values()), rows=sum(s.rows for s in op_stats.values()),
-            # every state and channel-state file of a checkpoint is written by it (no file is shared with
-            # an earlier checkpoint), so what it persisted is its full size
-            persisted_bytes=sum(s.bytes for s in op_stats.values()),
+            # incremental snapshots reference files earlier checkpoints wrote: persisted is what this one wrote
+            persisted_bytes=sum(s.checkpointed_bytes for s in op_stats.values()),
             acks=len(acks), expected_acks=len(self._expected), rounds=rounds, operators=op_stats,
             backlog=backlog or {}, dead_letters=dead_letters or {},
             subtasks=tuple(SubtaskStats.of(a, self.started_at * 1000.0) for a in acks))

@@ -69,6 +69,7 @@ class OperatorStats:
     inflight_bytes: int
     mode: str
     in_rows: int = 0
+    persisted_bytes: int | None = None   # what this checkpoint wrote for the operator (None: ``bytes``)
 
     def __post_init__(self) -> None:
         for name in ("sync_ms", "async_ms", "alignment_ms", "start_delay_ms"):
@@ -91,20 +92,28 @@ class OperatorStats:
             inflight_bytes=sum(a.metrics.inflight_bytes for a in acks),
             mode=(next(iter(modes)) if len(modes) == 1 else ("mixed" if modes else "none")),
             in_rows=sum(a.metrics.in_rows for a in acks),
+            persisted_bytes=sum(h.checkpointed_bytes for a in acks for h in a.state)
+            + sum(c.file.bytes for a in acks for c in a.channel_state if c.file),
         )
+
+    @property
+    def checkpointed_bytes(self) -> int:
+        return self.bytes if self.persisted_bytes is None else self.persisted_bytes
 
     def to_dict(self) -> dict[str, Any]:
         return {"uid": self.uid, "subtasks": self.subtasks, "acks": self.acks, "rows": self.rows,
                 "bytes": self.bytes, "sync_ms": self.sync_ms, "async_ms": self.async_ms,
                 "alignment_ms": self.alignment_ms, "start_delay_ms": self.start_delay_ms,
-                "inflight_bytes": self.inflight_bytes, "mode": self.mode, "in_rows": self.in_rows}
+                "inflight_bytes": self.inflight_bytes, "mode": self.mode, "in_rows": self.in_rows,
+                "persisted_bytes": self.persisted_bytes}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "OperatorStats":
         return cls(uid=str(d["uid"]), subtasks=int(d["subtasks"]), acks=int(d["acks"]), rows=int(d["rows"]),
                    bytes=int(d["bytes"]), sync_ms=d["sync_ms"], async_ms=d["async_ms"],
                    alignment_ms=d["alignment_ms"], start_delay_ms=d["start_delay_ms"],
-                   inflight_bytes=int(d["inflight_bytes"]), mode=str(d["mode"]), in_rows=int(d.get("in_rows", 0)))
+                   inflight_bytes=int(d["inflight_bytes"]), mode=str(d["mode"]), in_rows=int(d.get("in_rows", 0)),
+                   persisted_bytes=None if d.get("persisted_bytes") is None else int(d["persisted_bytes"]))
 
 
 @dataclass(frozen=True, slots=True)

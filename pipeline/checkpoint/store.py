@@ -10,6 +10,9 @@ files; never modified).
   fresh start).
 * ``add()`` applies retention: keep the ``retain`` newest completed checkpoints, discard the older
   (subsumed) ones, except files a retained checkpoint or a savepoint still references.
+* Shared state files (``<job>/shared/``, incremental checkpoints) are collected after retention and by
+  ``cleanup_garbage()``: deleted once no completed checkpoint and no savepoint references them
+  (:mod:`pipeline.checkpoint.shared_state`).
 * ``cleanup_garbage()`` deletes ``chk-*`` directories without ``_metadata`` (aborted or crashed
   attempts), except those in ``keep`` and those with id >= ``protect_from_id`` (the newest claimed id
   may belong to a runner that is still working). Directories whose ``_metadata`` exists but does not
@@ -23,6 +26,7 @@ from enum import Enum
 from typing import Iterable
 
 from pipeline.checkpoint.completed import METADATA_FILE, CompletedCheckpoint, delete_location
+from pipeline.checkpoint.shared_state import collect_shared_files
 from pipeline.exceptions import (
     CheckpointError,
     CorruptCheckpointError,
@@ -30,6 +34,7 @@ from pipeline.exceptions import (
     ObjectNotFoundError,
     StorageError,
 )
+from pipeline.faults import fault_point
 from pipeline.fileio import FileIO, join_uri
 from pipeline.layout import JobLayout, checkpoint_id_of, snapshot_name
 
@@ -200,6 +205,7 @@ class CompletedCheckpointStore:
         keep = self.referenced_uris(retained) | self.referenced_uris(self.savepoints())
         discarded = []
         for cp in subsumed:
+            fault_point("retention")
             try:
                 cp.discard(self.fileio, keep=keep)
                 discarded.append(cp.checkpoint_id)
@@ -207,7 +213,29 @@ class CompletedCheckpointStore:
                 self.fileio.delete_prefix(self.layout.validation(snapshot_name(cp.checkpoint_id, savepoint=False)))
             except StorageError as e:
                 log.warning("could not discard subsumed %s: %s", cp.describe(), e)
+        # what this checkpoint and older ones wrote but nothing references any more
+        self.collect_shared(protect_from_id=completed.checkpoint_id + 1)
         return discarded
+
+    def collect_shared(self, *, protect_from_id: int | None, keep: Iterable[int] = (),
+                       infos: list[CheckpointDirInfo] | None = None) -> list[str]:
+        """Delete shared state files no completed checkpoint and no savepoint references; files written by
+        checkpoints in ``keep`` or with ids ``>= protect_from_id`` (possibly still running) are spared.
+        Skipped (with a warning) while a checkpoint directory has unreadable metadata."""
+        try:
+            infos = self.inspect() if infos is None else infos
+            corrupt = [i for i in infos if i.status is CheckpointDirStatus.CORRUPT]
+            if corrupt:
+                log.warning("job '%s': not collecting shared state files while %s has unreadable metadata (%s)",
+                            self.job, corrupt[0].location, corrupt[0].problem)
+                return []
+            referenced = self.referenced_uris([i.checkpoint for i in infos if i.checkpoint is not None])
+            referenced |= self.referenced_uris(self.savepoints())
+            return collect_shared_files(self.fileio, self.layout.shared(), referenced,
+                                        protect_from_id=protect_from_id, keep_ids=keep)
+        except StorageError as e:
+            log.warning("job '%s': could not collect shared state files: %s", self.job, e)
+            return []
 
     def cleanup_garbage(self, *, keep: Iterable[int] = (), protect_from_id: int | None = None) -> list[int]:
         """Delete ``chk-*`` dirs without ``_metadata`` (not in ``keep``, id < ``protect_from_id``)."""
@@ -216,6 +244,7 @@ class CompletedCheckpointStore:
         garbage = [i for i in infos if i.status is CheckpointDirStatus.PENDING and i.checkpoint_id not in keep_ids
                    and (protect_from_id is None or i.checkpoint_id < protect_from_id)]
         self.cleanup_unfinished_savepoints(keep=keep_ids, protect_from_id=protect_from_id)
+        self.collect_shared(protect_from_id=protect_from_id, keep=keep_ids, infos=infos)
         if not garbage:
             return []
         referenced = self.referenced_uris([i.checkpoint for i in infos if i.checkpoint is not None])

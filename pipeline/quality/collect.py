@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import logging
 import os
 import threading
@@ -336,8 +337,8 @@ class _Collector:
         for owner, cp, deep in owners:
             md = cp.metadata
             for h in md.state_handles():
-                if h.file is not None:
-                    add(owner, "state", state_obj(h.operator_uid, h.name), h.file, deep)
+                for f in h.files():  # an incremental snapshot: its base and its deltas
+                    add(owner, "state", state_obj(h.operator_uid, h.name), f, deep)
             for c in md.channel_state:
                 if c.file is not None:
                     add(owner, "channel", f"channel/{c.operator_uid}/{c.channel}", c.file, deep)
@@ -456,22 +457,25 @@ class _Collector:
         self.out.datasets["committed_files"] = _frame(committed, ["table", "commit_id", "uri", "sha256", "rows"])
 
     # -- data (Spark) --------------------------------------------------------------------------------
-    def data_files(self) -> list[tuple[int, str, str, int | None, int | None]]:
-        """(fid, object, uri, kg_lo, kg_hi) of every state file of the snapshot and append-sink file readers see."""
+    def data_files(self) -> list[tuple[int, str, str, int | None, int | None, str | None]]:
+        """(fid, object, uri, kg_lo, kg_hi, deltas) of every state file of the snapshot and append-sink file readers
+        see; ``deltas``: an incremental snapshot's delta files (JSON) applied on top of the base ``uri``."""
         files = []
         self._size_hint: dict[str, int] = {}
         for h in self.md.state_handles():
             if h.file is not None and state_obj(h.operator_uid, h.name) in self.objects.specs:
                 # (operators without a state spec, e.g. windows, are checked by files and checksums only)
-                files.append((len(files), state_obj(h.operator_uid, h.name), h.file.uri, h.kg_start, h.kg_end))
-                self._size_hint[h.file.uri] = h.file.bytes
+                deltas = json.dumps([f.to_dict() for f in h.deltas]) if h.deltas else None
+                files.append((len(files), state_obj(h.operator_uid, h.name), h.file.uri, h.kg_start, h.kg_end,
+                              deltas))
+                self._size_hint[h.file.uri] = h.bytes
         for t, info in self.tables.items():
             spec = self.objects.specs.get(sink_obj(t))
             if spec is None or spec.upsert_key or info["mode"] == "upsert":
                 continue
             for e in info["view"]:
                 for f in e.files:
-                    files.append((len(files), sink_obj(t), f.uri, None, None))
+                    files.append((len(files), sink_obj(t), f.uri, None, None, None))
                     self._size_hint[f.uri] = f.bytes
         self._fid_uri = {f[0]: f[2] for f in files}
         return files
@@ -544,7 +548,7 @@ class _Collector:
         slices = self._slices(files, max(1, min(len(files), par * 2)))
         ordered = [f for sl in slices for f in sl]
         src = spark.createDataFrame(spark.sparkContext.parallelize(ordered, len(slices)),
-                                    "fid int, obj string, uri string, kg_lo int, kg_hi int")
+                                    "fid int, obj string, uri string, kg_lo int, kg_hi int, deltas string")
         df = src.mapInArrow(task, SUMMARY_DDL).persist(StorageLevel.MEMORY_AND_DISK)
         prev = spark.conf.get("spark.sql.shuffle.partitions")
         spark.conf.set("spark.sql.shuffle.partitions", str(max(2, par)))
@@ -576,7 +580,11 @@ class _Collector:
         slices = self._slices(files, workers)
 
         def run(sl):
-            b = pa.RecordBatch.from_pylist([dict(zip(("fid", "obj", "uri", "kg_lo", "kg_hi"), f)) for f in sl])
+            b = pa.RecordBatch.from_pylist([dict(zip(("fid", "obj", "uri", "kg_lo", "kg_hi", "deltas"), f))
+                                            for f in sl],
+                                           schema=pa.schema([("fid", pa.int64()), ("obj", pa.string()),
+                                                             ("uri", pa.string()), ("kg_lo", pa.int64()),
+                                                             ("kg_hi", pa.int64()), ("deltas", pa.string())]))
             return list(task(iter([b])))
 
         with self.timer("local_read"):
@@ -889,7 +897,7 @@ class _Collector:
             spec = self.objects.specs[obj]
             kg = key_groups(pc.cast(t[spec.key], pa.string()), self.mp) if t.num_rows else np.zeros(0, np.int32)
             return t.append_column("__kg", pa.array(kg, pa.int32())).filter(pa.array(np.isin(kg, list(kgs))))
-        uris = [u for _, o, u, _, _ in files if o == obj]
+        uris = [u for _, o, u, *_ in files if o == obj]
         readable = [u for u in uris if self.data_file_records.get(u, {}).get("schema")]
         if not readable:
             return pa.table({"__kg": pa.array([], pa.int32())})

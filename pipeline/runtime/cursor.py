@@ -33,6 +33,7 @@ class Cursor:
     inflight: dict[str, list[dict]] = field(default_factory=dict)
     align: object | None = None  # the AlignmentDriver continuing from this cursor (None: start a fresh one)
     inventory: dict = field(default_factory=dict)  # read inventory of the checkpoint (pipeline.source.contract)
+    materialize: bool = False  # the next checkpoint writes every state whole (a restore: NO_CLAIM, docs/state.md)
 
 
 def handles_by_name(handles: list[dict]) -> dict[str, list[dict]]:
@@ -48,8 +49,10 @@ def cursor_from_metadata(md: CheckpointMetadata) -> Cursor:
     for uid, hs in md.operators.items():
         for h in hs:
             handles.setdefault(uid, {}).setdefault(h.name, []).append(
-                {"uri": h.file.uri if h.file else None, "rows": h.rows, "bytes": h.bytes,
-                 "sha256": h.file.sha256 if h.file else None, "kg_start": h.kg_start, "kg_end": h.kg_end})
+                {"uri": h.file.uri if h.file else None, "rows": h.file.rows if h.file else 0,
+                 "bytes": h.file.bytes if h.file else 0, "sha256": h.file.sha256 if h.file else None,
+                 "kg_start": h.kg_start, "kg_end": h.kg_end, "state_rows": h.rows,
+                 "deltas": [f.to_dict() for f in h.deltas] or None})
     positions = {s: dict(parts) for s, parts in md.positions.items()}
     inflight: dict[str, list[dict]] = {}
     for c in md.channel_state:

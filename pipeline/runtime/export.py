@@ -263,6 +263,34 @@ def files_with_tag_dataframe(spark, files: Sequence[tuple[str, int]], schema: pa
     return spark.range(0, n, 1, n).mapInArrow(read, schema_ddl(out_schema))
 
 
+def chains_dataframe(spark, handles, schema: pa.Schema, what: str):
+    """Rows of state snapshots that may be chains (base + deltas, checksums verified) plus ``_txn`` = subtask."""
+    import json
+
+    from pipeline.runtime.dataflow import schema_ddl
+    out_schema = schema.append(pa.field("_txn", pa.int64()))
+    items = [(json.dumps({"uri": h.file.uri, "rows": h.file.rows, "bytes": h.file.bytes, "sha256": h.file.sha256,
+                          "deltas": [f.to_dict() for f in h.deltas], "state_rows": h.rows}), h.subtask)
+             for h in handles if h.file is not None]
+    n = max(1, min(len(items), 16))
+
+    def read(batches):
+        from pipeline.fileio import file_io_for
+        from pipeline.state.backend import load_chain
+        from pipeline.state.chain import StateChain
+        for b in batches:
+            for task in b.column(0).to_pylist():
+                for hj, sub in items[task::n]:
+                    chain = StateChain.from_handle(json.loads(hj))
+                    assert chain is not None
+                    t = load_chain(file_io_for(chain.base.uri), chain, what, warm=False)
+                    t = t.select(schema.names).cast(schema)
+                    t = t.append_column("_txn", pa.array([sub] * t.num_rows, type=pa.int64()))
+                    yield from t.to_batches(max_chunksize=50_000)
+
+    return spark.range(0, n, 1, n).mapInArrow(read, schema_ddl(out_schema))
+
+
 def _describe(result: ExportResult) -> dict:
     return {"to": result.target, "rows": result.rows, "bytes": result.bytes, "written_files": len(result.files),
             "written_by": result.side.value}
@@ -313,10 +341,14 @@ def export_state(spark, snapshot, operator_uid: str, to: str) -> dict:
     names = sorted({h.name for h in handles})
     dfs = []
     for name in names:
-        files = [(h.file.uri, h.subtask) for h in handles if h.name == name]
-        schema = _schema_of(files[0][0])
-        dfs.append(files_with_tag_dataframe(spark, files, schema).withColumnRenamed("_txn", "_subtask")
-                   .withColumn("_state", F.lit(name)))
+        of_name = [h for h in handles if h.name == name]
+        assert of_name[0].file is not None  # filtered above
+        schema = _schema_of(of_name[0].file.uri)
+        if any(h.deltas for h in of_name):  # incremental snapshots: base + deltas, applied on the executors
+            df = chains_dataframe(spark, of_name, schema, snapshot.describe())
+        else:
+            df = files_with_tag_dataframe(spark, [(h.file.uri, h.subtask) for h in of_name if h.file], schema)
+        dfs.append(df.withColumnRenamed("_txn", "_subtask").withColumn("_state", F.lit(name)))
     if dfs:
         df = dfs[0]
         for d in dfs[1:]:

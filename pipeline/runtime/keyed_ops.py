@@ -30,6 +30,7 @@ from pipeline.runtime.operator_registry import register_operator
 from pipeline.runtime.operators import HANDLE_DDL, _collect, _emit, _handle, _partition_id, _round_spec
 from pipeline.runtime.routing import shuffle_to_subtasks
 from pipeline.state.backend import KG_COLUMN, read_state, write_table
+from pipeline.state.snapshot import write_state
 from pipeline.windows.aggregate import EmitMode, WindowSpec, output_schema, state_schema, window_step
 from pipeline.windows.watermark import WATERMARK_SCHEMA, WatermarkState, merge_observations, observe_channels
 
@@ -92,6 +93,7 @@ class WindowTaskSpec:
     complete: bool = True
     barrier_us: int = 0
     flow_schema: pa.Schema | None = None  # chained: out_schema + _ingest_ts (barrier time of the emitting epoch - 1 µs)
+    snapshot: dict | None = None   # round field: pipeline.state.snapshot.SnapshotOptions
 
 
 def _split_wm(table: pa.Table) -> tuple[pa.Table, dict[str, int]]:
@@ -172,8 +174,8 @@ def make_window_task(spec: WindowTaskSpec):
         sync_ms = (time.perf_counter() - t0) * 1000
         fault_point("writing_state")
         t1 = time.perf_counter()
-        fh = write_table(fio, f"{spec.state_prefix}/win/kg-{kgr.start:05d}-{kgr.end:05d}.parquet",
-                         res.state) if res.state.num_rows else None
+        fh = write_state(fio, spec.state_prefix, "win", kgr.start, kgr.end, res.state,
+                         spec.parent_handles.get("win", []), spec.snapshot, spec.checkpoint)
         wfh = (write_table(fio, f"{spec.state_prefix}/wm/wm.parquet", _wm_table(new_wm, obs_left))
                if subtask == 0 else None)
         async_ms = (time.perf_counter() - t1) * 1000
@@ -323,6 +325,7 @@ class ProcessTaskSpec:
     file_tag: str
     ack_prefix: str | None = None
     barrier_us: int = 0
+    snapshot: dict | None = None   # round field: pipeline.state.snapshot.SnapshotOptions
 
 
 def make_process_task(spec: ProcessTaskSpec):
@@ -356,8 +359,8 @@ def make_process_task(spec: ProcessTaskSpec):
         fault_point("writing_state")
         t1 = time.perf_counter()
         st = res.state.select(sschema.names).cast(sschema)
-        fh = write_table(fio, f"{spec.state_prefix}/proc/kg-{kgr.start:05d}-{kgr.end:05d}.parquet",
-                         st) if st.num_rows else None
+        fh = write_state(fio, spec.state_prefix, "proc", kgr.start, kgr.end, st,
+                         spec.parent_handles.get("proc", []), spec.snapshot, spec.checkpoint)
         async_ms = (time.perf_counter() - t1) * 1000
         t_out = time.perf_counter()
         out = res.output

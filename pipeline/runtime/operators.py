@@ -15,11 +15,13 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.exceptions import MalformedInputError
+from pipeline.arrow_ddl import schema_ddl
+from pipeline.exceptions import AggregateOverflowError, MalformedInputError
 from pipeline.faults import fault_point
 from pipeline.keygroups import range_for_subtask
 from pipeline.operators.join import MATCHED, JoinType, Uniqueness, join_step
 from pipeline.state.backend import KG_COLUMN, read_state, write_table
+from pipeline.state.snapshot import write_state
 
 __all__ = ["EXACT_SUM", "HANDLE_SCHEMA", "JoinTaskSpec", "AggTaskSpec", "make_join_task", "make_agg_task",
            "handle_rows_to_dicts"]
@@ -43,10 +45,11 @@ HANDLE_SCHEMA = pa.schema([
     ("sync_ms", pa.float64()),    # restore + processing + staging the sink output ("synchronous part")
     ("async_ms", pa.float64()),   # state snapshot upload: state + channel state files ("asynchronous part")
     ("ack_ts_ms", pa.float64()),  # wall clock (Unix ms) when the subtask acknowledged (per-subtask ack time)
+    ("deltas", pa.string()),      # state: the chain's delta files (JSON list; null: base only), pipeline.state.chain
+    ("state_rows", pa.int64()),   # state: rows of the state the chain represents
+    ("persisted_bytes", pa.int64()),  # state: bytes of the chain's files this checkpoint wrote
 ])
-HANDLE_DDL = ("kind string, operator string, name string, subtask int, kg_start int, kg_end int, uri string, "
-              "rows bigint, bytes bigint, sha256 string, in_rows bigint, restored_rows bigint, "
-              "expired_rows bigint, sync_ms double, async_ms double, ack_ts_ms double")
+HANDLE_DDL = schema_ddl(HANDLE_SCHEMA)
 
 
 def _partition_id() -> int:
@@ -60,7 +63,8 @@ def _handle(kind, op, name, subtask, kgr, fh, in_rows=0, restored=0, expired=0, 
     return {"kind": kind, "operator": op, "name": name, "subtask": subtask, "kg_start": kgr.start,
             "kg_end": kgr.end, "uri": fh["uri"], "rows": fh["rows"], "bytes": fh["bytes"],
             "sha256": fh["sha256"], "in_rows": in_rows, "restored_rows": restored, "expired_rows": expired,
-            "sync_ms": sync_ms, "async_ms": async_ms, "ack_ts_ms": time.time() * 1000.0}
+            "sync_ms": sync_ms, "async_ms": async_ms, "ack_ts_ms": time.time() * 1000.0,
+            "deltas": fh.get("deltas"), "state_rows": fh.get("state_rows"), "persisted_bytes": fh.get("persisted_bytes")}
 
 
 def handle_rows_to_dicts(rows) -> list[dict]:
@@ -116,6 +120,7 @@ class JoinTaskSpec:
     bad_records: str = "dead_letter"      # what a violation of ``unique`` does: dead letter or fail the epoch
     dead_letter_root: str | None = None
     job: str = ""
+    snapshot: dict | None = None          # round field: pipeline.state.snapshot.SnapshotOptions
 
 
 def _round_spec(spec):
@@ -217,9 +222,8 @@ def make_join_task(spec: JoinTaskSpec):
         out_ms = 0.0
         handles = []
         for name, tbl in (("left", left), ("right", right)):
-            fh = None
-            if tbl.num_rows:
-                fh = write_table(fio, f"{spec.state_prefix}/{name}/kg-{kgr.start:05d}-{kgr.end:05d}.parquet", tbl)
+            fh = write_state(fio, spec.state_prefix, name, kgr.start, kgr.end, tbl,
+                             spec.parent_handles.get(name, []), spec.snapshot, spec.checkpoint)
             handles.append(("state", name, fh))
         ofh = None
         if out is not None and out.num_rows:
@@ -264,6 +268,7 @@ class AggTaskSpec:
     # upsert sink, checkpoint spanning rounds: this checkpoint's output files staged in earlier rounds; the
     # task rewrites them merged with this round's rows (newest per key), so a commit entry has one row per key
     prior_output: tuple = ()
+    snapshot: dict | None = None                     # round field: pipeline.state.snapshot.SnapshotOptions
 
 
 def _to_output(t: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -277,6 +282,32 @@ def _to_output(t: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 _COMBINE = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}
+_WIDE_INT = pa.decimal128(38, 0)
+
+
+def _wide_schema(sschema: pa.Schema, aggs) -> pa.Schema:
+    """``sschema`` with every integer ``sum`` column as decimal128(38, 0) (no overflow while summing)."""
+    sums = {o for (o, fn, _) in aggs if fn == "sum"}
+    return pa.schema([pa.field(f.name, _WIDE_INT) if f.name in sums and pa.types.is_integer(f.type) else f
+                      for f in sschema])
+
+
+def _narrow(merged: pa.Table, sschema: pa.Schema, spec) -> pa.Table:
+    """Back to the state schema; an integer sum beyond its type raises :class:`AggregateOverflowError`."""
+    for f in sschema:
+        col = merged[f.name]
+        if col.type == f.type or not pa.types.is_decimal(col.type) or not pa.types.is_integer(f.type):
+            continue
+        info = {pa.int64(): (-(2 ** 63), 2 ** 63 - 1), pa.int32(): (-(2 ** 31), 2 ** 31 - 1)}.get(f.type)
+        lo, hi = info if info is not None else (-(2 ** 63), 2 ** 63 - 1)
+        bad = pc.or_(pc.less(col, pa.scalar(lo, _WIDE_INT)), pc.greater(col, pa.scalar(hi, _WIDE_INT)))
+        if pc.any(bad).as_py():
+            row = merged.filter(pc.fill_null(bad, False)).slice(0, 1).to_pylist()[0]
+            raise AggregateOverflowError(
+                f"operator {spec.uid!r}: sum {f.name!r} for key {spec.key}={row[spec.key]!r} is {row[f.name]}, "
+                f"beyond the range of {f.type} (checkpoint {spec.checkpoint}); declare a wider or floating-point "
+                f"column, or dead-letter such values upstream")
+    return merged.cast(sschema)
 
 
 def make_agg_task(spec: AggTaskSpec):
@@ -298,14 +329,18 @@ def make_agg_task(spec: AggTaskSpec):
         out = None
         if incoming is not None and incoming.num_rows:
             in_rows = incoming.num_rows
+            # integer sums are computed over decimal128(38, 0) and narrowed back with a range check: an int64
+            # overflow fails the epoch naming operator, column and key (never a silent wrap-around)
+            wide = _wide_schema(sschema, spec.aggs)
             partial_aggs = []
             for out_col, fn, col in spec.aggs:
                 if fn == "count":
                     partial_aggs.append(([], "count_all"))
                 else:
-                    if pa.types.is_decimal(sschema.field(out_col).type) and not pa.types.is_decimal(incoming[col].type):
+                    target = wide.field(out_col).type
+                    if pa.types.is_decimal(target) and not pa.types.is_decimal(incoming[col].type):
                         incoming = incoming.set_column(incoming.schema.get_field_index(col), col, pc.cast(
-                            incoming[col], sschema.field(out_col).type, safe=False))
+                            incoming[col], target, safe=False))
                     partial_aggs.append((col, fn))
             partial_aggs.append((KG_COLUMN, "min"))
             g = incoming.group_by(spec.key, use_threads=False).aggregate(partial_aggs)
@@ -316,21 +351,21 @@ def make_agg_task(spec: AggTaskSpec):
             partial = pa.table({spec.key: g[spec.key],
                                 **{o: g[n] for (o, _, _), n in zip(spec.aggs, names)},
                                 KG_COLUMN: g[f"{KG_COLUMN}_min"]})
-            partial = partial.cast(sschema)
-            merged = pa.concat_tables([state, partial]).group_by(spec.key, use_threads=False).aggregate(
+            partial = partial.cast(wide)
+            merged = pa.concat_tables([state.cast(wide), partial]).group_by(spec.key, use_threads=False).aggregate(
                 [(o, _COMBINE[fn]) for (o, fn, _) in spec.aggs] + [(KG_COLUMN, "min")])
             merged = pa.table({spec.key: merged[spec.key],
                                **{o: merged[f"{o}_{_COMBINE[fn]}"] for (o, fn, _) in spec.aggs},
-                               KG_COLUMN: merged[f"{KG_COLUMN}_min"]}).cast(sschema)
+                               KG_COLUMN: merged[f"{KG_COLUMN}_min"]}).cast(wide)
+            merged = _narrow(merged, sschema, spec)
             state = merged
             changed = pc.is_in(merged[spec.key], value_set=partial[spec.key])
             out = _to_output(merged.filter(changed), spec.out_schema or spec.state_schema)
         sync_ms = (time.perf_counter() - t0) * 1000
         fault_point("writing_state")
         t1 = time.perf_counter()
-        fh = None
-        if state.num_rows:
-            fh = write_table(fio, f"{spec.state_prefix}/agg/kg-{kgr.start:05d}-{kgr.end:05d}.parquet", state)
+        fh = write_state(fio, spec.state_prefix, "agg", kgr.start, kgr.end, state, spec.parent_handles.get("agg", []),
+                         spec.snapshot, spec.checkpoint)
         t_out = time.perf_counter()
         ofh = None
         file_out = out

@@ -98,7 +98,7 @@ class RoundExecutor:
                           if s.mode == "upsert" and isinstance(job.nodes[s.parent], AggregateNode)}
         working = Cursor(cursor.checkpoint_id, cursor.epoch, {s: dict(p) for s, p in cursor.positions.items()},
                          cursor.handles, {u: list(h) for u, h in cursor.inflight.items()}, driver,
-                         inventory=cursor.inventory)
+                         inventory=cursor.inventory, materialize=cursor.materialize)
         zero, empty = Position(seq=0, row=0), ()
         next_end = ctx.epochs.end_us(epoch + 1)
 
@@ -187,7 +187,7 @@ class RoundExecutor:
                     h["inflight_bytes"] = h["bytes"]
                     inflight.setdefault(h["operator"], []).append(h)
             working = Cursor(working.checkpoint_id, working.epoch, new_positions, new_handles, inflight, driver,
-                             inventory=working.inventory)
+                             inventory=working.inventory, materialize=working.materialize)
             last_rows = rows
             records = {s: sum(seg.records for seg in segs.values()) for s, segs in segments.items()}
             backlog = {s: sum(seg.backlog for seg in segs.values()) for s, segs in segments.items()}

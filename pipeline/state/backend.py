@@ -5,11 +5,16 @@ Parquet file holding the state rows plus the ``_kg`` column (key group). It is w
 that owns the key-group range; the returned handle (uri, rows, bytes, sha256, key-group range) is that
 task's acknowledgement. Restore reads every file whose range overlaps the subtask's range, verifies size
 and sha256, and keeps only the rows of its own key groups, so parallelism may change between snapshots.
+
+A state snapshot may be a chain (a base plus changelog deltas, :mod:`pipeline.state.chain`, written by
+:mod:`pipeline.state.snapshot`); restore applies the deltas and keeps the result warm on the executor
+(:mod:`pipeline.state.cache`).
 """
 from __future__ import annotations
 
 import hashlib
 import io
+from collections import OrderedDict
 from typing import Iterable, Mapping
 
 import pyarrow as pa
@@ -18,8 +23,12 @@ import pyarrow.parquet as pq
 
 from pipeline.exceptions import CorruptCheckpointError
 from pipeline.state.attempts import attempt_uri, canonical_order, inject_attempt_fault
+from pipeline.state.cache import default_cache
+from pipeline.state.chain import StateChain
+from pipeline.state.changelog import apply_changelog
 
-__all__ = ["table_to_parquet_bytes", "write_table", "read_state", "KG_COLUMN"]
+__all__ = ["table_to_parquet_bytes", "write_table", "write_bytes_once", "read_state", "load_chain", "remember",
+           "KG_COLUMN"]
 
 KG_COLUMN = "_kg"
 
@@ -38,30 +47,80 @@ def write_table(fileio, uri: str, table: pa.Table) -> dict:
     """Write ``table`` as Parquet to ``uri`` (in a Spark task: an attempt-unique name derived from it, rows
     in canonical order, see :mod:`pipeline.state.attempts`); returns the file handle as a plain dict."""
     table = canonical_order(table)
+    return write_bytes_once(fileio, uri, table_to_parquet_bytes(table), table.num_rows)
+
+
+def write_bytes_once(fileio, uri: str, data: bytes, rows: int) -> dict:
+    """Write Parquet ``data`` to ``uri`` (attempt-unique inside a Spark task); returns the file handle dict."""
     task_uri = attempt_uri(uri)
-    data = table_to_parquet_bytes(table)
     fileio.write_bytes(task_uri, data, if_none_match=task_uri != uri)  # an attempt's file is write-once
-    uri = task_uri
     inject_attempt_fault()
-    return {"uri": uri, "rows": table.num_rows, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    return {"uri": task_uri, "rows": rows, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+_RECENT: "OrderedDict[str, pa.Table]" = OrderedDict()  # this worker's last restored/written chains
+_RECENT_MAX = 4
+
+
+def remember(digest: str, table: pa.Table) -> None:
+    """Keep ``table`` as the state of chain ``digest`` in this worker (a few entries) and the executor cache."""
+    _RECENT[digest] = table
+    _RECENT.move_to_end(digest)
+    while len(_RECENT) > _RECENT_MAX:
+        _RECENT.popitem(last=False)
+    default_cache().put(digest, table)
+
+
+def _read_file(fileio, fh, checkpoint: str) -> pa.Table:
+    try:
+        data = fileio.read_bytes(fh.uri)
+    except Exception as e:  # noqa: BLE001 - re-raised with the checkpoint named
+        raise CorruptCheckpointError(f"checkpoint {checkpoint}: state file {fh.uri} unreadable: {e}") from e
+    if len(data) != fh.bytes or hashlib.sha256(data).hexdigest() != fh.sha256:
+        raise CorruptCheckpointError(
+            f"checkpoint {checkpoint}: state file {fh.uri} checksum/size mismatch "
+            f"(expected {fh.bytes} bytes sha256 {fh.sha256[:12]}..., got {len(data)} bytes)")
+    return pq.read_table(io.BytesIO(data))
+
+
+def load_chain(fileio, chain: StateChain, checkpoint: str, *, warm: bool = True) -> pa.Table:
+    """The whole table a state chain represents: from this worker or the executor's warm cache, else read
+    from storage (every file checksum-verified), the deltas applied, and kept warm (``warm``)."""
+    digest = chain.digest
+    if warm:
+        t = _RECENT.get(digest)
+        if t is None:
+            t = default_cache().get(digest)
+        if t is not None:
+            return t
+    base = _read_file(fileio, chain.base, checkpoint)
+    if chain.deltas:
+        deltas = [_read_file(fileio, f, checkpoint) for f in chain.deltas]
+        base = apply_changelog(base, deltas, what=f"checkpoint {checkpoint}: state chain {chain.base.uri} "
+                                                  f"(+{len(deltas)} deltas)")
+    if base.num_rows != chain.rows:
+        raise CorruptCheckpointError(f"checkpoint {checkpoint}: state chain {chain.base.uri} "
+                                     f"(+{len(chain.deltas)} deltas) holds {base.num_rows} rows, "
+                                     f"the handle says {chain.rows}")
+    if warm:
+        remember(digest, base)
+    return base
 
 
 def read_state(fileio, handles: Iterable[Mapping], kg_start: int, kg_end: int, schema: pa.Schema,
                checkpoint: str) -> pa.Table:
-    """Rows of key groups [kg_start, kg_end] from the given state file handles (checksums verified)."""
+    """Rows of key groups [kg_start, kg_end] from the given handles (checksums verified).
+
+    A state handle (one with ``state_rows``) is a chain (:mod:`pipeline.state.chain`): it is served warm when
+    this executor holds it (:mod:`pipeline.state.cache`), else read and kept. Other handles (channel state,
+    staged output) are plain files, read every time."""
     parts = []
     for h in handles:
         if h.get("uri") is None or h["kg_end"] < kg_start or h["kg_start"] > kg_end:
             continue
-        try:
-            data = fileio.read_bytes(h["uri"])
-        except Exception as e:  # noqa: BLE001 - re-raised with the checkpoint named
-            raise CorruptCheckpointError(f"checkpoint {checkpoint}: state file {h['uri']} unreadable: {e}") from e
-        if len(data) != h["bytes"] or hashlib.sha256(data).hexdigest() != h["sha256"]:
-            raise CorruptCheckpointError(
-                f"checkpoint {checkpoint}: state file {h['uri']} checksum/size mismatch "
-                f"(expected {h['bytes']} bytes sha256 {h['sha256'][:12]}..., got {len(data)} bytes)")
-        t = pq.read_table(io.BytesIO(data))
+        chain = StateChain.from_handle(h)
+        assert chain is not None
+        t = load_chain(fileio, chain, checkpoint, warm=h.get("state_rows") is not None)
         if not (kg_start <= h["kg_start"] and h["kg_end"] <= kg_end):
             kg = t[KG_COLUMN]
             t = t.filter(pc.and_(pc.greater_equal(kg, kg_start), pc.less_equal(kg, kg_end)))

@@ -113,8 +113,13 @@ def _orphans(ckpt_root: str, sink_root: str, job: str) -> list[str]:
             for h in handles:
                 if h.get("file"):
                     referenced.add(h["file"]["uri"])
+                referenced |= {d["uri"] for d in h.get("deltas") or ()}  # incremental chains (docs/state.md)
     for f in files:
         if f == "job.json" or f.startswith(("ids/", "barriers/", "dead-letter/", "savepoints/", "validation/")):
+            continue
+        if f.startswith("shared/"):  # incremental state files: an orphan unless a retained checkpoint needs it
+            if f"{ckpt_root}/{job}/{f}" not in referenced:
+                orphans.append(f)
             continue
         m = re.fullmatch(r"checkpoints/(chk-\d+)/(.*)", f)
         if not m or m.group(1) not in completed:

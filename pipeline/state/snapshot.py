@@ -1,0 +1,122 @@
+"""Writing a state snapshot: a full base, or one more changelog delta on the parent's chain.
+
+:func:`write_state` is what an operator task calls for each of its state tables at the end of a round, in
+place of writing the whole table. With :class:`SnapshotOptions` from the round (``snapshot`` round field):
+
+* if the subtask's parent snapshot of the same state is one chain over exactly this key-group range, under this
+  job's ``shared/`` area, and the :class:`~pipeline.state.materialization.MaterializationPolicy` allows one
+  more delta, only the difference (:func:`pipeline.state.changelog.diff`) is written, as a delta file;
+  an unchanged state writes nothing and references the parent's files again;
+* otherwise a base is written (materialised): into ``shared/`` for checkpoints, into the snapshot's own
+  directory when ``shared`` is None (savepoints: self-contained) or without options (the legacy layout).
+
+The handle returned carries the chain (:mod:`pipeline.state.chain`) and ``persisted_bytes``: the bytes of the
+chain's files this checkpoint wrote (in any of its rounds); the rest was written by earlier checkpoints.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import pyarrow as pa
+
+from pipeline.checkpoint.handles import FileHandle
+from pipeline.layout import shared_state_uri, shared_writer_id
+from pipeline.state.attempts import canonical_order
+from pipeline.state.backend import load_chain, remember, table_to_parquet_bytes, write_bytes_once
+from pipeline.state.chain import StateChain
+from pipeline.state.changelog import can_diff, diff
+from pipeline.state.materialization import DEFAULT_MAX_DELTA_RATIO, DEFAULT_MAX_DELTAS, MaterializationPolicy
+
+__all__ = ["SnapshotOptions", "write_state"]
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotOptions:
+    """How the tasks of one round snapshot their state (sent to them as the ``snapshot`` round field)."""
+
+    checkpoint_id: int
+    round: int = 0
+    shared: str | None = None        # <job>/shared/<uid>; None: write bases into the snapshot's directory
+    materialize: bool = False        # every state written whole (restore: NO_CLAIM; rescale is detected per task)
+    policy: MaterializationPolicy = MaterializationPolicy()
+
+    def to_params(self) -> dict[str, Any]:
+        return {"checkpoint_id": self.checkpoint_id, "round": self.round, "shared": self.shared,
+                "materialize": self.materialize, "incremental": self.policy.incremental,
+                "max_deltas": self.policy.max_deltas, "max_delta_ratio": self.policy.max_delta_ratio}
+
+    @classmethod
+    def from_params(cls, d: Mapping[str, Any] | None) -> "SnapshotOptions | None":
+        if not d:
+            return None
+        return cls(checkpoint_id=int(d["checkpoint_id"]), round=int(d.get("round", 0)), shared=d.get("shared"),
+                   materialize=bool(d.get("materialize", False)),
+                   policy=MaterializationPolicy(bool(d.get("incremental", True)),
+                                                int(d.get("max_deltas", DEFAULT_MAX_DELTAS)),
+                                                float(d.get("max_delta_ratio", DEFAULT_MAX_DELTA_RATIO))))
+
+
+def _parent_chain(parent: Sequence[Mapping], kg_start: int, kg_end: int, shared: str) -> StateChain | None:
+    """The parent's chain if it is exactly one chain over [kg_start, kg_end], wholly under ``shared``."""
+    overlapping = [h for h in parent if h.get("uri") and not (h["kg_end"] < kg_start or h["kg_start"] > kg_end)]
+    if len(overlapping) != 1:
+        return None
+    h = overlapping[0]
+    if h["kg_start"] != kg_start or h["kg_end"] != kg_end or h.get("state_rows") is None:
+        return None
+    chain = StateChain.from_handle(h)
+    if chain is None or not all(f.uri.startswith(shared.rstrip("/") + "/") for f in chain.files):
+        return None
+    return chain
+
+
+def _persisted(chain: StateChain, checkpoint_id: int, written: set[str]) -> int:
+    return sum(f.bytes for f in chain.files if f.uri in written or shared_writer_id(f.uri) == checkpoint_id)
+
+
+def write_state(fileio, state_prefix: str, name: str, kg_start: int, kg_end: int, table: pa.Table,
+                parent: Sequence[Mapping], snapshot: Mapping[str, Any] | None, checkpoint: str) -> dict | None:
+    """Snapshot state ``name`` of the subtask owning key groups [kg_start, kg_end] (see the module docstring).
+
+    ``parent``: the parent snapshot's handle dicts of this state; ``snapshot``: the round's
+    :class:`SnapshotOptions` as a dict (None: write the whole table under ``state_prefix``, as before
+    incremental snapshots). Returns the handle dict (None for an empty state)."""
+    if table.num_rows == 0:
+        return None
+    table = canonical_order(table)
+    opts = SnapshotOptions.from_params(snapshot)
+    legacy_uri = f"{state_prefix}/{name}/kg-{kg_start:05d}-{kg_end:05d}.parquet"
+    written: set[str] = set()
+    chain: StateChain | None = None
+    if opts is not None and opts.shared and not opts.materialize and opts.policy.incremental \
+            and can_diff(table.schema):
+        prev = _parent_chain(parent, kg_start, kg_end, opts.shared)
+        if prev is not None:
+            old = load_chain(fileio, prev, checkpoint)
+            try:
+                old = old.select(table.schema.names).cast(table.schema)
+            except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                old = None
+            if old is not None:
+                delta = diff(old, table)
+                if delta.num_rows == 0:
+                    chain = StateChain(prev.base, prev.deltas, table.num_rows)
+                else:
+                    data = table_to_parquet_bytes(delta)
+                    if opts.policy.extend(prev, len(data)):
+                        uri = shared_state_uri(opts.shared, name, kg_start, kg_end, opts.checkpoint_id, opts.round,
+                                               "delta")
+                        fh = write_bytes_once(fileio, uri, data, delta.num_rows)
+                        written.add(fh["uri"])
+                        chain = prev.extended(FileHandle.from_dict(fh), table.num_rows)
+    if chain is None:  # materialise: a full base
+        uri = (shared_state_uri(opts.shared, name, kg_start, kg_end, opts.checkpoint_id, opts.round, "base")
+               if opts is not None and opts.shared else legacy_uri)
+        fh = write_bytes_once(fileio, uri, table_to_parquet_bytes(table), table.num_rows)
+        written.add(fh["uri"])
+        chain = StateChain(FileHandle.from_dict(fh), (), table.num_rows)
+    remember(chain.digest, table)
+    out = chain.handle_fields()
+    out["persisted_bytes"] = _persisted(chain, opts.checkpoint_id if opts else -1, written)
+    return out
