@@ -248,8 +248,8 @@ def replay_checkpoint(runner, cp) -> ReplayResult:
     parent = None
     if why is None:
         parent, why = _parent(runner, cp)
-    if why is not None:
-        return done(not_checked={everything: why})
+    if why is not None or parent is None:
+        return done(not_checked={everything: why or f"no parent of checkpoint {md.checkpoint_id}"})
     token = f"{runner.job.name}-c{md.checkpoint_id}-{uuid.uuid4().hex[:8]}"
     config = runner.config
     ckpt_root, ckpt_dir = _scratch_root(config.checkpoint_uri, token)
