@@ -156,9 +156,9 @@ def validate_job(runner, checkpoint: str | int | None = None, *, mode: str = "fu
 
     ``replay``: check **determinism under replay** (:mod:`pipeline.quality.replay`: checkpoint n-1 restored in a
     scratch location, epoch n re-run, state and staged output compared) for the objects the batch plan cannot
-    model because of a ``process`` operator. ``None`` (default): on in ``full`` and ``restore`` validations of
-    a job that has ``process`` operators (costs one epoch), off otherwise; ``True`` forces it, ``False`` skips
-    it (those objects are then reported as not checked).
+    model because of a ``process`` operator. ``None`` (default): on in ``full`` validations of a job that has
+    ``process`` operators (costs one epoch), off otherwise (a restore point has no processed epoch to replay);
+    ``True`` forces it, ``False`` skips it (those objects are then reported as not checked).
     """
     from pipeline.fileio import join_uri
     from pipeline.quality import engine as eng
@@ -249,8 +249,12 @@ def _replay(runner, snap, collected, mode: str, areas: tuple[str, ...], replay: 
     tainted = process_objects(runner.job)
     if not tainted or "recovery" not in areas:
         return None
+    if replay is None and mode == "restore":
+        collected.messages.append("NOT CHECKED by replay: the job's process operators (a restore point has no "
+                                  "processed epoch to replay; the next checkpoint's validation replays it)")
+        return None
     if replay is None:
-        replay = mode in ("full", "restore")
+        replay = mode == "full"
     if not replay:
         collected.messages.append("NOT CHECKED by replay: the job's process operators (replay disabled; "
                                   "`epochal validate --replay` checks determinism under replay)")
