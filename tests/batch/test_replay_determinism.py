@@ -127,3 +127,22 @@ def test_validate_runs_the_replay_for_process_jobs(tmp_path):
     assert not any(s.suite == REPLAY_SUITE for s in v2.suites)
     assert any("NOT CHECKED" in m and "sink/running" in m for m in v2.messages)
     assert any("replay disabled" in m for m in v2.messages)
+
+
+@pytest.mark.s3
+@pytest.mark.slow
+@pytest.mark.skipif(not FULL, reason="full profile only: EPOCHAL_REPLAY_FULL=1")
+def test_replay_on_moto_s3(moto_server, s3_root):
+    import json
+    import subprocess
+    env = {**os.environ, "PYTHONPATH": str(_HERE.parents[1]), "GX_ANALYTICS_ENABLED": "False"}
+    p = subprocess.run([sys.executable, str(_HERE / "s3_replay_scenario.py"), s3_root], env=env,
+                       capture_output=True, text=True, timeout=900)
+    line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert p.returncode == 0 and line, f"{p.stdout[-3000:]}\n{p.stderr[-5000:]}"
+    out = json.loads(line[len("RESULT "):])
+    det, bad = out["bt_replay_s3_det"], out["bt_replay_s3_counter"]
+    assert det["scratch"].startswith(s3_root + "/ckpt/_replay/bt_replay_s3_det-c"), det
+    assert det["not_checked"] == {} and det["differs"] == [] and det["objects"] == 4, det
+    assert bad["differs"] == ["sink/running"], bad
+    assert det["unchanged"] and bad["unchanged"] and det["leftover"] == bad["leftover"] == 0, out
