@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="run the Great Expectations suites; non-zero exit on failure")
     _common(p)
     p.add_argument("--checkpoint", default=None, help="checkpoint id or savepoint URI (default: latest)")
+    p.add_argument("--replay", action=argparse.BooleanOptionalAction, default=None,
+                   help="determinism under replay of process operators: restore checkpoint n-1 in a scratch "
+                        "location, re-run epoch n, compare (default: on for jobs with process operators)")
 
     p = sub.add_parser("export", help="write the committed rows of a sink table as Parquet")
     _common(p)
@@ -156,7 +159,7 @@ def _cmd_restore(args: argparse.Namespace) -> int:
 def _cmd_validate(args: argparse.Namespace) -> int:
     from pipeline.quality import validate_job
     r = _runner(args)
-    result = validate_job(r, args.checkpoint)
+    result = validate_job(r, args.checkpoint, replay=args.replay)
     _print(args, result.to_dict(), lambda d: result.summary())
     return 0 if result.success else 1
 

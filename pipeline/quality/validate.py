@@ -143,7 +143,7 @@ def _previous_results(runner, current: str, limit: int) -> list[tuple[str, str, 
 
 def validate_job(runner, checkpoint: str | int | None = None, *, mode: str = "full",
                  areas: tuple[str, ...] | None = None, store_results: bool = True, build_docs: bool | None = None,
-                 docs_dir: str | None = None, engine: str = "auto") -> ValidationResult:
+                 docs_dir: str | None = None, engine: str = "auto", replay: bool | None = None) -> ValidationResult:
     """Run the expectation suites on checkpoint/savepoint ``checkpoint`` (default: the latest completed one).
 
     ``mode``: ``full`` (every suite), ``restore`` (the same, after a restore) or ``epoch`` (the cheap
@@ -153,6 +153,12 @@ def validate_job(runner, checkpoint: str | int | None = None, *, mode: str = "fu
     ``engine`` summarises the data files: ``spark`` (executors summarise, Spark counts keys across files),
     ``local`` (the same code in a driver thread pool) or ``auto``: Spark when a session is already running
     or the snapshot's data files exceed ``EPOCHAL_QUALITY_LOCAL_MAX_BYTES`` (256 MiB), else local.
+
+    ``replay``: check **determinism under replay** (:mod:`pipeline.quality.replay`: checkpoint n-1 restored in a
+    scratch location, epoch n re-run, state and staged output compared) for the objects the batch plan cannot
+    model because of a ``process`` operator. ``None`` (default): on in ``full`` validations of a job that has
+    ``process`` operators (costs one epoch), off otherwise (a restore point has no processed epoch to replay);
+    ``True`` forces it, ``False`` skips it (those objects are then reported as not checked).
     """
     from pipeline.fileio import join_uri
     from pipeline.quality import engine as eng
@@ -163,6 +169,7 @@ def validate_job(runner, checkpoint: str | int | None = None, *, mode: str = "fu
     if areas is None:
         areas = ("metadata",) if mode == "epoch" else ALL_AREAS
     collected = collect(runner, snap, mode="epoch" if mode == "epoch" else "full", areas=areas, engine=engine)
+    replay_suite = _replay(runner, snap, collected, mode, areas, replay)
     t_ge = time.perf_counter()
     gx = eng.engine()
     collected.timings["gx_setup"] = time.perf_counter() - t_ge
@@ -200,6 +207,8 @@ def validate_job(runner, checkpoint: str | int | None = None, *, mode: str = "fu
         suites.append(SuiteOutcome(spec.name, spec.area, spec.dataset, bool(res.success), int(len(df)),
                                    tuple(outcomes), uri))
     collected.timings["gx_validate"] = time.perf_counter() - t_v
+    if replay_suite is not None:
+        suites.append(replay_suite)
     success = all(s.success for s in suites)
     summary_uri = join_uri(out_dir, "summary.json") if store_results else None
     docs_uri = None
@@ -226,6 +235,76 @@ def validate_job(runner, checkpoint: str | int | None = None, *, mode: str = "fu
         _write_json(runner.ckpt_fio, summary_uri, result.to_dict())
     log.info("%s", result.summary())
     return result
+
+
+REPLAY_SUITE = "epochal_replay_determinism"
+_NOT_CHECKED = "NOT CHECKED against the batch evaluation: "
+
+
+def _replay(runner, snap, collected, mode: str, areas: tuple[str, ...], replay: bool | None) -> SuiteOutcome | None:
+    """Determinism under replay for the process-dependent objects; rewrites their NOT CHECKED messages and
+    ``figures["not_checked"]`` with the replay's result. None when the job has no process operator (or the
+    replay is off and there is nothing to say)."""
+    from pipeline.quality.replay import process_objects, replay_checkpoint
+    tainted = process_objects(runner.job)
+    if not tainted or "recovery" not in areas:
+        return None
+    if replay is None and mode == "restore":
+        collected.messages.append("NOT CHECKED by replay: the job's process operators (a restore point has no "
+                                  "processed epoch to replay; the next checkpoint's validation replays it)")
+        return None
+    if replay is None:
+        replay = mode == "full"
+    if not replay:
+        collected.messages.append("NOT CHECKED by replay: the job's process operators (replay disabled; "
+                                  "`epochal validate --replay` checks determinism under replay)")
+        return None
+
+    def is_tainted(obj: str) -> bool:
+        return any(obj == t or obj.startswith(t + "/") for t in tainted)
+
+    t0 = time.perf_counter()
+    res = replay_checkpoint(runner, snap.completed)
+    collected.timings["replay"] = time.perf_counter() - t0
+    by_obj = {o.obj: o for o in res.objects}
+    head = f"epoch {res.epoch} replayed from chk-{res.parent_id}"
+    not_checked = dict(collected.figures.get("not_checked") or {})
+    messages = []
+    for m in dict.fromkeys(collected.messages):   # in order, once (the plan's messages may come twice)
+        if m == "not checked: ProcessNode nodes are not modelled yet" and res.ran:
+            continue
+        obj, _, why = m[len(_NOT_CHECKED):].partition(": ") if m.startswith(_NOT_CHECKED) else ("", "", "")
+        if not obj or not is_tainted(obj):
+            messages.append(m)
+            continue
+        o = by_obj.get(obj)
+        if o is None and not obj.startswith("sink/"):
+            same = [x for x in res.objects if x.obj.startswith(obj + "/")]
+            o = same[0] if len(same) == 1 else None
+        if o is not None:
+            not_checked.pop(obj, None)
+            verdict = "identical" if o.equal else "DIFFERENT"
+            messages.append(f"checked by replay instead of the batch evaluation: {obj}: {verdict} ({head})")
+        else:
+            reason = "; ".join(res.not_checked.values()) or "the replay did not produce this object"
+            messages.append(f"NOT CHECKED: {obj}: batch evaluation: {why}; replay: {reason}")
+    collected.messages[:] = messages + res.messages()
+    collected.figures["not_checked"] = not_checked
+    collected.figures["replay"] = {"checkpoint": res.checkpoint, "parent_id": res.parent_id,
+                                   "objects": {o.obj: {"rows": o.rows_checkpoint, "only_checkpoint": o.only_checkpoint,
+                                                       "only_replayed": o.only_replayed} for o in res.objects},
+                                   "not_checked": dict(res.not_checked), "duration_s": res.duration_s}
+    if not res.ran:
+        return SuiteOutcome(REPLAY_SUITE, "recovery", "replay", True, 0,
+                            skipped="not checked: " + "; ".join(res.not_checked.values()))
+    outcomes = tuple(ExpectationOutcome(
+        suite=REPLAY_SUITE, expectation="expect_replayed_rows_to_equal_checkpoint", success=o.equal,
+        description=o.describe(res.checkpoint), kwargs={"object": o.obj},
+        observed={"rows_checkpoint": o.rows_checkpoint, "rows_replayed": o.rows_replayed},
+        unexpected_count=max(o.only_checkpoint, o.only_replayed), element_count=max(o.rows_checkpoint, 1),
+        unexpected_rows=tuple({"side": "checkpoint", **r} for r in o.examples_checkpoint),
+        examples=tuple({"side": "replay", **r} for r in o.examples_replayed)) for o in res.objects)
+    return SuiteOutcome(REPLAY_SUITE, "recovery", "replay", res.success, len(res.objects), outcomes)
 
 
 def validate_restored(runner, result: Mapping[str, Any], *, docs_dir: str | None = None) -> ValidationResult:

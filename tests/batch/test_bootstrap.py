@@ -182,6 +182,8 @@ def test_cli_bootstrap_refusal_and_bad_target_exit_2_with_one_line(tmp_path):
 
 
 @pytest.mark.s3
+@pytest.mark.slow
+@pytest.mark.skipif(not FULL, reason="full profile only (~95 s): EPOCHAL_BOOTSTRAP_FULL=1")
 def test_bootstrap_on_moto_s3(moto_server, s3_root):
     import json
     import subprocess
