@@ -292,6 +292,10 @@ class JobRunner:
                 f"{snap.describe()} has state for operator uids {unknown} that job {self.job.name!r} does not have "
                 f"(job operators: {self.job.operator_uids()}); pass allow_non_restored_state to drop it")
         snap.verify(file_io_for(snap.location))
+        # recoverAndCommit, as every restore does: a snapshot whose process was killed between its _metadata
+        # and its sink commit is committed now (idempotent), or the restored lineage would hang off a parent
+        # with no commit entry and readers would refuse the table ("broken lineage"; found by the kill loop)
+        self.ctx.recover_sinks(md)
         cursor = cursor_from_metadata(md)
         cursor.handles = {u: h for u, h in cursor.handles.items() if u in self.job.operator_uids()}
         self.coordinator.mark_known(self.coordinator.store.ids())
