@@ -109,10 +109,12 @@ def _runner(args: argparse.Namespace, **overrides: Any):
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from pipeline.inputs import check_parallelism
     if args.epochs is not None and args.epochs < 0:
         raise ConfigError("--epochs must be >= 0")
+    parallelism = check_parallelism(args.parallelism)  # --parallelism 0 used to run nothing and exit 0
     r = _runner(args)
-    rep = r.run(args.epochs, until_epoch=args.until_epoch, parallelism=args.parallelism)
+    rep = r.run(args.epochs, until_epoch=args.until_epoch, parallelism=parallelism)
     d = rep.to_dict()
 
     def human(d: dict) -> str:

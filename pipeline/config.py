@@ -135,7 +135,10 @@ def load_config(config_file: str | None = None, env: Mapping[str, str] | None = 
         except OSError as e:
             raise ConfigError(f"config file {config_file}: {e}") from None
         except yaml.YAMLError as e:
-            raise ConfigError(f"config file {config_file}: invalid YAML: {e}") from None
+            mark = getattr(e, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            problem = " ".join(str(getattr(e, "problem", None) or e).split())  # one line
+            raise ConfigError(f"config file {config_file}: invalid YAML{where}: {problem}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"config file {config_file}: expected a mapping of PIPELINE_* keys")
         for k, v in data.items():

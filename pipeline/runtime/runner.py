@@ -296,6 +296,10 @@ class JobRunner:
                 f"(job operators: {self.job.operator_uids()}); pass allow_non_restored_state to drop it")
         snap.verify(file_io_for(snap.location))
         self.ctx.require_spark()
+        # recoverAndCommit, as every restore does: a snapshot whose process was killed between its _metadata
+        # and its sink commit is committed now (idempotent), or the restored lineage would hang off a parent
+        # with no commit entry and readers would refuse the table ("broken lineage"; found by the kill loop)
+        self.ctx.recover_sinks(md)
         cursor = cursor_from_metadata(md)
         cursor.handles = {u: h for u, h in cursor.handles.items() if u in self.job.operator_uids()}
         cursor.materialize = True  # NO_CLAIM: the restored checkpoint writes every state whole (docs/state.md)

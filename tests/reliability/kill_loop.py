@@ -171,9 +171,12 @@ def kill_loop(kills: int, *, seed: int = 1, root: str | None = None, echo=print,
     else:
         rep.unexpected.append({"step": "export", "rc": ex.returncode, "tail": ex.stderr_lines[-8:]})
     exp = totals_oracle(rows)
-    rep.lost_rows = sum(max(0, n - got.get(u, (0, 0))[0]) for u, (n, _t) in exp.items())
-    rep.duplicated_rows = sum(max(0, n - exp.get(u, (0, 0))[0]) for u, (n, _t) in got.items())
-    rep.exact = got == exp
+    if ex.returncode == 0:  # otherwise the output could not be read: nothing to count (-1), not exact
+        rep.lost_rows = sum(max(0, n - got.get(u, (0, 0))[0]) for u, (n, _t) in exp.items())
+        rep.duplicated_rows = sum(max(0, n - exp.get(u, (0, 0))[0]) for u, (n, _t) in got.items())
+    else:
+        rep.lost_rows = rep.duplicated_rows = -1
+    rep.exact = ex.returncode == 0 and got == exp
     rep.checkpoints = _latest_checkpoint(root) or 0
     rep.by_action, rep.by_moment = dict(by_action), dict(by_moment)
     rep.wall_s = time.monotonic() - t0

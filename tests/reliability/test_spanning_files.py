@@ -77,3 +77,23 @@ def test_savepoint_target_outside_the_allowed_prefixes_has_no_side_effect(tmp_pa
             r.savepoint(target)
     assert r.coordinator.counter.latest_claimed() == claimed
     assert sorted(p.name for p in outside.iterdir()) == ["keep.txt"]
+
+
+def test_restore_from_a_checkpoint_killed_before_its_sink_commit(tmp_path):
+    """Found by the kill loop: ``restore --from N`` of a checkpoint whose process died between ``_metadata`` and
+    the sink commit did not re-commit N, so the next commit's parent had no commit entry and every read of the
+    table failed ("broken lineage"). The restore now recovers N's sink transaction first."""
+    src = tmp_path / "src"
+    rows = []
+    for p in range(2):
+        rs = [(f"p{p}-{e}", u, v, t) for e, u, v, t in spanning_rows(1, 200, 0, 1.0)]
+        write_events(src, p, 1, rs)
+        rows += rs
+    r = _runner(tmp_path, src)
+    r.run(2)
+    entry = tmp_path / "sink" / "rel_counts" / "user_totals" / "_commits" / f"{2:012d}.json"
+    entry.unlink()  # the state a SIGKILL after_metadata_before_commit leaves: _metadata of 2, no commit of 2
+    r2 = _runner(tmp_path, src)
+    r2.restore("2", validate=False)
+    r2.run()
+    assert _totals(r2, tmp_path, "out") == _oracle(rows)

@@ -46,3 +46,18 @@ def test_fresh_job_with_only_unreadable_files(tmp_path):
     with pytest.raises(SourceError) as ei:
         JobRunner(counts_job(), cfg, echo=lambda m: None).run()
     assert "partition 0" in str(ei.value) and "00000001.parquet" in str(ei.value)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("args,what", [
+    (["run", "--parallelism", "0"], "parallelism 0"),          # used to run nothing at all and exit 0
+    (["run", "--config", "{bad_yaml}"], "invalid YAML at line 2"),  # used to print a 6-line YAML error
+    (["run", "--config", "{missing}"], "No such file"),
+    (["run", "--epochs", "-1"], "--epochs"),
+])
+def test_run_arguments_fail_in_one_line_before_spark(tmp_path, args, what):
+    (tmp_path / "bad.yaml").write_text("a: [b\n")
+    args = [a.format(bad_yaml=tmp_path / "bad.yaml", missing=tmp_path / "none.yaml") for a in args]
+    p = _cli(tmp_path, *args[:1], "--job", "tests.reliability.jobs:counts_job", *args[1:])
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and lines[0].startswith("epochal: ") and what in lines[0], p.stderr
