@@ -435,13 +435,29 @@ def _cli(env: dict, args: Sequence[str], label: str) -> dict | list:
     return json.loads(p.stdout)
 
 
+def _sink_files(sink_uri: str) -> dict[str, int]:
+    """Parquet data files per sink table folder (file:// only; after the run, before any compaction)."""
+    if not sink_uri.startswith("file://"):
+        return {}
+    root = os.path.join(sink_uri[len("file://"):], JOB)
+    out = {}
+    for table in ("paid_orders", "merchant_revenue"):
+        n = 0
+        for _d, _s, files in os.walk(os.path.join(root, table)):
+            n += sum(1 for f in files if f.endswith(".parquet"))
+        out[table] = n
+    return out
+
+
 def run_epochal(a: argparse.Namespace, exp, local_root: str, events: int, P: int, tag: str, *,
-                profile_dir: str | None = None, code: str | None = None) -> dict:
+                profile_dir: str | None = None, code: str | None = None, sink_format: str = "") -> dict:
     work = os.path.join(a.run_dir, tag)
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     uris = _epochal_uris(a, work, local_root, tag)
     extra: dict[str, str] = {}
+    if sink_format:  # every sink in this format (PIPELINE_SINK_FORMAT overrides the job's own choice)
+        extra["PIPELINE_SINK_FORMAT"] = sink_format
     if code:  # a modified copy of the package (e.g. a prototype), imported before the installed one
         extra["PYTHONPATH"] = os.pathsep.join(x for x in (os.path.abspath(code), os.environ.get("PYTHONPATH")) if x)
     child = [_python(), os.path.abspath(__file__), "_epochal-child"]
@@ -465,7 +481,9 @@ def run_epochal(a: argparse.Namespace, exp, local_root: str, events: int, P: int
     processed = sum(sum(x["records"].values()) for x in rounds)
     res: dict[str, Any] = {
         "system": (f"epochal p={P}" if len(a.parallelisms) > 1 or P != 2 else "epochal")
-                  + (f" [{os.path.basename(os.path.abspath(code))}]" if code else ""),
+                  + (f" [{os.path.basename(os.path.abspath(code))}]" if code else "")
+                  + (f" [{sink_format}]" if sink_format else ""),
+        "sink_format": sink_format or "job default",
         "parallelism": P, "storage": "s3 (moto)" if a.s3 else "file://",
         "session_s": marks.get("session_s"), "job_s": marks.get("run_s"), "rounds_s": round(rounds_s, 3),
         "proc_s": round(r.wall_s, 3), "checkpoint_finalize_s": round(ckpt_s, 3),
@@ -476,6 +494,7 @@ def run_epochal(a: argparse.Namespace, exp, local_root: str, events: int, P: int
         "checkpoints": len(completed), "rounds": len(rounds), "events_processed": processed,
         "round_durations_s": [round(x["duration_s"], 3) for x in rounds],
         "round_checkpoint_s": [round(x["checkpoint_s"], 4) for x in rounds],
+        "finalize_per_checkpoint_ms": round(1000 * ckpt_s / len(completed), 1) if completed else None,
         "state_bytes_last": completed[-1]["state_bytes"] if completed else 0,
         "state_bytes_max": max((x["state_bytes"] for x in completed), default=0),
         **r.cpu,
@@ -495,6 +514,7 @@ def run_epochal(a: argparse.Namespace, exp, local_root: str, events: int, P: int
     except Exception as e:  # noqa: BLE001
         res["verify"] = {"correct": False, "error": str(e)}
     res["verify_s"] = round(time.time() - t, 1)
+    res["sink_files"] = _sink_files(uris["sink"])
     if processed != events:
         res["verify"]["correct"] = False
         res["verify"]["error"] = f"processed {processed} events, the sources hold {events}"
@@ -627,6 +647,10 @@ def epochal_lines(r: dict) -> list[str]:
         lines.append(f"  state snapshot writes in the tasks (per operator the slowest subtask, summed; sink output "
                      f"staging not included): {r['snapshot_s']:.2f}s; checkpointing (snapshots + finalize) = "
                      f"{100 * r['checkpointing_share']:.1f}% of round time (target <= 10%)")
+    if r.get("finalize_per_checkpoint_ms") is not None:
+        lines.append(f"  sinks: format {r.get('sink_format')}; finalize (incl. sink commits) per checkpoint "
+                     f"{r['finalize_per_checkpoint_ms']:.0f} ms; data files per table after the run: "
+                     + (", ".join(f"{t} {n}" for t, n in (r.get("sink_files") or {}).items()) or "n/a (S3)"))
     d = r["round_durations_s"]
     if d:
         rest = sorted(d[1:]) or d
@@ -948,6 +972,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--epoch-seconds", type=int, default=60)
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--parallelism", default="2", help="Epochal parallelism; a comma list runs Epochal once per value")
+    ap.add_argument("--sink-formats", default="",
+                    help="comma list of delta, iceberg, epochal: runs Epochal once per sink format "
+                         "(default: the job's own, Delta for the demo)")
     ap.add_argument("--systems", default="oneshot,epochal,sss", help="comma list of oneshot, epochal, sss")
     ap.add_argument("--s3", action="store_true", help="Epochal on a moto S3 server on loopback (peers read local files)")
     ap.add_argument("--peer-dir", default=DEFAULT_PEER_DIR, help="the shared peer harness (oneshot.py, peer_sss.py)")
@@ -984,6 +1011,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bad arguments: systems {bad}, orders {a.orders}, epochs {a.epochs}", file=sys.stderr)
         return 2
     a.parallelisms = [int(x) for x in str(a.parallelism).split(",") if x.strip()]
+    a.sink_formats = [x.strip() for x in str(a.sink_formats).split(",") if x.strip()] or [""]
     notes: list[str] = []
     if any(s in systems for s in ("oneshot", "sss")) and not (
             os.path.exists(os.path.join(a.peer_dir, "oneshot.py")) and os.path.exists(os.path.join(a.peer_dir, "peer_sss.py"))):
@@ -1026,8 +1054,11 @@ def main(argv: list[str] | None = None) -> int:
         for s in systems:
             if s == "epochal":
                 for P in a.parallelisms:
-                    results.append(measure(a, f"epochal p={P}",
-                                           lambda P=P: run_epochal(a, exp, local_root, events, P, f"epochal-p{P}")))
+                    for fmt in a.sink_formats:
+                        label = f"epochal p={P}" + (f" [{fmt}]" if fmt else "")
+                        results.append(measure(a, label, lambda P=P, fmt=fmt: run_epochal(
+                            a, exp, local_root, events, P, f"epochal-p{P}{'-' + fmt if fmt else ''}",
+                            sink_format=fmt)))
                     if a.compare_code:
                         results.append(measure(a, f"epochal p={P} [{a.compare_code}]", lambda P=P: run_epochal(
                             a, exp, local_root, events, P, f"epochal-p{P}-cmp", code=a.compare_code)))

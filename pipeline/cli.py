@@ -74,6 +74,13 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: the latest completed checkpoint)")
     p.add_argument("--to", required=True, metavar="DIR", help="local output directory")
 
+    p = sub.add_parser("bootstrap", help="compute a new job's state and output as of a barrier with one Spark batch "
+                       "job and write it as a savepoint (sink output committed); then `restore --from` it")
+    _common(p)
+    p.add_argument("--epoch", type=int, default=None, help="barrier of this epoch (default: the newest complete one)")
+    p.add_argument("--target", default=None, help="savepoint directory URI (default <job>/savepoints/)")
+    p.add_argument("--parallelism", type=int, default=None)
+
     p = sub.add_parser("state", help="write one operator's state of a checkpoint as Parquet")
     _common(p)
     p.add_argument("--checkpoint", required=True, help="checkpoint id or savepoint URI")
@@ -176,6 +183,25 @@ def _cmd_batch(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bootstrap(args: argparse.Namespace) -> int:
+    from pipeline.batch.bootstrap import bootstrap
+    from pipeline.inputs import check_parallelism, check_savepoint_target
+    # before any side effect: usage errors exit 2 without touching storage
+    target, parallelism = check_savepoint_target(args.target), check_parallelism(args.parallelism)
+    if args.epoch is not None and args.epoch < 0:
+        raise ConfigError(f"--epoch {args.epoch}: must be >= 0")
+    r = _runner(args)
+    d = bootstrap(r, epoch=args.epoch, target=target, parallelism=parallelism)
+
+    def human(d: dict) -> str:
+        lines = [f"bootstrapped {d['job']} at epoch {d['epoch']} in {d['seconds']} s: savepoint {d['savepoint_id']} "
+                 f"at {d['savepoint']}", f"  restore with: epochal restore --job {d['job']} --from {d['savepoint']}"]
+        return "\n".join(lines + [f"  {obj}: {n} rows" for obj, n in sorted(d["objects"].items())])
+
+    _print(args, d, human)
+    return 0
+
+
 def _cmd_state(args: argparse.Namespace) -> int:
     r = _runner(args)
     d = r.export_state(args.checkpoint, args.operator, args.to)
@@ -185,7 +211,7 @@ def _cmd_state(args: argparse.Namespace) -> int:
 
 _COMMANDS = {"run": _cmd_run, "checkpoints": _cmd_checkpoints, "savepoint": _cmd_savepoint,
              "restore": _cmd_restore, "validate": _cmd_validate, "export": _cmd_export, "state": _cmd_state,
-             "batch": _cmd_batch}
+             "batch": _cmd_batch, "bootstrap": _cmd_bootstrap}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,7 +4,8 @@ Hierarchy (every error message names the file, partition or checkpoint involved)
 
     EpochalError                      base of everything raised on purpose
     ├── ConfigError                   bad configuration or usage -> CLI exit code 2
-    │   └── IncompatibleSinkSchemaError  a job's sink schema does not fit its existing open-format table
+    │   ├── IncompatibleSinkSchemaError  a job's sink schema does not fit its existing open-format table
+    │   └── BootstrapRefusedError     ``bootstrap`` cannot derive a job's state exactly (names the operator)
     ├── StorageError                  FileIO failures
     │   ├── ObjectNotFoundError       the object/file does not exist
     │   └── ConditionalWriteError     a write-once object already exists (If-None-Match failed)
@@ -33,13 +34,13 @@ Hierarchy (every error message names the file, partition or checkpoint involved)
 from __future__ import annotations
 
 __all__ = [
-    "EpochalError", "ConfigError", "IncompatibleSinkSchemaError", "StorageError", "ObjectNotFoundError",
+    "EpochalError", "ConfigError", "IncompatibleSinkSchemaError", "BootstrapRefusedError", "StorageError", "ObjectNotFoundError",
     "ConditionalWriteError", "SourceError", "MalformedInputError", "SourceContractError", "CheckpointError",
     "CheckpointFencedError",
     "CheckpointDeclinedError", "CorruptCheckpointError", "NoValidCheckpointError",
     "TooManyFailedCheckpointsError", "IncompatibleStateError", "BarrierError", "CorruptStreamError",
     "SinkError", "TransactionStateError", "ValidationError", "UserFunctionError", "TypeMismatch",
-    "JobStoppedError", "InjectedFailure",
+    "JobStoppedError", "InjectedFailure", "AggregateOverflowError",
 ]
 
 
@@ -128,6 +129,11 @@ class IncompatibleSinkSchemaError(ConfigError):
     """The job's output schema for a sink is incompatible with its existing Iceberg/Delta table (names both)."""
 
 
+class BootstrapRefusedError(ConfigError):
+    """``epochal bootstrap`` refuses a job whose state or output the batch plan cannot derive exactly
+    (a ``process`` user function, window state, a changelog sink, ...); the message names the operator/table."""
+
+
 class TransactionStateError(SinkError):
     """An illegal two-phase-commit transition."""
 
@@ -139,6 +145,11 @@ class ValidationError(EpochalError):
 class UserFunctionError(EpochalError):
     """A user-supplied function (``Stream.process``'s ``fn``) raised or returned rows breaking its contract
     (names the operator uid)."""
+
+
+class AggregateOverflowError(EpochalError):
+    """A running aggregate left its type's range (an int64 ``sum``); names the operator, column and key.
+    Never wrapped around silently."""
 
 
 class TypeMismatch(SourceError):

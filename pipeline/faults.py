@@ -3,8 +3,8 @@
 ``EPOCHAL_KILL_AT="<point>[:<n>]"`` sends a real SIGKILL to the current process on the n-th time the
 named point is reached (default the first). Several points may be given separated by commas. Points:
 ``reading``, ``writing_state``, ``after_state_before_metadata``, ``after_metadata_before_commit``,
-``after_commit``, and ``after_commit_log_before_table_commit`` (an Iceberg/Delta sink: Epochal's commit log
-entry is written, the table commit is not). Without the variable, :func:`fault_point` costs one dict lookup.
+``after_commit``, ``after_commit_log_before_table_commit`` (an Iceberg/Delta sink: Epochal's commit log
+entry is written, the table commit is not) and ``retention`` (before each subsumed checkpoint is discarded). Without the variable, :func:`fault_point` costs one dict lookup.
 
 Points are also reached inside Spark's Python workers (``reading``, ``writing_state``). With
 ``EPOCHAL_KILL_SCOPE=group`` the whole process group is killed (driver, JVM, workers: a lost machine;
@@ -20,7 +20,8 @@ import sys
 __all__ = ["fault_point", "FAULT_POINTS"]
 
 FAULT_POINTS = ("reading", "writing_state", "after_state_before_metadata",
-                "after_metadata_before_commit", "after_commit_log_before_table_commit", "after_commit")
+                "after_metadata_before_commit", "after_commit_log_before_table_commit", "after_commit",
+                "retention")
 _hits: dict[str, int] = {}
 
 

@@ -1,7 +1,8 @@
 """Bounded, logged retries of S3 requests (riding out throttling, dropped connections and outages).
 
-boto3's own retries (standard mode, 5 attempts) cover a few seconds. Around every small-object request of
-:class:`~pipeline.fileio.S3FileIO` (GET incl. reading the body, PUT, HEAD, LIST, DELETE) this module adds an
+boto3's own retries are off by default (``PIPELINE_S3_BOTO_ATTEMPTS=1``, see :mod:`pipeline.fileio.s3`) so that
+every retry is one of this module's: logged and bounded by one time budget. Around every small-object request of
+:class:`~pipeline.fileio.S3FileIO` (GET incl. reading the body, PUT, HEAD, LIST, DELETE) and of its streams (ranged GETs, PUT/multipart parts) this module adds an
 outer loop for *transient* failures: HTTP 5xx, ``SlowDown``/``ServiceUnavailable``/``InternalError``/
 ``RequestTimeout``, connection errors, timeouts and response bodies cut short. It backs off exponentially
 (``base * 2^k``, capped, with jitter) and gives up when the total time spent would exceed the budget.

@@ -23,7 +23,8 @@
 # Knobs (environment): AIRFLOW_PORT (8080), PIPELINE_EPOCH_SECONDS (60), EPOCHAL_DEMO_EPOCHS (12),
 # EPOCHAL_DEMO_ORDERS_PER_EPOCH (500), EPOCHAL_DEMO_PARTITIONS (2), EPOCHAL_START_DATE (default: the first
 # demo epoch), EPOCHAL_END_DATE (none), EPOCHAL_CATCHUP (true), EPOCHAL_AIRFLOW_HOME, EPOCHAL_S3_PORT (0 = any free port),
-# EPOCHAL_READY_TIMEOUT (240 s).
+# EPOCHAL_READY_TIMEOUT (240 s), EPOCHAL_SPARK_CONNECT (0; 1: start a Spark Connect server that every task uses),
+# EPOCHAL_CONNECT_PORT (15002), EPOCHAL_CONNECT_MASTER (local[*]).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -56,8 +57,9 @@ kill_group() {  # kill_group PGID NAME: TERM the whole process group, then KILL 
 stop_all() {
   local rc=0
   [ -f "$STATE/airflow.pgid" ] && { kill_group "$(cat "$STATE/airflow.pgid")" "airflow standalone" || rc=1; }
+  [ -f "$STATE/connect.pgid" ] && { kill_group "$(cat "$STATE/connect.pgid")" "Spark Connect server" || rc=1; }
   [ -f "$STATE/moto.pgid" ] && { kill_group "$(cat "$STATE/moto.pgid")" "moto S3 server" || rc=1; }
-  rm -f "$STATE/airflow.pgid" "$STATE/moto.pgid" "$STATE/ready"
+  rm -f "$STATE/airflow.pgid" "$STATE/moto.pgid" "$STATE/connect.pgid" "$STATE/ready"
   return $rc
 }
 
@@ -144,6 +146,22 @@ ENDPOINT="$(grep '^ENDPOINT=' "$STATE/moto.out" | head -1 | cut -d= -f2-)"
 log "moto S3 server at $ENDPOINT"
 echo "$ENDPOINT" > "$STATE/endpoint"
 
+# 1b. optionally (EPOCHAL_SPARK_CONNECT=1) a long-lived Spark Connect server, own process group: every Airflow task
+#     connects to it (PIPELINE_SPARK_MASTER=sc://...) instead of starting a driver JVM of its own
+SPARK_MASTER_LINE=""
+if [ "${EPOCHAL_SPARK_CONNECT:-0}" = 1 ]; then
+  : > "$STATE/connect.out"
+  AWS_ENDPOINT_URL="$ENDPOINT" AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_DEFAULT_REGION=us-east-1 \
+    setsid "$PY" -m pipeline.testing.connect_server --port "${EPOCHAL_CONNECT_PORT:-15002}" \
+    --master "${EPOCHAL_CONNECT_MASTER:-local[*]}" > "$STATE/connect.out" 2>&1 < /dev/null &
+  echo $! > "$STATE/connect.pgid"
+  for _ in $(seq 1 1200); do grep -q '^SPARK_CONNECT=' "$STATE/connect.out" 2>/dev/null && break; sleep 0.25; done
+  CONNECT_URL="$(grep '^SPARK_CONNECT=' "$STATE/connect.out" | head -1 | cut -d= -f2 | cut -d' ' -f1)"
+  [ -n "$CONNECT_URL" ] || { log "Spark Connect server did not start: $(tail -5 "$STATE/connect.out")"; exit 1; }
+  log "Spark Connect server at $CONNECT_URL"
+  SPARK_MASTER_LINE="export PIPELINE_SPARK_MASTER='$CONNECT_URL'"
+fi
+
 # 2. demo data for the last N epochs (ending at the last epoch boundary before now)
 E="${PIPELINE_EPOCH_SECONDS:-60}"
 N="${EPOCHAL_DEMO_EPOCHS:-12}"
@@ -185,6 +203,7 @@ export EPOCHAL_CATCHUP=${EPOCHAL_CATCHUP:-true}
 export EPOCHAL_END_DATE='${EPOCHAL_END_DATE:-}'
 export EPOCHAL_POKE_SECONDS=${EPOCHAL_POKE_SECONDS:-5}
 export EPOCHAL_DAG_RETRY_DELAY_SECONDS=${EPOCHAL_DAG_RETRY_DELAY_SECONDS:-10}
+$SPARK_MASTER_LINE
 EOF
 # shellcheck disable=SC1090
 source "$(env_file)"

@@ -2,6 +2,9 @@
 tasks write them), plus files per table after N epochs and what compaction does.
 
     python scripts/bench_table_formats.py [--epochs 24] [--rows 20000] [--keys 500] [--root /tmp/x]
+                                          [--formats epochal,delta,iceberg] [--s3]
+
+``--s3``: the tables live on a moto S3 server in a child process (loopback), as in the demo.
 
 Append table: ``--rows`` new rows per checkpoint in 2 staged files. Upsert table: ``--keys`` keys, each
 checkpoint updates a third of them (one staged file per subtask, 2 subtasks).
@@ -36,8 +39,8 @@ def stage(table, cid: int, sub: int, t: pa.Table) -> FileHandle:
     return FileHandle(uri=uri, rows=t.num_rows, bytes=len(data), sha256="")
 
 
-def run(fmt: TableFormat, mode: str, root: Path, epochs: int, rows: int, keys: int) -> dict:
-    cfg = load_config(env={}, sink_uri=(root / fmt.value / mode).as_uri())
+def run(fmt: TableFormat, mode: str, root: str, epochs: int, rows: int, keys: int) -> dict:
+    cfg = load_config(env={}, sink_uri=f"{root.rstrip('/')}/{fmt.value}/{mode}")
     key = ("k",) if mode == "upsert" else ()
     t = open_sink_table(file_io_for(cfg.sink_uri), cfg, "bench", "t", mode=mode, key=key, fmt=fmt)
     schema = pa.schema([("k", pa.string()), ("v", pa.float64()), ("n", pa.int64())])
@@ -92,15 +95,31 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=20000)
     ap.add_argument("--keys", type=int, default=500)
     ap.add_argument("--root", default="")
+    ap.add_argument("--formats", default="epochal,delta,iceberg")
+    ap.add_argument("--s3", action="store_true", help="tables on a moto S3 server (child process, loopback)")
     a = ap.parse_args()
-    root = Path(a.root or tempfile.mkdtemp(prefix="bench-formats-"))
+    formats = [TableFormat.parse(f) for f in a.formats.split(",") if f.strip()]
+    moto = None
+    local = Path(a.root or tempfile.mkdtemp(prefix="bench-formats-"))
+    root = local.as_uri()
+    if a.s3:
+        import os
+
+        from pipeline.testing.moto_server import spawn_moto_server
+        moto = spawn_moto_server(["bench-formats"])
+        os.environ.update(moto.env())
+        root = "s3://bench-formats/run"
     try:
-        for fmt in (TableFormat.EPOCHAL, TableFormat.DELTA, TableFormat.ICEBERG):
+        for fmt in formats:
             for mode in ("append", "upsert"):
-                print(json.dumps(run(fmt, mode, root, a.epochs, a.rows, a.keys)), flush=True)
+                out = run(fmt, mode, root, a.epochs, a.rows, a.keys)
+                out["storage"] = "s3 (moto)" if a.s3 else "file://"
+                print(json.dumps(out), flush=True)
     finally:
+        if moto is not None:
+            moto.stop()
         if not a.root:
-            shutil.rmtree(root, ignore_errors=True)
+            shutil.rmtree(local, ignore_errors=True)
     return 0
 
 

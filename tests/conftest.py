@@ -1,12 +1,13 @@
 """Repository-wide pytest fixtures.
 
-S3 (marker ``s3``): one moto ``ThreadedMotoServer`` on 127.0.0.1 (free port) per test session, started
-the first time a test asks for it. While it runs, the ``AWS_*`` variables point at it with dummy
+S3 (marker ``s3``): one moto S3 server on 127.0.0.1 (free port) per test session, started the first time a
+test asks for it, in a child process (``python -m pipeline.testing.moto_server``): libraries that keep the
+GIL while they wait on S3 (delta-rs) cannot deadlock against it, and moto's CPU runs beside the tests. While it runs, the ``AWS_*`` variables point at it with dummy
 credentials (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
 ``AWS_DEFAULT_REGION``), so ``S3FileIO()`` / ``file_io_for("s3://...")`` / boto3 / pyarrow just work.
 
 Fixtures:
-    moto_server   the session server (:class:`pipeline.testing.moto_server.MotoS3Server`)
+    moto_server   the session server (:class:`pipeline.testing.moto_server.MotoProcess`)
     s3_root       a fresh ``s3://epochal-test/<test>-<random>`` prefix (bucket re-created if needed)
     local_root    a fresh ``file://`` root in ``tmp_path``
     memory_root   a fresh ``memory://`` root (InMemoryFileIO)
@@ -31,10 +32,9 @@ S3_TEST_BUCKET = "epochal-test"
 
 @pytest.fixture(scope="session")
 def moto_server():
-    from pipeline.testing.moto_server import MotoS3Server
+    from pipeline.testing.moto_server import spawn_moto_server
 
-    server = MotoS3Server(buckets=[S3_TEST_BUCKET])
-    server.start()
+    server = spawn_moto_server([S3_TEST_BUCKET])
     mp = pytest.MonkeyPatch()
     for key in ("AWS_SESSION_TOKEN", "AWS_PROFILE"):
         mp.delenv(key, raising=False)
@@ -49,7 +49,7 @@ def moto_server():
 
 @pytest.fixture
 def s3_root(moto_server, request) -> str:
-    # another test's moto mock_aws() may reset the shared in-process backend: make sure the bucket exists
+    # the bucket may have been deleted by a test: make sure it exists
     moto_server.create_bucket(S3_TEST_BUCKET)
     name = re.sub(r"[^A-Za-z0-9_-]+", "-", request.node.name)[:60].strip("-")
     return f"s3://{S3_TEST_BUCKET}/{name}-{uuid.uuid4().hex[:8]}"

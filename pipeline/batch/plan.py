@@ -59,6 +59,8 @@ class BatchResult:
     messages: list[str] = field(default_factory=list)
     counts: dict[str, object] = field(default_factory=dict)      # lazily counted figures (DataFrames)
     cached: list = field(default_factory=list)                   # persisted DataFrames (see release())
+    matched: dict[str, object] = field(default_factory=dict)     # join states with the ``_matched`` flag
+    frames: dict[int, object] = field(default_factory=dict)      # node id -> DataFrame (with internal columns)
 
     def release(self) -> None:
         """Unpersist what the plan cached (sources read once, join outputs used twice)."""
@@ -201,6 +203,16 @@ class _Compiler:
             if leaves:
                 st = st.join(other, cond, "left_anti")
             self.result.states[f"state/{op.uid}/{name}"] = st.select(*[F.col(f"{p}{c}").alias(c) for c in cols])
+            # the runtime's ``_matched`` flag: the row met a partner while both were alive (what bootstrap writes)
+            # (a side whose partner side is unique keeps only unmatched rows: no second join needed)
+            if leaves:
+                flagged = st.select(*[F.col(f"{p}{c}").alias(c) for c in cols]).withColumn("_matched", F.lit(False))
+            else:
+                hit = st.join(other, cond, "left_semi").select(*[F.col(f"{p}{c}").alias(c) for c in cols])
+                flagged = hit.withColumn("_matched", F.lit(True)).unionByName(
+                    st.join(other, cond, "left_anti").select(*[F.col(f"{p}{c}").alias(c) for c in cols])
+                    .withColumn("_matched", F.lit(False)))
+            self.result.matched[f"state/{op.uid}/{name}"] = flagged
         consumers = sum(1 for s in self.job.sinks() if self.job.chain_to(s.parent)[0] == nid)
         for o in self.job.operators():
             ins = (o.left, o.right) if isinstance(o, JoinNode) else (o.parent,)
@@ -386,6 +398,7 @@ class _Compiler:
 
     # -- all ---------------------------------------------------------------------------------------------
     def compile(self) -> BatchResult:
+        self.result.frames = self.frames
         for op in self.job.operators():
             nid = self.job.node_id(op)
             if self.frame(nid) is None:

@@ -155,6 +155,9 @@ def source_dataframe(spark, runner, job: Job, source: SourceNode, prefix: Prefix
                         own = ts.to_numpy(zero_copy_only=False) // epoch_us       # e(x): no barrier logged
                         if len(bar_e) > 1:      # the barrier log of earlier epochs says where x was consumed
                             pe = np.where(idx < len(bar_e), bar_e[np.minimum(idx, len(bar_e) - 1)], last)
+                            # before the first logged barrier k0: e(x), at most k0 (= k0 for a job that ran
+                            # from its first epoch; e(x) for a job bootstrapped at k0, docs/batch.md)
+                            pe = np.where(idx == 0, np.minimum(own, bar_e[0]), pe)
                         else:                   # no log (or only barrier n): e(x), capped at n
                             pe = np.minimum(own, last)
                         t = t.append_column(PEPOCH, pa.array(pe.astype(np.int64)))

@@ -34,6 +34,7 @@ from pipeline.exceptions import (
     ObjectNotFoundError,
     StorageError,
 )
+from pipeline.faults import fault_point
 from pipeline.fileio import FileIO, join_uri
 from pipeline.layout import JobLayout, checkpoint_id_of, snapshot_name
 
@@ -204,6 +205,7 @@ class CompletedCheckpointStore:
         keep = self.referenced_uris(retained) | self.referenced_uris(self.savepoints())
         discarded = []
         for cp in subsumed:
+            fault_point("retention")
             try:
                 cp.discard(self.fileio, keep=keep)
                 discarded.append(cp.checkpoint_id)

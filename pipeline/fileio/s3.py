@@ -1,8 +1,10 @@
 """S3FileIO: ``s3://bucket/key`` URIs (AWS S3, MinIO, moto).
 
-Small objects go through a boto3 client (create-only = ``put_object(IfNoneMatch="*")``, 412
-``PreconditionFailed`` -> :class:`~pipeline.exceptions.ConditionalWriteError`); streams go through
-``pyarrow.fs.S3FileSystem``. Settings come from the standard ``AWS_ENDPOINT_URL`` (or
+Everything goes through a boto3 client and the retry layer (:mod:`pipeline.storage_retry`): small
+objects (create-only = ``put_object(IfNoneMatch="*")``, 412 ``PreconditionFailed`` ->
+:class:`~pipeline.exceptions.ConditionalWriteError`) and streams (``open_input``: ranged GETs,
+``open_output``: one PUT or a multipart upload). ``pyarrow_fs`` hands out a ``pyarrow.fs.S3FileSystem``
+(tools and oracles; not retried by this layer). Settings come from the standard ``AWS_ENDPOINT_URL`` (or
 ``AWS_ENDPOINT_URL_S3``), ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION``.
 Clients are cached per process (and per settings), so constructing an ``S3FileIO`` on a Spark executor for
 every task is cheap. boto3 and pyarrow.fs are imported on first use (import cost at DAG parse time).
@@ -10,6 +12,7 @@ every task is cheap. boto3 and pyarrow.fs are imported on first use (import cost
 from __future__ import annotations
 
 import builtins
+import io
 import os
 import threading
 from dataclasses import dataclass
@@ -51,6 +54,15 @@ _CLIENTS: dict[tuple[int, _S3Settings], Any] = {}
 _ARROW_FS: dict[tuple[int, _S3Settings], Any] = {}
 
 
+def _boto_attempts() -> int:
+    """boto3's own attempts per call (``PIPELINE_S3_BOTO_ATTEMPTS``, default 1: no silent inner retries). Every
+    retry is then one of :mod:`pipeline.storage_retry`'s: logged, backed off and bounded by its time budget."""
+    try:
+        return max(1, int(os.environ.get("PIPELINE_S3_BOTO_ATTEMPTS") or 1))
+    except ValueError:
+        return 1
+
+
 def _boto_client(settings: _S3Settings) -> Any:
     key = (os.getpid(), settings)
     client = _CLIENTS.get(key)
@@ -70,7 +82,7 @@ def _boto_client(settings: _S3Settings) -> Any:
             )
             client = session.client(
                 "s3", endpoint_url=settings.endpoint_url,
-                config=Config(retries={"max_attempts": 5, "mode": "standard"},
+                config=Config(retries={"total_max_attempts": _boto_attempts(), "mode": "standard"},
                               max_pool_connections=32, s3={"addressing_style": "path"}
                               if settings.endpoint_url else {}),
             )
@@ -103,6 +115,114 @@ def _arrow_s3(settings: _S3Settings) -> Any:
             fs = pafs.S3FileSystem(**kwargs)
             _ARROW_FS[key] = fs
     return fs
+
+
+class _RangeReader(io.RawIOBase):
+    """A read-only, seekable file over an S3 object; every read is a ranged GET through the retry layer."""
+
+    def __init__(self, fio: "S3FileIO", uri: str, size: int) -> None:
+        super().__init__()
+        self._fio, self._uri, self._size, self._pos = fio, uri, size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def size(self) -> int:
+        return self._size
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def read(self, n: int = -1) -> bytes:
+        end = self._size if n is None or n < 0 else min(self._size, self._pos + n)
+        if end <= self._pos:
+            return b""
+        data = self._fio._read_range(self._uri, self._pos, end - self._pos)
+        self._pos = end
+        return data
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+    def readinto(self, b: Any) -> int:
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+
+class _UploadWriter(io.RawIOBase):
+    """A write-only file uploaded on close: one retried PUT, or a multipart upload (every request retried)."""
+
+    def __init__(self, fio: "S3FileIO", uri: str) -> None:
+        super().__init__()
+        self._fio, self._uri = fio, uri
+        self._bucket, self._key = split_s3_uri(uri)
+        self._part = max(5, int(os.environ.get("PIPELINE_S3_PART_MB") or 32)) * 1024 * 1024
+        self._buf = bytearray()
+        self._upload_id: str | None = None
+        self._parts: list[dict[str, Any]] = []
+        self._written = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._written
+
+    def write(self, b: Any) -> int:
+        data = bytes(b)
+        self._buf += data
+        self._written += len(data)
+        while len(self._buf) >= self._part:
+            self._upload_part(bytes(self._buf[: self._part]))
+            del self._buf[: self._part]
+        return len(data)
+
+    def _call(self, what: str, fn: Any) -> Any:
+        try:
+            return with_retries(fn, f"{what} {self._uri}")
+        except Exception as e:  # noqa: BLE001
+            raise self._fio._fail("write", self._uri, e) from e
+
+    def _upload_part(self, data: bytes) -> None:
+        c = self._fio.client
+        if self._upload_id is None:
+            self._upload_id = self._call("CREATE MULTIPART", lambda: c.create_multipart_upload(
+                Bucket=self._bucket, Key=self._key))["UploadId"]
+        n = len(self._parts) + 1
+        etag = self._call(f"PUT PART {n}", lambda: c.upload_part(
+            Bucket=self._bucket, Key=self._key, UploadId=self._upload_id, PartNumber=n, Body=data))["ETag"]
+        self._parts.append({"PartNumber": n, "ETag": etag})
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            if self._upload_id is None:
+                self._fio.write_bytes(self._uri, bytes(self._buf))
+            else:
+                if self._buf:
+                    self._upload_part(bytes(self._buf))
+                c = self._fio.client
+                try:
+                    self._call("COMPLETE MULTIPART", lambda: c.complete_multipart_upload(
+                        Bucket=self._bucket, Key=self._key, UploadId=self._upload_id,
+                        MultipartUpload={"Parts": self._parts}))
+                except StorageError:
+                    # a lost answer: the retry finds no upload any more; the object being there in full is success
+                    if self._fio.size(self._uri) != self._written:
+                        raise
+            self._buf = bytearray()
+        finally:
+            super().close()
 
 
 class _ShortBodyError(Exception):
@@ -289,20 +409,35 @@ class S3FileIO:
         return _arrow_s3(self._settings)
 
     def open_input(self, uri: str) -> "pyarrow.NativeFile":
+        """A seekable stream over the object: ranged GETs, each inside the retry layer (a throttled, dropped or
+        cut read is retried like any small-object request, not surfaced as a broken file)."""
+        import pyarrow as pa
+
+        size = self.size(uri)  # HEAD, retried; ObjectNotFoundError for a missing object
+        return pa.PythonFile(_RangeReader(self, uri, size), mode="r")
+
+    def _read_range(self, uri: str, start: int, length: int) -> bytes:
         bucket, key = split_s3_uri(uri)
+        rng = f"bytes={start}-{start + length - 1}"
+
+        def get() -> bytes:
+            resp = self.client.get_object(Bucket=bucket, Key=key, Range=rng)
+            data = resp["Body"].read()
+            if len(data) != length:
+                raise _ShortBodyError(f"got {len(data)} of {length} bytes ({rng})")
+            return data
         try:
-            return self._arrow().open_input_file(f"{bucket}/{key}")
-        except FileNotFoundError as e:
-            raise ObjectNotFoundError(f"object not found: {uri}") from e
-        except OSError as e:
-            raise StorageError(f"cannot open {uri}: {e}") from e
+            return with_retries(get, f"GET {uri} {rng}")
+        except Exception as e:  # noqa: BLE001
+            raise self._fail("read", uri, e) from e
 
     def open_output(self, uri: str) -> "pyarrow.NativeFile":
-        bucket, key = split_s3_uri(uri)
-        try:
-            return self._arrow().open_output_stream(f"{bucket}/{key}")
-        except OSError as e:
-            raise StorageError(f"cannot open {uri} for writing: {e}") from e
+        """A write stream: buffered, uploaded on close as one retried PUT, or in parts of
+        ``PIPELINE_S3_PART_MB`` (default 32) MiB by a multipart upload whose every request is retried."""
+        import pyarrow as pa
+
+        split_s3_uri(uri)
+        return pa.PythonFile(_UploadWriter(self, uri), mode="w")
 
     def pyarrow_fs(self, uri: str | None = None) -> "tuple[pyarrow.fs.FileSystem, str]":
         if uri is None:

@@ -31,10 +31,10 @@ def build_job(max_parallelism: int = 128) -> Job:
     # rows may leave state (a violation is dead-lettered, never double counted)
     paid = order_side.join(captured, on="order_id", uid="paid_orders_join", unique="both",
                            output=PAID_ORDERS_COLUMNS)
-    # Epochal's commit-log format by default; PIPELINE_SINK_FORMAT=delta (or iceberg) writes open tables instead
-    # (docs/table-formats.md says why Delta is not yet the demo's default)
-    paid.sink("paid_orders")
+    # Delta Lake tables (any engine reads them; docs/table-formats.md says why Delta);
+    # PIPELINE_SINK_FORMAT=iceberg or =epochal overrides it
+    paid.sink("paid_orders", format="delta")
     paid.aggregate(uid="merchant_revenue_agg", key="merchant_id",
                    aggs={"paid_orders": ("count", None), "revenue": ("sum", "paid_amount")}
-                   ).sink("merchant_revenue", mode="upsert")
+                   ).sink("merchant_revenue", mode="upsert", format="delta")
     return job

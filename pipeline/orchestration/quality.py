@@ -9,8 +9,9 @@ imported lazily, at call time. Where it is not installed (or not there yet), the
 * restore positions are at or before the barrier, per source partition;
 * every sink table's committed lineage is unbroken and includes the checkpoint;
 * upsert tables hold one row per key; no null keys;
-* for the demo job: ``paid_orders`` has no duplicate ``order_id`` and ``merchant_revenue`` agrees with it
-  (counts and sums per merchant).
+* what the job's graph implies, for any job (:func:`_graph_checks`): an append sink of a join declaring both sides
+  unique holds each key once, and an aggregate's upsert sink agrees with the append sink of the same stream
+  (for the demo: ``merchant_revenue`` recomputed from ``paid_orders``).
 """
 from __future__ import annotations
 
@@ -121,30 +122,82 @@ def consistency_checks(runner, checkpoint: str | None = None) -> QualityOutcome:
             if dup.num_rows:
                 problems.append(f"table {sink.table}: {dup.num_rows} duplicated keys, e.g. {dup.slice(0, 3).to_pylist()}")
     checks.append("committed lineage unbroken; one row per key in upsert tables")
-    paid, rev = tables.get("paid_orders"), tables.get("merchant_revenue")
-    if paid is not None and paid.num_rows and "order_id" in paid.column_names:
-        dup = paid.group_by(["order_id"]).aggregate([([], "count_all")])
-        dup = dup.filter(pc.greater(dup["count_all"], 1))
-        if dup.num_rows:
-            problems.append(f"table paid_orders: {dup.num_rows} order_id values committed more than once, "
-                            f"e.g. {dup.slice(0, 3).to_pylist()}")
-        checks.append("paid_orders: order_id unique")
-        if rev is not None:
-            exp = paid.group_by(["merchant_id"]).aggregate([([], "count_all"), ("paid_amount", "sum")])
-            exp_map = {r["merchant_id"]: (r["count_all"], round(r["paid_amount_sum"] or 0.0, 2)) for r in exp.to_pylist()}
-            got_map = {r["merchant_id"]: (int(r["paid_orders"]), round(float(r["revenue"] or 0.0), 2))
-                       for r in rev.select(["merchant_id", "paid_orders", "revenue"]).to_pylist()} if rev.num_rows else {}
-            bad = [m for m in set(exp_map) | set(got_map)
-                   if m not in exp_map or m not in got_map or exp_map[m][0] != got_map[m][0]
-                   or abs(exp_map[m][1] - got_map[m][1]) > 0.005 * max(1, exp_map[m][0])]
-            if bad:
-                ex = sorted(bad)[:3]
-                problems.append(f"merchant_revenue disagrees with paid_orders for {len(bad)} merchants, e.g. "
-                                + ", ".join(f"{m}: expected {exp_map.get(m)} got {got_map.get(m)}" for m in ex))
-            checks.append("merchant_revenue agrees with paid_orders")
+    p2, c2 = _graph_checks(runner.job, tables)
+    problems += p2
+    checks += c2
     ok = not problems
     summary = (f"consistency checks of {label}: {'PASSED' if ok else 'FAILED'} ({len(checks)} checks"
                + (f"; problems: {' | '.join(problems[:5])}" if problems else "") + ")")
     return QualityOutcome(ok, summary, "consistency", checkpoint=str(md.checkpoint_id),
                           details={"checks": checks, "problems": problems,
                                    "rows": {t: d.num_rows for t, d in tables.items()}})
+
+
+def _graph_checks(job, tables: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """Checks that follow from the job's graph alone, for any job:
+
+    * an append sink fed directly by a join that declares both sides unique holds each join key at most once;
+    * an upsert sink of an aggregate whose input stream is also committed as an append sink agrees with that
+      sink: the aggregate recomputed from the append sink's rows (count, sum, min, max per key) equals the
+      upsert sink's rows (sums to 0.005 per row, floating point).
+    """
+    import pyarrow.compute as pc
+
+    from pipeline.job import AggregateNode, JoinNode
+    problems: list[str] = []
+    checks: list[str] = []
+    sinks = job.sinks()
+    for s in sinks:
+        parent = job.nodes[s.parent]
+        data = tables.get(s.table)
+        if s.mode != "append" or data is None or not data.num_rows:
+            continue
+        if isinstance(parent, JoinNode) and parent.unique == "both" and parent.on in data.column_names:
+            dup = data.group_by([parent.on]).aggregate([([], "count_all")])
+            dup = dup.filter(pc.greater(dup["count_all"], 1))
+            if dup.num_rows:
+                problems.append(f"table {s.table}: {dup.num_rows} {parent.on} values committed more than once "
+                                f"(join {parent.uid} declares both sides unique), e.g. {dup.slice(0, 3).to_pylist()}")
+            checks.append(f"{s.table}: {parent.on} unique (join {parent.uid}, unique=both)")
+    for s in sinks:
+        agg = job.nodes[s.parent]
+        out = tables.get(s.table)
+        if s.mode != "upsert" or not isinstance(agg, AggregateNode) or out is None:
+            continue
+        base, maps = job.chain_to(agg.parent)
+        if maps:
+            continue  # the aggregate reads a filtered/projected stream: no committed table holds exactly its input
+        source_sinks = [t for t in sinks if t.parent == base and t.mode == "append" and tables.get(t.table) is not None]
+        if not source_sinks:
+            continue
+        src = source_sinks[0]
+        rows = tables[src.table]
+        fns = {"count": "count_all", "sum": "sum", "min": "min", "max": "max"}
+        if agg.key not in rows.column_names or any(f not in fns or (c is not None and c not in rows.column_names)
+                                                    for _o, f, c in agg.aggs):
+            continue
+        spec = [([], "count_all") if f == "count" else (c, fns[f]) for _o, f, c in agg.aggs]
+        exp = rows.group_by([agg.key]).aggregate(spec) if rows.num_rows else None
+        exp_map = {}
+        if exp is not None:
+            for r in exp.to_pylist():
+                exp_map[r[agg.key]] = tuple(r["count_all"] if f == "count" else r[f"{c}_{fns[f]}"]
+                                            for _o, f, c in agg.aggs)
+        got_map = {r[agg.key]: tuple(r[o] for o, _f, _c in agg.aggs) for r in out.to_pylist()}
+        n_map = ({r[agg.key]: r["count_all"] for r in rows.group_by([agg.key]).aggregate([([], "count_all")]).to_pylist()}
+                 if rows.num_rows else {})
+
+        def same(a, b, n: int) -> bool:  # floating sums: 0.005 per row summed
+            if a is None or b is None:
+                return a is b
+            return abs(float(a) - float(b)) <= 0.005 * max(1, n)
+        bad = [k for k in set(exp_map) | set(got_map)
+               if k not in exp_map or k not in got_map
+               or not all(same(x, y, n_map.get(k, 1)) for x, y in zip(exp_map[k], got_map[k]))]
+        if bad:
+            ex = sorted(bad, key=str)[:3]
+            problems.append(f"table {s.table} disagrees with {src.table} (aggregate {agg.uid} recomputed from it) "
+                            f"for {len(bad)} keys, e.g. " + ", ".join(f"{k}: expected {exp_map.get(k)} got "
+                                                                      f"{got_map.get(k)}" for k in ex))
+        checks.append(f"{s.table} agrees with {src.table} (aggregate {agg.uid})")
+    return problems, checks

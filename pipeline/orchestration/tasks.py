@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from enum import Enum
@@ -161,6 +162,8 @@ class ProcessResult:
     skipped: bool = False                    # a previous try of this run had completed the epoch
     forwarded_to: int | None = None          # epoch re-processed up to after a rewind
     messages: tuple[str, ...] = ()
+    rounds_s: float = 0.0                    # wall time of this try's rounds (Spark work + checkpoint finalize)
+    spark_start_s: float = 0.0               # starting Spark / connecting to Spark Connect in this try
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -316,8 +319,11 @@ class Orchestrator:
         messages: list[str] = []
         rewound_to: int | None = None
         skipped = False
+        spark_start_s = 0.0
+        rounds_s = [0.0]
 
         def absorb(report) -> None:
+            rounds_s[0] += sum(rr.duration_s for rr in report.rounds)
             for rr in report.completed:
                 completed.append(rr.checkpoint_id)
                 epochs.append(rr.epoch)
@@ -336,6 +342,9 @@ class Orchestrator:
                 self.control.update_control(run.by, reprocess_until=mark)  # write-ahead, before rewinding
                 self.echo(f"process: epoch {run.epoch} was processed already (head checkpoint {head.checkpoint_id}, "
                           f"epoch {head.epoch}): rewinding; the job will be processed forward again to epoch {mark}")
+            t_spark = time.monotonic()
+            self.runner.ctx.require_spark()
+            spark_start_s = time.monotonic() - t_spark
             report = self.runner.process_epoch(run.epoch, parallelism=P)
             absorb(report)
             if report.restored_from is not None and head is not None and head.epoch >= run.epoch:
@@ -365,7 +374,8 @@ class Orchestrator:
         return ProcessResult(epoch=run.epoch, checkpoint_id=final.checkpoint_id, head_epoch=final.epoch,
                              action=action.value if action else "resume", completed=tuple(completed), epochs=tuple(epochs), records=records,
                              rewound_to=rewound_to, skipped=skipped, forwarded_to=forwarded_to,
-                             messages=tuple(messages))
+                             messages=tuple(messages), rounds_s=round(rounds_s[0], 3),
+                             spark_start_s=round(spark_start_s, 3))
 
     def commit(self, checkpoint_id: int) -> CommitResult:
         """notifyCheckpointComplete for the head: re-commit (idempotent), check lineage, collect garbage."""

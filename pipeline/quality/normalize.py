@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipeline.arrow_ddl import schema_ddl
 from pipeline.quality.keygroups import xxhash64
 
 __all__ = ["ObjectSpec", "NORM_SCHEMA", "SUMMARY_SCHEMA", "SUMMARY_DDL", "KG_SUMS", "MAX_MEASURES", "TS_MOD",
@@ -68,15 +69,7 @@ SUMMARY_SCHEMA = pa.schema([
 ])
 
 
-def _spark_type(t: pa.DataType) -> str:
-    if pa.types.is_string(t):
-        return "string"
-    if pa.types.is_list(t):
-        return "array<bigint>"
-    return "int" if t == pa.int32() else "bigint"
-
-
-SUMMARY_DDL = ", ".join(f"{f.name} {_spark_type(f.type)}" for f in SUMMARY_SCHEMA)
+SUMMARY_DDL = schema_ddl(SUMMARY_SCHEMA)
 KG_SUMS = ("rows", "null_keys", "kg_mismatch", "out_of_range", "null_values", "negative_values", "after_barrier",
            "expired", "fp_num", "fp_ts", "fp_str")
 

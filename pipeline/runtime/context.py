@@ -25,6 +25,7 @@ from pipeline.fileio import file_io_for, join_uri
 from pipeline.job import Job, JoinNode, SinkNode, SourceNode
 from pipeline.layout import JobLayout
 from pipeline.runtime.keyed_ops import validate_keyed_ops
+from pipeline.runtime.master import connect_url, probe_connect
 from pipeline.sink.formats import open_sink_table, resolve_format
 from pipeline.sink.table import CommittedTable
 from pipeline.sink.two_phase import TwoPhaseCommitSink
@@ -56,6 +57,9 @@ class RuntimeContext:
             tolerable_failed_checkpoints=config.tolerable_failed_checkpoints,
             retained_checkpoints=config.retained_checkpoints, runner_id=runner_id)
         self.validate_job()
+        url = connect_url(config.spark_master)
+        if url is not None:  # a Spark Connect server that does not answer: refused before anything is written
+            probe_connect(url)
         self.max_parallelism = self._ensure_job_json()
         self.spark_session: Any = None
         # source contract (pipeline.source.contract): the latest listing, and dead letters of this run that
@@ -117,9 +121,17 @@ class RuntimeContext:
     def spark(self):
         if self.spark_session is None:
             # imported here: starting Spark (and importing pyspark) is paid only by commands that need it
-            from pipeline.runtime.session import get_spark
+            from pipeline.runtime.session import get_spark, is_connect_session, ship_job_code
             self.spark_session = get_spark(self.config.spark_master, self.config.parallelism)
+            if is_connect_session(self.spark_session):
+                ship_job_code(self.job)
         return self.spark_session
+
+    def require_spark(self) -> None:
+        """Start (or connect to) Spark now: commands that need it call this before their first side effect, so
+        an unusable master (a Spark Connect server that does not answer) fails before anything is claimed or
+        written."""
+        _ = self.spark
 
     def round_now(self) -> float:
         """The round clock in seconds (recorded in every round plan; alignment times are measured with it)."""

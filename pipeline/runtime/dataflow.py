@@ -7,12 +7,14 @@ a routing column, are shuffled so that partition i == subtask i, and are consume
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import pyarrow as pa
 
-from pipeline.exceptions import ConfigError, MalformedInputError
+from pipeline.arrow_ddl import schema_ddl
+from pipeline.exceptions import ConfigError
 from pipeline.job import AggregateNode, Job, JoinNode, MapNode, SourceNode
 from pipeline.keygroups import key_group_expr, subtask_expr
 from pipeline.runtime.operator_registry import register_operator
@@ -40,36 +42,6 @@ def spark_schema(schema: pa.Schema):
     return from_arrow_schema(schema)
 
 
-def _arrow_type_to_ddl(t: pa.DataType) -> str:
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return "string"
-    if pa.types.is_float64(t):
-        return "double"
-    if pa.types.is_float32(t):
-        return "float"
-    if pa.types.is_int64(t):
-        return "bigint"
-    if pa.types.is_int32(t):
-        return "int"
-    if pa.types.is_int16(t):
-        return "smallint"
-    if pa.types.is_int8(t):
-        return "tinyint"
-    if pa.types.is_boolean(t):
-        return "boolean"
-    if pa.types.is_timestamp(t):
-        return "timestamp"
-    if pa.types.is_date32(t):
-        return "date"
-    if pa.types.is_decimal(t):
-        return f"decimal({t.precision},{t.scale})"
-    raise ConfigError(f"unsupported column type {t}")
-
-
-def schema_ddl(schema: pa.Schema) -> str:
-    return ", ".join(f"`{f.name}` {_arrow_type_to_ddl(f.type)}" for f in schema)
-
-
 def task_count(n_items: int, max_tasks: int) -> int:
     """How many Spark tasks ``n_items`` splits/files are grouped into (at least one)."""
     return max(1, min(n_items, max_tasks))
@@ -87,7 +59,7 @@ def _indexed_dataframe(spark, n_tasks: int):
 
 
 def split_dataframe(spark, n_tasks: int, source: SourceNode, reader_factory: Callable, params_key: str,
-                    meta: Sequence[str] | None = None):
+                    meta: Sequence[str] | None = None, carried: Mapping[str, Any] | None = None):
     """A DataFrame of one round's source records of ``source``, read on the executors by ``n_tasks`` tasks
     (each reads its splits through FileIO, so S3 needs nothing on the JVM).
 
@@ -95,7 +67,8 @@ def split_dataframe(spark, n_tasks: int, source: SourceNode, reader_factory: Cal
     :mod:`pipeline.runtime.round_params`), so the same plan serves every round whose splits group into
     ``n_tasks`` tasks (:func:`task_count`). ``meta``: the position columns to keep (default all); Spark
     cannot prune a Python function's output, and every column handed to the JVM is converted row by row,
-    so columns nobody reads are dropped in the task.
+    so columns nobody reads are dropped in the task. ``carried`` (Spark Connect, which has no local
+    properties): the round's values, put into the task function itself.
     """
     from pipeline.source.reader import META_FIELDS
     keep = [f for f in META_FIELDS if meta is None or f.name in meta]
@@ -106,10 +79,11 @@ def split_dataframe(spark, n_tasks: int, source: SourceNode, reader_factory: Cal
                               ("uri", pa.string()), ("format", pa.string()), ("row_start", pa.int64()),
                               ("row_end", pa.int64())])
     name = source.name
+    embedded = None if carried is None else carried.get(params_key, [])
 
     def read(batches):
         from pipeline.runtime.round_params import task_params
-        items = task_params(params_key)
+        items = embedded if embedded is not None else task_params(params_key)
         if items is None:
             raise RuntimeError(f"source {name}: the job was submitted without its splits ({params_key})")
         groups = [list(range(i, len(items), n_tasks)) for i in range(n_tasks)]
@@ -194,16 +168,15 @@ class OperatorIO:
 
 
 def rethrow_task_error(e: Exception) -> None:
-    """Spark wraps executor exceptions; surface Epochal's own message (file/partition/checkpoint)."""
-    msg = str(e)
-    for cls in ("MalformedInputError", "CorruptCheckpointError"):
-        marker = f"pipeline.exceptions.{cls}: "
-        if marker in msg:
-            detail = msg.split(marker, 1)[1].strip().splitlines()[0]
-            if cls == "MalformedInputError":
-                raise MalformedInputError(detail) from None
-            from pipeline.exceptions import CorruptCheckpointError
-            raise CorruptCheckpointError(detail) from None
+    """Spark wraps executor exceptions; surface Epochal's own error (its class and its one-line message naming
+    the file/partition/checkpoint/URI) instead of the wrapped Python traceback."""
+    import pipeline.exceptions as exc_mod
+
+    found = re.findall(r"pipeline\.exceptions\.(\w+): ([^\n]*)", str(e))
+    for name, detail in reversed(found):  # the innermost (last reported) Epochal error
+        cls = getattr(exc_mod, name, None)
+        if isinstance(cls, type) and issubclass(cls, exc_mod.EpochalError):
+            raise cls(detail.strip()) from None
     raise e
 
 

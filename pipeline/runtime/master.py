@@ -5,7 +5,9 @@ Precedence (first match wins):
 1. **an existing SparkContext** in this process (a notebook, a test, an Airflow task that made one): reused;
 2. **the launcher**: ``spark-submit --master ...`` (the Python driver then runs with ``PYSPARK_GATEWAY_PORT``
    set and the master in the JVM's configuration) or ``PYSPARK_SUBMIT_ARGS="--master ... pyspark-shell"``;
-3. ``PIPELINE_SPARK_MASTER`` (config key ``spark_master``);
+3. ``PIPELINE_SPARK_MASTER`` (config key ``spark_master``), which may be a Spark Connect URL ``sc://host:port``
+   (``SPARK_REMOTE`` is honoured too): the job then runs on a long-lived Connect server
+   (:mod:`pipeline.runtime.session`);
 4. the embedded default ``local[*]``.
 
 When a launcher's or a session's master wins over a different ``PIPELINE_SPARK_MASTER``, that is said once on
@@ -21,7 +23,8 @@ from typing import Mapping
 
 from pipeline.exceptions import ConfigError
 
-__all__ = ["MasterSource", "MasterChoice", "choose_master", "check_master_usable", "DEFAULT_MASTER"]
+__all__ = ["MasterSource", "MasterChoice", "choose_master", "check_master_usable", "is_connect", "connect_url",
+           "connect_endpoint", "probe_connect", "DEFAULT_MASTER"]
 
 DEFAULT_MASTER = "local[*]"
 
@@ -85,20 +88,56 @@ def choose_master(configured: str | None, env: Mapping[str, str] | None = None,
     return MasterChoice(DEFAULT_MASTER, MasterSource.DEFAULT)
 
 
-_CONNECT = ("the runtime needs a classic SparkSession: per-round values travel as SparkContext local properties "
-            "(pipeline/runtime/round_params.py), round plans are re-used through the JVM (spark._jvm) and "
-            "some readers use sparkContext.parallelize; Spark Connect offers none of them. Use a cluster master "
-            "(spark://, yarn, k8s://) or spark-submit; see docs/deployment.md")
+def is_connect(master: str | None) -> bool:
+    """A Spark Connect URL (``sc://host:port[/;params]``)."""
+    return bool(master) and str(master).strip().startswith("sc://")
+
+
+def connect_url(configured: str | None, env: Mapping[str, str] | None = None) -> str | None:
+    """The Spark Connect URL Epochal runs on, if any: ``PIPELINE_SPARK_MASTER=sc://...`` or ``SPARK_REMOTE``."""
+    env = os.environ if env is None else env
+    configured = (configured or "").strip()
+    if is_connect(configured):
+        return configured
+    remote = (env.get("SPARK_REMOTE") or "").strip()
+    return remote if is_connect(remote) else None
 
 
 def check_master_usable(configured: str | None, env: Mapping[str, str] | None = None) -> None:
-    """Refuse a master Epochal cannot run on (Spark Connect) at configuration time, before anything is
-    claimed or written."""
+    """Refuse, at configuration time (before anything is claimed or written), a master that cannot work:
+    a malformed Spark Connect URL, or ``--remote`` in ``PYSPARK_SUBMIT_ARGS`` (use ``PIPELINE_SPARK_MASTER=sc://``).
+    Whether a Connect server answers is checked when the session starts, which every command that needs Spark
+    does before its first side effect (:meth:`pipeline.runtime.context.RuntimeContext.require_spark`)."""
     env = os.environ if env is None else env
-    configured = (configured or "").strip()
-    if configured.startswith("sc://"):
-        raise ConfigError(f"PIPELINE_SPARK_MASTER={configured}: Spark Connect is not supported yet: {_CONNECT}")
-    if env.get("SPARK_REMOTE") or env.get("SPARK_CONNECT_MODE_ENABLED"):
-        raise ConfigError(f"SPARK_REMOTE={env.get('SPARK_REMOTE', '')} (Spark Connect) is not supported yet: {_CONNECT}")
+    url = connect_url(configured, env)
+    if url is not None:
+        host, port = connect_endpoint(url)
+        if not host or not (0 < port < 65536):
+            raise ConfigError(f"Spark Connect URL {url!r}: expected sc://<host>:<port>")
     if "--remote" in env.get("PYSPARK_SUBMIT_ARGS", ""):
-        raise ConfigError(f"PYSPARK_SUBMIT_ARGS asks for Spark Connect (--remote), not supported yet: {_CONNECT}")
+        raise ConfigError("PYSPARK_SUBMIT_ARGS asks for Spark Connect (--remote): set PIPELINE_SPARK_MASTER="
+                          "sc://<host>:<port> instead (docs/deployment.md)")
+
+
+def connect_endpoint(url: str) -> tuple[str, int]:
+    """``(host, port)`` of ``sc://host[:port][/;params]`` (Spark Connect's default port is 15002)."""
+    rest = url.strip()[len("sc://"):].split("/", 1)[0].split(";", 1)[0]
+    host, _, port = rest.rpartition(":") if ":" in rest else (rest, "", "15002")
+    try:
+        return host, int(port)
+    except ValueError:
+        return host, -1
+
+
+def probe_connect(url: str) -> None:
+    """Fail with a clear :class:`ConfigError` unless a Spark Connect server accepts connections at ``url``
+    (``EPOCHAL_CONNECT_TIMEOUT`` seconds, default 10)."""
+    import socket
+    host, port = connect_endpoint(url)
+    try:
+        with socket.create_connection((host, port), timeout=float(os.environ.get("EPOCHAL_CONNECT_TIMEOUT", "10"))):
+            pass
+    except OSError as e:
+        raise ConfigError(f"Spark Connect server {url} is not reachable ({e}); start it (scripts/connect_server.sh, "
+                          "or the docker-compose service spark-connect) or fix PIPELINE_SPARK_MASTER; see "
+                          "docs/deployment.md") from None

@@ -15,7 +15,8 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.exceptions import MalformedInputError
+from pipeline.arrow_ddl import schema_ddl
+from pipeline.exceptions import AggregateOverflowError, MalformedInputError
 from pipeline.faults import fault_point
 from pipeline.keygroups import range_for_subtask
 from pipeline.operators.join import MATCHED, JoinType, Uniqueness, join_step
@@ -48,10 +49,7 @@ HANDLE_SCHEMA = pa.schema([
     ("state_rows", pa.int64()),   # state: rows of the state the chain represents
     ("persisted_bytes", pa.int64()),  # state: bytes of the chain's files this checkpoint wrote
 ])
-HANDLE_DDL = ("kind string, operator string, name string, subtask int, kg_start int, kg_end int, uri string, "
-              "rows bigint, bytes bigint, sha256 string, in_rows bigint, restored_rows bigint, "
-              "expired_rows bigint, sync_ms double, async_ms double, ack_ts_ms double, deltas string, state_rows bigint, "
-              "persisted_bytes bigint")
+HANDLE_DDL = schema_ddl(HANDLE_SCHEMA)
 
 
 def _partition_id() -> int:
@@ -284,6 +282,32 @@ def _to_output(t: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 _COMBINE = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}
+_WIDE_INT = pa.decimal128(38, 0)
+
+
+def _wide_schema(sschema: pa.Schema, aggs) -> pa.Schema:
+    """``sschema`` with every integer ``sum`` column as decimal128(38, 0) (no overflow while summing)."""
+    sums = {o for (o, fn, _) in aggs if fn == "sum"}
+    return pa.schema([pa.field(f.name, _WIDE_INT) if f.name in sums and pa.types.is_integer(f.type) else f
+                      for f in sschema])
+
+
+def _narrow(merged: pa.Table, sschema: pa.Schema, spec) -> pa.Table:
+    """Back to the state schema; an integer sum beyond its type raises :class:`AggregateOverflowError`."""
+    for f in sschema:
+        col = merged[f.name]
+        if col.type == f.type or not pa.types.is_decimal(col.type) or not pa.types.is_integer(f.type):
+            continue
+        info = {pa.int64(): (-(2 ** 63), 2 ** 63 - 1), pa.int32(): (-(2 ** 31), 2 ** 31 - 1)}.get(f.type)
+        lo, hi = info if info is not None else (-(2 ** 63), 2 ** 63 - 1)
+        bad = pc.or_(pc.less(col, pa.scalar(lo, _WIDE_INT)), pc.greater(col, pa.scalar(hi, _WIDE_INT)))
+        if pc.any(bad).as_py():
+            row = merged.filter(pc.fill_null(bad, False)).slice(0, 1).to_pylist()[0]
+            raise AggregateOverflowError(
+                f"operator {spec.uid!r}: sum {f.name!r} for key {spec.key}={row[spec.key]!r} is {row[f.name]}, "
+                f"beyond the range of {f.type} (checkpoint {spec.checkpoint}); declare a wider or floating-point "
+                f"column, or dead-letter such values upstream")
+    return merged.cast(sschema)
 
 
 def make_agg_task(spec: AggTaskSpec):
@@ -305,14 +329,18 @@ def make_agg_task(spec: AggTaskSpec):
         out = None
         if incoming is not None and incoming.num_rows:
             in_rows = incoming.num_rows
+            # integer sums are computed over decimal128(38, 0) and narrowed back with a range check: an int64
+            # overflow fails the epoch naming operator, column and key (never a silent wrap-around)
+            wide = _wide_schema(sschema, spec.aggs)
             partial_aggs = []
             for out_col, fn, col in spec.aggs:
                 if fn == "count":
                     partial_aggs.append(([], "count_all"))
                 else:
-                    if pa.types.is_decimal(sschema.field(out_col).type) and not pa.types.is_decimal(incoming[col].type):
+                    target = wide.field(out_col).type
+                    if pa.types.is_decimal(target) and not pa.types.is_decimal(incoming[col].type):
                         incoming = incoming.set_column(incoming.schema.get_field_index(col), col, pc.cast(
-                            incoming[col], sschema.field(out_col).type, safe=False))
+                            incoming[col], target, safe=False))
                     partial_aggs.append((col, fn))
             partial_aggs.append((KG_COLUMN, "min"))
             g = incoming.group_by(spec.key, use_threads=False).aggregate(partial_aggs)
@@ -323,12 +351,13 @@ def make_agg_task(spec: AggTaskSpec):
             partial = pa.table({spec.key: g[spec.key],
                                 **{o: g[n] for (o, _, _), n in zip(spec.aggs, names)},
                                 KG_COLUMN: g[f"{KG_COLUMN}_min"]})
-            partial = partial.cast(sschema)
-            merged = pa.concat_tables([state, partial]).group_by(spec.key, use_threads=False).aggregate(
+            partial = partial.cast(wide)
+            merged = pa.concat_tables([state.cast(wide), partial]).group_by(spec.key, use_threads=False).aggregate(
                 [(o, _COMBINE[fn]) for (o, fn, _) in spec.aggs] + [(KG_COLUMN, "min")])
             merged = pa.table({spec.key: merged[spec.key],
                                **{o: merged[f"{o}_{_COMBINE[fn]}"] for (o, fn, _) in spec.aggs},
-                               KG_COLUMN: merged[f"{KG_COLUMN}_min"]}).cast(sschema)
+                               KG_COLUMN: merged[f"{KG_COLUMN}_min"]}).cast(wide)
+            merged = _narrow(merged, sschema, spec)
             state = merged
             changed = pc.is_in(merged[spec.key], value_set=partial[spec.key])
             out = _to_output(merged.filter(changed), spec.out_schema or spec.state_schema)

@@ -126,6 +126,7 @@ class JobRunner:
         epochs up to ``until_epoch``), in as many rounds as that takes. Stops early when no complete
         epoch is left to process."""
         ctx, planner = self.ctx, self.planner
+        ctx.require_spark()  # an unusable master fails here, before any side effect
         report = RunReport(ctx.job.name, None)
         cursor = self.restore_cursor(report)
         report.restored_from = cursor.checkpoint_id
@@ -169,6 +170,7 @@ class JobRunner:
           process forward again. Sink lineage makes the re-processed output replace the earlier output.
         """
         ctx, planner = self.ctx, self.planner
+        ctx.require_spark()  # an unusable master fails here, before any side effect
         report = RunReport(ctx.job.name, None)
         cursor = self.restore_cursor(report)
         ctx.coordinator.cleanup_garbage()
@@ -254,6 +256,7 @@ class JobRunner:
         ``target`` must lie under an allowed savepoint prefix (:mod:`pipeline.runtime.savepoints`)."""
         if target is not None:
             target = check_target(target, self.config, self.job.name)
+        self.ctx.require_spark()
         cursor = self.restore_cursor()
         if cursor.checkpoint_id is None:
             raise CheckpointError(f"job {self.job.name!r} has no completed checkpoint to take a savepoint of "
@@ -292,6 +295,7 @@ class JobRunner:
                 f"{snap.describe()} has state for operator uids {unknown} that job {self.job.name!r} does not have "
                 f"(job operators: {self.job.operator_uids()}); pass allow_non_restored_state to drop it")
         snap.verify(file_io_for(snap.location))
+        self.ctx.require_spark()
         cursor = cursor_from_metadata(md)
         cursor.handles = {u: h for u, h in cursor.handles.items() if u in self.job.operator_uids()}
         cursor.materialize = True  # NO_CLAIM: the restored checkpoint writes every state whole (docs/state.md)

@@ -1,13 +1,18 @@
 """The Spark plan of a round (Flink: the ExecutionGraph of the job, deployed once and fed per round).
 
-:meth:`SparkPlan.steps` builds, once per shape, ``[(operator, its sinks, its consumers, DataFrame)]`` in
-topological order: source reads -> stateless steps -> shuffles by key group -> operator tasks.
-:meth:`SparkPlan.process_round` runs it for one round: this round's values (splits, parent state handles,
-staging prefixes, TTL cutoff) reach the tasks as Spark local properties (:mod:`pipeline.runtime.round_params`),
-and the tasks' acknowledgements (handle rows) come back.
+:meth:`SparkPlan.steps` builds ``[(operator, its sinks, its consumers, DataFrame)]`` in topological order: source
+reads -> stateless steps -> shuffles by key group -> operator tasks. :meth:`SparkPlan.process_round` runs it for
+one round and returns the tasks' acknowledgements (handle rows). This round's values (splits, parent state
+handles, staging prefixes, TTL cutoff) reach the tasks in one of two ways:
+
+* **classic session**: the plan is built once per shape and re-planned through the JVM each round; the values
+  are Spark local properties of the driver thread (:mod:`pipeline.runtime.round_params`);
+* **Spark Connect** (no SparkContext, no local properties): the plan is built for every round with the values
+  inside the task functions; the server analyses it anew (a few hundred ms per round).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -35,7 +40,8 @@ from pipeline.runtime.dataflow import (
     split_dataframe,
     task_count,
 )
-from pipeline.runtime.round_params import RoundProperties, operator_key, operator_params, source_key
+from pipeline.runtime.round_params import ROUND_FIELDS, RoundProperties, operator_key, operator_params, source_key
+from pipeline.runtime.session import is_connect_session
 from pipeline.source.reader import META_FIELDS, make_split_reader
 from pipeline.state.materialization import MaterializationPolicy
 from pipeline.state.snapshot import SnapshotOptions
@@ -75,12 +81,12 @@ class SparkPlan:
                   for node in ctx.job.sources()}
         values: dict[str, object] = {source_key(name): sp for name, sp in splits.items()}
         shape = tuple(sorted((name, task_count(len(sp), P)) for name, sp in splits.items()))
-        steps = self.steps(P, shape, parked)
         spark.conf.set("spark.sql.shuffle.partitions", str(P))  # planned anew for every round's Dataset
         ttl_default = ctx.config.state_ttl_seconds
         loc, cid = pending.location, pending.checkpoint_id
         chained: list[tuple[str, str]] = []
-        for op, sinks, consumers, _df in steps:
+        ios: dict[str, OperatorIO] = {}
+        for op, sinks, consumers in self._topology():
             ack_prefix = round_acks_prefix(loc, rnd, op.uid) if consumers else None
             ttl = None
             if hasattr(op, "ttl_seconds"):  # operators with state TTL: the epoch's cutoff (docs/operators.md)
@@ -102,25 +108,51 @@ class SparkPlan:
                             epoch=epoch, barrier_us=ctx.epochs.end_us(epoch), complete=complete,
                             snapshot=self.snapshot_options(pending, rnd, op.uid, cursor).to_params())
             values[operator_key(op.uid)] = operator_params(io)
+            ios[op.uid] = io
             if ack_prefix is not None:  # set exactly when the operator has consumers
                 chained.append((op.uid, ack_prefix))
         rows: list[dict] = []
-        persisted = []
-        with RoundProperties(spark, values):
-            for _op, _sinks, consumers, df in steps:
-                if consumers:
-                    if len(consumers) > 1:  # computed once for all its consumers (this round's data)
-                        persisted.append(fresh_dataframe(spark, df).persist())
-                else:
-                    rows.extend(collect_handles(fresh_dataframe(spark, df)))
-            for df in persisted:
-                df.unpersist()
+        if is_connect_session(spark):  # the values inside the task functions: a plan of this round only
+            rows = self._run(self._build(P, shape, parked, ios=ios, carried=values), fresh=None)
+        else:
+            with RoundProperties(spark, values):
+                rows = self._run(self.steps(P, shape, parked), fresh=lambda df: fresh_dataframe(spark, df))
         for _uid, prefix in chained:
             for f in ctx.ckpt_fio.list(prefix):
                 rows.extend(json.loads(ctx.ckpt_fio.read_bytes(f.uri)))
             ctx.ckpt_fio.delete_prefix(prefix)
         # output of an operator without a sink is not sink output
         return [h for h in rows if not (h["kind"] == "output" and str(h["name"]).startswith("exchange:"))]
+
+    @staticmethod
+    def _run(steps: list[tuple], fresh) -> list[dict]:
+        """Execute a round's plan: every terminal operator is one Spark job (collecting its handle rows); an
+        operator with several consumers is computed once for all of them. ``fresh(df)``: a DataFrame to
+        execute anew (re-used plans) or None (a plan of this round only)."""
+        rows: list[dict] = []
+        persisted = []
+        for _op, _sinks, consumers, df in steps:
+            df = fresh(df) if fresh is not None else df
+            if consumers:
+                if len(consumers) > 1:  # computed once for all its consumers (this round's data)
+                    persisted.append(df.persist())
+            else:
+                rows.extend(collect_handles(df))
+        for df in persisted:
+            df.unpersist()
+        return rows
+
+    def _topology(self) -> list[tuple]:
+        """``[(operator, its sinks, its consumers)]`` in topological order."""
+        ctx = self.ctx
+        out = []
+        for op in ctx.job.operators():
+            nid = ctx.job.node_id(op)
+            sinks = [s for s in ctx.job.sinks() if s.parent == nid]
+            if len(sinks) > 1:
+                raise ConfigError(f"operator {op.uid}: at most one sink may consume it directly")
+            out.append((op, sinks, ctx.consumers(nid)))
+        return out
 
     def snapshot_options(self, pending, rnd: int, uid: str, cursor: Cursor) -> SnapshotOptions:
         """How operator ``uid`` snapshots its state this round (docs/state.md): checkpoints write into the job's
@@ -138,11 +170,17 @@ class SparkPlan:
         """The round's Spark plan, built once per (parallelism, source task counts, parked channels) and
         session: ``[(operator, its sinks, its consumers, DataFrame)]`` in topological order. The task
         functions read their per-round values from local properties, so nothing round-specific is in it."""
+        key = (id(self.ctx.spark), P, shape, parked)
+        if key not in self.plans:
+            self.plans[key] = self._build(P, shape, parked)
+        return self.plans[key]
+
+    def _build(self, P: int, shape: tuple, parked: frozenset, *, ios: dict | None = None,
+               carried: dict | None = None) -> list[tuple]:
+        """Build the plan. ``ios``/``carried`` (Spark Connect): this round's operator values and source splits,
+        put into the task functions; None: placeholders, the tasks read local properties."""
         ctx = self.ctx
         spark = ctx.spark
-        key = (id(spark), P, shape, parked)
-        if key in self.plans:
-            return self.plans[key]
         tasks = dict(shape)
         inputs: dict[int, Any] = {}
         for i, node in enumerate(ctx.job.nodes):
@@ -157,27 +195,25 @@ class SparkPlan:
                 read = ctx.job.columns_read(i)
                 meta = None if read is None else [f.name for f in META_FIELDS
                                                   if f.name.lower() in read or (park and f.name == "_partition")]
-                inputs[i] = split_dataframe(spark, tasks[node.name], node, factory, source_key(node.name), meta=meta)
+                inputs[i] = split_dataframe(spark, tasks[node.name], node, factory, source_key(node.name), meta=meta,
+                                            carried=carried)
                 if park:
                     from pyspark.sql import functions as F  # pyspark: imported where Spark already runs
                     inputs[i] = inputs[i].withColumn("_park", F.col("_partition").isin(park))
         steps = []
-        for op in ctx.job.operators():
+        for op, sinks, consumers in self._topology():
             nid = ctx.job.node_id(op)
-            sinks = [s for s in ctx.job.sinks() if s.parent == nid]
-            if len(sinks) > 1:
-                raise ConfigError(f"operator {op.uid}: at most one sink may consume it directly")
-            consumers = ctx.consumers(nid)
             # placeholders: the tasks take this round's values from the local property of the operator
             io = OperatorIO(checkpoint=checkpoint_dir_name("?"), parallelism=P, max_parallelism=ctx.max_parallelism,
                             parent_handles={}, state_prefix="", output_prefix="", output_name="", file_tag="",
                             ttl_cutoff_us=None, ack_prefix="" if consumers else None,
                             bad_records=ctx.config.bad_records, dead_letter_root=ctx.dead_letter_root)
+            if ios is not None:  # Spark Connect: this round's values in the plan itself
+                io = dataclasses.replace(io, **{f: getattr(ios[op.uid], f) for f in ROUND_FIELDS})
             df, _schema = operator_dataframe(spark, ctx.job, op, inputs, io)
             for s in sinks:  # open table formats: create the table, or refuse an incompatible schema change
                 getattr(ctx.table(s.table), "prepare", lambda _schema: None)(_schema)
             if consumers:
                 inputs[nid] = df
             steps.append((op, sinks, consumers, df))
-        self.plans[key] = steps
         return steps

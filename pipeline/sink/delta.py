@@ -58,10 +58,21 @@ class DeltaLakeTable(OpenFormatTable):
         self.storage_options = delta_storage_options(self.table_uri)
         self.location = self.table_uri if self.table_uri.startswith("s3://") else self.table_uri[len("file://"):]
         self.app_id = f"epochal:{job}:{table}"
+        self._latest: Any = None  # the loaded DeltaTable (see _dt)
 
     def _dt(self, version: int | None = None):
+        """The table at ``version``, or its latest version. The latest is loaded once per object and brought up
+        to date incrementally (delta-rs reads only the commits after the loaded one): a commit touches the table
+        several times and each full load lists and reads the log again (measured on moto S3: 548 ms per
+        append commit with a fresh load per call)."""
         from deltalake import DeltaTable
-        return DeltaTable(self.location, version=version, storage_options=self.storage_options)
+        if version is not None:
+            return DeltaTable(self.location, version=version, storage_options=self.storage_options)
+        if self._latest is None:
+            self._latest = DeltaTable(self.location, storage_options=self.storage_options)
+        else:
+            self._latest.update_incremental()
+        return self._latest
 
     def _props(self, checkpoint_id: int | None, parent_id: int | None = None, *, txn: bool = True):
         from deltalake import CommitProperties, Transaction
@@ -71,6 +82,8 @@ class DeltaLakeTable(OpenFormatTable):
     # -- OpenFormatTable ---------------------------------------------------------------------------
     def exists(self) -> bool:
         from deltalake import DeltaTable
+        if self._latest is not None:
+            return True
         return DeltaTable.is_deltatable(self.location, storage_options=self.storage_options)
 
     def create(self, schema: pa.Schema) -> None:
@@ -89,17 +102,23 @@ class DeltaLakeTable(OpenFormatTable):
         dfields = list(Schema.from_arrow(pa.schema(fields)).fields)
         self._dt().alter.add_columns([Field(f.name, f.type, nullable=True) for f in dfields])
 
-    def _history(self) -> list[dict[str, Any]]:
-        return self._dt().history()  # newest first
+    def _history(self, limit: int | None = None) -> list[dict[str, Any]]:
+        return self._dt().history(limit)  # newest first
 
     def current_checkpoint(self) -> int | None:
-        for h in self._history():
-            if h.get(MARK_JOB) != self.job:
-                continue  # a commit by someone else (OPTIMIZE, VACUUM, ...): look further back
-            if h.get(MARK_EMPTY):
-                return None
-            if h.get(MARK_CHECKPOINT) is not None:
-                return int(h[MARK_CHECKPOINT])
+        # the newest commit is almost always Epochal's own: read a few commits first, the whole log only if
+        # other writers (OPTIMIZE, VACUUM, ...) committed since (requests stay O(1) as the history grows)
+        for limit in (4, None):
+            hist = self._history(limit)
+            for h in hist:
+                if h.get(MARK_JOB) != self.job:
+                    continue  # a commit by someone else: look further back
+                if h.get(MARK_EMPTY):
+                    return None
+                if h.get(MARK_CHECKPOINT) is not None:
+                    return int(h[MARK_CHECKPOINT])
+            if limit is not None and len(hist) < limit:
+                break  # that was the whole history
         return None
 
     def has_data(self) -> bool:

@@ -189,13 +189,13 @@ class OpenFormatTable(CommittedTable):
         # Step 2: does the table already have n (its own transaction marker)?
         cur = self.current_checkpoint()
         if cur == n:
-            return AckResult.DUPLICATE
+            return logged  # the table has n: SUCCESS only if the lineage entry was missing and is now written
         # Step 3: n was committed before but is not current (restoring checkpoint n): make it current
         ref = self.find(n)
         if ref is not None:
             self.make_current(ref, n)
             log.info("%s: made checkpoint %d current again (%s)", self.what, n, self.version_id())
-            return AckResult.DUPLICATE
+            return logged
         # Step 4: rewind: the table must be at the parent's commit
         if cur != p:
             pref = self.find(p) if p is not None else None

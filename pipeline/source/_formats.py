@@ -13,6 +13,7 @@ so the parsing and casting rules live here, once:
 """
 from __future__ import annotations
 
+import codecs
 import io
 from typing import Any
 
@@ -41,6 +42,9 @@ def read_jsonl(data: bytes) -> pa.Table:
     """Parse JSON Lines bytes into a table (zero rows, no columns, for an empty file)."""
     if not data.strip():
         return pa.table({})
+    # JSON is UTF-8: pyarrow's reader does not check it, so bytes of another encoding would only fail later
+    # (column names, Spark) with a bare UnicodeDecodeError; here they make the file unreadable (a content error)
+    codecs.decode(data, "utf-8")
     opts = pj.ReadOptions(use_threads=False, block_size=min(_MAX_BLOCK, max(1 << 20, len(data) + 1)))
     return pj.read_json(io.BytesIO(data), read_options=opts)
 

@@ -32,9 +32,10 @@ class JobProcessResult:
 def run_job_process(args: Sequence[str], env: Mapping[str, str] | None = None, *,
                     kill_when: Callable[[str], bool] | None = None, kill_delay_s: float = 0.0,
                     echo: Callable[[str], None] | None = None, timeout_s: float = 1800.0,
-                    cwd: str | None = None) -> JobProcessResult:
+                    cwd: str | None = None, on_line: Callable[[str], None] | None = None) -> JobProcessResult:
     """Run ``python -m pipeline <args>``; if ``kill_when(line)`` is true for a stderr line, SIGKILL the
-    whole process group ``kill_delay_s`` seconds later."""
+    whole process group ``kill_delay_s`` seconds later. ``on_line`` sees every stderr line (phase markers
+    included), e.g. to start an S3 outage at a phase."""
     full_env = dict(os.environ)
     full_env.update(env or {})
     full_env.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -64,6 +65,8 @@ def run_job_process(args: Sequence[str], env: Mapping[str, str] | None = None, *
     for line in proc.stderr:
         line = line.rstrip("\n")
         res.stderr_lines.append(line)
+        if on_line is not None:
+            on_line(line)
         if echo and not line.startswith("EPOCHAL_PHASE") and "WARN" not in line[:40]:
             echo(line)
         if kill_when is not None and timer is None and not res.killed and kill_when(line):

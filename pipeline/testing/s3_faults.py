@@ -80,10 +80,13 @@ class S3FaultProxy:
 
             def _send(self, status: int, headers: list[tuple[str, str]], body: bytes, *, cut: bool = False) -> None:
                 self.send_response_only(status)
+                length = str(len(body))
                 for k, v in headers:
-                    if k.lower() not in _HOP and k.lower() != "content-length":
+                    if k.lower() == "content-length" and self.command == "HEAD":
+                        length = v  # a HEAD answer announces the object's size, it has no body
+                    elif k.lower() not in _HOP and k.lower() != "content-length":
                         self.send_header(k, v)
-                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Content-Length", length)
                 if cut:
                     self.send_header("Connection", "close")
                 self.end_headers()

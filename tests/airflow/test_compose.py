@@ -63,7 +63,7 @@ def test_images_are_pinned(compose):
 def test_airflow_env_wiring(compose):
     for name in AIRFLOW_SERVICES:
         env = _env(compose["services"][name])
-        assert env["PIPELINE_SPARK_MASTER"] == "spark://spark-master:7077"
+        assert env["PIPELINE_SPARK_MASTER"] == "sc://spark-connect:15002"  # the long-lived Connect server
         for k in ("PIPELINE_SOURCE_URI", "PIPELINE_CHECKPOINT_URI", "PIPELINE_SINK_URI"):
             assert env[k].startswith("s3://epochal/"), (name, k, env[k])
         assert env["AWS_ENDPOINT_URL"] == "http://minio:9000"
@@ -75,7 +75,7 @@ def test_airflow_env_wiring(compose):
         assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"].startswith("http://airflow-apiserver:8080/")
         assert env["AIRFLOW__API_AUTH__JWT_SECRET"], "all Airflow services must share the JWT secret"
         deps = compose["services"][name]["depends_on"]
-        assert {"postgres", "minio-init", "airflow-init"} <= set(deps)
+        assert {"postgres", "minio-init", "airflow-init", "spark-connect"} <= set(deps)
     assert _env(compose["services"]["airflow-scheduler"])["SPARK_LOCAL_HOSTNAME"] == "airflow-scheduler"
     assert compose["services"]["airflow-scheduler"]["hostname"] == "airflow-scheduler"
 
@@ -86,7 +86,7 @@ def test_mounts(compose):
         for d in ("pipeline", "dags", "plugins", "include"):
             assert f"./{d}:/opt/airflow/{d}" in vols, (name, d)
         assert _env(compose["services"][name])["PYTHONPATH"] == "/opt/airflow"
-    for name in ("spark-master", "spark-worker"):
+    for name in ("spark-master", "spark-worker", "spark-connect"):
         assert "./pipeline:/opt/airflow/pipeline" in compose["services"][name]["volumes"]
         assert _env(compose["services"][name])["PYTHONPATH"] == "/opt/airflow"
     assert set(compose["volumes"]) >= {"postgres-db", "minio-data"}
@@ -99,6 +99,21 @@ def test_spark_cluster(compose):
     assert "spark://spark-master:7077" in w["command"]
     assert m["image"] == w["image"] == compose["services"]["airflow-scheduler"]["image"], \
         "driver (Airflow tasks) and executors must share Python and packages"
+
+
+def test_spark_connect_server(compose):
+    """Airflow tasks connect to a long-lived Spark Connect server that runs on the standalone cluster, with the
+    same image (Python + packages) as the executors and its own S3 settings."""
+    c = compose["services"]["spark-connect"]
+    assert c["entrypoint"][0].endswith("pyspark/sbin/start-connect-server.sh")
+    cmd = c["command"]
+    assert cmd[0] == "--wait" and cmd[cmd.index("--master") + 1] == "spark://spark-master:7077"
+    assert "spark.connect.grpc.binding.port=15002" in cmd and c["hostname"] == "spark-connect"
+    assert c["image"] == compose["services"]["spark-worker"]["image"]
+    env = _env(c)
+    assert env["SPARK_HOME"] + "/sbin/start-connect-server.sh" == c["entrypoint"][0]
+    assert env["AWS_ENDPOINT_URL"] == "http://minio:9000" and env["PYTHONPATH"] == "/opt/airflow"
+    assert not c.get("ports"), "the Connect server is reached inside the compose network only"
 
 
 def test_minio_bucket_and_s3(compose):

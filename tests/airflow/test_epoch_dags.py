@@ -123,8 +123,21 @@ def test_epoch_runs_one_checkpoint_per_interval_in_order(tl):
     with create_session() as session:
         events = session.scalars(select(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
                                  .where(AssetModel.name == "epochal/orders_payments/paid_orders")).all()
-        extras = sorted((e.extra or {}).get("checkpoint_id") for e in events)
-    assert extras == [c.checkpoint_id for c in cps], extras
+        extras = sorted((dict(e.extra or {}) for e in events), key=lambda x: x["checkpoint_id"])
+    assert [x["checkpoint_id"] for x in extras] == [c.checkpoint_id for c in cps], extras
+    # the demo's sinks are Delta tables: each event names the table version that holds its checkpoint; read
+    # with delta-rs directly (not Epochal), that version holds exactly the rows committed up to the checkpoint
+    from deltalake import DeltaTable
+    opts = _delta_opts(tl)
+    location = f"{tl.sinks}/orders_payments/paid_orders"
+    assert all(x["format"] == "delta" for x in extras), extras
+    versions = [int(str(x["table_version"]).split()[-1]) for x in extras]
+    assert versions == sorted(set(versions)), versions  # one new table version per checkpoint
+    total = 0
+    for x, v in zip(extras, versions):
+        total += int(x["rows_in_checkpoint"])
+        assert DeltaTable(location, version=v, storage_options=opts).to_pyarrow_table().num_rows == total, (x, v)
+    assert DeltaTable(location, storage_options=opts).version() == versions[-1]
 
 
 def test_retry_of_process_is_idempotent(tl, monkeypatch):
@@ -155,16 +168,30 @@ def test_commit_is_idempotent_and_recovers_a_missing_commit(tl):
     res = orch.commit(head.checkpoint_id)
     assert {t: v["result"] for t, v in res.tables.items()} == {"paid_orders": "already committed",
                                                                  "merchant_revenue": "already committed"}
-    # simulate the crash: the sink commit entries of the head checkpoint are missing
+    # simulate the crash: neither the lineage entry nor the Delta commit of the head checkpoint exists
+    from deltalake import DeltaTable
     for table in ("paid_orders", "merchant_revenue"):
         t = CommittedTable(file_io_for(tl.sinks), tl.sinks, "orders_payments", table)
         t.fileio.delete(t.commit_uri(head.checkpoint_id))
         assert t.head().checkpoint_id < head.checkpoint_id
+        log_files = sorted(f.uri for f in t.fileio.list(f"{t.table_uri}/_delta_log/") if f.uri.endswith(".json"))
+        t.fileio.delete(log_files[-1])  # the newest Delta version: the head checkpoint's commit
+        app = f"epochal:orders_payments:{table}"
+        assert DeltaTable(t.table_uri, storage_options=_delta_opts(tl)).transaction_version(app) < head.checkpoint_id
     res = orch.commit(head.checkpoint_id)
     assert {t: v["result"] for t, v in res.tables.items()} == {"paid_orders": "committed now",
                                                                  "merchant_revenue": "committed now"}
+    for table in ("paid_orders", "merchant_revenue"):
+        dt = DeltaTable(f"{tl.sinks}/orders_payments/{table}", storage_options=_delta_opts(tl))
+        assert dt.transaction_version(f"epochal:orders_payments:{table}") == head.checkpoint_id
     assert orch.validate(head.checkpoint_id).success
     tl.assert_exactly_once()
+
+
+def _delta_opts(tl) -> dict[str, str]:
+    """delta-rs storage options for the test's moto server (independent of Epochal's own helper)."""
+    return {"AWS_ENDPOINT_URL": tl.endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
 
 
 def test_rerun_of_completed_interval_rewinds_and_stays_exactly_once(tl):

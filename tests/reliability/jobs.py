@@ -38,3 +38,30 @@ def write_events(src: Path, partition: int, seq: int, rows: list[tuple[str, str,
 
 def spanning_rows(seq: int, n: int, start_s: float, step_s: float, users: int = 5) -> list:
     return [(f"e{seq}-{i}", f"u{i % users}", i + 1, start_s + i * step_s) for i in range(n)]
+
+
+def events_table(rows: list[tuple[str, str, int, float]]) -> pa.Table:
+    return pa.table({"event_id": [r[0] for r in rows], "user": [r[1] for r in rows],
+                     "value": [r[2] for r in rows],
+                     "_ingest_ts": [T0 + timedelta(seconds=r[3]) for r in rows]}, schema=EVENTS_SCHEMA)
+
+
+def put_events(src_uri: str, partition: int, seq: int, rows: list[tuple[str, str, int, float]]) -> str:
+    """Like :func:`write_events` on any storage (``s3://`` or ``file://``), through FileIO."""
+    import io
+
+    from pipeline.fileio import file_io_for
+    buf = io.BytesIO()
+    pq.write_table(events_table(rows), buf)
+    uri = f"{src_uri.rstrip('/')}/events/partition={partition}/{seq:08d}.parquet"
+    file_io_for(uri).write_bytes(uri, buf.getvalue())
+    return uri
+
+
+def totals_oracle(rows) -> dict[str, tuple[int, int]]:
+    """Per-user (count, sum of value): what ``counts_job`` must end with, each row counted once."""
+    out: dict[str, tuple[int, int]] = {}
+    for _eid, user, value, _t in rows:
+        n, t = out.get(user, (0, 0))
+        out[user] = (n + 1, t + (value or 0))  # count(*) counts every row, sum skips nulls (SQL)
+    return out

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.unit
 PINNED = {
     "pipeline": ["EpochalError", "Job", "JobRunner", "PipelineConfig", "Stream", "__version__", "load_config"],
     "pipeline.exceptions": [
-        "BarrierError", "CheckpointDeclinedError", "CheckpointError", "CheckpointFencedError",
+        "AggregateOverflowError", "BarrierError", "BootstrapRefusedError", "CheckpointDeclinedError", "CheckpointError", "CheckpointFencedError",
         "ConditionalWriteError", "ConfigError", "CorruptCheckpointError", "CorruptStreamError", "EpochalError",
         "IncompatibleSinkSchemaError", "IncompatibleStateError", "InjectedFailure", "JobStoppedError", "MalformedInputError",
         "NoValidCheckpointError", "ObjectNotFoundError", "SinkError", "SourceContractError", "SourceError", "StorageError",

@@ -1,4 +1,5 @@
-"""An unusable master (Spark Connect, ``sc://``) is refused before a checkpoint id is claimed or anything written."""
+"""An unusable master (a Spark Connect server that does not answer, a malformed ``sc://`` URL) is refused with a
+one-line message before a checkpoint id is claimed or anything is written."""
 from __future__ import annotations
 
 import os
@@ -10,9 +11,18 @@ import pytest
 pytestmark = [pytest.mark.unit]
 
 
-@pytest.mark.parametrize("extra", [{"PIPELINE_SPARK_MASTER": "sc://127.0.0.1:15002"},
-                                   {"SPARK_REMOTE": "sc://127.0.0.1:15002"}], ids=["master", "spark_remote"])
-def test_connect_is_refused_before_any_side_effect(tmp_path, extra):
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("kind", ["master", "spark_remote", "malformed"])
+def test_unusable_connect_server_is_refused_before_any_side_effect(tmp_path, kind):
+    url = f"sc://127.0.0.1:{_free_port()}"  # nothing listens there
+    extra = {"master": {"PIPELINE_SPARK_MASTER": url}, "spark_remote": {"SPARK_REMOTE": url},
+             "malformed": {"PIPELINE_SPARK_MASTER": "sc://127.0.0.1:notaport"}}[kind]
     from tests.cluster import sensors
     src = (tmp_path / "src").as_uri()
     sensors.write(src, epochs=1, partitions=1, rows=10)
@@ -21,5 +31,7 @@ def test_connect_is_refused_before_any_side_effect(tmp_path, extra):
     p = subprocess.run([sys.executable, "-m", "pipeline", "run", "--job", "tests.cluster.sensors:build"],
                        capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode == 2, p.stderr
-    assert p.stderr.startswith("epochal:") and "Spark Connect" in p.stderr and "docs/deployment.md" in p.stderr
+    assert p.stderr.startswith("epochal:") and "Spark Connect" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    assert ("not reachable" in p.stderr and "docs/deployment.md" in p.stderr) if kind != "malformed" \
+        else "expected sc://<host>:<port>" in p.stderr
     assert not (tmp_path / "ckpt").exists() and not (tmp_path / "sink").exists()

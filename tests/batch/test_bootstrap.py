@@ -1,0 +1,196 @@
+"""``epochal bootstrap``: a job's state and output at barrier n from one batch job, written as a savepoint; restore
+from it and run the remaining epochs; the result equals (a) the batch plan at the final barrier and (b) a run
+that processed every epoch from the start. Jobs of our own (never the demo), real local Spark, file://."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+_HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(_HERE))
+
+from batch_jobs import join_agg  # noqa: E402
+from boot_jobs import append_agg_job, dedup_join, process_job, window_job  # noqa: E402
+from data import E_US, T0, generate  # noqa: E402
+
+from pipeline.exceptions import BootstrapRefusedError, ConfigError  # noqa: E402
+
+pytestmark = [pytest.mark.spark]
+CLOCK = "2027-01-01T00:00:00Z"
+FIRST = T0 // E_US          # the first epoch of the generated data
+#: the full profile (EPOCHAL_BOOTSTRAP_FULL=1, ~4 min): both jobs, 6 epochs, the recovery suites on the result;
+#: the default CI profile: the many-to-many join job over 4 epochs, compared with the full run and the batch plan
+FULL = os.environ.get("EPOCHAL_BOOTSTRAP_FULL", "") not in ("", "0")
+
+
+def _runner(root: Path, src: Path, job, **kw):
+    from pipeline.config import load_config
+    from pipeline.runtime.runner import JobRunner
+    kw.setdefault("clock_now", CLOCK)
+    cfg = load_config(env={}, source_uri=src.as_uri(), checkpoint_uri=(root / "ckpt").as_uri(),
+                      sink_uri=(root / "sink").as_uri(), epoch_seconds=60, **kw)
+    return JobRunner(job, cfg, echo=lambda m: None)
+
+
+def _sorted(t: pa.Table) -> pa.Table:
+    cols = sorted(c for c in t.column_names)
+    t = t.select(cols)
+    return t.sort_by([(c, "ascending") for c in cols if not pa.types.is_boolean(t.schema.field(c).type)])
+
+
+def _sinks(r) -> dict[str, pa.Table]:
+    return {t: _sorted(r.table(t).read()) for t in r.job.sink_tables()}
+
+
+def _state(r) -> dict[str, pa.Table]:
+    """Every state table of the latest checkpoint (all subtasks, ``_kg`` and ``_matched`` included)."""
+    md = r.snapshot().metadata
+    out: dict[str, list] = {}
+    for uid, hs in md.operators.items():
+        for h in hs:
+            out.setdefault(f"{uid}/{h.name}", [])
+            if h.file is not None:
+                out[f"{uid}/{h.name}"].append(pq.read_table(h.file.uri.replace("file://", "")))
+    return {k: _sorted(pa.concat_tables(v)) if v else None for k, v in out.items()}  # type: ignore[misc]
+
+
+def _bootstrap_then_run(root: Path, src: Path, job, epoch: int, parallelism: int = 2):
+    from pipeline.batch.bootstrap import bootstrap
+    r = _runner(root, src, job, parallelism=parallelism)
+    d = bootstrap(r, epoch=epoch)
+    assert d["epoch"] == epoch and d["savepoint"].startswith((root / "ckpt").as_uri())
+    sp = r.snapshot(d["savepoint"]).metadata
+    assert sp.kind == "savepoint" and sp.epoch == epoch and sp.parent_id is None
+    assert {u for u in sp.operators} == set(job.operator_uids())
+    assert sp.extra["source_files"]                     # the source inventory of the read files
+    # the sink tables hold the batch output at barrier n already (committed, before any restore)
+    committed = {t: r.table(t).read().num_rows for t in job.sink_tables()}
+    assert committed == {t: d["objects"][f"sink/{t}"] for t in job.sink_tables()}
+    r2 = _runner(root, src, job, parallelism=3)          # restore with another parallelism
+    res = r2.restore(d["savepoint"], parallelism=3, validate=FULL)   # the post-restore suites: full profile
+    assert res["epoch"] == epoch
+    rep = r2.run()
+    assert len(rep.to_dict()["checkpoints_completed"]) >= 2
+    return r2, d
+
+
+def _check_against_batch(r, tmp: Path, suites: bool) -> None:
+    """(a) the final checkpoint's sinks equal the batch plan at its barrier, and the recovery suites pass."""
+    from pipeline.batch import write_batch
+    from pipeline.quality import validate_job
+    out = write_batch(r, None, str(tmp / "batch"))
+    assert out["unchecked"] == {k: v for k, v in out["unchecked"].items() if k.startswith("state/")}
+    for t in r.job.sink_tables():
+        want = _sorted(pq.read_table(tmp / "batch" / "sink" / t))
+        got = r.table(t).read()
+        assert _sorted(got.select(want.column_names).cast(want.schema)).equals(want), t
+    if not suites:
+        return
+    v = validate_job(r, None, build_docs=False, store_results=False)
+    failed = [s.suite for s in v.suites if not s.success and s.skipped is None]
+    assert failed == [], v.summary()
+
+
+_CASES = [pytest.param(join_agg, 5, id="m2m-join-agg"),
+          pytest.param(dedup_join, 7, id="dedup-join", marks=pytest.mark.skipif(
+              not FULL, reason="full profile only: EPOCHAL_BOOTSTRAP_FULL=1"))]
+
+
+@pytest.mark.parametrize("make,seed", _CASES)
+def test_bootstrap_restore_run_equals_full_run_and_batch(tmp_path, make, seed):
+    src = tmp_path / "src"
+    generate(src, seed=seed, epochs=6 if FULL else 4, n_left=160 if FULL else 80, repeated=True)
+    job = make()
+    full = _runner(tmp_path / "full", src, job, parallelism=2)
+    full.run()
+    boot, _ = _bootstrap_then_run(tmp_path / "boot", src, make(), FIRST + (2 if FULL else 1))
+    assert boot.snapshot().metadata.epoch == full.snapshot().metadata.epoch
+    # (b) the same sinks and the same state (every column, _kg and _matched included) as the full run
+    assert _sinks(boot) == _sinks(full)
+    assert all(t.num_rows for t in _sinks(full).values())
+    s_full, s_boot = _state(full), _state(boot)
+    assert sum(t.num_rows for t in s_full.values() if t is not None) > 0
+    assert s_boot.keys() == s_full.keys()
+    for k in s_full:
+        assert (s_boot[k] is None) == (s_full[k] is None), k
+        if s_full[k] is not None:
+            assert s_boot[k].equals(s_full[k].select(s_boot[k].column_names).cast(s_boot[k].schema)), k
+    _check_against_batch(boot, tmp_path, suites=FULL)
+
+
+def _nothing_written(root: Path) -> None:
+    ck = root / "ckpt"
+    assert not any((ck).glob("*/savepoints/*")) and not any(ck.glob("*/barriers/*"))
+    assert not (root / "sink").exists() or not any((root / "sink").rglob("*.parquet"))
+
+
+@pytest.mark.parametrize("make,names", [(window_job, "win-grp"), (process_job, "user-fn"),
+                                        (append_agg_job, "changes")], ids=["window", "process", "changelog"])
+def test_bootstrap_refuses_what_it_cannot_derive_exactly(tmp_path, make, names):
+    from pipeline.batch.bootstrap import bootstrap
+    src = tmp_path / "src"
+    generate(src, seed=1, epochs=3, n_left=40)
+    r = _runner(tmp_path, src, make())
+    with pytest.raises(BootstrapRefusedError) as e:
+        bootstrap(r, epoch=FIRST + 1)
+    assert names in str(e.value) and "\n" not in str(e.value)
+    _nothing_written(tmp_path)
+
+
+def test_bootstrap_validates_before_any_side_effect(tmp_path):
+    from pipeline.batch.bootstrap import bootstrap
+    src = tmp_path / "src"
+    generate(src, seed=1, epochs=3, n_left=40)
+    r = _runner(tmp_path, src, join_agg())
+    with pytest.raises(ConfigError, match="outside the allowed savepoint prefixes"):
+        bootstrap(r, epoch=FIRST + 1, target=(tmp_path / "elsewhere").as_uri())
+    with pytest.raises(ConfigError, match="max parallelism"):
+        bootstrap(r, epoch=FIRST + 1, parallelism=99)
+    with pytest.raises(Exception, match="lags"):
+        bootstrap(_runner(tmp_path, src, join_agg(), clock_now="2026-01-01T00:00:00Z"), epoch=FIRST + 10)
+    _nothing_written(tmp_path)
+    # a job that already ran is not bootstrapped (its sinks and checkpoints would be shadowed)
+    r.run(epochs=1)
+    with pytest.raises(BootstrapRefusedError, match="already has completed checkpoints"):
+        bootstrap(r, epoch=FIRST + 2)
+
+
+def _cli(tmp_path: Path, *args: str):
+    import subprocess
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(_HERE), str(_HERE.parents[1])]),
+           "PIPELINE_SOURCE_URI": (tmp_path / "src").as_uri(), "PIPELINE_CHECKPOINT_URI": (tmp_path / "ckpt").as_uri(),
+           "PIPELINE_SINK_URI": (tmp_path / "sink").as_uri(), "PIPELINE_CLOCK_NOW": CLOCK,
+           "PIPELINE_EPOCH_SECONDS": "60"}
+    return subprocess.run([sys.executable, "-m", "pipeline", "bootstrap", *args], env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_cli_bootstrap_refusal_and_bad_target_exit_2_with_one_line(tmp_path):
+    generate(tmp_path / "src", seed=1, epochs=2, n_left=20)
+    p = _cli(tmp_path, "--job", "boot_jobs:process_job")
+    assert p.returncode == 2, p.stderr
+    msg = [ln for ln in p.stderr.splitlines() if ln.startswith("epochal:")]
+    assert len(msg) == 1 and "process 'user-fn'" in msg[0], p.stderr
+    p = _cli(tmp_path, "--job", "batch_jobs:join_agg", "--target", (tmp_path / "elsewhere").as_uri())
+    assert p.returncode == 2 and "outside the allowed savepoint prefixes" in p.stderr, p.stderr
+    _nothing_written(tmp_path)
+
+
+@pytest.mark.s3
+def test_bootstrap_on_moto_s3(moto_server, s3_root):
+    import json
+    import subprocess
+    env = {**os.environ, "PYTHONPATH": str(_HERE.parents[1]), "GX_ANALYTICS_ENABLED": "False"}
+    p = subprocess.run([sys.executable, str(_HERE / "s3_bootstrap_scenario.py"), s3_root], env=env,
+                       capture_output=True, text=True, timeout=900)
+    line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert p.returncode == 0 and line, f"{p.stdout[-3000:]}\n{p.stderr[-5000:]}"
+    out = json.loads(line[len("RESULT "):])
+    assert out["savepoint"].startswith(s3_root + "/boot/ckpt/bt_join_agg/savepoints/")
+    assert out["epoch_boot"] == out["epoch_full"]
+    assert out["same_sinks"] and out["same_state"] and all(out["rows"].values()), out
