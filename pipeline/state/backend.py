@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import threading
 from collections import OrderedDict
 from typing import Iterable, Mapping
 
@@ -28,6 +29,7 @@ from pipeline.state.chain import StateChain
 from pipeline.state.changelog import apply_changelog
 
 __all__ = ["table_to_parquet_bytes", "write_table", "write_bytes_once", "read_state", "load_chain", "remember",
+           "flush_cache_writes",
            "KG_COLUMN"]
 
 KG_COLUMN = "_kg"
@@ -62,13 +64,34 @@ _RECENT: "OrderedDict[str, pa.Table]" = OrderedDict()  # this worker's last rest
 _RECENT_MAX = 4
 
 
-def remember(digest: str, table: pa.Table) -> None:
-    """Keep ``table`` as the state of chain ``digest`` in this worker (a few entries) and the executor cache."""
+_PENDING: list[threading.Thread] = []  # this worker's cache writes still running
+
+
+def flush_cache_writes() -> None:
+    """Wait for this worker's background cache writes (a cache read in this worker then sees them)."""
+    while _PENDING:
+        _PENDING.pop().join()
+
+
+def remember(digest: str, table: pa.Table, *, background: bool = False) -> None:
+    """Keep ``table`` as the state of chain ``digest`` in this worker (a few entries) and the executor cache.
+
+    ``background``: write the executor cache's file from a daemon thread (the Arrow IPC write releases the GIL),
+    so the task does not wait for a copy it does not need itself: this worker already holds the table. A
+    worker that exits mid-write only leaves a temporary file (the cache never serves those)."""
     _RECENT[digest] = table
     _RECENT.move_to_end(digest)
     while len(_RECENT) > _RECENT_MAX:
         _RECENT.popitem(last=False)
-    default_cache().put(digest, table)
+    cache = default_cache()
+    if not cache.enabled:
+        return
+    if background:
+        th = threading.Thread(target=cache.put, args=(digest, table), name="epochal-state-cache", daemon=True)
+        _PENDING.append(th)
+        th.start()
+    else:
+        cache.put(digest, table)
 
 
 def _read_file(fileio, fh, checkpoint: str) -> pa.Table:
@@ -90,6 +113,7 @@ def load_chain(fileio, chain: StateChain, checkpoint: str, *, warm: bool = True)
     if warm:
         t = _RECENT.get(digest)
         if t is None:
+            flush_cache_writes()
             t = default_cache().get(digest)
         if t is not None:
             return t

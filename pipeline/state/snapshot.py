@@ -123,7 +123,7 @@ def write_state(fileio, state_prefix: str, name: str, kg_start: int, kg_end: int
         fh = write_bytes_once(fileio, uri, table_to_parquet_bytes(table), table.num_rows)
         written.add(fh["uri"])
         chain = StateChain(FileHandle.from_dict(fh), (), table.num_rows)
-    remember(chain.digest, table)
+    remember(chain.digest, table, background=True)
     out = chain.handle_fields()
     out["persisted_bytes"] = _persisted(chain, opts.checkpoint_id if opts else -1, written)
     return out
