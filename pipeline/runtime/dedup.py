@@ -67,12 +67,10 @@ def make_dedup_task(spec: DedupTaskSpec):
         sync_ms = (time.perf_counter() - t0) * 1000
         fault_point("writing_state")
         t1 = time.perf_counter()
-        touched = [new[spec.key]] + ([res.expired_keys] if res.expired_keys is not None else [])
+        touched = (new[spec.key],) + ((res.expired_keys,) if res.expired_keys is not None else ())
         fh = write_state(fio, spec.state_prefix, "keys", kgr.start, kgr.end, res.state,
                          spec.parent_handles.get("keys", []), spec.snapshot, spec.checkpoint,
-                         touched=TouchedKeys(spec.key, pa.chunked_array(
-                             [c for t in touched for c in t.chunks] if touched else [],
-                             type=sschema.field(spec.key).type)))
+                         touched=TouchedKeys(spec.key, touched))
         t_out = time.perf_counter()
         ofh = None
         if spec.ack_prefix is None and out.num_rows:

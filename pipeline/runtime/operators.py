@@ -224,7 +224,8 @@ def make_join_task(spec: JoinTaskSpec):
         handles = []
         for name, tbl in (("left", left), ("right", right)):
             fh = write_state(fio, spec.state_prefix, name, kgr.start, kgr.end, tbl,
-                             spec.parent_handles.get(name, []), spec.snapshot, spec.checkpoint)
+                             spec.parent_handles.get(name, []), spec.snapshot, spec.checkpoint,
+                             touched=TouchedKeys(spec.key, res.touched))
             handles.append(("state", name, fh))
         ofh = None
         if out is not None and out.num_rows:
@@ -368,8 +369,7 @@ def make_agg_task(spec: AggTaskSpec):
         t1 = time.perf_counter()
         fh = write_state(fio, spec.state_prefix, "agg", kgr.start, kgr.end, state, spec.parent_handles.get("agg", []),
                          spec.snapshot, spec.checkpoint,
-                         touched=TouchedKeys(spec.key, partial[spec.key] if partial is not None
-                                             else pa.array([], sschema.field(spec.key).type)))
+                         touched=TouchedKeys(spec.key, (partial[spec.key],) if partial is not None else ()))
         t_out = time.perf_counter()
         ofh = None
         file_out = out

@@ -77,12 +77,19 @@ def diff(old: pa.Table, new: pa.Table) -> pa.Table:
 
 @dataclass(frozen=True, slots=True)
 class TouchedKeys:
-    """The keys an operator touched in one round: every state row whose ``column`` value is not in ``keys`` is
-    the same (as a multiset) in the old and the new snapshot. Operators pass the keys of their input plus the
-    keys of rows they expired or removed; :func:`diff_touched` then only compares those keys' rows."""
+    """The keys an operator touched in one round: every state row whose ``column`` value is in none of ``keys``
+    is the same (as a multiset) in the old and the new snapshot. Operators pass the keys of their input plus
+    the keys of rows they expired or removed; :func:`diff_touched` then only compares those keys' rows."""
 
     column: str
-    keys: pa.Array | pa.ChunkedArray
+    keys: tuple[pa.Array | pa.ChunkedArray, ...]
+
+    def values(self, t: pa.DataType) -> pa.Array:
+        """The distinct touched keys, as ``t``."""
+        chunks = [c for k in self.keys for c in (k.chunks if isinstance(k, pa.ChunkedArray) else [k])]
+        if not chunks:
+            return pa.array([], t)
+        return pc.unique(pa.chunked_array([c.cast(t) for c in chunks], type=t).combine_chunks())
 
 
 def _net_ops(delta: pa.Table) -> int:
@@ -95,10 +102,9 @@ def diff_touched(old: pa.Table, new: pa.Table, touched: TouchedKeys | None) -> p
     wrong by the row counts (``new`` rows != ``old`` rows + net delta) falls back to the full diff."""
     if touched is None or touched.column not in new.column_names:
         return diff(old, new)
-    keys = touched.keys.combine_chunks() if isinstance(touched.keys, pa.ChunkedArray) else touched.keys
+    keys = touched.values(new.schema.field(touched.column).type)
     if len(keys) == 0:
         return diff(old, new) if old.num_rows != new.num_rows else _tag(new.schema.empty_table(), 1)
-    keys = pc.unique(keys.cast(new.schema.field(touched.column).type))
     o = old.filter(pc.is_in(old[touched.column], value_set=keys))
     n = new.filter(pc.is_in(new[touched.column], value_set=keys))
     delta = diff(o, n)
