@@ -21,7 +21,7 @@ Event ids are random 128-bit hex strings (like UUIDs), so the state's bytes grow
 epoch (epoch 0 includes the JVM start): the epoch's wall time (one round = one checkpoint), the state rows, the bytes the checkpoint
 persisted and the full state size it represents (``_metadata`` stats). Results also go to ``--out`` (JSON), with
 the peak RSS (``VmHWM``) of the run's Python workers (the ``pyspark`` processes below the child).
-With ``--s3`` the checkpoints go to a moto S3 server in a child process (loopback), source and sink stay local.
+With ``--s3`` checkpoints and sink go to a moto S3 server in a child process (loopback); the source stays local.
 ``--plot PNG JSON...`` draws epoch time and checkpoint bytes vs state size from earlier ``--out`` files.
 """
 from __future__ import annotations
@@ -82,7 +82,8 @@ def child(args) -> None:
     ckpt = f"{args.s3_root}/{args.mode}/ckpt" if args.s3_root else (root / args.mode / "ckpt").as_uri()
     cfg = load_config(env={}, source_uri=(root / "src").as_uri(),
                       checkpoint_uri=ckpt,
-                      sink_uri=(root / args.mode / "sink").as_uri(), parallelism=2, epoch_seconds=EPOCH_S,
+                      sink_uri=f"{args.s3_root}/{args.mode}/sink" if args.s3_root else (root / args.mode / "sink").as_uri(),
+                      parallelism=2, epoch_seconds=EPOCH_S,
                       retained_checkpoints=1000, state_incremental=args.mode != "full",
                       clock_now=(T0 + timedelta(seconds=EPOCH_S * (args.epochs + 2))).isoformat())
     r = JobRunner(job, cfg, echo=lambda m: None)
