@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
+import sys
 import threading
+import time
 from collections import OrderedDict
 from typing import Iterable, Mapping
 
@@ -29,7 +32,7 @@ from pipeline.state.chain import StateChain
 from pipeline.state.changelog import apply_changelog
 
 __all__ = ["table_to_parquet_bytes", "write_table", "write_bytes_once", "read_state", "load_chain", "remember",
-           "flush_cache_writes",
+           "flush_cache_writes", "trace",
            "KG_COLUMN"]
 
 KG_COLUMN = "_kg"
@@ -73,6 +76,17 @@ def flush_cache_writes() -> None:
         _PENDING.pop().join()
 
 
+_TRACE = os.environ.get("EPOCHAL_STATE_TRACE", "") not in ("", "0")
+
+
+def trace(what: str, where: str, rows: int, t0: float) -> None:
+    """With ``EPOCHAL_STATE_TRACE=1`` (executor environment): one stderr line per state load / snapshot
+    (where the state came from or what was written, rows, milliseconds, worker pid) for benchmarking."""
+    if _TRACE:
+        print(f"epochal-state-trace {what} {where} rows={rows} ms={(time.perf_counter() - t0) * 1000:.0f} "
+              f"pid={os.getpid()}", file=sys.stderr, flush=True)
+
+
 def remember(digest: str, table: pa.Table, *, background: bool = False) -> None:
     """Keep ``table`` as the state of chain ``digest`` in this worker (a few entries) and the executor cache.
 
@@ -110,12 +124,16 @@ def load_chain(fileio, chain: StateChain, checkpoint: str, *, warm: bool = True)
     """The whole table a state chain represents: from this worker or the executor's warm cache, else read
     from storage (every file checksum-verified), the deltas applied, and kept warm (``warm``)."""
     digest = chain.digest
+    t0 = time.perf_counter()
     if warm:
         t = _RECENT.get(digest)
+        where = "worker"
         if t is None:
             flush_cache_writes()
             t = default_cache().get(digest)
+            where = "cache"
         if t is not None:
+            trace("load", where, t.num_rows, t0)
             return t
     base = _read_file(fileio, chain.base, checkpoint)
     if chain.deltas:
@@ -128,6 +146,7 @@ def load_chain(fileio, chain: StateChain, checkpoint: str, *, warm: bool = True)
                                      f"the handle says {chain.rows}")
     if warm:
         remember(digest, base)
+    trace("load", f"storage(+{len(chain.deltas)})", base.num_rows, t0)
     return base
 
 

@@ -15,6 +15,7 @@ chain's files this checkpoint wrote (in any of its rounds); the rest was written
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -23,7 +24,7 @@ import pyarrow as pa
 from pipeline.checkpoint.handles import FileHandle
 from pipeline.layout import shared_state_uri, shared_writer_id
 from pipeline.state.attempts import canonical_order
-from pipeline.state.backend import load_chain, remember, table_to_parquet_bytes, write_bytes_once
+from pipeline.state.backend import load_chain, remember, table_to_parquet_bytes, trace, write_bytes_once
 from pipeline.state.chain import StateChain
 from pipeline.state.changelog import TouchedKeys, can_diff, diff_touched
 from pipeline.state.materialization import DEFAULT_MAX_DELTA_RATIO, DEFAULT_MAX_DELTAS, MaterializationPolicy
@@ -91,6 +92,7 @@ def write_state(fileio, state_prefix: str, name: str, kg_start: int, kg_end: int
     Returns the handle dict (None for an empty state)."""
     if table.num_rows == 0:
         return None
+    t0 = time.perf_counter()
     opts = SnapshotOptions.from_params(snapshot)
     legacy_uri = f"{state_prefix}/{name}/kg-{kg_start:05d}-{kg_end:05d}.parquet"
     written: set[str] = set()
@@ -124,6 +126,7 @@ def write_state(fileio, state_prefix: str, name: str, kg_start: int, kg_end: int
         written.add(fh["uri"])
         chain = StateChain(FileHandle.from_dict(fh), (), table.num_rows)
     remember(chain.digest, table, background=True)
+    trace("write", "base" if not chain.deltas else ("delta" if written else "unchanged"), table.num_rows, t0)
     out = chain.handle_fields()
     out["persisted_bytes"] = _persisted(chain, opts.checkpoint_id if opts else -1, written)
     return out
