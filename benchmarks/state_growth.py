@@ -3,6 +3,8 @@
 
     .venv/bin/python benchmarks/state_growth.py                         # 24 epochs x 10k events, ~5 min
     .venv/bin/python benchmarks/state_growth.py --epochs 30 --events 20000
+    .venv/bin/python benchmarks/state_growth.py --s3 --out /tmp/s3.json      # checkpoints on moto S3 (child process)
+    .venv/bin/python benchmarks/state_growth.py --plot docs/img/state_growth.png /tmp/file.json /tmp/s3.json
 
 The job (of this benchmark's own making): ``events(event_id, user, value)`` -> ``deduplicate(event_id)`` ->
 ``aggregate(count, sum per user)`` -> upsert sink. Every epoch brings ``--events`` new event ids, so the dedup
@@ -15,8 +17,12 @@ Each mode runs in a fresh process (fresh JVM and Python workers; the executor en
   every epoch reads its whole state from storage and writes it whole (the behaviour before docs/state.md);
 * ``incremental``: changelog snapshots (defaults: at most 10 deltas, deltas <= 0.5 x base) and warm state.
 
-Printed per epoch: the epoch's wall time (one round = one checkpoint), the state rows, the bytes the checkpoint
-persisted and the full state size it represents (``_metadata`` stats). Results also go to ``--out`` (JSON).
+Event ids are random 128-bit hex strings (like UUIDs), so the state's bytes grow with its rows. Printed per
+epoch (epoch 0 includes the JVM start): the epoch's wall time (one round = one checkpoint), the state rows, the bytes the checkpoint
+persisted and the full state size it represents (``_metadata`` stats). Results also go to ``--out`` (JSON), with
+the peak RSS (``VmHWM``) of the run's Python workers (the ``pyspark`` processes below the child).
+With ``--s3`` checkpoints and sink go to a moto S3 server in a child process (loopback); the source stays local.
+``--plot PNG JSON...`` draws epoch time and checkpoint bytes vs state size from earlier ``--out`` files.
 """
 from __future__ import annotations
 
@@ -60,7 +66,7 @@ def generate(src: Path, epochs: int, events: int, users: int, partitions: int = 
         for p in range(partitions):
             d = src / "events" / f"partition={p}"
             d.mkdir(parents=True, exist_ok=True)
-            ids = [f"e{e:04d}-{p}-{i:07d}" for i in range(per)]
+            ids = [f"{x:032x}" for x in rng.integers(0, 2**62, per)]  # UUID-like: state bytes grow too
             start = T0 + timedelta(seconds=e * EPOCH_S)
             ts = [start + timedelta(seconds=EPOCH_S * i / per) for i in range(per)]
             t = pa.table({"event_id": ids, "user": [f"u{u}" for u in rng.integers(0, users, per)],
@@ -73,13 +79,16 @@ def child(args) -> None:
     from pipeline.runtime.runner import JobRunner
     job, _ = _job()
     root = Path(args.work)
+    ckpt = f"{args.s3_root}/{args.mode}/ckpt" if args.s3_root else (root / args.mode / "ckpt").as_uri()
     cfg = load_config(env={}, source_uri=(root / "src").as_uri(),
-                      checkpoint_uri=(root / args.mode / "ckpt").as_uri(),
-                      sink_uri=(root / args.mode / "sink").as_uri(), parallelism=2, epoch_seconds=EPOCH_S,
+                      checkpoint_uri=ckpt,
+                      sink_uri=f"{args.s3_root}/{args.mode}/sink" if args.s3_root else (root / args.mode / "sink").as_uri(),
+                      parallelism=2, epoch_seconds=EPOCH_S,
                       retained_checkpoints=1000, state_incremental=args.mode != "full",
                       clock_now=(T0 + timedelta(seconds=EPOCH_S * (args.epochs + 2))).isoformat())
     r = JobRunner(job, cfg, echo=lambda m: None)
     rep = r.run(args.epochs)
+    workers_hwm = _python_workers_peak_rss()
     by_id = {cp.checkpoint_id: cp.metadata for cp in r.coordinator.store.list()}
     rows = []
     for rr in rep.completed:
@@ -90,7 +99,68 @@ def child(args) -> None:
         rows.append({"epoch": rr.epoch, "checkpoint": rr.checkpoint_id, "epoch_s": round(rr.duration_s, 3),
                      "state_rows": st.rows, "bytes": st.bytes, "persisted_bytes": st.checkpointed_bytes,
                      "max_chain_deltas": deltas})
-    Path(args.out).write_text(json.dumps(rows))
+    Path(args.out).write_text(json.dumps({"epochs": rows, "workers_peak_rss": workers_hwm}))
+
+
+def _python_workers_peak_rss() -> list[int]:
+    """VmHWM (bytes) of every pyspark Python process descending from this process (Linux /proc; [] elsewhere)."""
+    parents: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            for line in (d / "status").read_text().splitlines():
+                if line.startswith("PPid:"):
+                    parents[int(d.name)] = int(line.split()[1])
+        except OSError:
+            continue
+    me = os.getpid()
+    out = []
+    for pid in parents:
+        p, seen = pid, 0
+        while p in parents and p != me and seen < 64:
+            p, seen = parents[p], seen + 1
+        if p != me or pid == me:
+            continue
+        try:
+            if b"pyspark" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+                continue
+            hwm = [ln for ln in Path(f"/proc/{pid}/status").read_text().splitlines() if ln.startswith("VmHWM:")]
+        except OSError:
+            continue
+        if hwm:
+            out.append(int(hwm[0].split()[1]) * 1024)
+    return sorted(out, reverse=True)
+
+
+def plot(png: str, files: list[str]) -> None:
+    """Epoch time and checkpoint bytes vs state size, per storage (one --out file each) and mode."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (ax_t, ax_b) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for f in files:
+        data = json.loads(Path(f).read_text())
+        storage = data.get("_storage", "file://")
+        for mode, res in data.items():
+            if mode.startswith("_"):
+                continue
+            es = res["epochs"][1:]  # epoch 0 includes the JVM start
+            mb = [e["bytes"] / 1e6 for e in es]
+            ls = "-" if mode == "incremental" else "--"
+            ax_t.plot(mb, [e["epoch_s"] for e in es], ls, marker=".", label=f"{mode}, {storage}")
+            if storage == "file://" or len(files) == 1:
+                ax_b.plot(mb, [e["persisted_bytes"] / 1e6 for e in es], ls, marker=".", label=f"{mode}")
+    ax_t.set(xlabel="state size (MB, Parquet)", ylabel="epoch time (s)", title="epoch time vs state size")
+    ax_b.set(xlabel="state size (MB, Parquet)", ylabel="MB written by the checkpoint",
+             title="checkpoint bytes vs state size")
+    for ax in (ax_t, ax_b):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        ax.set_ylim(bottom=0)
+    fig.tight_layout()
+    Path(png).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
 
 
 def med(xs: list[float]) -> float:
@@ -105,26 +175,46 @@ def main() -> None:
     ap.add_argument("--modes", default="full,incremental")
     ap.add_argument("--out", default="", help="write all results as JSON here")
     ap.add_argument("--work", default="")
+    ap.add_argument("--s3", action="store_true", help="checkpoints on a moto S3 server (child process)")
+    ap.add_argument("--plot", nargs="+", metavar=("PNG", "JSON"), help="plot earlier --out files into PNG")
     ap.add_argument("_child", nargs="?")
     ap.add_argument("--mode", default="")
+    ap.add_argument("--s3-root", default="")
     args = ap.parse_args()
     if args._child == "_child":
         child(args)
         return
+    if args.plot:
+        plot(args.plot[0], args.plot[1:])
+        return
     work = Path(args.work or tempfile.mkdtemp(prefix="state-growth-"))
     generate(work / "src", args.epochs, args.events, args.users)
-    results = {}
-    for mode in args.modes.split(","):
-        env = {**os.environ, "PYTHONPATH": str(REPO), "PIPELINE_STATE_CACHE_DIR": str(work / mode / "cache")}
-        if mode == "full":
-            env["PIPELINE_STATE_CACHE_MAX_BYTES"] = "0"
-        out = work / f"{mode}.json"
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, __file__, "_child", "--mode", mode, "--epochs", str(args.epochs),
-                        "--work", str(work), "--out", str(out)], env=env, check=True)
-        results[mode] = {"wall_s": round(time.perf_counter() - t0, 1), "epochs": json.loads(out.read_text())}
+    results: dict = {}
+    moto = None
+    extra_env: dict[str, str] = {}
+    if args.s3:
+        from pipeline.testing.moto_server import spawn_moto_server
+        moto = spawn_moto_server(["state-growth"])
+        extra_env = moto.env()
+    storage = "s3 (moto)" if args.s3 else "file://"
+    try:
+        for mode in args.modes.split(","):
+            env = {**os.environ, **extra_env, "PYTHONPATH": str(REPO),
+                   "PIPELINE_STATE_CACHE_DIR": str(work / mode / "cache")}
+            if mode == "full":
+                env["PIPELINE_STATE_CACHE_MAX_BYTES"] = "0"
+            out = work / f"{mode}.json"
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, __file__, "_child", "--mode", mode, "--epochs", str(args.epochs),
+                            "--work", str(work), "--out", str(out),
+                            "--s3-root", "s3://state-growth/run" if args.s3 else ""], env=env, check=True)
+            res = json.loads(out.read_text())
+            results[mode] = {"wall_s": round(time.perf_counter() - t0, 1), **res}
+    finally:
+        if moto is not None:
+            moto.stop()
     modes = list(results)
-    print(f"{args.epochs} epochs x {args.events} new events, {args.users} users, parallelism 2, file://")
+    print(f"{args.epochs} epochs x {args.events} new events, {args.users} users, parallelism 2, {storage}")
     print("epoch  state_rows | " + " | ".join(f"{m}: epoch_s  persisted/full bytes (deltas)" for m in modes))
     n = len(results[modes[0]]["epochs"])
     for i in range(n):
@@ -132,7 +222,7 @@ def main() -> None:
         for m in modes:
             e = results[m]["epochs"][i]
             cells.append(f"{m}: {e['epoch_s']:6.2f}  {e['persisted_bytes']:>10,}/{e['bytes']:>10,} ({e['max_chain_deltas']})")
-        print(f"{results[modes[0]]['epochs'][i]['epoch']:5d}  {results[modes[0]]['epochs'][i]['state_rows']:>10,} | "
+        print(f"{i:5d}  {results[modes[0]]['epochs'][i]['state_rows']:>10,} | "
               + " | ".join(cells))
     for m in modes:
         es = results[m]["epochs"]
@@ -141,9 +231,11 @@ def main() -> None:
         print(f"{m}: median epoch {med([e['epoch_s'] for e in first]):.2f} s (epochs 1-{k}) -> "
               f"{med([e['epoch_s'] for e in last]):.2f} s (last {k}); persisted in the last {k}: "
               f"{sum(e['persisted_bytes'] for e in last) / max(1, sum(e['bytes'] for e in last)):.1%} of full; "
-              f"process wall {results[m]['wall_s']} s")
+              f"process wall {results[m]['wall_s']} s; Python workers' peak RSS "
+              f"{max(results[m]['workers_peak_rss'], default=0) / 2**20:.0f} MiB (max of "
+              f"{len(results[m]['workers_peak_rss'])})")
     if args.out:
-        Path(args.out).write_text(json.dumps(results, indent=1))
+        Path(args.out).write_text(json.dumps({**results, "_storage": storage}, indent=1))
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ class DedupResult:
     output: pa.Table    # rows that passed (input columns)
     dropped: int
     expired: int
+    expired_keys: pa.Array | pa.ChunkedArray | None = None   # keys of the rows expired this round
 
 
 def _sortable(t: pa.DataType) -> bool:
@@ -37,12 +38,15 @@ def _sortable(t: pa.DataType) -> bool:
 def dedup_step(state: pa.Table, new: pa.Table, *, key: str, cutoff, state_columns: list[str]) -> DedupResult:
     """``state`` has ``state_columns`` (key, ``_ingest_ts``, ...); ``new`` has at least those."""
     expired = 0
+    expired_keys = None
     if cutoff is not None and state.num_rows:
         live = pc.fill_null(pc.greater_equal(state["_ingest_ts"], cutoff), False)
         expired = state.num_rows - pc.sum(live.cast(pa.int64())).as_py()
-        state = state.filter(live)
+        if expired:
+            expired_keys = state.filter(pc.invert(live))[key]
+            state = state.filter(live)
     if new.num_rows == 0:
-        return DedupResult(state, new, 0, expired)
+        return DedupResult(state, new, 0, expired, expired_keys)
     idx = pa.array(range(new.num_rows), pa.int64())
     # rows already past the cutoff are never held, so they never suppress another row (and always pass)
     live = (pc.fill_null(pc.greater_equal(new["_ingest_ts"], cutoff), False) if cutoff is not None
@@ -59,4 +63,4 @@ def dedup_step(state: pa.Table, new: pa.Table, *, key: str, cutoff, state_column
     out = new.filter(pc.or_(keep, pc.invert(live)))
     held = new.filter(keep)
     state = pa.concat_tables([state, held.select(state_columns).cast(state.schema)])
-    return DedupResult(state, out, new.num_rows - out.num_rows, expired)
+    return DedupResult(state, out, new.num_rows - out.num_rows, expired, expired_keys)

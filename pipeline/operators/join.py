@@ -72,6 +72,9 @@ class JoinResult:
     violations_left: pa.Table   # rows of a unique side that repeat a key (input columns, no ``_matched``)
     violations_right: pa.Table
     expired: int
+    # keys whose state rows may differ from the previous round's (input keys of both sides, expired rows' keys):
+    # a matched flag only flips, and a row only leaves, for a key of the other side's new rows or by expiry
+    touched: tuple[pa.ChunkedArray, ...] = ()
 
 
 def with_matched(t: pa.Table, value: bool = False) -> pa.Table:
@@ -177,6 +180,7 @@ def join_step(state_left: pa.Table, state_right: pa.Table, new_left: pa.Table, n
         new_left.slice(0, 0)
     state_right = state_right.select(new_right.column_names).cast(new_right.schema) if state_right.num_rows else \
         new_right.slice(0, 0)
+    touched = [new_left[key], new_right[key]]
     # Step 1: expiry (state and new rows alike)
     gone_l = gone_r = None
     expired = 0
@@ -187,6 +191,7 @@ def join_step(state_left: pa.Table, state_right: pa.Table, new_left: pa.Table, n
             parts.append((t.filter(live), t.filter(pc.invert(live))))
         (state_left, xl1), (new_left, xl2), (state_right, xr1), (new_right, xr2) = parts
         gone_l, gone_r = pa.concat_tables([xl1, xl2]), pa.concat_tables([xr1, xr2])
+        touched += [xl1[key], xr1[key]]
         expired = gone_l.num_rows + gone_r.num_rows
     # Step 2: declared uniqueness
     bad_l = new_left.slice(0, 0)
@@ -233,4 +238,4 @@ def join_step(state_left: pa.Table, state_right: pa.Table, new_left: pa.Table, n
             outs.append(_assemble(output_schema, key, lone.num_rows, right=lone))
     out = pa.concat_tables(outs) if outs else output_schema.empty_table()
     return JoinResult(left, right, out, n_pairs, n_unmatched, bad_l.drop_columns([MATCHED]),
-                      bad_r.drop_columns([MATCHED]), expired)
+                      bad_r.drop_columns([MATCHED]), expired, tuple(touched))

@@ -18,6 +18,7 @@ from pipeline.runtime.operator_registry import register_operator
 from pipeline.runtime.operators import HANDLE_DDL, _collect, _handle, _partition_id, _round_spec, emit_handles
 from pipeline.runtime.routing import shuffle_to_subtasks
 from pipeline.state.backend import KG_COLUMN, read_state, write_table
+from pipeline.state.changelog import TouchedKeys
 from pipeline.state.snapshot import write_state
 
 __all__ = ["DedupTaskSpec", "make_dedup_task", "dedup_dataframe"]
@@ -66,8 +67,10 @@ def make_dedup_task(spec: DedupTaskSpec):
         sync_ms = (time.perf_counter() - t0) * 1000
         fault_point("writing_state")
         t1 = time.perf_counter()
+        touched = (new[spec.key],) + ((res.expired_keys,) if res.expired_keys is not None else ())
         fh = write_state(fio, spec.state_prefix, "keys", kgr.start, kgr.end, res.state,
-                         spec.parent_handles.get("keys", []), spec.snapshot, spec.checkpoint)
+                         spec.parent_handles.get("keys", []), spec.snapshot, spec.checkpoint,
+                         touched=TouchedKeys(spec.key, touched))
         t_out = time.perf_counter()
         ofh = None
         if spec.ack_prefix is None and out.num_rows:

@@ -21,6 +21,7 @@ from pipeline.faults import fault_point
 from pipeline.keygroups import range_for_subtask
 from pipeline.operators.join import MATCHED, JoinType, Uniqueness, join_step
 from pipeline.state.backend import KG_COLUMN, read_state, write_table
+from pipeline.state.changelog import TouchedKeys
 from pipeline.state.snapshot import write_state
 
 __all__ = ["EXACT_SUM", "HANDLE_SCHEMA", "JoinTaskSpec", "AggTaskSpec", "make_join_task", "make_agg_task",
@@ -223,7 +224,8 @@ def make_join_task(spec: JoinTaskSpec):
         handles = []
         for name, tbl in (("left", left), ("right", right)):
             fh = write_state(fio, spec.state_prefix, name, kgr.start, kgr.end, tbl,
-                             spec.parent_handles.get(name, []), spec.snapshot, spec.checkpoint)
+                             spec.parent_handles.get(name, []), spec.snapshot, spec.checkpoint,
+                             touched=TouchedKeys(spec.key, res.touched))
             handles.append(("state", name, fh))
         ofh = None
         if out is not None and out.num_rows:
@@ -327,6 +329,7 @@ def make_agg_task(spec: AggTaskSpec):
         incoming = _collect(batches)
         in_rows = 0
         out = None
+        partial = None
         if incoming is not None and incoming.num_rows:
             in_rows = incoming.num_rows
             # integer sums are computed over decimal128(38, 0) and narrowed back with a range check: an int64
@@ -365,7 +368,8 @@ def make_agg_task(spec: AggTaskSpec):
         fault_point("writing_state")
         t1 = time.perf_counter()
         fh = write_state(fio, spec.state_prefix, "agg", kgr.start, kgr.end, state, spec.parent_handles.get("agg", []),
-                         spec.snapshot, spec.checkpoint)
+                         spec.snapshot, spec.checkpoint,
+                         touched=TouchedKeys(spec.key, (partial[spec.key],) if partial is not None else ()))
         t_out = time.perf_counter()
         ofh = None
         file_out = out

@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
+import sys
+import threading
+import time
 from collections import OrderedDict
 from typing import Iterable, Mapping
 
@@ -28,6 +32,7 @@ from pipeline.state.chain import StateChain
 from pipeline.state.changelog import apply_changelog
 
 __all__ = ["table_to_parquet_bytes", "write_table", "write_bytes_once", "read_state", "load_chain", "remember",
+           "flush_cache_writes", "trace",
            "KG_COLUMN"]
 
 KG_COLUMN = "_kg"
@@ -62,13 +67,45 @@ _RECENT: "OrderedDict[str, pa.Table]" = OrderedDict()  # this worker's last rest
 _RECENT_MAX = 4
 
 
-def remember(digest: str, table: pa.Table) -> None:
-    """Keep ``table`` as the state of chain ``digest`` in this worker (a few entries) and the executor cache."""
+_PENDING: list[threading.Thread] = []  # this worker's cache writes still running
+
+
+def flush_cache_writes() -> None:
+    """Wait for this worker's background cache writes (a cache read in this worker then sees them)."""
+    while _PENDING:
+        _PENDING.pop().join()
+
+
+_TRACE = os.environ.get("EPOCHAL_STATE_TRACE", "") not in ("", "0")
+
+
+def trace(what: str, where: str, rows: int, t0: float) -> None:
+    """With ``EPOCHAL_STATE_TRACE=1`` (executor environment): one stderr line per state load / snapshot
+    (where the state came from or what was written, rows, milliseconds, worker pid) for benchmarking."""
+    if _TRACE:
+        print(f"epochal-state-trace {what} {where} rows={rows} ms={(time.perf_counter() - t0) * 1000:.0f} "
+              f"pid={os.getpid()}", file=sys.stderr, flush=True)
+
+
+def remember(digest: str, table: pa.Table, *, background: bool = False) -> None:
+    """Keep ``table`` as the state of chain ``digest`` in this worker (a few entries) and the executor cache.
+
+    ``background``: write the executor cache's file from a daemon thread (the Arrow IPC write releases the GIL),
+    so the task does not wait for a copy it does not need itself: this worker already holds the table. A
+    worker that exits mid-write only leaves a temporary file (the cache never serves those)."""
     _RECENT[digest] = table
     _RECENT.move_to_end(digest)
     while len(_RECENT) > _RECENT_MAX:
         _RECENT.popitem(last=False)
-    default_cache().put(digest, table)
+    cache = default_cache()
+    if not cache.enabled:
+        return
+    if background:
+        th = threading.Thread(target=cache.put, args=(digest, table), name="epochal-state-cache", daemon=True)
+        _PENDING.append(th)
+        th.start()
+    else:
+        cache.put(digest, table)
 
 
 def _read_file(fileio, fh, checkpoint: str) -> pa.Table:
@@ -87,11 +124,16 @@ def load_chain(fileio, chain: StateChain, checkpoint: str, *, warm: bool = True)
     """The whole table a state chain represents: from this worker or the executor's warm cache, else read
     from storage (every file checksum-verified), the deltas applied, and kept warm (``warm``)."""
     digest = chain.digest
+    t0 = time.perf_counter()
     if warm:
         t = _RECENT.get(digest)
+        where = "worker"
         if t is None:
+            flush_cache_writes()
             t = default_cache().get(digest)
+            where = "cache"
         if t is not None:
+            trace("load", where, t.num_rows, t0)
             return t
     base = _read_file(fileio, chain.base, checkpoint)
     if chain.deltas:
@@ -104,6 +146,7 @@ def load_chain(fileio, chain: StateChain, checkpoint: str, *, warm: bool = True)
                                      f"the handle says {chain.rows}")
     if warm:
         remember(digest, base)
+    trace("load", f"storage(+{len(chain.deltas)})", base.num_rows, t0)
     return base
 
 

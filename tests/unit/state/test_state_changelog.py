@@ -8,7 +8,7 @@ import pytest
 
 from pipeline.exceptions import CorruptCheckpointError
 from pipeline.state.attempts import canonical_order
-from pipeline.state.changelog import OP_COLUMN, apply_changelog, can_diff, diff
+from pipeline.state.changelog import OP_COLUMN, TouchedKeys, apply_changelog, can_diff, diff, diff_touched
 
 pytestmark = pytest.mark.unit
 
@@ -67,3 +67,31 @@ def test_delta_that_does_not_belong_to_the_base_is_refused():
 def test_nested_columns_are_not_diffed():
     assert can_diff(SCHEMA)
     assert not can_diff(pa.schema([("k", pa.string()), ("xs", pa.list_(pa.int64()))]))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_diff_of_touched_keys_equals_the_full_diff(seed):
+    """Operators name the keys they touched (input keys + expired ones): the delta is the full diff's, in any row
+    order of the new table (it is not canonicalised before the diff)."""
+    rng = random.Random(seed)
+    old = _table(_rand_rows(rng, rng.randrange(1, 200)))
+    touched = {f"k{rng.randrange(50)}" for _ in range(rng.randrange(0, 8))}
+    kept = [r for r in old.to_pylist() if r["k"] not in touched or rng.random() < 0.5]
+    added = [r for r in _rand_rows(rng, rng.randrange(0, 40)) if r["k"] in touched]
+    new_rows = kept + added
+    rng.shuffle(new_rows)
+    new = _table(new_rows)
+    keys = pa.array(sorted(touched) + sorted(touched)[:1], pa.string())  # duplicates in the hint are harmless
+    d = diff_touched(old, new, TouchedKeys("k", (keys,)))
+    assert d.equals(diff(old, new))
+    assert apply_changelog(canonical_order(old), [d]).equals(canonical_order(new))
+
+
+def test_a_hint_contradicted_by_the_row_counts_falls_back_to_the_full_diff():
+    old = _table([{"k": "a", "_kg": 1}, {"k": "b", "_kg": 2}, {"k": "c", "_kg": 3}])
+    new = _table([{"k": "a", "_kg": 1}, {"k": "d", "_kg": 4}])  # b and c left, d came: the hint names only d
+    d = diff_touched(old, new, TouchedKeys("k", (pa.array(["d"]),)))
+    assert d.equals(diff(old, new))
+    assert apply_changelog(old, [d]).equals(canonical_order(new))
+    same = diff_touched(old, old, TouchedKeys("k", ()))
+    assert same.num_rows == 0
