@@ -87,6 +87,7 @@ def measure(mode: str, a: argparse.Namespace) -> dict:
                 "EPOCHAL_DEMO_PARTITIONS": "2", "PIPELINE_PARALLELISM": "2", "EPOCHAL_CATCHUP": "true",
                 "EPOCHAL_POKE_SECONDS": "2", "EPOCHAL_READY_TIMEOUT": "600",
                 "AIRFLOW__CORE__MAX_ACTIVE_RUNS_PER_DAG": "1"})
+    env.update(dict(kv.split("=", 1) for kv in a.set))
     if mode == "connect":
         env.update({"EPOCHAL_SPARK_CONNECT": "1", "EPOCHAL_CONNECT_PORT": str(free_port()),
                     "EPOCHAL_CONNECT_MASTER": "local[2]"})
@@ -153,6 +154,8 @@ def main() -> int:
     ap.add_argument("--orders-per-epoch", type=int, default=500)
     ap.add_argument("--modes", default="classic,connect")
     ap.add_argument("--timeout", type=float, default=1800)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra environment for Airflow, e.g. AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME=0.2")
     ap.add_argument("--results", default=str(REPO / "bench-results"))
     a = ap.parse_args()
     results = [measure(m.strip(), a) for m in a.modes.split(",") if m.strip()]
