@@ -43,10 +43,10 @@ def _write(root: Path, name: str, schema, rows_by_part):
             pq.write_table(t, d / f"{seq:08d}.parquet")
 
 
-@pytest.fixture(scope="module")
-def source(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("cv-src")
-    rng = np.random.default_rng(7)
+def _generate(root: Path, seed: int, burst: int = 0) -> Path:
+    """Clicks (3 partitions) and views (2) on skewed ad ids over N_EPOCHS epochs; ``burst`` more clicks in
+    partition 0 during epoch 2 (a lagging channel)."""
+    rng = np.random.default_rng(seed)
     span = N_EPOCHS * E * 1_000_000
     ads = [f"ad{i}" for i in range(25)]
     for name, schema, n, parts in (("clicks", CLICKS, 220, 3), ("views", VIEWS, 260, 2)):
@@ -55,8 +55,17 @@ def source(tmp_path_factory) -> Path:
             p = int(rng.integers(parts))
             ad = ads[int(min(rng.zipf(1.6), len(ads)) - 1)]  # skewed: a few hot ads
             by_part[p].append((f"{name[0]}{i}", ad, T0 * 1_000_000 + int(rng.integers(span))))
+        if name == "clicks" and burst:
+            e2 = (T0 + 2 * E) * 1_000_000
+            by_part[0] += [(f"b{i}", ads[int(rng.integers(5))], e2 + int(rng.integers(E * 1_000_000)))
+                           for i in range(burst)]
         _write(root, name, schema, by_part)
     return root
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory) -> Path:
+    return _generate(tmp_path_factory.mktemp("cv-src"), seed=7)
 
 
 def _frames(source: Path):
@@ -222,22 +231,7 @@ def test_deduplicate_chained_into_join_equals_pandas(tmp_path, source):
 @pytest.fixture(scope="module")
 def burst_source(tmp_path_factory) -> Path:
     """Like ``source``, plus a burst: 300 more clicks in partition 0 during epoch 2 (a lagging channel)."""
-    root = tmp_path_factory.mktemp("cv-burst")
-    rng = np.random.default_rng(11)
-    span = N_EPOCHS * E * 1_000_000
-    ads = [f"ad{i}" for i in range(25)]
-    for name, schema, n, parts in (("clicks", CLICKS, 220, 3), ("views", VIEWS, 260, 2)):
-        by_part: dict[int, list] = {p: [] for p in range(parts)}
-        for i in range(n):
-            p = int(rng.integers(parts))
-            ad = ads[int(min(rng.zipf(1.6), len(ads)) - 1)]
-            by_part[p].append((f"{name[0]}{i}", ad, T0 * 1_000_000 + int(rng.integers(span))))
-        if name == "clicks":
-            e2 = (T0 + 2 * E) * 1_000_000
-            by_part[0] += [(f"b{i}", ads[int(rng.integers(5))], e2 + int(rng.integers(E * 1_000_000)))
-                           for i in range(300)]
-        _write(root, name, schema, by_part)
-    return root
+    return _generate(tmp_path_factory.mktemp("cv-burst"), seed=11, burst=300)
 
 
 _TTL_UNDER_BACKLOG = pytest.mark.xfail(strict=True, reason=(
