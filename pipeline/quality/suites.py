@@ -156,6 +156,13 @@ DATASETS: dict[str, dict[str, str]] = {
         "in_state": "rows waiting in operator state", "in_output": "rows that reached the output",
         "accounted": "in_state + in_output",
     },
+    "replay": {
+        "object": "state/<operator uid>/<state name> or sink/<table> that depends on a process operator",
+        "rows_checkpoint": "rows of the object in checkpoint n",
+        "rows_replayed": "rows after restoring checkpoint n-1 in a scratch location and re-running epoch n",
+        "only_checkpoint": "rows of checkpoint n the replay did not produce",
+        "only_replayed": "rows the replay produced that checkpoint n lacks",
+    },
 }
 
 
@@ -286,6 +293,17 @@ SUITES: tuple[SuiteSpec, ...] = (
         (
             _equal("accounted", "input_rows", "input records are conserved (in state + in output == read)",
                    "conservation"),
+        )),
+    SuiteSpec(
+        "epochal_replay_determinism", "recovery", "replay", ("object",),
+        "Objects that depend on a user-defined process operator (which the batch evaluation cannot model) are "
+        "reproduced exactly by restoring checkpoint n-1 in a scratch location and re-running epoch n "
+        "(invariant 5: determinism under replay). Runs only for jobs with process operators.",
+        (
+            _zero("only_checkpoint", "every row of the checkpoint is reproduced by the replay", "replay_diff"),
+            _zero("only_replayed", "the replay produces no row the checkpoint lacks", "replay_diff"),
+            _equal("rows_checkpoint", "rows_replayed", "the replay produces as many rows as the checkpoint holds",
+                   "replay_diff"),
         )),
 )
 

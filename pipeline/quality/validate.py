@@ -20,6 +20,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
+import pandas as pd
+
 from pipeline.exceptions import CheckpointError, ValidationError
 from pipeline.quality.result import ExpectationOutcome, SuiteOutcome, ValidationResult
 from pipeline.quality.suites import SUITES, SuiteSpec
@@ -169,7 +171,7 @@ def validate_job(runner, checkpoint: str | int | None = None, *, mode: str = "fu
     if areas is None:
         areas = ("metadata",) if mode == "epoch" else ALL_AREAS
     collected = collect(runner, snap, mode="epoch" if mode == "epoch" else "full", areas=areas, engine=engine)
-    replay_suite = _replay(runner, snap, collected, mode, areas, replay)
+    replayed = _replay(runner, snap, collected, mode, areas, replay)
     t_ge = time.perf_counter()
     gx = eng.engine()
     collected.timings["gx_setup"] = time.perf_counter() - t_ge
@@ -180,7 +182,8 @@ def validate_job(runner, checkpoint: str | int | None = None, *, mode: str = "fu
     suites: list[SuiteOutcome] = []
     docs_inputs: list[tuple[str, str, str, dict]] = []
     t_v = time.perf_counter()
-    specs = [s for s in SUITES if s.area in areas and (mode != "epoch" or s.per_epoch)]
+    specs = [s for s in SUITES if s.area in areas and (mode != "epoch" or s.per_epoch)
+             and (s.name != REPLAY_SUITE or replayed)]
     for spec in specs:
         skip_key = f"{spec.dataset}:{spec.area}"
         error = collected.errors.get(skip_key) or collected.errors.get(spec.dataset)
@@ -207,8 +210,6 @@ def validate_job(runner, checkpoint: str | int | None = None, *, mode: str = "fu
         suites.append(SuiteOutcome(spec.name, spec.area, spec.dataset, bool(res.success), int(len(df)),
                                    tuple(outcomes), uri))
     collected.timings["gx_validate"] = time.perf_counter() - t_v
-    if replay_suite is not None:
-        suites.append(replay_suite)
     success = all(s.success for s in suites)
     summary_uri = join_uri(out_dir, "summary.json") if store_results else None
     docs_uri = None
@@ -241,24 +242,25 @@ REPLAY_SUITE = "epochal_replay_determinism"
 _NOT_CHECKED = "NOT CHECKED against the batch evaluation: "
 
 
-def _replay(runner, snap, collected, mode: str, areas: tuple[str, ...], replay: bool | None) -> SuiteOutcome | None:
+def _replay(runner, snap, collected, mode: str, areas: tuple[str, ...], replay: bool | None) -> bool:
     """Determinism under replay for the process-dependent objects; rewrites their NOT CHECKED messages and
-    ``figures["not_checked"]`` with the replay's result. None when the job has no process operator (or the
-    replay is off and there is nothing to say)."""
+    ``figures["not_checked"]`` with the replay's result, and puts the ``replay`` dataset (one row per object,
+    validated by the GX suite :data:`REPLAY_SUITE`, so it is stored and in Data Docs like every suite) into
+    ``collected``. False when the job has no process operator or the replay is off (the messages say so)."""
     from pipeline.quality.replay import process_objects, replay_checkpoint
     tainted = process_objects(runner.job)
     if not tainted or "recovery" not in areas:
-        return None
+        return False
     if replay is None and mode == "restore":
         collected.messages.append("NOT CHECKED by replay: the job's process operators (a restore point has no "
                                   "processed epoch to replay; the next checkpoint's validation replays it)")
-        return None
+        return False
     if replay is None:
         replay = mode == "full"
     if not replay:
         collected.messages.append("NOT CHECKED by replay: the job's process operators (replay disabled; "
                                   "`epochal validate --replay` checks determinism under replay)")
-        return None
+        return False
 
     def is_tainted(obj: str) -> bool:
         return any(obj == t or obj.startswith(t + "/") for t in tainted)
@@ -295,16 +297,17 @@ def _replay(runner, snap, collected, mode: str, areas: tuple[str, ...], replay: 
                                                        "only_replayed": o.only_replayed} for o in res.objects},
                                    "not_checked": dict(res.not_checked), "duration_s": res.duration_s}
     if not res.ran:
-        return SuiteOutcome(REPLAY_SUITE, "recovery", "replay", True, 0,
-                            skipped="not checked: " + "; ".join(res.not_checked.values()))
-    outcomes = tuple(ExpectationOutcome(
-        suite=REPLAY_SUITE, expectation="expect_replayed_rows_to_equal_checkpoint", success=o.equal,
-        description=o.describe(res.checkpoint), kwargs={"object": o.obj},
-        observed={"rows_checkpoint": o.rows_checkpoint, "rows_replayed": o.rows_replayed},
-        unexpected_count=max(o.only_checkpoint, o.only_replayed), element_count=max(o.rows_checkpoint, 1),
-        unexpected_rows=tuple({"side": "checkpoint", **r} for r in o.examples_checkpoint),
-        examples=tuple({"side": "replay", **r} for r in o.examples_replayed)) for o in res.objects)
-    return SuiteOutcome(REPLAY_SUITE, "recovery", "replay", res.success, len(res.objects), outcomes)
+        collected.skipped["replay"] = "not checked: " + "; ".join(res.not_checked.values())
+        return True
+    collected.datasets["replay"] = pd.DataFrame(
+        [{"object": o.obj, "rows_checkpoint": o.rows_checkpoint, "rows_replayed": o.rows_replayed,
+          "only_checkpoint": o.only_checkpoint, "only_replayed": o.only_replayed} for o in res.objects],
+        columns=["object", "rows_checkpoint", "rows_replayed", "only_checkpoint", "only_replayed"])
+    collected.examples["replay_diff"] = [
+        {"object": o.obj, "side": side, **row}
+        for o in res.objects if not o.equal
+        for side, rows in (("checkpoint", o.examples_checkpoint), ("replay", o.examples_replayed)) for row in rows]
+    return True
 
 
 def validate_restored(runner, result: Mapping[str, Any], *, docs_dir: str | None = None) -> ValidationResult:

@@ -113,11 +113,16 @@ def test_validate_runs_the_replay_for_process_jobs(tmp_path):
     generate(tmp_path / "src", seed=4, epochs=3)
     r = _runner(tmp_path, rj.process_job(rj.counter_fn, "bt_replay_validate"))
     r.run(epochs=2)
-    v = validate_job(r, None, build_docs=False, store_results=False)
+    v = validate_job(r, None, docs_dir=str(tmp_path / "docs"))
     assert not v.success
     suite = next(s for s in v.suites if s.suite == REPLAY_SUITE)
-    assert not suite.success and [e.kwargs["object"] for e in suite.failed] == ["sink/running"]
-    assert suite.failed[0].unexpected_rows and suite.failed[0].examples
+    # a GX suite like the others: its result is stored next to the checkpoint and shown in Data Docs
+    assert suite.result_uri and r.ckpt_fio.exists(suite.result_uri)
+    assert REPLAY_SUITE in (tmp_path / "docs" / "index.html").read_text()
+    assert not suite.success and suite.failed and suite.dataset == "replay"
+    assert {r["object"] for e in suite.failed for r in e.unexpected_rows} == {"sink/running"}
+    assert all(ex["object"] == "sink/running" and ex["side"] in ("checkpoint", "replay")
+               for e in suite.failed for ex in e.examples) and suite.failed[0].examples
     assert not any(m.startswith("NOT CHECKED") and "sink/running" in m for m in v.messages)
     assert any("checked by replay" in m and "sink/running: DIFFERENT" in m for m in v.messages)
     assert v.figures["not_checked"] == {} and "sink/running" in v.figures["replay"]["objects"]
