@@ -13,6 +13,11 @@ from __future__ import annotations
 from pipeline.config import PipelineConfig, load_config
 from pipeline.exceptions import EpochalError
 from pipeline.job import Job, Stream
+from pipeline.quality.validator import QualityValidator
+from pipeline.runtime.validation import set_default_validator
+
+# the runtime validates through a port (imports go one way); the Great Expectations suites are the default
+set_default_validator(QualityValidator())
 
 __all__ = ["Job", "Stream", "JobRunner", "PipelineConfig", "load_config", "EpochalError", "__version__"]
 

@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 from pipeline.barriers.events import CheckpointingMode
 from pipeline.exceptions import ConfigError
+from pipeline.master import check_master_usable
 
 __all__ = ["PipelineConfig", "load_config", "CONFIG_KEYS"]
 
@@ -154,6 +155,5 @@ def load_config(config_file: str | None = None, env: Mapping[str, str] | None = 
         if v is not None:
             values[k] = v
     cfg = PipelineConfig(**values)
-    from pipeline.runtime.master import check_master_usable  # before the first side effect of any command
     check_master_usable(cfg.spark_master, env)
     return cfg

@@ -9,7 +9,7 @@ Public API (importing this package is cheap: GX, Spark and pandas load on first 
 * :func:`validate_job` - every suite (metadata, state, sink, recovery) on one checkpoint or savepoint;
 * :func:`validate_restored` - after ``JobRunner.restore``; raises ValidationError on failure;
 * :func:`validate_after_epoch` - the cheap per-epoch subset when ``PIPELINE_VALIDATE_AFTER_EPOCH=true``;
-* :func:`run_validation` - for Airflow tasks (runner from the environment);
+* :class:`QualityValidator` - the runtime's default validator (after each epoch, after each restore);
 * :data:`SUITES` / :func:`export_suites` - the suites, exported as GX JSON to ``include/gx``.
 
 See ``docs/quality.md``.
@@ -18,14 +18,14 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["validate_job", "validate_restored", "validate_after_epoch", "run_validation", "ValidationResult",
+__all__ = ["validate_job", "validate_restored", "validate_after_epoch", "QualityValidator", "ValidationResult",
            "SuiteOutcome", "ExpectationOutcome", "SUITES", "export_suites"]
 
 _LAZY = {
     "validate_job": ("pipeline.quality.validate", "validate_job"),
     "validate_restored": ("pipeline.quality.validate", "validate_restored"),
     "validate_after_epoch": ("pipeline.quality.validate", "validate_after_epoch"),
-    "run_validation": ("pipeline.quality.validate", "run_validation"),
+    "QualityValidator": ("pipeline.quality.validator", "QualityValidator"),
     "ValidationResult": ("pipeline.quality.result", "ValidationResult"),
     "SuiteOutcome": ("pipeline.quality.result", "SuiteOutcome"),
     "ExpectationOutcome": ("pipeline.quality.result", "ExpectationOutcome"),

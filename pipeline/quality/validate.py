@@ -27,7 +27,7 @@ from pipeline.quality.result import ExpectationOutcome, SuiteOutcome, Validation
 from pipeline.quality.suites import SUITES, SuiteSpec
 
 __all__ = ["validate_job", "validate_restored", "validate_after_epoch", "resolve_snapshot", "default_docs_dir",
-           "validation_root", "run_validation"]
+           "validation_root"]
 
 log = logging.getLogger("epochal.quality")
 
@@ -349,20 +349,3 @@ def validate_after_epoch(runner, completed_metadata, *, raise_on_failure: bool =
             raise ValidationError(f"checkpoint {md.checkpoint_id} of job {runner.job.name!r} failed the per-epoch "
                                   "validation:\n" + v.summary())
     return v
-
-
-def run_validation(job: str, checkpoint: str | None = None, *, config_file: str | None = None,
-                   raise_on_failure: bool = True) -> dict:
-    """Airflow-friendly: build the runner from the environment, validate, return ``to_dict()``.
-
-    Raises ValidationError when a suite fails (the task fails, with the summary in the log).
-    """
-    from pipeline.config import load_config
-    from pipeline.jobs import get_job
-    from pipeline.runtime.runner import JobRunner
-    runner = JobRunner(get_job(job), load_config(config_file))
-    v = validate_job(runner, checkpoint or None)
-    print(v.summary())
-    if raise_on_failure and not v.success:
-        raise ValidationError(v.summary())
-    return v.to_dict()

@@ -24,8 +24,8 @@ from pipeline.exceptions import ConditionalWriteError, ConfigError, EpochalError
 from pipeline.fileio import file_io_for, join_uri
 from pipeline.job import Job, JoinNode, SinkNode, SourceNode
 from pipeline.layout import JobLayout
+from pipeline.master import connect_url, probe_connect
 from pipeline.runtime.keyed_ops import validate_keyed_ops
-from pipeline.runtime.master import connect_url, probe_connect
 from pipeline.sink.formats import open_sink_table, resolve_format
 from pipeline.sink.table import CommittedTable
 from pipeline.sink.two_phase import TwoPhaseCommitSink

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+from pipeline.exceptions import ConfigError
+
 __all__ = ["register_operator", "builder_for"]
 
 _BUILDERS: dict[type, Callable] = {}
@@ -38,13 +40,10 @@ def register_operator(node_type: type) -> Callable[[Callable], Callable]:
 
 
 def builder_for(node) -> Callable:
-    if type(node) not in _BUILDERS:
-        import pipeline.runtime.dataflow  # noqa: F401  (registers the built-in operators)
-        import pipeline.runtime.dedup  # noqa: F401
-        import pipeline.runtime.keyed_ops  # noqa: F401  (windows, process)
+    """The builder registered for ``type(node)``. The built-in operators register when their modules are
+    imported (:mod:`pipeline.runtime.spark_plan` imports them all); this module imports none of them."""
     try:
         return _BUILDERS[type(node)]
     except KeyError:
-        from pipeline.exceptions import ConfigError
         raise ConfigError(f"no runtime registered for operator {getattr(node, 'uid', node)!r} "
                           f"({type(node).__name__})") from None

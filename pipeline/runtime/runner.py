@@ -47,6 +47,7 @@ from pipeline.runtime.results import RoundResult, RunReport
 from pipeline.runtime.round_executor import RoundExecutor
 from pipeline.runtime.savepoints import abort_pending, check_target
 from pipeline.runtime.spark_plan import SparkPlan
+from pipeline.runtime.validation import RecoveryValidator, default_validator
 
 __all__ = ["JobRunner", "RoundResult", "RunReport", "Cursor"]
 
@@ -58,8 +59,10 @@ class JobRunner:
 
     def __init__(self, job: Job, config: PipelineConfig, *, clock: Clock | None = None,
                  runner_id: str | None = None, echo: Callable[[str], None] | None = None,
-                 listeners: list[CheckpointListener] | None = None) -> None:
+                 listeners: list[CheckpointListener] | None = None,
+                 validator: RecoveryValidator | None = None) -> None:
         self.ctx = ctx = RuntimeContext(job, config, clock=clock, runner_id=runner_id, echo=echo)
+        self._validator = validator
         self.barrier_log = BarrierLog(ctx)
         self.planner = EpochPlanner(ctx)
         self.plan = SparkPlan(ctx)
@@ -228,8 +231,11 @@ class JobRunner:
 
     def _after_epoch(self, md: CheckpointMetadata) -> None:
         if self.ctx.config.validate_after_epoch:  # cheap per-epoch quality subset
-            from pipeline.quality import validate_after_epoch
-            validate_after_epoch(self, md)
+            self.validator("PIPELINE_VALIDATE_AFTER_EPOCH").after_epoch(self, md)
+
+    def validator(self, why: str) -> RecoveryValidator:
+        """The validator given to the constructor, or the process default (:mod:`pipeline.runtime.validation`)."""
+        return self._validator if self._validator is not None else default_validator(why)
 
     # ------------------------------------------------------------------------- savepoint / restore
     def load_snapshot(self, ref: str) -> CompletedCheckpoint:
@@ -317,8 +323,7 @@ class JobRunner:
                   "parallelism": parallelism or self.config.parallelism, "dropped_operators": unknown,
                   "location": self.last_location}
         if validate:
-            from pipeline.quality import validate_restored
-            vr = validate_restored(self, result)
+            vr = self.validator("restore(validate=True)").after_restore(self, result)
             result["validation"] = {"success": vr.success, "summary": vr.summary()}
         return result
 

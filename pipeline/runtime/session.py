@@ -2,7 +2,7 @@
 long-lived Spark Connect server (``PIPELINE_SPARK_MASTER=sc://host:port``).
 
 The master a launcher or an existing session set wins over ``PIPELINE_SPARK_MASTER`` and the default
-(:mod:`pipeline.runtime.master`).
+(:mod:`pipeline.master`).
 
 **Classic session** (local, standalone, YARN, Kubernetes): the runner hands each round's values to the tasks as
 local properties of the SparkContext and re-plans a cached analysed plan through the JVM
@@ -46,7 +46,7 @@ def is_connect_session(spark) -> bool:
 def _connect(url: str, parallelism: int, app: str):
     """A Spark Connect session on ``url``; a server that does not answer is a clear error, raised before any
     checkpoint id is claimed (the callers start the session first)."""
-    from pipeline.runtime.master import probe_connect
+    from pipeline.master import probe_connect
     probe_connect(url)
     from pyspark.sql import SparkSession
     spark = SparkSession.builder.remote(url).appName(app).getOrCreate()
@@ -61,7 +61,7 @@ def get_spark(master: str | None = None, parallelism: int = 2, app: str = "epoch
     global _SESSION
     if _SESSION is not None:
         return _SESSION
-    from pipeline.runtime.master import connect_url
+    from pipeline.master import connect_url
     url = connect_url(master)
     if url is not None:
         _SESSION = _connect(url, parallelism, app)
@@ -71,7 +71,7 @@ def get_spark(master: str | None = None, parallelism: int = 2, app: str = "epoch
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    from pipeline.runtime.master import choose_master
+    from pipeline.master import choose_master
     active = SparkContext._active_spark_context  # noqa: SLF001 - the only way to see a running context
     choice = choose_master(master, active_master=active.master if active is not None else None)
     if choice.note():

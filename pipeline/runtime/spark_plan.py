@@ -30,6 +30,10 @@ from pipeline.layout import (
     round_unused_prefix,
     sink_staging_uri,
 )
+
+# the built-in operators register their builders (pipeline.runtime.operator_registry) when imported
+from pipeline.runtime import dedup as _dedup_operator  # noqa: F401
+from pipeline.runtime import keyed_ops as _keyed_operators  # noqa: F401
 from pipeline.runtime.context import RuntimeContext
 from pipeline.runtime.cursor import Cursor, handles_by_name
 from pipeline.runtime.dataflow import (

@@ -12,9 +12,12 @@ pytestmark = [pytest.mark.spark]
 
 def test_every_suite_passes_on_good_state(deployment, docs_dir):
     from pipeline.quality import SUITES, validate_job
+    from pipeline.quality.validate import REPLAY_SUITE
     runner = make_runner(deployment)
     result = validate_job(runner, None, docs_dir=docs_dir)
     assert result.success, result.summary()
+    # every suite, except the replay suite of process operators (this job has none; tests/batch cover it)
+    SUITES = tuple(s for s in SUITES if s.name != REPLAY_SUITE)
     assert {s.suite for s in result.suites} == {s.name for s in SUITES}
     assert not any(s.skipped for s in result.suites), result.summary()
     assert all(s.rows > 0 for s in result.suites), [(s.suite, s.rows) for s in result.suites]

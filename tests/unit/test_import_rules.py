@@ -66,3 +66,92 @@ def test_library_imports_neither_the_demo_nor_a_job():
         if hits:
             bad[str(p.relative_to(PKG))] = hits
     assert bad == {}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PKG.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _runtime_imports(path: Path) -> set[str]:
+    """Modules of the package a file imports at any level, except under ``if TYPE_CHECKING:`` (annotations
+    only: no import happens at run time)."""
+    out: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                continue
+            if isinstance(child, ast.ImportFrom) and child.module and child.module.startswith("pipeline"):
+                out.add(child.module)
+                out.update(f"{child.module}.{a.name}" for a in child.names)
+            elif isinstance(child, ast.Import):
+                out.update(a.name for a in child.names if a.name.startswith("pipeline"))
+            visit(child)
+    visit(ast.parse(path.read_text()))
+    return out
+
+
+def _package_graph() -> dict[str, set[str]]:
+    """Subpackage (or top-level module) -> the subpackages/modules it imports, at any level."""
+    def unit(module: str) -> str:
+        parts = module.split(".")
+        return parts[1] if len(parts) > 1 else "pipeline"
+    names = {_module_name(p) for p in _modules()}
+    graph: dict[str, set[str]] = {}
+    for p in _modules():
+        src = unit(_module_name(p))
+        for m in _runtime_imports(p):
+            while m and m not in names:
+                m = m.rpartition(".")[0]
+            dst = unit(m) if m else "pipeline"
+            if dst not in (src, "pipeline"):
+                graph.setdefault(src, set()).add(dst)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one node (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def strong(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+    for v in sorted(graph):
+        if v not in index:
+            strong(v)
+    return out
+
+
+def test_subpackages_import_one_way():
+    """Imports go one way between the package's parts (``config``, ``checkpoint``, ``runtime``, ``quality``,
+    ``orchestration``...), function-level imports included: no cycle. The runtime reaches the quality suites
+    through :mod:`pipeline.runtime.validation` (a port), never by importing them."""
+    graph = _package_graph()
+    assert _cycles(graph) == [], {k: sorted(v) for k, v in graph.items()}
+    assert "quality" not in graph.get("runtime", set()) and "runtime" not in graph.get("config", set())
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

@@ -6,7 +6,7 @@ import pytest
 
 from pipeline.config import load_config
 from pipeline.credentials import CHAIN_ENV, SECRET_ENV, chain_env
-from pipeline.runtime.master import DEFAULT_MASTER, MasterSource, choose_master
+from pipeline.master import DEFAULT_MASTER, MasterSource, choose_master
 
 pytestmark = [pytest.mark.unit]
 
