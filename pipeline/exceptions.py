@@ -161,4 +161,5 @@ class JobStoppedError(EpochalError):
 
 
 class InjectedFailure(RuntimeError):
-    """A test double's injected crash (see :func:`pipeline.orchestration.tasks.maybe_inject_failure`)."""
+    """A test double's injected failure (:mod:`pipeline.faults` ``EPOCHAL_FAIL_AT``,
+    :func:`pipeline.orchestration.tasks.maybe_inject_failure`)."""

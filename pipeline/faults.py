@@ -10,6 +10,10 @@ Points are also reached inside Spark's Python workers (``reading``, ``writing_st
 ``EPOCHAL_KILL_SCOPE=group`` the whole process group is killed (driver, JVM, workers: a lost machine;
 :mod:`pipeline.testing.jobproc` starts jobs in their own session and sets it); otherwise only the process
 that reached the point dies (a lost worker, which fails the Spark job and aborts the checkpoint).
+
+``EPOCHAL_FAIL_AT="<point>[:<n>]"`` (same points) raises :class:`~pipeline.exceptions.InjectedFailure` instead
+of killing: a failure the process sees and survives (a sink that refuses a commit, a source read that aborts).
+:class:`pipeline.testing.doubles.FailingSink` and :class:`~pipeline.testing.doubles.AbortingSource` set it.
 """
 from __future__ import annotations
 
@@ -17,16 +21,28 @@ import os
 import signal
 import sys
 
-__all__ = ["fault_point", "FAULT_POINTS"]
+from pipeline.exceptions import InjectedFailure
+
+__all__ = ["fault_point", "reset_fault_counts", "FAULT_POINTS", "KILL_ENV", "FAIL_ENV"]
+
+KILL_ENV = "EPOCHAL_KILL_AT"
+FAIL_ENV = "EPOCHAL_FAIL_AT"
 
 FAULT_POINTS = ("reading", "writing_state", "after_state_before_metadata",
                 "after_metadata_before_commit", "after_commit_log_before_table_commit", "after_commit",
                 "retention")
 _hits: dict[str, int] = {}
+_fail_hits: dict[str, int] = {}
 
 
-def _targets() -> dict[str, int]:
-    spec = os.environ.get("EPOCHAL_KILL_AT", "")
+def reset_fault_counts() -> None:
+    """Forget how often each point was reached in this process (the ``<n>`` of the specs counts from here)."""
+    _hits.clear()
+    _fail_hits.clear()
+
+
+def _targets(env: str = KILL_ENV) -> dict[str, int]:
+    spec = os.environ.get(env, "")
     out = {}
     for part in filter(None, (p.strip() for p in spec.split(","))):
         name, _, n = part.partition(":")
@@ -38,6 +54,13 @@ def fault_point(name: str) -> None:
     """Mark a phase; progress markers go to stderr so that crash tests can aim their SIGKILLs."""
     if os.environ.get("EPOCHAL_PHASE_MARKERS"):
         print(f"EPOCHAL_PHASE {name}", file=sys.stderr, flush=True)
+    fails = _targets(FAIL_ENV)
+    if name in fails:
+        _fail_hits[name] = _fail_hits.get(name, 0) + 1
+        if _fail_hits[name] == fails[name]:
+            print(f"EPOCHAL_FAULT failure injected at {name} (hit {_fail_hits[name]})", file=sys.stderr, flush=True)
+            raise InjectedFailure(f"injected failure at {name} (hit {_fail_hits[name]}; {FAIL_ENV}="
+                                  f"{os.environ.get(FAIL_ENV, '')})")
     targets = _targets()
     if name not in targets:
         return

@@ -225,9 +225,18 @@ class JobRunner:
                        parallelism: int | None = None, kind: str = "checkpoint",
                        location: str | None = None) -> tuple[Cursor, list[RoundResult]]:
         """Trigger checkpoint n and run rounds until it completes (see
-        :meth:`~pipeline.runtime.round_executor.RoundExecutor.complete_epoch`)."""
-        return self.executor.complete_epoch(cursor, epoch, barriers, summaries, parallelism=parallelism,
-                                            kind=kind, location=location)
+        :meth:`~pipeline.runtime.round_executor.RoundExecutor.complete_epoch`).
+
+        If a round fails (a task, a source read, storage), the pending checkpoint is released as a process exit
+        would release it: its files stay, and the next ``run`` of this runner restores from storage exactly as
+        a new process would (resuming or aborting it), instead of refusing to trigger while it is pending."""
+        try:
+            return self.executor.complete_epoch(cursor, epoch, barriers, summaries, parallelism=parallelism,
+                                                kind=kind, location=location)
+        except BaseException:
+            for pending in list(self.ctx.coordinator.pending_checkpoints):
+                self.ctx.coordinator.release(pending)
+            raise
 
     def _after_epoch(self, md: CheckpointMetadata) -> None:
         if self.ctx.config.validate_after_epoch:  # cheap per-epoch quality subset

@@ -10,7 +10,7 @@ from pipeline.config import load_config
 from pipeline.exceptions import CheckpointDeclinedError, CheckpointError, ConfigError
 from pipeline.fileio import join_uri
 from pipeline.runtime.savepoints import check_target
-from pipeline.testing.faulty_fileio import FaultyFileIO
+from pipeline.testing.doubles import FlakyFileIO
 
 
 def _trigger(coord, location):
@@ -25,7 +25,7 @@ def test_failed_savepoint_keeps_the_targets_prior_content(any_root):
     user_files = [join_uri(target, "README.txt"), join_uri(target, "old", "data.bin")]
     for u in user_files:
         fio.write_bytes(u, b"the user's own bytes")
-    coord = CheckpointCoordinator(FaultyFileIO(fio, lambda op, uri: op == "write_bytes"
+    coord = CheckpointCoordinator(FlakyFileIO(fio, lambda op, uri: op == "write_bytes"
                                                and uri.endswith("/_metadata")), join_uri(root, "ckpt"), "job")
     pending = _trigger(coord, target)
     fio.write_bytes(join_uri(target, "state", "op", "kg-0.parquet"), b"written by the savepoint")
