@@ -26,6 +26,7 @@ from typing import Callable, ClassVar, Literal, Mapping, Sequence
 import pyarrow as pa
 
 from pipeline.exceptions import ConfigError
+from pipeline.sink.formats import TableFormat
 
 __all__ = ["Job", "Stream", "SourceNode", "MapNode", "JoinNode", "AggregateNode", "DedupNode", "WindowNode",
            "ProcessNode", "SinkNode", "is_operator",
@@ -285,7 +286,6 @@ class Stream:
         if not _UID.match(table) or table in self.job.sink_tables():
             raise ConfigError(f"sink table name {table!r} is invalid or used twice")
         if format is not None:
-            from pipeline.sink.formats import TableFormat
             format = TableFormat.parse(format, f"sink {table!r} format").value
         return self.job._add(SinkNode(table, self.node, mode, tuple(key or ()), format))
 

@@ -32,7 +32,23 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.barriers.events import CheckpointType
+from pipeline.batch.plan import EXACT_SUM, _Compiler
+from pipeline.batch.prefix import PEPOCH, Prefix, barrier_log
 from pipeline.exceptions import BootstrapRefusedError, CheckpointError, ConfigError
+from pipeline.fileio import file_io_for, join_uri
+from pipeline.job import AggregateNode, DedupNode, JoinNode, ProcessNode, WindowNode
+from pipeline.keygroups import key_group_expr, range_for_subtask, subtask_expr
+from pipeline.layout import round_state_prefix, sink_staging_uri
+from pipeline.runtime.cursor import Cursor
+from pipeline.runtime.dataflow import arrow_schema_of
+from pipeline.runtime.operators import HANDLE_DDL, HANDLE_SCHEMA, _collect, _handle, _partition_id, handle_rows_to_dicts
+from pipeline.runtime.progress import last_data_epoch
+from pipeline.runtime.routing import shuffle_to_subtasks
+from pipeline.runtime.savepoints import abort_pending, check_target
+from pipeline.source.contract import read_inventory
+from pipeline.source.planner import barrier_or_idle
+from pipeline.state.backend import KG_COLUMN, write_table
 
 __all__ = ["BootstrapPlan", "bootstrap", "plan_bootstrap", "refusal"]
 
@@ -53,7 +69,6 @@ def refusal(job) -> str | None:
 
     Only the operator kinds whose state the batch plan derives exactly are accepted: ``join`` (both sides,
     ``_matched`` flags), ``aggregate`` (exact decimal sums) and ``deduplicate`` (held keys)."""
-    from pipeline.job import AggregateNode, DedupNode, JoinNode, ProcessNode, WindowNode
     for op in job.operators():
         if isinstance(op, ProcessNode):
             return (f"job {job.name!r}: cannot bootstrap process {op.uid!r}: its state is built by a user "
@@ -68,7 +83,6 @@ def refusal(job) -> str | None:
 
 def _barriers(runner, epoch: int, summaries) -> tuple[dict | None, str | None]:
     """Barrier ``epoch`` as the runtime would cut it for a fresh job (logged one if any), or the lagging partition."""
-    from pipeline.source.planner import barrier_or_idle
     logged = runner.barrier_log.logged(epoch)
     if logged is not None:
         return logged, None
@@ -89,9 +103,6 @@ def _barriers(runner, epoch: int, summaries) -> tuple[dict | None, str | None]:
 def plan_bootstrap(runner, *, epoch: int | None = None, target: str | None = None,
                    parallelism: int | None = None) -> tuple[BootstrapPlan, Any]:
     """Step 1: every check, without a side effect. Returns the plan and the source summaries."""
-    from pipeline.runtime.cursor import Cursor
-    from pipeline.runtime.progress import last_data_epoch
-    from pipeline.runtime.savepoints import check_target
     job, config = runner.job, runner.config
     why = refusal(job)
     if why is not None:
@@ -140,7 +151,6 @@ def _exact_aggregate(comp, op):
     """The aggregate's state as the runtime keeps it: floating sums as exact decimal(38,9)."""
     from pyspark.sql import functions as F
 
-    from pipeline.batch.plan import EXACT_SUM
     src = comp.frame(op.parent)
     aggs = []
     for out, fn, col in op.aggs:
@@ -159,7 +169,6 @@ def _dedup_keys(comp, op, nid: int):
     """Held keys after epoch n: kept rows with a key that were alive in their own epoch and still are at n."""
     from pyspark.sql import functions as F
 
-    from pipeline.batch.prefix import PEPOCH
     out = comp.frame(nid)
     ttl_s = op.ttl_seconds if op.ttl_seconds is not None else comp.default_ttl
     kept = out.filter(F.col(op.key).isNotNull())
@@ -173,7 +182,6 @@ def _dedup_keys(comp, op, nid: int):
 
 def _objects(comp, res, job) -> list[tuple[str, str, str, object, str | None]]:
     """``(kind, uid, name, DataFrame, key)``: every state and sink object to write; refuses what is not exact."""
-    from pipeline.job import AggregateNode, DedupNode, JoinNode
     out: list[tuple[str, str, str, object, str | None]] = []
     for op in job.operators():
         nid = job.node_id(op)
@@ -207,11 +215,6 @@ def _write_object(spark, df, *, kind: str, uid: str, name: str, key: str | None,
     import pyarrow as pa
     from pyspark.sql import functions as F
 
-    from pipeline.keygroups import key_group_expr, range_for_subtask, subtask_expr
-    from pipeline.runtime.dataflow import arrow_schema_of
-    from pipeline.runtime.operators import HANDLE_DDL, _collect, _handle, _partition_id, handle_rows_to_dicts
-    from pipeline.runtime.routing import shuffle_to_subtasks
-    from pipeline.state.backend import KG_COLUMN, write_table
     if key is not None:
         df = df.withColumn(KG_COLUMN, key_group_expr(key, MP))
         keyed = df.withColumn("_subtask", subtask_expr(KG_COLUMN, MP, P))
@@ -221,7 +224,6 @@ def _write_object(spark, df, *, kind: str, uid: str, name: str, key: str | None,
     shuffled = shuffle_to_subtasks(keyed, spark, "_subtask", P)
 
     def task(batches):
-        from pipeline.fileio import file_io_for
         subtask = _partition_id()
         kgr = range_for_subtask(MP, P, subtask)
         t = _collect(batches)
@@ -238,7 +240,6 @@ def _write_object(spark, df, *, kind: str, uid: str, name: str, key: str | None,
 
 
 def _handle_schema():
-    from pipeline.runtime.operators import HANDLE_SCHEMA
     return HANDLE_SCHEMA
 
 
@@ -247,14 +248,6 @@ def bootstrap(runner, *, epoch: int | None = None, target: str | None = None,
     """Compute the job's state and output as of barrier ``epoch`` (default: the live epoch, the newest complete
     barrier) with the batch plan and write them as a savepoint, sink output committed (see module docstring).
     Returns ``{"savepoint", "savepoint_id", "epoch", "objects": {obj: rows}, "seconds"}``."""
-    from pipeline.barriers.events import CheckpointType
-    from pipeline.batch.plan import _Compiler
-    from pipeline.batch.prefix import Prefix, barrier_log
-    from pipeline.fileio import join_uri
-    from pipeline.layout import round_state_prefix, sink_staging_uri
-    from pipeline.runtime.cursor import Cursor
-    from pipeline.runtime.savepoints import abort_pending
-    from pipeline.source.contract import read_inventory
     t0 = time.perf_counter()
     ctx, job = runner.ctx, runner.job
     # Step 1: validate (no side effect)

@@ -20,7 +20,12 @@ from typing import Mapping
 import numpy as np
 import pyarrow as pa
 
+from pipeline.exceptions import StorageError
+from pipeline.fileio import join_uri
 from pipeline.job import Job, SourceNode
+from pipeline.runtime.dataflow import schema_ddl
+from pipeline.source.layout import SourceFile, list_source_files
+from pipeline.source.planner import Split, summarize_file
 from pipeline.source.reader import META_FIELDS, SplitReader
 
 __all__ = ["Prefix", "PEPOCH", "ordinal", "barrier_log", "source_dataframe"]
@@ -71,8 +76,6 @@ class Prefix:
 
 def barrier_log(ckpt_fio, job_root: str, upto: int) -> dict[int, dict[str, dict[int, tuple[int, int]]]]:
     """Barrier positions of every logged epoch ``< upto`` (missing log: empty; rows then default to e(x))."""
-    from pipeline.exceptions import StorageError
-    from pipeline.fileio import join_uri
     root = join_uri(job_root, "barriers")
     out: dict[int, dict[str, dict[int, tuple[int, int]]]] = {}
     try:
@@ -101,7 +104,6 @@ class _CountingReader(SplitReader):
 def _files(runner, source: SourceNode, stops: Mapping[int, tuple[int, int]]) -> list[tuple]:
     """``(SourceFile fields..., stop row or None)`` of every file with rows before the barrier: listing only (the
     footers are read by the executors, which turn each file into its split)."""
-    from pipeline.source.layout import list_source_files
     files = list_source_files(runner.src_fio, runner.config.source_uri, source.name, policy="dead_letter")
     out: list[tuple] = []
     for p, fs in files.items():
@@ -120,9 +122,6 @@ def _files(runner, source: SourceNode, stops: Mapping[int, tuple[int, int]]) -> 
 def source_dataframe(spark, runner, job: Job, source: SourceNode, prefix: Prefix, *, max_tasks: int = 16):
     """The valid rows of ``source`` before checkpoint ``prefix.epoch``'s barriers, with the declared columns,
     the position columns (``_source``, ``_partition``, ``_seq``, ``_row``) and ``_pepoch``."""
-    from pipeline.runtime.dataflow import schema_ddl
-    from pipeline.source.layout import SourceFile
-    from pipeline.source.planner import Split, summarize_file
     stops = prefix.barriers.get(source.name, {})
     splits = _files(runner, source, stops)
     reader = _CountingReader(source.schema, (source.key,) if source.key else (), "dead_letter",

@@ -30,9 +30,11 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from pipeline.barriers.events import CheckpointType
 from pipeline.checkpoint.ack import AckResult, TaskAcknowledgement, acks_from_rows
 from pipeline.checkpoint.completed import CompletedCheckpoint
+from pipeline.checkpoint.failed import FailedCheckpointLog
 from pipeline.checkpoint.failure import CheckpointFailureReason as Reason
 from pipeline.checkpoint.handles import ChannelStateHandle, FileHandle, Position, StateHandle
 from pipeline.checkpoint.ids import CheckpointIdCounter, default_runner_id
+from pipeline.checkpoint.metadata import iso_utc
 from pipeline.checkpoint.pending import PendingCheckpoint, PendingManifest, PendingState
 from pipeline.checkpoint.stats import TaskMetrics
 from pipeline.checkpoint.store import DEFAULT_RETAINED, CompletedCheckpointStore
@@ -189,7 +191,6 @@ class CheckpointCoordinator:
                 location = JobLayout(self.job_root).savepoint(cid, ts)
             else:
                 location = self.store.location_of(cid)
-        from pipeline.checkpoint.metadata import iso_utc
 
         manifest = PendingManifest(
             job=self.job, checkpoint_id=cid, parent_id=parent_id, kind=kind, epoch=epoch,
@@ -378,7 +379,6 @@ class CheckpointCoordinator:
         aborted = pending.abort(reason, cause=cause)
         self._forget(pending)
         if aborted:
-            from pipeline.checkpoint.failed import FailedCheckpointLog
             FailedCheckpointLog(self.fileio, self.job_root).record(pending, reason, cause)  # for the checkpoint view
             self._record_failure(reason, pending.checkpoint_id, cause)
 

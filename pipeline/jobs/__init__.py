@@ -5,6 +5,8 @@ from typing import Callable
 
 from pipeline.exceptions import ConfigError
 from pipeline.job import Job
+from pipeline.jobs.ad_clicks import build_job as build_ad_clicks
+from pipeline.jobs.orders_payments import build_job
 
 __all__ = ["get_job", "register_job", "job_names"]
 
@@ -17,10 +19,8 @@ def register_job(name: str, factory: Callable[[], Job]) -> None:
 
 def _load_builtin() -> None:
     if "orders_payments" not in _REGISTRY:
-        from pipeline.jobs.orders_payments import build_job
         register_job("orders_payments", build_job)
     if "ad_clicks" not in _REGISTRY:
-        from pipeline.jobs.ad_clicks import build_job as build_ad_clicks
         register_job("ad_clicks", build_ad_clicks)
 
 

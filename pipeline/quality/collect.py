@@ -35,9 +35,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.exceptions import ObjectNotFoundError, SinkError, StorageError
+from pipeline.fileio import file_io_for
 from pipeline.layout import snapshot_name
 from pipeline.quality.jobspec import JobObjects, job_objects, sink_obj, state_obj
-from pipeline.quality.keygroups import key_groups
+from pipeline.quality.keygroups import key_groups, xxhash64
+from pipeline.quality.keygroups import key_groups as kgf
 from pipeline.quality.normalize import (
     KG_SUMS,
     MAX_MEASURES,
@@ -50,6 +52,9 @@ from pipeline.quality.normalize import (
     schema_signature,
     summarize,
 )
+from pipeline.quality.recovery import plan_recomputation
+from pipeline.runtime.dataflow import schema_ddl
+from pipeline.sink.table import CommittedTable
 
 __all__ = ["Snapshot", "Collected", "collect", "ordinal"]
 
@@ -242,7 +247,6 @@ def row_diff(actual: pa.Table, expected: pa.Table) -> dict:
 # --------------------------------------------------------------------------------------- the collector
 class _Collector:
     def __init__(self, runner, snapshot: Snapshot, *, mode: str, drill_kgs: int = _DRILL_KGS) -> None:
-        from pipeline.fileio import file_io_for
         self.runner = runner
         self.snap = snapshot
         self.md = snapshot.md
@@ -284,7 +288,6 @@ class _Collector:
 
     def output_view(self) -> None:
         """Per sink table: all commit entries, the entries readers see, and the parent chain."""
-        from pipeline.sink.table import CommittedTable
         self.tables: dict[str, dict] = {}
         newest = self.snap.completed.checkpoint_id >= self.newest_id
         for t in self.job.sink_tables():
@@ -629,7 +632,6 @@ class _Collector:
             if spec is not None and spec.key and uris:
                 try:
                     t = pq.read_table(pa.BufferReader(self.fio(uris[0]).read_bytes(uris[0])))
-                    from pipeline.quality.keygroups import xxhash64
                     keys = pc.cast(t[spec.key], pa.string())
                     hit = np.nonzero(xxhash64(keys) == khash)[0]
                     if len(hit):
@@ -912,8 +914,6 @@ class _Collector:
         def task(batches):
             import pyarrow.parquet as pq2
 
-            from pipeline.fileio import file_io_for
-            from pipeline.quality.keygroups import key_groups as kgf
             for b in batches:
                 for uri in b.column(0).to_pylist():
                     try:
@@ -933,7 +933,6 @@ class _Collector:
                                               uris) for b in bs]
             return pa.Table.from_batches(parts, schema=schema) if parts else schema.empty_table()
         spark = self.runner.spark
-        from pipeline.runtime.dataflow import schema_ddl
         ddl = schema_ddl(schema)
         df = spark.createDataFrame(spark.sparkContext.parallelize([(u,) for u in uris], max(1, min(len(uris), 8))),
                                    "uri string").mapInArrow(task, ddl)
@@ -951,7 +950,6 @@ def collect(runner, snapshot: Snapshot, *, mode: str = "full", areas: tuple[str,
     """Build every dataset the suites of ``areas`` need (``mode="epoch"``: metadata only, no Spark)."""
     import dataclasses
 
-    from pipeline.quality.recovery import plan_recomputation
     c = _Collector(runner, snapshot, mode=mode, drill_kgs=drill_kgs)
     areas = areas or (("metadata",) if mode == "epoch" else ("metadata", "state", "sink", "recovery"))
     with c.timer("metadata_load"):

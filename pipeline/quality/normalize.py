@@ -21,7 +21,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.arrow_ddl import schema_ddl
+from pipeline.fileio import file_io_for
 from pipeline.quality.keygroups import xxhash64
+from pipeline.state.changelog import apply_changelog
 
 __all__ = ["ObjectSpec", "NORM_SCHEMA", "SUMMARY_SCHEMA", "SUMMARY_DDL", "KG_SUMS", "MAX_MEASURES", "TS_MOD",
            "normalize", "summarize", "group_sums", "schema_signature", "read_files_task", "cents"]
@@ -287,8 +289,6 @@ def _apply_deltas(base: pa.Table, deltas_json: str, oid: int, fid: int) -> tuple
 
     import pyarrow.parquet as pq
 
-    from pipeline.fileio import file_io_for
-    from pipeline.state.changelog import apply_changelog
     recs, tables, failed = [], [], False
     for fd in json.loads(deltas_json):
         rec: dict = {"oid": oid, "fid": fid, "uri": fd["uri"]}
@@ -324,7 +324,6 @@ def read_files_task(specs: Mapping[str, ObjectSpec], oids: Mapping[str, int], *,
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow.parquet as pq
 
-        from pipeline.fileio import file_io_for
         for b in batches:
             d = b.to_pydict()
             deltas_col = d.get("deltas") or [None] * len(d["fid"])

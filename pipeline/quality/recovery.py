@@ -18,6 +18,8 @@ from typing import Callable
 
 import pyarrow as pa
 
+from pipeline.batch import evaluate, prefix_of
+
 __all__ = ["Recomputation", "BatchPlan", "plan_recomputation"]
 
 
@@ -65,7 +67,6 @@ class BatchPlan:
 
 def plan_recomputation(runner, md, object_names) -> BatchPlan:
     """Compile the batch plan of checkpoint metadata ``md`` (cheap: analysis only, nothing runs)."""
-    from pipeline.batch import evaluate, prefix_of
     res = evaluate(runner, runner.job, prefix_of(runner, md))
     unchecked = dict(res.unchecked)
     messages = list(res.messages)

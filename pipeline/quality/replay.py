@@ -38,6 +38,16 @@ from typing import Any, Mapping
 
 import pyarrow as pa
 
+from pipeline.exceptions import CorruptCheckpointError, EpochalError
+from pipeline.fileio import file_io_for, join_uri
+from pipeline.job import ProcessNode
+from pipeline.layout import JobLayout
+from pipeline.runtime.cursor import cursor_from_metadata
+from pipeline.runtime.runner import JobRunner
+from pipeline.state.backend import load_chain
+from pipeline.state.chain import StateChain
+from pipeline.state.changelog import OP_COLUMN, can_diff, diff
+
 __all__ = ["ObjectReplay", "ReplayResult", "replay_checkpoint", "process_objects", "EXAMPLES"]
 
 log = logging.getLogger("epochal.quality")
@@ -104,7 +114,6 @@ class ReplayResult:
 def process_objects(job) -> set[str]:
     """Objects of ``job`` the batch plan cannot model because of a ``process`` node: the process operators'
     state, every operator downstream of one and the sinks they feed (``state/<uid>``, ``sink/<table>``)."""
-    from pipeline.job import ProcessNode
     tainted: set[int] = set()
     for op in job.operators():
         nid = job.node_id(op)
@@ -130,7 +139,6 @@ def _refusal(runner, cp) -> str | None:
 
 def _parent(runner, cp):
     """The retained parent of ``cp`` in the same lineage, or the reason there is none."""
-    from pipeline.exceptions import EpochalError
     md = cp.metadata
     try:
         parent = runner.coordinator.store.get(md.parent_id)
@@ -149,7 +157,6 @@ def _parent(runner, cp):
 
 
 def _scratch_root(uri: str, token: str) -> tuple[str, Path | None]:
-    from pipeline.fileio import join_uri
     if uri.startswith("file://"):
         d = Path(tempfile.mkdtemp(prefix=f"epochal-replay-{token}-"))
         return d.as_uri(), d
@@ -161,7 +168,6 @@ def _read_parquet(fileio, fh, what: str) -> pa.Table:
 
     import pyarrow.parquet as pq
 
-    from pipeline.exceptions import CorruptCheckpointError
     data = fileio.read_bytes(fh.uri)
     if len(data) != fh.bytes or hashlib.sha256(data).hexdigest() != fh.sha256:
         raise CorruptCheckpointError(f"{what}: file {fh.uri} checksum/size mismatch")
@@ -170,8 +176,6 @@ def _read_parquet(fileio, fh, what: str) -> pa.Table:
 
 def _state_tables(fileio, md) -> dict[str, pa.Table]:
     """``state/<uid>/<name>`` -> every row of that state in checkpoint ``md`` (the runtime's chain reader)."""
-    from pipeline.state.backend import load_chain
-    from pipeline.state.chain import StateChain
     parts: dict[str, list[pa.Table]] = {}
     for uid, handles in md.operators.items():
         for h in handles:
@@ -197,7 +201,6 @@ def _concat(tables: list[pa.Table]) -> pa.Table:
 
 
 def _examples(t: pa.Table) -> tuple[dict, ...]:
-    from pipeline.state.changelog import OP_COLUMN
     t = t.drop_columns([c for c in (OP_COLUMN,) if c in t.column_names])
     return tuple({k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in r.items()}
                  for r in t.slice(0, EXAMPLES).to_pylist())
@@ -207,7 +210,6 @@ def compare_tables(obj: str, original: pa.Table, replayed: pa.Table) -> ObjectRe
     """Row-multiset comparison of one object (the changelog diff: rows of ``original`` only are -1)."""
     import pyarrow.compute as pc
 
-    from pipeline.state.changelog import OP_COLUMN, can_diff, diff
     if original.num_rows == 0 and replayed.num_rows == 0:
         return ObjectReplay(obj, 0, 0)
     if original.num_columns == 0 or replayed.num_columns == 0 or original.schema != replayed.schema:
@@ -233,8 +235,6 @@ def replay_checkpoint(runner, cp) -> ReplayResult:
     location and compare (see module docstring). Never raises for a checkpoint that cannot be replayed: the
     result's ``not_checked`` says why; a replay that fails while running is reported the same way, with the
     error."""
-    from pipeline.fileio import file_io_for, join_uri
-    from pipeline.layout import JobLayout
     t0 = time.perf_counter()
     md = cp.metadata
     name = md.name
@@ -260,8 +260,6 @@ def replay_checkpoint(runner, cp) -> ReplayResult:
                                   retained_checkpoints=max(2, config.retained_checkpoints))
     ckpt_fio, sink_fio = file_io_for(ckpt_root), file_io_for(sink_root)
     try:
-        from pipeline.runtime.cursor import cursor_from_metadata
-        from pipeline.runtime.runner import JobRunner
         src_layout = JobLayout(runner.job_root)
         dst_layout = JobLayout(join_uri(ckpt_root, runner.job.name))
         ckpt_fio.write_bytes(dst_layout.job_json(), runner.ckpt_fio.read_bytes(src_layout.job_json()))

@@ -23,6 +23,12 @@ from typing import Any, Mapping
 import pandas as pd
 
 from pipeline.exceptions import CheckpointError, ValidationError
+from pipeline.fileio import join_uri
+from pipeline.layout import JobLayout, snapshot_name
+from pipeline.quality import engine as eng
+from pipeline.quality.collect import Snapshot, collect
+from pipeline.quality.docs_site import make_offline, publish_site, site_uri
+from pipeline.quality.replay import process_objects, replay_checkpoint
 from pipeline.quality.result import ExpectationOutcome, SuiteOutcome, ValidationResult
 from pipeline.quality.suites import SUITES, SuiteSpec
 
@@ -37,8 +43,6 @@ DOCS_HISTORY = 5   # validated snapshots shown in Data Docs besides the current 
 
 def _publish_docs(runner, site_dir: str) -> str | None:
     """Offline styling + copy to ``<checkpoint root>/<job>/data_docs/`` (served in the Airflow UI)."""
-    from pipeline.fileio import join_uri
-    from pipeline.quality.docs_site import make_offline, publish_site, site_uri
     make_offline(site_dir)
     target = site_uri(runner.config.checkpoint_uri, runner.job.name)
     publish_site(site_dir, runner.ckpt_fio, target)
@@ -53,14 +57,11 @@ def default_docs_dir() -> str:
 
 
 def validation_root(runner) -> str:
-    from pipeline.layout import JobLayout
     return JobLayout(runner.job_root).validation()
 
 
 def resolve_snapshot(runner, checkpoint: str | int | None):
     """The CompletedCheckpoint to validate: latest completed (None), an id, or a savepoint/checkpoint URI."""
-    from pipeline.layout import snapshot_name
-    from pipeline.quality.collect import Snapshot
     store = runner.coordinator.store
     if checkpoint is None or str(checkpoint).strip() in ("", "latest"):
         cp = store.latest()
@@ -121,7 +122,6 @@ def _write_json(fio, uri: str, doc: Any) -> None:
 
 def _previous_results(runner, current: str, limit: int) -> list[tuple[str, str, str, dict]]:
     """Stored GX results of the latest ``limit`` validated snapshots other than ``current``."""
-    from pipeline.fileio import join_uri
     fio = runner.ckpt_fio
     root = validation_root(runner)
     try:
@@ -162,9 +162,6 @@ def validate_job(runner, checkpoint: str | int | None = None, *, mode: str = "fu
     ``process`` operators (costs one epoch), off otherwise (a restore point has no processed epoch to replay);
     ``True`` forces it, ``False`` skips it (those objects are then reported as not checked).
     """
-    from pipeline.fileio import join_uri
-    from pipeline.quality import engine as eng
-    from pipeline.quality.collect import collect
     t0 = time.perf_counter()
     eng.warm_up()
     snap = resolve_snapshot(runner, checkpoint)
@@ -247,7 +244,6 @@ def _replay(runner, snap, collected, mode: str, areas: tuple[str, ...], replay: 
     ``figures["not_checked"]`` with the replay's result, and puts the ``replay`` dataset (one row per object,
     validated by the GX suite :data:`REPLAY_SUITE`, so it is stored and in Data Docs like every suite) into
     ``collected``. False when the job has no process operator or the replay is off (the messages say so)."""
-    from pipeline.quality.replay import process_objects, replay_checkpoint
     tainted = process_objects(runner.job)
     if not tainted or "recovery" not in areas:
         return False
