@@ -1,36 +1,116 @@
-"""Checkpoint history, as ``checkpoints list|show`` (and the Airflow checkpoint view) present it.
+"""Checkpoint history: the one projection of checkpoint metadata into history rows.
+
+:class:`CheckpointRow` is built once from a checkpoint's ``_metadata`` (:func:`row_from_metadata`); the Airflow
+checkpoint view (:mod:`pipeline.orchestration.history`) shows it as is, and ``checkpoints list|show`` prints
+:func:`checkpoint_summary` - the same row under the CLI's ``--json`` keys.
 
 (Formerly ``pipeline/inspect.py``, which shadowed the standard library's ``inspect`` when ``pipeline/`` was on
-``sys.path``, as under spark-submit. The Airflow view's projection, :mod:`pipeline.orchestration.history`, is
-still separate.)
+``sys.path``, as under spark-submit.)
 """
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
 
-__all__ = ["checkpoint_summary", "list_checkpoints", "show_checkpoint", "format_list", "format_show"]
+from pipeline.checkpoint.stats import OperatorStats
+from pipeline.checkpoint.store import CheckpointDirStatus
+
+__all__ = ["CheckpointRow", "row_from_metadata", "checkpoint_summary", "list_checkpoints", "show_checkpoint",
+           "format_list", "format_show"]
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointRow:
+    """One line of the history table (a COMPLETED checkpoint or savepoint, or a PENDING / CORRUPT / FAILED
+    directory, whose stats fields are None)."""
+
+    checkpoint_id: int
+    kind: str                    # checkpoint | savepoint
+    status: str                  # COMPLETED | PENDING | CORRUPT | FAILED
+    epoch: int | None
+    barrier_time: str | None
+    trigger_time: str | None
+    duration_ms: float | None
+    state_bytes: int | None
+    sink_bytes: int | None
+    alignment_ms: float | None
+    acks: int | None
+    expected_acks: int | None
+    parallelism: int | None
+    parent_id: int | None
+    location: str
+    records: Mapping[str, int] = field(default_factory=dict)
+    operators: tuple[OperatorStats, ...] = ()
+    problem: str | None = None
+    checkpointed_bytes: int | None = None   # what this checkpoint wrote; ``state_bytes`` is the full state
+    state_rows: int | None = None
+    sync_ms: float | None = None
+    async_ms: float | None = None
+    rounds: int | None = None
+    checkpoint_mode: str | None = None
+    alignment: str | None = None
+    mode_used: str | None = None
+    backlog: Mapping[str, int] = field(default_factory=dict)
+    dead_letters: Mapping[str, int] = field(default_factory=dict)
+    sink_rows: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def start_delay_ms(self) -> float:
+        return max((o.start_delay_ms for o in self.operators), default=0.0)
+
+    @property
+    def inflight_bytes(self) -> int:
+        return sum(o.inflight_bytes for o in self.operators)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The Airflow checkpoint view's JSON."""
+        d = asdict(self)
+        for k in ("records", "backlog", "dead_letters", "sink_rows"):
+            d[k] = dict(getattr(self, k))
+        d["operators"] = [o.to_dict() for o in self.operators]
+        return d
+
+    def summary(self) -> dict[str, Any]:
+        """The ``checkpoints list|show --json`` keys (CLI contract)."""
+        return {
+            "id": self.checkpoint_id, "kind": self.kind, "status": self.status, "epoch": self.epoch,
+            "barrier_time": self.barrier_time, "parent_id": self.parent_id, "trigger_time": self.trigger_time,
+            "duration_ms": self.duration_ms, "state_bytes": self.state_bytes or 0, "state_rows": self.state_rows or 0,
+            "checkpointed_bytes": self.checkpointed_bytes or 0, "sync_ms": self.sync_ms or 0,
+            "async_ms": self.async_ms or 0, "alignment_ms": self.alignment_ms or 0,
+            "acks": f"{self.acks}/{self.expected_acks}" if self.acks is not None else "",
+            "rounds": self.rounds or 1, "mode": self.checkpoint_mode, "alignment": self.alignment,
+            "parallelism": self.parallelism, "backlog": dict(self.backlog), "dead_letters": dict(self.dead_letters),
+            "sink_rows": dict(self.sink_rows), "location": self.location, "mode_used": self.mode_used,
+            "start_delay_ms": self.start_delay_ms, "inflight_bytes": self.inflight_bytes,
+        }
+
+
+def row_from_metadata(md, location: str, status: str = "COMPLETED") -> CheckpointRow:
+    """The history row of a checkpoint's (or savepoint's) metadata."""
+    st = md.stats
+    records: dict[str, int] = {}
+    extra_records = (md.extra or {}).get("records")
+    if isinstance(extra_records, Mapping):
+        records = {str(k): int(v) for k, v in extra_records.items()}
+    return CheckpointRow(
+        checkpoint_id=md.checkpoint_id, kind=md.kind, status=status, epoch=md.epoch, barrier_time=md.barrier_time,
+        trigger_time=st.trigger_time if st else None, duration_ms=st.duration_ms if st else None,
+        state_bytes=st.bytes if st else None, sink_bytes=sum(f.bytes for s in md.sinks.values() for f in s.files),
+        alignment_ms=st.alignment_ms if st else None, acks=st.acks if st else None,
+        expected_acks=st.expected_acks if st else None, parallelism=md.parallelism, parent_id=md.parent_id,
+        location=location, records=records,
+        operators=tuple(o for _, o in sorted(st.operators.items())) if st else (),
+        checkpointed_bytes=st.checkpointed_bytes if st else None, state_rows=st.rows if st else None,
+        sync_ms=st.sync_ms if st else None, async_ms=st.async_ms if st else None, rounds=st.rounds if st else None,
+        checkpoint_mode=md.checkpoint_mode, alignment=md.alignment, mode_used=_mode_used(md),
+        backlog=dict(st.backlog) if st else {}, dead_letters=dict(st.dead_letters) if st else {},
+        sink_rows={t: s.rows for t, s in md.sinks.items()})
 
 
 def checkpoint_summary(cp, status: str = "COMPLETED") -> dict[str, Any]:
-    """One row of the history table for a :class:`~pipeline.checkpoint.completed.CompletedCheckpoint`."""
-    md = cp.metadata
-    st = md.stats
-    return {
-        "id": md.checkpoint_id, "kind": md.kind, "status": status, "epoch": md.epoch,
-        "barrier_time": md.barrier_time, "parent_id": md.parent_id,
-        "trigger_time": st.trigger_time if st else None, "duration_ms": st.duration_ms if st else None,
-        "state_bytes": st.bytes if st else 0, "state_rows": st.rows if st else 0,
-        "checkpointed_bytes": st.checkpointed_bytes if st else 0,
-        "sync_ms": st.sync_ms if st else 0, "async_ms": st.async_ms if st else 0,
-        "alignment_ms": st.alignment_ms if st else 0, "acks": f"{st.acks}/{st.expected_acks}" if st else "",
-        "rounds": st.rounds if st else 1, "mode": md.checkpoint_mode, "alignment": md.alignment,
-        "parallelism": md.parallelism, "backlog": dict(st.backlog) if st else {},
-        "dead_letters": dict(st.dead_letters) if st else {},
-        "sink_rows": {t: s.rows for t, s in md.sinks.items()}, "location": cp.location,
-        "mode_used": _mode_used(md), "start_delay_ms": max((o.start_delay_ms for o in st.operators.values()),
-                                                           default=0.0) if st else 0.0,
-        "inflight_bytes": sum(o.inflight_bytes for o in st.operators.values()) if st else 0,
-    }
+    """One row of ``checkpoints list`` for a :class:`~pipeline.checkpoint.completed.CompletedCheckpoint`."""
+    return row_from_metadata(cp.metadata, cp.location, status).summary()
 
 
 def _mode_used(md) -> str:
@@ -42,7 +122,6 @@ def _mode_used(md) -> str:
 
 def list_checkpoints(runner) -> list[dict[str, Any]]:
     """Completed checkpoints (retained), corrupt/pending directories, and savepoints, oldest first."""
-    from pipeline.checkpoint.store import CheckpointDirStatus
     store = runner.coordinator.store
     rows: list[dict[str, Any]] = []
     for info in store.inspect():

@@ -8,82 +8,15 @@ Nothing here writes anything.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from typing import Any, Mapping
 
+from pipeline.checkpoint.history import CheckpointRow, row_from_metadata
 from pipeline.exceptions import CheckpointError, ObjectNotFoundError, StorageError
 from pipeline.fileio import FileIO, join_uri
 from pipeline.layout import JobLayout, pending_uri
 
-__all__ = ["OperatorRow", "CheckpointRow", "CheckpointHistory", "list_jobs"]
-
-
-@dataclass(frozen=True, slots=True)
-class OperatorRow:
-    uid: str
-    subtasks: int
-    acks: int
-    rows: int
-    bytes: int
-    sync_ms: float
-    async_ms: float
-    alignment_ms: float
-    start_delay_ms: float
-    inflight_bytes: int
-    mode: str
-
-
-@dataclass(frozen=True, slots=True)
-class CheckpointRow:
-    """One line of the history table."""
-
-    checkpoint_id: int
-    kind: str                    # checkpoint | savepoint
-    status: str                  # COMPLETED | PENDING | CORRUPT
-    epoch: int | None
-    barrier_time: str | None
-    trigger_time: str | None
-    duration_ms: float | None
-    state_bytes: int | None
-    sink_bytes: int | None
-    alignment_ms: float | None
-    acks: int | None
-    expected_acks: int | None
-    parallelism: int | None
-    parent_id: int | None
-    location: str
-    records: Mapping[str, int] = field(default_factory=dict)
-    operators: tuple[OperatorRow, ...] = ()
-    problem: str | None = None
-    checkpointed_bytes: int | None = None   # what this checkpoint wrote; ``state_bytes`` is the full state
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["records"] = dict(self.records)
-        d["operators"] = [asdict(o) for o in self.operators]
-        return d
-
-
-def _row_from_metadata(md, location: str, status: str = "COMPLETED") -> CheckpointRow:
-    st = md.stats
-    ops = ()
-    if st is not None:
-        ops = tuple(OperatorRow(uid=o.uid, subtasks=o.subtasks, acks=o.acks, rows=o.rows, bytes=o.bytes,
-                                sync_ms=o.sync_ms, async_ms=o.async_ms, alignment_ms=o.alignment_ms,
-                                start_delay_ms=o.start_delay_ms, inflight_bytes=o.inflight_bytes, mode=o.mode)
-                    for _, o in sorted(st.operators.items()))
-    records = {}
-    extra_records = (md.extra or {}).get("records") if hasattr(md, "extra") else None
-    if isinstance(extra_records, Mapping):
-        records = {str(k): int(v) for k, v in extra_records.items()}
-    sink_bytes = sum(f.bytes for s in md.sinks.values() for f in s.files)
-    return CheckpointRow(
-        checkpoint_id=md.checkpoint_id, kind=md.kind, status=status, epoch=md.epoch, barrier_time=md.barrier_time,
-        trigger_time=st.trigger_time if st else None, duration_ms=st.duration_ms if st else None,
-        state_bytes=st.bytes if st else None, sink_bytes=sink_bytes, alignment_ms=st.alignment_ms if st else None,
-        acks=st.acks if st else None, expected_acks=st.expected_acks if st else None, parallelism=md.parallelism,
-        parent_id=md.parent_id, location=location, records=records, operators=ops,
-        checkpointed_bytes=st.checkpointed_bytes if st else None)
+__all__ = ["CheckpointHistory", "list_jobs"]
 
 
 def _failure_text(d: Mapping[str, Any] | None) -> str | None:
@@ -143,7 +76,7 @@ class CheckpointHistory:
         rows = []
         for info in self.store.inspect():
             if info.status is CheckpointDirStatus.COMPLETED and info.checkpoint is not None:
-                rows.append(_row_from_metadata(info.checkpoint.metadata, info.location))
+                rows.append(row_from_metadata(info.checkpoint.metadata, info.location))
             elif info.status is CheckpointDirStatus.PENDING:
                 rows.append(self._pending_row(info))
             else:
@@ -192,7 +125,7 @@ class CheckpointHistory:
                 continue
             if cp.metadata.job != self.job:
                 continue
-            rows.append(_row_from_metadata(cp.metadata, cp.location))
+            rows.append(row_from_metadata(cp.metadata, cp.location))
         return sorted(rows, key=lambda r: r.checkpoint_id, reverse=True)
 
     def head_id(self) -> int | None:
@@ -229,7 +162,7 @@ class CheckpointHistory:
                         "backlog": {}, "dead_letters": {}, "metadata": None}
             cp, status = info.checkpoint, "COMPLETED"
         md = cp.metadata
-        row = _row_from_metadata(md, cp.location, status)
+        row = row_from_metadata(md, cp.location, status)
         sources = []
         for src in sorted(set(md.positions) | set(md.barriers)):
             parts = sorted(set(md.positions.get(src, {})) | set(md.barriers.get(src, {})), key=lambda p: int(p))
@@ -246,7 +179,7 @@ class CheckpointHistory:
         sinks = [{"table": t, "full": s.full, "files": len(s.files), "rows": sum(f.rows for f in s.files),
                   "bytes": sum(f.bytes for f in s.files)} for t, s in sorted(md.sinks.items())]
         st = md.stats
-        return {"summary": row.to_dict(), "operators": [asdict(o) for o in row.operators], "state": state,
+        return {"summary": row.to_dict(), "operators": [o.to_dict() for o in row.operators], "state": state,
                 "subtasks": [t.to_dict() for t in st.subtasks] if st else [],
                 "sources": sources, "sinks": sinks,
                 "backlog": dict(st.backlog) if st else {}, "dead_letters": dict(st.dead_letters) if st else {},
