@@ -49,7 +49,7 @@ def test_failing_sink_commit_is_recovered_exactly_once(tmp_path):
     # checkpoint 2's _metadata exists, its sink output is not committed yet
     assert all(t.head().checkpoint_id < failed.checkpoint_id for t in map(r.table, r.job.sink_tables())
                if t.head() is not None)
-    again = _runner(tmp_path)          # a new process would do the same: restore commits checkpoint 2's sinks
+    again = r                          # the same runner (or a new process): restore commits checkpoint 2's sinks
     again.run(epochs=1)
     latest = again.coordinator.store.latest()
     assert latest.metadata.epoch == failed.metadata.epoch + 1 and latest.metadata.parent_id == failed.checkpoint_id
