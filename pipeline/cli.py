@@ -10,7 +10,7 @@ import argparse
 import json
 import logging
 import sys
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 from pipeline.exceptions import ConfigError, EpochalError
 
@@ -18,7 +18,7 @@ __all__ = ["main", "build_parser"]
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # bad usage -> exit code 2
+    def error(self, message: str) -> NoReturn:  # bad usage -> exit code 2
         self.print_usage(sys.stderr)
         self.exit(2, f"{self.prog}: error: {message}\n")
 

@@ -118,7 +118,7 @@ def acks_from_rows(rows: Iterable[Mapping[str, Any] | Any]) -> list[TaskAcknowle
         fh = _opt_file(row)
         if kind == "state":
             g["state"].append(StateHandle(operator_uid=key[0], subtask=key[1], kg_start=int(row.get("kg_start") or 0),
-                                          kg_end=int(row.get("kg_end") if row.get("kg_end") is not None else -1),
+                                          kg_end=int(row["kg_end"]) if row.get("kg_end") is not None else -1,
                                           name=name, file=fh, deltas=_deltas(row.get("deltas")),
                                           state_rows=_opt_int(row.get("state_rows")) if fh else None,
                                           persisted_bytes=_opt_int(row.get("persisted_bytes")) if fh else None))

@@ -20,6 +20,7 @@ files; never modified).
 """
 from __future__ import annotations
 
+import builtins
 import logging
 from dataclasses import dataclass
 from enum import Enum
@@ -104,16 +105,16 @@ class CompletedCheckpointStore:
             return CheckpointDirInfo(checkpoint_id, location, CheckpointDirStatus.CORRUPT, problem=problem)
         return CheckpointDirInfo(checkpoint_id, location, CheckpointDirStatus.COMPLETED, checkpoint=cp)
 
-    def inspect(self) -> list[CheckpointDirInfo]:
+    def inspect(self) -> builtins.list[CheckpointDirInfo]:
         """Every ``chk-<id>`` directory with its status, oldest first."""
         ids = sorted(i for i in (_chk_id(n) for n in self.fileio.list_dirs(self.checkpoints_uri)) if i is not None)
         return [self._load(i) for i in ids]
 
-    def list(self) -> list[CompletedCheckpoint]:
+    def list(self) -> builtins.list[CompletedCheckpoint]:
         """Completed checkpoints (metadata present and readable), oldest first."""
         return [i.checkpoint for i in self.inspect() if i.checkpoint is not None]
 
-    def ids(self) -> list[int]:
+    def ids(self) -> builtins.list[int]:
         return [cp.checkpoint_id for cp in self.list()]
 
     def get(self, checkpoint_id: int) -> CompletedCheckpoint:
@@ -140,14 +141,14 @@ class CompletedCheckpointStore:
         return done[-1] if done else None
 
     def latest_valid(self, verify: bool = True, *, checksums: bool = True,
-                     include_sinks: bool = True) -> tuple[CompletedCheckpoint | None, list[str]]:
+                     include_sinks: bool = True) -> tuple[CompletedCheckpoint | None, builtins.list[str]]:
         """Newest restorable checkpoint and the reasons older-than-newest candidates were skipped.
 
         ``(None, [])`` when the job has no checkpoint with ``_metadata`` (a fresh start is legitimate);
         NoValidCheckpointError when there are some but none is usable.
         """
         candidates = [i for i in self.inspect() if i.status is not CheckpointDirStatus.PENDING]
-        problems: list[str] = []
+        problems: builtins.list[str] = []
         for info in reversed(candidates):
             if info.checkpoint is None:
                 problems.append(f"skipping checkpoint {info.checkpoint_id} of job '{self.job}' "
@@ -170,7 +171,7 @@ class CompletedCheckpointStore:
                 f"restored (refusing to start from scratch): " + " | ".join(problems))
         return None, []
 
-    def savepoints(self) -> list[CompletedCheckpoint]:
+    def savepoints(self) -> builtins.list[CompletedCheckpoint]:
         """Readable savepoints under ``<job root>/savepoints/`` (only to protect their files)."""
         out = []
         for name in self.fileio.list_dirs(self.savepoints_uri):
@@ -185,7 +186,7 @@ class CompletedCheckpointStore:
         return {f.uri for cp in checkpoints for f in cp.metadata.referenced_files()}
 
     # -- retention ---------------------------------------------------------------------------------
-    def add(self, completed: CompletedCheckpoint) -> list[int]:
+    def add(self, completed: CompletedCheckpoint) -> builtins.list[int]:
         """Register a newly completed checkpoint and apply retention; returns the discarded ids."""
         if completed.is_savepoint:
             raise CheckpointError(f"{completed.describe()}: savepoints are not kept in the checkpoint store")
@@ -218,7 +219,7 @@ class CompletedCheckpointStore:
         return discarded
 
     def collect_shared(self, *, protect_from_id: int | None, keep: Iterable[int] = (),
-                       infos: list[CheckpointDirInfo] | None = None) -> list[str]:
+                       infos: builtins.list[CheckpointDirInfo] | None = None) -> builtins.list[str]:
         """Delete shared state files no completed checkpoint and no savepoint references; files written by
         checkpoints in ``keep`` or with ids ``>= protect_from_id`` (possibly still running) are spared.
         Skipped (with a warning) while a checkpoint directory has unreadable metadata."""
@@ -232,12 +233,12 @@ class CompletedCheckpointStore:
             referenced = self.referenced_uris([i.checkpoint for i in infos if i.checkpoint is not None])
             referenced |= self.referenced_uris(self.savepoints())
             return collect_shared_files(self.fileio, self.layout.shared(), referenced,
-                                        protect_from_id=protect_from_id, keep_ids=keep)
+                                        protect_from_id=protect_from_id, keep_ids=set(keep))
         except StorageError as e:
             log.warning("job '%s': could not collect shared state files: %s", self.job, e)
             return []
 
-    def cleanup_garbage(self, *, keep: Iterable[int] = (), protect_from_id: int | None = None) -> list[int]:
+    def cleanup_garbage(self, *, keep: Iterable[int] = (), protect_from_id: int | None = None) -> builtins.list[int]:
         """Delete ``chk-*`` dirs without ``_metadata`` (not in ``keep``, id < ``protect_from_id``)."""
         keep_ids = set(keep)
         infos = self.inspect()
@@ -262,12 +263,12 @@ class CompletedCheckpointStore:
         return deleted
 
     def cleanup_unfinished_savepoints(self, *, keep: Iterable[int] = (),
-                                      protect_from_id: int | None = None) -> list[str]:
+                                      protect_from_id: int | None = None) -> builtins.list[str]:
         """Delete ``savepoints/sp-<id>-<ts>`` dirs without ``_metadata`` (a savepoint killed before it completed),
         sparing ids in ``keep`` and ids >= ``protect_from_id`` (possibly still running). Only the job's own
         savepoints directory is cleaned; savepoints at user-chosen targets are never touched."""
         keep_ids = set(keep)
-        out = []
+        out: builtins.list[str] = []
         try:
             names = self.fileio.list_dirs(self.savepoints_uri)
         except StorageError as e:

@@ -22,6 +22,7 @@ import os
 import re
 import sys
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -148,7 +149,7 @@ def _rows(df: pd.DataFrame) -> list[tuple]:
 
 
 def compare_ad_output(exp: AdExpected, clicks_dir: str, impressions_dir: str) -> dict:
-    rep = {}
+    rep: dict[str, Any] = {}
     for name, want, d in (("campaign_clicks", exp.campaign_clicks, clicks_dir),
                           ("campaign_impressions", exp.campaign_impressions, impressions_dir)):
         got = pq.read_table(d).to_pandas()[list(want.columns)]

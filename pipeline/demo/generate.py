@@ -333,7 +333,7 @@ def generate(source_root_uri: str, *, start: str | None = None, epochs: int = 24
     else:
         if state is not None or fio.list(join_uri(root, "orders")) or fio.list(join_uri(root, "payments")):
             raise ConfigError(f"{root} already holds generated data; use append=True or a fresh root")
-        values = {k: (v if v is not None else _DEFAULTS[k]) for k, v in given.items()}
+        values: dict[str, Any] = {k: (v if v is not None else _DEFAULTS[k]) for k, v in given.items()}
         if values["customers"] is None:
             values["customers"] = max(100, 5 * values["orders_per_epoch"])
         cfg = GeneratorConfig(**values)
@@ -369,17 +369,17 @@ def generate(source_root_uri: str, *, start: str | None = None, epochs: int = 24
             key = np.asarray(cols["part"], dtype=np.int64) * F + sub
             order = np.lexsort((np.asarray(cols["tie"]), ts, key))
             bounds = np.searchsorted(key[order], np.arange(P * F + 1))
-            for p in range(P):
-                for k in range(F):
-                    sel = order[bounds[p * F + k]:bounds[p * F + k + 1]]
+            for part in range(P):
+                for chunk in range(F):
+                    sel = order[bounds[part * F + chunk]:bounds[part * F + chunk + 1]]
                     table = _table(cols, sel, schema)
-                    if k == F - 1 and (source, p) in extra:
-                        table = _merge_sorted(table, extra[(source, p)])
-                    write(source, p, _encode(table, cfg.file_format), table.num_rows)
+                    if chunk == F - 1 and (source, part) in extra:
+                        table = _merge_sorted(table, extra[(source, part)])
+                    write(source, part, _encode(table, cfg.file_format), table.num_rows)
                 if bad_records and t == a:
                     for bsource, bp, data, n_bad, what in _bad_files(cfg, t):
-                        if (bsource, bp) == (source, p):
-                            uri = write(source, p, data, n_bad)
+                        if (bsource, bp) == (source, part):
+                            uri = write(source, part, data, n_bad)
                             bad_info = bad_info or {}
                             bad_info[what] = uri
         state["epochs"] = t + 1

@@ -82,7 +82,8 @@ class CheckpointHistory:
             else:
                 rows.append(CheckpointRow(info.checkpoint_id, "checkpoint", "CORRUPT", None, None, None, None, None,
                                           None, None, None, None, None, None, info.location, problem=info.problem))
-        failed = {d.get("checkpoint_id"): d for d in self.failed() if d.get("kind", "checkpoint") == "checkpoint"}
+        failed = {int(d["checkpoint_id"]): d for d in self.failed()
+                  if d.get("kind", "checkpoint") == "checkpoint" and d.get("checkpoint_id") is not None}
         out = []
         for r in rows:  # a pending directory whose abort was recorded (deletion failed or not yet collected)
             d = failed.pop(r.checkpoint_id, None)

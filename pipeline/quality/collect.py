@@ -463,7 +463,7 @@ class _Collector:
     def data_files(self) -> list[tuple[int, str, str, int | None, int | None, str | None]]:
         """(fid, object, uri, kg_lo, kg_hi, deltas) of every state file of the snapshot and append-sink file readers
         see; ``deltas``: an incremental snapshot's delta files (JSON) applied on top of the base ``uri``."""
-        files = []
+        files: list[tuple[int, str, str, int | None, int | None, str | None]] = []
         self._size_hint: dict[str, int] = {}
         for h in self.md.state_handles():
             if h.file is not None and state_obj(h.operator_uid, h.name) in self.objects.specs:

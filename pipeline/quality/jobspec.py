@@ -78,18 +78,18 @@ def node_schema(job: Job, node_id: int) -> pa.Schema | None:
         parent = node_schema(job, node.parent)
         if parent is None or node.key not in parent.names:
             return None
-        fields = [parent.field(node.key)]
+        agg_fields = [parent.field(node.key)]
         for out, fn, col in node.aggs:
             if fn == "count":
-                fields.append(pa.field(out, pa.int64()))
-            elif col not in parent.names:
+                agg_fields.append(pa.field(out, pa.int64()))
+            elif col is None or col not in parent.names:
                 return None
             elif fn == "sum":
                 t = parent.field(col).type
-                fields.append(pa.field(out, pa.float64() if pa.types.is_floating(t) else pa.int64()))
+                agg_fields.append(pa.field(out, pa.float64() if pa.types.is_floating(t) else pa.int64()))
             else:
-                fields.append(pa.field(out, parent.field(col).type))
-        return pa.schema(fields)
+                agg_fields.append(pa.field(out, parent.field(col).type))
+        return pa.schema(agg_fields)
     if isinstance(node, SinkNode):
         return node_schema(job, node.parent)
     return None
@@ -144,7 +144,8 @@ def job_objects(job: Job, default_ttl_seconds: int | None) -> JobObjects:
             continue
         elif isinstance(op, AggregateNode):
             o = state_obj(op.uid, "agg")
-            measures = tuple((out, out) for out, fn, _ in op.aggs if fn in ("count", "sum"))
+            measures: tuple[tuple[str, str | None], ...] = tuple(
+                (out, out) for out, fn, _ in op.aggs if fn in ("count", "sum"))
             specs[o] = ObjectSpec(o, "state", op.key, op.key, measures, op.uid)
             ttl[o] = None
             aggregates[op.uid] = {"state": o, "append": None, "upsert": None, "measures": [m for m, _ in measures]}
@@ -162,7 +163,8 @@ def job_objects(job: Job, default_ttl_seconds: int | None) -> JobObjects:
             aggregates.setdefault(parent.uid, {"state": state_obj(parent.uid, "agg"), "append": None, "upsert": None,
                                                "measures": [m for m, _ in measures]})["upsert"] = o
         elif isinstance(parent, JoinNode) and sink.mode == "append":
-            group, measures, agg_uid = None, (), None
+            group, agg_uid = None, None
+            measures = ()
             for agg in job.operators():
                 if isinstance(agg, AggregateNode):
                     base, maps = job.chain_to(agg.parent)

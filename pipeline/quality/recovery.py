@@ -14,11 +14,11 @@ sums, per aggregate) in the checkpoint equals the batch evaluation's.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import pyarrow as pa
 
-from pipeline.batch import evaluate, prefix_of
+from pipeline.batch import BatchResult, evaluate, prefix_of
 
 __all__ = ["Recomputation", "BatchPlan", "plan_recomputation"]
 
@@ -37,7 +37,7 @@ class Recomputation:
 class BatchPlan:
     """The compiled (lazy) batch plan of one checkpoint and the columns each object is compared on."""
 
-    result: object                                    # pipeline.batch.BatchResult
+    result: BatchResult
     columns: dict[str, tuple[str, ...]]               # obj -> compared columns (the batch plan's)
     unchecked: dict[str, str]
     messages: list[str]
@@ -48,12 +48,14 @@ class BatchPlan:
         done: dict[int, pa.Table] = {}          # one DataFrame may be two objects (aggregate state, upsert sink)
         msgs = list(self.messages)
         try:
-            for obj, df in self.result.objects().items():
+            frames: dict[str, Any] = self.result.objects()          # lazy Spark DataFrames
+            for obj, df in frames.items():
                 if obj in self.columns:
                     if id(df) not in done:
                         done[id(df)] = df.toArrow()
                     tables[obj] = done[id(df)]
-            for what, df in self.result.counts.items():
+            counts: dict[str, Any] = dict(self.result.counts)
+            for what, df in counts.items():
                 n = df.count()
                 if n:
                     msgs.append(f"{what}: {n} (excluded from the expected rows)")
@@ -76,7 +78,8 @@ def plan_recomputation(runner, md, object_names) -> BatchPlan:
                 unchecked[obj] = ("unaligned checkpoint with in-flight channel state: part of the input before the "
                                   "barrier is channel state, not operator state")
     columns = {}
-    for obj, df in res.objects().items():
+    frames: dict[str, Any] = res.objects()
+    for obj, df in frames.items():
         if obj in unchecked:
             continue
         if obj not in object_names:

@@ -106,7 +106,8 @@ def _outcomes(spec: SuiteSpec, res_dict: Mapping[str, Any], examples: Mapping[st
                      if isinstance(x, dict)) if not success else ()
         if not success and not rows and result.get("partial_unexpected_list"):
             rows = tuple({"value": _clean(v)} for v in result["partial_unexpected_list"][:5])
-        ex = tuple(examples.get(meta.get("examples"), [])) if (not success and meta.get("examples")) else ()
+        category = meta.get("examples")
+        ex = tuple(examples.get(category, [])) if (not success and category) else ()
         out.append(ExpectationOutcome(
             suite=spec.name, expectation=cfg.get("type", "?"), success=success,
             description=cfg.get("description") or "", kwargs=_clean(kwargs),
@@ -191,7 +192,7 @@ def validate_job(runner, checkpoint: str | int | None = None, *, mode: str = "fu
         df = collected.datasets.get(spec.dataset)
         if reason is None and df is None:
             reason = f"dataset {spec.dataset} was not collected"
-        if reason is not None:
+        if reason is not None or df is None:
             suites.append(SuiteOutcome(spec.name, spec.area, spec.dataset, True, 0, skipped=reason))
             continue
         res = gx.validate(spec, df)
@@ -200,7 +201,7 @@ def validate_job(runner, checkpoint: str | int | None = None, *, mode: str = "fu
         doc["meta"]["epochal"] = {"job": runner.job.name, "snapshot": snap.name, "mode": mode,
                                   "location": snap.location, "dataset": spec.dataset}
         uri = join_uri(out_dir, f"{spec.name}.json") if store_results else None
-        if store_results:
+        if uri is not None:
             _write_json(runner.ckpt_fio, uri, doc)
         docs_inputs.append((spec.name, spec.dataset, snap.name, doc))
         outcomes = _outcomes(spec, doc, collected.examples)
@@ -229,7 +230,7 @@ def validate_job(runner, checkpoint: str | int | None = None, *, mode: str = "fu
         location=snap.location, mode=mode, success=success, suites=tuple(suites),
         duration_s=time.perf_counter() - t0, timings=dict(collected.timings), figures=_clean(collected.figures),
         messages=tuple(collected.messages), result_uri=summary_uri, docs_uri=docs_uri)
-    if store_results:
+    if summary_uri is not None:
         _write_json(runner.ckpt_fio, summary_uri, result.to_dict())
     log.info("%s", result.summary())
     return result
@@ -333,9 +334,10 @@ def validate_after_epoch(runner, completed_metadata, *, raise_on_failure: bool =
     if md.kind == "checkpoint":
         ref = str(md.checkpoint_id)
     else:  # a savepoint: only a CompletedCheckpoint says where it is
-        ref = getattr(completed_metadata, "location", None)
-        if ref is None:
+        location: str | None = getattr(completed_metadata, "location", None)
+        if location is None:
             return None
+        ref = location
     v = validate_job(runner, ref, mode="epoch")
     if v.success:
         runner.echo(f"validation of {v.snapshot}: {v.evaluated} expectations passed ({v.duration_s:.1f} s)")

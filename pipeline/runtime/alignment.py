@@ -233,7 +233,7 @@ class AlignmentDriver:
         end of its segment this round, or None) and return the snapshot if the checkpoint triggered."""
         cp = self._require()
         n = cp.epoch
-        events = [(self._index[c], arrived[c]) for c in self.channels if arrived.get(c) is not None]
+        events = [(self._index[c], int(b)) for c in self.channels if (b := arrived.get(c)) is not None]
         group = {i for i, cid in events if cid == n}
         st = {self._index[c]: starts[c] for c in self.channels}
         re = {self._index[c]: reached[c] for c in self.channels}
@@ -329,7 +329,7 @@ class AlignmentDriver:
             if t.mode_used is TriggerMode.AT_LEAST_ONCE:
                 mode = MODE_AT_LEAST_ONCE
                 # the tracker's restore point is barrier n: post-barrier data in the snapshot is replayed
-                restore = {self.channels[i]: (cp.barriers[i] if cp.barriers[i] is not None else reached[i])
+                restore = {self.channels[i]: (b if (b := cp.barriers[i]) is not None else reached[i])
                            for i in range(len(self.channels))}
             else:
                 mode = MODE_ALIGNED

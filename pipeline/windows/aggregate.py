@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -60,7 +61,7 @@ class WindowSpec:
         """Aggregated input columns, in first-use order (without the key and the event time)."""
         cols: list[str] = []
         for _, fn, col in self.aggs:
-            if fn != "count" and col not in cols and col != self.key:
+            if fn != "count" and col is not None and col not in cols and col != self.key:
                 cols.append(col)
         return cols
 
@@ -114,8 +115,8 @@ def _aggregate(spec: WindowSpec, pairs: pa.Table, out_schema: pa.Schema) -> pa.T
     if pairs.num_rows == 0:
         return out_schema.empty_table()
     tbl = {spec.key: pairs[spec.key], "_ws": pairs["_ws"]}
-    requests = []
-    names = []
+    requests: list[tuple[Any, str]] = []        # pyarrow group_by requests: (column(s), function)
+    names: list[tuple[str, str | None]] = []
     for i, (_out, fn, col) in enumerate(spec.aggs):
         c = f"_a{i}"
         if fn == "count":
@@ -169,7 +170,9 @@ def window_step(spec: WindowSpec, state: pa.Table, rows: pa.Table | None, *, epo
     completes the epoch (only then are windows emitted and fired; earlier rounds of a checkpoint that spans
     several rounds only add their records to state). ``None`` watermarks are -inf.
     """
-    in_schema = input_schema or rows.schema
+    in_schema = input_schema if input_schema is not None else (rows.schema if rows is not None else None)
+    if in_schema is None:
+        raise ValueError("window_step needs rows or input_schema")
     s_schema = pa.schema(list(state_schema(spec, in_schema)) + [in_schema.field(c) for c in carry])
     o_schema = output_schema(spec, in_schema)
     S, D, L = spec.size_us, spec.slide_us, spec.lateness_us

@@ -59,7 +59,7 @@ class WatermarkState:
         """Inverse of :meth:`to_table`. Several identical copies (one per subtask) may be concatenated."""
         if table is None or table.num_rows == 0:
             return cls()
-        rows = dict()
+        rows: dict[str, int] = {}
         for ch, t in zip(table["channel"].to_pylist(), table["max_event_us"].to_pylist()):
             if ch in rows and rows[ch] != t:
                 raise CorruptCheckpointError(f"watermark state {where}: copies disagree on channel {ch!r}")
