@@ -30,6 +30,14 @@ import time
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from pipeline.orchestration.exclusion import (
+    ACTIVE_TI_STATES,
+    EPOCH_WORK_TASKS,
+    PENDING_RUN_STATES,
+    WAITING_TRIGGER_STATES,
+)
+from pipeline.orchestration.names import epoch_dag_id, quality_dag_id, restore_dag_id, savepoint_dag_id
+
 if TYPE_CHECKING:  # pragma: no cover
     from airflow.sdk import DAG, Asset
 
@@ -40,28 +48,6 @@ __all__ = ["build_epoch_dag", "build_savepoint_dag", "build_restore_dag", "build
 log = logging.getLogger("epochal.airflow")
 
 DEFAULT_START_DATE = "2026-01-01T00:00:00Z"
-from pipeline.orchestration.exclusion import (  # noqa: E402
-    ACTIVE_TI_STATES,
-    EPOCH_WORK_TASKS,
-    PENDING_RUN_STATES,
-    WAITING_TRIGGER_STATES,
-)
-
-
-def epoch_dag_id(job: str) -> str:
-    return f"epochal_{job}"
-
-
-def savepoint_dag_id(job: str) -> str:
-    return f"epochal_{job}_savepoint"
-
-
-def restore_dag_id(job: str) -> str:
-    return f"epochal_{job}_restore"
-
-
-def quality_dag_id(job: str) -> str:
-    return f"epochal_{job}_data_quality"
 
 
 def _env_bool(name: str, default: bool) -> bool:

@@ -38,6 +38,7 @@ from pipeline.exceptions import (
     JobStoppedError,
     ValidationError,
 )
+from pipeline.orchestration.names import data_docs_url
 
 __all__ = ["EpochAction", "EpochRun", "JobStoppedError", "Orchestrator", "TriggerResult", "ProcessResult",
            "CommitResult", "ValidateResult", "epoch_of_interval", "wait_reason", "InjectedFailure",
@@ -509,7 +510,6 @@ class Orchestrator:
         return dict(res)
 
     def _echo_data_docs(self) -> None:
-        from pipeline.orchestration.ui import data_docs_url
         self.echo(f"Data Docs of job {self.job_name} in the Airflow UI: {data_docs_url(self.job_name)}")
 
     def validate_restore(self, checkpoint_id: int) -> dict[str, Any]:

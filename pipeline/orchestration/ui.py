@@ -24,6 +24,8 @@ import logging
 from typing import Any, Callable
 from urllib.parse import quote
 
+from pipeline.orchestration.names import data_docs_url, epoch_dag_id
+
 __all__ = ["create_app", "render_job_page", "render_detail_page", "render_index_page", "data_docs_url"]
 
 log = logging.getLogger(__name__)
@@ -41,13 +43,6 @@ th{background:#f7fafc;font-weight:600} td.num,th.num{text-align:right;font-varia
 .kv td:first-child{color:#4a5568;width:220px} code{font-size:.8rem}
 .warn{background:#fffaf0;border:1px solid #fbd38d;padding:8px;border-radius:4px;margin:8px 0}
 """
-
-
-def data_docs_url(job: str, base_url: str | None = None) -> str:
-    """The Data Docs of ``job`` inside the Airflow UI (``AIRFLOW__API__BASE_URL`` + the plugin's route)."""
-    import os
-    base = (base_url if base_url is not None else os.environ.get("AIRFLOW__API__BASE_URL", "")).rstrip("/")
-    return f"{base}/epochal/jobs/{quote(job)}/data-docs/"
 
 
 def _e(v: Any) -> str:
@@ -338,7 +333,6 @@ def create_app(*, backend: "_Backend | None" = None, authenticate: Callable | No
     from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 
     from pipeline.exceptions import EpochalError, ObjectNotFoundError
-    from pipeline.orchestration.factory import epoch_dag_id
     be = backend or _Backend()
     authenticate = authenticate or airflow_user
     authorize = authorize or airflow_can_read_dag

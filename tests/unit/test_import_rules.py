@@ -155,3 +155,18 @@ def test_subpackages_import_one_way():
 
 def test_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_modules_import_one_way():
+    """No cycle between modules either (e.g. the operator registry imports no operator module; DAG ids and
+    plugin routes live in orchestration/names.py, which the factory, the tasks and the UI all import)."""
+    names = {_module_name(p) for p in _modules()}
+    graph: dict[str, set[str]] = {}
+    for p in _modules():
+        src = _module_name(p)
+        for m in _runtime_imports(p):
+            while m and m not in names:
+                m = m.rpartition(".")[0]
+            if m and m != src and not src.startswith(m + "."):   # a package's __init__ is not a dependency cycle
+                graph.setdefault(src, set()).add(m)
+    assert _cycles(graph) == []
