@@ -30,6 +30,7 @@ def checkpoint_summary(cp, status: str = "COMPLETED") -> dict[str, Any]:
         "mode_used": _mode_used(md), "start_delay_ms": max((o.start_delay_ms for o in st.operators.values()),
                                                            default=0.0) if st else 0.0,
         "inflight_bytes": sum(o.inflight_bytes for o in st.operators.values()) if st else 0,
+        "s3_requests": st.s3_requests.to_dict() if st and st.s3_requests is not None else None,
     }
 
 
@@ -109,6 +110,10 @@ def format_show(d: dict[str, Any]) -> str:
              f"{_kb(d.get('checkpointed_bytes', d['state_bytes']))} of full size {_kb(d['state_bytes'])}, "
              f"alignment {d['alignment_ms']:.0f} ms, acks {d['acks']}, rounds {d['rounds']}",
              f"  backlog {d['backlog']}, dead letters {d['dead_letters']}, sink rows {d['sink_rows']}"]
+    req = d.get("s3_requests")
+    if req is not None:
+        lines.append("  S3 requests (driver, since the previous checkpoint): "
+                     + ", ".join(f"{k.upper()} {v}" for k, v in req.items()) + f", total {sum(req.values())}")
     al = (d.get("extra") or {}).get("alignment")
     if al:
         lines.append(

@@ -56,11 +56,13 @@ class CheckpointRow:
     operators: tuple[OperatorRow, ...] = ()
     problem: str | None = None
     checkpointed_bytes: int | None = None   # what this checkpoint wrote; ``state_bytes`` is the full state
+    s3_requests: Mapping[str, int] | None = None  # the driver's S3 requests by kind (CheckpointStats.s3_requests)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["records"] = dict(self.records)
         d["operators"] = [asdict(o) for o in self.operators]
+        d["s3_requests"] = None if self.s3_requests is None else dict(self.s3_requests)
         return d
 
 
@@ -83,7 +85,8 @@ def _row_from_metadata(md, location: str, status: str = "COMPLETED") -> Checkpoi
         state_bytes=st.bytes if st else None, sink_bytes=sink_bytes, alignment_ms=st.alignment_ms if st else None,
         acks=st.acks if st else None, expected_acks=st.expected_acks if st else None, parallelism=md.parallelism,
         parent_id=md.parent_id, location=location, records=records, operators=ops,
-        checkpointed_bytes=st.checkpointed_bytes if st else None)
+        checkpointed_bytes=st.checkpointed_bytes if st else None,
+        s3_requests=st.s3_requests.to_dict() if st is not None and st.s3_requests is not None else None)
 
 
 def _failure_text(d: Mapping[str, Any] | None) -> str | None:

@@ -71,8 +71,9 @@ class FlakyFileIO:
     def size(self, uri: str) -> int:
         return self.inner.size(uri)
 
-    def list(self, prefix_uri: str, *, recursive: bool = True) -> builtins.list[FileInfo]:
-        return self.inner.list(prefix_uri, recursive=recursive)
+    def list(self, prefix_uri: str, *, recursive: bool = True,
+             start_after: str | None = None) -> builtins.list[FileInfo]:
+        return self.inner.list(prefix_uri, recursive=recursive, start_after=start_after)
 
     def list_dirs(self, prefix_uri: str) -> builtins.list[str]:
         return self.inner.list_dirs(prefix_uri)
