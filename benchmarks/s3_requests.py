@@ -3,6 +3,7 @@
 
     .venv/bin/python benchmarks/s3_requests.py                      # 60 epochs, ~5 min
     .venv/bin/python benchmarks/s3_requests.py --epochs 20 --out /tmp/s3req.json
+    .venv/bin/python benchmarks/s3_requests.py --page-size 10      # LIST pages of 10 keys: 100x the history
     .venv/bin/python benchmarks/s3_requests.py --plot docs/img/s3_requests.png /tmp/s3req.json
 
 A job of this benchmark's own making, everything on moto S3 (a server in a child process on loopback):
@@ -70,15 +71,44 @@ def write_epoch_files(client, prefix: str, epoch: int, rows: int, partitions: in
         client.put_object(Bucket=BUCKET, Key=f"{prefix}/clicks/partition={p}/{epoch:08d}.parquet", Body=buf.getvalue())
 
 
-def run(epochs: int, rows: int, partitions: int, parallelism: int, echo=print) -> list[dict]:
+def _small_pages(page_size: int) -> None:
+    """Every LIST page of the driver's S3 clients holds at most ``page_size`` keys (also for code before
+    ``PIPELINE_S3_LIST_PAGE_SIZE`` existed): a scale model of S3's 1000-key pages for a longer history."""
+    import pipeline.fileio.s3 as s3mod
+    os.environ["PIPELINE_S3_LIST_PAGE_SIZE"] = str(page_size)
+    make = s3mod._boto_client
+
+    def set_max_keys(params, **kwargs) -> None:
+        params.setdefault("MaxKeys", page_size)
+
+    def client(settings):
+        c = make(settings)
+        if not getattr(c, "_bench_small_pages", False):
+            c.meta.events.register("before-parameter-build.s3.ListObjectsV2", set_max_keys)
+            c._bench_small_pages = True
+        return c
+    s3mod._boto_client = client
+
+
+def _driver_counts():
+    """The driver's request counter, or None where it does not exist (code before it)."""
+    try:
+        from pipeline.fileio.request_counter import request_counts
+    except ImportError:
+        return None
+    return request_counts()
+
+
+def run(epochs: int, rows: int, partitions: int, parallelism: int, echo=print, page_size: int = 0) -> list[dict]:
     """Run the job epoch by epoch on moto S3 behind a counting proxy; one dict of request counts per epoch."""
     from pipeline.config import load_config
-    from pipeline.fileio.request_counter import request_counts
     from pipeline.runtime.runner import JobRunner
     from pipeline.testing.moto_server import _admin_client, spawn_moto_server
     from pipeline.testing.s3_faults import S3FaultProxy
 
     job, schema = make_job()
+    if page_size:
+        _small_pages(page_size)
     moto = spawn_moto_server([BUCKET])
     proxy = S3FaultProxy(moto.env()["AWS_ENDPOINT_URL"]).start()
     saved = {k: os.environ.get(k) for k in moto.env()}
@@ -94,21 +124,22 @@ def run(epochs: int, rows: int, partitions: int, parallelism: int, echo=print) -
             cfg = load_config(env={}, source_uri=f"{root}/src", checkpoint_uri=f"{root}/ckpt",
                               sink_uri=f"{root}/sink", parallelism=parallelism, epoch_seconds=EPOCH_S,
                               clock_now=(T0 + timedelta(seconds=EPOCH_S * (e + 1) + 1)).isoformat())
-            before_total, before_driver = dict(proxy.by_kind), request_counts()
+            before_total, before_driver = dict(proxy.by_kind), _driver_counts()
             t0 = time.perf_counter()
             report = JobRunner(job, cfg, echo=lambda m: None).run(1)
             wall = time.perf_counter() - t0
-            driver = request_counts() - before_driver
+            after_driver = _driver_counts()
+            driver = {k: (getattr(after_driver, k) - getattr(before_driver, k)) if after_driver else 0 for k in KINDS}
             total = {k: proxy.by_kind.get(k, 0) - before_total.get(k, 0) for k in (*KINDS, "other")}
             done = report.completed
             if len(done) != 1 or done[-1].epoch != int(T0.timestamp()) // EPOCH_S + e:
                 raise RuntimeError(f"epoch {e}: expected one completed checkpoint, got {[r.epoch for r in done]}")
             runner = JobRunner(job, cfg, echo=lambda m: None)
             md = runner.coordinator.store.latest()
-            stats = md.metadata.stats.s3_requests if md is not None and md.metadata.stats else None
+            stats = getattr(md.metadata.stats, "s3_requests", None) if md is not None and md.metadata.stats else None
             row = {"epoch": e, "checkpoint": done[-1].checkpoint_id, "wall_s": round(wall, 2),
-                   "total": total, "driver": driver.to_dict(),
-                   "executors": {k: total[k] - getattr(driver, k) for k in KINDS},
+                   "total": total, "driver": driver,
+                   "executors": {k: total[k] - driver[k] for k in KINDS},
                    "stats": stats.to_dict() if stats is not None else None}
             out.append(row)
             echo(_line(row))
@@ -184,6 +215,8 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--parallelism", type=int, default=2)
     ap.add_argument("--label", default="")
+    ap.add_argument("--page-size", type=int, default=0,
+                    help="keys per LIST page of the driver (default S3's 1000): a scale model of a longer history")
     ap.add_argument("--out", default="", help="write the per-epoch counts as JSON here")
     ap.add_argument("--plot", nargs="+", metavar=("PNG", "JSON"), help="plot earlier --out files into PNG")
     args = ap.parse_args()
@@ -191,9 +224,10 @@ def main() -> None:
         plot(args.plot[0], args.plot[1:])
         return
     print(f"{args.epochs} epochs, {args.rows} rows per epoch in {args.partitions} partitions, parallelism "
-          f"{args.parallelism}, moto S3; requests per epoch (total = driver + executors, counted at a proxy)")
+          f"{args.parallelism}, moto S3, LIST pages of {args.page_size or 1000} keys; requests per epoch "
+          f"(total = driver + executors, counted at a proxy)")
     print(HEADER)
-    rows = run(args.epochs, args.rows, args.partitions, args.parallelism)
+    rows = run(args.epochs, args.rows, args.partitions, args.parallelism, page_size=args.page_size)
     print(summary(rows))
     if args.out:
         Path(args.out).write_text(json.dumps({"label": args.label, "epochs": rows}, indent=1))
