@@ -55,8 +55,18 @@ def _write_epoch(fio: S3FileIO, src: str, e: int) -> None:
         fio.write_bytes(f"{src}/clicks/partition={p}/{e:08d}.parquet", buf.getvalue())
 
 
+def _forward_s3_env_to_a_running_session() -> None:
+    """A Spark session started by an earlier test (before the moto server) has no S3 settings for its Python
+    workers: hand them the moto environment, as a new session would get it."""
+    from pipeline.credentials import forward_to_executors
+    from pipeline.runtime import session
+    if session._SESSION is not None and hasattr(session._SESSION, "sparkContext"):
+        forward_to_executors(session._SESSION.sparkContext, os.environ)
+
+
 def test_requests_per_epoch_do_not_grow_with_history(s3_root, monkeypatch):
     monkeypatch.setenv("PIPELINE_S3_LIST_PAGE_SIZE", "1")
+    _forward_s3_env_to_a_running_session()
     job, fio, src = _job(), S3FileIO(), f"{s3_root}/src"
     written = [0]
 
