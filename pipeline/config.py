@@ -39,6 +39,11 @@ class PipelineConfig:
     tolerable_failed_checkpoints: int = 0
     retained_checkpoints: int = 3
     bad_records: str = "dead_letter"
+    # incremental source listing (docs/state.md, "S3 requests per epoch"): per partition, list only from this many
+    # already-read files behind the position on (late/changed files among them are detected every epoch) ...
+    source_listing_window: int = 16
+    # ... and list everything (all files checked against the read inventory) on every N-th checkpoint; 0: never
+    source_full_listing_every: int = 50
     state_ttl_seconds: int = 24 * 3600
     state_incremental: bool = True  # incremental (changelog) state snapshots in <job>/shared/ (docs/state.md)
     state_max_deltas: int = 10  # a state chain holds at most this many deltas before a full base is written
@@ -73,7 +78,8 @@ class PipelineConfig:
             if getattr(self, name) < 1:
                 raise ConfigError(f"PIPELINE_{name.upper()}={getattr(self, name)}: must be >= 1")
         for name in ("allowed_lateness_seconds", "aligned_timeout_seconds", "tolerable_failed_checkpoints",
-                     "state_ttl_seconds", "state_max_deltas", "state_max_delta_ratio"):
+                     "state_ttl_seconds", "state_max_deltas", "state_max_delta_ratio", "source_listing_window",
+                     "source_full_listing_every"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"PIPELINE_{name.upper()}={getattr(self, name)}: must be >= 0")
         if self.parallelism > self.max_parallelism:

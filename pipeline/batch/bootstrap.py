@@ -292,7 +292,8 @@ def bootstrap(runner, *, epoch: int | None = None, target: str | None = None,
             backlog={}, dead_letters={}, rounds=1,
             extra={"bootstrap": {"epoch": n, "batch_seconds": round(time.perf_counter() - t0, 3),
                                  "objects": figures},
-                   "source_files": read_inventory(getattr(ctx, "source_listing", {}), barriers)})
+                   "source_files": read_inventory(getattr(ctx, "source_listing", {}), barriers,
+                                                  getattr(ctx, "source_inventory_behind", {}))})
         ctx.recover_sinks(completed.metadata, restoring=False)
     except BaseException as e:
         abort_pending(runner.coordinator, e)

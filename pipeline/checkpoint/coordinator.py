@@ -47,6 +47,7 @@ from pipeline.exceptions import (
     TooManyFailedCheckpointsError,
 )
 from pipeline.fileio import FileIO, join_uri
+from pipeline.fileio.request_counter import request_counts
 from pipeline.layout import METADATA_FILE, JobLayout
 
 __all__ = ["CheckpointCoordinator"]
@@ -93,6 +94,7 @@ class CheckpointCoordinator:
         self._known_completed: set[int] | None = None
         self._failures = 0
         self._last_completed_at: float | None = None
+        self._requests_mark = request_counts()  # the driver's S3 requests counted into the next checkpoint's stats
 
     # -- state -------------------------------------------------------------------------------------
     @property
@@ -116,6 +118,8 @@ class CheckpointCoordinator:
         Also records the completed checkpoints known to this runner (the fencing baseline).
         """
         self._known_completed = set(self.store.ids())
+        if self._known_completed:  # every completed id was claimed: the claim listings may start there
+            self.counter.observe(max(self._known_completed))
         return self.store.latest_valid(verify, checksums=checksums, include_sinks=include_sinks)
 
     def mark_known(self, checkpoint_ids: Iterable[int]) -> None:
@@ -341,6 +345,9 @@ class CheckpointCoordinator:
         except CheckpointFencedError as e:
             self.abort(pending, Reason.CHECKPOINT_FENCED, cause=e)
             raise
+        # this process's S3 requests since the previous checkpoint completed here (or since this coordinator was
+        # created): its sink commits and retention, this epoch's restore, listings, barrier log, plans, acks
+        metadata_kwargs.setdefault("s3_requests", request_counts() - self._requests_mark)
         try:
             completed = pending.finalize(**metadata_kwargs)
         except CheckpointFencedError as e:
@@ -356,6 +363,7 @@ class CheckpointCoordinator:
         self._forget(pending)
         self._failures = 0
         self._last_completed_at = self._clock()
+        self._requests_mark = request_counts()
         if self._known_completed is not None:
             self._known_completed.add(completed.checkpoint_id)
         log.info("completed %s (%d acks, %d bytes)", completed.describe(),

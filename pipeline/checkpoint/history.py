@@ -53,6 +53,7 @@ class CheckpointRow:
     backlog: Mapping[str, int] = field(default_factory=dict)
     dead_letters: Mapping[str, int] = field(default_factory=dict)
     sink_rows: Mapping[str, int] = field(default_factory=dict)
+    s3_requests: Mapping[str, int] | None = None  # the driver's S3 requests by kind (CheckpointStats.s3_requests)
 
     @property
     def start_delay_ms(self) -> float:
@@ -67,6 +68,7 @@ class CheckpointRow:
         d = asdict(self)
         for k in ("records", "backlog", "dead_letters", "sink_rows"):
             d[k] = dict(getattr(self, k))
+        d["s3_requests"] = None if self.s3_requests is None else dict(self.s3_requests)
         d["operators"] = [o.to_dict() for o in self.operators]
         return d
 
@@ -83,6 +85,7 @@ class CheckpointRow:
             "parallelism": self.parallelism, "backlog": dict(self.backlog), "dead_letters": dict(self.dead_letters),
             "sink_rows": dict(self.sink_rows), "location": self.location, "mode_used": self.mode_used,
             "start_delay_ms": self.start_delay_ms, "inflight_bytes": self.inflight_bytes,
+            "s3_requests": None if self.s3_requests is None else dict(self.s3_requests),
         }
 
 
@@ -105,7 +108,8 @@ def row_from_metadata(md, location: str, status: str = "COMPLETED") -> Checkpoin
         sync_ms=st.sync_ms if st else None, async_ms=st.async_ms if st else None, rounds=st.rounds if st else None,
         checkpoint_mode=md.checkpoint_mode, alignment=md.alignment, mode_used=_mode_used(md),
         backlog=dict(st.backlog) if st else {}, dead_letters=dict(st.dead_letters) if st else {},
-        sink_rows={t: s.rows for t, s in md.sinks.items()})
+        sink_rows={t: s.rows for t, s in md.sinks.items()},
+        s3_requests=st.s3_requests.to_dict() if st is not None and st.s3_requests is not None else None)
 
 
 def checkpoint_summary(cp, status: str = "COMPLETED") -> dict[str, Any]:
@@ -188,6 +192,10 @@ def format_show(d: dict[str, Any]) -> str:
              f"{_kb(d.get('checkpointed_bytes', d['state_bytes']))} of full size {_kb(d['state_bytes'])}, "
              f"alignment {d['alignment_ms']:.0f} ms, acks {d['acks']}, rounds {d['rounds']}",
              f"  backlog {d['backlog']}, dead letters {d['dead_letters']}, sink rows {d['sink_rows']}"]
+    req = d.get("s3_requests")
+    if req is not None:
+        lines.append("  S3 requests (driver, since the previous checkpoint): "
+                     + ", ".join(f"{k.upper()} {v}" for k, v in req.items()) + f", total {sum(req.values())}")
     al = (d.get("extra") or {}).get("alignment")
     if al:
         lines.append(

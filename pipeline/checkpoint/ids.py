@@ -16,6 +16,12 @@ listing is stale (listings are not snapshots while other runners create and dele
 * pruning keeps a window of the newest ``keep_claims`` ids (default 32) and only deletes claims below
   it. Claims inside the window stay put while a listing runs, so the check above sees them; an id
   could only be "resurrected" if ``keep_claims`` newer ids were claimed during one listing.
+
+Listing cost: the counter remembers the highest claim it has seen (``floor``). Since the highest claim is never
+deleted, every claim that matters (the newest, and any a concurrent runner made since) is at or above it, so
+later listings start there (S3 ``StartAfter``): O(claims since), not O(``keep_claims``) per listing. Pruning
+lists the whole window only when the new id is a multiple of ``keep_claims``, and otherwise deletes the one
+claim that just left the window.
 """
 from __future__ import annotations
 
@@ -64,17 +70,32 @@ class CheckpointIdCounter:
         self.job_root = job_root.rstrip("/")
         self.ids_uri = JobLayout(self.job_root).ids()
         self.runner_id = runner_id or default_runner_id()
+        self._floor: int | None = None  # the highest claim seen: claims below it are never needed again
 
     def claim_uri(self, checkpoint_id: int) -> str:
         return join_uri(self.ids_uri, id_claim_name(checkpoint_id))
 
-    def _claimed_ids(self) -> list[int]:
+    def observe(self, checkpoint_id: int) -> None:
+        """``checkpoint_id`` was claimed once (e.g. a completed checkpoint): the newest claim is at least that, so
+        listings may start there."""
+        self._floor = max(int(checkpoint_id), self._floor or 0)
+
+    def _list_claims(self, floor: int | None) -> list[int]:
+        start = self.claim_uri(floor - 1) if floor is not None and floor > 0 else None
         ids = []
-        for fi in self.fileio.list(self.ids_uri, recursive=False):
+        for fi in self.fileio.list(self.ids_uri, recursive=False, start_after=start):
             name = fi.uri.rsplit("/", 1)[-1]
             if name.isdigit():
                 ids.append(int(name))
         return sorted(ids)
+
+    def _claimed_ids(self) -> list[int]:
+        """The claims at or above the highest claim seen before (all of them the first time; see module docstring:
+        the highest claim is never deleted, so the newest is always among them), sorted."""
+        ids = self._list_claims(self._floor)
+        if ids:
+            self._floor = max(ids[-1], self._floor or 0)
+        return ids
 
     def _used_dir_ids(self) -> int:
         """Highest id among ``checkpoints/chk-<id>`` directories (0 if none)."""
@@ -130,7 +151,15 @@ class CheckpointIdCounter:
         raise CheckpointError(f"could not claim a checkpoint id under {self.ids_uri} after {_MAX_ATTEMPTS} attempts")
 
     def _prune_below(self, checkpoint_id: int) -> None:
-        for old in self._claimed_ids():
+        if checkpoint_id <= 1:
+            return
+        if checkpoint_id % self.keep_claims != 0:  # only the claim that just left the window (a missing one is fine)
+            try:
+                self.fileio.delete(self.claim_uri(checkpoint_id - 1))
+            except StorageError as e:  # pruning is best effort
+                log.warning("could not prune checkpoint id claim %s: %s", self.claim_uri(checkpoint_id - 1), e)
+            return
+        for old in self._list_claims(None):
             if old >= checkpoint_id:
                 break
             try:

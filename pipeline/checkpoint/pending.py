@@ -49,6 +49,7 @@ from pipeline.exceptions import (
     StorageError,
 )
 from pipeline.fileio import FileIO, join_uri
+from pipeline.fileio.request_counter import StorageRequests
 from pipeline.layout import METADATA_FILE, PENDING_FILE
 
 __all__ = ["PendingCheckpoint", "PendingManifest", "PendingState", "PENDING_FILE"]
@@ -326,7 +327,8 @@ class PendingCheckpoint:
                        sinks_full: Mapping[str, bool] | None = None,
                        backlog: Mapping[str, int] | None = None,
                        dead_letters: Mapping[str, int] | None = None,
-                       rounds: int = 1, extra: Mapping[str, Any] | None = None) -> CheckpointMetadata:
+                       rounds: int = 1, extra: Mapping[str, Any] | None = None,
+                       s3_requests: StorageRequests | None = None) -> CheckpointMetadata:
         """The ``_metadata`` this checkpoint would have if finalized now."""
         m = self.manifest
         acks = self.acknowledgements
@@ -359,7 +361,8 @@ class PendingCheckpoint:
             persisted_bytes=sum(s.checkpointed_bytes for s in op_stats.values()),
             acks=len(acks), expected_acks=len(self._expected), rounds=rounds, operators=op_stats,
             backlog=backlog or {}, dead_letters=dead_letters or {},
-            subtasks=tuple(SubtaskStats.of(a, self.started_at * 1000.0) for a in acks))
+            subtasks=tuple(SubtaskStats.of(a, self.started_at * 1000.0) for a in acks),
+            s3_requests=s3_requests)
         return CheckpointMetadata(
             job=m.job, checkpoint_id=m.checkpoint_id, parent_id=m.parent_id, kind=m.kind, epoch=m.epoch,
             barrier_time=m.barrier_time, checkpoint_mode=m.checkpoint_mode, alignment=m.alignment,

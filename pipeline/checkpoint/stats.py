@@ -6,7 +6,9 @@
 * :class:`SubtaskStats`: per subtask (Flink's per-subtask checkpoint details): when it acknowledged,
   relative to the trigger, its sync/async/alignment times and the state it persisted.
 * :class:`CheckpointStats`: per checkpoint: trigger time, duration, sizes, acks, per operator,
-  backlog and dead letters per source, number of rounds.
+  backlog and dead letters per source, number of rounds, and the driver's S3 requests by kind
+  (``s3_requests``, a :class:`~pipeline.fileio.request_counter.StorageRequests`; see docs/state.md,
+  "S3 requests per epoch").
 
 Times are milliseconds (float), sizes bytes (int).
 """
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from pipeline.checkpoint._frozen import FrozenDict
+from pipeline.fileio.request_counter import StorageRequests
 
 if TYPE_CHECKING:  # pragma: no cover
     from pipeline.checkpoint.ack import TaskAcknowledgement
@@ -180,9 +183,15 @@ class CheckpointStats:
     backlog: Mapping[str, int] = field(default_factory=FrozenDict)        # records left per source
     dead_letters: Mapping[str, int] = field(default_factory=FrozenDict)   # malformed records per source
     subtasks: tuple[SubtaskStats, ...] = ()                               # per (operator, subtask)
+    # S3 requests by kind the driver sent for this checkpoint: since the previous checkpoint of the same
+    # coordinator was completed (its sink commits and retention included) or since the coordinator was created
+    # (a fresh process: restore included), up to this _metadata. None: not recorded (older _metadata)
+    s3_requests: StorageRequests | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "subtasks", tuple(self.subtasks or ()))
+        if isinstance(self.s3_requests, Mapping):
+            object.__setattr__(self, "s3_requests", StorageRequests.from_dict(self.s3_requests))
         for name in ("duration_ms", "sync_ms", "async_ms", "alignment_ms"):
             object.__setattr__(self, name, float(getattr(self, name)))
         object.__setattr__(self, "operators", FrozenDict(self.operators or {}))
@@ -203,7 +212,8 @@ class CheckpointStats:
                 "operators": {uid: s.to_dict() for uid, s in sorted(self.operators.items())},
                 "backlog": dict(sorted(self.backlog.items())),
                 "dead_letters": dict(sorted(self.dead_letters.items())),
-                "subtasks": [t.to_dict() for t in self.subtasks]}
+                "subtasks": [t.to_dict() for t in self.subtasks],
+                "s3_requests": None if self.s3_requests is None else self.s3_requests.to_dict()}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "CheckpointStats":
@@ -215,4 +225,6 @@ class CheckpointStats:
                    expected_acks=int(d.get("expected_acks", 0)), rounds=int(d.get("rounds", 1)),
                    operators={uid: OperatorStats.from_dict(s) for uid, s in d.get("operators", {}).items()},
                    backlog=d.get("backlog", {}), dead_letters=d.get("dead_letters", {}),
-                   subtasks=tuple(SubtaskStats.from_dict(t) for t in d.get("subtasks", ())))
+                   subtasks=tuple(SubtaskStats.from_dict(t) for t in d.get("subtasks", ())),
+                   s3_requests=None if d.get("s3_requests") is None
+                   else StorageRequests.from_dict(d["s3_requests"]))

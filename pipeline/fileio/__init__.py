@@ -11,7 +11,8 @@ Semantics shared by all (one contract suite checks them on all three):
 
 * All paths are full URIs. ``list``/``list_dirs``/``delete_prefix`` treat the prefix as a directory
   (``.../chk-1`` never matches ``.../chk-10``).
-* ``list`` returns files only, sorted by URI; ``list_dirs`` returns the names of immediate
+* ``list`` returns files only, sorted by URI; ``list(prefix, start_after=uri)`` only those whose URI sorts after
+  ``uri`` (S3 ``StartAfter``: a listing that costs O(new keys), not O(all keys ever)); ``list_dirs`` returns the names of immediate
   sub-directories that contain at least one file (S3 has no empty directories, so neither do we).
 * ``write_bytes(..., if_none_match=True)`` creates or fails with
   :class:`~pipeline.exceptions.ConditionalWriteError` (S3 conditional PUT): the basis of ``_metadata``

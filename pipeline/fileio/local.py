@@ -150,7 +150,7 @@ class LocalFileIO:
         return st.st_size
 
     # -- listing -----------------------------------------------------------------------------------
-    def list(self, prefix_uri: str, *, recursive: bool = True) -> list[FileInfo]:
+    def list(self, prefix_uri: str, *, recursive: bool = True, start_after: str | None = None) -> list[FileInfo]:
         base = self.path_of(prefix_uri).rstrip("/") or "/"
         prefix = prefix_uri.rstrip("/")
         if not os.path.isdir(base):
@@ -180,7 +180,7 @@ class LocalFileIO:
         except OSError as e:
             raise StorageError(f"cannot list {prefix_uri}: {e}") from e
         out.sort(key=lambda fi: fi.uri)
-        return out
+        return out if start_after is None else [fi for fi in out if fi.uri > start_after]
 
     def list_dirs(self, prefix_uri: str) -> builtins.list[str]:
         base = self.path_of(prefix_uri).rstrip("/") or "/"

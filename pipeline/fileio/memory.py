@@ -156,10 +156,11 @@ class InMemoryFileIO:
     def size(self, uri: str) -> int:
         return len(self.read_bytes(uri))
 
-    def list(self, prefix_uri: str, *, recursive: bool = True) -> list[FileInfo]:
+    def list(self, prefix_uri: str, *, recursive: bool = True, start_after: str | None = None) -> list[FileInfo]:
         pre = dir_prefix(self._check(prefix_uri))
         with self._lock:
-            items = [(k, len(v)) for k, v in self._objects.items() if k.startswith(pre)]
+            items = [(k, len(v)) for k, v in self._objects.items()
+                     if k.startswith(pre) and (start_after is None or k > start_after)]
         if not recursive:
             items = [(k, n) for k, n in items if "/" not in k[len(pre):]]
         return [FileInfo(k, n) for k, n in sorted(items)]

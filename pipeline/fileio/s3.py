@@ -21,13 +21,14 @@ from urllib.parse import urlsplit
 
 from pipeline.exceptions import ConditionalWriteError, ObjectNotFoundError, StorageError
 from pipeline.fileio.base import FileInfo, dir_prefix
+from pipeline.fileio.request_counter import instrument_client
 from pipeline.storage_retry import with_retries
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow
     import pyarrow.fs
 
-__all__ = ["S3FileIO", "split_s3_uri"]
+__all__ = ["S3FileIO", "split_s3_uri", "list_page_size"]
 
 def split_s3_uri(uri: str) -> tuple[str, str]:
     """``s3://bucket/a/b`` -> ``("bucket", "a/b")``."""
@@ -63,6 +64,15 @@ def _boto_attempts() -> int:
         return 1
 
 
+def list_page_size() -> int:
+    """Keys per LIST page (``PIPELINE_S3_LIST_PAGE_SIZE``, default S3's 1000). Tests set it small so that a
+    listing which grows with history shows up as more LIST requests after a few epochs."""
+    try:
+        return max(1, int(os.environ.get("PIPELINE_S3_LIST_PAGE_SIZE") or 1000))
+    except ValueError:
+        return 1000
+
+
 def _boto_client(settings: _S3Settings) -> Any:
     key = (os.getpid(), settings)
     client = _CLIENTS.get(key)
@@ -86,7 +96,7 @@ def _boto_client(settings: _S3Settings) -> Any:
                               max_pool_connections=32, s3={"addressing_style": "path"}
                               if settings.endpoint_url else {}),
             )
-            _CLIENTS[key] = client
+            _CLIENTS[key] = instrument_client(client)  # counted per request kind (fileio/request_counter.py)
     return client
 
 
@@ -336,12 +346,17 @@ class S3FileIO:
         return int(resp["ContentLength"])
 
     # -- listing -----------------------------------------------------------------------------------
-    def _pages(self, prefix_uri: str, delimiter: str | None) -> Any:
+    def _pages(self, prefix_uri: str, delimiter: str | None, start_after: str | None = None) -> Any:
         bucket, key = split_s3_uri(prefix_uri)
         prefix = dir_prefix(key) if key.strip("/") else ""
         kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
         if delimiter:
             kwargs["Delimiter"] = delimiter
+        if start_after:
+            kwargs["StartAfter"] = start_after
+        page_size = list_page_size()
+        if page_size != 1000:
+            kwargs["PaginationConfig"] = {"PageSize": page_size}
         try:
             pages = with_retries(
                 lambda: builtins.list(self.client.get_paginator("list_objects_v2").paginate(**kwargs)),
@@ -350,10 +365,15 @@ class S3FileIO:
             raise self._fail("list", prefix_uri, e) from e
         yield from pages
 
-    def list(self, prefix_uri: str, *, recursive: bool = True) -> list[FileInfo]:
+    def list(self, prefix_uri: str, *, recursive: bool = True, start_after: str | None = None) -> list[FileInfo]:
         bucket, _key = split_s3_uri(prefix_uri)
+        after = None
+        if start_after is not None:
+            after_bucket, after = split_s3_uri(start_after)
+            if after_bucket != bucket:
+                raise StorageError(f"start_after {start_after} is not in the bucket of {prefix_uri}")
         out: list[FileInfo] = []
-        for page in self._pages(prefix_uri, None if recursive else "/"):
+        for page in self._pages(prefix_uri, None if recursive else "/", after):
             for obj in page.get("Contents", []) or []:
                 k = obj["Key"]
                 if k.endswith("/"):

@@ -126,6 +126,14 @@ def _acks_cell(row: dict) -> str:
     return f"{row['acks']}/{row['expected_acks']}" + (f"<br><small>{per}</small>" if per else "")
 
 
+def _requests_cell(row: dict) -> str:
+    req = row.get("s3_requests")
+    if not req:
+        return "-"
+    kinds = " ".join(f"{_e(k.upper())} {_e(v)}" for k, v in req.items() if v)
+    return f"{sum(req.values())}" + (f"<br><small>{kinds}</small>" if kinds else "")
+
+
 def render_index_page(jobs: list[dict]) -> str:
     rows = "".join(
         f"<tr><td><a href='jobs/{quote(j['job'])}/'>{_e(j['job'])}</a></td><td>{_e(j.get('dag_id'))}</td>"
@@ -140,7 +148,7 @@ def render_index_page(jobs: list[dict]) -> str:
 def _history_table(rows: list[dict], link: str, head: int | None) -> str:
     out = ["<table><tr><th>ID</th><th>Status</th><th class='num'>Epoch (ends at)</th><th>Trigger time</th>"
            "<th class='num'>Duration</th><th class='num'>Checkpointed / full size</th><th class='num'>Alignment</th>"
-           "<th>Acks (per operator)</th><th class='num'>Parallelism</th><th class='num'>Parent</th>"
+           "<th class='num'>S3 requests</th><th>Acks (per operator)</th><th class='num'>Parallelism</th><th class='num'>Parent</th>"
            "<th>Records</th></tr>"]
     for r in rows:
         cid = r["checkpoint_id"]
@@ -158,7 +166,8 @@ def _history_table(rows: list[dict], link: str, head: int | None) -> str:
             f"<td>{_e(r.get('trigger_time') or '-')}</td>"
             f"<td class='num'>{_ms(r.get('duration_ms'))}</td>"
             f"<td class='num'>{_bytes(r.get('checkpointed_bytes'))} / {_bytes(r.get('state_bytes'))}</td>"
-            f"<td class='num'>{_ms(r.get('alignment_ms'))}</td><td>{_acks_cell(r)}</td>"
+            f"<td class='num'>{_ms(r.get('alignment_ms'))}</td><td class='num'>{_requests_cell(r)}</td>"
+            f"<td>{_acks_cell(r)}</td>"
             f"<td class='num'>{_e(r.get('parallelism'))}</td><td class='num'>{_e(r.get('parent_id'))}</td>"
             f"<td>{recs}</td></tr>")
     out.append("</table>")

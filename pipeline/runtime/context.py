@@ -65,6 +65,7 @@ class RuntimeContext:
         # source contract (pipeline.source.contract): the latest listing, and dead letters of this run that
         # the next checkpoint's stats must count
         self.source_listing: dict = {}
+        self.source_inventory_behind: dict = {}  # inventory entries behind an incremental listing (epoch_planner)
         self.contract_dead_letters: dict[str, int] = {}
         self.unexpected_dead_letters: dict[str, int] | None = None
         # round clock: the configured clock when the runner starts, advancing with the elapsed time (a
@@ -165,14 +166,19 @@ class RuntimeContext:
             if sink.table in md.sinks:
                 self.sink(sink).recover_and_commit(md, restoring=restoring)
 
-    def cleanup_sink_garbage(self) -> None:
+    def cleanup_sink_garbage(self, after: int | None = None, *, full: bool | None = None) -> None:
         """Delete staged sink output of aborted/crashed checkpoints. Spares completed checkpoints (their
-        commit may still be recovered) and the newest claimed id (a runner may still be working on it)."""
+        commit may still be recovered) and the newest claimed id (a runner may still be working on it).
+
+        ``after`` (the restored checkpoint id): only the staging of ids claimed after it is looked at
+        (:meth:`~pipeline.sink.table.CommittedTable.recent_garbage`, O(ids since), not O(all commits ever)).
+        ``full`` (default: when ``after`` is None) sweeps every ``data/txn-*`` dir of the table."""
+        full = after is None if full is None else full
         protect: set[int] = set(self.coordinator.store.ids())
         newest = self.coordinator.counter.latest_claimed()
         for sink in self.job.sinks():
             try:
-                n = self.table(sink.table).cleanup(protect=protect, protect_from_id=newest)
+                n = self.table(sink.table).cleanup(protect=protect, protect_from_id=newest, after=after, full=full)
                 if n:
                     self.echo(f"sink {sink.table}: removed {n} uncommitted staging dir(s) of aborted checkpoints")
             except EpochalError as e:  # cleanup must never fail a run

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from pipeline.checkpoint.handles import Position
 from pipeline.exceptions import CheckpointError
+from pipeline.fileio.s3 import list_page_size
 from pipeline.runtime.context import RuntimeContext
 from pipeline.runtime.cursor import Cursor, cursor_from_metadata
 from pipeline.runtime.results import RunReport
-from pipeline.source.contract import check_source_contract, unplaceable_files_error
+from pipeline.source.contract import check_source_contract, inventory_behind, listing_start, unplaceable_files_error
 from pipeline.source.layout import list_source_files
 from pipeline.source.planner import count_rows, end_position, summarize_source
 
@@ -26,20 +27,43 @@ class EpochPlanner:
     def __init__(self, ctx: RuntimeContext) -> None:
         self.ctx = ctx
 
+    def listing_start(self, cursor: Cursor, source: str) -> dict[int, int] | None:
+        """Where the source's partitions are listed from (partition -> seq), or None for a full listing.
+
+        Full: a fresh job, every ``source_full_listing_every``-th checkpoint (the audit of every file against
+        the read inventory), a checkpoint without an inventory, or while a full listing costs no more requests
+        than one per partition (fewer known files than a LIST page per partition). Otherwise incremental:
+        from the ``source_listing_window`` newest files behind each position (see
+        :func:`pipeline.source.contract.listing_start`)."""
+        cfg = self.ctx.config
+        cid, every = cursor.checkpoint_id, cfg.source_full_listing_every
+        if cid is None or (every > 0 and cid % every == 0):
+            return None
+        positions = cursor.positions.get(source, {})
+        start = listing_start(cursor.inventory or {}, positions, source, cfg.source_listing_window)
+        known = sum(len(v) for v in (cursor.inventory or {}).get(source, {}).values())
+        if start is None or known <= list_page_size() * (1 + len(positions)):
+            return None
+        return start
+
     def summaries(self, cursor: Cursor):
         ctx = self.ctx
-        out, listing = {}, {}
+        out, listing, behind = {}, {}, {}
         unexpected = getattr(ctx, "unexpected_dead_letters", None)
         if unexpected is None:
             unexpected = ctx.unexpected_dead_letters = {}
         for src in ctx.job.sources():
+            start = self.listing_start(cursor, src.name)
             files = list_source_files(ctx.src_fio, ctx.config.source_uri, src.name, policy=ctx.config.bad_records,  # type: ignore[arg-type]
                                       dead_letter_root=ctx.dead_letter_root, job=ctx.job.name,
-                                      new_dead_letters=unexpected)
+                                      new_dead_letters=unexpected, start_at=start)
             since = {int(p): pos for p, pos in cursor.positions.get(src.name, {}).items()}
             out[src.name] = summarize_source(files, since=since, fileio=ctx.src_fio)
             listing[src.name] = files
-        ctx.source_listing = listing  # the read inventory of the next checkpoint is taken from it
+            if start is not None:
+                behind[src.name] = inventory_behind(cursor.inventory or {}, src.name, start)
+        ctx.source_listing = listing  # the read inventory of the next checkpoint is taken from it ...
+        ctx.source_inventory_behind = behind  # ... and from the inventory behind an incremental listing
         ctx.contract_dead_letters = check_source_contract(ctx, cursor, listing)
         return out
 

@@ -118,7 +118,8 @@ class CheckpointFinalizer:
             extra={"records": records, "round_records": [r.records for r in results if r.round <= last_round]
                    + ([records] if not results or results[-1].round < last_round else []),
                    "alignment": alignment, "dropped": dict(sorted((dropped or {}).items())),
-                   "source_files": (read_inventory(getattr(ctx, "source_listing", {}), positions) if summaries
+                   "source_files": (read_inventory(getattr(ctx, "source_listing", {}), positions,
+                                                   getattr(ctx, "source_inventory_behind", {})) if summaries
                                     else working.inventory)})
         fault_point("after_metadata_before_commit")
 

@@ -9,7 +9,8 @@ there is none), checkpoints were deleted or damaged:
   (``epochal restore --from <uri>``), or delete the job's sink tables and checkpoint root to start over;
 * an older one is left: restore falls back to it, with a message naming the missing checkpoint.
 
-Only commit-entry names are listed (no entry is read), one listing per sink table.
+Only commit-entry names are listed (no entry is read), one listing per sink table, starting after the restored
+checkpoint's entry (S3 ``StartAfter``): O(newer entries), not O(all commits ever).
 """
 from __future__ import annotations
 
@@ -18,28 +19,25 @@ from pipeline.exceptions import NoValidCheckpointError, StorageError
 __all__ = ["newest_committed", "check_restore_point"]
 
 
-def newest_committed(ctx) -> tuple[int, str] | None:
-    """``(checkpoint id, table)`` of the newest commit entry over the job's sink tables, None if none."""
+def newest_committed(ctx, after: int | None = None) -> tuple[int, str] | None:
+    """``(checkpoint id, table)`` of the newest commit entry over the job's sink tables, None if none (with
+    ``after``: None if none is newer than ``after``)."""
     best: tuple[int, str] | None = None
     for table in ctx.job.sink_tables():
         t = ctx.table(table)
         try:
-            files = t.fileio.list(t.commits_uri, recursive=False)
+            ids = t.committed_ids(after=after)
         except StorageError:
             continue
-        for fi in files:
-            name = fi.uri.rsplit("/", 1)[-1]
-            if name.endswith(".json") and name[:-5].isdigit():
-                cid = int(name[:-5])
-                if best is None or cid > best[0]:
-                    best = (cid, table)
+        if ids and (best is None or ids[-1] > best[0]):
+            best = (ids[-1], table)
     return best
 
 
 def check_restore_point(ctx, restored_id: int | None) -> str | None:
     """Raise if the job would start from scratch although a sink committed output; a warning message if the
     restore point is older than the newest committed checkpoint; None otherwise."""
-    seen = newest_committed(ctx)
+    seen = newest_committed(ctx, after=restored_id)
     if seen is None:
         return None
     cid, table = seen

@@ -132,9 +132,9 @@ class JobRunner:
         ctx.require_spark()  # an unusable master fails here, before any side effect
         report = RunReport(ctx.job.name, None)
         cursor = self.restore_cursor(report)
-        report.restored_from = cursor.checkpoint_id
+        report.restored_from = restored = cursor.checkpoint_id
         ctx.coordinator.cleanup_garbage()
-        ctx.cleanup_sink_garbage()
+        ctx.cleanup_sink_garbage(after=restored)
         if cursor.checkpoint_id is not None:
             ctx.echo(f"restored checkpoint {cursor.checkpoint_id} (epoch {cursor.epoch})")
         else:
@@ -161,7 +161,7 @@ class JobRunner:
             done += 1
             ctx.echo(progress.epoch_done(target, sum(sum(r.records.values()) for r in rounds),
                                          last_data_epoch(summaries, ctx.epochs.epoch_of)))
-        ctx.cleanup_sink_garbage()  # staging of checkpoints aborted by earlier crashes is now unprotected
+        ctx.cleanup_sink_garbage(after=restored)  # staging of checkpoints aborted by earlier crashes: now unprotected
         return report
 
     def process_epoch(self, epoch: int, *, parallelism: int | None = None) -> RunReport:
@@ -195,7 +195,7 @@ class JobRunner:
             cursor, rounds = self.complete_epoch(cursor, target, barriers, summaries, parallelism=parallelism)
             report.rounds.extend(rounds)
             ctx.echo(progress.epoch_done(target, sum(sum(r.records.values()) for r in rounds), epoch))
-        ctx.cleanup_sink_garbage()
+        ctx.cleanup_sink_garbage(after=report.restored_from)
         return report
 
     def write_ahead_barriers(self, epoch: int) -> list[int] | None:

@@ -38,6 +38,8 @@ __all__ = ["CommitEntry", "CommittedTable", "SINK_MODES", "COMMIT_FORMAT"]
 log = logging.getLogger(__name__)
 
 SINK_MODES = ("append", "upsert")
+#: :meth:`CommittedTable.recent_garbage` sweeps the whole table when more ids than this lie in its window
+RECENT_GARBAGE_MAX_IDS = 64
 COMMIT_FORMAT = 1
 
 
@@ -168,6 +170,17 @@ class CommittedTable:
         except ObjectNotFoundError:
             return None
 
+    def committed_ids(self, *, after: int | None = None) -> list[int]:
+        """Checkpoint ids with a commit entry, ascending; only ids > ``after`` if given. Names only (no entry is
+        read); with ``after`` the listing starts after that entry's key (S3 ``StartAfter``: O(newer entries))."""
+        start = None if after is None or after < 0 else self.commit_uri(after)
+        out = []
+        for fi in self.fileio.list(self.commits_uri, recursive=False, start_after=start):
+            name = fi.uri.rsplit("/", 1)[-1]
+            if name.endswith(".json") and name[:-5].isdigit():
+                out.append(int(name[:-5]))
+        return sorted(i for i in out if after is None or i > after)
+
     def entries(self) -> list[CommitEntry]:
         """All commit entries (on and off the lineage), oldest first."""
         out = []
@@ -177,10 +190,11 @@ class CommittedTable:
                 out.append(self._read_entry(fi.uri))
         return sorted(out, key=lambda e: e.checkpoint_id)
 
-    def head(self) -> CommitEntry | None:
-        """The entry with the highest checkpoint id."""
-        entries = self.entries()
-        return entries[-1] if entries else None
+    def head(self, *, after: int | None = None) -> CommitEntry | None:
+        """The entry with the highest checkpoint id (one listing of names, one read); with ``after``: None if no
+        entry is newer than ``after``, and the listing costs O(newer entries)."""
+        ids = self.committed_ids(after=after)
+        return self._read_entry(self.commit_uri(ids[-1])) if ids else None
 
     def lineage(self, entries: Iterable[CommitEntry] | None = None) -> list[CommitEntry]:
         """Commit entries on the head's parent chain, oldest first (what readers see)."""
@@ -259,9 +273,37 @@ class CommittedTable:
             out.append(uri)
         return out
 
-    def cleanup(self, *, protect: Iterable[int] = (), protect_from_id: int | None = None) -> int:
-        """Delete :meth:`garbage`; returns the number of staging dirs deleted."""
-        dirs = self.garbage(protect=protect, protect_from_id=protect_from_id)
+    def recent_garbage(self, after: int | None, *, protect: Iterable[int] = (),
+                       protect_from_id: int | None = None) -> list[str]:
+        """Like :meth:`garbage`, but only for the checkpoint ids in ``(after, protect_from_id)``: the staging dirs
+        of checkpoints claimed after ``after`` (the restored checkpoint) that have no commit entry. Costs one
+        listing of the newer commit names plus one listing per such id, whatever the table's history; in the
+        steady state (no crash since ``after``) there is no such id and nothing is listed but the names."""
+        if protect_from_id is None:
+            return []
+        lo = -1 if after is None else after
+        if protect_from_id - lo > RECENT_GARBAGE_MAX_IDS:  # a long way back (rewind, many aborts): sweep it all
+            return self.garbage(protect=protect, protect_from_id=protect_from_id)
+        keep = set(protect)
+        candidates = [i for i in range(lo + 1, protect_from_id) if i not in keep]
+        if not candidates:
+            return []
+        committed = set(self.committed_ids(after=lo))
+        out = []
+        for tid in candidates:
+            if tid in committed:
+                continue
+            uri = self.staging_uri(tid)
+            if self.fileio.list(uri):
+                out.append(uri)
+        return out
+
+    def cleanup(self, *, protect: Iterable[int] = (), protect_from_id: int | None = None,
+                after: int | None = None, full: bool = True) -> int:
+        """Delete :meth:`garbage` (``full``) or :meth:`recent_garbage` after ``after``; returns the number of
+        staging dirs deleted."""
+        dirs = (self.garbage(protect=protect, protect_from_id=protect_from_id) if full
+                else self.recent_garbage(after, protect=protect, protect_from_id=protect_from_id))
         for uri in dirs:
             self.fileio.delete_prefix(uri)
             log.info("table %s: deleted uncommitted staging dir %s", self.table, uri)

@@ -17,6 +17,13 @@ A rewrite that keeps the byte size identical is not detected (size is the finger
 the next step); a source whose old files are deleted (source retention) is fine: only files that are
 present are compared.
 
+**Incremental listing** (S3 requests per epoch that do not grow with history, docs/state.md): a partition is
+listed from the ``PIPELINE_SOURCE_LISTING_WINDOW`` (default 16) newest inventory files behind its position on
+(:func:`listing_start`), so late or changed files among those are detected at once; every
+``PIPELINE_SOURCE_FULL_LISTING_EVERY``-th checkpoint (default 50; 0: never) lists everything and checks every
+file against the inventory, so an older breach is reported at most that many checkpoints later. The inventory
+of the next checkpoint keeps the entries behind the window (:func:`read_inventory` ``base``).
+
 What happens (``PIPELINE_BAD_RECORDS``): ``fail`` raises :class:`~pipeline.exceptions.SourceContractError`
 naming the file and partition before anything is processed; ``dead_letter`` writes one dead-letter record
 per offending file (``<dl>/<job>/<source>/_contract/...``), counts it in the dead-letter stats of the next
@@ -35,7 +42,7 @@ from pipeline.exceptions import SourceContractError, SourceError
 from pipeline.source.layout import SourceFile
 
 __all__ = ["Breach", "ContractViolation", "read_inventory", "find_violations", "handle_violations",
-           "check_source_contract", "unplaceable_files_error"]
+           "check_source_contract", "unplaceable_files_error", "listing_start", "inventory_behind"]
 
 Inventory = Mapping[str, Mapping[str, Sequence[Sequence[int]]]]  # source -> partition -> [[seq, size]]
 
@@ -62,8 +69,10 @@ def _read_upto(pos) -> Callable[[int], bool]:
 
 
 def read_inventory(files: Mapping[str, Mapping[int, Sequence[SourceFile]]],
-                   positions: Mapping[str, Mapping[str, object]]) -> dict[str, dict[str, list[list[int]]]]:
-    """``[seq, size]`` of every listed file at or before each partition's position (read, fully or partly)."""
+                   positions: Mapping[str, Mapping[str, object]],
+                   base: Inventory | None = None) -> dict[str, dict[str, list[list[int]]]]:
+    """``[seq, size]`` of every listed file at or before each partition's position (read, fully or partly),
+    plus the ``base`` entries (the inventory behind an incremental listing's start) of seqs not listed."""
     out: dict[str, dict[str, list[list[int]]]] = {}
     for src, parts in files.items():
         for p, fs in parts.items():
@@ -72,7 +81,39 @@ def read_inventory(files: Mapping[str, Mapping[int, Sequence[SourceFile]]],
                 continue
             read = _read_upto(pos)
             out.setdefault(src, {})[str(p)] = [[f.seq, f.size] for f in fs if read(f.seq)]
+    for src, base_parts in (base or {}).items():
+        for bp, known in base_parts.items():
+            if positions.get(src, {}).get(str(bp)) is None:
+                continue
+            listed = out.setdefault(src, {}).setdefault(str(bp), [])
+            seen = {entry[0] for entry in listed}
+            listed.extend([int(e[0]), int(e[1])] for e in known if int(e[0]) not in seen)
+            listed.sort()
     return out
+
+
+def listing_start(inventory: Inventory, positions: Mapping[str, object], source: str,
+                  window: int) -> dict[int, int] | None:
+    """Per partition of ``source`` with a position, the first seq an incremental listing must list: the oldest
+    of the ``window`` newest inventory files behind the position (or the position's own file). None when a
+    partition with a position has no inventory (an older checkpoint): then everything must be listed."""
+    known_parts = inventory.get(source, {})
+    out: dict[int, int] = {}
+    for p, pos in positions.items():
+        known = known_parts.get(str(p))
+        if known is None:
+            return None
+        read = _read_upto(pos)
+        behind = sorted(int(s) for s, _ in known if read(int(s)))
+        seq = int(pos.seq)  # type: ignore[attr-defined]
+        out[int(p)] = min(behind[-window:][0], seq) if window > 0 and behind else seq
+    return out
+
+
+def inventory_behind(inventory: Inventory, source: str, start: Mapping[int, int]) -> dict[str, list[list[int]]]:
+    """The inventory entries of ``source`` below each partition's listing start (kept, not listed again)."""
+    parts = inventory.get(source, {})
+    return {str(p): [[int(s), int(n)] for s, n in parts.get(str(p), ()) if int(s) < seq] for p, seq in start.items()}
 
 
 def find_violations(inventory: Inventory, files: Mapping[str, Mapping[int, Sequence[SourceFile]]],

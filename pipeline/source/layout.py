@@ -112,12 +112,35 @@ def _ignored(rel_parts: list[str]) -> bool:
     return rel_parts[-1].lower().endswith(IN_PROGRESS_SUFFIXES)
 
 
-def scan_source(fileio: "FileIO", source_root_uri: str, source: str) -> SourceListing:
-    """List ``<root>/<source>/`` and classify every file (pure listing, no reads)."""
+#: seqs up to here sort like numbers as file names (``{seq:08d}``); a listing from a higher seq lists it all
+_MAX_SORTED_SEQ = 10 ** 8 - 1
+
+
+def _listing(fileio: "FileIO", prefix: str, start_at: Mapping[int, int] | None) -> list:
+    """The files under ``prefix`` (``<root>/<source>``): all of them (one recursive listing), or with
+    ``start_at`` (partition -> first seq to list) one listing of the partition directories and one per
+    partition, each starting at that partition's seq (S3 ``StartAfter``): O(partitions + new files), not
+    O(all files ever). Files directly under ``prefix`` are then not listed (a full listing reports them)."""
+    if start_at is None:
+        return fileio.list(prefix, recursive=True)
+    infos = []
+    for name in fileio.list_dirs(prefix):
+        d = _join(prefix, name)
+        m = _PARTITION_DIR.match(name)
+        seq = start_at.get(int(m.group(1))) if m else None
+        after = f"{d}/{seq:08d}" if seq is not None and 0 < seq <= _MAX_SORTED_SEQ else None
+        infos.extend(fileio.list(d, recursive=True, start_after=after))
+    return infos
+
+
+def scan_source(fileio: "FileIO", source_root_uri: str, source: str, *,
+                start_at: Mapping[int, int] | None = None) -> SourceListing:
+    """List ``<root>/<source>/`` and classify every file (pure listing, no reads); with ``start_at``
+    (partition -> seq) only the files of each partition from that seq on (see :func:`_listing`)."""
     if not source or "/" in source or source.startswith(("_", ".")):
         raise ConfigError(f"invalid source name {source!r}")
     prefix = _join(source_root_uri, source)
-    infos = fileio.list(prefix, recursive=True)
+    infos = _listing(fileio, prefix, start_at)
     by_part: dict[int, dict[int, list[SourceFile]]] = {}
     unexpected: list[UnexpectedFile] = []
     for info in infos:
@@ -171,9 +194,10 @@ def scan_source(fileio: "FileIO", source_root_uri: str, source: str) -> SourceLi
 
 def list_source_files(fileio: "FileIO", source_root_uri: str, source: str, *,
                       policy: BadRecordsPolicy = "fail", dead_letter_root: str | None = None,
-                      job: str | None = None, new_dead_letters: dict[str, int] | None = None
-                      ) -> dict[int, tuple[SourceFile, ...]]:
-    """The files of ``source`` per partition, each tuple sorted by seq.
+                      job: str | None = None, new_dead_letters: dict[str, int] | None = None,
+                      start_at: Mapping[int, int] | None = None) -> dict[int, tuple[SourceFile, ...]]:
+    """The files of ``source`` per partition, each tuple sorted by seq (with ``start_at``, partition -> seq:
+    only from that seq on, see :func:`scan_source`).
 
     Files that do not match the layout are reported per ``policy``: ``fail`` raises
     :class:`MalformedInputError` naming them; ``dead_letter`` writes a dead-letter record per file when
@@ -181,7 +205,7 @@ def list_source_files(fileio: "FileIO", source_root_uri: str, source: str, *,
     """
     if policy not in ("fail", "dead_letter"):
         raise ConfigError(f"bad-records policy must be 'dead_letter' or 'fail', not {policy!r}")
-    listing = scan_source(fileio, source_root_uri, source)
+    listing = scan_source(fileio, source_root_uri, source, start_at=start_at)
     if listing.unexpected:
         first = listing.unexpected[0]
         summary = f"{len(listing.unexpected)} file(s) under {_join(source_root_uri, source)} do not match the " \

@@ -14,7 +14,9 @@ forwarded unless the fault plan picks it. Faults (each a real effect on the wire
   dropped connection.
 
 ``rate`` (0..1) is the share of requests that get a random fault from ``kinds``; ``seed`` makes the choice
-reproducible. :attr:`S3FaultProxy.injected` counts what was injected. Usable from the command line::
+reproducible. :attr:`S3FaultProxy.injected` counts what was injected; :attr:`S3FaultProxy.by_kind` counts every
+request that reached the proxy by S3 request kind (``list``, ``get``, ``head``, ``put``, ``delete``, ``other``;
+what every process, driver and Spark executors alike, sent: see :func:`request_kind`). Usable from the command line::
 
     python -m pipeline.testing.s3_faults --upstream http://127.0.0.1:5000 --rate 0.1 --port 5100
 """
@@ -30,7 +32,7 @@ from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
-__all__ = ["S3FaultProxy", "FAULT_KINDS"]
+__all__ = ["S3FaultProxy", "FAULT_KINDS", "request_kind"]
 
 FAULT_KINDS = ("slowdown", "error500", "drop", "cut_body", "lost_put")
 _HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "upgrade", "trailer"}
@@ -39,6 +41,27 @@ _HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te
 def _error_xml(code: str, message: str) -> bytes:
     return (f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code><Message>{message}</Message>'
             f"<RequestId>epochal-fault</RequestId></Error>").encode()
+
+
+def request_kind(method: str, path: str) -> str:
+    """The S3 request kind of an HTTP request (path-style addressing): ``list`` (GET on a bucket with
+    ``list-type``/``prefix``), ``get``, ``head``, ``put`` (PUT, multipart POSTs), ``delete`` (DELETE, POST
+    ``?delete``), ``other``. The kinds of :mod:`pipeline.fileio.request_counter`."""
+    target, _, query = path.partition("?")
+    params = {q.split("=", 1)[0] for q in query.split("&") if q}
+    object_key = "/" in target.strip("/")
+    if method == "GET":
+        return "get" if object_key else ("list" if params & {"list-type", "prefix", "delimiter"} or not params
+                                         else "other")
+    if method == "HEAD":
+        return "head" if object_key else "other"
+    if method == "PUT":
+        return "put" if object_key else "other"
+    if method == "DELETE":
+        return "delete" if object_key or "uploadId" in params else "other"
+    if method == "POST":
+        return "delete" if "delete" in params else ("put" if params & {"uploads", "uploadId"} else "other")
+    return "other"
 
 
 class S3FaultProxy:
@@ -55,6 +78,7 @@ class S3FaultProxy:
         self._outage_until = 0.0
         self._forced: list[str] = []
         self.injected: Counter[str] = Counter()
+        self.by_kind: Counter[str] = Counter()
         self.requests = 0
         proxy = self
 
@@ -105,6 +129,8 @@ class S3FaultProxy:
 
             def _proxy(self) -> None:
                 body = self._body()
+                with proxy._lock:
+                    proxy.by_kind[request_kind(self.command, self.path)] += 1
                 fault = proxy._choose(self.command)
                 if fault in ("slowdown", "outage503"):
                     return self._send(503, [("Content-Type", "application/xml")],

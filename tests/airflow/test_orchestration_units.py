@@ -186,11 +186,14 @@ def test_history_table_rendering():
     row = {"checkpoint_id": 7, "kind": "checkpoint", "status": "COMPLETED", "epoch": 42, "barrier_time": "t",
            "trigger_time": "2026-11-21T08:00:00Z", "duration_ms": 1234.0, "state_bytes": 4096, "sink_bytes": 1,
            "alignment_ms": 3.0, "acks": 2, "expected_acks": 2, "parallelism": 2, "parent_id": 6, "location": "s3://x",
-           "records": {"orders": 5}, "operators": [op], "problem": None}
-    pend = {**row, "checkpoint_id": 8, "status": "PENDING", "acks": None, "expected_acks": 4, "operators": []}
+           "records": {"orders": 5}, "operators": [op], "problem": None,
+           "s3_requests": {"list": 19, "get": 21, "head": 5, "put": 8, "delete": 0}}
+    pend = {**row, "checkpoint_id": 8, "status": "PENDING", "acks": None, "expected_acks": 4, "operators": [],
+            "s3_requests": None}
     html = render_job_page("orders_payments", "epochal_orders_payments", [pend, row], [], 7, {"stopped": True,
                            "stopped_savepoint": "s3://sp"}, {"max_parallelism": 128})
-    for text in ("COMPLETED", "PENDING", "1234 ms", "4.0 KiB", "paid_orders_join 2/2", "latest", "stopped"):
+    for text in ("COMPLETED", "PENDING", "1234 ms", "4.0 KiB", "paid_orders_join 2/2", "latest", "stopped",
+                 "S3 requests", "53<br><small>LIST 19 GET 21 HEAD 5 PUT 8</small>"):
         assert text in html, text
     detail = render_detail_page("orders_payments", {"summary": row, "operators": [op], "state": [], "sources": [
         {"source": "orders", "partition": "0", "position": "3:0", "barrier": "3:0"}], "sinks": [], "backlog": {},

@@ -190,3 +190,18 @@ def test_stats_round_trip():
     s = sample_metadata().stats
     assert CheckpointStats.from_dict(json.loads(json.dumps(s.to_dict()))) == s
     assert TaskMetrics.from_dict(TaskMetrics(sync_ms=3, mode="unaligned").to_dict()) == TaskMetrics(3.0, mode="unaligned")
+
+
+def test_stats_carry_s3_requests_typed_and_older_metadata_has_none():
+    from pipeline.fileio.request_counter import StorageRequests
+    s = CheckpointStats(trigger_time="2024-01-01T10:00:01.000Z",
+                        s3_requests=StorageRequests(list=3, get=5, head=1, put=4, delete=2))
+    d = json.loads(json.dumps(s.to_dict()))
+    assert d["s3_requests"] == {"list": 3, "get": 5, "head": 1, "put": 4, "delete": 2}
+    back = CheckpointStats.from_dict(d)
+    assert back == s and isinstance(back.s3_requests, StorageRequests) and back.s3_requests.total == 15
+    del d["s3_requests"]
+    assert CheckpointStats.from_dict(d).s3_requests is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        back.s3_requests.list = 0  # type: ignore[misc,union-attr]
+    assert StorageRequests(1, 2, 3, 4, 5) - StorageRequests(1, 1, 1, 1, 1) == StorageRequests(0, 1, 2, 3, 4)

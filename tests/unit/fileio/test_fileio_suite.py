@@ -95,6 +95,40 @@ def test_list_is_sorted_files_only_and_prefix_is_a_directory(any_root):
     assert fio.list(join_uri(root, "does-not-exist")) == []
 
 
+def test_list_start_after_lists_only_later_keys(any_root):
+    fio, root = any_root
+    names = ["partition=0/00000001.parquet", "partition=0/00000002.parquet", "partition=0/00000010.parquet",
+             "partition=0/sub/00000003.parquet", "partition=1/00000001.parquet"]
+    for rel in names:
+        fio.write_bytes(join_uri(root, rel), b"x")
+    part0 = join_uri(root, "partition=0")
+    after = [f.uri for f in fio.list(part0, start_after=join_uri(root, "partition=0/00000002"))]
+    assert after == [join_uri(root, n) for n in ("partition=0/00000002.parquet", "partition=0/00000010.parquet",
+                                                 "partition=0/sub/00000003.parquet")]
+    assert [f.uri for f in fio.list(part0, recursive=False, start_after=join_uri(root, "partition=0/00000002.parquet"))] \
+        == [join_uri(root, "partition=0/00000010.parquet")]
+    assert fio.list(part0, start_after=join_uri(root, "partition=0/zzz")) == []
+    assert fio.list(part0, start_after=join_uri(root, "partition=")) == fio.list(part0)
+
+
+def test_s3_requests_are_counted_by_kind(moto_server, s3_root):
+    from pipeline.fileio import S3FileIO
+    from pipeline.fileio.request_counter import request_counts
+    fio = S3FileIO()
+    before = request_counts()
+    fio.write_bytes(join_uri(s3_root, "a"), b"1")
+    fio.write_bytes(join_uri(s3_root, "b"), b"2", if_none_match=True)
+    fio.read_bytes(join_uri(s3_root, "a"))
+    fio.exists(join_uri(s3_root, "a"))
+    fio.list(s3_root)
+    fio.list_dirs(s3_root)
+    fio.delete(join_uri(s3_root, "a"))
+    fio.delete_prefix(s3_root)  # one LIST and one DeleteObjects
+    spent = request_counts() - before
+    assert spent.to_dict() == {"list": 3, "get": 1, "head": 1, "put": 2, "delete": 2}
+    assert spent.total == 9
+
+
 def test_list_dirs_returns_immediate_non_empty_directories(any_root):
     fio, root = any_root
     for rel in ["checkpoints/chk-3/_metadata", "checkpoints/chk-12/rounds/0/a", "checkpoints/file.txt"]:

@@ -143,3 +143,32 @@ def test_garbage_is_uncommitted_staging_only(table):
     assert table.cleanup(protect={3}, protect_from_id=5) == 2
     assert table.fileio.list_dirs(table.data_uri) == ["txn-1", "txn-3", "txn-5"]
     assert table.read().num_rows == 1
+
+
+def test_recent_garbage_looks_only_after_the_restored_checkpoint(table):
+    for cid in (1, 2):
+        table.commit(entry(table, cid, cid - 1 or None, [stage(table, cid, {"id": [f"r{cid}"]})]))
+    for cid in (3, 5, 6):  # 3: an old abort the restore of 4 no longer looks at; 5: aborted; 6: newest claim
+        stage(table, cid, {"id": ["x"]})
+    table.commit(entry(table, 4, 2, [stage(table, 4, {"id": ["r4"]})]))
+    # restored from 4, newest claim 6: only id 5 is looked at (6 may still be running)
+    assert [g.rsplit("/", 1)[-1] for g in table.recent_garbage(4, protect_from_id=6)] == ["txn-5"]
+    assert table.recent_garbage(4, protect={5}, protect_from_id=6) == []
+    assert table.recent_garbage(6, protect_from_id=6) == []  # steady state: nothing to look at
+    # restored from 2 (a rewind): 3 and 5 (4 is committed)
+    assert [g.rsplit("/", 1)[-1] for g in table.recent_garbage(2, protect_from_id=6)] == ["txn-3", "txn-5"]
+    assert table.cleanup(protect_from_id=6, after=4, full=False) == 1
+    assert table.fileio.list_dirs(table.data_uri) == ["txn-1", "txn-2", "txn-3", "txn-4", "txn-6"]
+    # nothing restored, or a window longer than RECENT_GARBAGE_MAX_IDS: the full sweep
+    assert [g.rsplit("/", 1)[-1] for g in table.recent_garbage(None, protect_from_id=6)] == ["txn-3"]
+    assert [g.rsplit("/", 1)[-1] for g in table.recent_garbage(4, protect_from_id=1000)] == ["txn-3", "txn-6"]
+
+
+def test_committed_ids_and_head_list_from_an_id(table):
+    for cid in (1, 2, 9, 10, 11):
+        table.commit(entry(table, cid, None, []))
+    assert table.committed_ids() == [1, 2, 9, 10, 11]
+    assert table.committed_ids(after=9) == [10, 11]
+    assert table.committed_ids(after=11) == []
+    assert table.head().checkpoint_id == 11
+    assert table.head(after=11) is None and table.head(after=2).checkpoint_id == 11
