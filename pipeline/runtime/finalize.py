@@ -55,7 +55,8 @@ class CheckpointFinalizer:
     def finish(self, pending, snap, working: Cursor, rows: list[dict], staged: dict, results: list[RoundResult],
                dead_letters: dict, summaries, expected: dict, P: int, *, last_round: int, t0: float,
                records: dict | None = None, backlog: dict | None = None,
-               dropped: dict | None = None, low_epoch: int | None = None) -> tuple[Cursor, list[RoundResult]]:
+               dropped: dict | None = None, low_epoch: int | None = None,
+               inflight_low_epoch: int | None = None) -> tuple[Cursor, list[RoundResult]]:
         """Checkpoint n is snapshotted (``snap``): acknowledge the tasks' handles of round ``last_round``
         with the alignment metrics, write ``_metadata`` (last), commit the sinks."""
         ctx = self.ctx
@@ -120,6 +121,8 @@ class CheckpointFinalizer:
                    "alignment": alignment, "dropped": dict(sorted((dropped or {}).items())),
                    # the low watermark L of the inputs the snapshot's state expired with (input_epochs)
                    "low_epoch": epoch if low_epoch is None else int(low_epoch),
+                   # the lowest own epoch of the in-flight rows written as channel state (replayed first)
+                   **({"inflight_low_epoch": int(inflight_low_epoch)} if inflight_low_epoch is not None else {}),
                    "source_files": (read_inventory(getattr(ctx, "source_listing", {}), positions) if summaries
                                     else working.inventory)})
         fault_point("after_metadata_before_commit")

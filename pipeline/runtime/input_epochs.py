@@ -10,11 +10,12 @@ past barrier ``n`` hands it records of epoch ``n + 1``. The source stage tags ev
 gives every piece its epoch (:meth:`InputEpochs.tag_splits`).
 
 **Low watermark.** A round of checkpoint ``n`` expires state with the cutoff ``end(L) - ttl``,
-``L = min(n, own epoch of the next record of every channel, L of the previous snapshot while its in-flight
-channel state is replayed)``. No record still to be consumed has an own epoch below ``L``, so no state row is
+``L = min(n, own epoch of the next record of every channel, lowest own epoch of the previous snapshot's
+in-flight channel state while it is replayed)``. No record still to be consumed has an own epoch below ``L``, so no state row is
 expired while a record it must still meet is pending; aligned checkpoints always have ``L = n``. ``L`` is a
 function of positions and the barrier log (deterministic on replay); the snapshot's ``L`` is written to
-``_metadata.extra.low_epoch`` (the batch evaluation and the quality suites read it).
+``_metadata.extra.low_epoch`` (the batch evaluation and the quality suites read it), the lowest own epoch of
+its in-flight channel state to ``_metadata.extra.inflight_low_epoch``.
 """
 from __future__ import annotations
 
@@ -78,8 +79,8 @@ class InputEpochs:
         return self.epoch_of(ch, pos.seq, pos.row)
 
     def low_watermark(self, starts: Mapping[Channel, Position], replay_floor: int | None = None) -> int:
-        """``L`` of a round whose channels start reading at ``starts`` (``replay_floor``: the previous
-        snapshot's ``L`` while its in-flight channel state is replayed this round)."""
+        """``L`` of a round whose channels start reading at ``starts`` (``replay_floor``: the lowest own epoch of
+        the previous snapshot's in-flight channel state while it is replayed this round)."""
         low = self.epoch
         for ch, pos in starts.items():
             low = min(low, self.epoch_at(ch, pos))

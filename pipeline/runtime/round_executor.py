@@ -112,7 +112,8 @@ class RoundExecutor:
                           if s.mode == "upsert" and isinstance(job.nodes[s.parent], AggregateNode)}
         working = Cursor(cursor.checkpoint_id, cursor.epoch, {s: dict(p) for s, p in cursor.positions.items()},
                          cursor.handles, {u: list(h) for u, h in cursor.inflight.items()}, driver,
-                         inventory=cursor.inventory, materialize=cursor.materialize, low_epoch=cursor.low_epoch)
+                         inventory=cursor.inventory, materialize=cursor.materialize, low_epoch=cursor.low_epoch,
+                         inflight_low_epoch=cursor.inflight_low_epoch)
         floor = cursor.low_epoch if cursor.low_epoch is not None else (
             cursor.epoch if cursor.epoch is not None else epoch)
         own_epochs = self.input_epochs(epoch, barriers, min(floor, epoch))
@@ -166,7 +167,7 @@ class RoundExecutor:
             parked = snap.parked if snap is not None else frozenset()
             replayed = sum(h["rows"] for hs in working.inflight.values() for h in hs)
             # TTL: held back to the oldest own epoch still pending in any channel (docs/alignment.md)
-            low = own_epochs.low_watermark(starts, working.low_epoch if replayed else None)
+            low = own_epochs.low_watermark(starts, working.inflight_low_epoch if replayed else None)
             lows[rnd] = low
             plan = {"round": rnd, "now": now,
                     "segments": {s: {str(p): {"start": seg.start.to_dict(), "stop": seg.stop.to_dict(),
@@ -208,7 +209,8 @@ class RoundExecutor:
                     h["inflight_bytes"] = h["bytes"]
                     inflight.setdefault(h["operator"], []).append(h)
             working = Cursor(working.checkpoint_id, working.epoch, new_positions, new_handles, inflight, driver,
-                             inventory=working.inventory, materialize=working.materialize, low_epoch=low)
+                             inventory=working.inventory, materialize=working.materialize, low_epoch=low,
+                             inflight_low_epoch=working.inflight_low_epoch)
             last_rows = rows
             records = {s: sum(seg.records for seg in segs.values()) for s, segs in segments.items()}
             backlog = {s: sum(seg.backlog for seg in segs.values()) for s, segs in segments.items()}
@@ -230,4 +232,6 @@ class RoundExecutor:
                 continue
             return self.finalizer.finish(pending, snap, working, rows, staged, results, dead_letters, summaries,
                                          expected, P, last_round=rnd, t0=t0, records=records, backlog=backlog,
-                                         dropped=dropped, low_epoch=low)
+                                         dropped=dropped, low_epoch=low,
+                                         inflight_low_epoch=min((own_epochs.epoch_at(ch, snap.cut[ch])
+                                                                 for ch in snap.parked), default=None))
