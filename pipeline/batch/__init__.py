@@ -18,8 +18,10 @@ def prefix_of(runner, md) -> Prefix:
     """The prefix of checkpoint metadata ``md``: its barrier positions and the barrier log of earlier epochs."""
     barriers = {s: {int(p): (int(pos.seq), int(pos.row)) for p, pos in parts.items()}
                 for s, parts in md.barriers.items()}
+    low = md.extra.get("low_epoch")
     return Prefix(int(md.epoch), int(runner.config.epoch_seconds), barriers,
-                  barrier_log(runner.ckpt_fio, runner.job_root, int(md.epoch)))
+                  barrier_log(runner.ckpt_fio, runner.job_root, int(md.epoch)),
+                  low_epoch=None if low is None else int(low))
 
 
 def write_batch(runner, checkpoint: str | None, to_dir: str) -> dict:

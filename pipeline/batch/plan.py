@@ -13,8 +13,9 @@ Rules (``E`` = epoch length, ``end(k) = (k+1)E``, ``p(x)`` = processing epoch of
 * ``join`` (inner): a pair ``(l, r)`` with equal keys is emitted iff ``min(t_l, t_r) >= c_m`` with
   ``m = max(p(l), p(r))`` (both rows were alive when the later one arrived); no TTL: every pair.
   Outer (``how`` = left/right/full): a row with no such pair is emitted with nulls for the other side once
-  it expires, i.e. by checkpoint ``n`` iff ``t_x < c_n``.
-  State at ``n``: the rows with ``t_x >= c_n``, minus - on a side whose partner side is declared ``unique`` -
+  it expires, i.e. by checkpoint ``n`` iff ``t_x < c_L`` (``L``: the low watermark of the inputs recorded in
+  checkpoint ``n``, ``n`` when they were aligned).
+  State at ``n``: the rows with ``t_x >= c_L``, minus - on a side whose partner side is declared ``unique`` -
   the rows that matched (they left state). Rows violating a ``unique`` declaration are dead-lettered by the
   runtime: the first row per key (by processing epoch, then ``_ingest_ts``) is kept here, and their number is
   reported. Jobs built with the older join (no ``how``/``unique``: one match per key, both rows leave state)
@@ -179,7 +180,8 @@ class _Compiler:
 
         pairs = lt.join(rt, cond, "inner").select(*[pick(c) for c in output], m.alias(PEPOCH))
         out = pairs
-        cutoff_n = self.prefix.end_us(self.prefix.epoch) - ttl if ttl is not None else None
+        # state expires with the cutoff of the low watermark L of checkpoint n (n when the inputs are aligned)
+        cutoff_n = self.prefix.end_us(self.prefix.ttl_epoch) - ttl if ttl is not None else None
         for side, mine, other, mcols, _ocols in (("left", lt, rt, lcols, rcols), ("right", rt, lt, rcols, lcols)):
             if how not in (side, "full") or ttl is None:
                 continue
@@ -205,13 +207,14 @@ class _Compiler:
             self.result.states[f"state/{op.uid}/{name}"] = st.select(*[F.col(f"{p}{c}").alias(c) for c in cols])
             # the runtime's ``_matched`` flag: the row met a partner while both were alive (what bootstrap writes)
             # (a side whose partner side is unique keeps only unmatched rows: no second join needed)
+            # (with the rows' own epochs, which the runtime keeps in join state for the per-pair TTL rule)
+            sel = [F.col(f"{p}{c}").alias(c) for c in cols] + [F.col(f"{p}{PEPOCH}").alias(PEPOCH)]
             if leaves:
-                flagged = st.select(*[F.col(f"{p}{c}").alias(c) for c in cols]).withColumn("_matched", F.lit(False))
+                flagged = st.select(*sel).withColumn("_matched", F.lit(False))
             else:
-                hit = st.join(other, cond, "left_semi").select(*[F.col(f"{p}{c}").alias(c) for c in cols])
+                hit = st.join(other, cond, "left_semi").select(*sel)
                 flagged = hit.withColumn("_matched", F.lit(True)).unionByName(
-                    st.join(other, cond, "left_anti").select(*[F.col(f"{p}{c}").alias(c) for c in cols])
-                    .withColumn("_matched", F.lit(False)))
+                    st.join(other, cond, "left_anti").select(*sel).withColumn("_matched", F.lit(False)))
             self.result.matched[f"state/{op.uid}/{name}"] = flagged
         consumers = sum(1 for s in self.job.sinks() if self.job.chain_to(s.parent)[0] == nid)
         for o in self.job.operators():
@@ -277,6 +280,12 @@ class _Compiler:
             # "first of its key" is decided per round when an epoch's backlog spans rounds
             self.bad[nid] = (f"deduplicate {op.uid}: a checkpoint of this lineage spans several rounds (the first "
                              "row per key is then decided per round; the batch rule decides per epoch)")
+            return None
+        if any(int(cp.metadata.extra.get("low_epoch", cp.metadata.epoch)) < cp.metadata.epoch
+               for cp in self.runner.coordinator.store.list() if cp.metadata.epoch <= n):
+            # a backlog drained by later (unaligned) checkpoints: rows of several epochs meet in one round
+            self.bad[nid] = (f"deduplicate {op.uid}: a checkpoint of this lineage drained a backlog of earlier epochs "
+                             "(the first row per key then follows the processing order; the batch rule, epoch order)")
             return None
         self.result.unchecked[f"state/{op.uid}/keys"] = "deduplicate state (held keys): not compared"
         ttl_s = op.ttl_seconds if op.ttl_seconds is not None else self.default_ttl

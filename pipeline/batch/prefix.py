@@ -48,6 +48,14 @@ class Prefix:
     epoch_seconds: int                                # E
     barriers: Mapping[str, Mapping[int, tuple[int, int]]]          # source -> partition -> (seq, row)
     log: Mapping[int, Mapping[str, Mapping[int, tuple[int, int]]]] = field(default_factory=dict)  # epoch k < n
+    # the low watermark L of the inputs at checkpoint n (``_metadata.extra.low_epoch``): state expired with the
+    # cutoff end(L) - ttl; None: n (aligned inputs)
+    low_epoch: int | None = None
+
+    @property
+    def ttl_epoch(self) -> int:
+        """The epoch whose end the TTL cutoff of checkpoint n's state is computed from (``L``, at most n)."""
+        return self.epoch if self.low_epoch is None else min(self.low_epoch, self.epoch)
 
     @property
     def epoch_us(self) -> int:

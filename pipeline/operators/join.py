@@ -1,7 +1,9 @@
 """The stream-stream equi-join kernel (one subtask, one round).
 
 Semantics (see ``docs/operators.md``). State holds the left and the right rows seen so far, each with a
-``_matched`` flag. When a round of epoch ``m`` is processed with TTL cutoff ``c = end(m) - ttl``:
+``_matched`` flag and (when the runtime tags them) the row's own epoch ``p(x)`` (:mod:`pipeline.operators.ttl`).
+A round is processed with the TTL cutoff ``c = end(L) - ttl`` (``L``: the low watermark of the inputs, the
+checkpoint's epoch when every input is aligned):
 
 1. **Expiry.** Rows (state and new) with ``_ingest_ts < c`` leave. An expiring row of an outer side
    (``how`` left/full for left rows, right/full for right rows) that never matched is emitted with nulls
@@ -11,12 +13,14 @@ Semantics (see ``docs/operators.md``). State holds the left and the right rows s
    ``(_ingest_ts, other columns)`` order), is a violation: returned apart (dead letter / fail), never
    stored or matched.
 3. **Matching.** New left rows meet all right rows (state + new); state left rows meet the new right rows.
-   So every pair is produced exactly once, in the round its later row arrives.
-4. **Matched flags and release.** A row is matched once a row of the other side with its key is held. If
-   the left side is declared unique, matched right rows leave state (no second left row can come), and
-   vice versa.
+   So every pair is produced exactly once, in the round its later row arrives. With own epochs, a pair is
+   kept iff ``min(t_l, t_r) >= end(max(p(l), p(r))) - ttl`` (rows held back by a low ``L`` never pair with
+   rows TTL keeps apart).
+4. **Matched flags and release.** A row is matched once it is in an emitted pair. If the left side is declared
+   unique, matched right rows leave state (no second left row can come), and vice versa.
 
-So without ``unique`` a pair (l, r) is emitted iff ``min(t_l, t_r) >= end(max(e(l), e(r))) - ttl``.
+So without ``unique`` a pair (l, r) is emitted iff ``min(t_l, t_r) >= end(max(p(l), p(r))) - ttl``, whichever
+rounds and checkpoints consumed the rows (``L`` never exceeds the own epoch of a pending row).
 """
 from __future__ import annotations
 
@@ -25,6 +29,8 @@ from enum import Enum
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from pipeline.operators.ttl import ROW_EPOCH, expiry_epoch, pair_within_ttl
 
 __all__ = ["JoinType", "Uniqueness", "JoinResult", "MATCHED", "join_step", "with_matched"]
 
@@ -151,6 +157,8 @@ def _assemble(schema: pa.Schema, key: str, n: int, *, joined: pa.Table | None = 
                 c = joined[_K].cast(f.type)
             elif f.name == "_ingest_ts":
                 c = pc.max_element_wise(joined["l:_ingest_ts"], joined["r:_ingest_ts"]).cast(f.type)
+            elif f.name == ROW_EPOCH and f"l:{ROW_EPOCH}" in joined.column_names:
+                c = pc.max_element_wise(joined[f"l:{ROW_EPOCH}"], joined[f"r:{ROW_EPOCH}"]).cast(f.type)
             elif f"l:{f.name}" in joined.column_names:
                 c = joined[f"l:{f.name}"].cast(f.type)
             else:
@@ -159,7 +167,7 @@ def _assemble(schema: pa.Schema, key: str, n: int, *, joined: pa.Table | None = 
             side = left if left is not None else right
             assert side is not None
             c = side[f.name].cast(f.type) if f.name in side.column_names and (
-                f.name in (key, "_ingest_ts") or _owns(f.name, left, right)) else pa.nulls(n, f.type)
+                f.name in (key, "_ingest_ts", ROW_EPOCH) or _owns(f.name, left, right)) else pa.nulls(n, f.type)
         cols.append(c)
     return pa.table(cols, schema=schema)
 
@@ -169,17 +177,22 @@ def _owns(name: str, left: pa.Table | None, right: pa.Table | None) -> bool:
 
 
 def join_step(state_left: pa.Table, state_right: pa.Table, new_left: pa.Table, new_right: pa.Table, *,
-              key: str, cutoff, how: JoinType, unique: Uniqueness, output_schema: pa.Schema) -> JoinResult:
+              key: str, cutoff, how: JoinType, unique: Uniqueness, output_schema: pa.Schema,
+              ttl_us: int | None = None, epoch_us: int | None = None) -> JoinResult:
     """One round of the join for one subtask (see the module docstring).
 
     ``state_*`` carry ``_matched``; ``new_*`` may or may not (it is set false). ``cutoff``: a
-    ``pa.timestamp`` scalar or None (no TTL). Internal columns such as ``_kg`` are kept in state and
-    never reach the output unless ``output_schema`` names them."""
+    ``pa.timestamp`` scalar or None (no TTL): the round's expiry cutoff ``end(L) - ttl``. ``ttl_us`` and
+    ``epoch_us`` (with a :data:`~pipeline.operators.ttl.ROW_EPOCH` column on both sides): the per-pair TTL
+    condition on the rows' own epochs. Internal columns such as ``_kg`` are kept in state and never reach the
+    output unless ``output_schema`` names them."""
     new_left, new_right = with_matched(new_left), with_matched(new_right)
     state_left = state_left.select(new_left.column_names).cast(new_left.schema) if state_left.num_rows else \
         new_left.slice(0, 0)
     state_right = state_right.select(new_right.column_names).cast(new_right.schema) if state_right.num_rows else \
         new_right.slice(0, 0)
+    per_pair = (ttl_us is not None and epoch_us is not None and ROW_EPOCH in new_left.column_names
+                and ROW_EPOCH in new_right.column_names)
     touched = [new_left[key], new_right[key]]
     # Step 1: expiry (state and new rows alike)
     gone_l = gone_r = None
@@ -200,42 +213,54 @@ def join_step(state_left: pa.Table, state_right: pa.Table, new_left: pa.Table, n
         new_left, bad_l = _duplicates(new_left, state_left, key)
     if unique.right:
         new_right, bad_r = _duplicates(new_right, state_right, key)
-    # Step 3: matching (each pair once: in the round of its later row)
-    all_right = pa.concat_tables([state_right, new_right])
+    # Step 3: matching (each pair once: in the round of its later row), within the TTL on the rows' own epochs
+    left = pa.concat_tables([state_left, new_left])
+    right = pa.concat_tables([state_right, new_right])
+    nsl, nsr = state_left.num_rows, state_right.num_rows
     payload_l = [c for c in new_left.column_names if c != MATCHED]
     payload_r = [c for c in new_right.column_names if c != MATCHED]
-    joined = [j for j in (_pairs(new_left.select(payload_l), all_right.select(payload_r), key),
-                          _pairs(state_left.select(payload_l), new_right.select(payload_r), key)) if j is not None]
-    # Step 4: matched flags, release of rows whose partner side is unique
-    left = pa.concat_tables([state_left, new_left])
+    lt = left.select(payload_l).append_column("__li", pa.array(range(left.num_rows), pa.int64()))
+    rt = right.select(payload_r).append_column("__ri", pa.array(range(right.num_rows), pa.int64()))
+    joined = []
+    for j in (_pairs(lt.slice(nsl), rt, key), _pairs(lt.slice(0, nsl), rt.slice(nsr), key)):
+        if j is None:
+            continue
+        if per_pair:
+            assert ttl_us is not None and epoch_us is not None
+            j = j.filter(pair_within_ttl(j["l:_ingest_ts"], j["r:_ingest_ts"], j[f"l:{ROW_EPOCH}"],
+                                         j[f"r:{ROW_EPOCH}"], ttl_us=ttl_us, epoch_us=epoch_us))
+        if j.num_rows:
+            joined.append(j)
+    # Step 4: matched flags (rows in an emitted pair), release of rows whose partner side is unique
     if joined:
-        right = all_right
-        lm = pc.or_(left[MATCHED], pc.fill_null(pc.is_in(left[key], value_set=right[key]), False))
-        rm = pc.or_(right[MATCHED], pc.fill_null(pc.is_in(right[key], value_set=left[key]), False))
+        li = pa.chunked_array([j["l:__li"] for j in joined])
+        ri = pa.chunked_array([j["r:__ri"] for j in joined])
+        lm = pc.or_(left[MATCHED], pc.is_in(lt["__li"], value_set=pc.unique(li)))
+        rm = pc.or_(right[MATCHED], pc.is_in(rt["__ri"], value_set=pc.unique(ri)))
         left = left.set_column(left.schema.get_field_index(MATCHED), MATCHED, lm)
         right = right.set_column(right.schema.get_field_index(MATCHED), MATCHED, rm)
         if unique.right:
             left = left.filter(pc.invert(lm))
         if unique.left:
             right = right.filter(pc.invert(rm))
-    else:
-        right = all_right
     outs = []
     n_pairs = 0
     for j in joined:
         n_pairs += j.num_rows
         outs.append(_assemble(output_schema, key, j.num_rows, joined=j))
     n_unmatched = 0
-    if gone_l is not None and how.outer_left:
-        lone = gone_l.filter(pc.invert(gone_l[MATCHED]))
-        if lone.num_rows:
-            n_unmatched += lone.num_rows
-            outs.append(_assemble(output_schema, key, lone.num_rows, left=lone))
-    if gone_r is not None and how.outer_right:
-        lone = gone_r.filter(pc.invert(gone_r[MATCHED]))
-        if lone.num_rows:
-            n_unmatched += lone.num_rows
-            outs.append(_assemble(output_schema, key, lone.num_rows, right=lone))
+    for gone, outer, side in ((gone_l, how.outer_left, "left"), (gone_r, how.outer_right, "right")):
+        if gone is None or not outer:
+            continue
+        lone = gone.filter(pc.invert(gone[MATCHED]))
+        if not lone.num_rows:
+            continue
+        n_unmatched += lone.num_rows
+        if ttl_us is not None and epoch_us is not None and ROW_EPOCH in lone.column_names:
+            # what flows downstream: the epoch in which the row expires in its own epochs' terms
+            lone = lone.set_column(lone.schema.get_field_index(ROW_EPOCH), ROW_EPOCH, expiry_epoch(
+                lone["_ingest_ts"], lone[ROW_EPOCH], ttl_us=ttl_us, epoch_us=epoch_us))
+        outs.append(_assemble(output_schema, key, lone.num_rows, **{side: lone}))  # type: ignore[arg-type]
     out = pa.concat_tables(outs) if outs else output_schema.empty_table()
     return JoinResult(left, right, out, n_pairs, n_unmatched, bad_l.drop_columns([MATCHED]),
                       bad_r.drop_columns([MATCHED]), expired, tuple(touched))

@@ -259,7 +259,11 @@ class _Collector:
         self._fio_lock = threading.Lock()
         self.objects: JobObjects = job_objects(self.job, runner.config.state_ttl_seconds)
         self.barrier_us = _iso_us(self.md.barrier_time)
-        self.cutoffs = {o: (self.barrier_us - t * 1_000_000 if t else None)
+        # state expires with the cutoff end(L) - ttl, L the low watermark of the inputs (docs/alignment.md)
+        low = self.md.extra.get("low_epoch")
+        held_us = (int(self.md.epoch) - int(low)) * int(runner.config.epoch_seconds) * 1_000_000 \
+            if low is not None and int(low) < int(self.md.epoch) else 0
+        self.cutoffs = {o: (self.barrier_us - held_us - t * 1_000_000 if t else None)
                         for o, t in self.objects.ttl_seconds.items()}
         self.file_io_for = file_io_for
 

@@ -98,7 +98,9 @@ def node_schema(job: Job, node_id: int) -> pa.Schema | None:
 def _state_schema(job: Job, op, name: str) -> pa.Schema | None:
     if isinstance(op, JoinNode):
         side = node_schema(job, op.left if name == "left" else op.right)
-        return None if side is None else side.append(_KG).append(pa.field("_matched", pa.bool_()))
+        # the rows' own epochs (docs/operators.md, TTL), then the matched flag
+        return None if side is None else side.append(_KG).append(pa.field("_pepoch", pa.int64())).append(
+            pa.field("_matched", pa.bool_()))
     if not isinstance(op, AggregateNode):
         return None  # other operators (dedup, ...): schema not checked here
     sch = node_schema(job, job.node_id(op))

@@ -34,6 +34,10 @@ class Cursor:
     align: object | None = None  # the AlignmentDriver continuing from this cursor (None: start a fresh one)
     inventory: dict = field(default_factory=dict)  # read inventory of the checkpoint (pipeline.source.contract)
     materialize: bool = False  # the next checkpoint writes every state whole (a restore: NO_CLAIM, docs/state.md)
+    # the low watermark L of the inputs at the snapshot (pipeline.runtime.input_epochs); None: not recorded
+    low_epoch: int | None = None
+    # the lowest own epoch of the in-flight channel state to replay (None: none, or not recorded: low_epoch)
+    inflight_low_epoch: int | None = None
 
 
 def handles_by_name(handles: list[dict]) -> dict[str, list[dict]]:
@@ -63,8 +67,11 @@ def cursor_from_metadata(md: CheckpointMetadata) -> Cursor:
         elif c.source is not None and c.partition is not None and c.start is not None:
             # in-flight data still in the source log: reading resumes at the start of its range
             positions.setdefault(c.source, {})[str(c.partition)] = c.start
+    low = md.extra.get("low_epoch")
+    low_in = md.extra.get("inflight_low_epoch", low if inflight else None)
     return Cursor(md.checkpoint_id, md.epoch, positions, handles, inflight,
-                  inventory=dict(md.extra.get("source_files") or {}))
+                  inventory=dict(md.extra.get("source_files") or {}), low_epoch=None if low is None else int(low),
+                  inflight_low_epoch=None if low_in is None else int(low_in))
 
 
 def restore_cursor(ctx: RuntimeContext, report: RunReport | None = None) -> Cursor:

@@ -17,6 +17,7 @@ from pipeline.arrow_ddl import schema_ddl
 from pipeline.exceptions import ConfigError
 from pipeline.job import AggregateNode, Job, JoinNode, MapNode, SourceNode
 from pipeline.keygroups import key_group_expr, subtask_expr
+from pipeline.operators.ttl import ROW_EPOCH
 from pipeline.runtime.operator_registry import register_operator
 from pipeline.runtime.operators import (
     EXACT_SUM,
@@ -34,7 +35,7 @@ __all__ = ["OperatorIO", "operator_dataframe", "drop_internal", "schema_ddl", "a
 
 #: columns the runtime adds to records (source positions, routing and alignment flags): never user data
 _INTERNAL = frozenset(["_source", "_partition", "_seq", "_row", "_park", "_kg", "_side", "_subtask", "_route",
-                       "_matched"])
+                       "_matched", ROW_EPOCH])
 
 
 def spark_schema(schema: pa.Schema):
@@ -59,7 +60,8 @@ def _indexed_dataframe(spark, n_tasks: int):
 
 
 def split_dataframe(spark, n_tasks: int, source: SourceNode, reader_factory: Callable, params_key: str,
-                    meta: Sequence[str] | None = None, carried: Mapping[str, Any] | None = None):
+                    meta: Sequence[str] | None = None, carried: Mapping[str, Any] | None = None,
+                    row_epochs: bool = False):
     """A DataFrame of one round's source records of ``source``, read on the executors by ``n_tasks`` tasks
     (each reads its splits through FileIO, so S3 needs nothing on the JVM).
 
@@ -68,12 +70,16 @@ def split_dataframe(spark, n_tasks: int, source: SourceNode, reader_factory: Cal
     ``n_tasks`` tasks (:func:`task_count`). ``meta``: the position columns to keep (default all); Spark
     cannot prune a Python function's output, and every column handed to the JVM is converted row by row,
     so columns nobody reads are dropped in the task. ``carried`` (Spark Connect, which has no local
-    properties): the round's values, put into the task function itself.
+    properties): the round's values, put into the task function itself. ``row_epochs``: every record gets its
+    own epoch (:data:`~pipeline.operators.ttl.ROW_EPOCH`, the ``epoch`` of its split dict, see
+    :mod:`pipeline.runtime.input_epochs`; null for an untagged split).
     """
     from pipeline.source.reader import META_FIELDS
     keep = [f for f in META_FIELDS if meta is None or f.name in meta]
     out_schema = pa.schema(list(source.schema) + keep)
     names = out_schema.names
+    if row_epochs:
+        out_schema = out_schema.append(pa.field(ROW_EPOCH, pa.int64()))
     reader = reader_factory(source)
     split_schema = pa.schema([("source", pa.string()), ("partition", pa.int32()), ("seq", pa.int64()),
                               ("uri", pa.string()), ("format", pa.string()), ("row_start", pa.int64()),
@@ -90,9 +96,19 @@ def split_dataframe(spark, n_tasks: int, source: SourceNode, reader_factory: Cal
         for b in batches:
             for task in b.column(0).to_pylist():
                 mine = [items[i] for i in groups[task]] if items else []
-                if mine:
-                    for out in reader(iter([pa.RecordBatch.from_pylist(mine, schema=split_schema)])):
-                        yield out if len(keep) == len(META_FIELDS) else out.select(names)
+                runs: list[list[dict]] = []   # consecutive splits of one own epoch (order kept)
+                for d in mine:
+                    if runs and runs[-1][0].get("epoch") == d.get("epoch"):
+                        runs[-1].append(d)
+                    else:
+                        runs.append([d])
+                for run in runs:
+                    for out in reader(iter([pa.RecordBatch.from_pylist(run, schema=split_schema)])):
+                        out = out if len(keep) == len(META_FIELDS) else out.select(names)
+                        if row_epochs:
+                            ep = run[0].get("epoch")
+                            out = out.append_column(ROW_EPOCH, pa.array([ep] * out.num_rows, pa.int64()))
+                        yield out
 
     return _indexed_dataframe(spark, n_tasks).mapInArrow(read, schema_ddl(out_schema))
 
@@ -128,6 +144,8 @@ def apply_maps(df, maps: Sequence[MapNode]):
                 exprs.append("_ingest_ts")
             if "_park" in df.columns:  # unaligned: the row is in flight at the join (see JobRunner._process_round)
                 exprs.append("_park")
+            if ROW_EPOCH in df.columns:  # the record's own epoch (pipeline.runtime.input_epochs)
+                exprs.append(ROW_EPOCH)
             if "_wm_channel" in df.columns:  # a window's watermark channel (pipeline.runtime.keyed_ops)
                 exprs.append("_wm_channel")
             df = df.selectExpr(*exprs)
@@ -165,6 +183,8 @@ class OperatorIO:
     barrier_us: int = 0                 # whether this round completes the checkpoint (pipeline.runtime.keyed_ops)
     complete: bool = True
     snapshot: dict | None = None        # how tasks snapshot state (pipeline.state.snapshot.SnapshotOptions.to_params)
+    ttl_us: int | None = None           # plan-time: the operator's state TTL (µs), None: none
+    epoch_us: int = 0                   # plan-time: the epoch length (µs)
 
 
 def rethrow_task_error(e: Exception) -> None:
@@ -201,8 +221,9 @@ def operator_dataframe(spark, job: Job, op, inputs: dict[int, object], io: Opera
 
 
 def drop_internal(df):
-    """``df`` without the runtime's own columns (keeps ``_park``, the unaligned routing flag)."""
-    keep = [c for c in df.columns if c not in _INTERNAL or c == "_park"]
+    """``df`` without the runtime's own columns (keeps ``_park``, the unaligned routing flag, and the records'
+    own epoch)."""
+    keep = [c for c in df.columns if c not in _INTERNAL or c in ("_park", ROW_EPOCH)]
     return df if len(keep) == len(df.columns) else df.select(*keep)
 
 
@@ -220,8 +241,13 @@ def join_dataframe(spark, job: Job, op: JoinNode, resolve, io: OperatorIO):
     # internal columns (source positions, routing flags) are not the user's: never joined, never output
     lcols = tuple(c for c in left.columns if c not in _INTERNAL)
     rcols = tuple(c for c in right.columns if c not in _INTERNAL)
-    left, right = left.select(*lcols, *(["_park"] if "_park" in left.columns else [])), \
-        right.select(*rcols, *(["_park"] if "_park" in right.columns else []))
+
+    def own_epoch(d):  # records of an untagged input (e.g. a window's output) get the checkpoint's epoch in the task
+        return F.col(ROW_EPOCH) if ROW_EPOCH in d.columns else F.lit(None).cast("long").alias(ROW_EPOCH)
+    lsch = arrow_schema_of(left.select(*lcols))
+    rsch = arrow_schema_of(right.select(*rcols))
+    left, right = left.select(*lcols, own_epoch(left), *(["_park"] if "_park" in left.columns else [])), \
+        right.select(*rcols, own_epoch(right), *(["_park"] if "_park" in right.columns else []))
     clash = (set(lcols) & set(rcols)) - {op.on, "_ingest_ts"}
     if clash:
         raise ConfigError(f"join {op.uid}: both inputs have columns {sorted(clash)}; rename them on one side "
@@ -232,8 +258,6 @@ def join_dataframe(spark, job: Job, op: JoinNode, resolve, io: OperatorIO):
     if unknown:
         raise ConfigError(f"join {op.uid}: output columns {unknown} are in neither input "
                           f"(left has {list(lcols)}, right has {list(rcols)})")
-    lsch = arrow_schema_of(left.drop("_park") if "_park" in left.columns else left)
-    rsch = arrow_schema_of(right.drop("_park") if "_park" in right.columns else right)
     kg = key_group_expr(op.on, MP)
     l2 = left.withColumn("_side", F.lit(0).cast("byte")).withColumn("_kg", kg)
     r2 = right.withColumn("_side", F.lit(1).cast("byte")).withColumn("_kg", kg)
@@ -245,11 +269,14 @@ def join_dataframe(spark, job: Job, op: JoinNode, resolve, io: OperatorIO):
     # chained: only the columns the consumers read flow on (the sink file still gets every column)
     read = job.columns_read(job.node_id(op)) if io.ack_prefix is not None else None
     flow_schema = out_schema if read is None else pa.schema([f for f in out_schema if f.name.lower() in read])
+    if io.ack_prefix is not None:  # rows flowing on carry their own epoch (a pair: the later of its two rows')
+        flow_schema = flow_schema.append(pa.field(ROW_EPOCH, pa.int64()))
     spec = JoinTaskSpec(op.uid, io.checkpoint, op.on, lcols, rcols, output, P, MP, io.ttl_cutoff_us,
                         io.parent_handles, io.state_prefix, io.output_prefix, io.output_name, io.file_tag,
                         lsch, rsch, out_schema, io.ack_prefix, io.replay_handles or {}, io.channel_prefix,
                         flow_schema, how=op.how, unique=op.unique, bad_records=io.bad_records,
-                        dead_letter_root=io.dead_letter_root, job=job.name)
+                        dead_letter_root=io.dead_letter_root, job=job.name, ttl_us=io.ttl_us,
+                        epoch_us=io.epoch_us, epoch=io.epoch)
     result = shuffled.mapInArrow(make_join_task(spec), HANDLE_DDL if io.ack_prefix is None else schema_ddl(flow_schema))
     return result, out_schema  # the full output schema (what a sink gets), not the chained flow_schema
 

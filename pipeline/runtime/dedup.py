@@ -13,9 +13,18 @@ from pipeline.faults import fault_point
 from pipeline.job import DedupNode, Job
 from pipeline.keygroups import key_group_expr, range_for_subtask, subtask_expr
 from pipeline.operators.dedup import dedup_step
+from pipeline.operators.ttl import ROW_EPOCH
 from pipeline.runtime.dataflow import OperatorIO, arrow_schema_of, drop_internal, schema_ddl
 from pipeline.runtime.operator_registry import register_operator
-from pipeline.runtime.operators import HANDLE_DDL, _collect, _handle, _partition_id, _round_spec, emit_handles
+from pipeline.runtime.operators import (
+    HANDLE_DDL,
+    _collect,
+    _handle,
+    _partition_id,
+    _round_spec,
+    emit_handles,
+    fill_row_epochs,
+)
 from pipeline.runtime.routing import shuffle_to_subtasks
 from pipeline.state.backend import KG_COLUMN, read_state, write_table
 from pipeline.state.changelog import TouchedKeys
@@ -40,6 +49,10 @@ class DedupTaskSpec:
     ttl_cutoff_us: int | None
     ack_prefix: str | None = None
     snapshot: dict | None = None   # round field: pipeline.state.snapshot.SnapshotOptions
+    ttl_us: int | None = None      # the state TTL (µs): each row's own cutoff end(p(y)) - ttl
+    epoch_us: int = 0              # the epoch length (µs)
+    epoch: int = 0                 # round field: the checkpoint's epoch (own epoch of untagged records)
+    user_schema: pa.Schema | None = None   # the output columns (in_schema without the own epoch)
 
 
 def make_dedup_task(spec: DedupTaskSpec):
@@ -60,10 +73,14 @@ def make_dedup_task(spec: DedupTaskSpec):
         ischema = spec.in_schema.append(pa.field(KG_COLUMN, pa.int32()))
         incoming = _collect(batches)
         new = incoming.select(ischema.names).cast(ischema) if incoming is not None else ischema.empty_table()
+        if ROW_EPOCH in new.column_names:
+            new = fill_row_epochs(new, default=spec.epoch, epoch_us=spec.epoch_us)
         cutoff = (pa.scalar(spec.ttl_cutoff_us, pa.timestamp("us", tz="UTC"))
                   if spec.ttl_cutoff_us is not None else None)
-        res = dedup_step(state, new, key=spec.key, cutoff=cutoff, state_columns=sschema.names)
+        res = dedup_step(state, new, key=spec.key, cutoff=cutoff, state_columns=sschema.names,
+                         ttl_us=spec.ttl_us if spec.epoch_us else None, epoch_us=spec.epoch_us or None)
         out = res.output.select(spec.in_schema.names)
+        user = spec.user_schema or spec.in_schema
         sync_ms = (time.perf_counter() - t0) * 1000
         fault_point("writing_state")
         t1 = time.perf_counter()
@@ -74,7 +91,8 @@ def make_dedup_task(spec: DedupTaskSpec):
         t_out = time.perf_counter()
         ofh = None
         if spec.ack_prefix is None and out.num_rows:
-            ofh = write_table(fio, f"{spec.output_prefix}/part-{spec.file_tag}-{subtask:05d}.parquet", out)
+            ofh = write_table(fio, f"{spec.output_prefix}/part-{spec.file_tag}-{subtask:05d}.parquet",
+                              out.select(user.names))
         async_ms = (t_out - t1) * 1000
         sync_ms += (time.perf_counter() - t_out) * 1000
         n = new.num_rows
@@ -97,11 +115,16 @@ def dedup_dataframe(spark, job: Job, op: DedupNode, resolve, io: OperatorIO):
     for c in (op.key, "_ingest_ts"):
         if c not in src.columns:
             raise ConfigError(f"deduplicate {op.uid}: input lacks column {c!r} (has {src.columns})")
+    if ROW_EPOCH not in src.columns:  # an untagged input: the task fills in the checkpoint's epoch
+        from pyspark.sql import functions as F
+        src = src.withColumn(ROW_EPOCH, F.lit(None).cast("long"))
     in_schema = arrow_schema_of(src)
+    user_schema = pa.schema([f for f in in_schema if f.name != ROW_EPOCH])
     keyed = src.withColumn(KG_COLUMN, key_group_expr(op.key, MP)).withColumn("_subtask", subtask_expr(KG_COLUMN, MP, P))
     shuffled = shuffle_to_subtasks(keyed, spark, "_subtask", P)
     spec = DedupTaskSpec(op.uid, io.checkpoint, op.key, in_schema, P, MP, io.parent_handles, io.state_prefix,
-                         io.output_prefix, io.output_name, io.file_tag, io.ttl_cutoff_us, io.ack_prefix)
+                         io.output_prefix, io.output_name, io.file_tag, io.ttl_cutoff_us, io.ack_prefix,
+                         ttl_us=io.ttl_us, epoch_us=io.epoch_us, epoch=io.epoch, user_schema=user_schema)
     result = shuffled.mapInArrow(make_dedup_task(spec),
                                  HANDLE_DDL if io.ack_prefix is None else schema_ddl(in_schema))
-    return result, in_schema
+    return result, user_schema

@@ -55,7 +55,8 @@ class CheckpointFinalizer:
     def finish(self, pending, snap, working: Cursor, rows: list[dict], staged: dict, results: list[RoundResult],
                dead_letters: dict, summaries, expected: dict, P: int, *, last_round: int, t0: float,
                records: dict | None = None, backlog: dict | None = None,
-               dropped: dict | None = None) -> tuple[Cursor, list[RoundResult]]:
+               dropped: dict | None = None, low_epoch: int | None = None,
+               inflight_low_epoch: int | None = None) -> tuple[Cursor, list[RoundResult]]:
         """Checkpoint n is snapshotted (``snap``): acknowledge the tasks' handles of round ``last_round``
         with the alignment metrics, write ``_metadata`` (last), commit the sinks."""
         ctx = self.ctx
@@ -118,6 +119,10 @@ class CheckpointFinalizer:
             extra={"records": records, "round_records": [r.records for r in results if r.round <= last_round]
                    + ([records] if not results or results[-1].round < last_round else []),
                    "alignment": alignment, "dropped": dict(sorted((dropped or {}).items())),
+                   # the low watermark L of the inputs the snapshot's state expired with (input_epochs)
+                   "low_epoch": epoch if low_epoch is None else int(low_epoch),
+                   # the lowest own epoch of the in-flight rows written as channel state (replayed first)
+                   **({"inflight_low_epoch": int(inflight_low_epoch)} if inflight_low_epoch is not None else {}),
                    "source_files": (read_inventory(getattr(ctx, "source_listing", {}), positions,
                                                    getattr(ctx, "source_inventory_behind", {})) if summaries
                                     else working.inventory)})

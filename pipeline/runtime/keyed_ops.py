@@ -283,7 +283,7 @@ def window_dataframe(spark, job: Job, op: WindowNode, resolve, io):
     if missing:
         raise ConfigError(f"window {op.uid}: input lacks columns {missing} (has {[c for c in df.columns if not c.startswith('_')]})")
     # every column flows to the task (a late record is dead-lettered whole); state keeps only what the aggs read
-    df = df.select(*dict.fromkeys(needed + [c for c in df.columns if c != "_park"]))
+    df = df.select(*dict.fromkeys(needed + [c for c in df.columns if c not in ("_park", "_pepoch")]))
     et = dict(df.dtypes)[op.event_time]
     if not et.startswith("timestamp"):
         raise ConfigError(f"window {op.uid}: event_time column {op.event_time!r} must be a timestamp, is {et}")
@@ -384,7 +384,7 @@ def process_dataframe(spark, job: Job, op: ProcessNode, resolve, io):
     df = resolve(op.parent)
     if op.key not in df.columns:
         raise ConfigError(f"process {op.uid}: input lacks the key column {op.key!r}")
-    internal = {"_source", "_partition", "_seq", "_row", "_park"}
+    internal = {"_source", "_partition", "_seq", "_row", "_park", "_pepoch"}
     df = df.select(*[c for c in df.columns if c not in internal])
     in_schema = arrow_schema_of(df)
     df = df.withColumn(KG_COLUMN, key_group_expr(op.key, MP)).withColumn("_subtask", subtask_expr(KG_COLUMN, MP, P))

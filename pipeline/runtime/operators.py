@@ -20,6 +20,7 @@ from pipeline.exceptions import AggregateOverflowError, MalformedInputError
 from pipeline.faults import fault_point
 from pipeline.keygroups import range_for_subtask
 from pipeline.operators.join import MATCHED, JoinType, Uniqueness, join_step
+from pipeline.operators.ttl import ROW_EPOCH
 from pipeline.state.backend import KG_COLUMN, read_state, write_table
 from pipeline.state.changelog import TouchedKeys
 from pipeline.state.snapshot import write_state
@@ -122,6 +123,27 @@ class JoinTaskSpec:
     dead_letter_root: str | None = None
     job: str = ""
     snapshot: dict | None = None          # round field: pipeline.state.snapshot.SnapshotOptions
+    ttl_us: int | None = None             # the state TTL (µs): the per-pair condition on the rows' own epochs
+    epoch_us: int = 0                     # the epoch length (µs)
+    epoch: int = 0                        # round field: the checkpoint's epoch (own epoch of untagged records)
+
+
+def fill_row_epochs(t: pa.Table, *, default: int | None, epoch_us: int) -> pa.Table:
+    """``t`` with every null own epoch (:data:`~pipeline.operators.ttl.ROW_EPOCH`, added if absent) filled:
+    with ``default`` (records of an untagged input), or - ``default`` None - with the ingest-time epoch
+    ``floor(_ingest_ts / E)`` (state written before records carried their own epoch, bootstrap state)."""
+    if ROW_EPOCH not in t.column_names:
+        t = t.append_column(ROW_EPOCH, pa.nulls(t.num_rows, pa.int64()))
+    col = t[ROW_EPOCH]
+    if col.null_count == 0:
+        return t
+    if default is not None or not epoch_us:
+        fill = pa.scalar(default if default is not None else 0, pa.int64())
+    else:
+        from pipeline.operators.ttl import micros
+        fill = pc.divide(micros(t["_ingest_ts"]), epoch_us)
+    return t.set_column(t.schema.get_field_index(ROW_EPOCH), ROW_EPOCH,
+                        pc.cast(pc.coalesce(pc.cast(col, pa.int64()), fill), pa.int64()))
 
 
 def _round_spec(spec):
@@ -178,8 +200,9 @@ def make_join_task(spec: JoinTaskSpec):
         subtask = _partition_id()
         kgr = range_for_subtask(spec.max_parallelism, spec.parallelism, subtask)
         fio = file_io_for(spec.state_prefix)
-        lin = spec.left_schema.append(pa.field(KG_COLUMN, pa.int32()))
-        rin = spec.right_schema.append(pa.field(KG_COLUMN, pa.int32()))
+        epoch_field = pa.field(ROW_EPOCH, pa.int64())
+        lin = spec.left_schema.append(pa.field(KG_COLUMN, pa.int32())).append(epoch_field)
+        rin = spec.right_schema.append(pa.field(KG_COLUMN, pa.int32())).append(epoch_field)
         lschema = lin.append(pa.field(MATCHED, pa.bool_()))
         rschema = rin.append(pa.field(MATCHED, pa.bool_()))
         incoming = _collect(batches)
@@ -190,21 +213,26 @@ def make_join_task(spec: JoinTaskSpec):
             flag = pc.fill_null(incoming["_park"], False)
             parked = incoming.filter(flag)
             incoming = incoming.filter(pc.invert(flag))
-        state_l = read_state(fio, spec.parent_handles.get("left", []), kgr.start, kgr.end, lschema, spec.checkpoint)
-        state_r = read_state(fio, spec.parent_handles.get("right", []), kgr.start, kgr.end, rschema, spec.checkpoint)
+        opt = (ROW_EPOCH,)  # state and channel files written before records carried their own epoch lack it
+        state_l = fill_row_epochs(read_state(fio, spec.parent_handles.get("left", []), kgr.start, kgr.end, lschema,
+                                             spec.checkpoint, optional=opt), default=None, epoch_us=spec.epoch_us)
+        state_r = fill_row_epochs(read_state(fio, spec.parent_handles.get("right", []), kgr.start, kgr.end, rschema,
+                                             spec.checkpoint, optional=opt), default=None, epoch_us=spec.epoch_us)
         restored = state_l.num_rows + state_r.num_rows
         in_rows = 0
         if spec.replay_handles:  # channel state of the previous checkpoint: consumed first
-            replay_l = read_state(fio, spec.replay_handles.get("left", []), kgr.start, kgr.end, lin,
-                                  spec.checkpoint)
-            replay_r = read_state(fio, spec.replay_handles.get("right", []), kgr.start, kgr.end, rin,
-                                  spec.checkpoint)
+            replay_l = fill_row_epochs(read_state(fio, spec.replay_handles.get("left", []), kgr.start, kgr.end, lin,
+                                                  spec.checkpoint, optional=opt), default=None, epoch_us=spec.epoch_us)
+            replay_r = fill_row_epochs(read_state(fio, spec.replay_handles.get("right", []), kgr.start, kgr.end, rin,
+                                                  spec.checkpoint, optional=opt), default=None, epoch_us=spec.epoch_us)
             in_rows += replay_l.num_rows + replay_r.num_rows
         if incoming is not None:
             in_rows += incoming.num_rows
             side = incoming["_side"]
-            new_l = incoming.filter(pc.equal(side, 0)).select(lin.names).cast(lin)
-            new_r = incoming.filter(pc.equal(side, 1)).select(rin.names).cast(rin)
+            new_l = fill_row_epochs(incoming.filter(pc.equal(side, 0)).select(lin.names).cast(lin),
+                                    default=spec.epoch, epoch_us=spec.epoch_us)
+            new_r = fill_row_epochs(incoming.filter(pc.equal(side, 1)).select(rin.names).cast(rin),
+                                    default=spec.epoch, epoch_us=spec.epoch_us)
         else:
             new_l, new_r = lin.empty_table(), rin.empty_table()
         if spec.replay_handles:  # in-flight rows of the previous checkpoint come first
@@ -212,8 +240,11 @@ def make_join_task(spec: JoinTaskSpec):
             new_r = pa.concat_tables([replay_r, new_r])
         cutoff = (pa.scalar(spec.ttl_cutoff_us, pa.timestamp("us", tz="UTC"))
                   if spec.ttl_cutoff_us is not None else None)
+        kernel_out = spec.out_schema if spec.ack_prefix is None else spec.out_schema.append(
+            pa.field(ROW_EPOCH, pa.int64()))
         res = join_step(state_l, state_r, new_l, new_r, key=spec.key, cutoff=cutoff, how=JoinType(spec.how),
-                        unique=Uniqueness(spec.unique), output_schema=spec.out_schema)
+                        unique=Uniqueness(spec.unique), output_schema=kernel_out,
+                        ttl_us=spec.ttl_us if spec.epoch_us else None, epoch_us=spec.epoch_us or None)
         left, right, expired = res.left, res.right, res.expired
         out = res.output if res.output.num_rows else None
         dead = _join_violations(spec, fio, res, subtask)
@@ -230,7 +261,8 @@ def make_join_task(spec: JoinTaskSpec):
         ofh = None
         if out is not None and out.num_rows:
             t_out = time.perf_counter()
-            ofh = write_table(fio, f"{spec.output_prefix}/part-{spec.file_tag}-{subtask:05d}.parquet", out)
+            ofh = write_table(fio, f"{spec.output_prefix}/part-{spec.file_tag}-{subtask:05d}.parquet",
+                              out.select(spec.out_schema.names))
             out_ms = (time.perf_counter() - t_out) * 1000  # sink staging: output, not snapshot
         handles.append(("output", spec.output_name, ofh))
         if parked is not None and parked.num_rows:

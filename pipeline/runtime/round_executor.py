@@ -27,6 +27,7 @@ from pipeline.runtime.barrier_log import BarrierLog, Barriers
 from pipeline.runtime.context import RuntimeContext
 from pipeline.runtime.cursor import Cursor
 from pipeline.runtime.finalize import CheckpointFinalizer
+from pipeline.runtime.input_epochs import InputEpochs
 from pipeline.runtime.results import RoundResult
 from pipeline.runtime.spark_plan import SparkPlan
 from pipeline.source.planner import barrier_position, end_position, plan_segments
@@ -44,6 +45,19 @@ class RoundExecutor:
         self.barrier_log = barrier_log
         self.plan = plan
         self.finalizer = finalizer
+        self._logged: dict[int, dict | None] = {}   # barrier log entries read so far (immutable once logged)
+
+    def input_epochs(self, epoch: int, barriers: Barriers, floor: int) -> InputEpochs:
+        """The own epochs of this checkpoint's input (:mod:`pipeline.runtime.input_epochs`): logged barriers of
+        the epochs ``floor .. epoch - 1`` and barrier ``epoch``."""
+        logged: dict[int, dict] = {}
+        for k in range(max(0, floor), epoch):
+            if k not in self._logged:
+                self._logged[k] = self.barrier_log.logged(k)
+            entry = self._logged[k]
+            if entry is not None:
+                logged[k] = entry
+        return InputEpochs.build(epoch, logged, barriers)
 
     def channels(self, barriers) -> list[tuple[str, str]]:
         """Barrier-handler channels: the partitions of the join's left input, then those of its right input,
@@ -98,7 +112,12 @@ class RoundExecutor:
                           if s.mode == "upsert" and isinstance(job.nodes[s.parent], AggregateNode)}
         working = Cursor(cursor.checkpoint_id, cursor.epoch, {s: dict(p) for s, p in cursor.positions.items()},
                          cursor.handles, {u: list(h) for u, h in cursor.inflight.items()}, driver,
-                         inventory=cursor.inventory, materialize=cursor.materialize)
+                         inventory=cursor.inventory, materialize=cursor.materialize, low_epoch=cursor.low_epoch,
+                         inflight_low_epoch=cursor.inflight_low_epoch)
+        floor = cursor.low_epoch if cursor.low_epoch is not None else (
+            cursor.epoch if cursor.epoch is not None else epoch)
+        own_epochs = self.input_epochs(epoch, barriers, min(floor, epoch))
+        lows: dict[int, int] = {}   # round -> the low watermark L it expired state with
         zero, empty = Position(seq=0, row=0), ()
         next_end = ctx.epochs.end_us(epoch + 1)
 
@@ -133,7 +152,7 @@ class RoundExecutor:
             if snap is not None:  # the alignment timeout fired between rounds: the last round's state is the snapshot
                 return self.finalizer.finish(pending, snap, working, last_rows, staged, results, dead_letters,
                                              summaries, expected, P, last_round=rnd - 1, t0=t0,
-                                             dropped=dropped)
+                                             dropped=dropped, low_epoch=lows.get(rnd - 1, working.low_epoch))
             stops = driver.stops(starts, {ch: end_position(summaries_of(ch)) for ch in channels}, next_stop)
             segments = {}
             for src in job.sources():
@@ -147,17 +166,20 @@ class RoundExecutor:
             snap = driver.walk(rnd, now, starts, reached, arrived)
             parked = snap.parked if snap is not None else frozenset()
             replayed = sum(h["rows"] for hs in working.inflight.values() for h in hs)
+            # TTL: held back to the oldest own epoch still pending in any channel (docs/alignment.md)
+            low = own_epochs.low_watermark(starts, working.inflight_low_epoch if replayed else None)
+            lows[rnd] = low
             plan = {"round": rnd, "now": now,
                     "segments": {s: {str(p): {"start": seg.start.to_dict(), "stop": seg.stop.to_dict(),
                                               "reached": seg.reached.to_dict(), "records": seg.records,
                                               "backlog": seg.backlog}
                                      for p, seg in segs.items()} for s, segs in segments.items()},
                     "alignment": driver.round_log, "parked": sorted(f"{s}/partition={p}" for s, p in parked),
-                    "replayed_inflight_rows": replayed}
+                    "replayed_inflight_rows": replayed, "low_epoch": low}
             ctx.ckpt_fio.write_bytes(round_plan_uri(pending.location, rnd),
                                      (json.dumps(plan, indent=1) + "\n").encode(), if_none_match=True)
             rows = self.plan.process_round(pending, rnd, P, working, segments, epoch, parked=parked, staged=staged,
-                                           complete=snap is not None)
+                                           complete=snap is not None, low_epoch=low, own_epochs=own_epochs)
             for h in rows:  # operators' dead letters (e.g. a join's ``unique`` violated) and dropped rows
                 if h["kind"] == "dead_letter" and h["rows"]:
                     name = f"operator={h['operator']}"
@@ -187,7 +209,8 @@ class RoundExecutor:
                     h["inflight_bytes"] = h["bytes"]
                     inflight.setdefault(h["operator"], []).append(h)
             working = Cursor(working.checkpoint_id, working.epoch, new_positions, new_handles, inflight, driver,
-                             inventory=working.inventory, materialize=working.materialize)
+                             inventory=working.inventory, materialize=working.materialize, low_epoch=low,
+                             inflight_low_epoch=working.inflight_low_epoch)
             last_rows = rows
             records = {s: sum(seg.records for seg in segs.values()) for s, segs in segments.items()}
             backlog = {s: sum(seg.backlog for seg in segs.values()) for s, segs in segments.items()}
@@ -209,4 +232,6 @@ class RoundExecutor:
                 continue
             return self.finalizer.finish(pending, snap, working, rows, staged, results, dead_letters, summaries,
                                          expected, P, last_round=rnd, t0=t0, records=records, backlog=backlog,
-                                         dropped=dropped)
+                                         dropped=dropped, low_epoch=low,
+                                         inflight_low_epoch=min((own_epochs.epoch_at(ch, snap.cut[ch])
+                                                                 for ch in snap.parked), default=None))

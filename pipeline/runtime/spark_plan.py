@@ -20,7 +20,7 @@ from pipeline.barriers.events import CheckpointType
 from pipeline.exceptions import ConfigError
 from pipeline.faults import fault_point
 from pipeline.fileio import join_uri
-from pipeline.job import AggregateNode, JoinNode, SourceNode
+from pipeline.job import AggregateNode, DedupNode, JoinNode, SourceNode
 from pipeline.layout import (
     JobLayout,
     channel_prefix,
@@ -62,7 +62,7 @@ class SparkPlan:
 
     def process_round(self, pending, rnd: int, P: int, cursor: Cursor, segments, epoch: int, *,
                       parked: frozenset = frozenset(), staged: dict | None = None,
-                      complete: bool = True) -> list[dict]:
+                      complete: bool = True, low_epoch: int | None = None, own_epochs=None) -> list[dict]:
         """The Spark work of one round; returns all handle rows (the acks of every subtask).
 
         Operators feeding other operators are chained into the same Spark job (their output flows
@@ -76,12 +76,16 @@ class SparkPlan:
         files (handle rows of kind ``channel``) instead of processing them. ``staged``: sink output staged
         by earlier rounds of this checkpoint (an aggregate feeding an upsert sink merges it into its output).
         ``complete``: this round completes the checkpoint (a window's watermark advances and windows fire only
-        then, :mod:`pipeline.runtime.keyed_ops`).
+        then, :mod:`pipeline.runtime.keyed_ops`). ``low_epoch``: the low watermark ``L`` of the inputs, the TTL
+        cutoff is ``end(L) - ttl`` (default: ``epoch``); ``own_epochs``
+        (:class:`~pipeline.runtime.input_epochs.InputEpochs`): the splits are cut at barriers and tagged with
+        their records' own epoch.
         """
         ctx = self.ctx
         spark = ctx.spark
         fault_point("reading")
-        splits = {node.name: [sp.as_dict() for seg in segments[node.name].values() for sp in seg.splits]
+        splits = {node.name: [d for p, seg in segments[node.name].items()
+                              for d in self._tagged(own_epochs, (node.name, str(p)), seg.splits)]
                   for node in ctx.job.sources()}
         values: dict[str, object] = {source_key(name): sp for name, sp in splits.items()}
         shape = tuple(sorted((name, task_count(len(sp), P)) for name, sp in splits.items()))
@@ -95,7 +99,8 @@ class SparkPlan:
             ttl = None
             if hasattr(op, "ttl_seconds"):  # operators with state TTL: the epoch's cutoff (docs/operators.md)
                 ttl_s = op.ttl_seconds if op.ttl_seconds is not None else ttl_default
-                ttl = ctx.epochs.end_us(epoch) - ttl_s * 1_000_000 if ttl_s else None
+                held = epoch if low_epoch is None else min(low_epoch, epoch)
+                ttl = ctx.epochs.end_us(held) - ttl_s * 1_000_000 if ttl_s else None
             io = OperatorIO(checkpoint=checkpoint_dir_name(cid), parallelism=P,
                             max_parallelism=ctx.max_parallelism, parent_handles=cursor.handles.get(op.uid, {}),
                             state_prefix=round_state_prefix(loc, rnd, op.uid),
@@ -129,6 +134,15 @@ class SparkPlan:
         return [h for h in rows if not (h["kind"] == "output" and str(h["name"]).startswith("exchange:"))]
 
     @staticmethod
+    def _tagged(own_epochs, ch: tuple[str, str], splits) -> list[dict]:
+        dicts = [sp.as_dict() for sp in splits]
+        return own_epochs.tag_splits(ch, dicts) if own_epochs is not None else dicts
+
+    def row_epochs(self) -> bool:
+        """Whether records carry their own epoch (a join or a deduplication consumes them)."""
+        return any(isinstance(o, (JoinNode, DedupNode)) for o in self.ctx.job.operators())
+
+    @staticmethod
     def _run(steps: list[tuple], fresh) -> list[dict]:
         """Execute a round's plan: every terminal operator is one Spark job (collecting its handle rows); an
         operator with several consumers is computed once for all of them. ``fresh(df)``: a DataFrame to
@@ -145,6 +159,13 @@ class SparkPlan:
         for df in persisted:
             df.unpersist()
         return rows
+
+    def _ttl_us(self, op) -> int | None:
+        """The operator's state TTL in µs (None: no TTL), if it has one."""
+        if not hasattr(op, "ttl_seconds"):
+            return None
+        s = op.ttl_seconds if op.ttl_seconds is not None else self.ctx.config.state_ttl_seconds
+        return s * 1_000_000 if s else None
 
     def _topology(self) -> list[tuple]:
         """``[(operator, its sinks, its consumers)]`` in topological order."""
@@ -200,7 +221,7 @@ class SparkPlan:
                 meta = None if read is None else [f.name for f in META_FIELDS
                                                   if f.name.lower() in read or (park and f.name == "_partition")]
                 inputs[i] = split_dataframe(spark, tasks[node.name], node, factory, source_key(node.name), meta=meta,
-                                            carried=carried)
+                                            carried=carried, row_epochs=self.row_epochs())
                 if park:
                     from pyspark.sql import functions as F  # pyspark: imported where Spark already runs
                     inputs[i] = inputs[i].withColumn("_park", F.col("_partition").isin(park))
@@ -211,7 +232,8 @@ class SparkPlan:
             io = OperatorIO(checkpoint=checkpoint_dir_name("?"), parallelism=P, max_parallelism=ctx.max_parallelism,
                             parent_handles={}, state_prefix="", output_prefix="", output_name="", file_tag="",
                             ttl_cutoff_us=None, ack_prefix="" if consumers else None,
-                            bad_records=ctx.config.bad_records, dead_letter_root=ctx.dead_letter_root)
+                            bad_records=ctx.config.bad_records, dead_letter_root=ctx.dead_letter_root,
+                            ttl_us=self._ttl_us(op), epoch_us=ctx.config.epoch_seconds * 1_000_000)
             if ios is not None:  # Spark Connect: this round's values in the plan itself
                 io = dataclasses.replace(io, **{f: getattr(ios[op.uid], f) for f in ROUND_FIELDS})
             df, _schema = operator_dataframe(spark, ctx.job, op, inputs, io)

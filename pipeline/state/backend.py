@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -151,12 +151,13 @@ def load_chain(fileio, chain: StateChain, checkpoint: str, *, warm: bool = True)
 
 
 def read_state(fileio, handles: Iterable[Mapping], kg_start: int, kg_end: int, schema: pa.Schema,
-               checkpoint: str) -> pa.Table:
+               checkpoint: str, optional: Sequence[str] = ()) -> pa.Table:
     """Rows of key groups [kg_start, kg_end] from the given handles (checksums verified).
 
     A state handle (one with ``state_rows``) is a chain (:mod:`pipeline.state.chain`): it is served warm when
     this executor holds it (:mod:`pipeline.state.cache`), else read and kept. Other handles (channel state,
-    staged output) are plain files, read every time."""
+    staged output) are plain files, read every time. ``optional``: columns of ``schema`` that files written
+    before the column existed lack (read as nulls)."""
     parts = []
     for h in handles:
         if h.get("uri") is None or h["kg_end"] < kg_start or h["kg_start"] > kg_end:
@@ -167,6 +168,9 @@ def read_state(fileio, handles: Iterable[Mapping], kg_start: int, kg_end: int, s
         if not (kg_start <= h["kg_start"] and h["kg_end"] <= kg_end):
             kg = t[KG_COLUMN]
             t = t.filter(pc.and_(pc.greater_equal(kg, kg_start), pc.less_equal(kg, kg_end)))
+        for name in optional:
+            if name not in t.column_names:
+                t = t.append_column(name, pa.nulls(t.num_rows, schema.field(name).type))
         parts.append(t.select(schema.names).cast(schema))
     if not parts:
         return schema.empty_table()
