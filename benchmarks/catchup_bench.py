@@ -22,15 +22,15 @@ process (fresh JVM), one after the other:
    the last barrier, every sink table and operator state written as Parquet by Spark (a recompute of everything).
 
 ``job s`` excludes the Spark session start (``spark_start_s``, timed apart in every phase); ``wall s`` is the child
-process; ``cpu s`` is the CPU time of the child's whole process tree (driver, JVM, Python workers: less sensitive
-to other processes on a shared machine than the wall-clock figures). The catch-up's committed sink row counts are compared with the one-shot's sink tables.
+process; ``cpu s`` is the CPU time the child's whole process tree (driver, JVM, Python daemon and workers) spent
+during ``job s`` (less sensitive to other processes on a shared machine than wall-clock time; ``vs one-shot`` is
+given for both). The catch-up's committed sink row counts are compared with the one-shot's sink tables.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -51,6 +51,28 @@ def _runner(root: Path, phase: str, parallelism: int, env: dict | None = None):
                       checkpoint_uri=(root / phase / "ckpt").as_uri(), sink_uri=(root / phase / "sink").as_uri(),
                       clock_now=CLOCK, parallelism=parallelism)
     return JobRunner(get_job(JOB), cfg, echo=lambda m: None)
+
+
+def tree_cpu_s() -> float:
+    """CPU seconds of this process and every live descendant (JVM, Python daemon and workers), each with its
+    reaped children's: the work done, whatever other processes on the machine take."""
+    hz = os.sysconf("SC_CLK_TCK")
+    procs = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    st = f.read()
+            except OSError:
+                continue
+            rest = st[st.rfind(")") + 2:].split()
+            procs[int(d)] = (int(rest[1]), sum(int(x) for x in rest[11:15]))
+    mine, todo = set(), [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        mine.add(pid)
+        todo.extend(c for c, (pp, _) in procs.items() if pp == pid and c not in mine)
+    return sum(procs[p][1] for p in mine if p in procs) / hz
 
 
 def _start(r) -> float:
@@ -76,7 +98,7 @@ def append(root: Path, epochs: int) -> dict:
 def measure(root: Path, phase: str, parallelism: int) -> dict:
     r = _runner(root, "full" if phase in ("full", "catchup") else phase, parallelism, dict(os.environ))
     out: dict = {"phase": phase, "spark_start_s": _start(r)}
-    t = time.perf_counter()
+    t, c = time.perf_counter(), tree_cpu_s()
     if phase == "oneshot":
         from pipeline.batch.bootstrap import plan_bootstrap
         from pipeline.batch.plan import evaluate
@@ -93,9 +115,11 @@ def measure(root: Path, phase: str, parallelism: int) -> dict:
         res.release()
         out.update(epoch=plan.epoch, objects=rows)
         out["job_s"] = round(time.perf_counter() - t, 2)
+        out["cpu_s"] = round(tree_cpu_s() - c, 1)
         return out
     rep = r.run()
     out["job_s"] = round(time.perf_counter() - t, 2)
+    out["cpu_s"] = round(tree_cpu_s() - c, 1)
     done = rep.completed
     out.update(epoch=r.snapshot().metadata.epoch, checkpoints=len(done),
                epochs=[x.epoch for x in done], spark_rounds=len({(x.checkpoint_id, x.round) for x in rep.rounds}),
@@ -118,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="';'-separated catch-up variants, each 'default' or KEY=VALUE[,KEY=VALUE] (child environment)")
     ap.add_argument("--repeat", type=int, default=1, help="catch-up measurements per value (the best is reported)")
     ap.add_argument("--no-oneshot", action="store_true")
+    ap.add_argument("--reuse", action="store_true",
+                    help="reuse the data and the full run of an earlier invocation with the same --root/--orders")
     ap.add_argument("--measure", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--prepare", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--append", action="store_true", help=argparse.SUPPRESS)
@@ -132,8 +158,10 @@ def main(argv: list[str] | None = None) -> int:
     if a.measure:
         print("RESULT " + json.dumps(measure(root, a.measure, a.parallelism), default=str))
         return 0
-    shutil.rmtree(root, ignore_errors=True)
-    root.mkdir(parents=True)
+    reuse = a.reuse and (root / "full.after" / "result.json").exists()
+    if not reuse:
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
     env = {**os.environ, "GX_ANALYTICS_ENABLED": "False", "PYTHONPATH": str(REPO)}
     base = [sys.executable, str(Path(__file__).resolve()), "--root", str(root), "--orders", str(a.orders),
             "--epochs", str(a.epochs), "--partitions", str(a.partitions), "--parallelism", str(a.parallelism),
@@ -141,22 +169,23 @@ def main(argv: list[str] | None = None) -> int:
 
     def child(*flag: str, extra: dict | None = None) -> dict:
         t = time.perf_counter()
-        c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         p = subprocess.run(base + list(flag), env={**env, **(extra or {})}, capture_output=True, text=True)
-        c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
         if p.returncode or line is None:
             sys.stderr.write(p.stdout[-3000:] + p.stderr[-6000:])
             raise SystemExit(f"child {flag} failed (exit {p.returncode})")
         d = json.loads(line[len("RESULT "):])
         d["wall_s"] = round(time.perf_counter() - t, 1)
-        d["cpu_s"] = round(c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime, 1)
         return d
 
-    prep = child("--prepare")
-    full = child("--measure", "full")
-    shutil.copytree(root / "full", root / "full.after")
-    appended = child("--append")
+    if reuse:
+        prep, full, appended = json.loads((root / "full.after" / "result.json").read_text())
+    else:
+        prep = child("--prepare")
+        full = child("--measure", "full")
+        shutil.copytree(root / "full", root / "full.after")
+        appended = child("--append")
+        (root / "full.after" / "result.json").write_text(json.dumps([prep, full, appended]))
     catchups: dict[str, dict] = {}
     variants = [v.strip() for v in a.variants.split(";") if v.strip()]
     runs: dict[str, list[dict]] = {v: [] for v in variants}
@@ -172,15 +201,16 @@ def main(argv: list[str] | None = None) -> int:
     one = None if a.no_oneshot else child("--measure", "oneshot")
     print(f"{a.orders:,} demo orders, {a.epochs} epochs x {a.partitions} partitions (+{a.new_epochs} new files per "
           f"partition), parallelism {a.parallelism}, load average {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)")
-    print(f"{'phase':<26}{'job s':>8}{'wall s':>8}{'cpu s':>8}{'vs one-shot':>13}  details")
+    print(f"{'phase':<40}{'job s':>8}{'wall s':>8}{'cpu s':>8}{'vs one-shot':>13}{'cpu vs':>8}  details")
     rows = [("full run", full)] + [(f"catch-up ({k})", d) for k, d in catchups.items()]
     if one:
         rows.append(("one-shot recompute", one))
     for name, d in rows:
         ratio = f"{d['job_s'] / one['job_s']:.2f}x" if one else "-"
+        cratio = f"{d['cpu_s'] / one['cpu_s']:.2f}x" if one and one.get("cpu_s") and d.get("cpu_s") else "-"
         det = {k: d[k] for k in ("epoch", "checkpoints", "spark_rounds", "rounds_s", "checkpoint_s", "spark_start_s")
                if k in d}
-        print(f"{name:<26}{d['job_s']:>8.1f}{d['wall_s']:>8.1f}{d['cpu_s']:>8.1f}{ratio:>13}  {det}")
+        print(f"{name:<40}{d['job_s']:>8.1f}{d['wall_s']:>8.1f}{d.get('cpu_s', float('nan')):>8.1f}{ratio:>13}{cratio:>8}  {det}")
     if one:
         for k, d in catchups.items():
             same = {tb: (n, one["objects"].get(f"sink/{tb}")) for tb, n in d["committed"].items()}
