@@ -23,7 +23,7 @@ import sys
 
 from pipeline.credentials import REDACTION_REGEX, forward_to_executors
 
-__all__ = ["get_spark", "stop_spark", "is_connect_session", "ship_job_code", "SQL_CONF"]
+__all__ = ["get_spark", "stop_spark", "is_connect_session", "ship_job_code", "preimport_workers", "SQL_CONF"]
 
 _SESSION = None
 
@@ -88,6 +88,8 @@ def get_spark(master: str | None = None, parallelism: int = 2, app: str = "epoch
          .config("spark.executorEnv.PYTHONPATH", os.pathsep.join(p for p in sys.path if p)))
     for k, v in SQL_CONF.items():
         b = b.config(k, v)
+    if preimport_workers(choice.master, os.environ):  # task modules imported once per executor, not per worker
+        b = b.config("spark.python.daemon.module", "pipeline.runtime.worker_daemon")
     b = b.config("spark.redaction.regex", REDACTION_REGEX)
     for k in ("EPOCHAL_KILL_AT", "EPOCHAL_KILL_SCOPE", "EPOCHAL_PHASE_MARKERS", "EPOCHAL_ATTEMPT_FAULT",
               # the S3 retry knobs (pipeline.storage_retry, pipeline.fileio.s3) hold on the executors too
@@ -103,6 +105,15 @@ def get_spark(master: str | None = None, parallelism: int = 2, app: str = "epoch
     _SESSION.sparkContext.setLogLevel(os.environ.get("EPOCHAL_SPARK_LOG_LEVEL", "ERROR"))
     _quiet_task_failures(_SESSION)
     return _SESSION
+
+
+def preimport_workers(master: str | None, env) -> bool:
+    """Whether the executors' Python daemon imports the task modules before forking its workers
+    (:mod:`pipeline.runtime.worker_daemon`): local masters (the executors share this interpreter and ``sys.path``),
+    unless ``EPOCHAL_WORKER_PREIMPORT=0``."""
+    if env.get("EPOCHAL_WORKER_PREIMPORT", "1").strip().lower() in ("0", "false", "no", "off"):
+        return False
+    return bool(master) and str(master).startswith("local")
 
 
 def ship_job_code(job) -> None:
