@@ -70,7 +70,8 @@ def dedup_step(state: pa.Table, new: pa.Table, *, key: str, cutoff, state_column
     live = pc.fill_null(pc.greater_equal(t_us, cut_y), True) if (own or cutoff is not None) else \
         pa.array([True] * n)
     live = pc.and_(live, pc.invert(pc.is_null(new[key])))  # a null key is no key: the row passes
-    order = [(key, "ascending")] + ([(ROW_EPOCH, "ascending")] if own else []) + [("_ingest_ts", "ascending")] + [
+    order = [(key, "ascending")] + ([(ROW_EPOCH, "ascending")] if ROW_EPOCH in new.column_names else []) + [
+        ("_ingest_ts", "ascending")] + [
         (c, "ascending") for c in new.column_names if c not in (key, "_ingest_ts", ROW_EPOCH)
         and _sortable(new.schema.field(c).type)] + [("__i", "ascending")]
     cand = new.append_column("__i", idx).append_column("__t", t_us).append_column("__c", cut_y).filter(
