@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -54,7 +55,7 @@ def dedup_step(state: pa.Table, new: pa.Table, *, key: str, cutoff, state_column
     if new.num_rows == 0:
         return DedupResult(state, new, 0, expired, expired_keys)
     n = new.num_rows
-    idx = pa.array(range(n), pa.int64())
+    idx = pa.array(np.arange(n, dtype=np.int64))
     t_us = micros(new["_ingest_ts"])
     own = ttl_us is not None and epoch_us is not None and ROW_EPOCH in new.column_names
     if own:
@@ -69,7 +70,8 @@ def dedup_step(state: pa.Table, new: pa.Table, *, key: str, cutoff, state_column
     live = pc.fill_null(pc.greater_equal(t_us, cut_y), True) if (own or cutoff is not None) else \
         pa.array([True] * n)
     live = pc.and_(live, pc.invert(pc.is_null(new[key])))  # a null key is no key: the row passes
-    order = [(key, "ascending")] + ([(ROW_EPOCH, "ascending")] if own else []) + [("_ingest_ts", "ascending")] + [
+    order = [(key, "ascending")] + ([(ROW_EPOCH, "ascending")] if ROW_EPOCH in new.column_names else []) + [
+        ("_ingest_ts", "ascending")] + [
         (c, "ascending") for c in new.column_names if c not in (key, "_ingest_ts", ROW_EPOCH)
         and _sortable(new.schema.field(c).type)] + [("__i", "ascending")]
     cand = new.append_column("__i", idx).append_column("__t", t_us).append_column("__c", cut_y).filter(
@@ -108,7 +110,7 @@ def dedup_step(state: pa.Table, new: pa.Table, *, key: str, cutoff, state_column
 
 def _first_per_key(t: pa.Table, key: str) -> pa.Table:
     """The first row per key in ``t``'s order."""
-    i = pa.array(range(t.num_rows), pa.int64())
+    i = pa.array(np.arange(t.num_rows, dtype=np.int64))
     t = t.append_column("__j", i)
     first = t.group_by(key, use_threads=False).aggregate([("__j", "first")])
     return t.filter(pc.is_in(t["__j"], value_set=first["__j_first"]))

@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -219,22 +220,24 @@ def join_step(state_left: pa.Table, state_right: pa.Table, new_left: pa.Table, n
     nsl, nsr = state_left.num_rows, state_right.num_rows
     payload_l = [c for c in new_left.column_names if c != MATCHED]
     payload_r = [c for c in new_right.column_names if c != MATCHED]
-    lt = left.select(payload_l).append_column("__li", pa.array(range(left.num_rows), pa.int64()))
-    rt = right.select(payload_r).append_column("__ri", pa.array(range(right.num_rows), pa.int64()))
+    lt = left.select(payload_l).append_column("__li", pa.array(np.arange(left.num_rows, dtype=np.int64)))
+    rt = right.select(payload_r).append_column("__ri", pa.array(np.arange(right.num_rows, dtype=np.int64)))
     joined = []
     for j in (_pairs(lt.slice(nsl), rt, key), _pairs(lt.slice(0, nsl), rt.slice(nsr), key)):
         if j is None:
             continue
         if per_pair:
             assert ttl_us is not None and epoch_us is not None
-            j = j.filter(pair_within_ttl(j["l:_ingest_ts"], j["r:_ingest_ts"], j[f"l:{ROW_EPOCH}"],
-                                         j[f"r:{ROW_EPOCH}"], ttl_us=ttl_us, epoch_us=epoch_us))
+            ok = pair_within_ttl(j["l:_ingest_ts"], j["r:_ingest_ts"], j[f"l:{ROW_EPOCH}"], j[f"r:{ROW_EPOCH}"],
+                                 ttl_us=ttl_us, epoch_us=epoch_us)
+            if not pc.all(ok).as_py():  # (usually every pair is within the TTL: no copy then)
+                j = j.filter(ok)
         if j.num_rows:
             joined.append(j)
     # Step 4: matched flags (rows in an emitted pair), release of rows whose partner side is unique
     if joined:
-        li = pa.chunked_array([j["l:__li"] for j in joined])
-        ri = pa.chunked_array([j["r:__ri"] for j in joined])
+        li = pa.chunked_array([c for j in joined for c in j["l:__li"].chunks], pa.int64())
+        ri = pa.chunked_array([c for j in joined for c in j["r:__ri"].chunks], pa.int64())
         lm = pc.or_(left[MATCHED], pc.is_in(lt["__li"], value_set=pc.unique(li)))
         rm = pc.or_(right[MATCHED], pc.is_in(rt["__ri"], value_set=pc.unique(ri)))
         left = left.set_column(left.schema.get_field_index(MATCHED), MATCHED, lm)
