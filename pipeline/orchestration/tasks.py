@@ -397,9 +397,15 @@ class Orchestrator:
                     f"job {self.job_name!r}: sink table {sink.table} head is commit "
                     f"{entry_head.checkpoint_id if entry_head else None}, expected checkpoint {head.checkpoint_id} "
                     f"({table.commits_uri})")
-            chain = table.lineage()
+            # the head's link to its parent (O(1): the whole lineage is O(all commits ever); readers walk it)
+            parent = entry_head.parent_id
+            if parent is not None and not (entry_head.mode == "upsert" and entry_head.full) \
+                    and table.entry(parent) is None:
+                raise CheckpointError(
+                    f"job {self.job_name!r}: sink table {sink.table}: broken lineage - commit {head.checkpoint_id} has "
+                    f"parent checkpoint {parent}, which has no commit entry in {table.commits_uri}")
             tables[sink.table] = {"result": _commit_words(res),
-                                  "head": head.checkpoint_id, "lineage_length": len(chain),
+                                  "head": head.checkpoint_id, "parent": parent,
                                   "rows_committed_in_checkpoint": entry_head.rows,
                                   "files_in_checkpoint": len(entry_head.files), "mode": sink.mode,
                                   "uri": table.table_uri, **_table_version(table)}
@@ -412,7 +418,8 @@ class Orchestrator:
         newest = self.runner.coordinator.counter.latest_claimed()
         for _, table, _ in self._sinks():
             try:  # staged output of aborted/crashed checkpoints (completed ones may still be recovered)
-                sink_dirs += table.cleanup(protect=protect, protect_from_id=newest)
+                sink_dirs += table.cleanup(protect=protect, protect_from_id=newest, after=md.parent_id,
+                                           full=md.parent_id is None)  # ids claimed since the parent only
             except EpochalError as e:  # cleanup never fails a commit
                 self.echo(f"WARNING: sink cleanup: {e}")
         self.echo(f"commit: checkpoint {head.checkpoint_id} (epoch {head.epoch}) committed to "

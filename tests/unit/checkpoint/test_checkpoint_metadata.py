@@ -205,3 +205,16 @@ def test_stats_carry_s3_requests_typed_and_older_metadata_has_none():
     with pytest.raises(dataclasses.FrozenInstanceError):
         back.s3_requests.list = 0  # type: ignore[misc,union-attr]
     assert StorageRequests(1, 2, 3, 4, 5) - StorageRequests(1, 1, 1, 1, 1) == StorageRequests(0, 1, 2, 3, 4)
+
+
+def test_checkpoints_show_prints_the_s3_requests():
+    from pipeline.checkpoint.completed import CompletedCheckpoint
+    from pipeline.checkpoint.history import checkpoint_summary, format_show
+    from pipeline.fileio.request_counter import StorageRequests
+    md = sample_metadata()
+    md = dataclasses.replace(md, stats=dataclasses.replace(md.stats, s3_requests=StorageRequests(19, 31, 9, 6, 1)))
+    d = checkpoint_summary(CompletedCheckpoint(md, "s3://b/ck/chk-7"))
+    assert d["s3_requests"] == {"list": 19, "get": 31, "head": 9, "put": 6, "delete": 1}
+    d.update(positions={}, barriers={}, operators={}, subtasks=[], channel_state=[], sinks={}, extra={})
+    assert ("  S3 requests (driver, since the previous checkpoint): LIST 19, GET 31, HEAD 9, PUT 6, DELETE 1, "
+            "total 66") in format_show(d).splitlines()
