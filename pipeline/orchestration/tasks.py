@@ -377,8 +377,11 @@ class Orchestrator:
                              messages=tuple(messages), rounds_s=round(rounds_s[0], 3),
                              spark_start_s=round(spark_start_s, 3))
 
-    def commit(self, checkpoint_id: int) -> CommitResult:
-        """notifyCheckpointComplete for the head: re-commit (idempotent), check lineage, collect garbage."""
+    def commit(self, checkpoint_id: int, *, collect_garbage: bool = True) -> CommitResult:
+        """notifyCheckpointComplete for the head: re-commit (idempotent), check lineage, collect garbage.
+
+        ``collect_garbage=False`` when this process has just processed the epoch (the fused ``epoch`` task):
+        ``process_epoch`` removed aborted checkpoints before its rounds and staged sink output after them."""
         from pipeline.checkpoint.ack import AckResult
         head = self.head()
         if head is None:
@@ -405,15 +408,17 @@ class Orchestrator:
             if res is AckResult.SUCCESS:
                 self.echo(f"commit: table {sink.table}: committed checkpoint {head.checkpoint_id} "
                           "(recovered: the previous task stopped between _metadata and the commit)")
-        garbage = tuple(self.runner.coordinator.cleanup_garbage())
+        garbage: tuple[int, ...] = ()
         sink_dirs = 0
-        protect = set(self.store.ids()) | {head.checkpoint_id}
-        newest = self.runner.coordinator.counter.latest_claimed()
-        for _, table, _ in self._sinks():
-            try:  # staged output of aborted/crashed checkpoints (completed ones may still be recovered)
-                sink_dirs += table.cleanup(protect=protect, protect_from_id=newest)
-            except EpochalError as e:  # cleanup never fails a commit
-                self.echo(f"WARNING: sink cleanup: {e}")
+        if collect_garbage:
+            garbage = tuple(self.runner.coordinator.cleanup_garbage())
+            protect = set(self.store.ids()) | {head.checkpoint_id}
+            newest = self.runner.coordinator.counter.latest_claimed()
+            for _, table, _ in self._sinks():
+                try:  # staged output of aborted/crashed checkpoints (completed ones may still be recovered)
+                    sink_dirs += table.cleanup(protect=protect, protect_from_id=newest)
+                except EpochalError as e:  # cleanup never fails a commit
+                    self.echo(f"WARNING: sink cleanup: {e}")
         self.echo(f"commit: checkpoint {head.checkpoint_id} (epoch {head.epoch}) committed to "
                   f"{sorted(tables)}; garbage removed: checkpoints {list(garbage)}, {sink_dirs} staging dir(s)")
         return CommitResult(checkpoint_id=head.checkpoint_id, epoch=head.epoch, tables=tables,
