@@ -315,8 +315,9 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
         def epoch(triggered: dict, **context):
             orch = _orchestrator(job_name)  # one orchestrator: one Spark session, S3 client and job graph
             processed = _process_step(orch, triggered, context, E)
+            here = processed.checkpoint_id in processed.completed  # this try's rounds committed its sinks
             committed = _commit_step(orch, processed.checkpoint_id, context, assets,
-                                     collect_garbage=processed.skipped)  # process_epoch collected it
+                                     collect_garbage=not here, committed_here=here)
             validated = _validate_step(orch, committed.checkpoint_id)
             return {"process": processed.to_dict(), "commit": committed.to_dict(), "validate": validated.to_dict()}
 
@@ -345,9 +346,9 @@ def _process_step(orch, triggered: dict | None, context: Mapping[str, Any], epoc
 
 
 def _commit_step(orch, checkpoint_id: int, context: Mapping[str, Any], assets: Mapping[str, "Asset"], *,
-                 collect_garbage: bool = True):
+                 collect_garbage: bool = True, committed_here: bool = False):
     """The ``commit`` step: notifyCheckpointComplete, then one event per sink Asset naming the checkpoint."""
-    res = orch.commit(checkpoint_id, collect_garbage=collect_garbage)
+    res = orch.commit(checkpoint_id, collect_garbage=collect_garbage, committed_here=committed_here)
     events = context.get("outlet_events")
     if events is not None:
         for table, info in res.tables.items():

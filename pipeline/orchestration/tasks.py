@@ -377,11 +377,15 @@ class Orchestrator:
                              messages=tuple(messages), rounds_s=round(rounds_s[0], 3),
                              spark_start_s=round(spark_start_s, 3))
 
-    def commit(self, checkpoint_id: int, *, collect_garbage: bool = True) -> CommitResult:
+    def commit(self, checkpoint_id: int, *, collect_garbage: bool = True,
+               committed_here: bool = False) -> CommitResult:
         """notifyCheckpointComplete for the head: re-commit (idempotent), check lineage, collect garbage.
 
-        ``collect_garbage=False`` when this process has just processed the epoch (the fused ``epoch`` task):
-        ``process_epoch`` removed aborted checkpoints before its rounds and staged sink output after them."""
+        In the fused ``epoch`` task, when this process has just completed the checkpoint itself
+        (``committed_here``: its rounds committed the sinks after ``_metadata``, or raised), the re-commit is
+        skipped - the heads and lineage are still checked - and so is the garbage collection
+        (``collect_garbage=False``: ``process_epoch`` removed aborted checkpoints before its rounds and staged
+        sink output after them)."""
         from pipeline.checkpoint.ack import AckResult
         head = self.head()
         if head is None:
@@ -392,15 +396,17 @@ class Orchestrator:
         md = head.metadata
         tables: dict[str, dict[str, Any]] = {}
         for sink, table, tpc in self._sinks():
-            res = tpc.recover_and_commit(md)
-            entry_head = table.head()
+            res = None if committed_here else tpc.recover_and_commit(md)
+            entries = table.entries()  # read once: the head and the lineage come from the same listing
+            entry_head = entries[-1] if entries else None
             if entry_head is None or entry_head.checkpoint_id != head.checkpoint_id:
                 raise CheckpointError(
                     f"job {self.job_name!r}: sink table {sink.table} head is commit "
                     f"{entry_head.checkpoint_id if entry_head else None}, expected checkpoint {head.checkpoint_id} "
                     f"({table.commits_uri})")
-            chain = table.lineage()
-            tables[sink.table] = {"result": _commit_words(res),
+            chain = table.lineage(entries)
+            words = "committed by this task's process step" if committed_here else _commit_words(res)
+            tables[sink.table] = {"result": words,
                                   "head": head.checkpoint_id, "lineage_length": len(chain),
                                   "rows_committed_in_checkpoint": entry_head.rows,
                                   "files_in_checkpoint": len(entry_head.files), "mode": sink.mode,

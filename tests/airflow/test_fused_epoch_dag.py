@@ -92,6 +92,7 @@ def test_fused_dag_one_checkpoint_per_interval_and_assets(fused):
         out = tis["epoch"][2]["return_value"]
         assert out["process"]["epoch"] == first + k and out["process"]["epochs"] == [first + k]
         assert out["commit"]["checkpoint_id"] == out["process"]["checkpoint_id"]
+        assert {t["result"] for t in out["commit"]["tables"].values()} == {"committed by this task's process step"}
         assert out["validate"]["success"] is True and out["validate"]["checkpoint_id"] == out["process"]["checkpoint_id"]
         assert out["process"]["rounds_s"] > 0
     cps = _store(root).list()
@@ -118,6 +119,8 @@ def test_fused_epoch_retry_after_checkpoint_is_idempotent(fused, monkeypatch):
     assert state == "success" and tries == 2, tis["epoch"]
     out = xcoms["return_value"]
     assert out["process"]["skipped"] is True and out["validate"]["success"] is True
+    # the retry did not complete the checkpoint itself: it re-commits (idempotent: already committed)
+    assert {t["result"] for t in out["commit"]["tables"].values()} == {"already committed"}
     new = [i for i in _store(root).ids() if i not in before]
     assert len(new) == 1 and _store(root).get(new[0]).epoch == first + 3, new
     _assert_matches_oracle(root, first + 3)
