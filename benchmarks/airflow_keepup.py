@@ -17,7 +17,8 @@ the barrier before it treats a partition as idle; the feeder writes each epoch w
     .venv/bin/python benchmarks/airflow_keepup.py [--minutes 10] [--mode fused|connect|classic]
         [--orders-per-epoch 500] [--set KEY=VALUE ...]
 
-Prints the lag over time and a summary; the JSON goes to bench-results/.
+Prints the lag over time and a summary (``--from-json PATH`` summarises a stored run again); the JSON goes to
+bench-results/. Exit status 0 if the DAG kept up.
 """
 from __future__ import annotations
 
@@ -74,6 +75,45 @@ class Feeder(threading.Thread):
             self.error = e
 
 
+def summarize(out: dict) -> None:
+    """Steady state = from the first sample at which the history and the start-up backlog were caught up (lag
+    below two epochs). It keeps up if every run of an interval ending in the steady state completed within one
+    epoch of its interval's end and the lag never reached two epochs again."""
+    samples, per_run = out["samples"], out["runs"]
+    first_ok = next((i for i, s in enumerate(samples) if s["lag_s"] is not None and s["lag_s"] < 2 * E), None)
+    steady_at = samples[first_ok]["now"] if first_ok is not None else None
+    window = [s for s in samples[first_ok:] if s["lag_s"] is not None] if first_ok is not None else []
+    steady = [x for x in per_run if steady_at is not None and x["interval_end"] >= steady_at]
+    delays = [x["completion_delay_s"] for x in steady]
+    out.update({
+        "caught_up_after_s": samples[first_ok]["t"] if first_ok is not None else None,
+        "steady_runs": len(steady),
+        "completion_delay_median_s": round(statistics.median(delays), 1) if delays else None,
+        "completion_delay_max_s": max(delays, default=None),
+        "start_delay_median_s": round(statistics.median(x["first_task_start"] - x["interval_end"] for x in steady), 1)
+        if steady else None,
+        "lag_median_s": round(statistics.median(s["lag_s"] for s in window), 1) if window else None,
+        "lag_max_s": max((s["lag_s"] for s in window), default=None),
+        "lag_last_s": samples[-1]["lag_s"] if samples else None,
+        "load_avg_median": round(statistics.median(s["load_avg"] for s in samples), 2) if samples else None})
+    out["keeps_up"] = bool(steady) and all(d < E for d in delays) and all(s["lag_s"] < 2 * E for s in window)
+    print()
+    print("| minute | lag samples (s) | runs succeeded | load avg |")
+    print("|---:|---|---:|---:|")
+    by_min: dict[int, list[dict]] = {}
+    for s in samples:
+        by_min.setdefault(int(s["t"] // 60), []).append(s)
+    for m, ss in sorted(by_min.items()):
+        lags = [s["lag_s"] for s in ss if s["lag_s"] is not None]
+        print(f"| {m} | {', '.join(f'{x:.0f}' for x in lags)} | {ss[-1]['succeeded']} | {ss[-1]['load_avg']:.1f} |")
+    print()
+    print(f"mode {out['mode']}: caught up {out['caught_up_after_s']} s after the unpause; then {out['steady_runs']} "
+          f"runs: first task {out['start_delay_median_s']} s after the interval end (median), completion delay "
+          f"(interval end -> last task end) median {out['completion_delay_median_s']} s, max "
+          f"{out['completion_delay_max_s']} s; lag median {out['lag_median_s']} s, max {out['lag_max_s']} s, last "
+          f"{out['lag_last_s']} s; keeps up: {out['keeps_up']} (load avg median {out['load_avg_median']})")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", type=float, default=10)
@@ -85,7 +125,12 @@ def main() -> int:
     ap.add_argument("--sample-seconds", type=float, default=10)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra environment for Airflow")
     ap.add_argument("--results", default=str(REPO / "bench-results"))
+    ap.add_argument("--from-json", metavar="PATH", help="only summarise the JSON of an earlier run")
     a = ap.parse_args()
+    if a.from_json:
+        stored = json.loads(Path(a.from_json).read_text())
+        summarize(stored)
+        return 0 if stored["keeps_up"] else 1
 
     home = Path(tempfile.mkdtemp(prefix=f"airflow-keepup-{a.mode}-"))
     port = free_port()
@@ -151,42 +196,13 @@ def main() -> int:
                             "last_task_end": max(ends), "completion_delay_s": round(max(ends) - end_iv, 1),
                             "tasks_s": {k: round(t["duration"] or 0.0, 2) for k, t in tis.items()}})
         per_run.sort(key=lambda x: x["interval_end"])
-        live = [x for x in per_run if x["interval_end"] >= t_start]  # intervals that ended after the unpause
-        window = [s for s in samples if s["t"] >= 120 and s["lag_s"] is not None]  # after the history caught up
-        now = time.time()
-        due = [x for x in per_run if x["interval_end"] <= now - E]
         out = {"mode": a.mode, "minutes": a.minutes, "orders_per_epoch": a.orders_per_epoch, "lateness_s": a.lateness,
-               "feed_delay_s": a.feed_delay, "set": a.set, "samples": samples, "runs": per_run, "fed": feeder.fed,
-               "live_runs": len(live),
-               "completion_delay_median_s": round(statistics.median(x["completion_delay_s"] for x in live), 1)
-               if live else None,
-               "completion_delay_max_s": max((x["completion_delay_s"] for x in live), default=None),
-               "lag_max_s": max((s["lag_s"] for s in window), default=None),
-               "lag_median_s": round(statistics.median(s["lag_s"] for s in window), 1) if window else None,
-               "lag_last_s": samples[-1]["lag_s"] if samples else None,
-               "load_avg_median": round(statistics.median(s["load_avg"] for s in samples), 2) if samples else None}
-        newest_done = max((x["interval_end"] for x in per_run), default=0.0)
-        out["keeps_up"] = bool(live) and newest_done >= now - 2 * E and all(
-            x["completion_delay_s"] < E for x in live)
-        out["newest_done_age_s"] = round(now - newest_done, 1)
-        out["runs_due"] = len(due)
+               "feed_delay_s": a.feed_delay, "set": a.set, "unpaused_at": t_start, "ended_at": time.time(),
+               "samples": samples, "runs": per_run, "fed": feeder.fed}
     finally:
         feeder.stop.set()
         subprocess.run(["bash", str(SCRIPT), "stop"], env=env, capture_output=True, text=True, timeout=180)
-    print()
-    print("| minute | lag samples (s) | runs succeeded | load avg |")
-    print("|---:|---|---:|---:|")
-    by_min: dict[int, list[dict]] = {}
-    for s in samples:
-        by_min.setdefault(int(s["t"] // 60), []).append(s)
-    for m, ss in sorted(by_min.items()):
-        lags = [s["lag_s"] for s in ss if s["lag_s"] is not None]
-        print(f"| {m} | {', '.join(f'{x:.0f}' for x in lags)} | {ss[-1]['succeeded']} | {ss[-1]['load_avg']:.1f} |")
-    print()
-    print(f"mode {a.mode}: {out['live_runs']} live runs; completion delay (interval end -> last task end) median "
-          f"{out['completion_delay_median_s']} s, max {out['completion_delay_max_s']} s; lag after the first 2 min "
-          f"median {out['lag_median_s']} s, max {out['lag_max_s']} s, last {out['lag_last_s']} s; "
-          f"keeps up: {out['keeps_up']} (load avg median {out['load_avg_median']})")
+    summarize(out)
     os.makedirs(a.results, exist_ok=True)
     path = os.path.join(a.results, f"airflow-keepup-{a.mode}-{time.strftime('%Y%m%d-%H%M%S')}.json")
     with open(path, "w") as f:
