@@ -3,15 +3,19 @@ API server; ``scripts/airflow_standalone.sh``) runs the demo DAG over N one-minu
 driver JVM per task (``local[*]``, the classic embedded default) and once with every task connected to a
 long-lived Spark Connect server (``EPOCHAL_SPARK_CONNECT=1``).
 
+Modes: ``classic`` (JVM per task), ``connect`` (Spark Connect), ``fused`` (Spark Connect and the fused epoch DAG,
+``EPOCHAL_FUSED_EPOCH=1``: ``trigger >> epoch``), ``classic-fused``.
+
 Per DAG run it reads, through Airflow's REST API, the run's wall time (first task start to last task end), the
 duration of each task, and from the ``process`` task's XCom the time of the epoch's rounds (``rounds_s``: the
-Spark work plus checkpoint finalisation) and of starting / connecting to Spark (``spark_start_s``).
+Spark work plus checkpoint finalisation) and of starting / connecting to Spark (``spark_start_s``; in the fused DAG
+from the ``epoch`` task's XCom).
 
     overhead = run wall time - rounds_s
 
-    .venv/bin/python benchmarks/airflow_overhead.py [--epochs 8] [--modes classic,connect] [--orders-per-epoch 500]
+    .venv/bin/python benchmarks/airflow_overhead.py [--epochs 8] [--modes classic,connect,fused] [--orders-per-epoch 500]
 
-Prints a table and JSON lines; ``--doc`` writes the table into docs/performance.md.
+Prints a table (with the 1-minute load average at the end of each mode) and writes the JSON to bench-results/
 """
 from __future__ import annotations
 
@@ -34,6 +38,11 @@ DAG = "epochal_orders_payments"
 sys.path.insert(0, str(REPO))
 
 from pipeline.testing.cluster import free_port  # noqa: E402
+
+LABELS = {"classic": "driver JVM per task (local[*]), 4 tasks",
+          "connect": "Spark Connect server (long-lived), 4 tasks",
+          "fused": "Spark Connect server, fused epoch DAG (2 tasks)",
+          "classic-fused": "driver JVM per task, fused epoch DAG (2 tasks)"}
 
 
 def say(msg: str) -> None:
@@ -88,9 +97,11 @@ def measure(mode: str, a: argparse.Namespace) -> dict:
                 "EPOCHAL_POKE_SECONDS": "2", "EPOCHAL_READY_TIMEOUT": "600",
                 "AIRFLOW__CORE__MAX_ACTIVE_RUNS_PER_DAG": "1"})
     env.update(dict(kv.split("=", 1) for kv in a.set))
-    if mode == "connect":
+    if mode in ("connect", "fused"):
         env.update({"EPOCHAL_SPARK_CONNECT": "1", "EPOCHAL_CONNECT_PORT": str(free_port()),
                     "EPOCHAL_CONNECT_MASTER": "local[2]"})
+    if mode in ("fused", "classic-fused"):
+        env["EPOCHAL_FUSED_EPOCH"] = "1"
     say(f"{mode}: starting airflow standalone (home {home}, port {port}) ...")
     t0 = time.monotonic()
     p = subprocess.run(["bash", str(SCRIPT), "start", "-d"], env=env, capture_output=True, text=True, timeout=900)
@@ -122,7 +133,10 @@ def measure(mode: str, a: argparse.Namespace) -> dict:
             tis = api.tis(r["dag_run_id"])
             starts = [_ts(t["start_date"]) for t in tis.values() if t.get("start_date")]
             ends = [_ts(t["end_date"]) for t in tis.values() if t.get("end_date")]
-            proc = api.xcom(r["dag_run_id"], "process") or {}
+            if "epoch" in tis:  # the fused DAG: process + commit + validate in the task "epoch"
+                proc = (api.xcom(r["dag_run_id"], "epoch") or {}).get("process") or {}
+            else:
+                proc = api.xcom(r["dag_run_id"], "process") or {}
             wall = max(ends) - min(starts)
             rows.append({"run": r["dag_run_id"], "logical_date": r["logical_date"], "wall_s": round(wall, 2),
                          "start": min(starts), "end": max(ends),
@@ -136,7 +150,9 @@ def measure(mode: str, a: argparse.Namespace) -> dict:
                "overhead_median_s": round(statistics.median(x["overhead_s"] for x in steady), 2),
                "wall_median_s": round(statistics.median(x["wall_s"] for x in steady), 2),
                "rounds_median_s": round(statistics.median(x["rounds_s"] for x in steady), 2),
-               "process_task_median_s": round(statistics.median(x["tasks_s"].get("process", 0) for x in steady), 2),
+               "process_task_median_s": round(statistics.median(
+                   x["tasks_s"].get("process", x["tasks_s"].get("epoch", 0)) for x in steady), 2),
+               "load_avg": [round(x, 2) for x in os.getloadavg()],
                "spark_start_median_s": round(statistics.median(x["spark_start_s"] for x in steady), 2),
                "catchup_s_per_epoch": round(span / len(rows), 1),
                "first_run_after_unpause_s": round(rows[0]["start"] - t_unpause, 1), "runs": rows}
@@ -160,14 +176,14 @@ def main() -> int:
     a = ap.parse_args()
     results = [measure(m.strip(), a) for m in a.modes.split(",") if m.strip()]
     print()
-    print("| Spark | runs | Airflow overhead per epoch (median) | run wall | rounds (Spark) | process task "
-          "| Spark start/connect | catch-up s per 60-s epoch |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| Spark / DAG | runs | Airflow overhead per epoch (median) | run wall | rounds (Spark) | process task "
+          "| Spark start/connect | catch-up s per 60-s epoch | load avg (1 min) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
-        label = "driver JVM per task (local[*])" if r["mode"] == "classic" else "Spark Connect server (long-lived)"
+        label = LABELS.get(r["mode"], r["mode"])
         print(f"| {label} | {r['epochs']} | {r['overhead_median_s']:.1f} s | {r['wall_median_s']:.1f} s | "
               f"{r['rounds_median_s']:.1f} s | {r['process_task_median_s']:.1f} s | {r['spark_start_median_s']:.1f} s "
-              f"| {r['catchup_s_per_epoch']:.1f} |")
+              f"| {r['catchup_s_per_epoch']:.1f} | {r['load_avg'][0]:.1f} |")
     os.makedirs(a.results, exist_ok=True)
     path = os.path.join(a.results, f"airflow-overhead-{time.strftime('%Y%m%d-%H%M%S')}.json")
     with open(path, "w") as f:

@@ -24,7 +24,8 @@
 # EPOCHAL_DEMO_ORDERS_PER_EPOCH (500), EPOCHAL_DEMO_PARTITIONS (2), EPOCHAL_START_DATE (default: the first
 # demo epoch), EPOCHAL_END_DATE (none), EPOCHAL_CATCHUP (true), EPOCHAL_AIRFLOW_HOME, EPOCHAL_S3_PORT (0 = any free port),
 # EPOCHAL_READY_TIMEOUT (240 s), EPOCHAL_SPARK_CONNECT (0; 1: start a Spark Connect server that every task uses),
-# EPOCHAL_CONNECT_PORT (15002), EPOCHAL_CONNECT_MASTER (local[*]).
+# EPOCHAL_CONNECT_PORT (15002), EPOCHAL_CONNECT_MASTER (local[*]), EPOCHAL_FUSED_EPOCH (false; true: the epoch DAG is
+# trigger >> epoch, docs/airflow.md "Fast epochs").
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"

@@ -9,7 +9,7 @@ each other forever:
   run whose trigger is still waiting therefore never holds the job.
 * **an operation waits for started epochs.** A savepoint/restore (its guard sensor, and the task itself right
   before its first side effect) waits while an epoch run is past its ``trigger`` - running runs minus
-  runs whose trigger is still waiting - or any ``process``/``commit``/``validate`` task is active
+  runs whose trigger is still waiting - or any ``process``/``commit``/``validate`` (or fused ``epoch``) task is active
   (:func:`operation_wait_reason`).
 
 These are plain functions of counts so that they are unit-tested without Airflow; the DAG factory reads
@@ -20,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["EpochActivity", "OperationActivity", "epoch_wait_reason", "operation_wait_reason",
-           "ACTIVE_TI_STATES", "WAITING_TRIGGER_STATES", "PENDING_RUN_STATES", "EPOCH_WORK_TASKS"]
+           "ACTIVE_TI_STATES", "WAITING_TRIGGER_STATES", "PENDING_RUN_STATES", "EPOCH_WORK_TASKS",
+           "EPOCH_RUNNER_TASKS"]
 
 # task instance states in which a task holds (or is about to hold) the job
 ACTIVE_TI_STATES = ["scheduled", "queued", "running", "up_for_retry", "up_for_reschedule", "restarting",
@@ -29,7 +30,10 @@ ACTIVE_TI_STATES = ["scheduled", "queued", "running", "up_for_retry", "up_for_re
 WAITING_TRIGGER_STATES = ["scheduled", "queued", "running", "up_for_retry", "up_for_reschedule", "restarting",
                           "deferred"]
 PENDING_RUN_STATES = ["queued", "running"]
-EPOCH_WORK_TASKS = ["process", "commit", "validate"]
+# the tasks of an epoch run after its trigger (``epoch`` = process + commit + validate in one task, the fused DAG)
+EPOCH_WORK_TASKS = ["process", "commit", "validate", "epoch"]
+# the tasks that hold the job while they run (another run's trigger waits for them)
+EPOCH_RUNNER_TASKS = ["process", "commit", "epoch"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +42,7 @@ class EpochActivity:
 
     running_runs: int         # epoch DAG runs in state running
     waiting_triggers: int     # trigger tasks of the epoch DAG still waiting (not yet succeeded)
-    active_work_tasks: int    # process/commit/validate tasks in an active state
+    active_work_tasks: int    # process/commit/validate/epoch tasks in an active state
 
     @property
     def started_runs(self) -> int:
@@ -55,7 +59,7 @@ class OperationActivity:
 def operation_wait_reason(job: str, epochs: EpochActivity, *, other_operation_tasks: int = 0) -> str | None:
     """Why a savepoint/restore must wait before touching the job (None: it may go)."""
     if epochs.active_work_tasks:
-        return (f"{epochs.active_work_tasks} process/commit/validate task(s) of job {job}'s epoch DAG are active; "
+        return (f"{epochs.active_work_tasks} process/commit/validate/epoch task(s) of job {job}'s epoch DAG are active; "
                 "waiting for the epoch to finish")
     if epochs.started_runs:
         return (f"{epochs.started_runs} epoch run(s) of job {job} are past their trigger; waiting for them to finish")

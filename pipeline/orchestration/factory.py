@@ -19,6 +19,8 @@ Defaults can be set per deployment with environment variables (all optional):
 ``EPOCHAL_POKE_SECONDS``            how often a waiting ``trigger`` checks again (default 15)
 ``EPOCHAL_TRIGGER_WAIT_SECONDS``    how long ``trigger`` polls in-process before rescheduling (default 60)
 ``EPOCHAL_TRIGGER_TIMEOUT_SECONDS`` how long ``trigger`` may wait (default max(1 h, 3 epochs + lateness))
+``EPOCHAL_FUSED_EPOCH``            ``true``: epoch DAGs are ``trigger >> epoch`` (process + commit + validate
+                                    in one task; see :func:`build_epoch_dag`). Default ``false``.
 ==================================  =====================================================================
 """
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from pipeline.orchestration.exclusion import (
     ACTIVE_TI_STATES,
+    EPOCH_RUNNER_TASKS,
     EPOCH_WORK_TASKS,
     PENDING_RUN_STATES,
     WAITING_TRIGGER_STATES,
@@ -117,6 +120,7 @@ def approval_enabled(env_name: str, explicit: bool | None) -> bool:
     return _env_bool(env_name, False)
 
 
+FUSED_ENV = "EPOCHAL_FUSED_EPOCH"
 APPROVE_RESTORE_ENV = "EPOCHAL_APPROVE_RESTORE"
 APPROVE_REWIND_ENV = "EPOCHAL_APPROVE_REWIND"
 
@@ -185,7 +189,7 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
                     end_date: str | datetime | None = None, catchup: bool | None = None,
                     retries: int | None = None, retry_delay: timedelta | None = None,
                     poke_interval: float | None = None, trigger_timeout: float | None = None,
-                    config=None, approve_rewind: bool | None = None) -> "DAG":
+                    config=None, approve_rewind: bool | None = None, fused: bool | None = None) -> "DAG":
     """The epoch DAG of ``job_name``: one run per data interval = one checkpointed epoch.
 
     Schedule = the epoch length (``PIPELINE_EPOCH_SECONDS``), data intervals aligned to epoch boundaries,
@@ -193,6 +197,12 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
     ``trigger >> process >> commit >> validate`` (see :mod:`pipeline.orchestration.tasks`); ``commit``
     has the job's sink tables as outlets (Assets). ``max_active_runs=1`` and the ``trigger`` sensor
     keep epochs in order whatever created the runs (scheduler, manual trigger, backfill).
+
+    ``fused`` (default ``EPOCHAL_FUSED_EPOCH``, off): ``trigger >> epoch``, where the one ``epoch`` task does
+    process, commit (with the Assets as outlets) and validate in one process - one task start, one Spark
+    (Connect) session and one scheduler hop after the trigger instead of three (docs/airflow.md, "Fused
+    epoch DAG"). The trigger stays a task of its own: it is the sensor that waits, and what keeps
+    savepoints and restores out of a started epoch.
     """
     from airflow.sdk import DAG, DeltaDataIntervalTimetable, PokeReturnValue, task
     from airflow.sdk.exceptions import AirflowSkipException
@@ -208,6 +218,7 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
     end_raw = end_date or os.environ.get("EPOCHAL_END_DATE") or None
     end = _parse_start(end_raw, E) if end_raw else None
     catchup = _env_bool("EPOCHAL_CATCHUP", False) if catchup is None else catchup
+    fused = _env_bool(FUSED_ENV, False) if fused is None else fused
     poke = poke_interval if poke_interval is not None else _env_float("EPOCHAL_POKE_SECONDS", 15)
     wait_window = _env_float("EPOCHAL_TRIGGER_WAIT_SECONDS", 60)
     timeout = trigger_timeout if trigger_timeout is not None else _env_float(
@@ -244,7 +255,7 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
                 prev = ti.get_previous_dagrun()
                 prev_state = str(getattr(prev.state, "value", prev.state)) if prev is not None else None
                 prev_type = str(getattr(prev.run_type, "value", prev.run_type)) if prev is not None else None
-                active = ti.get_ti_count(dag_id=run.dag_id, task_ids=["process", "commit"], states=ACTIVE_TI_STATES)
+                active = ti.get_ti_count(dag_id=run.dag_id, task_ids=EPOCH_RUNNER_TASKS, states=ACTIVE_TI_STATES)
                 reason = wait_reason(previous_state=prev_state, previous_run_type=prev_type,
                                      this_run_type=run.run_type, active_process_tasks=int(active),
                                      active_operations=_ops_busy(ti, job.name))
@@ -269,50 +280,81 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
 
         @task(task_id="process", doc_md="Process epoch n (one checkpoint per epoch; a re-run rewinds).")
         def process(triggered: dict, **context):
-            from pipeline.orchestration.tasks import JobStoppedError
-            run = _run_of(context, E)
-            others = int(context["ti"].get_dr_count(dag_id=run.dag_id, states=["queued", "running"])) > 1
-            try:
-                with _fail_fast_on_user_errors():
-                    orch = _orchestrator(job_name)
-                    res = orch.process(run, head_before=(triggered or {}).get("head_before"), others_active=others)
-            except JobStoppedError as e:
-                raise AirflowSkipException(str(e)) from None
-            return res.to_dict()
+            orch = _orchestrator(job_name)
+            return _process_step(orch, triggered, context, E).to_dict()
 
         @task(task_id="commit", outlets=list(assets.values()),
               doc_md="Commit the checkpoint's sink transactions (idempotent) and emit the sink Assets.")
         def commit(processed: dict, **context):
             orch = _orchestrator(job_name)
-            res = orch.commit(int(processed["checkpoint_id"]))
-            events = context.get("outlet_events")
-            if events is not None:
-                for table, info in res.tables.items():
-                    if table in assets:
-                        events[assets[table]].extra = {"job": job.name, "table": table,
-                                                       "checkpoint_id": res.checkpoint_id, "epoch": res.epoch,
-                                                       "rows_in_checkpoint": info.get("rows_committed_in_checkpoint"),
-                                                       "format": info.get("format"),
-                                                       "table_version": info.get("table_version")}
-            return res.to_dict()
+            return _commit_step(orch, int(processed["checkpoint_id"]), context, assets).to_dict()
 
         @task(task_id="validate", doc_md="Verify the checkpoint files, positions and the sink lineage.")
         def validate(committed: dict, **context):
-            from pipeline.exceptions import ValidationError
             orch = _orchestrator(job_name)
-            res = orch.validate(int(committed["checkpoint_id"]))
-            if not res.success:
-                raise ValidationError(f"checkpoint {res.checkpoint_id} of job {job.name!r} failed validation: "
-                                      + "; ".join(res.problems[:5]))
-            return res.to_dict()
+            return _validate_step(orch, int(committed["checkpoint_id"])).to_dict()
+
+        @task(task_id="epoch", outlets=list(assets.values()),
+              doc_md="Process epoch n, commit its sink transactions (emitting the sink Assets) and verify the "
+                     "checkpoint, in one task (the fused epoch DAG: one task start and one scheduler hop "
+                     "after the trigger instead of three).")
+        def epoch(triggered: dict, **context):
+            orch = _orchestrator(job_name)  # one orchestrator: one Spark session, S3 client and job graph
+            processed = _process_step(orch, triggered, context, E)
+            here = processed.checkpoint_id in processed.completed  # this try's rounds committed its sinks
+            committed = _commit_step(orch, processed.checkpoint_id, context, assets,
+                                     collect_garbage=not here, committed_here=here)
+            validated = _validate_step(orch, committed.checkpoint_id)
+            return {"process": processed.to_dict(), "commit": committed.to_dict(), "validate": validated.to_dict()}
 
         triggered = trigger()
-        processed = process(triggered)
+        processed = epoch(triggered) if fused else process(triggered)
         if approval_enabled(APPROVE_REWIND_ENV, approve_rewind):
             from pipeline.orchestration.approval import rewind_approval
             triggered >> rewind_approval(job.name) >> processed
-        validate(commit(processed))
+        if not fused:
+            validate(commit(processed))
     return dag
+
+
+def _process_step(orch, triggered: dict | None, context: Mapping[str, Any], epoch_seconds: int):
+    """The ``process`` step (its own task, or the first step of the fused ``epoch`` task)."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from pipeline.orchestration.tasks import JobStoppedError
+    run = _run_of(context, epoch_seconds)
+    others = int(context["ti"].get_dr_count(dag_id=run.dag_id, states=["queued", "running"])) > 1
+    try:
+        with _fail_fast_on_user_errors():
+            return orch.process(run, head_before=(triggered or {}).get("head_before"), others_active=others)
+    except JobStoppedError as e:
+        raise AirflowSkipException(str(e)) from None
+
+
+def _commit_step(orch, checkpoint_id: int, context: Mapping[str, Any], assets: Mapping[str, "Asset"], *,
+                 collect_garbage: bool = True, committed_here: bool = False):
+    """The ``commit`` step: notifyCheckpointComplete, then one event per sink Asset naming the checkpoint."""
+    res = orch.commit(checkpoint_id, collect_garbage=collect_garbage, committed_here=committed_here)
+    events = context.get("outlet_events")
+    if events is not None:
+        for table, info in res.tables.items():
+            if table in assets:
+                events[assets[table]].extra = {"job": orch.job_name, "table": table,
+                                               "checkpoint_id": res.checkpoint_id, "epoch": res.epoch,
+                                               "rows_in_checkpoint": info.get("rows_committed_in_checkpoint"),
+                                               "format": info.get("format"),
+                                               "table_version": info.get("table_version")}
+    return res
+
+
+def _validate_step(orch, checkpoint_id: int):
+    """The ``validate`` step: a checkpoint that fails verification fails the task."""
+    from pipeline.exceptions import ValidationError
+    res = orch.validate(checkpoint_id)
+    if not res.success:
+        raise ValidationError(f"checkpoint {res.checkpoint_id} of job {orch.job_name!r} failed validation: "
+                              + "; ".join(res.problems[:5]))
+    return res
 
 
 def _wait_for_epoch_runs(job_name: str, poke: float, timeout: float, other_dag: str, other_task: str):

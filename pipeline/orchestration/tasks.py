@@ -378,8 +378,15 @@ class Orchestrator:
                              messages=tuple(messages), rounds_s=round(rounds_s[0], 3),
                              spark_start_s=round(spark_start_s, 3))
 
-    def commit(self, checkpoint_id: int) -> CommitResult:
-        """notifyCheckpointComplete for the head: re-commit (idempotent), check lineage, collect garbage."""
+    def commit(self, checkpoint_id: int, *, collect_garbage: bool = True,
+               committed_here: bool = False) -> CommitResult:
+        """notifyCheckpointComplete for the head: re-commit (idempotent), check lineage, collect garbage.
+
+        In the fused ``epoch`` task, when this process has just completed the checkpoint itself
+        (``committed_here``: its rounds committed the sinks after ``_metadata``, or raised), the re-commit is
+        skipped - the heads and lineage are still checked - and so is the garbage collection
+        (``collect_garbage=False``: ``process_epoch`` removed aborted checkpoints before its rounds and staged
+        sink output after them)."""
         from pipeline.checkpoint.ack import AckResult
         head = self.head()
         if head is None:
@@ -390,8 +397,9 @@ class Orchestrator:
         md = head.metadata
         tables: dict[str, dict[str, Any]] = {}
         for sink, table, tpc in self._sinks():
-            res = tpc.recover_and_commit(md)
-            entry_head = table.head()
+            res = None if committed_here else tpc.recover_and_commit(md)
+            entries = table.entries()  # read once: the head and the lineage come from the same listing
+            entry_head = entries[-1] if entries else None
             if entry_head is None or entry_head.checkpoint_id != head.checkpoint_id:
                 raise CheckpointError(
                     f"job {self.job_name!r}: sink table {sink.table} head is commit "
@@ -404,7 +412,8 @@ class Orchestrator:
                 raise CheckpointError(
                     f"job {self.job_name!r}: sink table {sink.table}: broken lineage - commit {head.checkpoint_id} has "
                     f"parent checkpoint {parent}, which has no commit entry in {table.commits_uri}")
-            tables[sink.table] = {"result": _commit_words(res),
+            words = "committed by this task's process step" if committed_here else _commit_words(res)
+            tables[sink.table] = {"result": words,
                                   "head": head.checkpoint_id, "parent": parent,
                                   "rows_committed_in_checkpoint": entry_head.rows,
                                   "files_in_checkpoint": len(entry_head.files), "mode": sink.mode,
@@ -412,16 +421,18 @@ class Orchestrator:
             if res is AckResult.SUCCESS:
                 self.echo(f"commit: table {sink.table}: committed checkpoint {head.checkpoint_id} "
                           "(recovered: the previous task stopped between _metadata and the commit)")
-        garbage = tuple(self.runner.coordinator.cleanup_garbage())
+        garbage: tuple[int, ...] = ()
         sink_dirs = 0
-        protect = set(self.store.ids()) | {head.checkpoint_id}
-        newest = self.runner.coordinator.counter.latest_claimed()
-        for _, table, _ in self._sinks():
-            try:  # staged output of aborted/crashed checkpoints (completed ones may still be recovered)
-                sink_dirs += table.cleanup(protect=protect, protect_from_id=newest, after=md.parent_id,
-                                           full=md.parent_id is None)  # ids claimed since the parent only
-            except EpochalError as e:  # cleanup never fails a commit
-                self.echo(f"WARNING: sink cleanup: {e}")
+        if collect_garbage:
+            garbage = tuple(self.runner.coordinator.cleanup_garbage())
+            protect = set(self.store.ids()) | {head.checkpoint_id}
+            newest = self.runner.coordinator.counter.latest_claimed()
+            for _, table, _ in self._sinks():
+                try:  # staged output of aborted/crashed checkpoints (completed ones may still be recovered)
+                    sink_dirs += table.cleanup(protect=protect, protect_from_id=newest, after=md.parent_id,
+                                               full=md.parent_id is None)  # ids claimed since the parent only
+                except EpochalError as e:  # cleanup never fails a commit
+                    self.echo(f"WARNING: sink cleanup: {e}")
         self.echo(f"commit: checkpoint {head.checkpoint_id} (epoch {head.epoch}) committed to "
                   f"{sorted(tables)}; garbage removed: checkpoints {list(garbage)}, {sink_dirs} staging dir(s)")
         return CommitResult(checkpoint_id=head.checkpoint_id, epoch=head.epoch, tables=tables,
