@@ -398,8 +398,7 @@ class Orchestrator:
         tables: dict[str, dict[str, Any]] = {}
         for sink, table, tpc in self._sinks():
             res = None if committed_here else tpc.recover_and_commit(md)
-            entries = table.entries()  # read once: the head and the lineage come from the same listing
-            entry_head = entries[-1] if entries else None
+            entry_head = table.head()
             if entry_head is None or entry_head.checkpoint_id != head.checkpoint_id:
                 raise CheckpointError(
                     f"job {self.job_name!r}: sink table {sink.table} head is commit "
