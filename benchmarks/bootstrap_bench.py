@@ -29,6 +29,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from bench_common import write_oneshot
+
 REPO = Path(__file__).resolve().parents[1]
 CLOCK = "2026-06-01T00:00:00Z"
 PHASES = ("oneshot", "bootstrap", "catchup")
@@ -62,20 +64,8 @@ def measure(root: Path, phase: str, parallelism: int) -> dict:
     out: dict = {"phase": phase, "spark_start_s": round(time.perf_counter() - t, 2)}
     t = time.perf_counter()
     if phase == "oneshot":
-        from pipeline.batch.bootstrap import plan_bootstrap
-        from pipeline.batch.plan import evaluate
-        from pipeline.batch.prefix import Prefix, barrier_log
-        plan, _ = plan_bootstrap(r)
-        tuples = {s: {int(p): (pos.seq, pos.row) for p, pos in parts.items()} for s, parts in plan.barriers.items()}
-        res = evaluate(r, r.job, Prefix(plan.epoch, int(r.config.epoch_seconds), tuples,
-                                        barrier_log(r.ckpt_fio, r.job_root, plan.epoch)))
-        rows = {}
-        for obj, df in sorted(res.objects().items()):
-            path = root / phase / "out" / obj
-            df.write.mode("overwrite").parquet(str(path))
-            rows[obj] = r.spark.read.parquet(str(path)).count()
-        res.release()
-        out.update(epoch=plan.epoch, objects=rows)
+        epoch, rows = write_oneshot(r, root / phase / "out")
+        out.update(epoch=epoch, objects=rows)
     elif phase == "bootstrap":
         from pipeline.batch.bootstrap import bootstrap
         d = bootstrap(r)

@@ -38,6 +38,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from bench_common import tree_cpu_s, write_oneshot
+
 REPO = Path(__file__).resolve().parents[1]
 CLOCK = "2026-06-01T00:00:00Z"
 JOB = "orders_payments"
@@ -51,28 +53,6 @@ def _runner(root: Path, phase: str, parallelism: int, env: dict | None = None):
                       checkpoint_uri=(root / phase / "ckpt").as_uri(), sink_uri=(root / phase / "sink").as_uri(),
                       clock_now=CLOCK, parallelism=parallelism)
     return JobRunner(get_job(JOB), cfg, echo=lambda m: None)
-
-
-def tree_cpu_s() -> float:
-    """CPU seconds of this process and every live descendant (JVM, Python daemon and workers), each with its
-    reaped children's: the work done, whatever other processes on the machine take."""
-    hz = os.sysconf("SC_CLK_TCK")
-    procs = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    st = f.read()
-            except OSError:
-                continue
-            rest = st[st.rfind(")") + 2:].split()
-            procs[int(d)] = (int(rest[1]), sum(int(x) for x in rest[11:15]))
-    mine, todo = set(), [os.getpid()]
-    while todo:
-        pid = todo.pop()
-        mine.add(pid)
-        todo.extend(c for c, (pp, _) in procs.items() if pp == pid and c not in mine)
-    return sum(procs[p][1] for p in mine if p in procs) / hz
 
 
 def _start(r) -> float:
@@ -100,20 +80,8 @@ def measure(root: Path, phase: str, parallelism: int) -> dict:
     out: dict = {"phase": phase, "spark_start_s": _start(r)}
     t, c = time.perf_counter(), tree_cpu_s()
     if phase == "oneshot":
-        from pipeline.batch.bootstrap import plan_bootstrap
-        from pipeline.batch.plan import evaluate
-        from pipeline.batch.prefix import Prefix, barrier_log
-        plan, _ = plan_bootstrap(r)
-        tuples = {s: {int(p): (pos.seq, pos.row) for p, pos in parts.items()} for s, parts in plan.barriers.items()}
-        res = evaluate(r, r.job, Prefix(plan.epoch, int(r.config.epoch_seconds), tuples,
-                                        barrier_log(r.ckpt_fio, r.job_root, plan.epoch)))
-        rows = {}
-        for obj, df in sorted(res.objects().items()):
-            path = root / phase / "out" / obj
-            df.write.mode("overwrite").parquet(str(path))
-            rows[obj] = r.spark.read.parquet(str(path)).count()
-        res.release()
-        out.update(epoch=plan.epoch, objects=rows)
+        epoch, rows = write_oneshot(r, root / phase / "out")
+        out.update(epoch=epoch, objects=rows)
         out["job_s"] = round(time.perf_counter() - t, 2)
         out["cpu_s"] = round(tree_cpu_s() - c, 1)
         return out

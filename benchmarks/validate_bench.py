@@ -24,6 +24,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from bench_common import tree_cpu_s
+
 REPO = Path(__file__).resolve().parents[1]
 CLOCK = "2026-06-01T00:00:00Z"
 TARGET_S = 60.0
@@ -55,32 +57,6 @@ def prepare(root: Path, epochs: int, partitions: int, orders: int, parallelism: 
     return out
 
 
-def _tree_cpu() -> float:
-    """user+sys CPU seconds of this process and all its live descendants (JVM, Python workers), from /proc."""
-    tick = os.sysconf("SC_CLK_TCK")
-    parent: dict[int, int] = {}
-    cpu: dict[int, float] = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parent[int(d)] = int(fields[1])
-        cpu[int(d)] = sum(int(x) for x in fields[11:15]) / tick   # utime, stime, cutime, cstime
-    me = os.getpid()
-    total = 0.0
-    for pid in cpu:
-        p = pid
-        while p and p != me:
-            p = parent.get(p, 0)
-        if p == me:
-            total += cpu[pid]
-    return total
-
-
 def measure(root: Path, parallelism: int, engine: str) -> dict:
     t0 = time.perf_counter()
     from pipeline.jobs import get_job
@@ -91,10 +67,10 @@ def measure(root: Path, parallelism: int, engine: str) -> dict:
     docs = str(root / "data_docs")
     cold = validate_job(runner, None, docs_dir=docs, engine=engine)
     cold_total = time.perf_counter() - t0
-    cold_cpu = _tree_cpu()
+    cold_cpu = tree_cpu_s()
     driver_cpu = time.process_time()
     warm = validate_job(runner, None, docs_dir=docs, engine=engine)
-    warm_cpu = _tree_cpu() - cold_cpu
+    warm_cpu = tree_cpu_s() - cold_cpu
     latest = runner.coordinator.store.latest()
     t = time.perf_counter()
     epoch = validate_after_epoch(runner, latest.metadata)

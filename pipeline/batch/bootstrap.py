@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.barriers.events import CheckpointType
-from pipeline.batch.plan import EXACT_SUM, _Compiler
+from pipeline.batch.plan import _Compiler, aggregate_columns
 from pipeline.batch.prefix import PEPOCH, Prefix, barrier_log
 from pipeline.exceptions import BootstrapRefusedError, CheckpointError, ConfigError
 from pipeline.fileio import file_io_for, join_uri
@@ -149,20 +149,8 @@ def plan_bootstrap(runner, *, epoch: int | None = None, target: str | None = Non
 
 def _exact_aggregate(comp, op):
     """The aggregate's state as the runtime keeps it: floating sums as exact decimal(38,9)."""
-    from pyspark.sql import functions as F
-
     src = comp.frame(op.parent)
-    aggs = []
-    for out, fn, col in op.aggs:
-        if fn == "count":
-            aggs.append(F.count(F.lit(1)).alias(out))
-        elif fn == "sum":
-            dt = src.schema[col].dataType.typeName()
-            floating = dt in ("double", "float") or dt.startswith("decimal")
-            aggs.append(F.sum(F.col(col).cast(EXACT_SUM if floating else "long")).alias(out))
-        else:
-            aggs.append((F.min if fn == "min" else F.max)(F.col(col)).alias(out))
-    return src.groupBy(op.key).agg(*aggs)
+    return src.groupBy(op.key).agg(*aggregate_columns(src, op, exact=True))
 
 
 def _dedup_keys(comp, op, nid: int):

@@ -73,6 +73,27 @@ class BatchResult:
         return {**{f"sink/{t}": d for t, d in self.sinks.items()}, **self.states}
 
 
+def aggregate_columns(src, op: AggregateNode, *, exact: bool) -> list:
+    """The Spark aggregate expressions of ``op`` over ``src``. Sums of floating or decimal columns are exact
+    (``decimal(38,9)``, as the runtime's state keeps them); ``exact=False`` casts them to double, as the
+    aggregate's output shows them."""
+    from pyspark.sql import functions as F
+    aggs = []
+    for out, fn, col in op.aggs:
+        if fn == "count":
+            aggs.append(F.count(F.lit(1)).alias(out))
+        elif fn == "sum":
+            dt = src.schema[col].dataType.typeName()
+            if dt in ("double", "float") or dt.startswith("decimal"):
+                total = F.sum(F.col(col).cast(EXACT_SUM))
+                aggs.append((total if exact else total.cast("double")).alias(out))
+            else:
+                aggs.append(F.sum(F.col(col).cast("long")).alias(out))
+        else:
+            aggs.append((F.min if fn == "min" else F.max)(F.col(col)).alias(out))
+    return aggs
+
+
 def join_semantics(op: JoinNode) -> tuple[str, str | None]:
     """``(how, unique)`` of a join node; the older join (no ``how``) behaves as inner, ``unique="both"``."""
     if not hasattr(op, "how"):
@@ -234,7 +255,6 @@ class _Compiler:
 
     # -- aggregate -------------------------------------------------------------------------------------
     def _aggregate(self, nid: int, op: AggregateNode):
-        from pyspark.sql import functions as F
         src = self.frame(op.parent)
         if src is None:
             self.bad[nid] = self.bad[op.parent]
@@ -244,19 +264,7 @@ class _Compiler:
         if isinstance(base_node, AggregateNode) or (isinstance(base_node, WindowNode) and base_node.emit == "update"):
             self.bad[nid] = f"aggregate {op.uid} reads the changelog of {base_node.uid}"
             return None
-        aggs = []
-        for out, fn, col in op.aggs:
-            if fn == "count":
-                aggs.append(F.count(F.lit(1)).alias(out))
-            elif fn == "sum":
-                dt = src.schema[col].dataType.typeName()
-                if dt in ("double", "float") or dt.startswith("decimal"):
-                    aggs.append(F.sum(F.col(col).cast(EXACT_SUM)).cast("double").alias(out))
-                else:
-                    aggs.append(F.sum(F.col(col).cast("long")).alias(out))
-            else:
-                aggs.append((F.min if fn == "min" else F.max)(F.col(col)).alias(out))
-        totals = src.groupBy(op.key).agg(*aggs)
+        totals = src.groupBy(op.key).agg(*aggregate_columns(src, op, exact=False))
         self.result.states[f"state/{op.uid}/agg"] = totals
         return totals
 
