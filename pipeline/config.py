@@ -32,7 +32,7 @@ class PipelineConfig:
     allowed_lateness_seconds: int = 0
     parallelism: int = 2
     max_parallelism: int = 128
-    checkpoint_mode: str = "exactly_once"
+    checkpoint_mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE  # a str is coerced
     unaligned: bool = False
     aligned_timeout_seconds: float = 0.0
     checkpoint_timeout_seconds: float = 600.0
@@ -63,8 +63,11 @@ class PipelineConfig:
                 raise ConfigError(f"PIPELINE_{name.upper()}={v!r}: must be a file:// or s3:// URI")
         if self.dead_letter_uri and not self.dead_letter_uri.startswith(("file://", "s3://")):
             raise ConfigError(f"PIPELINE_DEAD_LETTER_URI={self.dead_letter_uri!r}: must be file:// or s3://")
-        if self.checkpoint_mode not in ("exactly_once", "at_least_once"):
-            raise ConfigError(f"PIPELINE_CHECKPOINT_MODE={self.checkpoint_mode!r}: use exactly_once or at_least_once")
+        try:
+            object.__setattr__(self, "checkpoint_mode", CheckpointingMode(self.checkpoint_mode))
+        except ValueError:
+            raise ConfigError(f"PIPELINE_CHECKPOINT_MODE={self.checkpoint_mode!r}: "
+                              "use exactly_once or at_least_once") from None
         if self.unaligned and self.checkpoint_mode == CheckpointingMode.AT_LEAST_ONCE:
             raise ConfigError("PIPELINE_UNALIGNED=true requires PIPELINE_CHECKPOINT_MODE=exactly_once "
                               "(unaligned checkpoints are refused with at-least-once, as in Flink)")

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Iterable
 
+from pipeline.barriers.events import CheckpointType
 from pipeline.checkpoint.completed import METADATA_FILE, CompletedCheckpoint, delete_location
 from pipeline.checkpoint.shared_state import collect_shared_files
 from pipeline.exceptions import (
@@ -99,7 +100,7 @@ class CompletedCheckpointStore:
             problem = f"{cp.metadata_uri} holds checkpoint id {md.checkpoint_id}, not {checkpoint_id}"
         elif md.job != self.job:
             problem = f"{cp.metadata_uri} belongs to job '{md.job}', not '{self.job}'"
-        elif md.kind != "checkpoint":
+        elif md.kind != CheckpointType.CHECKPOINT:
             problem = f"{cp.metadata_uri} is a {md.kind}, not a checkpoint"
         if problem:
             return CheckpointDirInfo(checkpoint_id, location, CheckpointDirStatus.CORRUPT, problem=problem)

@@ -20,6 +20,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from pipeline.barriers.events import AlignmentLabel, CheckpointType
+
 __all__ = ["QualityOutcome", "validate_checkpoint", "consistency_checks"]
 
 log = logging.getLogger(__name__)
@@ -94,7 +96,7 @@ def consistency_checks(runner, checkpoint: str | None = None) -> QualityOutcome:
     for src, parts in md.positions.items():
         for p, pos in parts.items():
             bar = md.barriers.get(src, {}).get(p)
-            if bar is not None and (pos.seq, pos.row) > (bar.seq, bar.row) and md.alignment == "aligned":
+            if bar is not None and (pos.seq, pos.row) > (bar.seq, bar.row) and md.alignment == AlignmentLabel.ALIGNED:
                 problems.append(f"{label}: source {src} partition {p}: restore position {pos} is past barrier {bar}")
     checks.append("positions at or before barriers")
     tables: dict[str, Any] = {}
@@ -109,7 +111,7 @@ def consistency_checks(runner, checkpoint: str | None = None) -> QualityOutcome:
             problems.append(f"table {sink.table}: {e}")
             continue
         ids = [e.checkpoint_id for e in chain]
-        if md.kind == "checkpoint" and head_id == md.checkpoint_id and md.checkpoint_id not in ids:
+        if md.kind == CheckpointType.CHECKPOINT and head_id == md.checkpoint_id and md.checkpoint_id not in ids:
             problems.append(f"table {sink.table}: {label} is not on the committed lineage {ids[-5:]}")
         tables[sink.table] = data
         if sink.key and data.num_rows:

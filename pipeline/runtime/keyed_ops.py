@@ -21,6 +21,7 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipeline.barriers.events import CheckpointingMode
 from pipeline.exceptions import ConfigError, MalformedInputError
 from pipeline.faults import fault_point
 from pipeline.job import Job, ProcessNode, WindowNode
@@ -59,7 +60,7 @@ def validate_keyed_ops(job: Job, config) -> None:
     """Refuse up front what the window/process runtime cannot honour (called by the runner's job check)."""
     for op in job.operators():
         if isinstance(op, WindowNode):
-            if config.checkpoint_mode != "exactly_once" or config.unaligned or getattr(
+            if config.checkpoint_mode != CheckpointingMode.EXACTLY_ONCE or config.unaligned or getattr(
                     config, "aligned_timeout_seconds", None):
                 raise ConfigError(f"job {job.name!r}: window {op.uid!r} needs aligned exactly-once checkpoints "
                                   "(its watermark advances when the checkpoint's epoch is complete); unset "

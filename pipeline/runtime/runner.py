@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from pipeline.barriers.events import CheckpointType
 from pipeline.checkpoint.completed import CompletedCheckpoint
 from pipeline.checkpoint.metadata import CheckpointMetadata
 from pipeline.clock import Clock
@@ -222,7 +223,7 @@ class JobRunner:
         return targets
 
     def complete_epoch(self, cursor: Cursor, epoch: int, barriers: Barriers, summaries, *,
-                       parallelism: int | None = None, kind: str = "checkpoint",
+                       parallelism: int | None = None, kind: CheckpointType = CheckpointType.CHECKPOINT,
                        location: str | None = None) -> tuple[Cursor, list[RoundResult]]:
         """Trigger checkpoint n and run rounds until it completes (see
         :meth:`~pipeline.runtime.round_executor.RoundExecutor.complete_epoch`).
@@ -280,7 +281,7 @@ class JobRunner:
         barriers = {s: dict(p) for s, p in cursor.positions.items()}
         try:
             _, results = self.complete_epoch(cursor, cursor.epoch, barriers, {}, parallelism=parallelism,
-                                             kind="savepoint", location=target)
+                                             kind=CheckpointType.SAVEPOINT, location=target)
         except BaseException as e:
             abort_pending(self.coordinator, e)
             raise

@@ -38,14 +38,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.exceptions import ConfigError, MalformedInputError, ObjectNotFoundError, SourceError, StorageError
-from pipeline.source._formats import CONTENT_ERRORS, TypeMismatch, cast_lenient, json_default, read_jsonl
+from pipeline.source._formats import CONTENT_ERRORS, INGEST_TS, TypeMismatch, cast_lenient, json_default, read_jsonl
 from pipeline.source.layout import BadRecordsPolicy
 from pipeline.source.planner import Split
 
 __all__ = ["META_FIELDS", "SplitReader", "make_split_reader", "reader_output_schema", "dead_letter_uri",
            "dead_letter_counts", "read_split_table"]
 
-INGEST_TS = "_ingest_ts"
+
 META_FIELDS: tuple[pa.Field, ...] = (
     pa.field("_source", pa.string()), pa.field("_partition", pa.int32()),
     pa.field("_seq", pa.int64()), pa.field("_row", pa.int64()),
