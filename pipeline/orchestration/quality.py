@@ -61,7 +61,7 @@ def validate_checkpoint(runner, checkpoint: str | int | None = None, *, mode: st
         return consistency_checks(runner, ref)
     kwargs: dict[str, Any] = {}
     try:
-        params = inspect.signature(validate_job).parameters
+        params: Mapping[str, Any] = inspect.signature(validate_job).parameters
     except (TypeError, ValueError):
         params = {}
     if "mode" in params:
@@ -178,7 +178,7 @@ def _graph_checks(job, tables: Mapping[str, Any]) -> tuple[list[str], list[str]]
         if agg.key not in rows.column_names or any(f not in fns or (c is not None and c not in rows.column_names)
                                                     for _o, f, c in agg.aggs):
             continue
-        spec = [([], "count_all") if f == "count" else (c, fns[f]) for _o, f, c in agg.aggs]
+        spec: list[tuple[Any, str]] = [([], "count_all") if f == "count" else (c, fns[f]) for _o, f, c in agg.aggs]
         exp = rows.group_by([agg.key]).aggregate(spec) if rows.num_rows else None
         exp_map = {}
         if exp is not None:

@@ -360,7 +360,7 @@ def create_app(*, backend: "_Backend | None" = None, authenticate: Callable | No
             raise HTTPException(status_code=403, detail=f"not allowed to read job {job or '*'}")
         return None
 
-    def _err(e: Exception, status: int = 404):
+    def _err(e: Exception | str, status: int = 404):
         return HTMLResponse(_page("Epochal", f"<h1>Not found</h1><p>{_e(e)}</p>"), status_code=status)
 
     def _jobs_payload() -> list[dict]:

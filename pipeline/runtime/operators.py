@@ -367,7 +367,7 @@ def make_agg_task(spec: AggTaskSpec):
             # integer sums are computed over decimal128(38, 0) and narrowed back with a range check: an int64
             # overflow fails the epoch naming operator, column and key (never a silent wrap-around)
             wide = _wide_schema(sschema, spec.aggs)
-            partial_aggs = []
+            partial_aggs: list[tuple[str | list[str], str]] = []
             for out_col, fn, col in spec.aggs:
                 if fn == "count":
                     partial_aggs.append(([], "count_all"))
