@@ -13,6 +13,7 @@ from typing import Any, Mapping
 from pipeline.barriers.events import CheckpointingMode
 from pipeline.exceptions import ConfigError
 from pipeline.master import check_master_usable
+from pipeline.sink.formats import parse_format_override
 
 __all__ = ["PipelineConfig", "load_config", "CONFIG_KEYS"]
 
@@ -72,7 +73,6 @@ class PipelineConfig:
             raise ConfigError("PIPELINE_UNALIGNED=true requires PIPELINE_CHECKPOINT_MODE=exactly_once "
                               "(unaligned checkpoints are refused with at-least-once, as in Flink)")
         if self.sink_format:
-            from pipeline.sink.formats import parse_format_override
             parse_format_override(self.sink_format)
         if self.bad_records not in ("dead_letter", "fail"):
             raise ConfigError(f"PIPELINE_BAD_RECORDS={self.bad_records!r}: use dead_letter or fail")

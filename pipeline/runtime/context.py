@@ -26,6 +26,7 @@ from pipeline.job import Job, JoinNode, SinkNode, SourceNode
 from pipeline.layout import JobLayout
 from pipeline.master import connect_url, probe_connect
 from pipeline.runtime.keyed_ops import validate_keyed_ops
+from pipeline.runtime.session import get_spark, is_connect_session, ship_job_code
 from pipeline.sink.formats import open_sink_table, resolve_format
 from pipeline.sink.table import CommittedTable
 from pipeline.sink.two_phase import TwoPhaseCommitSink
@@ -122,7 +123,6 @@ class RuntimeContext:
     def spark(self):
         if self.spark_session is None:
             # imported here: starting Spark (and importing pyspark) is paid only by commands that need it
-            from pipeline.runtime.session import get_spark, is_connect_session, ship_job_code
             self.spark_session = get_spark(self.config.spark_master, self.config.parallelism)
             if is_connect_session(self.spark_session):
                 ship_job_code(self.job)

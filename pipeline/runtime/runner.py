@@ -42,6 +42,7 @@ from pipeline.runtime.barrier_log import BarrierLog, Barriers
 from pipeline.runtime.context import RuntimeContext
 from pipeline.runtime.cursor import Cursor, cursor_from_metadata, restore_cursor
 from pipeline.runtime.epoch_planner import EpochPlanner
+from pipeline.runtime.export import export_state
 from pipeline.runtime.finalize import CheckpointFinalizer, CheckpointListener
 from pipeline.runtime.progress import RunProgress, last_data_epoch
 from pipeline.runtime.results import RoundResult, RunReport
@@ -348,7 +349,6 @@ class JobRunner:
         return export_table(self.spark, self.ctx.table(table), to_dir)
 
     def export_state(self, checkpoint: str, operator_uid: str, to_dir: str) -> dict:
-        from pipeline.runtime.export import export_state
         snap = self.load_snapshot(checkpoint)
         if operator_uid not in snap.metadata.operators:
             raise ConfigError(f"{snap.describe()} has no state for operator {operator_uid!r} "

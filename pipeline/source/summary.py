@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 
 from pipeline.checkpoint.handles import Position
 from pipeline.exceptions import ObjectNotFoundError, SourceError, StorageError
+from pipeline.fileio import file_io_for
 from pipeline.source._formats import (
     CONTENT_ERRORS,
     INGEST_TS,
@@ -113,7 +114,6 @@ def file_label(f: SourceFile) -> str:
 def _io_for(f: SourceFile, fileio: "FileIO | None") -> "FileIO":
     if fileio is not None:
         return fileio
-    from pipeline.fileio import file_io_for
 
     return file_io_for(f.uri)
 
