@@ -12,6 +12,9 @@ imported lazily, at call time. Where it is not installed (or not there yet), the
 * what the job's graph implies, for any job (:func:`_graph_checks`): an append sink of a join declaring both sides
   unique holds each key once, and an aggregate's upsert sink agrees with the append sink of the same stream
   (for the demo: ``merchant_revenue`` recomputed from ``paid_orders``).
+
+Lazy imports: :mod:`pipeline.quality` (pandas, Great Expectations) and the runtime pieces are imported at call
+time, inside the functions, for the reason above.
 """
 from __future__ import annotations
 

@@ -19,6 +19,10 @@ Every task is idempotent under Airflow retries: a retried ``process`` never dupl
 trigger's XCom tells it that a previous try already completed the epoch; an incomplete try leaves a
 pending checkpoint that is garbage-collected, never a half-written ``_metadata``), and ``commit`` is
 idempotent. Clearing a run re-runs ``trigger`` too, so a cleared run re-processes its interval.
+
+Lazy imports: the runtime, checkpoint and quality modules are imported inside the task functions. The DAG
+factory imports this module when Airflow parses DAG files (every 30 s per file by default), and the import of
+what the tasks need (about 80 modules) belongs to the task's process, not the parse.
 """
 from __future__ import annotations
 
