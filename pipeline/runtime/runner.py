@@ -251,7 +251,7 @@ class JobRunner:
         """A completed checkpoint by id, or a savepoint/checkpoint by URI (``_metadata`` directory)."""
         ref = str(ref).strip()
         if ref.isdigit():
-            return self.ctx.coordinator.store.get(int(ref))
+            return self.ctx.coordinator.store.get(int(ref), fresh=True)  # a restore point: never from the cache
         if ref.endswith("/" + METADATA_FILE):
             ref = ref[: -len("/" + METADATA_FILE)]
         return CompletedCheckpoint.load(file_io_for(ref), ref.rstrip("/"))
