@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from enum import Enum
@@ -306,6 +305,9 @@ class Orchestrator:
         the last one processes forward.
         """
         self.check_not_stopped()
+        # Spark Connect: the session opens in a background thread while the head, the restore and its
+        # bookkeeping read S3 (an unusable master still fails before anything is claimed or written)
+        self.runner.ctx.open_spark_in_background()
         ctl = self.control.control()
         P = ctl.parallelism
         head = self.head()
@@ -343,10 +345,8 @@ class Orchestrator:
                 self.control.update_control(run.by, reprocess_until=mark)  # write-ahead, before rewinding
                 self.echo(f"process: epoch {run.epoch} was processed already (head checkpoint {head.checkpoint_id}, "
                           f"epoch {head.epoch}): rewinding; the job will be processed forward again to epoch {mark}")
-            t_spark = time.monotonic()
-            self.runner.ctx.require_spark()
-            spark_start_s = time.monotonic() - t_spark
             report = self.runner.process_epoch(run.epoch, parallelism=P)
+            spark_start_s = self.runner.ctx.spark_start_s
             absorb(report)
             if report.restored_from is not None and head is not None and head.epoch >= run.epoch:
                 rewound_to = report.restored_from

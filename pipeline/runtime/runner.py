@@ -129,9 +129,10 @@ class JobRunner:
         epochs up to ``until_epoch``), in as many rounds as that takes. Stops early when no complete
         epoch is left to process."""
         ctx, planner = self.ctx, self.planner
-        ctx.require_spark()  # an unusable master fails here, before any side effect
+        ctx.start_spark()  # classic: started now; Spark Connect: opened while the restore reads, joined before a write
         report = RunReport(ctx.job.name, None)
         cursor = self.restore_cursor(report)
+        ctx.require_spark()  # an unusable master has failed by now, before any side effect
         report.restored_from = restored = cursor.checkpoint_id
         ctx.coordinator.cleanup_garbage()
         ctx.cleanup_sink_garbage(after=restored)
@@ -173,9 +174,10 @@ class JobRunner:
           process forward again. Sink lineage makes the re-processed output replace the earlier output.
         """
         ctx, planner = self.ctx, self.planner
-        ctx.require_spark()  # an unusable master fails here, before any side effect
+        ctx.start_spark()  # classic: started now; Spark Connect: opened while the restore reads, joined before a write
         report = RunReport(ctx.job.name, None)
         cursor = self.restore_cursor(report)
+        ctx.require_spark()  # an unusable master has failed by now, before any side effect
         ctx.coordinator.cleanup_garbage()
         if cursor.epoch is not None and cursor.epoch >= epoch:
             cursor = planner.rewind_cursor(epoch, report)
