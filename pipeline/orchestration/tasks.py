@@ -263,12 +263,14 @@ class Orchestrator:
         return out
 
     # -- epoch DAG -----------------------------------------------------------------------------------
-    def check_not_stopped(self) -> None:
+    def check_not_stopped(self):
+        """The job's control record; JobStoppedError if it was stopped with a savepoint."""
         ctl = self.control.control()
         if ctl.stopped:
             raise JobStoppedError(
                 f"job {self.job_name!r} was stopped with savepoint {ctl.stopped_savepoint} "
                 f"({ctl.updated_at} by {ctl.updated_by}); restore it (restore DAG) to resume")
+        return ctl
 
     def trigger(self, run: EpochRun) -> TriggerResult | None:
         """Log barrier ``n`` write-ahead and report the head checkpoint. None while the epoch cannot complete
@@ -305,11 +307,10 @@ class Orchestrator:
         was, with that interval recomputed. A backfill/clear over a range re-processes its runs in order and
         the last one processes forward.
         """
-        self.check_not_stopped()
+        ctl = self.check_not_stopped()
         # Spark Connect: the session opens in a background thread while the head, the restore and its
         # bookkeeping read S3 (an unusable master still fails before anything is claimed or written)
         self.runner.ctx.open_spark_in_background()
-        ctl = self.control.control()
         P = ctl.parallelism
         head = self.head()
         if isinstance(head_before, _Unset):
