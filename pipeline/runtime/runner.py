@@ -131,9 +131,10 @@ class JobRunner:
         epochs up to ``until_epoch``), in as many rounds as that takes. Stops early when no complete
         epoch is left to process."""
         ctx, planner = self.ctx, self.planner
-        ctx.require_spark()  # an unusable master fails here, before any side effect
+        ctx.start_spark()  # classic: started now; Spark Connect: opened while the restore reads, joined before a write
         report = RunReport(ctx.job.name, None)
         cursor = self.restore_cursor(report)
+        ctx.require_spark()  # an unusable master has failed by now, before any side effect
         report.restored_from = restored = cursor.checkpoint_id
         ctx.coordinator.cleanup_garbage()
         ctx.cleanup_sink_garbage(after=restored)
@@ -175,9 +176,10 @@ class JobRunner:
           process forward again. Sink lineage makes the re-processed output replace the earlier output.
         """
         ctx, planner = self.ctx, self.planner
-        ctx.require_spark()  # an unusable master fails here, before any side effect
+        ctx.start_spark()  # classic: started now; Spark Connect: opened while the restore reads, joined before a write
         report = RunReport(ctx.job.name, None)
         cursor = self.restore_cursor(report)
+        ctx.require_spark()  # an unusable master has failed by now, before any side effect
         ctx.coordinator.cleanup_garbage()
         if cursor.epoch is not None and cursor.epoch >= epoch:
             cursor = planner.rewind_cursor(epoch, report)
@@ -253,7 +255,7 @@ class JobRunner:
         """A completed checkpoint by id, or a savepoint/checkpoint by URI (``_metadata`` directory)."""
         ref = str(ref).strip()
         if ref.isdigit():
-            return self.ctx.coordinator.store.get(int(ref))
+            return self.ctx.coordinator.store.get(int(ref), fresh=True)  # a restore point: never from the cache
         if ref.endswith("/" + METADATA_FILE):
             ref = ref[: -len("/" + METADATA_FILE)]
         return CompletedCheckpoint.load(file_io_for(ref), ref.rstrip("/"))

@@ -22,6 +22,7 @@ import os
 import sys
 
 from pipeline.credentials import REDACTION_REGEX, forward_to_executors
+from pipeline.exceptions import ConfigError
 from pipeline.master import choose_master, connect_url, probe_connect
 from pipeline.runtime.jvm_logs import relay_jvm_stderr
 
@@ -50,9 +51,15 @@ def _connect(url: str, parallelism: int, app: str):
     checkpoint id is claimed (the callers start the session first)."""
     probe_connect(url)
     from pyspark.sql import SparkSession
-    spark = SparkSession.builder.remote(url).appName(app).getOrCreate()
-    for k, v in {**SQL_CONF, "spark.sql.shuffle.partitions": str(parallelism)}.items():
-        spark.conf.set(k, v)
+    try:
+        spark = SparkSession.builder.remote(url).appName(app).getOrCreate()
+        for k, v in {**SQL_CONF, "spark.sql.shuffle.partitions": str(parallelism)}.items():
+            spark.conf.set(k, v)
+    except Exception as e:  # noqa: BLE001 - whatever the client raises, one line naming the server
+        detail = " ".join(str(e).split())[:300]
+        raise ConfigError(f"Spark Connect server {url} accepts connections but no Spark Connect session could be "
+                          f"opened ({type(e).__name__}: {detail}); is it a Spark Connect server of a compatible "
+                          "version? See docs/deployment.md") from None
     return spark
 
 
