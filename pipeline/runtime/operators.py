@@ -23,7 +23,7 @@ from pipeline.operators.join import MATCHED, JoinType, Uniqueness, join_step
 from pipeline.operators.ttl import ROW_EPOCH
 from pipeline.state.backend import KG_COLUMN, read_state, write_table
 from pipeline.state.changelog import TouchedKeys
-from pipeline.state.snapshot import write_state
+from pipeline.state.snapshot import SnapshotOptions, write_state
 
 __all__ = ["EXACT_SUM", "HANDLE_SCHEMA", "JoinTaskSpec", "AggTaskSpec", "make_join_task", "make_agg_task",
            "handle_rows_to_dicts"]
@@ -214,10 +214,21 @@ def make_join_task(spec: JoinTaskSpec):
             parked = incoming.filter(flag)
             incoming = incoming.filter(pc.invert(flag))
         opt = (ROW_EPOCH,)  # state and channel files written before records carried their own epoch lack it
-        state_l = fill_row_epochs(read_state(fio, spec.parent_handles.get("left", []), kgr.start, kgr.end, lschema,
-                                             spec.checkpoint, optional=opt), default=None, epoch_us=spec.epoch_us)
-        state_r = fill_row_epochs(read_state(fio, spec.parent_handles.get("right", []), kgr.start, kgr.end, rschema,
-                                             spec.checkpoint, optional=opt), default=None, epoch_us=spec.epoch_us)
+        opts = SnapshotOptions.from_params(spec.snapshot)
+        stores = None
+        if opts is not None and opts.backend == "rocksdb":  # keyed stores: only the touched keys' state is read
+            from pipeline.runtime.store_join import JoinStores
+            stores = JoinStores(job=spec.job, uid=spec.uid, key=spec.key, kgr=kgr,
+                                schemas={"left": lschema, "right": rschema}, parent_handles=spec.parent_handles,
+                                fileio=fio, checkpoint=spec.checkpoint)
+            state_l = state_r = lschema.empty_table()
+        else:
+            state_l = fill_row_epochs(read_state(fio, spec.parent_handles.get("left", []), kgr.start, kgr.end,
+                                                 lschema, spec.checkpoint, optional=opt),
+                                      default=None, epoch_us=spec.epoch_us)
+            state_r = fill_row_epochs(read_state(fio, spec.parent_handles.get("right", []), kgr.start, kgr.end,
+                                                 rschema, spec.checkpoint, optional=opt),
+                                      default=None, epoch_us=spec.epoch_us)
         restored = state_l.num_rows + state_r.num_rows
         in_rows = 0
         if spec.replay_handles:  # channel state of the previous checkpoint: consumed first
@@ -242,6 +253,12 @@ def make_join_task(spec: JoinTaskSpec):
                   if spec.ttl_cutoff_us is not None else None)
         kernel_out = spec.out_schema if spec.ack_prefix is None else spec.out_schema.append(
             pa.field(ROW_EPOCH, pa.int64()))
+        held = None
+        if stores is not None:
+            held = stores.touched(new_l, new_r, spec.ttl_cutoff_us)
+            state_l = fill_row_epochs(held.left, default=None, epoch_us=spec.epoch_us)
+            state_r = fill_row_epochs(held.right, default=None, epoch_us=spec.epoch_us)
+            restored = state_l.num_rows + state_r.num_rows
         res = join_step(state_l, state_r, new_l, new_r, key=spec.key, cutoff=cutoff, how=JoinType(spec.how),
                         unique=Uniqueness(spec.unique), output_schema=kernel_out,
                         ttl_us=spec.ttl_us if spec.epoch_us else None, epoch_us=spec.epoch_us or None)
@@ -253,11 +270,18 @@ def make_join_task(spec: JoinTaskSpec):
         t1 = time.perf_counter()
         out_ms = 0.0
         handles = []
-        for name, tbl in (("left", left), ("right", right)):
-            fh = write_state(fio, spec.state_prefix, name, kgr.start, kgr.end, tbl,
-                             spec.parent_handles.get(name, []), spec.snapshot, spec.checkpoint,
-                             touched=TouchedKeys(spec.key, res.touched))
-            handles.append(("state", name, fh))
+        if stores is not None and held is not None:
+            try:
+                handles.extend(stores.commit(held, res, cutoff_us=spec.ttl_cutoff_us, state_prefix=spec.state_prefix,
+                                             snapshot=spec.snapshot))
+            finally:
+                stores.close()
+        else:
+            for name, tbl in (("left", left), ("right", right)):
+                fh = write_state(fio, spec.state_prefix, name, kgr.start, kgr.end, tbl,
+                                 spec.parent_handles.get(name, []), spec.snapshot, spec.checkpoint,
+                                 touched=TouchedKeys(spec.key, res.touched))
+                handles.append(("state", name, fh))
         ofh = None
         if out is not None and out.num_rows:
             t_out = time.perf_counter()

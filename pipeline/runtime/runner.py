@@ -35,7 +35,7 @@ from pipeline.clock import Clock
 from pipeline.config import PipelineConfig
 from pipeline.exceptions import CheckpointError, ConfigError, IncompatibleStateError
 from pipeline.fileio import file_io_for
-from pipeline.job import Job
+from pipeline.job import Job, JoinNode
 from pipeline.layout import METADATA_FILE
 from pipeline.runtime.barrier_log import BarrierLog, Barriers
 from pipeline.runtime.context import RuntimeContext
@@ -49,7 +49,20 @@ from pipeline.runtime.savepoints import abort_pending, check_target
 from pipeline.runtime.spark_plan import SparkPlan
 from pipeline.runtime.validation import RecoveryValidator, default_validator
 
-__all__ = ["JobRunner", "RoundResult", "RunReport", "Cursor"]
+__all__ = ["JobRunner", "RoundResult", "RunReport", "Cursor", "require_backend_support"]
+
+ROCKSDB_OPERATORS = (JoinNode,)  # operators whose state the rocksdb backend keeps so far (docs/state.md)
+
+
+def require_backend_support(job: Job, config: PipelineConfig) -> None:
+    """Refuse, before any side effect, a job with operators the configured state backend does not keep."""
+    if config.state_backend != "rocksdb":
+        return
+    bad = [f"{type(op).__name__.removesuffix('Node').lower()} {op.uid!r}" for op in job.operators()
+           if not isinstance(op, ROCKSDB_OPERATORS)]
+    if bad:
+        raise ConfigError(f"job {job.name}: PIPELINE_STATE_BACKEND=rocksdb keeps only join state so far; "
+                          f"unsupported operator(s): {', '.join(bad)} (use PIPELINE_STATE_BACKEND=heap)")
 
 _Cursor = Cursor  # the name before the split into modules
 
@@ -61,6 +74,7 @@ class JobRunner:
                  runner_id: str | None = None, echo: Callable[[str], None] | None = None,
                  listeners: list[CheckpointListener] | None = None,
                  validator: RecoveryValidator | None = None) -> None:
+        require_backend_support(job, config)
         self.ctx = ctx = RuntimeContext(job, config, clock=clock, runner_id=runner_id, echo=echo)
         self._validator = validator
         self.barrier_log = BarrierLog(ctx)
