@@ -49,12 +49,12 @@ from pipeline.runtime.savepoints import abort_pending, check_target
 from pipeline.runtime.spark_plan import SparkPlan
 from pipeline.runtime.validation import RecoveryValidator, default_validator
 
-__all__ = ["JobRunner", "RoundResult", "RunReport", "Cursor", "require_backend_support"]
+__all__ = ["JobRunner", "RoundResult", "RunReport", "Cursor"]
 
 ROCKSDB_OPERATORS = (JoinNode,)  # operators whose state the rocksdb backend keeps so far (docs/state.md)
 
 
-def require_backend_support(job: Job, config: PipelineConfig) -> None:
+def _require_backend_support(job: Job, config: PipelineConfig) -> None:
     """Refuse, before any side effect, a job with operators the configured state backend does not keep."""
     if config.state_backend != "rocksdb":
         return
@@ -74,7 +74,7 @@ class JobRunner:
                  runner_id: str | None = None, echo: Callable[[str], None] | None = None,
                  listeners: list[CheckpointListener] | None = None,
                  validator: RecoveryValidator | None = None) -> None:
-        require_backend_support(job, config)
+        _require_backend_support(job, config)
         self.ctx = ctx = RuntimeContext(job, config, clock=clock, runner_id=runner_id, echo=echo)
         self._validator = validator
         self.barrier_log = BarrierLog(ctx)
