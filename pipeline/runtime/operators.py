@@ -21,9 +21,10 @@ from pipeline.faults import fault_point
 from pipeline.keygroups import range_for_subtask
 from pipeline.operators.join import MATCHED, JoinType, Uniqueness, join_step
 from pipeline.operators.ttl import ROW_EPOCH
+from pipeline.runtime.keyed_stores import KeyedStores, uses_keyed_stores
 from pipeline.state.backend import KG_COLUMN, read_state, write_table
 from pipeline.state.changelog import TouchedKeys
-from pipeline.state.snapshot import SnapshotOptions, write_state
+from pipeline.state.snapshot import write_state
 
 __all__ = ["EXACT_SUM", "HANDLE_SCHEMA", "JoinTaskSpec", "AggTaskSpec", "make_join_task", "make_agg_task",
            "handle_rows_to_dicts"]
@@ -214,14 +215,12 @@ def make_join_task(spec: JoinTaskSpec):
             parked = incoming.filter(flag)
             incoming = incoming.filter(pc.invert(flag))
         opt = (ROW_EPOCH,)  # state and channel files written before records carried their own epoch lack it
-        opts = SnapshotOptions.from_params(spec.snapshot)
         stores = None
-        if opts is not None and opts.backend == "rocksdb":  # keyed stores: only the touched keys' state is read
-            from pipeline.runtime.store_join import JoinStores
-            stores = JoinStores(job=spec.job, uid=spec.uid, key=spec.key, kgr=kgr,
-                                schemas={"left": lschema, "right": rschema}, parent_handles=spec.parent_handles,
-                                fileio=fio, checkpoint=spec.checkpoint)
-            state_l = state_r = lschema.empty_table()
+        if uses_keyed_stores(spec.snapshot):  # keyed stores: only the touched keys' state is read
+            stores = KeyedStores(snapshot=spec.snapshot or {}, uid=spec.uid, key=spec.key, kgr=kgr,
+                                 states={"left": (lschema, "_ingest_ts"), "right": (rschema, "_ingest_ts")},
+                                 parent_handles=spec.parent_handles, fileio=fio, checkpoint=spec.checkpoint)
+            state_l, state_r = lschema.empty_table(), rschema.empty_table()
         else:
             state_l = fill_row_epochs(read_state(fio, spec.parent_handles.get("left", []), kgr.start, kgr.end,
                                                  lschema, spec.checkpoint, optional=opt),
@@ -253,11 +252,13 @@ def make_join_task(spec: JoinTaskSpec):
                   if spec.ttl_cutoff_us is not None else None)
         kernel_out = spec.out_schema if spec.ack_prefix is None else spec.out_schema.append(
             pa.field(ROW_EPOCH, pa.int64()))
-        held = None
+        keys: tuple[bytes, ...] = ()
+        held = {}
         if stores is not None:
-            held = stores.touched(new_l, new_r, spec.ttl_cutoff_us)
-            state_l = fill_row_epochs(held.left, default=None, epoch_us=spec.epoch_us)
-            state_r = fill_row_epochs(held.right, default=None, epoch_us=spec.epoch_us)
+            keys = stores.touched([new_l, new_r], spec.ttl_cutoff_us)
+            held = {"left": stores.get("left", keys), "right": stores.get("right", keys)}
+            state_l = fill_row_epochs(held["left"], default=None, epoch_us=spec.epoch_us)
+            state_r = fill_row_epochs(held["right"], default=None, epoch_us=spec.epoch_us)
             restored = state_l.num_rows + state_r.num_rows
         res = join_step(state_l, state_r, new_l, new_r, key=spec.key, cutoff=cutoff, how=JoinType(spec.how),
                         unique=Uniqueness(spec.unique), output_schema=kernel_out,
@@ -270,10 +271,12 @@ def make_join_task(spec: JoinTaskSpec):
         t1 = time.perf_counter()
         out_ms = 0.0
         handles = []
-        if stores is not None and held is not None:
+        if stores is not None:
             try:
-                handles.extend(stores.commit(held, res, cutoff_us=spec.ttl_cutoff_us, state_prefix=spec.state_prefix,
-                                             snapshot=spec.snapshot))
+                for name, tbl in (("left", left), ("right", right)):
+                    handles.append(("state", name, stores.commit(
+                        name, keys, held[name], tbl, cutoff_us=spec.ttl_cutoff_us, state_prefix=spec.state_prefix,
+                        snapshot=spec.snapshot)))
             finally:
                 stores.close()
         else:
@@ -380,9 +383,19 @@ def make_agg_task(spec: AggTaskSpec):
         kgr = range_for_subtask(spec.max_parallelism, spec.parallelism, subtask)
         fio = file_io_for(spec.state_prefix)
         sschema = spec.state_schema.append(pa.field(KG_COLUMN, pa.int32()))
-        state = read_state(fio, spec.parent_handles.get("agg", []), kgr.start, kgr.end, sschema, spec.checkpoint)
-        restored = state.num_rows
         incoming = _collect(batches)
+        stores = None
+        keys: tuple[bytes, ...] = ()
+        if uses_keyed_stores(spec.snapshot):  # keyed stores: only the state of this round's groups is read
+            stores = KeyedStores(snapshot=spec.snapshot or {}, uid=spec.uid, key=spec.key, kgr=kgr,
+                                 states={"agg": (sschema, None)}, parent_handles=spec.parent_handles, fileio=fio,
+                                 checkpoint=spec.checkpoint)
+            keys = stores.touched([incoming] if incoming is not None else [], None)
+            state = held = stores.get("agg", keys)
+        else:
+            state = read_state(fio, spec.parent_handles.get("agg", []), kgr.start, kgr.end, sschema,
+                               spec.checkpoint)
+        restored = state.num_rows
         in_rows = 0
         out = None
         partial = None
@@ -423,9 +436,16 @@ def make_agg_task(spec: AggTaskSpec):
         sync_ms = (time.perf_counter() - t0) * 1000
         fault_point("writing_state")
         t1 = time.perf_counter()
-        fh = write_state(fio, spec.state_prefix, "agg", kgr.start, kgr.end, state, spec.parent_handles.get("agg", []),
-                         spec.snapshot, spec.checkpoint,
-                         touched=TouchedKeys(spec.key, (partial[spec.key],) if partial is not None else ()))
+        if stores is not None:
+            try:
+                fh = stores.commit("agg", keys, held, state, cutoff_us=None, state_prefix=spec.state_prefix,
+                                   snapshot=spec.snapshot)
+            finally:
+                stores.close()
+        else:
+            fh = write_state(fio, spec.state_prefix, "agg", kgr.start, kgr.end, state,
+                             spec.parent_handles.get("agg", []), spec.snapshot, spec.checkpoint,
+                             touched=TouchedKeys(spec.key, (partial[spec.key],) if partial is not None else ()))
         t_out = time.perf_counter()
         ofh = None
         file_out = out

@@ -35,7 +35,7 @@ from pipeline.clock import Clock
 from pipeline.config import PipelineConfig
 from pipeline.exceptions import CheckpointError, ConfigError, IncompatibleStateError
 from pipeline.fileio import file_io_for
-from pipeline.job import Job, JoinNode
+from pipeline.job import AggregateNode, DedupNode, Job, JoinNode
 from pipeline.layout import METADATA_FILE
 from pipeline.runtime.barrier_log import BarrierLog, Barriers
 from pipeline.runtime.context import RuntimeContext
@@ -51,7 +51,7 @@ from pipeline.runtime.validation import RecoveryValidator, default_validator
 
 __all__ = ["JobRunner", "RoundResult", "RunReport", "Cursor"]
 
-ROCKSDB_OPERATORS = (JoinNode,)  # operators whose state the rocksdb backend keeps so far (docs/state.md)
+ROCKSDB_OPERATORS = (JoinNode, AggregateNode, DedupNode)  # operators whose state the rocksdb backend keeps so far (docs/state.md)
 
 
 def _require_backend_support(job: Job, config: PipelineConfig) -> None:
@@ -61,7 +61,8 @@ def _require_backend_support(job: Job, config: PipelineConfig) -> None:
     bad = [f"{type(op).__name__.removesuffix('Node').lower()} {op.uid!r}" for op in job.operators()
            if not isinstance(op, ROCKSDB_OPERATORS)]
     if bad:
-        raise ConfigError(f"job {job.name}: PIPELINE_STATE_BACKEND=rocksdb keeps only join state so far; "
+        raise ConfigError(f"job {job.name}: PIPELINE_STATE_BACKEND=rocksdb keeps join, aggregate and "
+                          f"deduplicate state so far; "
                           f"unsupported operator(s): {', '.join(bad)} (use PIPELINE_STATE_BACKEND=heap)")
 
 _Cursor = Cursor  # the name before the split into modules

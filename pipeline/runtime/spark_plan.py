@@ -190,7 +190,7 @@ class SparkPlan:
             shared=None if savepoint else JobLayout(self.ctx.job_root).shared(uid),
             materialize=savepoint or cursor.materialize,
             policy=MaterializationPolicy(cfg.state_incremental, cfg.state_max_deltas, cfg.state_max_delta_ratio),
-            backend=cfg.state_backend)
+            backend=cfg.state_backend, job_root=self.ctx.job_root)
 
     def steps(self, P: int, shape: tuple, parked: frozenset) -> list[tuple]:
         """The round's Spark plan, built once per (parallelism, source task counts, parked channels) and

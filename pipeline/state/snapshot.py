@@ -50,12 +50,13 @@ class SnapshotOptions:
     materialize: bool = False        # every state written whole (restore: NO_CLAIM; rescale is detected per task)
     policy: MaterializationPolicy = MaterializationPolicy()
     backend: str = "heap"            # PIPELINE_STATE_BACKEND: heap | rocksdb (pipeline.state.keyed_store)
+    job_root: str = ""               # the job's checkpoint root: names the executor's keyed stores of this job
 
     def to_params(self) -> dict[str, Any]:
         return {"checkpoint_id": self.checkpoint_id, "round": self.round, "shared": self.shared,
                 "materialize": self.materialize, "incremental": self.policy.incremental,
                 "max_deltas": self.policy.max_deltas, "max_delta_ratio": self.policy.max_delta_ratio,
-                "backend": self.backend}
+                "backend": self.backend, "job_root": self.job_root}
 
     @classmethod
     def from_params(cls, d: Mapping[str, Any] | None) -> "SnapshotOptions | None":
@@ -66,7 +67,7 @@ class SnapshotOptions:
                    policy=MaterializationPolicy(bool(d.get("incremental", True)),
                                                 int(d.get("max_deltas", DEFAULT_MAX_DELTAS)),
                                                 float(d.get("max_delta_ratio", DEFAULT_MAX_DELTA_RATIO))),
-                   backend=str(d.get("backend", "heap")))
+                   backend=str(d.get("backend", "heap")), job_root=str(d.get("job_root", "")))
 
 
 def _parent_chain(parent: Sequence[Mapping], kg_start: int, kg_end: int, shared: str) -> StateChain | None:

@@ -1,6 +1,6 @@
-"""PIPELINE_STATE_BACKEND=rocksdb with a real local Spark and a join of this test's own making (a full outer join
-with a TTL; keys repeat on both sides, across epochs and partitions; never-matched rows pile up and expire as
-outer rows): the committed output and the checkpointed state equal the heap backend's, across a failed
+"""PIPELINE_STATE_BACKEND=rocksdb with a real local Spark and a job of this test's own making (a dedup with a TTL
+chained into a full outer join with a TTL, and a running aggregate; keys repeat on both sides, across epochs and
+partitions; never-matched rows pile up and expire as outer rows): the committed output and the checkpointed state equal the heap backend's, across a failed
 checkpoint (the stores are ahead of the restored checkpoint and must be rebuilt), and across a restore with
 another parallelism (new key-group ranges built from the overlapping old chains). Operators the backend does not
 keep yet are refused before any side effect."""
@@ -34,7 +34,10 @@ def _job() -> Job:
     job = Job("sightings_tags", max_parallelism=16)
     s = job.source("sightings", LEFT, key="tag")
     t = job.source("tags", RIGHT, key="tag")
-    s.join(t, on="tag", uid="st_join", how="full", ttl_seconds=150).sink("sighting_tags")
+    first = s.deduplicate(uid="first_sighting", key="sid", ttl_seconds=150)
+    first.join(t, on="tag", uid="st_join", how="full", ttl_seconds=150).sink("sighting_tags")
+    t.aggregate(uid="per_tag", key="tag", aggs={"n": ("count", None), "w": ("sum", "w")}) \
+        .sink("tag_totals", mode="upsert", key=["tag"])
     return job
 
 
@@ -47,7 +50,7 @@ def source(tmp_path_factory) -> str:
             left = [f"t{(i * 5 + e) % 13}" if i % 3 else f"never-{e}-{p}-{i}" for i in range(N)]
             right = [f"t{(i * 3 + 2 * e) % 13}" if i % 4 else f"lone-{e}-{p}-{i}" for i in range(N)]
             for name, schema, cols in (
-                    ("sightings", LEFT, {"sid": [f"s{e}-{p}-{i}" for i in range(N)], "tag": left}),
+                    ("sightings", LEFT, {"sid": [f"s{p}-{(e * N + i) % 60}" for i in range(N)], "tag": left}),
                     ("tags", RIGHT, {"tid": [f"g{e}-{p}-{i}" for i in range(N)], "tag": right,
                                      "w": [i * 10 + e for i in range(N)]})):
                 d = root / name / f"partition={p}"
@@ -63,8 +66,8 @@ def _runner(tmp: Path, source: str, name: str, job: Job | None = None, **kw) -> 
     return JobRunner(job or _job(), cfg, echo=lambda m: None)
 
 
-def _output(r: JobRunner, to: Path) -> list[tuple]:
-    r.export("sighting_tags", str(to))
+def _output(r: JobRunner, to: Path, table: str) -> list[tuple]:
+    r.export(table, str(to))
     t = pq.read_table(to)
     return sorted(tuple(str(v) for v in row.values()) for row in t.select(sorted(t.column_names)).to_pylist())
 
@@ -90,7 +93,8 @@ def test_rocksdb_join_equals_heap_across_a_failed_checkpoint_and_a_rescale(tmp_p
     heap.run()
     heap_md = heap.coordinator.store.latest().metadata
     expected = _state(heap_md)
-    assert expected["st_join/left"] and expected["st_join/right"]
+    assert {k for k, v in expected.items() if v} == {"st_join/left", "st_join/right", "first_sighting/keys",
+                                                      "per_tag/agg"}
 
     rdb = _runner(tmp_path, source, "rdb", state_backend="rocksdb", state_max_delta_ratio=5.0)
     rdb.run(1)
@@ -107,16 +111,21 @@ def test_rocksdb_join_equals_heap_across_a_failed_checkpoint_and_a_rescale(tmp_p
     # restore the latest checkpoint with parallelism 3 (new key-group ranges) and run to the end
     rdb.restore(str(md.checkpoint_id), parallelism=3, validate=False)
     rdb.run(parallelism=3)
+    stores = {p.parent.name for p in (tmp_path / "stores").glob("*/*/kg-*")}
+    assert stores == {"left", "right", "keys", "agg"}  # the state lived in the keyed stores
+    assert {p.name for p in (tmp_path / "stores").glob("*/left/kg-*")} >= {"kg-00000-00005", "kg-00006-00010"}
     got_md = rdb.coordinator.store.latest().metadata
     assert got_md.epoch == heap_md.epoch
     assert _state(got_md) == expected
-    assert _output(rdb, tmp_path / "o-rdb") == _output(heap, tmp_path / "o-heap")
+    for table in ("sighting_tags", "tag_totals"):
+        assert _output(rdb, tmp_path / f"o-rdb-{table}", table) == _output(heap, tmp_path / f"o-heap-{table}", table)
 
 
 def test_rocksdb_refuses_operators_it_does_not_keep_yet(tmp_path, source):
-    job = Job("sightings_dedup", max_parallelism=16)
-    job.source("sightings", LEFT, key="tag").deduplicate(uid="first_sighting", key="sid").sink("firsts")
-    with pytest.raises(ConfigError, match="rocksdb.*dedup 'first_sighting'"):
+    job = Job("sightings_windows", max_parallelism=16)
+    job.source("sightings", LEFT, key="tag").window(uid="per_minute", key="tag", event_time="_ingest_ts",
+                                                    size_seconds=60, aggs={"n": ("count", None)}).sink("counts")
+    with pytest.raises(ConfigError, match="rocksdb.*window 'per_minute'"):
         _runner(tmp_path, source, "refused", job, state_backend="rocksdb")
     assert not (tmp_path / "refused").exists()
     with pytest.raises(ConfigError, match="PIPELINE_STATE_BACKEND='memory'"):
