@@ -3,6 +3,7 @@
 
     .venv/bin/python benchmarks/state_growth.py                         # 24 epochs x 10k events, ~5 min
     .venv/bin/python benchmarks/state_growth.py --epochs 30 --events 20000
+    .venv/bin/python benchmarks/state_growth.py --backend rocksdb --epochs 31 --events 50000 --out /tmp/rdb.json
     .venv/bin/python benchmarks/state_growth.py --s3 --out /tmp/s3.json      # checkpoints on moto S3 (child process)
     .venv/bin/python benchmarks/state_growth.py --plot docs/img/state_growth.png /tmp/file.json /tmp/s3.json
 
@@ -15,7 +16,9 @@ Each mode runs in a fresh process (fresh JVM and Python workers; the executor en
 
 * ``full``: ``PIPELINE_STATE_INCREMENTAL=false`` and the warm cache off (``PIPELINE_STATE_CACHE_MAX_BYTES=0``):
   every epoch reads its whole state from storage and writes it whole (the behaviour before docs/state.md);
-* ``incremental``: changelog snapshots (defaults: at most 10 deltas, deltas <= 0.5 x base) and warm state.
+* ``incremental``: changelog snapshots (defaults: at most 10 deltas, deltas <= 0.5 x base) and warm state;
+* ``rocksdb`` (``--backend rocksdb``): incremental snapshots with ``PIPELINE_STATE_BACKEND=rocksdb``: the state
+  lives in executor-local keyed stores and a round reads and writes only the keys its input touches.
 
 Event ids are random 128-bit hex strings (like UUIDs), so the state's bytes grow with its rows. Printed per
 epoch (epoch 0 includes the JVM start): the epoch's wall time (one round = one checkpoint), the state rows, the bytes the checkpoint
@@ -85,6 +88,7 @@ def child(args) -> None:
                       sink_uri=f"{args.s3_root}/{args.mode}/sink" if args.s3_root else (root / args.mode / "sink").as_uri(),
                       parallelism=2, epoch_seconds=EPOCH_S,
                       retained_checkpoints=1000, state_incremental=args.mode != "full",
+                      state_backend="rocksdb" if args.mode == "rocksdb" else "heap",
                       clock_now=(T0 + timedelta(seconds=EPOCH_S * (args.epochs + 2))).isoformat())
     r = JobRunner(job, cfg, echo=lambda m: None)
     rep = r.run(args.epochs)
@@ -147,7 +151,7 @@ def plot(png: str, files: list[str]) -> None:
                 continue
             es = res["epochs"][1:]  # epoch 0 includes the JVM start
             mb = [e["bytes"] / 1e6 for e in es]
-            ls = "-" if mode == "incremental" else "--"
+            ls = {"incremental": "-", "rocksdb": "-."}.get(mode, "--")
             ax_t.plot(mb, [e["epoch_s"] for e in es], ls, marker=".", label=f"{mode}, {storage}")
             if storage == "file://" or len(files) == 1:
                 ax_b.plot(mb, [e["persisted_bytes"] / 1e6 for e in es], ls, marker=".", label=f"{mode}")
@@ -172,7 +176,10 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=24)
     ap.add_argument("--events", type=int, default=10_000, help="new events per epoch (all partitions)")
     ap.add_argument("--users", type=int, default=2_000)
-    ap.add_argument("--modes", default="full,incremental")
+    ap.add_argument("--modes", default="", help="comma-separated: full, incremental, rocksdb "
+                    "(default: full,incremental; with --backend rocksdb: incremental,rocksdb)")
+    ap.add_argument("--backend", choices=("heap", "rocksdb"), default="heap",
+                    help="rocksdb: also run PIPELINE_STATE_BACKEND=rocksdb (mode 'rocksdb', incremental snapshots)")
     ap.add_argument("--out", default="", help="write all results as JSON here")
     ap.add_argument("--work", default="")
     ap.add_argument("--s3", action="store_true", help="checkpoints on a moto S3 server (child process)")
@@ -187,6 +194,8 @@ def main() -> None:
     if args.plot:
         plot(args.plot[0], args.plot[1:])
         return
+    if not args.modes:
+        args.modes = "incremental,rocksdb" if args.backend == "rocksdb" else "full,incremental"
     work = Path(args.work or tempfile.mkdtemp(prefix="state-growth-"))
     generate(work / "src", args.epochs, args.events, args.users)
     results: dict = {}

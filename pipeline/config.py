@@ -20,6 +20,9 @@ __all__ = ["PipelineConfig", "load_config", "CONFIG_KEYS"]
 _DEFAULT_ROOT = Path(os.environ.get("EPOCHAL_HOME", Path.cwd() / ".epochal")).resolve()
 
 
+STATE_BACKENDS = ("heap", "rocksdb")  # docs/state.md, "Keyed state backend"
+
+
 @dataclass(frozen=True, slots=True)
 class PipelineConfig:
     """All knobs of a pipeline run. Field ``x`` is read from ``PIPELINE_X``."""
@@ -49,6 +52,7 @@ class PipelineConfig:
     state_incremental: bool = True  # incremental (changelog) state snapshots in <job>/shared/ (docs/state.md)
     state_max_deltas: int = 10  # a state chain holds at most this many deltas before a full base is written
     state_max_delta_ratio: float = 0.5  # ... and its deltas at most this fraction of the base's bytes
+    state_backend: str = "heap"  # heap | rocksdb: keyed state in the task's memory, or in an executor-local store
     validate_after_epoch: bool = False
     spark_master: str = ""  # empty: the launcher's / an existing session's master, else local[*]
     sink_format: str = ""  # "" | iceberg | delta | epochal | <table>=<format>,... (overrides the job API)
@@ -74,6 +78,8 @@ class PipelineConfig:
                               "(unaligned checkpoints are refused with at-least-once, as in Flink)")
         if self.sink_format:
             parse_format_override(self.sink_format)
+        if self.state_backend not in STATE_BACKENDS:
+            raise ConfigError(f"PIPELINE_STATE_BACKEND={self.state_backend!r}: use one of {', '.join(STATE_BACKENDS)}")
         if self.bad_records not in ("dead_letter", "fail"):
             raise ConfigError(f"PIPELINE_BAD_RECORDS={self.bad_records!r}: use dead_letter or fail")
         for name in ("epoch_seconds", "max_records_per_epoch", "parallelism", "max_parallelism",

@@ -37,7 +37,7 @@ __all__ = [
     "EpochalError", "ConfigError", "IncompatibleSinkSchemaError", "BootstrapRefusedError", "StorageError", "ObjectNotFoundError",
     "ConditionalWriteError", "SourceError", "MalformedInputError", "SourceContractError", "CheckpointError",
     "CheckpointFencedError",
-    "CheckpointDeclinedError", "CorruptCheckpointError", "NoValidCheckpointError",
+    "CheckpointDeclinedError", "CorruptCheckpointError", "NoValidCheckpointError", "StateStoreError",
     "TooManyFailedCheckpointsError", "IncompatibleStateError", "BarrierError", "CorruptStreamError",
     "SinkError", "TransactionStateError", "ValidationError", "UserFunctionError", "TypeMismatch",
     "JobStoppedError", "InjectedFailure", "AggregateOverflowError",
@@ -99,6 +99,10 @@ class CheckpointDeclinedError(CheckpointError):
 
 class CorruptCheckpointError(CheckpointError):
     """A checkpoint is unusable: missing file, checksum mismatch, unreadable metadata."""
+
+
+class StateStoreError(CheckpointError):
+    """An executor-local keyed state store (``PIPELINE_STATE_BACKEND=rocksdb``) cannot be opened or is inconsistent."""
 
 
 class NoValidCheckpointError(CheckpointError):

@@ -16,6 +16,7 @@ from pipeline.keygroups import key_group_expr, range_for_subtask, subtask_expr
 from pipeline.operators.dedup import dedup_step
 from pipeline.operators.ttl import ROW_EPOCH
 from pipeline.runtime.dataflow import OperatorIO, arrow_schema_of, drop_internal, schema_ddl
+from pipeline.runtime.keyed_stores import KeyedStores, uses_keyed_stores
 from pipeline.runtime.operator_registry import register_operator
 from pipeline.runtime.operators import (
     HANDLE_DDL,
@@ -68,11 +69,21 @@ def make_dedup_task(spec: DedupTaskSpec):
         fio = file_io_for(spec.state_prefix)
         sschema = pa.schema([spec.in_schema.field(spec.key), spec.in_schema.field("_ingest_ts"),
                              pa.field(KG_COLUMN, pa.int32())])
-        state = read_state(fio, spec.parent_handles.get("keys", []), kgr.start, kgr.end, sschema, spec.checkpoint)
-        restored = state.num_rows
         ischema = spec.in_schema.append(pa.field(KG_COLUMN, pa.int32()))
         incoming = _collect(batches)
         new = incoming.select(ischema.names).cast(ischema) if incoming is not None else ischema.empty_table()
+        stores = None
+        keys: tuple[bytes, ...] = ()
+        if uses_keyed_stores(spec.snapshot):  # keyed stores: only the held keys of this round's input are read
+            stores = KeyedStores(snapshot=spec.snapshot or {}, uid=spec.uid, key=spec.key, kgr=kgr,
+                                 states={"keys": (sschema, "_ingest_ts")}, parent_handles=spec.parent_handles,
+                                 fileio=fio, checkpoint=spec.checkpoint)
+            keys = stores.touched([new], spec.ttl_cutoff_us)
+            state = held = stores.get("keys", keys)
+        else:
+            state = read_state(fio, spec.parent_handles.get("keys", []), kgr.start, kgr.end, sschema,
+                               spec.checkpoint)
+        restored = state.num_rows
         if ROW_EPOCH in new.column_names:
             new = fill_row_epochs(new, default=spec.epoch, epoch_us=spec.epoch_us)
         cutoff = (pa.scalar(spec.ttl_cutoff_us, pa.timestamp("us", tz="UTC"))
@@ -85,9 +96,16 @@ def make_dedup_task(spec: DedupTaskSpec):
         fault_point("writing_state")
         t1 = time.perf_counter()
         touched = (new[spec.key],) + ((res.expired_keys,) if res.expired_keys is not None else ())
-        fh = write_state(fio, spec.state_prefix, "keys", kgr.start, kgr.end, res.state,
-                         spec.parent_handles.get("keys", []), spec.snapshot, spec.checkpoint,
-                         touched=TouchedKeys(spec.key, touched))
+        if stores is not None:
+            try:
+                fh = stores.commit("keys", keys, held, res.state, cutoff_us=spec.ttl_cutoff_us,
+                                   state_prefix=spec.state_prefix, snapshot=spec.snapshot)
+            finally:
+                stores.close()
+        else:
+            fh = write_state(fio, spec.state_prefix, "keys", kgr.start, kgr.end, res.state,
+                             spec.parent_handles.get("keys", []), spec.snapshot, spec.checkpoint,
+                             touched=TouchedKeys(spec.key, touched))
         t_out = time.perf_counter()
         ofh = None
         if spec.ack_prefix is None and out.num_rows:

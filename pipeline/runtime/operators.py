@@ -22,6 +22,7 @@ from pipeline.fileio import file_io_for
 from pipeline.keygroups import range_for_subtask
 from pipeline.operators.join import MATCHED, JoinType, Uniqueness, join_step
 from pipeline.operators.ttl import ROW_EPOCH, micros
+from pipeline.runtime.keyed_stores import KeyedStores, uses_keyed_stores
 from pipeline.runtime.round_params import apply_params, operator_key, task_params
 from pipeline.source._formats import json_default
 from pipeline.state.backend import KG_COLUMN, read_state, write_table
@@ -212,10 +213,19 @@ def make_join_task(spec: JoinTaskSpec):
             parked = incoming.filter(flag)
             incoming = incoming.filter(pc.invert(flag))
         opt = (ROW_EPOCH,)  # state and channel files written before records carried their own epoch lack it
-        state_l = fill_row_epochs(read_state(fio, spec.parent_handles.get("left", []), kgr.start, kgr.end, lschema,
-                                             spec.checkpoint, optional=opt), default=None, epoch_us=spec.epoch_us)
-        state_r = fill_row_epochs(read_state(fio, spec.parent_handles.get("right", []), kgr.start, kgr.end, rschema,
-                                             spec.checkpoint, optional=opt), default=None, epoch_us=spec.epoch_us)
+        stores = None
+        if uses_keyed_stores(spec.snapshot):  # keyed stores: only the touched keys' state is read
+            stores = KeyedStores(snapshot=spec.snapshot or {}, uid=spec.uid, key=spec.key, kgr=kgr,
+                                 states={"left": (lschema, "_ingest_ts"), "right": (rschema, "_ingest_ts")},
+                                 parent_handles=spec.parent_handles, fileio=fio, checkpoint=spec.checkpoint)
+            state_l, state_r = lschema.empty_table(), rschema.empty_table()
+        else:
+            state_l = fill_row_epochs(read_state(fio, spec.parent_handles.get("left", []), kgr.start, kgr.end,
+                                                 lschema, spec.checkpoint, optional=opt),
+                                      default=None, epoch_us=spec.epoch_us)
+            state_r = fill_row_epochs(read_state(fio, spec.parent_handles.get("right", []), kgr.start, kgr.end,
+                                                 rschema, spec.checkpoint, optional=opt),
+                                      default=None, epoch_us=spec.epoch_us)
         restored = state_l.num_rows + state_r.num_rows
         in_rows = 0
         if spec.replay_handles:  # channel state of the previous checkpoint: consumed first
@@ -240,6 +250,14 @@ def make_join_task(spec: JoinTaskSpec):
                   if spec.ttl_cutoff_us is not None else None)
         kernel_out = spec.out_schema if spec.ack_prefix is None else spec.out_schema.append(
             pa.field(ROW_EPOCH, pa.int64()))
+        keys: tuple[bytes, ...] = ()
+        held = {}
+        if stores is not None:
+            keys = stores.touched([new_l, new_r], spec.ttl_cutoff_us)
+            held = {"left": stores.get("left", keys), "right": stores.get("right", keys)}
+            state_l = fill_row_epochs(held["left"], default=None, epoch_us=spec.epoch_us)
+            state_r = fill_row_epochs(held["right"], default=None, epoch_us=spec.epoch_us)
+            restored = state_l.num_rows + state_r.num_rows
         res = join_step(state_l, state_r, new_l, new_r, key=spec.key, cutoff=cutoff, how=JoinType(spec.how),
                         unique=Uniqueness(spec.unique), output_schema=kernel_out,
                         ttl_us=spec.ttl_us if spec.epoch_us else None, epoch_us=spec.epoch_us or None)
@@ -251,11 +269,20 @@ def make_join_task(spec: JoinTaskSpec):
         t1 = time.perf_counter()
         out_ms = 0.0
         handles = []
-        for name, tbl in (("left", left), ("right", right)):
-            fh = write_state(fio, spec.state_prefix, name, kgr.start, kgr.end, tbl,
-                             spec.parent_handles.get(name, []), spec.snapshot, spec.checkpoint,
-                             touched=TouchedKeys(spec.key, res.touched))
-            handles.append(("state", name, fh))
+        if stores is not None:
+            try:
+                for name, tbl in (("left", left), ("right", right)):
+                    handles.append(("state", name, stores.commit(
+                        name, keys, held[name], tbl, cutoff_us=spec.ttl_cutoff_us, state_prefix=spec.state_prefix,
+                        snapshot=spec.snapshot)))
+            finally:
+                stores.close()
+        else:
+            for name, tbl in (("left", left), ("right", right)):
+                fh = write_state(fio, spec.state_prefix, name, kgr.start, kgr.end, tbl,
+                                 spec.parent_handles.get(name, []), spec.snapshot, spec.checkpoint,
+                                 touched=TouchedKeys(spec.key, res.touched))
+                handles.append(("state", name, fh))
         ofh = None
         if out is not None and out.num_rows:
             t_out = time.perf_counter()
@@ -353,9 +380,19 @@ def make_agg_task(spec: AggTaskSpec):
         kgr = range_for_subtask(spec.max_parallelism, spec.parallelism, subtask)
         fio = file_io_for(spec.state_prefix)
         sschema = spec.state_schema.append(pa.field(KG_COLUMN, pa.int32()))
-        state = read_state(fio, spec.parent_handles.get("agg", []), kgr.start, kgr.end, sschema, spec.checkpoint)
-        restored = state.num_rows
         incoming = _collect(batches)
+        stores = None
+        keys: tuple[bytes, ...] = ()
+        if uses_keyed_stores(spec.snapshot):  # keyed stores: only the state of this round's groups is read
+            stores = KeyedStores(snapshot=spec.snapshot or {}, uid=spec.uid, key=spec.key, kgr=kgr,
+                                 states={"agg": (sschema, None)}, parent_handles=spec.parent_handles, fileio=fio,
+                                 checkpoint=spec.checkpoint)
+            keys = stores.touched([incoming] if incoming is not None else [], None)
+            state = held = stores.get("agg", keys)
+        else:
+            state = read_state(fio, spec.parent_handles.get("agg", []), kgr.start, kgr.end, sschema,
+                               spec.checkpoint)
+        restored = state.num_rows
         in_rows = 0
         out = None
         partial = None
@@ -396,9 +433,16 @@ def make_agg_task(spec: AggTaskSpec):
         sync_ms = (time.perf_counter() - t0) * 1000
         fault_point("writing_state")
         t1 = time.perf_counter()
-        fh = write_state(fio, spec.state_prefix, "agg", kgr.start, kgr.end, state, spec.parent_handles.get("agg", []),
-                         spec.snapshot, spec.checkpoint,
-                         touched=TouchedKeys(spec.key, (partial[spec.key],) if partial is not None else ()))
+        if stores is not None:
+            try:
+                fh = stores.commit("agg", keys, held, state, cutoff_us=None, state_prefix=spec.state_prefix,
+                                   snapshot=spec.snapshot)
+            finally:
+                stores.close()
+        else:
+            fh = write_state(fio, spec.state_prefix, "agg", kgr.start, kgr.end, state,
+                             spec.parent_handles.get("agg", []), spec.snapshot, spec.checkpoint,
+                             touched=TouchedKeys(spec.key, (partial[spec.key],) if partial is not None else ()))
         t_out = time.perf_counter()
         ofh = None
         file_out = out

@@ -36,7 +36,7 @@ from pipeline.clock import Clock
 from pipeline.config import PipelineConfig
 from pipeline.exceptions import CheckpointError, ConfigError, IncompatibleStateError
 from pipeline.fileio import file_io_for
-from pipeline.job import Job
+from pipeline.job import AggregateNode, DedupNode, Job, JoinNode
 from pipeline.layout import METADATA_FILE
 from pipeline.runtime.barrier_log import BarrierLog, Barriers
 from pipeline.runtime.context import RuntimeContext
@@ -53,6 +53,20 @@ from pipeline.runtime.validation import RecoveryValidator, default_validator
 
 __all__ = ["JobRunner", "RoundResult", "RunReport", "Cursor"]
 
+ROCKSDB_OPERATORS = (JoinNode, AggregateNode, DedupNode)  # operators whose state the rocksdb backend keeps so far (docs/state.md)
+
+
+def _require_backend_support(job: Job, config: PipelineConfig) -> None:
+    """Refuse, before any side effect, a job with operators the configured state backend does not keep."""
+    if config.state_backend != "rocksdb":
+        return
+    bad = [f"{type(op).__name__.removesuffix('Node').lower()} {op.uid!r}" for op in job.operators()
+           if not isinstance(op, ROCKSDB_OPERATORS)]
+    if bad:
+        raise ConfigError(f"job {job.name}: PIPELINE_STATE_BACKEND=rocksdb keeps join, aggregate and "
+                          f"deduplicate state so far; "
+                          f"unsupported operator(s): {', '.join(bad)} (use PIPELINE_STATE_BACKEND=heap)")
+
 _Cursor = Cursor  # the name before the split into modules
 
 
@@ -63,6 +77,7 @@ class JobRunner:
                  runner_id: str | None = None, echo: Callable[[str], None] | None = None,
                  listeners: list[CheckpointListener] | None = None,
                  validator: RecoveryValidator | None = None) -> None:
+        _require_backend_support(job, config)
         self.ctx = ctx = RuntimeContext(job, config, clock=clock, runner_id=runner_id, echo=echo)
         self._validator = validator
         self.barrier_log = BarrierLog(ctx)

@@ -189,7 +189,8 @@ class SparkPlan:
             checkpoint_id=pending.checkpoint_id, round=rnd,
             shared=None if savepoint else JobLayout(self.ctx.job_root).shared(uid),
             materialize=savepoint or cursor.materialize,
-            policy=MaterializationPolicy(cfg.state_incremental, cfg.state_max_deltas, cfg.state_max_delta_ratio))
+            policy=MaterializationPolicy(cfg.state_incremental, cfg.state_max_deltas, cfg.state_max_delta_ratio),
+            backend=cfg.state_backend, job_root=self.ctx.job_root)
 
     def steps(self, P: int, shape: tuple, parked: frozenset) -> list[tuple]:
         """The round's Spark plan, built once per (parallelism, source task counts, parked channels) and

@@ -32,7 +32,7 @@ from pipeline.state.chain import StateChain
 from pipeline.state.changelog import apply_changelog
 
 __all__ = ["table_to_parquet_bytes", "write_table", "write_bytes_once", "read_state", "load_chain", "remember",
-           "flush_cache_writes", "trace",
+           "flush_cache_writes", "trace", "read_verified",
            "KG_COLUMN"]
 
 KG_COLUMN = "_kg"
@@ -109,6 +109,11 @@ def remember(digest: str, table: pa.Table, *, background: bool = False) -> None:
 
 
 def _read_file(fileio, fh, checkpoint: str) -> pa.Table:
+    return pq.read_table(io.BytesIO(read_verified(fileio, fh, checkpoint)))
+
+
+def read_verified(fileio, fh, checkpoint: str) -> bytes:
+    """The bytes of state file ``fh`` (a FileHandle), size and SHA-256 verified."""
     try:
         data = fileio.read_bytes(fh.uri)
     except Exception as e:  # noqa: BLE001 - re-raised with the checkpoint named
@@ -117,7 +122,7 @@ def _read_file(fileio, fh, checkpoint: str) -> pa.Table:
         raise CorruptCheckpointError(
             f"checkpoint {checkpoint}: state file {fh.uri} checksum/size mismatch "
             f"(expected {fh.bytes} bytes sha256 {fh.sha256[:12]}..., got {len(data)} bytes)")
-    return pq.read_table(io.BytesIO(data))
+    return data
 
 
 def load_chain(fileio, chain: StateChain, checkpoint: str, *, warm: bool = True) -> pa.Table:

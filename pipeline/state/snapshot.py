@@ -17,19 +17,27 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from pipeline.checkpoint.handles import FileHandle
 from pipeline.layout import shared_state_uri, shared_writer_id
 from pipeline.state.attempts import canonical_order
-from pipeline.state.backend import load_chain, remember, table_to_parquet_bytes, trace, write_bytes_once
+from pipeline.state.backend import (
+    KG_COLUMN,
+    load_chain,
+    remember,
+    table_to_parquet_bytes,
+    trace,
+    write_bytes_once,
+)
 from pipeline.state.chain import StateChain
 from pipeline.state.changelog import TouchedKeys, can_diff, diff_touched
 from pipeline.state.materialization import DEFAULT_MAX_DELTA_RATIO, DEFAULT_MAX_DELTAS, MaterializationPolicy
 
-__all__ = ["SnapshotOptions", "write_state"]
+__all__ = ["SnapshotOptions", "write_state", "write_state_changes", "parent_chain_version"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,11 +49,14 @@ class SnapshotOptions:
     shared: str | None = None        # <job>/shared/<uid>; None: write bases into the snapshot's directory
     materialize: bool = False        # every state written whole (restore: NO_CLAIM; rescale is detected per task)
     policy: MaterializationPolicy = MaterializationPolicy()
+    backend: str = "heap"            # PIPELINE_STATE_BACKEND: heap | rocksdb (pipeline.state.keyed_store)
+    job_root: str = ""               # the job's checkpoint root: names the executor's keyed stores of this job
 
     def to_params(self) -> dict[str, Any]:
         return {"checkpoint_id": self.checkpoint_id, "round": self.round, "shared": self.shared,
                 "materialize": self.materialize, "incremental": self.policy.incremental,
-                "max_deltas": self.policy.max_deltas, "max_delta_ratio": self.policy.max_delta_ratio}
+                "max_deltas": self.policy.max_deltas, "max_delta_ratio": self.policy.max_delta_ratio,
+                "backend": self.backend, "job_root": self.job_root}
 
     @classmethod
     def from_params(cls, d: Mapping[str, Any] | None) -> "SnapshotOptions | None":
@@ -55,7 +66,8 @@ class SnapshotOptions:
                    materialize=bool(d.get("materialize", False)),
                    policy=MaterializationPolicy(bool(d.get("incremental", True)),
                                                 int(d.get("max_deltas", DEFAULT_MAX_DELTAS)),
-                                                float(d.get("max_delta_ratio", DEFAULT_MAX_DELTA_RATIO))))
+                                                float(d.get("max_delta_ratio", DEFAULT_MAX_DELTA_RATIO))),
+                   backend=str(d.get("backend", "heap")), job_root=str(d.get("job_root", "")))
 
 
 def _parent_chain(parent: Sequence[Mapping], kg_start: int, kg_end: int, shared: str) -> StateChain | None:
@@ -130,3 +142,67 @@ def write_state(fileio, state_prefix: str, name: str, kg_start: int, kg_end: int
     out = chain.handle_fields()
     out["persisted_bytes"] = _persisted(chain, opts.checkpoint_id if opts else -1, written)
     return out
+
+
+def parent_chain_version(parent: Sequence[Mapping], kg_start: int, kg_end: int) -> str | None:
+    """The version a keyed store over [kg_start, kg_end] must hold to continue from ``parent`` (the parent
+    snapshot's handles of one state): ``"empty"`` without state in the range, the chain's digest when one chain
+    covers exactly the range, else None (several or wider chains: a rescale, the store must be rebuilt)."""
+    overlapping = [h for h in parent if h.get("uri") and not (h["kg_end"] < kg_start or h["kg_start"] > kg_end)]
+    if not overlapping:
+        return "empty"
+    if len(overlapping) != 1 or overlapping[0]["kg_start"] != kg_start or overlapping[0]["kg_end"] != kg_end:
+        return None
+    chain = StateChain.from_handle(overlapping[0])
+    return None if chain is None else chain.digest
+
+
+def _streamed_parquet(schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> bytes:
+    """Parquet bytes of ``batches`` written one at a time (the file is built without holding the table)."""
+    import io
+    buf = io.BytesIO()
+    with pq.ParquetWriter(buf, schema, compression="zstd", compression_level=1, use_dictionary=False,
+                          write_statistics=[KG_COLUMN] if KG_COLUMN in schema.names else True) as w:
+        for b in batches:
+            if b.num_rows:
+                w.write_batch(b)
+    return buf.getvalue()
+
+
+def write_state_changes(fileio, state_prefix: str, name: str, kg_start: int, kg_end: int, delta: pa.Table,
+                        rows: int, parent: Sequence[Mapping], snapshot: Mapping[str, Any] | None, checkpoint: str,
+                        full: Callable[[], Iterator[pa.RecordBatch]], schema: pa.Schema) -> tuple[dict | None, str]:
+    """:func:`write_state` for a keyed store (``PIPELINE_STATE_BACKEND=rocksdb``): the operator already knows the
+    round's changes. ``delta``: the changed rows with ``_op`` (+1 / -1) relative to the parent snapshot;
+    ``rows``: the state's rows now; ``full``: the whole state in batches (read from the store only when a base
+    is materialised). Writes the same files as :func:`write_state` (a delta on the parent's chain, or a base).
+    Returns (the handle dict or None for an empty state, the version the store now holds)."""
+    if rows == 0:
+        return None, "empty"
+    t0 = time.perf_counter()
+    opts = SnapshotOptions.from_params(snapshot)
+    written: set[str] = set()
+    chain: StateChain | None = None
+    if opts is not None and opts.shared and not opts.materialize and opts.policy.incremental and can_diff(schema):
+        prev = _parent_chain(parent, kg_start, kg_end, opts.shared)
+        if prev is not None:
+            if delta.num_rows == 0:
+                chain = StateChain(prev.base, prev.deltas, rows)
+            else:
+                data = table_to_parquet_bytes(canonical_order(delta))
+                if opts.policy.extend(prev, len(data)):
+                    uri = shared_state_uri(opts.shared, name, kg_start, kg_end, opts.checkpoint_id, opts.round,
+                                           "delta")
+                    fh = write_bytes_once(fileio, uri, data, delta.num_rows)
+                    written.add(fh["uri"])
+                    chain = prev.extended(FileHandle.from_dict(fh), rows)
+    if chain is None:  # materialise: a full base, streamed from the store
+        uri = (shared_state_uri(opts.shared, name, kg_start, kg_end, opts.checkpoint_id, opts.round, "base")
+               if opts is not None and opts.shared else f"{state_prefix}/{name}/kg-{kg_start:05d}-{kg_end:05d}.parquet")
+        fh = write_bytes_once(fileio, uri, _streamed_parquet(schema, full()), rows)
+        written.add(fh["uri"])
+        chain = StateChain(FileHandle.from_dict(fh), (), rows)
+    trace("write", "store-base" if not chain.deltas else ("store-delta" if written else "unchanged"), rows, t0)
+    out = chain.handle_fields()
+    out["persisted_bytes"] = _persisted(chain, opts.checkpoint_id if opts else -1, written)
+    return out, chain.digest

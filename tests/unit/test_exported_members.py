@@ -15,7 +15,7 @@ PINNED = {
         "AggregateOverflowError", "BarrierError", "BootstrapRefusedError", "CheckpointDeclinedError", "CheckpointError", "CheckpointFencedError",
         "ConditionalWriteError", "ConfigError", "CorruptCheckpointError", "CorruptStreamError", "EpochalError",
         "IncompatibleSinkSchemaError", "IncompatibleStateError", "InjectedFailure", "JobStoppedError", "MalformedInputError",
-        "NoValidCheckpointError", "ObjectNotFoundError", "SinkError", "SourceContractError", "SourceError", "StorageError",
+        "NoValidCheckpointError", "ObjectNotFoundError", "SinkError", "SourceContractError", "SourceError", "StateStoreError", "StorageError",
         "TooManyFailedCheckpointsError", "TransactionStateError", "TypeMismatch", "UserFunctionError", "ValidationError",
     ],
     "pipeline.fileio": [

@@ -1,0 +1,102 @@
+"""Operator state on keyed stores (``PIPELINE_STATE_BACKEND=rocksdb``, :mod:`pipeline.state.keyed_store`).
+
+Per round and subtask, instead of restoring the whole state of the key-group range:
+
+1. open the operator's stores (one per state name) of the subtask's key-group range; a store whose version is
+   not the parent checkpoint's chain digest is rebuilt from that chain (verified, in bounded batches; after a
+   rescale from the overlapping old chains);
+2. the **touched keys**: the keys of this round's input rows, plus the keys with TTL index entries below the
+   round's cutoff (a range scan of what expires);
+3. read those keys' rows (multi-gets) and run the operator's unchanged vectorised kernel on (input, touched
+   state). The kernels are keyed: a row only meets, updates, expires or releases held rows of its own key, so
+   the output and the new state of the touched keys are what the kernel gives on the whole state (the join:
+   a new row only meets held rows of its key, a matched flag only flips for a key of the other side's new
+   rows; the dedup: a held key only suppresses rows of its key; the aggregate: a group only changes with input);
+4. the difference between the touched keys' old and new rows **is** the changelog delta; it is written back to
+   the store (one write batch) and snapshotted as the same delta / base files as the heap backend, so
+   ``_metadata``, restore, rescale, savepoints and retention do not change.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import pyarrow as pa
+
+from pipeline.keygroups import KeyGroupRange
+from pipeline.operators.ttl import ROW_EPOCH
+from pipeline.state.backend import KG_COLUMN
+from pipeline.state.changelog import OP_COLUMN, diff
+from pipeline.state.keyed_store import KeyedStateStore, StoreLocation, row_keys
+from pipeline.state.snapshot import parent_chain_version, write_state_changes
+
+__all__ = ["KeyedStores", "uses_keyed_stores"]
+
+
+def uses_keyed_stores(snapshot: Mapping | None) -> bool:
+    """Whether the round's snapshot options (the ``snapshot`` round field) select the rocksdb backend."""
+    return bool(snapshot) and (snapshot or {}).get("backend") == "rocksdb"
+
+
+class KeyedStores:
+    """The keyed stores of one operator subtask for one round (open from construction to :meth:`close`).
+    ``states``: state name -> (row schema, time column of its TTL index or None)."""
+
+    def __init__(self, *, snapshot: Mapping, uid: str, key: str, kgr: KeyGroupRange,
+                 states: Mapping[str, tuple[pa.Schema, str | None]], parent_handles: Mapping[str, list], fileio,
+                 checkpoint: str) -> None:
+        job = str(snapshot.get("job_root") or "")
+        self.kgr, self.key, self.checkpoint, self.fileio = kgr, key, checkpoint, fileio
+        self.schemas = {n: s for n, (s, _) in states.items()}
+        self.parent = {n: list(parent_handles.get(n, [])) for n in states}
+        self.stores: dict[str, KeyedStateStore] = {}
+        self.rebuilt: dict[str, int] = {}
+        try:
+            for name, (schema, time_column) in states.items():
+                loc = StoreLocation(job, uid, name, kgr.start, kgr.end)
+                st = KeyedStateStore(loc.path(), schema, key, KG_COLUMN, time_column)
+                self.stores[name] = st
+                want = parent_chain_version(self.parent[name], kgr.start, kgr.end)
+                if want is None or st.version != want:
+                    optional = (ROW_EPOCH,) if ROW_EPOCH in schema.names else ()
+                    self.rebuilt[name] = st.rebuild(fileio, self.parent[name], checkpoint, optional=optional)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        for st in self.stores.values():
+            st.close()
+        self.stores.clear()
+
+    def touched(self, inputs: Sequence[pa.Table], cutoff_us: int | None) -> tuple[bytes, ...]:
+        """The keys of the ``inputs`` rows (each with the key and ``_kg`` columns) and, with a cutoff, the keys
+        with rows expiring below it (TTL index range scans)."""
+        keys: list[bytes] = []
+        for t in inputs:
+            if t.num_rows:
+                keys += row_keys(t, self.key, KG_COLUMN)
+        if cutoff_us is not None:
+            for st in self.stores.values():
+                if st.time_column is not None:
+                    keys += st.expiring(cutoff_us)
+        return tuple(dict.fromkeys(keys))
+
+    def get(self, name: str, keys: Sequence[bytes]) -> pa.Table:
+        """The held rows of ``keys`` in state ``name`` (as stored)."""
+        return self.stores[name].get(keys)
+
+    def commit(self, name: str, keys: Sequence[bytes], old: pa.Table, new: pa.Table, *, cutoff_us: int | None,
+               state_prefix: str, snapshot: Mapping | None) -> dict | None:
+        """State ``name``'s rows of ``keys`` go from ``old`` (as read) to ``new``: write the change to the store,
+        snapshot it (a delta, or a base streamed from the store), record the new version; the handle."""
+        schema = self.schemas[name]
+        new = new.select(schema.names).cast(schema)
+        delta = diff(old.select(schema.names).cast(schema), new)
+        net = sum(1 if o > 0 else -1 for o in delta[OP_COLUMN].to_pylist()) if delta.num_rows else 0
+        st = self.stores[name]
+        rows = st.rows + net
+        st.apply(keys, new, rows=rows, expired_below_us=cutoff_us)
+        fh, version = write_state_changes(self.fileio, state_prefix, name, self.kgr.start, self.kgr.end, delta,
+                                          rows, self.parent[name], snapshot, self.checkpoint, st.scan, schema)
+        st.set_version(version)
+        return fh

@@ -1,0 +1,355 @@
+"""The keyed state store of the ``rocksdb`` state backend: one executor-local RocksDB per (job, operator, state,
+key-group range), read and written per key, so a round costs what its input touches, not the whole state.
+
+Layout of one store (all keys are bytes, RocksDB orders them bytewise):
+
+* ``d`` + key group (2 bytes, big-endian) + encoded user key -> every state row of that user key, serialized
+  (a pickled list of row tuples; temporal columns as their integer storage). So a key-group range is a range
+  scan, and the rows of a round's keys are one multi-get.
+* ``t`` + time (8 bytes, order-preserving) + the ``d`` key's suffix -> empty: the **TTL index**. Rows whose time
+  column is below a cutoff are found by a range scan of ``t`` up to the cutoff, never by scanning the state.
+  Entries may be stale (their rows left for another reason); a stale entry only makes its key touched once more.
+* ``m:version`` -> the digest of the state chain (:mod:`pipeline.state.chain`) the store holds; ``m:rows`` -> the
+  number of state rows. A round deletes ``m:version`` in the write batch that applies its changes and sets it
+  after its snapshot files are written: a store whose version is not the parent checkpoint's chain digest (a
+  crash, a failed checkpoint, a restore, a rescale, a task moved to another executor) is rebuilt from the
+  checkpoint's chain in bounded batches (:meth:`KeyedStateStore.rebuild`), every file checksum-verified.
+
+The store is opened per task and closed at its end (RocksDB allows one process per store, and Spark hands a
+subtask's next round to any Python worker). Settings (executors' environment): ``PIPELINE_STATE_STORE_DIR``
+(default ``<PIPELINE_STATE_CACHE_DIR or tmp>/keyed``).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import shutil
+import struct
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from pipeline.exceptions import CorruptCheckpointError, StateStoreError
+from pipeline.state.backend import read_verified
+from pipeline.state.chain import StateChain
+from pipeline.state.changelog import OP_COLUMN
+
+__all__ = ["KeyedStateStore", "StoreLocation", "encode_user_key", "row_keys", "store_root"]
+
+_DATA = b"d"
+_TTL = b"t"
+_VERSION = b"m:version"
+_ROWS = b"m:rows"
+_BATCH = 50_000
+_SIGN = 1 << 63
+_NULL_TIME = -(1 << 63)
+_OPEN: dict[str, Any] = {}  # path -> the open RocksDB handle of this process
+
+
+def store_root() -> str:
+    """Where the executor keeps its stores (``PIPELINE_STATE_STORE_DIR``)."""
+    explicit = os.environ.get("PIPELINE_STATE_STORE_DIR")
+    if explicit:
+        return explicit
+    cache = os.environ.get("PIPELINE_STATE_CACHE_DIR") or os.path.join(tempfile.gettempdir(), "epochal-state-cache")
+    return os.path.join(cache, "keyed")
+
+
+@dataclass(frozen=True, slots=True)
+class StoreLocation:
+    """Which store: a job's operator state over one key-group range."""
+
+    job: str
+    uid: str
+    name: str
+    kg_start: int
+    kg_end: int
+
+    def path(self, root: str | None = None) -> str:
+        jid = hashlib.sha256(f"{self.job}\0{self.uid}".encode()).hexdigest()[:16]
+        return os.path.join(root or store_root(), jid, self.name, f"kg-{self.kg_start:05d}-{self.kg_end:05d}")
+
+
+def encode_user_key(v: Any) -> bytes:
+    """A user key as bytes: equal keys give equal bytes, keys of different types never collide."""
+    if v is None:
+        return b"n"
+    if isinstance(v, bool):
+        return b"?" + (b"\1" if v else b"\0")
+    if isinstance(v, int):
+        if -_SIGN <= v < _SIGN:
+            return b"i" + struct.pack(">Q", v + _SIGN)
+        return b"I" + str(v).encode()
+    if isinstance(v, str):
+        return b"s" + v.encode("utf-8")
+    if isinstance(v, (bytes, bytearray)):
+        return b"b" + bytes(v)
+    if isinstance(v, float):
+        return b"f" + struct.pack(">d", v)
+    return b"o" + repr(v).encode("utf-8")
+
+
+def _time_bytes(us: int | None) -> bytes:
+    return struct.pack(">Q", (_NULL_TIME if us is None else us) + _SIGN)
+
+
+def _storage_type(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_timestamp(t) or pa.types.is_duration(t) or pa.types.is_time64(t) or pa.types.is_date64(t):
+        return pa.int64()
+    if pa.types.is_date32(t) or pa.types.is_time32(t):
+        return pa.int32()
+    return t
+
+
+def _columns(table: pa.Table, schema: pa.Schema) -> list[list]:
+    return [table[f.name].cast(f.type).cast(_storage_type(f.type)).to_pylist() for f in schema]
+
+
+def _table(rows: Sequence[tuple], schema: pa.Schema) -> pa.Table:
+    if not rows:
+        return schema.empty_table()
+    cols = list(zip(*rows))
+    return pa.table([pa.array(c, _storage_type(f.type)).cast(f.type) for c, f in zip(cols, schema)], schema=schema)
+
+
+def row_keys(table: pa.Table, key: str, kg_column: str) -> list[bytes]:
+    """Per row of ``table``: the suffix of its ``d`` key (key group + encoded user key)."""
+    return [struct.pack(">H", kg) + encode_user_key(k)
+            for kg, k in zip(table[kg_column].to_pylist(), table[key].to_pylist())]
+
+
+class KeyedStateStore:
+    """One keyed store (see the module docstring). ``schema``: the state rows' columns (the user key and the key
+    group among them); ``time_column``: the timestamp column of the TTL index (None: no index)."""
+
+    def __init__(self, path: str, schema: pa.Schema, key: str, kg_column: str, time_column: str | None,
+                 *, lock_timeout_s: float = 120.0) -> None:
+        from rocksdict import BlockBasedOptions, Cache, Options, Rdict
+        self.path, self.schema, self.key, self.kg_column, self.time_column = path, schema, key, kg_column, time_column
+        self._names = schema.names
+        self._key_i = self._names.index(key)
+        self._kg_i = self._names.index(kg_column)
+        self._time_i = self._names.index(time_column) if time_column else None
+        opts = Options(raw_mode=True)
+        opts.create_if_missing(True)
+        opts.set_write_buffer_size(16 << 20)
+        opts.set_max_write_buffer_number(2)
+        table = BlockBasedOptions()
+        table.set_block_cache(Cache(32 << 20))
+        opts.set_block_based_table_factory(table)
+        self._opts = opts
+        os.makedirs(path, exist_ok=True)
+        stale = _OPEN.pop(path, None)
+        if stale is not None:  # left open by a failed task of this worker (a worker runs one task at a time)
+            stale.close()
+        deadline = time.monotonic() + lock_timeout_s
+        while True:
+            try:
+                self._db = Rdict(path, opts)
+                break
+            except Exception as e:  # noqa: BLE001 - RocksDB's lock: another worker still holds this store
+                if "lock" not in str(e).lower() or time.monotonic() > deadline:
+                    raise StateStoreError(f"keyed state store {path}: cannot open: {e}") from e
+                time.sleep(0.05)
+        _OPEN[path] = self._db
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+    def close(self) -> None:
+        if _OPEN.get(self.path) is self._db:
+            del _OPEN[self.path]
+        self._db.close()
+
+    def __enter__(self) -> "KeyedStateStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def version(self) -> str | None:
+        v = self._db.get(_VERSION)
+        return None if v is None else bytes(v).decode()
+
+    @property
+    def rows(self) -> int:
+        v = self._db.get(_ROWS)
+        return 0 if v is None else int(bytes(v))
+
+    def set_version(self, version: str) -> None:
+        self._db.put(_VERSION, version.encode())
+        self._db.flush_wal(True)
+
+    def clear(self) -> None:
+        """Forget everything (before a rebuild)."""
+        from rocksdict import Rdict
+        _OPEN.pop(self.path, None)
+        self._db.close()
+        Rdict.destroy(self.path, self._opts)
+        shutil.rmtree(self.path, ignore_errors=True)
+        os.makedirs(self.path, exist_ok=True)
+        self._db = Rdict(self.path, self._opts)
+        _OPEN[self.path] = self._db
+
+    # -- reads -------------------------------------------------------------------------------------------------
+    def get(self, suffixes: Sequence[bytes]) -> pa.Table:
+        """Every state row of the given keys (one multi-get)."""
+        if not suffixes:
+            return self.schema.empty_table()
+        vals: list = self._db[[_DATA + s for s in suffixes]] or []
+        rows: list[tuple] = []
+        for v in vals:
+            if v is not None:
+                rows.extend(pickle.loads(v))
+        return _table(rows, self.schema)
+
+    def expiring(self, cutoff_us: int) -> list[bytes]:
+        """Keys (``d`` suffixes) with a TTL index entry below ``cutoff_us`` (a range scan of what expires)."""
+        out: list[bytes] = []
+        end = _TTL + _time_bytes(cutoff_us)
+        it = self._db.iter()
+        it.seek(_TTL)
+        while it.valid():
+            k = bytes(it.key())
+            if k >= end:
+                break
+            out.append(k[9:])
+            it.next()
+        return list(dict.fromkeys(out))
+
+    def scan(self, batch_rows: int = _BATCH) -> Iterator[pa.RecordBatch]:
+        """Every state row, in key order, in batches of about ``batch_rows`` rows (bounded memory)."""
+        it = self._db.iter()
+        it.seek(_DATA)
+        rows: list[tuple] = []
+        while it.valid():
+            k = bytes(it.key())
+            if not k.startswith(_DATA):
+                break
+            rows.extend(pickle.loads(it.value()))
+            if len(rows) >= batch_rows:
+                yield from _table(rows, self.schema).to_batches()
+                rows = []
+            it.next()
+        if rows:
+            yield from _table(rows, self.schema).to_batches()
+
+    # -- writes ------------------------------------------------------------------------------------------------
+    def _group(self, table: pa.Table) -> dict[bytes, list[tuple]]:
+        cols = _columns(table, self.schema)
+        groups: dict[bytes, list[tuple]] = {}
+        for row in zip(*cols):
+            s = struct.pack(">H", row[self._kg_i]) + encode_user_key(row[self._key_i])
+            groups.setdefault(s, []).append(row)
+        return groups
+
+    def _index(self, wb, suffix: bytes, rows: Iterable[tuple]) -> None:
+        if self._time_i is None:
+            return
+        for t in {r[self._time_i] for r in rows}:
+            wb.put(_TTL + _time_bytes(t) + suffix, b"")
+
+    def apply(self, touched: Sequence[bytes], new_rows: pa.Table, *, rows: int,
+              expired_below_us: int | None = None) -> None:
+        """Replace the rows of the ``touched`` keys by ``new_rows`` (keys absent from it are deleted), drop the TTL
+        index entries below ``expired_below_us``, record ``rows`` as the state's row count, and clear the
+        version (until :meth:`set_version`): one atomic write batch."""
+        from rocksdict import WriteBatch
+        wb = WriteBatch(raw_mode=True)
+        groups = self._group(new_rows)
+        for s in touched:
+            g = groups.pop(s, None)
+            if g is None:
+                wb.delete(_DATA + s)
+            else:
+                wb.put(_DATA + s, pickle.dumps(g, protocol=pickle.HIGHEST_PROTOCOL))
+                self._index(wb, s, g)
+        if groups:
+            raise StateStoreError(f"keyed state store {self.path}: rows of {len(groups)} key(s) the round did "
+                                  "not touch")
+        if expired_below_us is not None and self._time_i is not None:
+            wb.delete_range(_TTL, _TTL + _time_bytes(expired_below_us))
+        wb.put(_ROWS, str(rows).encode())
+        wb.delete(_VERSION)
+        self._db.write(wb)
+
+    def _add(self, table: pa.Table, sign: int | None = None) -> int:
+        """Add rows (``sign`` None: all +1; else per-row ``_op`` +1 / -1) to the store; the net row change."""
+        from rocksdict import WriteBatch
+        ops = table[OP_COLUMN].to_pylist() if sign is not None else None
+        data = table.select(self._names) if ops is not None else table
+        cols = _columns(data, self.schema)
+        by_key: dict[bytes, list[tuple[int, tuple]]] = {}
+        for i, row in enumerate(zip(*cols)):
+            s = struct.pack(">H", row[self._kg_i]) + encode_user_key(row[self._key_i])
+            by_key.setdefault(s, []).append((1 if ops is None else int(ops[i]), row))
+        keys = list(by_key)
+        old: list = self._db[[_DATA + s for s in keys]] or []
+        wb = WriteBatch(raw_mode=True)
+        net = 0
+        for s, cur in zip(keys, old):
+            held: list[tuple] = list(pickle.loads(cur)) if cur is not None else []
+            for op, row in by_key[s]:
+                if op > 0:
+                    held.append(row)
+                    net += 1
+                else:
+                    try:
+                        held.remove(row)
+                    except ValueError:
+                        raise CorruptCheckpointError(
+                            f"keyed state store {self.path}: the changelog deletes a row its base does not hold "
+                            f"(key {row[self._key_i]!r})") from None
+                    net -= 1
+            if held:
+                wb.put(_DATA + s, pickle.dumps(held, protocol=pickle.HIGHEST_PROTOCOL))
+                self._index(wb, s, held)
+            else:
+                wb.delete(_DATA + s)
+        self._db.write(wb)
+        return net
+
+    def rebuild(self, fileio, handles: Iterable[Mapping], checkpoint: str, *,
+                optional: Sequence[str] = (), batch_rows: int = _BATCH) -> int:
+        """Forget the store and load the key groups of its range from the chains of ``handles`` (the parent
+        checkpoint's state of this operator; several overlapping chains after a rescale): each file read and
+        checksum-verified, the base streamed in batches, then each delta applied per key. Returns the rows."""
+        self.clear()
+        kg_lo, kg_hi = _range_of(self.path)
+        rows = 0
+        for h in handles:
+            if h.get("uri") is None or h["kg_end"] < kg_lo or h["kg_start"] > kg_hi:
+                continue
+            chain = StateChain.from_handle(h)
+            assert chain is not None
+            whole = kg_lo <= h["kg_start"] and h["kg_end"] <= kg_hi
+            n = 0
+            for i, fh in enumerate(chain.files):
+                pf = pq.ParquetFile(pa.BufferReader(read_verified(fileio, fh, checkpoint)))
+                for b in pf.iter_batches(batch_size=batch_rows):
+                    t = pa.Table.from_batches([b])
+                    if not whole:
+                        kg = t[self.kg_column]
+                        t = t.filter(pc.and_(pc.greater_equal(kg, kg_lo), pc.less_equal(kg, kg_hi)))
+                    for name in optional:
+                        if name not in t.column_names:
+                            t = t.append_column(name, pa.nulls(t.num_rows, self.schema.field(name).type))
+                    if t.num_rows:
+                        n += self._add(t, sign=1 if i else None)
+            if whole and n != chain.rows:
+                raise CorruptCheckpointError(f"checkpoint {checkpoint}: state chain {chain.base.uri} "
+                                             f"(+{len(chain.deltas)} deltas) holds {n} rows, the handle says "
+                                             f"{chain.rows}")
+            rows += n
+        self._db.put(_ROWS, str(rows).encode())
+        return rows
+
+
+def _range_of(path: str) -> tuple[int, int]:
+    a, b = os.path.basename(path.rstrip("/"))[3:].split("-")
+    return int(a), int(b)
