@@ -2,7 +2,7 @@
 """Three-way benchmark of the second example job ``ad_clicks``: Epochal vs a one-shot Spark batch vs Spark
 Structured Streaming, same data, each compared with the job's independent oracle (``pipeline.demo.ad_oracle``).
 
-    .venv/bin/python benchmarks/ad_clicks_bench.py --events 300000          # ~300k events, 12 epochs x 4 partitions
+    .venv/bin/python benchmarks/ad_clicks_bench.py --events 100000          # ~100k events, 12 epochs x 4 partitions
     .venv/bin/python benchmarks/ad_clicks_bench.py --events 3000 --systems oneshot,sss --no-doc   # smoke size
 
 The job (``pipeline.jobs.ad_clicks``): clicks deduplicated on ``click_id`` (1 h), joined many-to-many with
@@ -23,21 +23,25 @@ Systems (each in a fresh process, one after the other; ``job s`` excludes JVM/se
   Two queries in one session:
   ``campaign_impressions``: impressions ``withWatermark(event_time, 90 s)`` -> ``groupBy(window, campaign,
   user_id).count()`` -> ``groupBy(window, campaign).agg(count, sum)`` (chained stateful operators, append);
-  ``campaign_clicks``: clicks ``withWatermark(event_time, 90 s).dropDuplicatesWithinWatermark(click_id)``, joined
-  with watermarked impressions on ``view_key`` (many-to-many, no time range by default: like the job's join, which
-  has no TTL, every pair of a (user, ad) is produced; ``--sss-join-range-minutes R`` adds ``click_time BETWEEN
-  imp_time -/+ R min``, which bounds the join state but also holds the join's output watermark back by R, so no
-  window fires for R minutes of event time, and drops the pairs of a (user, ad) further apart),
-  -> ``groupBy(window(click_time), campaign, click_id).agg(count, collect_set(impression_id))`` -> ``groupBy(window, campaign).agg(count, sum,
-  size(array_distinct(flatten(collect_list))))``: exact distinct counts without ``count(DISTINCT)`` (which
-  streaming aggregations reject).
+  ``campaign_clicks``: clicks ``dropDuplicates(click_id)`` -> stream-stream inner join with impressions on
+  ``view_key`` (many-to-many) -> ``withWatermark(click_time, 90 s)``
+  -> ``groupBy(window(click_time), campaign, click_id).agg(count, collect_set(impression_id))``
+  -> ``groupBy(window, campaign).agg(count, sum, size(array_distinct(flatten(collect_list))))``: exact distinct
+  counts without ``count(DISTINCT)`` (which streaming aggregations reject).
   Watermark delay 90 s = out-of-orderness 30 s + lateness 60 s, so a window is emitted and later rows are
-  dropped at the same event-time points as in the job. What SSS cannot express, and so may differ:
-  its watermark is one global value per query (max over all rows of the batch, then the minimum over the
-  join's two inputs), not Flink's per-partition minimum with idle partitions skipped; the copy of a duplicated
-  click that passes is the first one *in the micro-batch*, not the first by ``_ingest_ts``; and late rows are
+  dropped at the same event-time points as in the job.
+  Why no watermark before the join: every stateful operator drops its *input* rows behind the watermark, so a
+  watermarked dedup or join drops late impressions and clicks that the job still pairs (the job judges
+  lateness on the pair's click time only). Without it the dedup and join state are unbounded (the job's join has
+  no TTL either; its dedup forgets a click after 1 h, which data spanning less than 1 h never reaches).
+  ``--sss-join-range-minutes R`` instead watermarks both inputs (``dropDuplicates`` still before) and adds
+  ``click_time BETWEEN imp_time -/+ R min``: bounded join state, but Spark holds the join's output watermark
+  back by R (no window fires for R minutes of event time) and pairs further apart than R are lost.
+  What SSS cannot express, and so may differ: its watermark is one global value per query (impressions: the
+  max over all partitions, not Flink's per-partition minimum with idle partitions skipped); the click copy
+  that passes deduplication is the first *in the micro-batch*, not the first by ``_ingest_ts``; late rows are
   dropped silently (no dead-letter output). The comparison reports, per table, how many of the oracle's rows
-  SSS reproduces exactly, and per column how many key-matched rows agree.
+  each system reproduces exactly, and per column how many values agree on the windows both emitted.
 
 Every run records events, job s, events/s, the ratio to one-shot, the process tree's CPU seconds, the
 foreign CPU (other processes' share of the machine during the run) and the load average. The table goes to
@@ -351,15 +355,26 @@ def sss_child(a: argparse.Namespace) -> int:
     imp_windows = (imps.groupBy(F.window("event_time", win), "campaign_id", "user_id").agg(F.count(F.lit(1)).alias("n"))
                    .groupBy(F.window(F.window_time("window"), win), "campaign_id")
                    .agg(F.sum("n").alias("impressions"), F.count(F.lit(1)).alias("users")))
-    clicks = (stream("clicks", clk_s).withWatermark("event_time", delay).dropDuplicatesWithinWatermark(["click_id"])
-              .select(F.concat_ws("|", "user_id", "ad_id").alias("c_view_key"), "click_id",
-                      F.col("event_time").alias("click_time")))
-    views = (stream("impressions", imp_s).withWatermark("event_time", delay)
-             .select(F.concat_ws("|", "user_id", "ad_id").alias("view_key"), "impression_id", "campaign_id",
-                     F.col("event_time").alias("imp_time")))
+    # No watermark before the join by default: a stateful operator drops its input rows behind the watermark, so
+    # a watermarked join would drop late impressions (and clicks older than the watermark but in an open window)
+    # that the job still pairs; the job judges lateness on the pair's click time only. So: dedup without a
+    # watermark (for data spanning less than the job's 1 h TTL the same result; unbounded state), a join without
+    # one (like the job's join, which has no TTL), and the watermark on the pairs' click_time: max - 90 s, as the
+    # job's single pairs channel. With a time range (--sss-join-range-minutes), both inputs need watermarks.
+    ranged = rng > 0
+    clicks = stream("clicks", clk_s).dropDuplicates(["click_id"])
+    raw_views = stream("impressions", imp_s)
+    if ranged:
+        clicks, raw_views = clicks.withWatermark("event_time", delay), raw_views.withWatermark("event_time", delay)
+    clicks = clicks.select(F.concat_ws("|", "user_id", "ad_id").alias("c_view_key"), "click_id",
+                           F.col("event_time").alias("click_time"))
+    views = raw_views.select(F.concat_ws("|", "user_id", "ad_id").alias("view_key"), "impression_id", "campaign_id",
+                             F.col("event_time").alias("imp_time"))
     cond = "view_key = c_view_key" + (f" AND click_time BETWEEN imp_time - INTERVAL {rng} MINUTES "
-                                      f"AND imp_time + INTERVAL {rng} MINUTES" if rng > 0 else "")
+                                      f"AND imp_time + INTERVAL {rng} MINUTES" if ranged else "")
     pairs = views.join(clicks, F.expr(cond))
+    if not ranged:
+        pairs = pairs.withWatermark("click_time", delay)
     click_windows = (pairs.groupBy(F.window("click_time", win), "campaign_id", "click_id")
                      .agg(F.count(F.lit(1)).alias("n"), F.collect_set("impression_id").alias("imps"))
                      .groupBy(F.window(F.window_time("window"), win), "campaign_id")
@@ -387,11 +402,15 @@ def sss_child(a: argparse.Namespace) -> int:
         if i % 4 == 0 or i == len(epochs) - 1:
             print(f"PROGRESS epoch {i + 1}/{len(epochs)} processed ({time.perf_counter() - t0:.1f}s)",
                   file=sys.stderr, flush=True)
-    stats = {q.name: {"batches": (q.lastProgress or {}).get("batchId"),
-                      "state_rows": sum(o.get("numRowsTotal", 0) for o in (q.lastProgress or {}).get("stateOperators", [])),
-                      "late_dropped": sum(o.get("numRowsDroppedByWatermark", 0)
-                                          for o in (q.lastProgress or {}).get("stateOperators", []))}
-             for q in queries}
+    stats = {}
+    for q in queries:
+        ops = (q.lastProgress or {}).get("stateOperators", [])
+        late: dict[str, int] = {}
+        for prog in q.recentProgress:  # the last 100 batches (Spark's default)
+            for o in prog.get("stateOperators", []):
+                late[o["operatorName"]] = late.get(o["operatorName"], 0) + o.get("numRowsDroppedByWatermark", 0)
+        stats[q.name] = {"batches": (q.lastProgress or {}).get("batchId"),
+                         "state_rows": sum(o.get("numRowsTotal", 0) for o in ops), "late_dropped": late}
     for q in queries:
         q.stop()
     job_s = time.perf_counter() - t0
@@ -539,8 +558,8 @@ def main(argv: list[str] | None = None) -> int:
     lines = table_lines(results, events)
     print()
     print("=" * 110)
-    print(f"ad_clicks: {events:,} events (impressions {gen['rows']['impressions']:,}, clicks {gen['rows']['clicks']:,}), "
-          f"{a.epochs} epochs x {a.partitions} partitions; {tp.NCPU} cores")
+    print(f"ad_clicks: {events:,} events (impressions {gen['rows']['impressions']:,}, clicks "
+          f"{gen['rows']['clicks']:,}), {a.epochs} epochs x {a.partitions} partitions; {tp.NCPU} cores")
     for line in lines:
         print(line)
     print("=" * 110)
