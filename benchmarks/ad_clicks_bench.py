@@ -60,6 +60,8 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import throughput as tp  # noqa: E402  (sibling module: the process-tree CPU monitor and the Epochal child)
+from bench_data import read_files, resolve_committed  # noqa: E402
+from bench_machine import NCPU, run_monitored, say  # noqa: E402
 
 REPO = tp.REPO
 JOB = "ad_clicks"
@@ -67,7 +69,6 @@ TABLES = ("campaign_clicks", "campaign_impressions")
 DOC_BEGIN = "<!-- ad-bench:begin events={events} -->"
 DOC_END = "<!-- ad-bench:end events={events} -->"
 US = 1_000_000
-say = tp.say
 
 
 # ------------------------------------------------------------------------------------------------- data
@@ -139,9 +140,9 @@ def verify(exp, clicks_dir: str, imps_dir: str, files_clicks: list[str] | None =
     from pipeline.demo.ad_oracle import _rows, compare_ad_output
     rep: dict[str, Any] = {}
     try:
-        got = {"campaign_clicks": tp.read_files(files_clicks) if files_clicks is not None
+        got = {"campaign_clicks": read_files(files_clicks) if files_clicks is not None
                else _read_dir(clicks_dir),
-               "campaign_impressions": tp.read_files(files_imps) if files_imps is not None
+               "campaign_impressions": read_files(files_imps) if files_imps is not None
                else _read_dir(imps_dir)}
     except Exception as e:  # noqa: BLE001 - an unreadable output is a wrong output
         return {"correct": False, "error": f"{type(e).__name__}: {e}"}
@@ -172,8 +173,8 @@ def verify(exp, clicks_dir: str, imps_dir: str, files_clicks: list[str] | None =
 
 
 def _read_dir(path: str):
-    files, _ = tp.resolve_committed(path)
-    return tp.read_files(files)
+    files, _ = resolve_committed(path)
+    return read_files(files)
 
 
 # ------------------------------------------------------------------------------------------------- systems
@@ -192,7 +193,7 @@ def run_epochal(a: argparse.Namespace, exp, root: str, events: int) -> dict:
     cmd = [tp._python(), os.path.join(os.path.dirname(os.path.abspath(__file__)), "throughput.py"), "_epochal-child",
            "--", "run", "--job", JOB, "--json"]
     load0 = _loadavg()
-    r = tp.run_monitored(cmd, env, label="epochal", echo=tp._progress_echo(), cwd=work)
+    r = run_monitored(cmd, env, label="epochal", echo=tp._progress_echo(), cwd=work)
     load1 = _loadavg()
     if r.returncode != 0:
         raise RuntimeError("epochal: run failed (rc %d):\n%s" % (r.returncode, "\n".join(r.stderr[-40:])))
@@ -228,7 +229,7 @@ def run_peer(a: argparse.Namespace, exp, root: str, system: str, last_epoch: int
            "--join-range-minutes", str(a.sss_join_range_minutes)]
     env = tp._base_env()
     load0 = _loadavg()
-    r = tp.run_monitored(cmd, env, label=system,
+    r = run_monitored(cmd, env, label=system,
                          echo=lambda l: l.startswith(("PROGRESS", "Traceback")) or "Exception" in l[:120])
     load1 = _loadavg()
     res = next((json.loads(l[7:]) for l in r.stdout.splitlines() if l.startswith("RESULT ")), None)
@@ -236,8 +237,8 @@ def run_peer(a: argparse.Namespace, exp, root: str, system: str, last_epoch: int
         raise RuntimeError(f"{system} failed (rc {r.returncode}):\n" + "\n".join(r.stderr[-40:]))
     res["system"] = "spark structured streaming" if system == "sss" else "one-shot spark batch"
     res.update(proc_s=round(r.wall_s, 3), load_before=load0, load_after=load1, **r.cpu)
-    fc, _ = tp.resolve_committed(os.path.join(out, "campaign_clicks"))
-    fi, _ = tp.resolve_committed(os.path.join(out, "campaign_impressions"))
+    fc, _ = resolve_committed(os.path.join(out, "campaign_clicks"))
+    fi, _ = resolve_committed(os.path.join(out, "campaign_impressions"))
     res["verify"] = verify(exp, os.path.join(out, "campaign_clicks"), os.path.join(out, "campaign_impressions"),
                            fc, fi)
     res["correct"] = bool(res["verify"]["correct"])
@@ -559,14 +560,14 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print("=" * 110)
     print(f"ad_clicks: {events:,} events (impressions {gen['rows']['impressions']:,}, clicks "
-          f"{gen['rows']['clicks']:,}), {a.epochs} epochs x {a.partitions} partitions; {tp.NCPU} cores")
+          f"{gen['rows']['clicks']:,}), {a.epochs} epochs x {a.partitions} partitions; {NCPU} cores")
     for line in lines:
         print(line)
     print("=" * 110)
     import platform
     doc = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "events": events, "gen": gen,
            "command": "benchmarks/ad_clicks_bench.py " + " ".join(argv),
-           "machine": f"{tp.NCPU} cores, {platform.machine()}, Python {platform.python_version()}",
+           "machine": f"{NCPU} cores, {platform.machine()}, Python {platform.python_version()}",
            "oracle": oracle, "results": results, "table": lines, "total_s": round(time.time() - t_start, 1)}
     out = os.path.join(a.results_dir, f"ad-clicks-e{a.events}-{stamp}.json")
     with open(out, "w") as f:
