@@ -22,12 +22,12 @@ from pipeline.runtime.operators import (
     HANDLE_DDL,
     _collect,
     _handle,
-    _partition_id,
     _round_spec,
     emit_handles,
     fill_row_epochs,
+    subtask_of,
 )
-from pipeline.runtime.routing import shuffle_to_subtasks
+from pipeline.runtime.routing import shuffle_to_subtasks, with_beacons
 from pipeline.state.backend import KG_COLUMN, read_state, write_table
 from pipeline.state.changelog import TouchedKeys
 from pipeline.state.snapshot import write_state
@@ -64,13 +64,12 @@ def make_dedup_task(spec: DedupTaskSpec):
         spec = _round_spec(plan_spec)
         fault_point("reading")
         t0 = time.perf_counter()
-        subtask = _partition_id()
+        subtask, incoming = subtask_of(_collect(batches))
         kgr = range_for_subtask(spec.max_parallelism, spec.parallelism, subtask)
         fio = file_io_for(spec.state_prefix)
         sschema = pa.schema([spec.in_schema.field(spec.key), spec.in_schema.field("_ingest_ts"),
                              pa.field(KG_COLUMN, pa.int32())])
         ischema = spec.in_schema.append(pa.field(KG_COLUMN, pa.int32()))
-        incoming = _collect(batches)
         new = incoming.select(ischema.names).cast(ischema) if incoming is not None else ischema.empty_table()
         stores = None
         keys: tuple[bytes, ...] = ()
@@ -139,7 +138,7 @@ def dedup_dataframe(spark, job: Job, op: DedupNode, resolve, io: OperatorIO):
     in_schema = arrow_schema_of(src)
     user_schema = pa.schema([f for f in in_schema if f.name != ROW_EPOCH])
     keyed = src.withColumn(KG_COLUMN, key_group_expr(op.key, MP)).withColumn("_subtask", subtask_expr(KG_COLUMN, MP, P))
-    shuffled = shuffle_to_subtasks(keyed, spark, "_subtask", P)
+    shuffled = shuffle_to_subtasks(with_beacons(keyed, spark, P), spark, "_subtask", P)
     spec = DedupTaskSpec(op.uid, io.checkpoint, op.key, in_schema, P, MP, io.parent_handles, io.state_prefix,
                          io.output_prefix, io.output_name, io.file_tag, io.ttl_cutoff_us, io.ack_prefix,
                          ttl_us=io.ttl_us, epoch_us=io.epoch_us, epoch=io.epoch, user_schema=user_schema)

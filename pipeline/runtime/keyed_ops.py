@@ -30,8 +30,8 @@ from pipeline.keygroups import key_group_expr, range_for_subtask, subtask_expr
 from pipeline.process_op import TOUCHED, process_step
 from pipeline.runtime.dataflow import arrow_schema_of, schema_ddl
 from pipeline.runtime.operator_registry import register_operator
-from pipeline.runtime.operators import HANDLE_DDL, _collect, _emit, _handle, _partition_id, _round_spec
-from pipeline.runtime.routing import shuffle_to_subtasks
+from pipeline.runtime.operators import HANDLE_DDL, _collect, _emit, _handle, _round_spec, subtask_of
+from pipeline.runtime.routing import shuffle_to_subtasks, with_beacons
 from pipeline.state.backend import KG_COLUMN, read_state, write_table
 from pipeline.state.snapshot import write_state
 from pipeline.windows.aggregate import EmitMode, WindowSpec, output_schema, state_schema, window_step
@@ -140,7 +140,7 @@ def make_window_task(spec: WindowTaskSpec):
         spec = _round_spec(plan_spec)
         fault_point("reading")
         t0 = time.perf_counter()
-        subtask, incoming = _subtask_of(_collect(batches))
+        subtask, incoming = subtask_of(_collect(batches))
         kgr = range_for_subtask(spec.max_parallelism, spec.parallelism, subtask)
         fio = file_io_for(spec.state_prefix)
         w = spec.window
@@ -200,31 +200,6 @@ def make_window_task(spec: WindowTaskSpec):
         yield from _emit(rows_out, out, spec.flow_schema or spec.out_schema, fio, spec.ack_prefix, subtask)
 
     return task
-
-
-BEACON = "_beacon"  # one row per subtask, so that a task knows its subtask even without data (see _with_beacons)
-
-
-def _with_beacons(df, spark, parallelism: int):
-    """``df`` plus one *beacon* row per subtask (only ``_subtask`` and ``_beacon`` set). After the shuffle every
-    task finds its subtask in its beacon: Spark's partition id is not the subtask when the operator's output
-    feeds a union (a join downstream numbers the partitions of its inputs consecutively)."""
-    from pyspark.sql import functions as F
-    beacons = spark.range(0, parallelism, 1, 1).select(F.col("id").cast("int").alias("_subtask"),
-                                                       F.lit(True).alias(BEACON))
-    return df.withColumn(BEACON, F.lit(None).cast("boolean")).unionByName(beacons, allowMissingColumns=True)
-
-
-def _subtask_of(incoming: pa.Table | None) -> tuple[int, pa.Table | None]:
-    """(this task's subtask, the incoming rows without the beacon)."""
-    if incoming is None or BEACON not in incoming.column_names:
-        return _partition_id(), incoming
-    flag = pc.fill_null(incoming[BEACON], False)
-    b = incoming.filter(flag)
-    if b.num_rows != 1:
-        raise RuntimeError(f"expected exactly one subtask beacon, got {b.num_rows}")
-    rest = incoming.filter(pc.invert(flag)).drop_columns([BEACON])
-    return int(b["_subtask"][0].as_py()), (rest if rest.num_rows else None)
 
 
 def _with_markers(df, spark, event_time: str, key: str, parallelism: int):
@@ -289,7 +264,7 @@ def window_dataframe(spark, job: Job, op: WindowNode, resolve, io):
         raise ConfigError(f"window {op.uid}: event_time column {op.event_time!r} must be a timestamp, is {et}")
     df = df.withColumn(KG_COLUMN, key_group_expr(op.key, MP)).withColumn("_subtask", subtask_expr(KG_COLUMN, MP, P))
     in_schema = arrow_schema_of(df)
-    marked = _with_beacons(_with_markers(df, spark, op.event_time, op.key, P), spark, P)
+    marked = with_beacons(_with_markers(df, spark, op.event_time, op.key, P), spark, P)
     shuffled = shuffle_to_subtasks(marked, spark, "_subtask", P)
     task_in = pa.schema([f for f in in_schema if f.name not in ("_subtask",)])
     out_schema = output_schema(wspec, task_in)
@@ -336,7 +311,7 @@ def make_process_task(spec: ProcessTaskSpec):
         spec = _round_spec(plan_spec)
         fault_point("reading")
         t0 = time.perf_counter()
-        subtask, incoming = _subtask_of(_collect(batches))
+        subtask, incoming = subtask_of(_collect(batches))
         kgr = range_for_subtask(spec.max_parallelism, spec.parallelism, subtask)
         fio = file_io_for(spec.state_prefix)
         sschema = spec.state_schema.append(pa.field(TOUCHED, pa.int64())).append(pa.field(KG_COLUMN, pa.int32()))
@@ -386,7 +361,7 @@ def process_dataframe(spark, job: Job, op: ProcessNode, resolve, io):
     df = df.select(*[c for c in df.columns if c not in internal])
     in_schema = arrow_schema_of(df)
     df = df.withColumn(KG_COLUMN, key_group_expr(op.key, MP)).withColumn("_subtask", subtask_expr(KG_COLUMN, MP, P))
-    shuffled = shuffle_to_subtasks(_with_beacons(df, spark, P), spark, "_subtask", P)
+    shuffled = shuffle_to_subtasks(with_beacons(df, spark, P), spark, "_subtask", P)
     spec = ProcessTaskSpec(op.uid, io.checkpoint, op.key, op.fn, op.state_schema, op.output_schema, in_schema,
                            op.ttl_seconds, P, MP, io.parent_handles, io.state_prefix, io.output_prefix,
                            io.output_name, io.file_tag, io.ack_prefix, io.barrier_us)

@@ -24,6 +24,7 @@ from pipeline.operators.join import MATCHED, JoinType, Uniqueness, join_step
 from pipeline.operators.ttl import ROW_EPOCH, micros
 from pipeline.runtime.keyed_stores import KeyedStores, uses_keyed_stores
 from pipeline.runtime.round_params import apply_params, operator_key, task_params
+from pipeline.runtime.routing import BEACON
 from pipeline.source._formats import json_default
 from pipeline.state.backend import KG_COLUMN, read_state, write_table
 from pipeline.state.changelog import TouchedKeys
@@ -62,6 +63,19 @@ def _partition_id() -> int:
     from pyspark import TaskContext
     ctx = TaskContext.get()
     return ctx.partitionId() if ctx is not None else 0
+
+
+def subtask_of(incoming: pa.Table | None) -> tuple[int, pa.Table | None]:
+    """(this task's subtask, the incoming rows without the beacon) for an input shuffled with
+    :func:`~pipeline.runtime.routing.with_beacons`; Spark's partition id for an input without beacons."""
+    if incoming is None or BEACON not in incoming.column_names:
+        return _partition_id(), incoming
+    flag = pc.fill_null(incoming[BEACON], False)
+    b = incoming.filter(flag)
+    if b.num_rows != 1:
+        raise RuntimeError(f"expected exactly one subtask beacon, got {b.num_rows}")
+    rest = incoming.filter(pc.invert(flag)).drop_columns([BEACON])
+    return int(b["_subtask"][0].as_py()), (rest if rest.num_rows else None)
 
 
 def _handle(kind, op, name, subtask, kgr, fh, in_rows=0, restored=0, expired=0, sync_ms=0.0, async_ms=0.0):

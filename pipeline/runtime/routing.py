@@ -2,13 +2,19 @@
 
 Spark's hash partitioning sends a row to ``pmod(murmur3_x86_32(cols, seed=42), n)``. For each subtask we
 pick the smallest non-negative long that hashes to that partition (computed here with the same Murmur3
-as Spark's ``Murmur3_x86_32.hashLong``; a test checks it against Spark) and shuffle on it. A subtask's
-task then knows its key-group range from ``TaskContext.partitionId()`` even when it receives no records,
-so it can still restore and re-snapshot its state.
+as Spark's ``Murmur3_x86_32.hashLong``; a test checks it against Spark) and shuffle on it.
+
+A task must know its subtask even when it receives no records (it still restores and re-snapshots its state).
+``TaskContext.partitionId()`` is not enough: when an operator's output feeds a union (the inputs of a join
+downstream), Spark numbers the partitions of the union's inputs consecutively, so the operator's tasks may run
+as partitions ``P..2P-1``. :func:`with_beacons` adds one *beacon* row per subtask before the shuffle;
+the task reads its subtask from it (``runtime.operators.subtask_of``).
 """
 from __future__ import annotations
 
-__all__ = ["spark_hash_long", "routes", "route_column", "shuffle_to_subtasks"]
+__all__ = ["spark_hash_long", "routes", "route_column", "shuffle_to_subtasks", "with_beacons", "BEACON"]
+
+BEACON = "_beacon"  # one row per subtask, so that a task knows its subtask even without data (with_beacons)
 
 _M32 = 0xFFFFFFFF
 _ROUTES: dict[int, list[int]] = {}
@@ -68,3 +74,12 @@ def route_column(spark, subtask_col: str, parallelism: int):
 def shuffle_to_subtasks(df, spark, subtask_col: str, parallelism: int):
     """Repartition ``df`` into ``parallelism`` partitions, partition i = rows whose subtask is i."""
     return df.withColumn("_route", route_column(spark, subtask_col, parallelism)).repartition(parallelism, "_route")
+
+
+def with_beacons(df, spark, parallelism: int):
+    """``df`` plus one *beacon* row per subtask (only ``_subtask`` and ``_beacon`` set). After the shuffle every
+    task finds its subtask in its beacon (see the module docstring)."""
+    from pyspark.sql import functions as F
+    beacons = spark.range(0, parallelism, 1, 1).select(F.col("id").cast("int").alias("_subtask"),
+                                                       F.lit(True).alias(BEACON))
+    return df.withColumn(BEACON, F.lit(None).cast("boolean")).unionByName(beacons, allowMissingColumns=True)

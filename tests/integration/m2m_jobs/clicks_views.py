@@ -34,10 +34,13 @@ def build_unique_views() -> Job:
 
 
 def build_dedup_join() -> Job:
-    """Chained stateful operators: the first click per ad within the TTL, joined with the views."""
+    """Chained stateful operators: the first click per ad within the TTL, joined with the views. The dedup feeds
+    the join's *right* input: Spark then runs its tasks as partitions P..2P-1 of a union, so a task that took
+    its subtask from the partition id would restore the wrong key groups and let duplicates through (a defect
+    found with ad_clicks; the tasks read their subtask from a beacon row, runtime/routing.py)."""
     job = Job("first_clicks", max_parallelism=16)
     clicks = job.source("clicks", CLICKS, key="ad_id")
     views = job.source("views", VIEWS, key="ad_id")
     first = clicks.deduplicate(uid="first_click", key="ad_id", ttl_seconds=TTL)
-    first.join(views, on="ad_id", uid="fv_join", ttl_seconds=TTL).sink("first_click_views")
+    views.join(first, on="ad_id", uid="fv_join", ttl_seconds=TTL).sink("first_click_views")
     return job
