@@ -5,12 +5,13 @@ Built only from the public job API (nothing in the runtime knows this job)::
 
     impressions ──────────────────────────────┬─ window(campaign_id, 5 min) ─> sink campaign_impressions
          └─ select(view_key = user|ad, ...) ──┴─ join(view_key, many-to-many) ─┐
-    clicks ─ process(click_dedup) ─ select(view_key, ...) ──────────────────────┘
+    clicks ─ deduplicate(click_dedup) ─ select(view_key, ...) ──────────────────┘
                                     window(campaign_id, 5 min, on click_time) ─> sink campaign_clicks
 
 * ``click_dedup``: clients re-send clicks (same ``click_id``, later ``_ingest_ts``, any partition); the first
-  copy passes, later copies within an hour are dropped. Written with ``Stream.process`` (a user-defined keyed
-  operator); ``Stream.deduplicate`` does the same once available.
+  copy passes, later copies within an hour are dropped (``Stream.deduplicate``). The same logic as a
+  user-defined keyed operator, :func:`first_occurrence` with ``Stream.process``, is the example of
+  docs/process.md.
 * ``click_attribution``: a user may see the same ad several times and click it several times, so the join on
   ``view_key`` is many-to-many: every (impression, click) pair of the same user and ad.
 * ``campaign_clicks``: per campaign and 5-minute window of click time: distinct clicks, distinct clicked
@@ -55,8 +56,7 @@ def build_job() -> Job:
     job = Job("ad_clicks", max_parallelism=64)
     impressions = job.source("impressions", IMPRESSIONS_SCHEMA, key="impression_id")
     clicks = job.source("clicks", CLICKS_SCHEMA, key="click_id")
-    unique_clicks = clicks.process(uid="click_dedup", key="click_id", fn=first_occurrence, state_schema=SEEN_SCHEMA,
-                                   output_schema=CLICKS_SCHEMA, ttl_seconds=DEDUP_TTL_SECONDS)
+    unique_clicks = clicks.deduplicate(uid="click_dedup", key="click_id", ttl_seconds=DEDUP_TTL_SECONDS)
     views = impressions.select("concat(user_id, '|', ad_id) AS view_key", "impression_id", "campaign_id")
     clicked = unique_clicks.select("concat(user_id, '|', ad_id) AS view_key", "click_id", "event_time AS click_time")
     pairs = views.join(clicked, on="view_key", uid="click_attribution")
