@@ -45,7 +45,7 @@ _DATA = b"d"
 _TTL = b"t"
 _VERSION = b"m:version"
 _ROWS = b"m:rows"
-_BATCH = 50_000
+_BATCH = 16_384  # rows per scan / rebuild batch (bounded memory also for wide rows)
 _SIGN = 1 << 63
 _NULL_TIME = -(1 << 63)
 _OPEN: dict[str, Any] = {}  # path -> the open RocksDB handle of this process
@@ -256,25 +256,44 @@ class KeyedStateStore:
     def apply(self, touched: Sequence[bytes], new_rows: pa.Table, *, rows: int,
               expired_below_us: int | None = None) -> None:
         """Replace the rows of the ``touched`` keys by ``new_rows`` (keys absent from it are deleted), drop the TTL
-        index entries below ``expired_below_us``, record ``rows`` as the state's row count, and clear the
-        version (until :meth:`set_version`): one atomic write batch."""
+        index entries below ``expired_below_us`` and record ``rows`` as the state's row count. The version is
+        cleared first (until :meth:`set_version`), so a store interrupted in between is rebuilt, never used; the
+        rows are written in slices of keys (bounded memory)."""
         from rocksdict import WriteBatch
-        wb = WriteBatch(raw_mode=True)
-        groups = self._group(new_rows)
-        for s in touched:
-            g = groups.pop(s, None)
-            if g is None:
-                wb.delete(_DATA + s)
-            else:
+        self._db.delete(_VERSION)  # first: a store interrupted below is never taken for any version
+        self._db.flush_wal(True)
+        remaining = set(touched)
+        # in slices of keys (bounded memory for wide rows): all rows of a key are in one slice
+        order = pc.sort_indices(new_rows, sort_keys=[(self.kg_column, "ascending"), (self.key, "ascending")]) \
+            if new_rows.num_rows else None
+        start = 0
+        while order is not None and start < new_rows.num_rows:
+            end = min(new_rows.num_rows, start + _BATCH)
+            part = new_rows.take(order[start:end])
+            groups = self._group(part)
+            last = next(reversed(groups))
+            while end < new_rows.num_rows:  # the last key may continue in the next slice: complete it
+                nxt = row_keys(new_rows.take(order[end:end + _BATCH]), self.key, self.kg_column)
+                same = next((i for i, k in enumerate(nxt) if k != last), len(nxt))
+                if same == 0:
+                    break
+                groups[last].extend(self._group(new_rows.take(order[end:end + same]))[last])
+                end += same
+            wb = WriteBatch(raw_mode=True)
+            for s, g in groups.items():
+                if s not in remaining:
+                    raise StateStoreError(f"keyed state store {self.path}: rows of a key the round did not touch")
+                remaining.discard(s)
                 wb.put(_DATA + s, pickle.dumps(g, protocol=pickle.HIGHEST_PROTOCOL))
                 self._index(wb, s, g)
-        if groups:
-            raise StateStoreError(f"keyed state store {self.path}: rows of {len(groups)} key(s) the round did "
-                                  "not touch")
+            self._db.write(wb)
+            start = end
+        wb = WriteBatch(raw_mode=True)
+        for s in remaining:
+            wb.delete(_DATA + s)
         if expired_below_us is not None and self._time_i is not None:
             wb.delete_range(_TTL, _TTL + _time_bytes(expired_below_us))
         wb.put(_ROWS, str(rows).encode())
-        wb.delete(_VERSION)
         self._db.write(wb)
 
     def _add(self, table: pa.Table, sign: int | None = None) -> int:
