@@ -182,7 +182,6 @@ class KeyedStateStore:
 
     def set_version(self, version: str) -> None:
         self._db.put(_VERSION, version.encode())
-        self._db.flush_wal(True)
 
     def clear(self) -> None:
         """Forget everything (before a rebuild)."""
@@ -260,8 +259,9 @@ class KeyedStateStore:
         cleared first (until :meth:`set_version`), so a store interrupted in between is rebuilt, never used; the
         rows are written in slices of keys (bounded memory)."""
         from rocksdict import WriteBatch
-        self._db.delete(_VERSION)  # first: a store interrupted below is never taken for any version
-        self._db.flush_wal(True)
+        # first: a store interrupted below is never taken for any version (RocksDB's WAL recovers a prefix of
+        # the writes, so no fsync is needed for that order; a lost version only costs a rebuild)
+        self._db.delete(_VERSION)
         remaining = set(touched)
         # in slices of keys (bounded memory for wide rows): all rows of a key are in one slice
         order = pc.sort_indices(new_rows, sort_keys=[(self.kg_column, "ascending"), (self.key, "ascending")]) \
