@@ -25,7 +25,7 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str):
-    if name == "JobRunner":  # imported lazily: keeps `import pipeline` free of Spark
-        from pipeline.runtime.runner import JobRunner
+    if name == "JobRunner":
+        from pipeline.runtime.runner import JobRunner  # lazily: keeps `import pipeline` free of Spark
         return JobRunner
     raise AttributeError(name)

@@ -3,6 +3,9 @@
 Exit codes: 0 success, 2 bad usage or configuration, any other non-zero value is a failure. Every
 command accepts ``--json`` for machine-readable output and ``--config FILE`` (YAML with the same
 ``PIPELINE_*`` keys as the environment).
+
+Lazy imports: each command imports the modules it needs when it runs, so ``epochal --help`` and the light
+commands do not import pandas, the batch plan and the quality package (about 0.3 s and 450 modules more).
 """
 from __future__ import annotations
 

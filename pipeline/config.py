@@ -13,6 +13,7 @@ from typing import Any, Mapping
 from pipeline.barriers.events import CheckpointingMode
 from pipeline.exceptions import ConfigError
 from pipeline.master import check_master_usable
+from pipeline.sink.formats import parse_format_override
 
 __all__ = ["PipelineConfig", "load_config", "CONFIG_KEYS"]
 
@@ -35,7 +36,7 @@ class PipelineConfig:
     allowed_lateness_seconds: int = 0
     parallelism: int = 2
     max_parallelism: int = 128
-    checkpoint_mode: str = "exactly_once"
+    checkpoint_mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE  # a str is coerced
     unaligned: bool = False
     aligned_timeout_seconds: float = 0.0
     checkpoint_timeout_seconds: float = 600.0
@@ -67,13 +68,15 @@ class PipelineConfig:
                 raise ConfigError(f"PIPELINE_{name.upper()}={v!r}: must be a file:// or s3:// URI")
         if self.dead_letter_uri and not self.dead_letter_uri.startswith(("file://", "s3://")):
             raise ConfigError(f"PIPELINE_DEAD_LETTER_URI={self.dead_letter_uri!r}: must be file:// or s3://")
-        if self.checkpoint_mode not in ("exactly_once", "at_least_once"):
-            raise ConfigError(f"PIPELINE_CHECKPOINT_MODE={self.checkpoint_mode!r}: use exactly_once or at_least_once")
+        try:
+            object.__setattr__(self, "checkpoint_mode", CheckpointingMode(self.checkpoint_mode))
+        except ValueError:
+            raise ConfigError(f"PIPELINE_CHECKPOINT_MODE={self.checkpoint_mode!r}: "
+                              "use exactly_once or at_least_once") from None
         if self.unaligned and self.checkpoint_mode == CheckpointingMode.AT_LEAST_ONCE:
             raise ConfigError("PIPELINE_UNALIGNED=true requires PIPELINE_CHECKPOINT_MODE=exactly_once "
                               "(unaligned checkpoints are refused with at-least-once, as in Flink)")
         if self.sink_format:
-            from pipeline.sink.formats import parse_format_override
             parse_format_override(self.sink_format)
         if self.state_backend not in STATE_BACKENDS:
             raise ConfigError(f"PIPELINE_STATE_BACKEND={self.state_backend!r}: use one of {', '.join(STATE_BACKENDS)}")

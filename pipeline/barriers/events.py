@@ -47,7 +47,7 @@ from typing import TypeAlias
 from pipeline.exceptions import BarrierError
 
 __all__ = [
-    "CheckpointType", "CheckpointingMode", "AlignmentType", "CheckpointOptions",
+    "CheckpointType", "CheckpointingMode", "AlignmentType", "AlignmentLabel", "CheckpointOptions",
     "CheckpointBarrier", "CancelCheckpointMarker", "EndOfPartition", "InputEvent",
     "TriggerMode", "AbortReason",
     "TriggerCheckpoint", "AbortCheckpoint", "Block", "Unblock", "PersistInFlight",
@@ -102,6 +102,15 @@ class AlignmentType(StrEnum):
     ALIGNED = "aligned"
     UNALIGNED = "unaligned"
     FORCED_ALIGNED = "forced_aligned"
+
+
+class AlignmentLabel(StrEnum):
+    """How a job's checkpoints are configured to align, as recorded in ``_metadata.alignment``."""
+
+    ALIGNED = "aligned"                  # exactly-once, aligned barriers
+    UNALIGNED = "unaligned"              # exactly-once, unaligned from the first barrier
+    ALIGNED_TIMEOUT = "aligned_timeout"  # exactly-once, aligned until the alignment timeout, then unaligned
+    TRACKER = "tracker"                  # at-least-once: barriers are tracked, nothing is blocked
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pipeline.batch.plan import BatchResult, evaluate, join_semantics
 from pipeline.batch.prefix import Prefix, barrier_log
+from pipeline.exceptions import CheckpointError
 
 __all__ = ["Prefix", "BatchResult", "evaluate", "prefix_of", "write_batch", "join_semantics"]
 
@@ -31,7 +32,6 @@ def write_batch(runner, checkpoint: str | None, to_dir: str) -> dict:
     import os
     import shutil
 
-    from pipeline.exceptions import CheckpointError
     cp = runner.snapshot(checkpoint)
     if cp is None:
         raise CheckpointError(f"job {runner.job.name!r} has no completed checkpoint (nothing to evaluate)")

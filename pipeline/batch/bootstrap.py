@@ -47,7 +47,7 @@ from pipeline.runtime.progress import last_data_epoch
 from pipeline.runtime.routing import shuffle_to_subtasks
 from pipeline.runtime.savepoints import abort_pending, check_target
 from pipeline.source.contract import read_inventory
-from pipeline.source.planner import barrier_or_idle
+from pipeline.source.positions import barrier_or_idle
 from pipeline.state.backend import KG_COLUMN, write_table
 
 __all__ = ["BootstrapPlan", "bootstrap", "plan_bootstrap", "refusal"]

@@ -25,8 +25,9 @@ from pipeline.fileio import join_uri
 from pipeline.job import Job, SourceNode
 from pipeline.runtime.dataflow import schema_ddl
 from pipeline.source.layout import SourceFile, list_source_files
-from pipeline.source.planner import Split, summarize_file
+from pipeline.source.planner import Split
 from pipeline.source.reader import META_FIELDS, SplitReader
+from pipeline.source.summary import summarize_file
 
 __all__ = ["Prefix", "PEPOCH", "ordinal", "barrier_log", "source_dataframe"]
 

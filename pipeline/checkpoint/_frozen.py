@@ -1,12 +1,24 @@
-"""Immutable, picklable, hashable mapping used inside frozen value objects (internal)."""
+"""Immutable, picklable, hashable mapping used inside frozen value objects, and enum coercion (internal)."""
 from __future__ import annotations
 
+from enum import Enum
 from typing import Any, Mapping, NoReturn, TypeVar
 
-__all__ = ["FrozenDict", "freeze_mapping"]
+__all__ = ["FrozenDict", "freeze_mapping", "enum_member"]
 
 K = TypeVar("K")
 V = TypeVar("V")
+E = TypeVar("E", bound=Enum)
+
+
+def enum_member(cls: type[E], value: object, what: str) -> E:
+    """``value`` (a member or its string value, as read from JSON) as a member of ``cls``; a ValueError naming
+    ``what`` and the allowed values otherwise."""
+    try:
+        return cls(value)
+    except ValueError:
+        allowed = tuple(m.value for m in cls)
+        raise ValueError(f"{what} must be one of {allowed}, got {value!r}") from None
 
 
 class FrozenDict(dict):  # type: ignore[type-arg]

@@ -27,7 +27,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from pipeline.barriers.events import CheckpointType
+from pipeline.barriers.events import CheckpointingMode, CheckpointType
 from pipeline.checkpoint.ack import AckResult, TaskAcknowledgement, acks_from_rows
 from pipeline.checkpoint.completed import CompletedCheckpoint
 from pipeline.checkpoint.failed import FailedCheckpointLog
@@ -145,11 +145,11 @@ class CheckpointCoordinator:
     def trigger(self, *, epoch: int, barrier_time: str,
                 expected_tasks: Mapping[str, int] | Iterable[tuple[str, int]],
                 parent_id: int | None, max_parallelism: int, parallelism: int,
-                checkpoint_mode: str = "exactly_once", alignment: str = "aligned",
+                checkpoint_mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE, alignment: str = "aligned",
                 positions: Mapping[str, Mapping[str, Position]] | None = None,
                 barriers: Mapping[str, Mapping[str, Position]] | None = None,
                 sink_tables: Sequence[str] = (), plan: Mapping[str, Any] | None = None,
-                kind: str = "checkpoint", location: str | None = None) -> PendingCheckpoint:
+                kind: CheckpointType = CheckpointType.CHECKPOINT, location: str | None = None) -> PendingCheckpoint:
         """Claim a new id and write the pending manifest (write-ahead), before any task runs.
 
         ``expected_tasks``: ``{operator uid: parallelism}`` or ``[(uid, subtask), ...]`` - every task whose

@@ -32,6 +32,7 @@ import socket
 import uuid
 from dataclasses import dataclass
 
+from pipeline.checkpoint.metadata import iso_utc
 from pipeline.exceptions import CheckpointError, ConditionalWriteError, ObjectNotFoundError, StorageError
 from pipeline.fileio import FileIO, join_uri
 from pipeline.layout import JobLayout, checkpoint_id_of, id_claim_name
@@ -123,7 +124,6 @@ class CheckpointIdCounter:
 
     def next(self, at_least: int = 1) -> int:
         """Claim and return a new id: above every existing claim/checkpoint dir and >= ``at_least``."""
-        from pipeline.checkpoint.metadata import iso_utc
 
         claimed = self._claimed_ids()
         candidate = max([at_least, self._used_dir_ids() + 1] + [c + 1 for c in claimed[-1:]])

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
-from pipeline.barriers.events import CheckpointType
-from pipeline.checkpoint._frozen import FrozenDict
+from pipeline.barriers.events import CheckpointingMode, CheckpointType
+from pipeline.checkpoint._frozen import FrozenDict, enum_member
 from pipeline.checkpoint.handles import ChannelStateHandle, FileHandle, Position, SinkHandle, StateHandle
 from pipeline.checkpoint.stats import CheckpointStats
 from pipeline.exceptions import CorruptCheckpointError
@@ -24,7 +24,7 @@ from pipeline.exceptions import CorruptCheckpointError
 __all__ = ["CheckpointMetadata", "FORMAT_VERSION", "KINDS", "iso_utc", "freeze_json", "thaw_json"]
 
 FORMAT_VERSION = 1
-KINDS = ("checkpoint", "savepoint")
+KINDS = tuple(k.value for k in CheckpointType)
 
 
 def iso_utc(ts: float | None = None) -> str:
@@ -72,11 +72,11 @@ class CheckpointMetadata:
     parent_id: int | None
     epoch: int
     barrier_time: str                     # end of epoch n, ISO UTC
-    checkpoint_mode: str                  # exactly_once | at_least_once
+    checkpoint_mode: CheckpointingMode    # exactly_once | at_least_once (a str is coerced)
     alignment: str                        # aligned | unaligned | aligned_timeout | tracker ...
     max_parallelism: int
     parallelism: int
-    kind: str = "checkpoint"
+    kind: CheckpointType = CheckpointType.CHECKPOINT  # a str is coerced
     positions: Mapping[str, Mapping[str, Position]] = field(default_factory=FrozenDict)  # restore point
     barriers: Mapping[str, Mapping[str, Position]] = field(default_factory=FrozenDict)   # barrier n
     channel_state: tuple[ChannelStateHandle, ...] = ()
@@ -88,9 +88,10 @@ class CheckpointMetadata:
     format: int = FORMAT_VERSION
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"checkpoint {self.checkpoint_id} of job {self.job!r}: kind must be one of {KINDS}, "
-                             f"got {self.kind!r}")
+        set_ = object.__setattr__
+        where = f"checkpoint {self.checkpoint_id} of job {self.job!r}"
+        set_(self, "kind", enum_member(CheckpointType, self.kind, f"{where}: kind"))
+        set_(self, "checkpoint_mode", enum_member(CheckpointingMode, self.checkpoint_mode, f"{where}: checkpoint_mode"))
         if self.checkpoint_id < 1:
             raise ValueError(f"checkpoint ids start at 1, got {self.checkpoint_id}")
         if self.parent_id is not None and self.parent_id >= self.checkpoint_id:
@@ -99,7 +100,6 @@ class CheckpointMetadata:
         if not 1 <= self.parallelism <= self.max_parallelism:
             raise ValueError(f"checkpoint {self.checkpoint_id}: need 1 <= parallelism ({self.parallelism}) "
                              f"<= max_parallelism ({self.max_parallelism})")
-        set_ = object.__setattr__
         set_(self, "positions", _positions(self.positions))
         set_(self, "barriers", _positions(self.barriers))
         set_(self, "channel_state", tuple(c if isinstance(c, ChannelStateHandle) else ChannelStateHandle.from_dict(c)
@@ -175,9 +175,9 @@ class CheckpointMetadata:
         try:
             return cls(
                 format=int(d["format"]), job=str(d["job"]), checkpoint_id=int(d["checkpoint_id"]),
-                parent_id=None if d["parent_id"] is None else int(d["parent_id"]), kind=str(d["kind"]),
+                parent_id=None if d["parent_id"] is None else int(d["parent_id"]), kind=enum_member(CheckpointType, d["kind"], f"{uri}: kind"),
                 epoch=int(d["epoch"]), barrier_time=str(d["barrier_time"]),
-                checkpoint_mode=str(d["checkpoint_mode"]), alignment=str(d["alignment"]),
+                checkpoint_mode=enum_member(CheckpointingMode, d["checkpoint_mode"], f"{uri}: checkpoint_mode"), alignment=str(d["alignment"]),
                 max_parallelism=int(d["max_parallelism"]), parallelism=int(d["parallelism"]),
                 positions=d["positions"], barriers=d["barriers"],
                 channel_state=tuple(ChannelStateHandle.from_dict(c) for c in d["channel_state"]),

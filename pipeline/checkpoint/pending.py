@@ -24,14 +24,14 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from pipeline.checkpoint._frozen import FrozenDict
+from pipeline.barriers.events import CheckpointingMode, CheckpointType
+from pipeline.checkpoint._frozen import FrozenDict, enum_member
 from pipeline.checkpoint.ack import AckResult, TaskAcknowledgement
 from pipeline.checkpoint.completed import CompletedCheckpoint, delete_location
 from pipeline.checkpoint.failure import CheckpointFailureReason
 from pipeline.checkpoint.handles import ChannelStateHandle, FileHandle, Position, SinkHandle, StateHandle
 from pipeline.checkpoint.metadata import (
     FORMAT_VERSION,
-    KINDS,
     CheckpointMetadata,
     _positions,
     _positions_dict,
@@ -73,12 +73,12 @@ class PendingManifest:
     parent_id: int | None
     epoch: int
     barrier_time: str
-    checkpoint_mode: str
+    checkpoint_mode: CheckpointingMode  # a str is coerced
     alignment: str
     max_parallelism: int
     parallelism: int
     expected_tasks: tuple[tuple[str, int], ...]
-    kind: str = "checkpoint"
+    kind: CheckpointType = CheckpointType.CHECKPOINT  # a str is coerced
     positions: Mapping[str, Mapping[str, Position]] = field(default_factory=FrozenDict)
     barriers: Mapping[str, Mapping[str, Position]] = field(default_factory=FrozenDict)
     sink_tables: tuple[str, ...] = ()
@@ -88,8 +88,10 @@ class PendingManifest:
     format: int = FORMAT_VERSION
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"checkpoint {self.checkpoint_id}: kind must be one of {KINDS}, got {self.kind!r}")
+        set_ = object.__setattr__
+        set_(self, "kind", enum_member(CheckpointType, self.kind, f"checkpoint {self.checkpoint_id}: kind"))
+        set_(self, "checkpoint_mode", enum_member(CheckpointingMode, self.checkpoint_mode,
+                                                  f"checkpoint {self.checkpoint_id}: checkpoint_mode"))
         tasks = tuple(sorted({(str(u), int(s)) for u, s in self.expected_tasks}))
         if len(tasks) != len(tuple(self.expected_tasks)):
             raise ValueError(f"checkpoint {self.checkpoint_id}: duplicate expected tasks")
@@ -126,8 +128,9 @@ class PendingManifest:
                     f"unsupported pending manifest format {d.get('format') if isinstance(d, dict) else None!r} "
                     f"in {uri}")
             return cls(format=d["format"], job=d["job"], checkpoint_id=int(d["checkpoint_id"]),
-                       parent_id=d["parent_id"], kind=d["kind"], epoch=int(d["epoch"]),
-                       barrier_time=d["barrier_time"], checkpoint_mode=d["checkpoint_mode"],
+                       parent_id=d["parent_id"], kind=enum_member(CheckpointType, d["kind"], "pending checkpoint: kind"), epoch=int(d["epoch"]),
+                       barrier_time=d["barrier_time"], checkpoint_mode=enum_member(CheckpointingMode, d["checkpoint_mode"],
+                                                                  "pending checkpoint: checkpoint_mode"),
                        alignment=d["alignment"], max_parallelism=int(d["max_parallelism"]),
                        parallelism=int(d["parallelism"]),
                        expected_tasks=tuple((str(u), int(s)) for u, s in d["expected_tasks"]),

@@ -17,6 +17,18 @@ files; never modified).
   attempts), except those in ``keep`` and those with id >= ``protect_from_id`` (the newest claimed id
   may belong to a runner that is still working). Directories whose ``_metadata`` exists but does not
   parse are left alone for inspection.
+
+**Metadata cache.** A ``_metadata`` file never changes once written (it is created with a conditional PUT and
+only ever deleted), so the store keeps every completed checkpoint it has read, by id. Every ``inspect()`` /
+``list()`` / ``ids()`` / ``latest()`` still lists ``checkpoints/`` in storage: checkpoints completed by other
+processes are found and read there, and a checkpoint whose directory is gone is dropped from the cache. Only the
+GET of a ``_metadata`` already read is saved. The store's own discards drop their entries first. What the
+listing cannot show - another process deleted a ``_metadata`` while files remain in its directory (retention
+keeping files a newer checkpoint references) - is served from the cache until the directory goes; every decision
+taken on such an entry is conservative (its files stay protected, it is not garbage). ``latest_valid()`` (what a
+restore uses) reads each candidate's ``_metadata`` from storage, never from the cache, and the fencing check of a
+new checkpoint compares a fresh listing and the id claims in storage (``CheckpointCoordinator.check_fencing``).
+``cache=False`` reads every ``_metadata`` at every call.
 """
 from __future__ import annotations
 
@@ -26,6 +38,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Iterable
 
+from pipeline.barriers.events import CheckpointType
 from pipeline.checkpoint.completed import METADATA_FILE, CompletedCheckpoint, delete_location
 from pipeline.checkpoint.shared_state import collect_shared_files
 from pipeline.exceptions import (
@@ -70,7 +83,7 @@ class CompletedCheckpointStore:
     """Completed checkpoints of one job under ``<job root>/checkpoints/``."""
 
     def __init__(self, fileio: FileIO, job_root: str, *, job: str | None = None,
-                 retain: int = DEFAULT_RETAINED) -> None:
+                 retain: int = DEFAULT_RETAINED, cache: bool = True) -> None:
         if retain < 1:
             raise ValueError(f"retained checkpoints must be >= 1, got {retain}")
         self.fileio = fileio
@@ -80,13 +93,26 @@ class CompletedCheckpointStore:
         self.layout = JobLayout(self.job_root)
         self.checkpoints_uri = self.layout.checkpoints()
         self.savepoints_uri = self.layout.savepoints()
+        self.cache = cache
+        self._cached: dict[int, CompletedCheckpoint] = {}  # completed checkpoints whose _metadata was read, by id
 
     def location_of(self, checkpoint_id: int) -> str:
         return self.layout.checkpoint(checkpoint_id)
 
     # -- reading -----------------------------------------------------------------------------------
-    def _load(self, checkpoint_id: int) -> CheckpointDirInfo:
+    def _load(self, checkpoint_id: int, *, fresh: bool = False) -> CheckpointDirInfo:
         location = self.location_of(checkpoint_id)
+        cached = None if fresh else self._cached.get(checkpoint_id)
+        if cached is not None:
+            return CheckpointDirInfo(checkpoint_id, location, CheckpointDirStatus.COMPLETED, checkpoint=cached)
+        info = self._read(checkpoint_id, location)
+        if info.checkpoint is not None and self.cache:
+            self._cached[checkpoint_id] = info.checkpoint
+        else:
+            self._cached.pop(checkpoint_id, None)
+        return info
+
+    def _read(self, checkpoint_id: int, location: str) -> CheckpointDirInfo:
         try:
             cp = CompletedCheckpoint.load(self.fileio, location)
         except ObjectNotFoundError:
@@ -99,16 +125,28 @@ class CompletedCheckpointStore:
             problem = f"{cp.metadata_uri} holds checkpoint id {md.checkpoint_id}, not {checkpoint_id}"
         elif md.job != self.job:
             problem = f"{cp.metadata_uri} belongs to job '{md.job}', not '{self.job}'"
-        elif md.kind != "checkpoint":
+        elif md.kind != CheckpointType.CHECKPOINT:
             problem = f"{cp.metadata_uri} is a {md.kind}, not a checkpoint"
         if problem:
             return CheckpointDirInfo(checkpoint_id, location, CheckpointDirStatus.CORRUPT, problem=problem)
         return CheckpointDirInfo(checkpoint_id, location, CheckpointDirStatus.COMPLETED, checkpoint=cp)
 
-    def inspect(self) -> builtins.list[CheckpointDirInfo]:
-        """Every ``chk-<id>`` directory with its status, oldest first."""
+    def _listed_ids(self) -> builtins.list[int]:
+        """The ``chk-<id>`` directories in storage (always listed, never cached), oldest first; cache entries of
+        directories that are gone are dropped."""
         ids = sorted(i for i in (_chk_id(n) for n in self.fileio.list_dirs(self.checkpoints_uri)) if i is not None)
-        return [self._load(i) for i in ids]
+        for gone in set(self._cached) - set(ids):
+            del self._cached[gone]
+        return ids
+
+    def inspect(self, *, fresh: bool = False) -> builtins.list[CheckpointDirInfo]:
+        """Every ``chk-<id>`` directory with its status, oldest first (``fresh``: every ``_metadata`` read from
+        storage, not from the cache)."""
+        return [self._load(i, fresh=fresh) for i in self._listed_ids()]
+
+    def forget(self, checkpoint_id: int) -> None:
+        """Drop a checkpoint from the metadata cache (before deleting its ``_metadata``)."""
+        self._cached.pop(checkpoint_id, None)
 
     def list(self) -> builtins.list[CompletedCheckpoint]:
         """Completed checkpoints (metadata present and readable), oldest first."""
@@ -117,9 +155,10 @@ class CompletedCheckpointStore:
     def ids(self) -> builtins.list[int]:
         return [cp.checkpoint_id for cp in self.list()]
 
-    def get(self, checkpoint_id: int) -> CompletedCheckpoint:
-        """Completed checkpoint ``checkpoint_id``; ObjectNotFoundError / CorruptCheckpointError otherwise."""
-        info = self._load(checkpoint_id)
+    def get(self, checkpoint_id: int, *, fresh: bool = False) -> CompletedCheckpoint:
+        """Completed checkpoint ``checkpoint_id``; ObjectNotFoundError / CorruptCheckpointError otherwise
+        (``fresh``: its ``_metadata`` read from storage, e.g. to restore from it)."""
+        info = self._load(checkpoint_id, fresh=fresh)
         if info.status is CheckpointDirStatus.PENDING:
             if not self.fileio.list(info.location):
                 known = self.ids()
@@ -147,9 +186,15 @@ class CompletedCheckpointStore:
         ``(None, [])`` when the job has no checkpoint with ``_metadata`` (a fresh start is legitimate);
         NoValidCheckpointError when there are some but none is usable.
         """
-        candidates = [i for i in self.inspect() if i.status is not CheckpointDirStatus.PENDING]
+        # newest first, each _metadata read from storage (never from the cache): a restore must not pick a
+        # checkpoint whose _metadata another process deleted; older ones are read only when falling back
+        candidates = 0
         problems: builtins.list[str] = []
-        for info in reversed(candidates):
+        for cid in reversed(self._listed_ids()):
+            info = self._load(cid, fresh=True)
+            if info.status is CheckpointDirStatus.PENDING:
+                continue
+            candidates += 1
             if info.checkpoint is None:
                 problems.append(f"skipping checkpoint {info.checkpoint_id} of job '{self.job}' "
                                 f"({info.location}): {info.problem}")
@@ -167,7 +212,7 @@ class CompletedCheckpointStore:
             return info.checkpoint, problems
         if candidates:
             raise NoValidCheckpointError(
-                f"job '{self.job}': none of the {len(candidates)} checkpoints under {self.checkpoints_uri} can be "
+                f"job '{self.job}': none of the {candidates} checkpoints under {self.checkpoints_uri} can be "
                 f"restored (refusing to start from scratch): " + " | ".join(problems))
         return None, []
 
@@ -207,6 +252,7 @@ class CompletedCheckpointStore:
         discarded = []
         for cp in subsumed:
             fault_point("retention")
+            self.forget(cp.checkpoint_id)
             try:
                 cp.discard(self.fileio, keep=keep)
                 discarded.append(cp.checkpoint_id)

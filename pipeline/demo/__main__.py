@@ -18,6 +18,12 @@ import shutil
 import sys
 import time
 
+from pipeline.demo.generate import generate
+from pipeline.demo.oracle import compare, expected
+from pipeline.sink.delta import delta_storage_options
+from pipeline.testing.jobproc import run_job_process
+from pipeline.testing.moto_server import spawn_moto_server
+
 __all__ = ["main"]
 
 
@@ -40,10 +46,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--file", action="store_true", help="use file:// under --workdir instead of moto S3")
     a = ap.parse_args(argv)
 
-    from pipeline.demo.generate import generate
-    from pipeline.demo.oracle import compare, expected
-    from pipeline.testing.jobproc import run_job_process
-    from pipeline.testing.moto_server import spawn_moto_server
 
     shutil.rmtree(a.workdir, ignore_errors=True)
     os.makedirs(a.workdir, exist_ok=True)
@@ -169,8 +171,6 @@ def _delta_report(sink: str, exp):
     S3 settings come from the ``AWS_*`` environment (set for the demo's moto server)."""
     from deltalake import DeltaTable
 
-    from pipeline.demo.oracle import compare
-    from pipeline.sink.delta import delta_storage_options
     tables = {}
     for table in ("paid_orders", "merchant_revenue"):
         uri = f"{sink.rstrip('/')}/orders_payments/{table}"

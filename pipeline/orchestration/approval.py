@@ -29,13 +29,14 @@ from typing import Any
 
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 
+from pipeline.exceptions import ConfigError
+
 __all__ = ["restore_approval", "rewind_approval", "RewindApprovalOperator"]
 
 TIMEOUT_ENV = "EPOCHAL_APPROVAL_TIMEOUT_SECONDS"
 
 
 def _timeout() -> timedelta:
-    from pipeline.exceptions import ConfigError
     raw = os.environ.get(TIMEOUT_ENV, "").strip()
     try:
         seconds = float(raw) if raw else 24 * 3600.0

@@ -22,6 +22,10 @@ Defaults can be set per deployment with environment variables (all optional):
 ``EPOCHAL_FUSED_EPOCH``            ``true``: epoch DAGs are ``trigger >> epoch`` (process + commit + validate
                                     in one task; see :func:`build_epoch_dag`). Default ``false``.
 ==================================  =====================================================================
+
+Lazy imports: Airflow (``airflow.sdk``, its operators) and the task modules are imported inside the factory
+functions and task callables. ``pipeline.orchestration`` then imports without Airflow installed, and the
+scheduler's DAG-file parse pays only for what building the graph needs.
 """
 from __future__ import annotations
 

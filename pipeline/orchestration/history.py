@@ -11,10 +11,15 @@ import json
 from dataclasses import replace
 from typing import Any, Mapping
 
+from pipeline.checkpoint.completed import CompletedCheckpoint
+from pipeline.checkpoint.failed import FailedCheckpointLog
 from pipeline.checkpoint.history import CheckpointRow, row_from_metadata
+from pipeline.checkpoint.pending import PendingManifest
+from pipeline.checkpoint.store import CheckpointDirStatus, CompletedCheckpointStore
 from pipeline.exceptions import CheckpointError, ObjectNotFoundError, StorageError
 from pipeline.fileio import FileIO, join_uri
 from pipeline.layout import JobLayout, pending_uri
+from pipeline.orchestration.control import ControlStore
 
 __all__ = ["CheckpointHistory", "list_jobs"]
 
@@ -33,7 +38,6 @@ class CheckpointHistory:
 
     def __init__(self, fileio: FileIO, checkpoint_root: str, job: str, *,
                  fileio_for=None) -> None:
-        from pipeline.checkpoint.store import CompletedCheckpointStore
         self.fileio = fileio
         self.job = job
         self.job_root = join_uri(checkpoint_root, job)
@@ -51,14 +55,12 @@ class CheckpointHistory:
             return {}
 
     def control(self) -> dict[str, Any]:
-        from pipeline.orchestration.control import ControlStore
         try:
             return ControlStore(self.fileio, self.checkpoint_root, self.job).control().to_dict()
         except (StorageError, ValueError):
             return {}
 
     def _pending_row(self, info) -> CheckpointRow:
-        from pipeline.checkpoint.pending import PendingManifest
         try:
             m = PendingManifest.from_json(self.fileio.read_bytes(pending_uri(info.location)),
                                           pending_uri(info.location))
@@ -72,7 +74,6 @@ class CheckpointHistory:
 
     def checkpoints(self) -> list[CheckpointRow]:
         """Every checkpoint directory, newest first."""
-        from pipeline.checkpoint.store import CheckpointDirStatus
         rows = []
         for info in self.store.inspect():
             if info.status is CheckpointDirStatus.COMPLETED and info.checkpoint is not None:
@@ -96,14 +97,12 @@ class CheckpointHistory:
 
     def failed(self) -> list[dict]:
         """Recorded failures (aborted, declined, expired, fenced), newest first."""
-        from pipeline.checkpoint.failed import FailedCheckpointLog
         try:
             return FailedCheckpointLog(self.fileio, self.job_root).list()
         except StorageError:
             return []
 
     def _savepoint_locations(self) -> list[str]:
-        from pipeline.orchestration.control import ControlStore
         locs = [join_uri(self.store.savepoints_uri, n) for n in self.fileio.list_dirs(self.store.savepoints_uri)]
         try:
             locs += ControlStore(self.fileio, self.checkpoint_root, self.job).savepoint_locations()
@@ -113,7 +112,6 @@ class CheckpointHistory:
 
     def savepoints(self) -> list[CheckpointRow]:
         """Savepoints of the job, newest first (unreadable ones are listed as CORRUPT)."""
-        from pipeline.checkpoint.completed import CompletedCheckpoint
         rows = []
         for loc in self._savepoint_locations():
             try:
@@ -136,7 +134,6 @@ class CheckpointHistory:
     def detail(self, checkpoint_id: int, *, kind: str = "checkpoint") -> dict[str, Any]:
         """Everything about one checkpoint (or savepoint with that id): summary row, per-operator stats,
         state handles, positions and barriers per source partition, sink files, backlog, dead letters."""
-        from pipeline.checkpoint.completed import CompletedCheckpoint
         if kind == "savepoint":
             cp = None
             for loc in self._savepoint_locations():

@@ -12,6 +12,9 @@ imported lazily, at call time. Where it is not installed (or not there yet), the
 * what the job's graph implies, for any job (:func:`_graph_checks`): an append sink of a join declaring both sides
   unique holds each key once, and an aggregate's upsert sink agrees with the append sink of the same stream
   (for the demo: ``merchant_revenue`` recomputed from ``paid_orders``).
+
+Lazy imports: :mod:`pipeline.quality` (pandas, Great Expectations) and the runtime pieces are imported at call
+time, inside the functions, for the reason above.
 """
 from __future__ import annotations
 
@@ -19,6 +22,8 @@ import inspect
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Mapping
+
+from pipeline.barriers.events import AlignmentLabel, CheckpointType
 
 __all__ = ["QualityOutcome", "validate_checkpoint", "consistency_checks"]
 
@@ -59,7 +64,7 @@ def validate_checkpoint(runner, checkpoint: str | int | None = None, *, mode: st
         return consistency_checks(runner, ref)
     kwargs: dict[str, Any] = {}
     try:
-        params = inspect.signature(validate_job).parameters
+        params: Mapping[str, Any] = inspect.signature(validate_job).parameters
     except (TypeError, ValueError):
         params = {}
     if "mode" in params:
@@ -94,7 +99,7 @@ def consistency_checks(runner, checkpoint: str | None = None) -> QualityOutcome:
     for src, parts in md.positions.items():
         for p, pos in parts.items():
             bar = md.barriers.get(src, {}).get(p)
-            if bar is not None and (pos.seq, pos.row) > (bar.seq, bar.row) and md.alignment == "aligned":
+            if bar is not None and (pos.seq, pos.row) > (bar.seq, bar.row) and md.alignment == AlignmentLabel.ALIGNED:
                 problems.append(f"{label}: source {src} partition {p}: restore position {pos} is past barrier {bar}")
     checks.append("positions at or before barriers")
     tables: dict[str, Any] = {}
@@ -109,7 +114,7 @@ def consistency_checks(runner, checkpoint: str | None = None) -> QualityOutcome:
             problems.append(f"table {sink.table}: {e}")
             continue
         ids = [e.checkpoint_id for e in chain]
-        if md.kind == "checkpoint" and head_id == md.checkpoint_id and md.checkpoint_id not in ids:
+        if md.kind == CheckpointType.CHECKPOINT and head_id == md.checkpoint_id and md.checkpoint_id not in ids:
             problems.append(f"table {sink.table}: {label} is not on the committed lineage {ids[-5:]}")
         tables[sink.table] = data
         if sink.key and data.num_rows:
@@ -176,7 +181,7 @@ def _graph_checks(job, tables: Mapping[str, Any]) -> tuple[list[str], list[str]]
         if agg.key not in rows.column_names or any(f not in fns or (c is not None and c not in rows.column_names)
                                                     for _o, f, c in agg.aggs):
             continue
-        spec = [([], "count_all") if f == "count" else (c, fns[f]) for _o, f, c in agg.aggs]
+        spec: list[tuple[Any, str]] = [([], "count_all") if f == "count" else (c, fns[f]) for _o, f, c in agg.aggs]
         exp = rows.group_by([agg.key]).aggregate(spec) if rows.num_rows else None
         exp_map = {}
         if exp is not None:

@@ -24,7 +24,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from pipeline.config import load_config
 from pipeline.exceptions import ConfigError
+from pipeline.fileio import S3FileIO
 
 __all__ = ["S3Settings", "resolve_s3_settings", "apply_s3_settings", "load_pipeline_config",
            "DEFAULT_CONN_ID", "CONN_ID_ENV", "ConnectionLookup"]
@@ -75,7 +77,6 @@ class S3Settings:
 
     def file_io(self):
         """An ``S3FileIO`` with exactly these settings (does not touch ``os.environ``)."""
-        from pipeline.fileio import S3FileIO
         return S3FileIO(endpoint_url=self.endpoint_url, access_key_id=self.access_key_id,
                         secret_access_key=self.secret_access_key, region=self.region,
                         session_token=self.session_token)
@@ -178,6 +179,5 @@ def apply_s3_settings(settings: S3Settings, environ: "os._Environ[str] | dict[st
 
 def load_pipeline_config(env: Mapping[str, str] | None = None, **overrides: Any):
     """``PipelineConfig`` from ``PIPELINE_*`` (and the YAML file named by ``EPOCHAL_CONFIG``, if any)."""
-    from pipeline.config import load_config
     env = os.environ if env is None else env
     return load_config(env.get(CONFIG_FILE_ENV) or None, env=env, **overrides)

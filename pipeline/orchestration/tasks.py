@@ -19,12 +19,15 @@ Every task is idempotent under Airflow retries: a retried ``process`` never dupl
 trigger's XCom tells it that a previous try already completed the epoch; an incomplete try leaves a
 pending checkpoint that is garbage-collected, never a half-written ``_metadata``), and ``commit`` is
 idempotent. Clearing a run re-runs ``trigger`` too, so a cleared run re-processes its interval.
+
+Lazy imports: the runtime, checkpoint and quality modules are imported inside the task functions. The DAG
+factory imports this module when Airflow parses DAG files (every 30 s per file by default), and the import of
+what the tasks need (about 80 modules) belongs to the task's process, not the parse.
 """
 from __future__ import annotations
 
 import logging
 import os
-import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from enum import Enum
@@ -231,6 +234,7 @@ class Orchestrator:
         self.echo = echo or (lambda m: log.info("%s", m))
         self._runner_factory = runner_factory
         self._runner = None
+        self._committed_heads: dict[str, Any] = {}  # sink table -> head CommitEntry that commit() read and checked
         self.ckpt_fio = file_io_for(config.checkpoint_uri)
         self.control = ControlStore(self.ckpt_fio, config.checkpoint_uri, job_name)
 
@@ -263,12 +267,14 @@ class Orchestrator:
         return out
 
     # -- epoch DAG -----------------------------------------------------------------------------------
-    def check_not_stopped(self) -> None:
+    def check_not_stopped(self):
+        """The job's control record; JobStoppedError if it was stopped with a savepoint."""
         ctl = self.control.control()
         if ctl.stopped:
             raise JobStoppedError(
                 f"job {self.job_name!r} was stopped with savepoint {ctl.stopped_savepoint} "
                 f"({ctl.updated_at} by {ctl.updated_by}); restore it (restore DAG) to resume")
+        return ctl
 
     def trigger(self, run: EpochRun) -> TriggerResult | None:
         """Log barrier ``n`` write-ahead and report the head checkpoint. None while the epoch cannot complete
@@ -305,8 +311,10 @@ class Orchestrator:
         was, with that interval recomputed. A backfill/clear over a range re-processes its runs in order and
         the last one processes forward.
         """
-        self.check_not_stopped()
-        ctl = self.control.control()
+        ctl = self.check_not_stopped()
+        # Spark Connect: the session opens in a background thread while the head, the restore and its
+        # bookkeeping read S3 (an unusable master still fails before anything is claimed or written)
+        self.runner.ctx.open_spark_in_background()
         P = ctl.parallelism
         head = self.head()
         if isinstance(head_before, _Unset):
@@ -343,10 +351,8 @@ class Orchestrator:
                 self.control.update_control(run.by, reprocess_until=mark)  # write-ahead, before rewinding
                 self.echo(f"process: epoch {run.epoch} was processed already (head checkpoint {head.checkpoint_id}, "
                           f"epoch {head.epoch}): rewinding; the job will be processed forward again to epoch {mark}")
-            t_spark = time.monotonic()
-            self.runner.ctx.require_spark()
-            spark_start_s = time.monotonic() - t_spark
             report = self.runner.process_epoch(run.epoch, parallelism=P)
+            spark_start_s = self.runner.ctx.spark_start_s
             absorb(report)
             if report.restored_from is not None and head is not None and head.epoch >= run.epoch:
                 rewound_to = report.restored_from
@@ -411,6 +417,7 @@ class Orchestrator:
                 raise CheckpointError(
                     f"job {self.job_name!r}: sink table {sink.table}: broken lineage - commit {head.checkpoint_id} has "
                     f"parent checkpoint {parent}, which has no commit entry in {table.commits_uri}")
+            self._committed_heads[sink.table] = entry_head
             words = "committed by this task's process step" if committed_here else _commit_words(res)
             tables[sink.table] = {"result": words,
                                   "head": head.checkpoint_id, "parent": parent,
@@ -466,14 +473,9 @@ class Orchestrator:
                     problems.append(f"source {src} partition {p}: position {pos} is past barrier {bar}")
         checks.append("restore positions are at or before the barrier (aligned exactly-once)")
         for sink, table, _ in self._sinks():
-            try:
-                ids = [e.checkpoint_id for e in table.lineage()]
-            except EpochalError as e:
-                problems.append(str(e))
-                continue
-            if checkpoint_id not in ids:
-                problems.append(f"sink table {sink.table}: checkpoint {checkpoint_id} is not on the committed "
-                                f"lineage {ids[-5:]}")
+            problem = self._lineage_problem(sink.table, table, checkpoint_id)
+            if problem:
+                problems.append(problem)
         checks.append("every sink table's committed lineage includes the checkpoint")
         q = None
         if quality if quality is not None else self.config.validate_after_epoch:
@@ -489,6 +491,31 @@ class Orchestrator:
             self.echo(f"validate: PROBLEM: {p}")
         return ValidateResult(checkpoint_id=checkpoint_id, success=ok, checks=tuple(checks),
                               problems=tuple(problems), quality=q)
+
+    def _lineage_problem(self, name: str, table, checkpoint_id: int) -> str | None:
+        """Why checkpoint ``checkpoint_id`` is not on sink table ``name``'s committed lineage (None: it is).
+
+        The head is on the lineage by definition, and its link to its parent is what ``commit`` checks: when the
+        head is the checkpoint (every epoch), the head entry the commit step of this process read is reused (the
+        fused ``epoch`` task), or one head is read (the ``validate`` task: a listing of the newer entry names
+        and one GET). Only when a newer checkpoint is the head is the whole chain read and walked."""
+        head = self._committed_heads.get(name)
+        if head is not None and head.checkpoint_id == checkpoint_id:
+            return None  # read and its parent link checked by this process's commit step, just now
+        try:
+            head = table.head(after=checkpoint_id - 1)
+            if head is not None and head.checkpoint_id == checkpoint_id:
+                parent = head.parent_id
+                if parent is not None and not (head.mode == "upsert" and head.full) and table.entry(parent) is None:
+                    return (f"sink table {name}: broken lineage - commit {checkpoint_id} has parent checkpoint "
+                            f"{parent}, which has no commit entry in {table.commits_uri}")
+                return None
+            ids = [e.checkpoint_id for e in table.lineage()]
+        except EpochalError as e:
+            return str(e)
+        if checkpoint_id not in ids:
+            return f"sink table {name}: checkpoint {checkpoint_id} is not on the committed lineage {ids[-5:]}"
+        return None
 
     # -- savepoint / restore ---------------------------------------------------------------------------
     def savepoint(self, *, target: str | None, stop: bool, by: str) -> dict[str, Any]:

@@ -24,7 +24,14 @@ import logging
 from typing import Any, Callable
 from urllib.parse import quote
 
+from pipeline.exceptions import EpochalError, ObjectNotFoundError
+from pipeline.fileio import file_io_for, join_uri
+from pipeline.jobs import job_names
+from pipeline.orchestration.checkpoint_stats import configuration, counts, lineage, summary
+from pipeline.orchestration.history import CheckpointHistory, list_jobs
 from pipeline.orchestration.names import data_docs_url, epoch_dag_id
+from pipeline.orchestration.settings import airflow_server_connection, load_pipeline_config, resolve_s3_settings
+from pipeline.quality.docs_site import CONTENT_TYPES, site_uri
 
 __all__ = ["create_app", "render_job_page", "render_detail_page", "render_index_page", "data_docs_url"]
 
@@ -81,7 +88,6 @@ def _stat_cell(v: Any, fmt: Callable[[Any], str]) -> str:
 
 
 def _summary_html(checkpoints: list[dict], savepoints: list[dict], head: int | None) -> str:
-    from pipeline.orchestration.checkpoint_stats import counts, lineage, summary
     c = counts(checkpoints, savepoints)
     sm = summary(checkpoints)
     lin = lineage(checkpoints, savepoints, head)
@@ -283,7 +289,6 @@ class _Backend:
     def config(self):
         if self._config_loader is not None:
             return self._config_loader()
-        from pipeline.orchestration.settings import load_pipeline_config
         return load_pipeline_config()
 
     def fileio_for(self, uri: str):
@@ -291,21 +296,16 @@ class _Backend:
             if self._s3_resolver is not None:
                 s3 = self._s3_resolver()
             else:
-                from pipeline.orchestration.settings import airflow_server_connection, resolve_s3_settings
                 s3 = resolve_s3_settings(lookup=airflow_server_connection)
             return s3.file_io()
-        from pipeline.fileio import file_io_for
         return file_io_for(uri)
 
     def history(self, job: str):
-        from pipeline.orchestration.history import CheckpointHistory
         cfg = self.config()
         return CheckpointHistory(self.fileio_for(cfg.checkpoint_uri), cfg.checkpoint_uri, job,
                                  fileio_for=self.fileio_for)
 
     def jobs(self) -> list[str]:
-        from pipeline.jobs import job_names
-        from pipeline.orchestration.history import list_jobs
         cfg = self.config()
         return list_jobs(self.fileio_for(cfg.checkpoint_uri), cfg.checkpoint_uri, job_names())
 
@@ -341,7 +341,6 @@ def create_app(*, backend: "_Backend | None" = None, authenticate: Callable | No
     from fastapi import FastAPI, HTTPException, Request
     from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 
-    from pipeline.exceptions import EpochalError, ObjectNotFoundError
     be = backend or _Backend()
     authenticate = authenticate or airflow_user
     authorize = authorize or airflow_can_read_dag
@@ -360,7 +359,7 @@ def create_app(*, backend: "_Backend | None" = None, authenticate: Callable | No
             raise HTTPException(status_code=403, detail=f"not allowed to read job {job or '*'}")
         return None
 
-    def _err(e: Exception, status: int = 404):
+    def _err(e: Exception | str, status: int = 404):
         return HTMLResponse(_page("Epochal", f"<h1>Not found</h1><p>{_e(e)}</p>"), status_code=status)
 
     def _jobs_payload() -> list[dict]:
@@ -382,7 +381,6 @@ def create_app(*, backend: "_Backend | None" = None, authenticate: Callable | No
     async def job_page(job: str, request: Request):
         if (resp := await _check(request, job, html_page=True)) is not None:
             return resp
-        from pipeline.orchestration.checkpoint_stats import configuration
         h = be.history(job)
         cfg = be.config()
         try:
@@ -423,8 +421,6 @@ def create_app(*, backend: "_Backend | None" = None, authenticate: Callable | No
         """The job's Great Expectations Data Docs, from the checkpoint store (offline-styled)."""
         from fastapi.responses import Response
 
-        from pipeline.fileio import join_uri
-        from pipeline.quality.docs_site import CONTENT_TYPES, site_uri
         if (resp := await _check(request, job, html_page=True)) is not None:
             return resp
         parts = [p for p in (path or "index.html").split("/") if p]
@@ -462,7 +458,6 @@ def create_app(*, backend: "_Backend | None" = None, authenticate: Callable | No
     async def api_checkpoints(job: str, request: Request):
         await _check(request, job, html_page=False)
         h = be.history(job)
-        from pipeline.orchestration.checkpoint_stats import counts, lineage, summary
         cps, sps, head = [r.to_dict() for r in h.checkpoints()], [r.to_dict() for r in h.savepoints()], h.head_id()
         return JSONResponse({"job": job, "head": head, "control": h.control(), "checkpoints": cps,
                              "savepoints": sps, "counts": counts(cps, sps), "summary": summary(cps),

@@ -38,6 +38,7 @@ from typing import Any, Mapping
 
 import pyarrow as pa
 
+from pipeline.barriers.events import AlignmentLabel, CheckpointingMode
 from pipeline.exceptions import CorruptCheckpointError, EpochalError
 from pipeline.fileio import file_io_for, join_uri
 from pipeline.job import ProcessNode
@@ -129,7 +130,7 @@ def _refusal(runner, cp) -> str | None:
     md = cp.metadata
     if md.is_savepoint:
         return f"{cp.describe()} is a savepoint (it re-snapshots its parent's epoch; nothing is replayed)"
-    if md.alignment != "aligned" or md.checkpoint_mode != "exactly_once":
+    if md.alignment != AlignmentLabel.ALIGNED or md.checkpoint_mode != CheckpointingMode.EXACTLY_ONCE:
         return (f"checkpoint {md.checkpoint_id} is {md.checkpoint_mode}/{md.alignment}: what it holds depends on "
                 "timing; only aligned exactly-once checkpoints are replayed")
     if md.parent_id is None:

@@ -54,7 +54,7 @@ from pipeline.barriers import (
     TriggerMode,
     create_barrier_handler,
 )
-from pipeline.barriers.events import CheckpointingMode
+from pipeline.barriers.events import AlignmentLabel, CheckpointingMode
 from pipeline.barriers.handler import BaseBarrierHandler
 from pipeline.checkpoint.handles import Position
 from pipeline.exceptions import CheckpointError, ConfigError
@@ -75,13 +75,13 @@ def channel_name(ch: Channel) -> str:
     return f"{ch[0]}/partition={ch[1]}"
 
 
-def alignment_label(checkpoint_mode: str, unaligned: bool, aligned_timeout_s: float) -> str:
+def alignment_label(checkpoint_mode: str, unaligned: bool, aligned_timeout_s: float) -> AlignmentLabel:
     """The configured alignment, as ``metadata.alignment``: aligned | unaligned | aligned_timeout | tracker."""
     if checkpoint_mode == CheckpointingMode.AT_LEAST_ONCE:
-        return "tracker"
+        return AlignmentLabel.TRACKER
     if not unaligned:
-        return "aligned"
-    return "aligned_timeout" if aligned_timeout_s else "unaligned"
+        return AlignmentLabel.ALIGNED
+    return AlignmentLabel.ALIGNED_TIMEOUT if aligned_timeout_s else AlignmentLabel.UNALIGNED
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +137,7 @@ class _Checkpoint:
 class AlignmentDriver:
     """Drives one barrier handler over the rounds of successive checkpoints (see the module docstring)."""
 
-    def __init__(self, handler: BaseBarrierHandler, channels: Sequence[Channel], *, label: str,
+    def __init__(self, handler: BaseBarrierHandler, channels: Sequence[Channel], *, label: AlignmentLabel,
                  savepoint: bool = False) -> None:
         if handler.num_channels != len(channels):
             raise ConfigError(f"barrier handler has {handler.num_channels} channels, runtime has {len(channels)}")
@@ -157,7 +157,7 @@ class AlignmentDriver:
         """The driver for the configured mode; savepoints are always aligned."""
         names = [channel_name(c) for c in channels]
         if savepoint:
-            return cls(AlignedBarrierHandler(len(channels), channel_names=names), channels, label="aligned",
+            return cls(AlignedBarrierHandler(len(channels), channel_names=names), channels, label=AlignmentLabel.ALIGNED,
                        savepoint=True)
         handler = create_barrier_handler(checkpoint_mode, unaligned, aligned_timeout_s, len(channels),
                                          channel_names=names)
@@ -169,7 +169,7 @@ class AlignmentDriver:
 
     @property
     def unaligned_from_first_barrier(self) -> bool:
-        return self.label == "unaligned"
+        return self.label == AlignmentLabel.UNALIGNED
 
     # -- one checkpoint ------------------------------------------------------------------------------
     def begin(self, epoch: int, barriers: Mapping[Channel, Position | None], trigger_ts: float) -> None:

@@ -18,7 +18,7 @@ from pipeline.exceptions import ConditionalWriteError, ObjectNotFoundError
 from pipeline.layout import JobLayout
 from pipeline.runtime.context import RuntimeContext
 from pipeline.runtime.cursor import Cursor
-from pipeline.source.planner import barrier_or_idle, barrier_position
+from pipeline.source.positions import barrier_or_idle, barrier_position
 
 __all__ = ["BarrierLog", "Barriers"]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from typing import Any, Callable
 
@@ -26,6 +27,7 @@ from pipeline.job import Job, JoinNode, SinkNode, SourceNode
 from pipeline.layout import JobLayout
 from pipeline.master import connect_url, probe_connect
 from pipeline.runtime.keyed_ops import validate_keyed_ops
+from pipeline.runtime.session import get_spark, is_connect_session, ship_job_code
 from pipeline.sink.formats import open_sink_table, resolve_format
 from pipeline.sink.table import CommittedTable
 from pipeline.sink.two_phase import TwoPhaseCommitSink
@@ -62,6 +64,8 @@ class RuntimeContext:
             probe_connect(url)
         self.max_parallelism = self._ensure_job_json()
         self.spark_session: Any = None
+        self._spark_opening: _SessionOpening | None = None  # start_spark(): a Connect session opened in a thread
+        self.spark_start_s = 0.0  # time spent starting / connecting to Spark (in the background, if started so)
         # source contract (pipeline.source.contract): the latest listing, and dead letters of this run that
         # the next checkpoint's stats must count
         self.source_listing: dict = {}
@@ -121,17 +125,45 @@ class RuntimeContext:
     @property
     def spark(self):
         if self.spark_session is None:
-            # imported here: starting Spark (and importing pyspark) is paid only by commands that need it
-            from pipeline.runtime.session import get_spark, is_connect_session, ship_job_code
-            self.spark_session = get_spark(self.config.spark_master, self.config.parallelism)
-            if is_connect_session(self.spark_session):
-                ship_job_code(self.job)
+            opening, self._spark_opening = self._spark_opening, None
+            self.spark_session = opening.result() if opening is not None else self._open_spark()
         return self.spark_session
+
+    def _open_spark(self):
+        t0 = time.monotonic()
+        spark = get_spark(self.config.spark_master, self.config.parallelism)
+        if is_connect_session(spark):
+            ship_job_code(self.job)
+        self.spark_start_s = time.monotonic() - t0
+        return spark
+
+    def start_spark(self) -> None:
+        """Start Spark before the first side effect. A Spark Connect session is opened in a background thread,
+        so that the restore's S3 reads overlap it (the server answered the probe when this context was built);
+        :meth:`await_spark` / :meth:`require_spark`, called before the first write, wait for it and raise its
+        error. A classic master (a driver JVM in this process) starts here, synchronously."""
+        if not self.open_spark_in_background():
+            self.require_spark()
+
+    def open_spark_in_background(self) -> bool:
+        """Spark Connect: begin opening the session in a background thread (see :meth:`start_spark`); False
+        (nothing started) for a classic master."""
+        if self.spark_session is not None or self._spark_opening is not None:
+            return True
+        if connect_url(self.config.spark_master) is None:
+            return False
+        self._spark_opening = _SessionOpening(self._open_spark)
+        return True
+
+    def await_spark(self) -> None:
+        """Wait for a session :meth:`start_spark` is opening, if any (its error is raised here)."""
+        if self._spark_opening is not None:
+            self.require_spark()
 
     def require_spark(self) -> None:
         """Start (or connect to) Spark now: commands that need it call this before their first side effect, so
         an unusable master (a Spark Connect server that does not answer) fails before anything is claimed or
-        written."""
+        written. Waits for a session :meth:`start_spark` is opening."""
         _ = self.spark
 
     def round_now(self) -> float:
@@ -183,3 +215,26 @@ class RuntimeContext:
                     self.echo(f"sink {sink.table}: removed {n} uncommitted staging dir(s) of aborted checkpoints")
             except EpochalError as e:  # cleanup must never fail a run
                 self.echo(f"WARNING: sink {sink.table}: cleanup failed: {e}")
+
+
+class _SessionOpening:
+    """A Spark session being opened in a daemon thread (a task process that never needs it exits anyway)."""
+
+    def __init__(self, open_session: Callable[[], Any]) -> None:
+        self._open = open_session
+        self._session: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="epochal-spark-connect", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._session = self._open()
+        except BaseException as e:  # noqa: BLE001 - handed to the thread that needs the session
+            self._error = e
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._session

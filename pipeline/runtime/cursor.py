@@ -86,6 +86,9 @@ def restore_cursor(ctx: RuntimeContext, report: RunReport | None = None) -> Curs
         ctx.echo(f"WARNING: {note}")
         if report is not None:
             report.messages.append(note)
+    # everything above only reads; a Spark session opened in the background (RuntimeContext.start_spark) must be
+    # usable before the first write (the sink re-commit), so an unusable master is refused before it
+    ctx.await_spark()
     if completed is None:
         return Cursor()
     ctx.recover_sinks(completed.metadata)

@@ -13,12 +13,14 @@ from typing import Any, Callable, Mapping, Sequence
 
 import pyarrow as pa
 
+import pipeline.exceptions as exc_mod
 from pipeline.arrow_ddl import schema_ddl
 from pipeline.exceptions import ConfigError
+from pipeline.fileio import file_io_for
 from pipeline.job import AggregateNode, Job, JoinNode, MapNode, SourceNode
 from pipeline.keygroups import key_group_expr, subtask_expr
 from pipeline.operators.ttl import ROW_EPOCH
-from pipeline.runtime.operator_registry import register_operator
+from pipeline.runtime.operator_registry import builder_for, register_operator
 from pipeline.runtime.operators import (
     EXACT_SUM,
     HANDLE_DDL,
@@ -28,7 +30,9 @@ from pipeline.runtime.operators import (
     make_agg_task,
     make_join_task,
 )
+from pipeline.runtime.round_params import task_params
 from pipeline.runtime.routing import shuffle_to_subtasks
+from pipeline.source.reader import META_FIELDS
 
 __all__ = ["OperatorIO", "operator_dataframe", "drop_internal", "schema_ddl", "arrow_schema_of", "collect_handles", "fresh_dataframe", "split_dataframe", "task_count",
            "files_dataframe", "spark_schema", "rethrow_task_error"]
@@ -74,7 +78,6 @@ def split_dataframe(spark, n_tasks: int, source: SourceNode, reader_factory: Cal
     own epoch (:data:`~pipeline.operators.ttl.ROW_EPOCH`, the ``epoch`` of its split dict, see
     :mod:`pipeline.runtime.input_epochs`; null for an untagged split).
     """
-    from pipeline.source.reader import META_FIELDS
     keep = [f for f in META_FIELDS if meta is None or f.name in meta]
     out_schema = pa.schema(list(source.schema) + keep)
     names = out_schema.names
@@ -88,7 +91,6 @@ def split_dataframe(spark, n_tasks: int, source: SourceNode, reader_factory: Cal
     embedded = None if carried is None else carried.get(params_key, [])
 
     def read(batches):
-        from pipeline.runtime.round_params import task_params
         items = embedded if embedded is not None else task_params(params_key)
         if items is None:
             raise RuntimeError(f"source {name}: the job was submitted without its splits ({params_key})")
@@ -122,7 +124,6 @@ def files_dataframe(spark, uris: Sequence[str], schema: pa.Schema, max_tasks: in
     def read(batches):
         import pyarrow.parquet as pq
 
-        from pipeline.fileio import file_io_for
         for b in batches:
             for task in b.column(0).to_pylist():
                 for i in (groups[task] if uris else []):
@@ -190,8 +191,6 @@ class OperatorIO:
 def rethrow_task_error(e: Exception) -> None:
     """Spark wraps executor exceptions; surface Epochal's own error (its class and its one-line message naming
     the file/partition/checkpoint/URI) instead of the wrapped Python traceback."""
-    import pipeline.exceptions as exc_mod
-
     found = re.findall(r"pipeline\.exceptions\.(\w+): ([^\n]*)", str(e))
     for name, detail in reversed(found):  # the innermost (last reported) Epochal error
         cls = getattr(exc_mod, name, None)
@@ -208,7 +207,6 @@ def operator_dataframe(spark, job: Job, op, inputs: dict[int, object], io: Opera
     Spark job; its acks are written by the tasks as objects under ``io.ack_prefix``.
     Returns ``(dataframe, output arrow schema)``.
     """
-    from pipeline.runtime.operator_registry import builder_for
 
     def resolve(node_id: int, prepare: Callable | None = None):
         """The DataFrame of node ``node_id``'s input chain; ``prepare(base_id, df)`` (optional) runs on the

@@ -10,6 +10,7 @@ import pyarrow as pa
 
 from pipeline.exceptions import ConfigError
 from pipeline.faults import fault_point
+from pipeline.fileio import file_io_for
 from pipeline.job import DedupNode, Job
 from pipeline.keygroups import key_group_expr, range_for_subtask, subtask_expr
 from pipeline.operators.dedup import dedup_step
@@ -60,7 +61,6 @@ def make_dedup_task(spec: DedupTaskSpec):
     plan_spec = spec
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pipeline.fileio import file_io_for
         spec = _round_spec(plan_spec)
         fault_point("reading")
         t0 = time.perf_counter()

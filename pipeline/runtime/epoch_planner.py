@@ -16,7 +16,9 @@ from pipeline.runtime.cursor import Cursor, cursor_from_metadata
 from pipeline.runtime.results import RunReport
 from pipeline.source.contract import check_source_contract, inventory_behind, listing_start, unplaceable_files_error
 from pipeline.source.layout import list_source_files
-from pipeline.source.planner import count_rows, end_position, summarize_source
+from pipeline.source.planner import count_rows
+from pipeline.source.positions import end_position
+from pipeline.source.summary import summarize_source
 
 __all__ = ["EpochPlanner"]
 

@@ -34,6 +34,12 @@ import pyarrow.parquet as pq
 
 from pipeline.exceptions import ConfigError, StorageError
 from pipeline.fileio import file_io_for, join_uri
+from pipeline.fileio import file_io_for as fio_for
+from pipeline.fileio import join_uri as join
+from pipeline.runtime.dataflow import schema_ddl
+from pipeline.sink.open_table import OpenFormatTable
+from pipeline.state.backend import load_chain
+from pipeline.state.chain import StateChain
 
 __all__ = ["export_table", "export_state", "files_with_tag_dataframe", "resolve_target", "write_parquet", "write_empty",
            "WriteSide", "WrittenFile", "ExportResult"]
@@ -105,8 +111,6 @@ def _write_on_executors(df, target: str, token: str) -> list[WrittenFile]:
     def write(batches):
         from pyspark import TaskContext
 
-        from pipeline.fileio import file_io_for as fio_for
-        from pipeline.fileio import join_uri as join
         ctx = TaskContext.get()
         uri = join(target, _part_name(ctx.partitionId(), token, ctx.taskAttemptId()))
         writer = out = None
@@ -244,14 +248,12 @@ def _schema_of(uri: str) -> pa.Schema:
 
 def files_with_tag_dataframe(spark, files: Sequence[tuple[str, int]], schema: pa.Schema):
     """Rows of Parquet files plus an ``_txn`` column (the checkpoint id that committed each file)."""
-    from pipeline.runtime.dataflow import schema_ddl
     out_schema = schema.append(pa.field("_txn", pa.int64()))
 
     files = list(files)
     n = max(1, min(len(files), 16))
 
     def read(batches):
-        from pipeline.fileio import file_io_for
         for b in batches:
             for task in b.column(0).to_pylist():
                 for uri, txn in files[task::n]:
@@ -267,7 +269,6 @@ def chains_dataframe(spark, handles, schema: pa.Schema, what: str):
     """Rows of state snapshots that may be chains (base + deltas, checksums verified) plus ``_txn`` = subtask."""
     import json
 
-    from pipeline.runtime.dataflow import schema_ddl
     out_schema = schema.append(pa.field("_txn", pa.int64()))
     items = [(json.dumps({"uri": h.file.uri, "rows": h.file.rows, "bytes": h.file.bytes, "sha256": h.file.sha256,
                           "deltas": [f.to_dict() for f in h.deltas], "state_rows": h.rows}), h.subtask)
@@ -275,9 +276,6 @@ def chains_dataframe(spark, handles, schema: pa.Schema, what: str):
     n = max(1, min(len(items), 16))
 
     def read(batches):
-        from pipeline.fileio import file_io_for
-        from pipeline.state.backend import load_chain
-        from pipeline.state.chain import StateChain
         for b in batches:
             for task in b.column(0).to_pylist():
                 for hj, sub in items[task::n]:
@@ -301,7 +299,6 @@ def export_table(spark, table, to: str) -> dict:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
     resolve_target(to)  # bad target -> ConfigError before any Spark work
-    from pipeline.sink.open_table import OpenFormatTable
     if isinstance(table, OpenFormatTable) and table.exists():
         return _export_open_table(spark, table, to)
     chain = table.lineage()

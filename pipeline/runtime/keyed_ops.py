@@ -21,11 +21,14 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipeline.barriers.events import CheckpointingMode
 from pipeline.exceptions import ConfigError, MalformedInputError
 from pipeline.faults import fault_point
+from pipeline.fileio import file_io_for
 from pipeline.job import Job, ProcessNode, WindowNode
 from pipeline.keygroups import key_group_expr, range_for_subtask, subtask_expr
 from pipeline.process_op import TOUCHED, process_step
+from pipeline.runtime.dataflow import arrow_schema_of, schema_ddl
 from pipeline.runtime.operator_registry import register_operator
 from pipeline.runtime.operators import HANDLE_DDL, _collect, _emit, _handle, _partition_id, _round_spec
 from pipeline.runtime.routing import shuffle_to_subtasks
@@ -59,7 +62,7 @@ def validate_keyed_ops(job: Job, config) -> None:
     """Refuse up front what the window/process runtime cannot honour (called by the runner's job check)."""
     for op in job.operators():
         if isinstance(op, WindowNode):
-            if config.checkpoint_mode != "exactly_once" or config.unaligned or getattr(
+            if config.checkpoint_mode != CheckpointingMode.EXACTLY_ONCE or config.unaligned or getattr(
                     config, "aligned_timeout_seconds", None):
                 raise ConfigError(f"job {job.name!r}: window {op.uid!r} needs aligned exactly-once checkpoints "
                                   "(its watermark advances when the checkpoint's epoch is complete); unset "
@@ -134,7 +137,6 @@ def make_window_task(spec: WindowTaskSpec):
     plan_spec = spec
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pipeline.fileio import file_io_for
         spec = _round_spec(plan_spec)
         fault_point("reading")
         t0 = time.perf_counter()
@@ -227,7 +229,6 @@ def _subtask_of(incoming: pa.Table | None) -> tuple[int, pa.Table | None]:
 
 def _with_markers(df, spark, event_time: str, key: str, parallelism: int):
     """``df`` plus, per upstream Spark task and channel, one marker row to every subtask (its max event time)."""
-    from pipeline.runtime.dataflow import arrow_schema_of, schema_ddl
     in_schema = arrow_schema_of(df)
     out_schema = in_schema.append(pa.field(MARKER, pa.int64()))
     P = parallelism
@@ -264,7 +265,6 @@ def window_dataframe(spark, job: Job, op: WindowNode, resolve, io):
     """The (lazy) DataFrame of a window operator and its output schema (see ``operator_dataframe``)."""
     from pyspark.sql import functions as F
 
-    from pipeline.runtime.dataflow import arrow_schema_of, schema_ddl
     P, MP = io.parallelism, io.max_parallelism
     operator_ids = {job.node_id(o) for o in job.operators()}
 
@@ -333,7 +333,6 @@ def make_process_task(spec: ProcessTaskSpec):
     plan_spec = spec
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pipeline.fileio import file_io_for
         spec = _round_spec(plan_spec)
         fault_point("reading")
         t0 = time.perf_counter()
@@ -379,7 +378,6 @@ def make_process_task(spec: ProcessTaskSpec):
 @register_operator(ProcessNode)
 def process_dataframe(spark, job: Job, op: ProcessNode, resolve, io):
     """The (lazy) DataFrame of a ``process`` operator and its output schema."""
-    from pipeline.runtime.dataflow import arrow_schema_of, schema_ddl
     P, MP = io.parallelism, io.max_parallelism
     df = resolve(op.parent)
     if op.key not in df.columns:

@@ -18,10 +18,13 @@ import pyarrow.compute as pc
 from pipeline.arrow_ddl import schema_ddl
 from pipeline.exceptions import AggregateOverflowError, MalformedInputError
 from pipeline.faults import fault_point
+from pipeline.fileio import file_io_for
 from pipeline.keygroups import range_for_subtask
 from pipeline.operators.join import MATCHED, JoinType, Uniqueness, join_step
-from pipeline.operators.ttl import ROW_EPOCH
+from pipeline.operators.ttl import ROW_EPOCH, micros
 from pipeline.runtime.keyed_stores import KeyedStores, uses_keyed_stores
+from pipeline.runtime.round_params import apply_params, operator_key, task_params
+from pipeline.source._formats import json_default
 from pipeline.state.backend import KG_COLUMN, read_state, write_table
 from pipeline.state.changelog import TouchedKeys
 from pipeline.state.snapshot import write_state
@@ -141,7 +144,6 @@ def fill_row_epochs(t: pa.Table, *, default: int | None, epoch_us: int) -> pa.Ta
     if default is not None or not epoch_us:
         fill = pa.scalar(default if default is not None else 0, pa.int64())
     else:
-        from pipeline.operators.ttl import micros
         fill = pc.divide(micros(t["_ingest_ts"]), epoch_us)
     return t.set_column(t.schema.get_field_index(ROW_EPOCH), ROW_EPOCH,
                         pc.cast(pc.coalesce(pc.cast(col, pa.int64()), fill), pa.int64()))
@@ -149,7 +151,6 @@ def fill_row_epochs(t: pa.Table, *, default: int | None, epoch_us: int) -> pa.Ta
 
 def _round_spec(spec):
     """``spec`` completed with this round's values (local property ``epochal.op.<uid>``, if the job has it)."""
-    from pipeline.runtime.round_params import apply_params, operator_key, task_params
     return apply_params(spec, task_params(operator_key(spec.uid)))
 
 
@@ -166,8 +167,6 @@ def _join_violations(spec: "JoinTaskSpec", fio, res, subtask: int) -> list[tuple
     ``dead_letter``, ``rows`` = count)."""
     import json
 
-    from pipeline.fileio import file_io_for
-    from pipeline.source._formats import json_default
     out = []
     for name, bad in (("left", res.violations_left), ("right", res.violations_right)):
         if not bad.num_rows:
@@ -194,7 +193,6 @@ def make_join_task(spec: JoinTaskSpec):
     plan_spec = spec
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pipeline.fileio import file_io_for
         spec = _round_spec(plan_spec)
         fault_point("reading")
         t0 = time.perf_counter()
@@ -376,7 +374,6 @@ def make_agg_task(spec: AggTaskSpec):
     plan_spec = spec
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pipeline.fileio import file_io_for
         spec = _round_spec(plan_spec)
         t0 = time.perf_counter()
         subtask = _partition_id()
@@ -404,7 +401,7 @@ def make_agg_task(spec: AggTaskSpec):
             # integer sums are computed over decimal128(38, 0) and narrowed back with a range check: an int64
             # overflow fails the epoch naming operator, column and key (never a silent wrap-around)
             wide = _wide_schema(sschema, spec.aggs)
-            partial_aggs = []
+            partial_aggs: list[tuple[str | list[str], str]] = []
             for out_col, fn, col in spec.aggs:
                 if fn == "count":
                     partial_aggs.append(([], "count_all"))

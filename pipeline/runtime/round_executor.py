@@ -30,7 +30,8 @@ from pipeline.runtime.finalize import CheckpointFinalizer
 from pipeline.runtime.input_epochs import InputEpochs
 from pipeline.runtime.results import RoundResult
 from pipeline.runtime.spark_plan import SparkPlan
-from pipeline.source.planner import barrier_position, end_position, plan_segments
+from pipeline.source.planner import plan_segments
+from pipeline.source.positions import barrier_position, end_position
 from pipeline.source.reader import dead_letter_counts
 
 __all__ = ["RoundExecutor"]
@@ -73,7 +74,7 @@ class RoundExecutor:
         order += [s.name for s in job.sources() if s.name not in order]
         return [(s, p) for s in order for p in sorted(barriers.get(s, {}), key=int)]
 
-    def alignment_driver(self, cursor: Cursor, channels: list[tuple[str, str]], kind: str) -> AlignmentDriver:
+    def alignment_driver(self, cursor: Cursor, channels: list[tuple[str, str]], kind: CheckpointType) -> AlignmentDriver:
         """The driver continuing from ``cursor`` (same process, same channels), else a fresh one."""
         drv = cursor.align
         if (kind == CheckpointType.CHECKPOINT and isinstance(drv, AlignmentDriver) and not drv.savepoint
@@ -84,7 +85,7 @@ class RoundExecutor:
                                       savepoint=kind == CheckpointType.SAVEPOINT)
 
     def complete_epoch(self, cursor: Cursor, epoch: int, barriers: Barriers, summaries, *,
-                       parallelism: int | None = None, kind: str = "checkpoint",
+                       parallelism: int | None = None, kind: CheckpointType = CheckpointType.CHECKPOINT,
                        location: str | None = None) -> tuple[Cursor, list[RoundResult]]:
         """Trigger checkpoint n (barrier = end of ``epoch``) and run rounds until the barrier handler
         snapshots it (see :mod:`pipeline.runtime.alignment`). ``barriers``: ``{source: {partition:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from pipeline.barriers.events import CheckpointType
 from pipeline.checkpoint.completed import CompletedCheckpoint
 from pipeline.checkpoint.metadata import CheckpointMetadata
 from pipeline.clock import Clock
@@ -41,6 +42,7 @@ from pipeline.runtime.barrier_log import BarrierLog, Barriers
 from pipeline.runtime.context import RuntimeContext
 from pipeline.runtime.cursor import Cursor, cursor_from_metadata, restore_cursor
 from pipeline.runtime.epoch_planner import EpochPlanner
+from pipeline.runtime.export import export_state
 from pipeline.runtime.finalize import CheckpointFinalizer, CheckpointListener
 from pipeline.runtime.progress import RunProgress, last_data_epoch
 from pipeline.runtime.results import RoundResult, RunReport
@@ -144,9 +146,10 @@ class JobRunner:
         epochs up to ``until_epoch``), in as many rounds as that takes. Stops early when no complete
         epoch is left to process."""
         ctx, planner = self.ctx, self.planner
-        ctx.require_spark()  # an unusable master fails here, before any side effect
+        ctx.start_spark()  # classic: started now; Spark Connect: opened while the restore reads, joined before a write
         report = RunReport(ctx.job.name, None)
         cursor = self.restore_cursor(report)
+        ctx.require_spark()  # an unusable master has failed by now, before any side effect
         report.restored_from = restored = cursor.checkpoint_id
         ctx.coordinator.cleanup_garbage()
         ctx.cleanup_sink_garbage(after=restored)
@@ -188,9 +191,10 @@ class JobRunner:
           process forward again. Sink lineage makes the re-processed output replace the earlier output.
         """
         ctx, planner = self.ctx, self.planner
-        ctx.require_spark()  # an unusable master fails here, before any side effect
+        ctx.start_spark()  # classic: started now; Spark Connect: opened while the restore reads, joined before a write
         report = RunReport(ctx.job.name, None)
         cursor = self.restore_cursor(report)
+        ctx.require_spark()  # an unusable master has failed by now, before any side effect
         ctx.coordinator.cleanup_garbage()
         if cursor.epoch is not None and cursor.epoch >= epoch:
             cursor = planner.rewind_cursor(epoch, report)
@@ -237,7 +241,7 @@ class JobRunner:
         return targets
 
     def complete_epoch(self, cursor: Cursor, epoch: int, barriers: Barriers, summaries, *,
-                       parallelism: int | None = None, kind: str = "checkpoint",
+                       parallelism: int | None = None, kind: CheckpointType = CheckpointType.CHECKPOINT,
                        location: str | None = None) -> tuple[Cursor, list[RoundResult]]:
         """Trigger checkpoint n and run rounds until it completes (see
         :meth:`~pipeline.runtime.round_executor.RoundExecutor.complete_epoch`).
@@ -266,7 +270,7 @@ class JobRunner:
         """A completed checkpoint by id, or a savepoint/checkpoint by URI (``_metadata`` directory)."""
         ref = str(ref).strip()
         if ref.isdigit():
-            return self.ctx.coordinator.store.get(int(ref))
+            return self.ctx.coordinator.store.get(int(ref), fresh=True)  # a restore point: never from the cache
         if ref.endswith("/" + METADATA_FILE):
             ref = ref[: -len("/" + METADATA_FILE)]
         return CompletedCheckpoint.load(file_io_for(ref), ref.rstrip("/"))
@@ -295,7 +299,7 @@ class JobRunner:
         barriers = {s: dict(p) for s, p in cursor.positions.items()}
         try:
             _, results = self.complete_epoch(cursor, cursor.epoch, barriers, {}, parallelism=parallelism,
-                                             kind="savepoint", location=target)
+                                             kind=CheckpointType.SAVEPOINT, location=target)
         except BaseException as e:
             abort_pending(self.coordinator, e)
             raise
@@ -362,7 +366,6 @@ class JobRunner:
         return export_table(self.spark, self.ctx.table(table), to_dir)
 
     def export_state(self, checkpoint: str, operator_uid: str, to_dir: str) -> dict:
-        from pipeline.runtime.export import export_state
         snap = self.load_snapshot(checkpoint)
         if operator_uid not in snap.metadata.operators:
             raise ConfigError(f"{snap.describe()} has no state for operator {operator_uid!r} "

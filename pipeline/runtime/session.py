@@ -22,6 +22,9 @@ import os
 import sys
 
 from pipeline.credentials import REDACTION_REGEX, forward_to_executors
+from pipeline.exceptions import ConfigError
+from pipeline.master import choose_master, connect_url, probe_connect
+from pipeline.runtime.jvm_logs import relay_jvm_stderr
 
 __all__ = ["get_spark", "stop_spark", "is_connect_session", "ship_job_code", "preimport_workers", "SQL_CONF"]
 
@@ -46,12 +49,17 @@ def is_connect_session(spark) -> bool:
 def _connect(url: str, parallelism: int, app: str):
     """A Spark Connect session on ``url``; a server that does not answer is a clear error, raised before any
     checkpoint id is claimed (the callers start the session first)."""
-    from pipeline.master import probe_connect
     probe_connect(url)
     from pyspark.sql import SparkSession
-    spark = SparkSession.builder.remote(url).appName(app).getOrCreate()
-    for k, v in {**SQL_CONF, "spark.sql.shuffle.partitions": str(parallelism)}.items():
-        spark.conf.set(k, v)
+    try:
+        spark = SparkSession.builder.remote(url).appName(app).getOrCreate()
+        for k, v in {**SQL_CONF, "spark.sql.shuffle.partitions": str(parallelism)}.items():
+            spark.conf.set(k, v)
+    except Exception as e:  # noqa: BLE001 - whatever the client raises, one line naming the server
+        detail = " ".join(str(e).split())[:300]
+        raise ConfigError(f"Spark Connect server {url} accepts connections but no Spark Connect session could be "
+                          f"opened ({type(e).__name__}: {detail}); is it a Spark Connect server of a compatible "
+                          "version? See docs/deployment.md") from None
     return spark
 
 
@@ -61,7 +69,6 @@ def get_spark(master: str | None = None, parallelism: int = 2, app: str = "epoch
     global _SESSION
     if _SESSION is not None:
         return _SESSION
-    from pipeline.master import connect_url
     url = connect_url(master)
     if url is not None:
         _SESSION = _connect(url, parallelism, app)
@@ -71,7 +78,6 @@ def get_spark(master: str | None = None, parallelism: int = 2, app: str = "epoch
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    from pipeline.master import choose_master
     active = SparkContext._active_spark_context  # noqa: SLF001 - the only way to see a running context
     choice = choose_master(master, active_master=active.master if active is not None else None)
     if choice.note():
@@ -97,7 +103,6 @@ def get_spark(master: str | None = None, parallelism: int = 2, app: str = "epoch
               "PIPELINE_S3_BOTO_ATTEMPTS", "PIPELINE_S3_PART_MB"):
         if os.environ.get(k):
             b = b.config(f"spark.executorEnv.{k}", os.environ[k])
-    from pipeline.runtime.jvm_logs import relay_jvm_stderr
     with relay_jvm_stderr():  # EPOCHAL_JVM_LOGS=python: JVM log lines at their level (Airflow tasks)
         _SESSION = b.getOrCreate()
     # AWS credential-chain inputs travel with the tasks, never in the Spark configuration

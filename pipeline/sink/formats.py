@@ -17,6 +17,9 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from pipeline.exceptions import ConfigError
+from pipeline.sink.delta import DeltaLakeTable
+from pipeline.sink.iceberg import IcebergTable
+from pipeline.sink.table import CommittedTable
 
 if TYPE_CHECKING:  # pragma: no cover
     from pipeline.config import PipelineConfig
@@ -77,10 +80,7 @@ def open_sink_table(fileio: "FileIO", config: "PipelineConfig", job: str, table:
                     key: tuple[str, ...] = (), fmt: TableFormat = DEFAULT_FORMAT) -> "CommittedTable":
     """The sink table object of ``fmt`` (a :class:`CommittedTable`, or a subclass for an open format)."""
     if fmt is TableFormat.ICEBERG:
-        from pipeline.sink.iceberg import IcebergTable
         return IcebergTable(fileio, config, job, table, mode=mode, key=key)
     if fmt is TableFormat.DELTA:
-        from pipeline.sink.delta import DeltaLakeTable
         return DeltaLakeTable(fileio, config, job, table, mode=mode, key=key)
-    from pipeline.sink.table import CommittedTable
     return CommittedTable(fileio, config.sink_uri, job, table)

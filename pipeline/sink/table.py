@@ -19,6 +19,7 @@ Upsert tables: per key, the row from the newest entry on the chain wins.
 """
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 from dataclasses import dataclass
@@ -91,7 +92,7 @@ class CommitEntry:
                    mode=str(d.get("mode", "append")), key=tuple(d.get("key", ())))
 
     @classmethod
-    def from_json(cls, text: str | bytes, uri: str = "<memory>") -> "CommitEntry":
+    def from_json(cls, text: str | builtins.bytes, uri: str = "<memory>") -> "CommitEntry":
         try:
             d = json.loads(text)
             if not isinstance(d, dict) or d.get("format", COMMIT_FORMAT) != COMMIT_FORMAT:

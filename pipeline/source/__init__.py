@@ -1,7 +1,8 @@
 """Sources: the layout of partitioned append-only file logs, planning of barriers and segments (driver),
 and reading of splits on the executors (with dead letters).
 
-See :mod:`pipeline.source.layout`, :mod:`pipeline.source.planner` and :mod:`pipeline.source.reader`.
+See :mod:`pipeline.source.layout`, :mod:`pipeline.source.summary`, :mod:`pipeline.source.positions`,
+:mod:`pipeline.source.planner` and :mod:`pipeline.source.reader`.
 """
 from __future__ import annotations
 
@@ -15,25 +16,21 @@ from pipeline.source.layout import (
                                     source_file_uri,
 )
 from pipeline.source.planner import (
-                                    FileStatus,
-                                    FileSummary,
                                     Segment,
                                     Split,
                                     allocate_records,
+                                    count_rows,
+                                    plan_segment,
+                                    plan_segments,
+                                    splits_table,
+)
+from pipeline.source.positions import (
                                     barrier_position,
                                     barrier_positions,
-                                    clear_summary_cache,
-                                    count_rows,
                                     end_position,
                                     end_positions,
                                     normalize_position,
-                                    plan_segment,
-                                    plan_segments,
                                     resolve_barrier,
-                                    splits_table,
-                                    summarize_file,
-                                    summarize_files,
-                                    summarize_source,
 )
 from pipeline.source.reader import (
                                     SplitReader,
@@ -42,6 +39,14 @@ from pipeline.source.reader import (
                                     make_split_reader,
                                     read_split_table,
                                     reader_output_schema,
+)
+from pipeline.source.summary import (
+                                    FileStatus,
+                                    FileSummary,
+                                    clear_summary_cache,
+                                    summarize_file,
+                                    summarize_files,
+                                    summarize_source,
 )
 
 __all__ = [

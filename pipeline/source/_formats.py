@@ -27,6 +27,7 @@ from pipeline.exceptions import TypeMismatch
 __all__ = ["TS_US", "NO_TS", "TypeMismatch", "read_jsonl", "cast_lenient", "ingest_us", "CONTENT_ERRORS"]
 
 TS_US = pa.timestamp("us", tz="UTC")
+INGEST_TS = "_ingest_ts"
 NO_TS = np.iinfo(np.int64).min  # sentinel for "no usable _ingest_ts" (never >= any boundary)
 _MAX_BLOCK = 2**31 - 1
 

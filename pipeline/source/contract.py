@@ -39,6 +39,7 @@ from enum import Enum
 from typing import Any, Callable, Mapping, Sequence
 
 from pipeline.exceptions import SourceContractError, SourceError
+from pipeline.fileio import file_io_for
 from pipeline.source.layout import SourceFile
 
 __all__ = ["Breach", "ContractViolation", "read_inventory", "find_violations", "handle_violations",
@@ -155,7 +156,6 @@ def handle_violations(violations: Sequence[ContractViolation], policy: str, dead
     if policy == "fail":
         more = f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""
         raise SourceContractError(violations[0].message() + more)
-    from pipeline.fileio import file_io_for
     dl_io = file_io_for(dead_letter_root)
     counts: dict[str, int] = {}
     for v in violations:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Literal, Mapping
 
 from pipeline.exceptions import ConfigError, MalformedInputError
+from pipeline.fileio import file_io_for
 
 if TYPE_CHECKING:  # pragma: no cover
     from pipeline.fileio import FileIO
@@ -232,7 +233,6 @@ def dead_letter_unexpected(dead_letter_root: str, job: str,
 
     Records are deterministic, so calling this again for the same files rewrites identical content.
     """
-    from pipeline.fileio import file_io_for
 
     dl_io = file_io_for(dead_letter_root)
     counts: dict[str, int] = {}

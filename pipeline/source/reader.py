@@ -38,14 +38,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.exceptions import ConfigError, MalformedInputError, ObjectNotFoundError, SourceError, StorageError
-from pipeline.source._formats import CONTENT_ERRORS, TypeMismatch, cast_lenient, json_default, read_jsonl
+from pipeline.fileio import file_io_for
+from pipeline.source._formats import CONTENT_ERRORS, INGEST_TS, TypeMismatch, cast_lenient, json_default, read_jsonl
 from pipeline.source.layout import BadRecordsPolicy
 from pipeline.source.planner import Split
 
 __all__ = ["META_FIELDS", "SplitReader", "make_split_reader", "reader_output_schema", "dead_letter_uri",
            "dead_letter_counts", "read_split_table"]
 
-INGEST_TS = "_ingest_ts"
+
 META_FIELDS: tuple[pa.Field, ...] = (
     pa.field("_source", pa.string()), pa.field("_partition", pa.int32()),
     pa.field("_seq", pa.int64()), pa.field("_row", pa.int64()),
@@ -138,7 +139,6 @@ class SplitReader:
         """Write the dead-letter records of ``split`` (one JSON line each) to its dead-letter file."""
         uri = dead_letter_uri(self.dead_letter_root, self.job, split.source, split.partition, split.seq,
                               split.row_start)
-        from pipeline.fileio import file_io_for
 
         file_io_for(uri).write_bytes(uri, ("\n".join(lines) + "\n").encode("utf-8"))
 
@@ -171,7 +171,6 @@ class SplitReader:
     # -- reading ------------------------------------------------------------------------------------
     def _chunks(self, split: Split) -> Iterator[tuple[pa.Table, int] | _Unreadable]:
         """Raw row chunks ``(table, file row of its first row)`` of the split, or unreadable ranges."""
-        from pipeline.fileio import file_io_for
 
         if split.row_end is not None and split.row_end <= split.row_start:
             return
@@ -348,7 +347,6 @@ def dead_letter_counts(fileio, dead_letter_root: str, job: str, splits: Iterable
     listing is a request on S3) and reads only the files of these splits.
     ``fileio`` must serve ``dead_letter_root`` (None: chosen from the URI).
     """
-    from pipeline.fileio import file_io_for
 
     fio = fileio if fileio is not None else file_io_for(dead_letter_root)
     root = dead_letter_root.rstrip("/")

@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.exceptions import CorruptCheckpointError, StateStoreError
+from pipeline.state.backend import read_verified
 from pipeline.state.chain import StateChain
 from pipeline.state.changelog import OP_COLUMN
 
@@ -337,7 +338,6 @@ class KeyedStateStore:
         """Forget the store and load the key groups of its range from the chains of ``handles`` (the parent
         checkpoint's state of this operator; several overlapping chains after a rescale): each file read and
         checksum-verified, the base streamed in batches, then each delta applied per key. Returns the rows."""
-        from pipeline.state.backend import read_verified
         self.clear()
         kg_lo, kg_hi = _range_of(self.path)
         rows = 0

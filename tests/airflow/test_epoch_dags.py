@@ -184,7 +184,19 @@ def test_commit_is_idempotent_and_recovers_a_missing_commit(tl):
     for table in ("paid_orders", "merchant_revenue"):
         dt = DeltaTable(f"{tl.sinks}/orders_payments/{table}", storage_options=_delta_opts(tl))
         assert dt.transaction_version(f"epochal:orders_payments:{table}") == head.checkpoint_id
-    assert orch.validate(head.checkpoint_id).success
+    assert orch.validate(head.checkpoint_id).success  # reuses the head entries its commit just read
+    # a validate task of its own reads each table's head (not the whole lineage) and checks the parent link
+    assert Orchestrator("orders_payments", load_pipeline_config()).validate(head.checkpoint_id).success
+    t = CommittedTable(file_io_for(tl.sinks), tl.sinks, "orders_payments", "paid_orders")
+    parent = t.head().parent_id
+    saved = t.fileio.read_bytes(t.commit_uri(parent))
+    t.fileio.delete(t.commit_uri(parent))
+    try:
+        res = Orchestrator("orders_payments", load_pipeline_config()).validate(head.checkpoint_id)
+    finally:
+        t.fileio.write_bytes(t.commit_uri(parent), saved)
+    assert not res.success and any(f"sink table paid_orders: broken lineage - commit {head.checkpoint_id} has parent "
+                                   f"checkpoint {parent}" in p for p in res.problems), res.problems
     tl.assert_exactly_once()
 
 

@@ -170,3 +170,44 @@ def test_modules_import_one_way():
             if m and m != src and not src.startswith(m + "."):   # a package's __init__ is not a dependency cycle
                 graph.setdefault(src, set()).add(m)
     assert _cycles(graph) == []
+
+
+def _function_level_imports(path: Path) -> list[int]:
+    """Line numbers of ``pipeline`` imports inside functions or methods (not under ``if TYPE_CHECKING:``)."""
+    tree = ast.parse(path.read_text())
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip.update(id(n) for n in ast.walk(node))
+    lines: list[int] = []
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(fn):
+            if id(node) in skip:
+                continue
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
+                    and node.module.split(".")[0] == "pipeline":
+                lines.append(node.lineno)
+            elif isinstance(node, ast.Import) and any(a.name.split(".")[0] == "pipeline" for a in node.names):
+                lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def test_imports_inside_functions_state_their_reason():
+    """Imports sit at the top of modules (issue 11). An import of the package inside a function needs a stated
+    reason: a comment on its line, or a paragraph ``Lazy imports:`` in the module's docstring (for a module
+    that keeps all of them lazy, e.g. because Airflow imports it when it parses DAG files)."""
+    bad = {}
+    for p in _modules():
+        lines = _function_level_imports(p)
+        if not lines:
+            continue
+        doc = ast.get_docstring(ast.parse(p.read_text())) or ""
+        if "Lazy imports:" in doc:
+            continue
+        text = p.read_text().splitlines()
+        missing = [n for n in lines if "#" not in text[n - 1]]
+        if missing:
+            bad[str(p.relative_to(PKG))] = missing
+    assert bad == {}, f"imports inside functions without a stated reason (module: lines): {bad}"

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.source.planner import clear_summary_cache
+from pipeline.source.summary import clear_summary_cache
 
 
 @pytest.fixture(autouse=True)

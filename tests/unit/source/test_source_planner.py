@@ -9,22 +9,11 @@ from srchelpers import BASE, iso, rows_table, write_bytes, write_jsonl, write_pa
 from pipeline.checkpoint.handles import Position
 from pipeline.exceptions import SourceError
 from pipeline.fileio import LocalFileIO
-from pipeline.source import planner
+from pipeline.source import planner, positions, summary
 from pipeline.source.layout import list_source_files
-from pipeline.source.planner import (
-    FileStatus,
-    Split,
-    allocate_records,
-    barrier_position,
-    barrier_positions,
-    count_rows,
-    end_position,
-    normalize_position,
-    plan_segment,
-    plan_segments,
-    summarize_file,
-    summarize_source,
-)
+from pipeline.source.planner import Split, allocate_records, count_rows, plan_segment, plan_segments
+from pipeline.source.positions import barrier_position, barrier_positions, end_position, normalize_position
+from pipeline.source.summary import FileStatus, summarize_file, summarize_source
 
 pytestmark = pytest.mark.unit
 S = 1_000_000  # one second in microseconds
@@ -39,13 +28,13 @@ def summaries(root: str, source: str = "orders", partition: int = 0):
 def column_reads(monkeypatch):
     """Counts reads of the _ingest_ts column (the planner must avoid them unless a boundary straddles)."""
     calls: list[tuple[str, int]] = []
-    real = planner._read_group_ts
+    real = summary.read_group_ts
 
     def spy(s, group, fileio):
         calls.append((s.uri, group))
         return real(s, group, fileio)
 
-    monkeypatch.setattr(planner, "_read_group_ts", spy)
+    monkeypatch.setattr(summary, "read_group_ts", spy)
     return calls
 
 
@@ -115,9 +104,9 @@ def test_summaries_are_cached_by_uri_and_size(local_root, monkeypatch):
     def boom(*a, **k):
         raise AssertionError("footer read again")
 
-    monkeypatch.setattr(planner, "_summarize_parquet", boom)
+    monkeypatch.setattr(summary, "_summarize_parquet", boom)
     assert summarize_file(f) is first
-    planner.clear_summary_cache()
+    summary.clear_summary_cache()
     with pytest.raises(AssertionError):
         summarize_file(f)
 
@@ -186,11 +175,11 @@ def test_resolve_barrier_idle_versus_lagging(local_root):
     write_parquet(local_root, "orders", 0, 0, rows_table([BASE, BASE + 1]))
     ss = summaries(local_root)
     end = BASE + 60 * S
-    assert planner.resolve_barrier(ss, BASE + 1, now_us=0) == Position(0, 1)  # data decides, not the clock
-    assert planner.resolve_barrier(ss, end, now_us=end - 1) is None  # lagging: wait
-    assert planner.resolve_barrier(ss, end, now_us=end) == Position(1, 0)  # idle: all it has
-    assert planner.resolve_barrier(ss, end, now_us=end + 5 * S, allowed_lateness_us=10 * S) is None
-    assert planner.resolve_barrier((), end, now_us=end) == Position(0, 0)
+    assert positions.resolve_barrier(ss, BASE + 1, now_us=0) == Position(0, 1)  # data decides, not the clock
+    assert positions.resolve_barrier(ss, end, now_us=end - 1) is None  # lagging: wait
+    assert positions.resolve_barrier(ss, end, now_us=end) == Position(1, 0)  # idle: all it has
+    assert positions.resolve_barrier(ss, end, now_us=end + 5 * S, allowed_lateness_us=10 * S) is None
+    assert positions.resolve_barrier((), end, now_us=end) == Position(0, 0)
 
 
 def test_barrier_positions_many_partitions(local_root):
@@ -299,7 +288,7 @@ def test_plan_segment_needs_source_without_summaries():
        data=st.data())
 def test_rounds_cover_every_row_exactly_once(tmp_path_factory, sizes, cap, data):
     root = tmp_path_factory.mktemp("r").as_uri()
-    planner.clear_summary_cache()
+    summary.clear_summary_cache()
     for seq, n in enumerate(sizes):
         write_parquet(root, "orders", 0, seq, rows_table([BASE + seq] * n))
     ss = summaries(root)

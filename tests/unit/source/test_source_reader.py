@@ -11,7 +11,8 @@ from pipeline.checkpoint.handles import Position
 from pipeline.exceptions import ConfigError, MalformedInputError, SourceError
 from pipeline.fileio import LocalFileIO, file_io_for
 from pipeline.source.layout import list_source_files
-from pipeline.source.planner import Split, end_position, plan_segment, splits_table, summarize_source
+from pipeline.source.planner import Split, plan_segment, splits_table
+from pipeline.source.positions import end_position
 from pipeline.source.reader import (
     dead_letter_counts,
     dead_letter_uri,
@@ -19,6 +20,7 @@ from pipeline.source.reader import (
     read_split_table,
     reader_output_schema,
 )
+from pipeline.source.summary import summarize_source
 
 pytestmark = pytest.mark.unit
 
