@@ -18,6 +18,9 @@ Layout of one store (all keys are bytes, RocksDB orders them bytewise):
 The store is opened per task and closed at its end (RocksDB allows one process per store, and Spark hands a
 subtask's next round to any Python worker). Settings (executors' environment): ``PIPELINE_STATE_STORE_DIR``
 (default ``<PIPELINE_STATE_CACHE_DIR or tmp>/keyed``).
+
+Lazy imports: ``rocksdict`` is imported when a store is opened or written, so jobs on the heap backend never
+load RocksDB into their workers.
 """
 from __future__ import annotations
 
