@@ -55,10 +55,10 @@ def _restored(handle: dict | None, schema: pa.Schema, cid: int) -> list[tuple]:
     return _sorted(read_state(LocalFileIO(), [{**handle, "kg_start": 0, "kg_end": 7}], 0, 7, schema, f"chk-{cid}"))
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(4))
 def test_join_on_keyed_stores_equals_the_join_on_the_whole_state(tmp_path, seed):
     rng = random.Random(seed)
-    how, unique = rng.choice(list(JoinType)), rng.choice(list(Uniqueness))
+    how, unique = list(JoinType)[seed % 4], list(Uniqueness)[(seed + 1) % 4]  # every type, every uniqueness
     root = tmp_path.as_uri()
     ls, rs = LEFT.append(pa.field("_matched", pa.bool_())), RIGHT.append(pa.field("_matched", pa.bool_()))
     sl, sr = with_matched(LEFT.empty_table()), with_matched(RIGHT.empty_table())
@@ -93,7 +93,7 @@ def test_join_on_keyed_stores_equals_the_join_on_the_whole_state(tmp_path, seed)
         sl, sr = heap.left, heap.right
 
 
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", range(2))
 def test_dedup_on_a_keyed_store_equals_the_dedup_on_the_whole_state(tmp_path, seed):
     rng = random.Random(seed)
     root = tmp_path.as_uri()
