@@ -46,6 +46,7 @@ from pipeline.state.changelog import OP_COLUMN
 __all__ = ["KeyedStateStore", "StoreLocation", "encode_user_key", "row_keys", "store_root"]
 
 _DATA = b"d"
+_DATA_END = b"e"
 _TTL = b"t"
 _VERSION = b"m:version"
 _ROWS = b"m:rows"
@@ -226,18 +227,16 @@ class KeyedStateStore:
 
     def scan(self, batch_rows: int = _BATCH) -> Iterator[pa.RecordBatch]:
         """Every state row, in key order, in batches of about ``batch_rows`` rows (bounded memory)."""
-        it = self._db.iter()
-        it.seek(_DATA)
+        from rocksdict import ReadOptions
+        ro = ReadOptions()
+        ro.set_iterate_upper_bound(_DATA_END)
         rows: list[tuple] = []
-        while it.valid():
-            k = bytes(it.key())
-            if not k.startswith(_DATA):
-                break
-            rows.extend(pickle.loads(it.value()))
+        loads = pickle.loads
+        for v in self._db.values(from_key=_DATA, read_opt=ro):
+            rows.extend(loads(v))
             if len(rows) >= batch_rows:
                 yield from _table(rows, self.schema).to_batches()
                 rows = []
-            it.next()
         if rows:
             yield from _table(rows, self.schema).to_batches()
 
