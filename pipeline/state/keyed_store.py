@@ -146,6 +146,7 @@ class KeyedStateStore:
         opts.set_max_write_buffer_number(2)
         table = BlockBasedOptions()
         table.set_block_cache(Cache(32 << 20))
+        table.set_bloom_filter(10, False)  # most of a round's keys are new: a miss skips SST files (no gain measured at 750k rows)
         opts.set_block_based_table_factory(table)
         self._opts = opts
         os.makedirs(path, exist_ok=True)
