@@ -13,6 +13,10 @@ inputs are aligned); each new row ``y`` has its own cutoff ``c_y = end(p(y)) - t
 
 So a row ``y`` is dropped iff an earlier-passed row ``x`` of its key has ``t_x >= end(p(y)) - ttl``
 (``L <= p(y)``, so such an ``x`` is never expired before ``y`` is processed).
+
+Step 3 runs on integer key codes in numpy (one vectorised pass per "generation" of a key: the first row per
+key not covered by its held row passes and becomes the held row). A row with a null ``_ingest_ts`` (the
+reader dead-letters those, so only a derived column can carry one) passes and covers nothing.
 """
 from __future__ import annotations
 
@@ -74,43 +78,65 @@ def dedup_step(state: pa.Table, new: pa.Table, *, key: str, cutoff, state_column
         ("_ingest_ts", "ascending")] + [
         (c, "ascending") for c in new.column_names if c not in (key, "_ingest_ts", ROW_EPOCH)
         and _sortable(new.schema.field(c).type)] + [("__i", "ascending")]
-    cand = new.append_column("__i", idx).append_column("__t", t_us).append_column("__c", cut_y).filter(
-        live).sort_by(order).select([key, "__i", "__t", "__c"])
-    held = state.select([key, "_ingest_ts"]).rename_columns([key, "__h"])
-    held = held.set_column(1, "__h", micros(held["__h"]))
-    passed: list[pa.Array] = []
-    while cand.num_rows:  # one pass per generation: the first row per key not covered by its held row passes
-        j = cand.join(held, keys=key, join_type="left outer", use_threads=False).sort_by(
-            [("__i", "ascending")]) if held.num_rows else None
-        if j is not None:
-            covered = pc.fill_null(pc.greater_equal(j["__h"], j["__c"]), False)
-            keep_ids = j.filter(pc.invert(covered))["__i"]
-            cand = cand.filter(pc.is_in(cand["__i"], value_set=keep_ids))
-        if not cand.num_rows:
-            break
-        first = cand.group_by(key, use_threads=False).aggregate([("__i", "first"), ("__t", "first")])
-        passed.append(first["__i_first"].combine_chunks() if isinstance(first["__i_first"], pa.ChunkedArray)
-                      else first["__i_first"])
-        cand = cand.filter(pc.invert(pc.is_in(cand["__i"], value_set=first["__i_first"])))
-        fresh = pa.table({key: first[key], "__h": first["__t_first"]})
-        held = pa.concat_tables([held.filter(pc.invert(pc.fill_null(pc.is_in(held[key], value_set=first[key]),
-                                                                    False))), fresh.cast(held.schema)])
-    pass_ids = pa.concat_arrays(passed) if passed else pa.array([], pa.int64())
-    keep = pc.is_in(idx, value_set=pass_ids)
-    out = new.filter(pc.or_(keep, pc.invert(live)))
-    winners = new.filter(keep)
-    if winners.num_rows:
-        # the latest passed row per key is held (replacing an older held row of the key)
-        winners = _first_per_key(winners.append_column("__t", micros(winners["_ingest_ts"])).sort_by(
-            [(key, "ascending"), ("__t", "descending")]), key)
+    live_np = np.asarray(live.to_numpy(zero_copy_only=False), dtype=bool)
+    ranked = new.append_column("__i", idx).filter(live)
+    perm = pc.sort_indices(ranked, sort_keys=order)
+    cand_i = pc.take(ranked["__i"], perm).to_numpy()            # original row numbers, in processing order
+    # key codes in processing order: the candidates are sorted by key, so codes ascend with the key
+    enc = pc.dictionary_encode(pc.take(ranked[key], perm)).combine_chunks()
+    code = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    t_all, t_ok = _int64s(t_us)
+    c_all, c_ok = _int64s(cut_y)
+    t, t_valid = t_all[cand_i], t_ok[cand_i]
+    c, c_valid = c_all[cand_i], c_ok[cand_i]
+    # the held row's time per key code (a held row with a null time covers nothing)
+    nkeys = len(enc.dictionary)
+    h = np.zeros(nkeys, dtype=np.int64)
+    has = np.zeros(nkeys, dtype=bool)
+    if state.num_rows and nkeys:
+        pos = pc.index_in(enc.dictionary, value_set=state[key])
+        found = np.flatnonzero(pc.is_valid(pos).to_numpy(zero_copy_only=False))
+        if found.size:
+            h_all, h_ok = _int64s(micros(state["_ingest_ts"]))
+            at = pos.to_numpy(zero_copy_only=False)[found].astype(np.int64)
+            h[found], has[found] = h_all[at], h_ok[at]
+    passed = np.zeros(len(cand_i), dtype=bool)
+    rem = np.arange(len(cand_i), dtype=np.int64)
+    while rem.size:  # one pass per generation: the first row per key not covered by its held row passes
+        rc = code[rem]
+        covered = has[rc] & c_valid[rem] & (h[rc] >= c[rem])
+        if covered.any():
+            rem, rc = rem[~covered], rc[~covered]
+            if not rem.size:
+                break
+        first = np.empty(rem.size, dtype=bool)
+        first[0] = True
+        np.not_equal(rc[1:], rc[:-1], out=first[1:])
+        f = rem[first]
+        passed[f] = True
+        h[code[f]], has[code[f]] = t[f], t_valid[f]
+        rem = rem[~first]
+    keep_np = np.zeros(n, dtype=bool)
+    keep_np[cand_i[passed]] = True
+    out = new.filter(pa.array(keep_np | ~live_np))
+    if passed.any():
+        # the latest passed row per key is held (replacing an older held row of the key): per key the
+        # greatest _ingest_ts (nulls last), ties to the first row of the input; keys in ascending order
+        w = np.flatnonzero(passed)
+        tkey = np.where(t_valid[w], -t[w], np.iinfo(np.int64).max)
+        w = w[np.lexsort((cand_i[w], tkey, code[w]))]
+        wc = code[w]
+        first = np.empty(w.size, dtype=bool)
+        first[0] = True
+        np.not_equal(wc[1:], wc[:-1], out=first[1:])
+        winners = new.take(pa.array(cand_i[w[first]]))
         state = state.filter(pc.invert(pc.fill_null(pc.is_in(state[key], value_set=winners[key]), False)))
         state = pa.concat_tables([state, winners.select(state_columns).cast(state.schema)])
     return DedupResult(state, out, new.num_rows - out.num_rows, expired, expired_keys)
 
 
-def _first_per_key(t: pa.Table, key: str) -> pa.Table:
-    """The first row per key in ``t``'s order."""
-    i = pa.array(np.arange(t.num_rows, dtype=np.int64))
-    t = t.append_column("__j", i)
-    first = t.group_by(key, use_threads=False).aggregate([("__j", "first")])
-    return t.filter(pc.is_in(t["__j"], value_set=first["__j_first"]))
+def _int64s(col) -> tuple[np.ndarray, np.ndarray]:
+    """An int64 column as (values with nulls as 0, validity) numpy arrays."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    valid = pc.is_valid(arr).to_numpy(zero_copy_only=False)
+    return pc.fill_null(arr, 0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False), valid

@@ -22,7 +22,7 @@ _LAZY = {
     "build_epoch_dag": "factory", "build_savepoint_dag": "factory", "build_restore_dag": "factory",
     "build_quality_dag": "factory", "sink_asset": "factory", "epoch_dag_id": "factory",
     "savepoint_dag_id": "factory", "restore_dag_id": "factory", "quality_dag_id": "factory",
-    "Orchestrator": "tasks", "EpochRun": "tasks", "EpochAction": "tasks",
+    "Orchestrator": "tasks", "EpochRun": "epoch_runs", "EpochAction": "epoch_runs",
     "resolve_s3_settings": "settings", "S3Settings": "settings",
 }
 

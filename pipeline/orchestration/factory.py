@@ -95,7 +95,7 @@ def sink_asset(job: str, table: str, config=None) -> "Asset":
 
 
 def _run_of(context: Mapping[str, Any], epoch_seconds: int):
-    from pipeline.orchestration.tasks import EpochRun, epoch_of_interval
+    from pipeline.orchestration.epoch_runs import EpochRun, epoch_of_interval
     dr = context["dag_run"]
     ti = context["ti"]
     end = getattr(dr, "data_interval_end", None)
@@ -250,7 +250,8 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
             # (reschedule): waits are short in the common case, and each reschedule is a scheduler round
             # trip (on SQLite under load, also a chance for a spurious "state changed externally" retry,
             # hence the extra retries of this idempotent task).
-            from pipeline.orchestration.tasks import JobStoppedError, wait_reason
+            from pipeline.exceptions import JobStoppedError
+            from pipeline.orchestration.epoch_runs import wait_reason
             run = _run_of(context, E)
             ti = context["ti"]
             deadline = time.monotonic() + wait_window
@@ -325,7 +326,7 @@ def _process_step(orch, triggered: dict | None, context: Mapping[str, Any], epoc
     """The ``process`` step (its own task, or the first step of the fused ``epoch`` task)."""
     from airflow.sdk.exceptions import AirflowSkipException
 
-    from pipeline.orchestration.tasks import JobStoppedError
+    from pipeline.exceptions import JobStoppedError
     run = _run_of(context, epoch_seconds)
     others = int(context["ti"].get_dr_count(dag_id=run.dag_id, states=["queued", "running"])) > 1
     try:

@@ -28,37 +28,24 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
-from enum import Enum
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 from pipeline.exceptions import (
     CheckpointError,
-    ConfigError,
     EpochalError,
     InjectedFailure,
     JobStoppedError,
     ValidationError,
 )
+from pipeline.orchestration.epoch_runs import EpochRun, action_for
 from pipeline.orchestration.names import data_docs_url
+from pipeline.orchestration.task_results import CommitResult, ProcessResult, TriggerResult, ValidateResult
 
-__all__ = ["EpochAction", "EpochRun", "JobStoppedError", "Orchestrator", "TriggerResult", "ProcessResult",
-           "CommitResult", "ValidateResult", "epoch_of_interval", "wait_reason", "InjectedFailure",
-           "maybe_inject_failure", "FAIL_ONCE_ENV"]
+__all__ = ["Orchestrator", "maybe_inject_failure", "FAIL_ONCE_ENV"]
 
 log = logging.getLogger("epochal.airflow")
 
 FAIL_ONCE_ENV = "EPOCHAL_AIRFLOW_FAIL_ONCE"
-
-
-class EpochAction(Enum):
-    """What a DAG run does to the job (decided at trigger time from the head checkpoint)."""
-
-    START = "start"          # no checkpoint yet: process from the first epoch of the sources up to n
-    CONTINUE = "continue"    # head is epoch n-1: process epoch n
-    CATCH_UP = "catch_up"    # head is older: process every epoch up to n, one checkpoint each
-    REWIND = "rewind"        # head is epoch >= n: restore the checkpoint before n and process forward again
 
 
 class _Unset:
@@ -68,16 +55,6 @@ class _Unset:
 UNSET = _Unset()
 
 
-def _action(head, epoch: int) -> EpochAction:
-    if head is None:
-        return EpochAction.START
-    if head.epoch >= epoch:
-        return EpochAction.REWIND
-    if head.epoch == epoch - 1:
-        return EpochAction.CONTINUE
-    return EpochAction.CATCH_UP
-
-
 def maybe_inject_failure(task: str, phase: str, try_number: int) -> None:
     """Test hook: ``EPOCHAL_AIRFLOW_FAIL_ONCE=<task>:<phase>`` fails the first try of ``task`` at ``phase``
     (e.g. ``process:after_process`` - the checkpoint is complete, then the task dies)."""
@@ -85,122 +62,6 @@ def maybe_inject_failure(task: str, phase: str, try_number: int) -> None:
     if spec and spec == f"{task}:{phase}" and try_number <= 1:
         raise InjectedFailure(f"injected failure in task {task!r} at {phase!r} (try {try_number}; "
                               f"{FAIL_ONCE_ENV}={spec})")
-
-
-def epoch_of_interval(epoch_seconds: int, data_interval_end: datetime | None, *,
-                      fallback: datetime | None = None) -> int:
-    """Epoch processed by a run: the epoch ending at the data interval's end (the barrier is the interval
-    end). For unaligned ends (manual runs) it is the last epoch that ends at or before it."""
-    end = data_interval_end or fallback
-    if end is None:
-        raise ConfigError("the DAG run has no data interval and no logical date: cannot tell which epoch to process")
-    if end.tzinfo is None:
-        end = end.replace(tzinfo=timezone.utc)
-    from pipeline.epochs import EpochClock
-    return EpochClock(epoch_seconds).epoch_ending_at(end)
-
-
-@dataclass(frozen=True, slots=True)
-class EpochRun:
-    """The Airflow facts one task needs about its DAG run."""
-
-    dag_id: str
-    run_id: str
-    epoch: int
-    clear_number: int = 0
-    try_number: int = 1
-    run_type: str = "manual"
-
-    @property
-    def by(self) -> str:
-        return f"airflow:{self.dag_id}/{self.run_id}"
-
-
-def wait_reason(*, previous_state: str | None, previous_run_type: str | None, this_run_type: str,
-                active_process_tasks: int, active_operations: int) -> str | None:
-    """Why an epoch run must wait before it triggers (None: it may go).
-
-    * the DAG run of the previous interval is still running (or is a queued run of the same backfill):
-      epochs are processed in order however runs were created (scheduler, manual, backfill - which
-      Airflow runs in parallel by default);
-    * another run of this DAG is processing (its ``process``/``commit`` task is active): one runner at a
-      time (two would be fenced anyway: one of them would fail and retry);
-    * a savepoint or restore of the job is in progress.
-    """
-    if previous_state == "running":
-        return "the DAG run of the previous interval is still running"
-    if previous_state == "queued" and previous_run_type == "backfill" and this_run_type == "backfill":
-        return "the DAG run of the previous interval (same backfill) has not run yet"
-    if active_process_tasks:
-        return f"another run of this DAG is processing ({active_process_tasks} active process/commit task(s))"
-    if active_operations:
-        return "a savepoint or restore of this job is in progress"
-    return None
-
-
-@dataclass(frozen=True, slots=True)
-class TriggerResult:
-    epoch: int
-    barrier_time: str
-    action: str
-    head_before: int | None
-    head_epoch_before: int | None
-    barrier_epochs: tuple[int, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["barrier_epochs"] = list(self.barrier_epochs)
-        return d
-
-
-@dataclass(frozen=True, slots=True)
-class ProcessResult:
-    epoch: int
-    checkpoint_id: int
-    head_epoch: int
-    action: str
-    completed: tuple[int, ...] = ()          # checkpoints completed by this try
-    epochs: tuple[int, ...] = ()
-    records: Mapping[str, int] = field(default_factory=dict)
-    rewound_to: int | None = None            # checkpoint id restored for a re-run (None: start of sources)
-    skipped: bool = False                    # a previous try of this run had completed the epoch
-    forwarded_to: int | None = None          # epoch re-processed up to after a rewind
-    messages: tuple[str, ...] = ()
-    rounds_s: float = 0.0                    # wall time of this try's rounds (Spark work + checkpoint finalize)
-    spark_start_s: float = 0.0               # starting Spark / connecting to Spark Connect in this try
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["completed"], d["epochs"], d["messages"] = list(self.completed), list(self.epochs), list(self.messages)
-        d["records"] = dict(self.records)
-        return d
-
-
-@dataclass(frozen=True, slots=True)
-class CommitResult:
-    checkpoint_id: int
-    epoch: int
-    tables: Mapping[str, Mapping[str, Any]]  # table -> {result, head, rows, files, uri}
-    garbage_checkpoints: tuple[int, ...] = ()
-    garbage_sink_dirs: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"checkpoint_id": self.checkpoint_id, "epoch": self.epoch,
-                "tables": {t: dict(v) for t, v in self.tables.items()},
-                "garbage_checkpoints": list(self.garbage_checkpoints), "garbage_sink_dirs": self.garbage_sink_dirs}
-
-
-@dataclass(frozen=True, slots=True)
-class ValidateResult:
-    checkpoint_id: int
-    success: bool
-    checks: tuple[str, ...]
-    problems: tuple[str, ...] = ()
-    quality: Mapping[str, Any] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"checkpoint_id": self.checkpoint_id, "success": self.success, "checks": list(self.checks),
-                "problems": list(self.problems), "quality": dict(self.quality) if self.quality else None}
 
 
 def _commit_words(res) -> str:
@@ -289,7 +150,7 @@ class Orchestrator:
                       f"{self.config.allowed_lateness_seconds}s has not passed)")
             return None
         head = self.head()
-        action = _action(head, run.epoch)
+        action = action_for(head, run.epoch)
         self.echo(f"trigger: epoch {run.epoch} (barrier {barrier_time}), action {action.value}, head before: "
                   f"checkpoint {head.checkpoint_id if head else None} (epoch {head.epoch if head else None}); "
                   f"barriers logged for epochs {epochs[0]}..{epochs[-1]}")
@@ -319,7 +180,7 @@ class Orchestrator:
         head = self.head()
         if isinstance(head_before, _Unset):
             head_before = head.checkpoint_id if head is not None else None
-        action = _action(head, run.epoch) if head is None or head.checkpoint_id == head_before else None
+        action = action_for(head, run.epoch) if head is None or head.checkpoint_id == head_before else None
         before = head_before or 0
         progressed = head is not None and head.checkpoint_id > before
         completed: list[int] = []

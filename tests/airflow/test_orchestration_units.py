@@ -75,7 +75,7 @@ def test_real_airflow_connection_from_env_var(airflow_home, monkeypatch):
 
 # -- epochs and ordering ---------------------------------------------------------------------------------
 def test_epoch_of_interval_is_the_epoch_ending_at_the_interval_end():
-    from pipeline.orchestration.tasks import epoch_of_interval
+    from pipeline.orchestration.epoch_runs import epoch_of_interval
     end = datetime(2026, 1, 1, 1, 0, tzinfo=timezone.utc)
     n = epoch_of_interval(3600, end)
     assert (n + 1) * 3600 == int(end.timestamp())
@@ -86,7 +86,7 @@ def test_epoch_of_interval_is_the_epoch_ending_at_the_interval_end():
 
 
 def test_wait_reason_orders_epochs_across_run_types():
-    from pipeline.orchestration.tasks import wait_reason
+    from pipeline.orchestration.epoch_runs import wait_reason
     go = dict(previous_state="success", previous_run_type="scheduled", this_run_type="scheduled",
               active_process_tasks=0, active_operations=0)
     assert wait_reason(**go) is None
@@ -102,7 +102,8 @@ def test_wait_reason_orders_epochs_across_run_types():
 
 
 def test_injected_failure_only_on_the_first_try(monkeypatch):
-    from pipeline.orchestration.tasks import InjectedFailure, maybe_inject_failure
+    from pipeline.exceptions import InjectedFailure
+    from pipeline.orchestration.tasks import maybe_inject_failure
     monkeypatch.setenv("EPOCHAL_AIRFLOW_FAIL_ONCE", "process:after_process")
     with pytest.raises(InjectedFailure):
         maybe_inject_failure("process", "after_process", 1)

@@ -1,0 +1,86 @@
+"""Which epoch an Airflow DAG run processes, what it does to the job, and when it may start (no Airflow import).
+
+* :func:`epoch_of_interval` - the epoch ending at the run's data interval end;
+* :class:`EpochAction` / :func:`action_for` - start, continue, catch up or rewind, from the head checkpoint;
+* :func:`wait_reason` - the ordering rule: epochs are processed in order whatever created the runs;
+* :class:`EpochRun` - the Airflow facts a task needs about its run.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from enum import Enum
+
+from pipeline.epochs import EpochClock
+from pipeline.exceptions import ConfigError
+
+__all__ = ["EpochAction", "EpochRun", "action_for", "epoch_of_interval", "wait_reason"]
+
+
+class EpochAction(Enum):
+    """What a DAG run does to the job (decided at trigger time from the head checkpoint)."""
+
+    START = "start"          # no checkpoint yet: process from the first epoch of the sources up to n
+    CONTINUE = "continue"    # head is epoch n-1: process epoch n
+    CATCH_UP = "catch_up"    # head is older: process every epoch up to n, one checkpoint each
+    REWIND = "rewind"        # head is epoch >= n: restore the checkpoint before n and process forward again
+
+
+def action_for(head, epoch: int) -> EpochAction:
+    if head is None:
+        return EpochAction.START
+    if head.epoch >= epoch:
+        return EpochAction.REWIND
+    if head.epoch == epoch - 1:
+        return EpochAction.CONTINUE
+    return EpochAction.CATCH_UP
+
+
+def epoch_of_interval(epoch_seconds: int, data_interval_end: datetime | None, *,
+                      fallback: datetime | None = None) -> int:
+    """Epoch processed by a run: the epoch ending at the data interval's end (the barrier is the interval
+    end). For unaligned ends (manual runs) it is the last epoch that ends at or before it."""
+    end = data_interval_end or fallback
+    if end is None:
+        raise ConfigError("the DAG run has no data interval and no logical date: cannot tell which epoch to process")
+    if end.tzinfo is None:
+        end = end.replace(tzinfo=timezone.utc)
+    return EpochClock(epoch_seconds).epoch_ending_at(end)
+
+
+@dataclass(frozen=True, slots=True)
+class EpochRun:
+    """The Airflow facts one task needs about its DAG run."""
+
+    dag_id: str
+    run_id: str
+    epoch: int
+    clear_number: int = 0
+    try_number: int = 1
+    run_type: str = "manual"
+
+    @property
+    def by(self) -> str:
+        return f"airflow:{self.dag_id}/{self.run_id}"
+
+
+def wait_reason(*, previous_state: str | None, previous_run_type: str | None, this_run_type: str,
+                active_process_tasks: int, active_operations: int) -> str | None:
+    """Why an epoch run must wait before it triggers (None: it may go).
+
+    * the DAG run of the previous interval is still running (or is a queued run of the same backfill):
+      epochs are processed in order however runs were created (scheduler, manual, backfill - which
+      Airflow runs in parallel by default);
+    * another run of this DAG is processing (its ``process``/``commit`` task is active): one runner at a
+      time (two would be fenced anyway: one of them would fail and retry);
+    * a savepoint or restore of the job is in progress.
+    """
+    if previous_state == "running":
+        return "the DAG run of the previous interval is still running"
+    if previous_state == "queued" and previous_run_type == "backfill" and this_run_type == "backfill":
+        return "the DAG run of the previous interval (same backfill) has not run yet"
+    if active_process_tasks:
+        return f"another run of this DAG is processing ({active_process_tasks} active process/commit task(s))"
+    if active_operations:
+        return "a savepoint or restore of this job is in progress"
+    return None
