@@ -131,11 +131,11 @@ class Watchdog(threading.Thread):
     def __init__(self, limit_bytes: int) -> None:
         super().__init__(daemon=True)
         self.limit, self.max_rss, self.killed, self.hwm = limit_bytes, 0, 0, {}
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def run(self) -> None:
         me = os.getpid()
-        while not self._stop.wait(0.1):
+        while not self._halt.wait(0.1):
             for pid in _pyspark_procs(me):
                 rss = _status_kib(pid, "VmRSS") * 1024
                 self.hwm[pid] = max(self.hwm.get(pid, 0), _status_kib(pid, "VmHWM") * 1024)
@@ -148,7 +148,7 @@ class Watchdog(threading.Thread):
                         pass
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
 
 
 def child(args) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipeline.keygroups import KeyGroupRange
 from pipeline.operators.ttl import ROW_EPOCH
@@ -91,7 +92,7 @@ class KeyedStores:
         snapshot it (a delta, or a base streamed from the store), record the new version; the handle."""
         schema = self.schemas[name]
         new = new.select(schema.names).cast(schema)
-        delta = diff(old.select(schema.names).cast(schema), new)
+        delta = _delta(old.select(schema.names).cast(schema), new, self.key)
         net = sum(1 if o > 0 else -1 for o in delta[OP_COLUMN].to_pylist()) if delta.num_rows else 0
         st = self.stores[name]
         rows = st.rows + net
@@ -100,3 +101,17 @@ class KeyedStores:
                                           rows, self.parent[name], snapshot, self.checkpoint, st.scan, schema)
         st.set_version(version)
         return fh
+
+
+def _delta(old: pa.Table, new: pa.Table, key: str) -> pa.Table:
+    """The changelog from ``old`` to ``new`` (rows of the same keys): new rows of keys that held nothing are
+    inserts as they are; only the keys that held rows go through the multiset diff (most of a growing state's
+    rows are new keys, so the diff stays small)."""
+    if old.num_rows == 0:
+        return new.append_column(OP_COLUMN, pa.array([1] * new.num_rows, pa.int8()))
+    known = pc.fill_null(pc.is_in(new[key], value_set=pc.unique(old[key])), False)
+    fresh = new.filter(pc.invert(known))
+    d = diff(old, new.filter(known))
+    if not fresh.num_rows:
+        return d
+    return pa.concat_tables([d, fresh.append_column(OP_COLUMN, pa.array([1] * fresh.num_rows, pa.int8()))])

@@ -137,3 +137,17 @@ def test_rebuild_after_a_rescale_reads_the_overlapping_chains(tmp_path):
         assert st.rebuild(fio, [a, b], "chk-4", batch_rows=20) == expected.num_rows
         got = pa.Table.from_batches(list(st.scan()), schema=SCHEMA)
         assert _sorted(got).equals(_sorted(expected))
+
+
+def test_apply_writes_wide_rounds_in_slices_without_splitting_a_key(tmp_path, monkeypatch):
+    from pipeline.state import keyed_store
+    monkeypatch.setattr(keyed_store, "_BATCH", 3)
+    keys = ["a"] * 5 + ["b", "c"] + [None] * 4 + ["d"] * 3
+    t = _rows(keys, list(range(len(keys))), list(range(len(keys))), [1] * len(keys))
+    ks = list(dict.fromkeys(row_keys(t, "key", "_kg")))
+    with _store(tmp_path) as st:
+        st.apply(ks, t, rows=t.num_rows)
+        for k in ("a", "b", None, "d"):
+            want = t.filter(pc.is_null(t["key"])) if k is None else t.filter(pc.equal(t["key"], k))
+            got = st.get(row_keys(want.slice(0, 1), "key", "_kg"))
+            assert _sorted(got).equals(_sorted(want))
