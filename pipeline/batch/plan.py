@@ -123,7 +123,8 @@ class _Compiler:
     def _build(self, nid: int):
         node = self.job.nodes[nid]
         if isinstance(node, SourceNode):  # read once, used by every object downstream
-            return self._cache(source_dataframe(self.spark, self.runner, self.job, node, self.prefix))
+            df = source_dataframe(self.spark, self.runner, self.job, node, self.prefix)
+            return df if self._ranked_only(nid) else self._cache(df)
         if isinstance(node, MapNode):
             df = self.frame(node.parent)
             if df is None:
@@ -146,6 +147,20 @@ class _Compiler:
             return self._dedup(nid, node)
         self.bad[nid] = f"{type(node).__name__} is not modelled by the batch evaluation"
         return None
+
+    def _ranked_only(self, nid: int) -> bool:
+        """The source's one reader is a join side declared ``unique``, which ranks and caches its rows: caching the
+        source too would only convert its rows twice (the costliest step of the plan)."""
+        readers: list[object] = [o for o in self.job.operators() for i in ((o.left, o.right) if isinstance(o, JoinNode)
+                                                              else (o.parent,)) if self.job.chain_to(i)[0] == nid]
+        readers += [s for s in self.job.sinks() if self.job.chain_to(s.parent)[0] == nid]
+        if len(readers) != 1 or not isinstance(readers[0], JoinNode):
+            return False
+        op = readers[0]
+        _, unique = join_semantics(op)
+        side = "left" if self.job.chain_to(op.left)[0] == nid else "right"
+        return hasattr(op, "how") and unique in (side, "both") and self.job.chain_to(op.left)[0] != \
+            self.job.chain_to(op.right)[0]
 
     def _cache(self, df):
         from pyspark import StorageLevel
@@ -248,7 +263,8 @@ class _Compiler:
         from pyspark.sql import functions as F
         order = [F.col(c) for c in (PEPOCH, "_ingest_ts", "_partition", "_seq", "_row") if c in df.columns]
         w = Window.partitionBy(op.on).orderBy(*order)
-        ranked = df.withColumn("__rk", F.row_number().over(w))
+        # ranked once (cached): the join, both state sides and the violation count read it (one sort per side)
+        ranked = self._cache(df.withColumn("__rk", F.row_number().over(w)))
         self.result.counts[f"{op.uid}: {side} rows violating unique={side!r} (dead-lettered by the runtime)"] = \
             ranked.filter(F.col("__rk") > 1)
         return ranked.filter(F.col("__rk") == 1).drop("__rk")

@@ -46,6 +46,7 @@ from pipeline.quality.normalize import (
     SUMMARY_DDL,
     SUMMARY_SCHEMA,
     ObjectSpec,
+    count_keys,
     group_sums,
     normalize,
     read_files_task,
@@ -543,11 +544,10 @@ class _Collector:
         return {"per_kg": per_kg.reset_index(drop=True), "per_group": per_group, "files": recs, "dups": dups}
 
     def _spark_pass(self, files):
-        """Executors checksum and summarise each file with pyarrow (per key group, per group); Spark only
-        shuffles the 64-bit key hashes (exploded from one list per file) to count distinct and duplicated keys
-        across files - a numeric hash aggregation. The read is cached, so everything comes from one scan."""
-        from pyspark import StorageLevel
-        from pyspark.sql import functions as F
+        """Executors read, checksum and summarise each file with pyarrow (per key group, per group, and the key
+        hashes as one list per file); one action brings those summaries to the driver, where the distinct and
+        duplicated keys are counted with one NumPy sort per object (:func:`~pipeline.quality.normalize.count_keys`:
+        8 bytes a row, no shuffle)."""
         with self.timer("spark_session"):
             spark = self.runner.spark
         task, names = self._task_inputs(files)
@@ -556,29 +556,9 @@ class _Collector:
         ordered = [f for sl in slices for f in sl]
         src = spark.createDataFrame(spark.sparkContext.parallelize(ordered, len(slices)),
                                     "fid int, obj string, uri string, kg_lo int, kg_hi int, deltas string")
-        df = src.mapInArrow(task, SUMMARY_DDL).persist(StorageLevel.MEMORY_AND_DISK)
-        prev = spark.conf.get("spark.sql.shuffle.partitions")
-        spark.conf.set("spark.sql.shuffle.partitions", str(max(2, par)))
-        try:
-            with self.timer("spark_read"):
-                side = df.filter(F.col("rec") != "h").drop("khashes").toPandas()
-            with self.timer("spark_keys"):
-                h = df.filter(F.col("rec") == "h").select("oid", "fid", F.explode("khashes").alias("khash"))
-                per_hash = h.groupBy("oid", "khash").agg(F.count(F.lit(1)).alias("n"))
-                keys = per_hash.withColumn("kg", F.pmod(F.col("khash"), F.lit(self.mp)).cast("int")).groupBy(
-                    "oid", "kg").agg(F.count(F.lit(1)).alias("keys"),
-                                     F.sum(F.when(F.col("n") > 1, 1).otherwise(0)).alias("dup_keys")).toPandas()
-                dups: list[dict] = []
-                if len(keys) and int(keys["dup_keys"].sum()):
-                    found = [(r["oid"], r["khash"]) for r in per_hash.filter(F.col("n") > 1).limit(20).collect()]
-                    where: dict = {}
-                    for r in h.filter(F.col("khash").isin([x[1] for x in found])).collect():
-                        where.setdefault((r["oid"], r["khash"]), []).append(self._fid_uri.get(r["fid"]))
-                    dups = self._dup_examples(found, where, names)
-        finally:
-            spark.conf.set("spark.sql.shuffle.partitions", prev)
-            df.unpersist()
-        return side, keys, dups, names
+        with self.timer("spark_read"):
+            table = src.mapInArrow(task, SUMMARY_DDL).toArrow()
+        return self._summaries(table, names)
 
     def _local_pass(self, files):
         """The executor function in a driver thread pool; keys counted with one NumPy sort per object."""
@@ -598,30 +578,17 @@ class _Collector:
             with ThreadPoolExecutor(max_workers=len(slices)) as pool:
                 batches = [b for part in pool.map(run, slices) for b in part]
             table = pa.Table.from_batches(batches, schema=SUMMARY_SCHEMA) if batches else SUMMARY_SCHEMA.empty_table()
-            is_h = pc.equal(table["rec"], "h")
-            side = table.filter(pc.invert(is_h)).drop_columns(["khashes"]).to_pandas()
-        with self.timer("local_keys"):
-            h = table.filter(is_h)
-            rows, dups_found, where = [], [], {}
-            oid_col = h["oid"].to_numpy()
-            fid_col = h["fid"].to_numpy()
-            lists = h["khashes"]
-            for oid in sorted(set(oid_col.tolist())):
-                idx = np.nonzero(oid_col == oid)[0]
-                parts = [lists[int(i)].values.to_numpy(zero_copy_only=False) for i in idx]
-                hashes = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-                u, counts = np.unique(hashes, return_counts=True)
-                kg = np.mod(u, self.mp)
-                nkeys = np.bincount(kg, minlength=self.mp)
-                ndups = np.bincount(kg[counts > 1], minlength=self.mp)
-                for g in np.nonzero(nkeys)[0]:
-                    rows.append({"oid": oid, "kg": int(g), "keys": int(nkeys[g]), "dup_keys": int(ndups[g])})
-                for hv in u[counts > 1][:20]:
-                    dups_found.append((oid, int(hv)))
-                    where[(oid, int(hv))] = [self._fid_uri.get(int(fid_col[i])) for i, p in zip(idx, parts)
-                                             for _ in range(int(np.count_nonzero(p == hv)))]
+        return self._summaries(table, names)
+
+    def _summaries(self, table: pa.Table, names):
+        """Both engines: the file/key-group/group records as pandas, keys counted from the hashes with NumPy."""
+        is_h = pc.equal(table["rec"], "h")
+        side = table.filter(pc.invert(is_h)).drop_columns(["khashes"]).to_pandas()
+        with self.timer("keys"):
+            rows, found, where = count_keys(table.filter(is_h), self.mp)
             keys = pd.DataFrame(rows, columns=["oid", "kg", "keys", "dup_keys"])
-            dups = self._dup_examples(dups_found, where, names) if dups_found else []
+            where_uri = {k: [self._fid_uri.get(f) for f in v] for k, v in where.items()}
+            dups = self._dup_examples(found, where_uri, names) if found else []
         return side, keys, dups, names
 
     def _dup_examples(self, found, where, names) -> list[dict]:
@@ -795,21 +762,17 @@ class _Collector:
 
     # -- recovery --------------------------------------------------------------------------------
     def recompute(self, plan) -> dict:
-        """Run the batch plan (:mod:`pipeline.quality.recovery`) and summarise its rows like the real ones."""
-        rec = plan.materialize()
-        per_kg, per_group, norms = [], [], {}
-        for obj, table in rec.tables.items():
-            spec = self.objects.specs.get(obj)
-            if spec is None:
-                raise ValueError(f"the recovery model of job {self.job.name!r} recomputes {obj}, which the job does "
+        """Run the batch plan (:mod:`pipeline.quality.recovery`) and summarise its rows like the real ones - on
+        the executors; the driver gets the summaries only (the rows of a key group on demand, on failure)."""
+        for obj in plan.columns:
+            if obj not in self.objects.specs:
+                raise ValueError(f"the batch evaluation of job {self.job.name!r} produces {obj}, which the job does "
                                  f"not have (objects: {sorted(self.objects.specs)})")
-            norm = normalize(table, spec, max_parallelism=self.mp)
-            norms[obj] = (table, norm["kg"].to_numpy())
-            per_kg.append(_per_kg_arrow(norm, obj))
-            per_group.append(_per_group_arrow(norm, obj, len(spec.measures)))
-        return {"rec": rec, "per_kg": pd.concat(per_kg, ignore_index=True) if per_kg else pd.DataFrame(),
-                "per_group": pd.concat(per_group, ignore_index=True) if per_group else pd.DataFrame(),
-                "tables": norms}
+        rec = plan.materialize(self.objects.specs, self.mp)
+        for k, v in rec.timings.items():
+            self.out.timings[k] = self.out.timings.get(k, 0.0) + v
+        return {"rec": rec, "per_kg": rec.per_kg, "per_group": rec.per_group,
+                "rows": lambda obj, kgs: plan.rows(obj, kgs, self.mp, self.objects.specs[obj].key)}
 
     def recovery_datasets(self, exp: dict, files) -> None:
         rec = exp["rec"]
@@ -818,7 +781,7 @@ class _Collector:
         keep = ["object", "kg", "rows", "keys", "fp_num", "fp_ts", "fp_str"]
         a = a[keep] if len(a) else pd.DataFrame(columns=keep)
         e = e[keep] if len(e) else pd.DataFrame(columns=keep)
-        objs = sorted(set(rec.tables))
+        objs = sorted(rec.objects)
         a = a[a["object"].isin(objs)]
         # keyless objects (an append sink of windows, a changelog): rows are compared, there is no key to count
         keyless = {o for o, sp in self.objects.specs.items() if sp.key is None}
@@ -854,7 +817,11 @@ class _Collector:
                         m.loc[(m["object"] == obj) & m["kg"].isin(kgs),
                               ["missing_rows", "extra_rows", "orphan_rows"]] = None
                         continue
-                    exp_table, exp_kg = exp["tables"][obj]
+                    exp_table = exp["rows"](obj, set(kgs))       # the executors filter the key groups
+                    spec = self.objects.specs[obj]
+                    exp_key = (pc.cast(exp_table[spec.key], pa.string()) if spec.key is not None
+                               else pa.nulls(exp_table.num_rows, pa.string()))
+                    exp_kg = np.mod(xxhash64(exp_key), np.int64(self.mp))
                     for kg in kgs:
                         act_k = actual.filter(pc.equal(actual["__kg"], kg)).drop_columns(["__kg"]) if actual.num_rows \
                             else actual
@@ -1016,7 +983,9 @@ def collect(runner, snapshot: Snapshot, *, mode: str = "full", areas: tuple[str,
             else:
                 exp = exp_box["value"]
                 exp_per_group = exp["per_group"]
-                recomputed = set(exp["rec"].tables)
-                c.recovery_datasets(exp, files)
+                recomputed = set(exp["rec"].objects)
+                c.recovery_datasets(exp, files)    # (drill-down re-reads the plan's cached sources)
         c.out.datasets["group_totals"] = c.group_totals(exp_per_group, recomputed)
+    if plan is not None:
+        plan.release()
     return c.out

@@ -26,7 +26,7 @@ from pipeline.quality.keygroups import xxhash64
 from pipeline.state.changelog import apply_changelog
 
 __all__ = ["ObjectSpec", "NORM_SCHEMA", "SUMMARY_SCHEMA", "SUMMARY_DDL", "KG_SUMS", "MAX_MEASURES", "TS_MOD",
-           "normalize", "summarize", "group_sums", "schema_signature", "read_files_task", "cents"]
+           "normalize", "summarize", "group_sums", "schema_signature", "read_files_task", "rows_task", "key_group_filter", "count_keys", "cents"]
 
 MAX_MEASURES = 4
 TS_MOD = 1_000_003               # timestamps enter the fingerprint modulo a prime (sums stay in int64)
@@ -367,3 +367,88 @@ def read_files_task(specs: Mapping[str, ObjectSpec], oids: Mapping[str, int], *,
                     yield from _records("h", 1, {"oid": oid, "fid": fid, "khashes": lst}).to_batches()
 
     return task
+
+
+def rows_task(targets: list[tuple[ObjectSpec, int]], *, max_parallelism: int, chunk_rows: int = 262_144):
+    """The ``mapInArrow`` function that summarises the rows of a Spark DataFrame where they are computed (the
+    batch evaluation's expected rows): output ``SUMMARY_SCHEMA`` ``k`` (per key group), ``g`` (per group) and
+    ``h`` (key hashes) records, exactly as :func:`read_files_task` emits them for the files of a checkpoint, so
+    both sides are aggregated and compared the same way. ``targets``: ``(spec, oid)`` of every object these rows
+    are (one DataFrame may be two objects, e.g. an aggregate's state and its upsert sink). Rows are summarised in
+    chunks of ``chunk_rows``; the per-chunk sums add up, distinct keys are counted by Spark from the hashes."""
+
+    def emit(t: pa.Table) -> Iterator[pa.RecordBatch]:
+        for spec, oid in targets:
+            norm = normalize(t, spec, max_parallelism=max_parallelism)
+            s = summarize(norm)
+            yield from _records("k", s.num_rows, {"oid": oid, "fid": -1, **{c: s[c] for c in ("kg",) + KG_SUMS}}
+                                ).to_batches()
+            if spec.measures:
+                g = group_sums(norm, len(spec.measures))
+                yield from _records("g", g.num_rows, {"oid": oid, "fid": -1, "gkey": g["gkey"],
+                                                      **{f"m{i}": g[f"m{i}"] for i in range(MAX_MEASURES)}}
+                                    ).to_batches()
+            if spec.key is not None:
+                keyed = pc.filter(norm["khash"], pc.equal(norm["null_key"], 0)).combine_chunks()
+                lst = pa.ListArray.from_arrays(pa.array([0, len(keyed)], pa.int32()), keyed)
+                yield from _records("h", 1, {"oid": oid, "fid": -1, "khashes": lst}).to_batches()
+
+    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        pending: list[pa.RecordBatch] = []
+        n = 0
+        for b in batches:
+            if b.num_rows:
+                pending.append(b)
+                n += b.num_rows
+            if n >= chunk_rows:
+                yield from emit(pa.Table.from_batches(pending))
+                pending, n = [], 0
+        if n:
+            yield from emit(pa.Table.from_batches(pending))
+
+    return task
+
+
+def key_group_filter(key: str | None, max_parallelism: int, kgs: list[int]):
+    """The ``mapInArrow`` function keeping the rows whose key group (as :func:`normalize` computes it: XXH64 of
+    the key as a string, a keyless row's null key included) is in ``kgs``."""
+    wanted = np.asarray(kgs, dtype=np.int64)
+
+    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in batches:
+            k = (pc.cast(b.column(b.schema.get_field_index(key)), pa.string()) if key is not None
+                 else pa.nulls(b.num_rows, pa.string()))
+            kg = np.mod(xxhash64(k), np.int64(max_parallelism))
+            sel = np.isin(kg, wanted)
+            if sel.any():
+                yield b.filter(pa.array(sel))
+
+    return task
+
+
+def count_keys(h: pa.Table, max_parallelism: int, *, examples: int = 20):
+    """Distinct and duplicated keys per ``(oid, kg)`` from ``h`` records (``oid``, ``fid``, ``khashes``): one
+    NumPy sort of the 64-bit key hashes per object - 8 bytes a row, the one per-row thing that leaves the
+    executors. Returns ``(rows, found, where)``: ``{"oid", "kg", "keys", "dup_keys"}`` rows, up to ``examples``
+    duplicated ``(oid, hash)`` and, for those, the ``fid`` of every row that holds the hash."""
+    rows: list[dict] = []
+    found: list[tuple[int, int]] = []
+    where: dict[tuple[int, int], list[int]] = {}
+    oid_col = h["oid"].to_numpy(zero_copy_only=False)
+    fid_col = h["fid"].to_numpy(zero_copy_only=False)
+    lists = h["khashes"]
+    for oid in sorted(set(oid_col.tolist())):
+        idx = np.nonzero(oid_col == oid)[0]
+        parts = [lists[int(i)].values.to_numpy(zero_copy_only=False) for i in idx]
+        hashes = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        u, counts = np.unique(hashes, return_counts=True)
+        kg = np.mod(u, max_parallelism)
+        nkeys = np.bincount(kg, minlength=max_parallelism)
+        ndups = np.bincount(kg[counts > 1], minlength=max_parallelism)
+        for g in np.nonzero(nkeys)[0]:
+            rows.append({"oid": int(oid), "kg": int(g), "keys": int(nkeys[g]), "dup_keys": int(ndups[g])})
+        for hv in u[counts > 1][:examples]:
+            found.append((int(oid), int(hv)))
+            where[(int(oid), int(hv))] = [int(fid_col[i]) for i, part in zip(idx, parts)
+                                          for _ in range(int(np.count_nonzero(part == hv)))]
+    return rows, found, where

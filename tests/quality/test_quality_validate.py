@@ -137,7 +137,7 @@ def test_a_failed_recomputation_fails_instead_of_skipping(deployment, monkeypatc
     """If the sources cannot be recomputed, recovery correctness is unproven: the validation fails."""
     from pipeline.quality import recovery, validate_job
 
-    def unreachable(self):
+    def unreachable(self, specs, max_parallelism):
         raise OSError("source bucket unreachable")
 
     monkeypatch.setattr(recovery.BatchPlan, "materialize", unreachable)
