@@ -20,6 +20,7 @@ from pipeline.job import Job
 from pipeline.runtime.cursor import cursor_from_metadata
 from pipeline.runtime.runner import JobRunner
 from pipeline.state import backend
+from pipeline.state.keyed_store import StoreLocation, store_root
 
 pytestmark = [pytest.mark.spark]
 
@@ -72,6 +73,10 @@ def _output(r: JobRunner, to: Path, table: str) -> list[tuple]:
     return sorted(tuple(str(v) for v in row.values()) for row in t.select(sorted(t.column_names)).to_pylist())
 
 
+def _store_dir(job_root: str, uid: str) -> str:
+    return StoreLocation(job_root, uid, "x", 0, 0).path("/").split("/")[1]
+
+
 def _state(md) -> dict[str, list[tuple]]:
     """Every state table of a checkpoint, read cold from storage (chains applied, checksums verified)."""
     backend._RECENT.clear()
@@ -87,8 +92,9 @@ def _state(md) -> dict[str, list[tuple]]:
 
 
 def test_rocksdb_join_equals_heap_across_a_failed_checkpoint_and_a_rescale(tmp_path, source, monkeypatch):
-    monkeypatch.setenv("PIPELINE_STATE_CACHE_DIR", str(tmp_path / "warm"))
-    monkeypatch.setenv("PIPELINE_STATE_STORE_DIR", str(tmp_path / "stores"))
+    # the stores live where the executors' PIPELINE_STATE_STORE_DIR says; the Python workers of a Spark session
+    # that earlier tests started keep the environment they started with, so the test does not change it (it
+    # would reach the driver only) and looks for its job's stores under that root instead
     heap = _runner(tmp_path, source, "heap")
     heap.run()
     heap_md = heap.coordinator.store.latest().metadata
@@ -111,9 +117,12 @@ def test_rocksdb_join_equals_heap_across_a_failed_checkpoint_and_a_rescale(tmp_p
     # restore the latest checkpoint with parallelism 3 (new key-group ranges) and run to the end
     rdb.restore(str(md.checkpoint_id), parallelism=3, validate=False)
     rdb.run(parallelism=3)
-    stores = {p.parent.name for p in (tmp_path / "stores").glob("*/*/kg-*")}
-    assert stores == {"left", "right", "keys", "agg"}  # the state lived in the keyed stores
-    assert {p.name for p in (tmp_path / "stores").glob("*/left/kg-*")} >= {"kg-00000-00005", "kg-00006-00010"}
+    root = Path(store_root())
+    ranges = {f"{uid}/{name}": {p.name for p in root.glob(f"{_store_dir(rdb.ctx.job_root, uid)}/{name}/kg-*")}
+              for uid, name in (("st_join", "left"), ("st_join", "right"), ("first_sighting", "keys"),
+                                ("per_tag", "agg"))}
+    assert all(ranges.values()), ranges  # the state lived in the keyed stores
+    assert ranges["st_join/left"] >= {"kg-00000-00005", "kg-00006-00010"}, ranges  # parallelism 3 after 2
     got_md = rdb.coordinator.store.latest().metadata
     assert got_md.epoch == heap_md.epoch
     assert _state(got_md) == expected
