@@ -157,7 +157,6 @@ def child(args) -> None:
     from pipeline.config import load_config
     from pipeline.runtime.cursor import cursor_from_metadata
     from pipeline.runtime.runner import JobRunner
-    from pipeline.state.chain import StateChain
     root = Path(args.work)
     mode = args.mode
     cfg = load_config(env={}, source_uri=(root / "src").as_uri(), checkpoint_uri=(root / mode / "ckpt").as_uri(),
@@ -184,9 +183,9 @@ def child(args) -> None:
     if latest is not None:
         md = latest.metadata
         out["epoch"] = md.epoch
-        handles = [h for hs in cursor_from_metadata(md).handles.get("probe_ack", {}).values() for h in hs if h["uri"]]
-        out["state_rows"] = sum(int(h.get("state_rows") or h["rows"]) for h in handles)
-        out["state_storage_bytes"] = sum(StateChain.from_handle(h).bytes for h in handles)  # type: ignore[union-attr]
+        handles = [h for hs in cursor_from_metadata(md).handles.get("probe_ack", {}).values() for h in hs if h.file]
+        out["state_rows"] = sum(h.rows for h in handles)
+        out["state_storage_bytes"] = sum(h.bytes for h in handles)
         if out["completed"]:
             r.export("acked", str(root / mode / "export"))
             t = pq.read_table(root / mode / "export").select(["probe_id", "ack_id"])

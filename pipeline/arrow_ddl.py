@@ -1,5 +1,5 @@
 """Arrow schemas as Spark DDL strings: the one mapping Epochal uses wherever a Python task hands Arrow batches to
-Spark (``mapInArrow(fn, ddl)``: operator tasks, source readers, handle rows, quality summaries).
+Spark (``mapInArrow(fn, ddl)``: operator tasks, source readers, task reports, quality summaries).
 
 Timestamps map to ``timestamp`` (Spark's instant type) whatever their Arrow time zone: every time column of
 Epochal is UTC and the session time zone is UTC (:data:`pipeline.runtime.session.SQL_CONF`). Unsupported types are

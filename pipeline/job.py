@@ -26,6 +26,7 @@ from typing import Callable, ClassVar, Literal, Mapping, Sequence
 import pyarrow as pa
 
 from pipeline.exceptions import ConfigError
+from pipeline.operators.join import JoinType, Uniqueness
 from pipeline.sink.formats import TableFormat
 
 __all__ = ["Job", "Stream", "SourceNode", "MapNode", "JoinNode", "AggregateNode", "DedupNode", "WindowNode",
@@ -34,7 +35,8 @@ __all__ = ["Job", "Stream", "SourceNode", "MapNode", "JoinNode", "AggregateNode"
 
 AGG_FUNCTIONS = ("count", "sum", "min", "max")
 WINDOW_AGG_FUNCTIONS = AGG_FUNCTIONS + ("avg", "count_distinct")
-JOIN_TYPES = ("inner", "left", "right", "full")
+JOIN_TYPES = tuple(t.value for t in JoinType)  # the public API's strings for ``how``
+_UNIQUENESS = (None,) + tuple(u.value for u in Uniqueness)
 INTERNAL_COLUMNS = ("_ingest_ts",)
 _UID = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{0,63}$")
 
@@ -66,8 +68,12 @@ class JoinNode:
     on: str
     ttl_seconds: int | None  # None: job default (PIPELINE_STATE_TTL_SECONDS)
     output: tuple[str, ...] | None  # column order of the joined rows; None: key, left, right
-    how: str = "inner"       # inner | left | right | full
-    unique: str = "none"     # none | left | right | both: sides whose keys are declared unique
+    how: JoinType = JoinType.INNER           # inner | left | right | full (a string is coerced)
+    unique: Uniqueness = Uniqueness.NONE     # none | left | right | both: sides whose keys are declared unique
+
+    def __post_init__(self) -> None:  # coerced once: the rest of the package sees the enums
+        object.__setattr__(self, "how", JoinType(self.how))
+        object.__setattr__(self, "unique", Uniqueness(self.unique or Uniqueness.NONE))
 
     STATE_NAMES: ClassVar[tuple[str, ...]] = ("left", "right")
 
@@ -193,12 +199,13 @@ class Stream:
             raise ConfigError("cannot join streams of different jobs")
         if how not in JOIN_TYPES:
             raise ConfigError(f"join {uid!r}: how={how!r}; use one of {JOIN_TYPES}")
-        if unique not in (None, "none", "left", "right", "both"):
+        if unique not in _UNIQUENESS:
             raise ConfigError(f"join {uid!r}: unique={unique!r}; use None, 'left', 'right' or 'both'")
         if ttl_seconds is not None and ttl_seconds < 0:
             raise ConfigError(f"join {uid!r}: ttl_seconds must be >= 0 (0: no expiry)")
         return self.job._add(JoinNode(self.job._uid(uid), self.node, other.node, on, ttl_seconds,
-                                      tuple(output) if output else None, how, unique or "none"))
+                                      tuple(output) if output else None, JoinType(how),
+                                      Uniqueness(unique or "none")))
 
     def deduplicate(self, *, uid: str, key: str, ttl_seconds: int | None = None) -> "Stream":
         """The first row per ``key`` passes; a later row is dropped (and counted) while the kept row is held,

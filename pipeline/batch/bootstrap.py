@@ -22,7 +22,7 @@ Protocol (docs/batch.md "Bootstrap"):
    lies under ``PIPELINE_SAVEPOINT_PREFIXES``, the parallelism fits, barrier ``n`` is complete (no partition lags).
 2. Log barrier ``n`` in the write-ahead barrier log (the epochs after it are cut from there).
 3. Trigger a savepoint (claims the id, pending manifest).
-4. One Spark job per state / sink object writes the files; the handle rows are the acknowledgements.
+4. One Spark job per state / sink object writes the files; their task reports are the acknowledgements.
 5. Complete: ``_metadata`` last (conditional PUT), then commit the sinks. Any failure aborts the pending
    savepoint (only the files it wrote are deleted).
 """
@@ -35,15 +35,18 @@ from typing import Any
 from pipeline.barriers.events import CheckpointType
 from pipeline.batch.plan import _Compiler, aggregate_columns
 from pipeline.batch.prefix import PEPOCH, Prefix, barrier_log
+from pipeline.checkpoint.handles import StateHandle
+from pipeline.checkpoint.report import ReportKind, TaskReport
 from pipeline.exceptions import BootstrapRefusedError, CheckpointError, ConfigError
 from pipeline.fileio import file_io_for, join_uri
 from pipeline.job import AggregateNode, DedupNode, JoinNode, ProcessNode, WindowNode
 from pipeline.keygroups import key_group_expr, range_for_subtask, subtask_expr
 from pipeline.layout import round_state_prefix, sink_staging_uri
 from pipeline.runtime.cursor import Cursor
-from pipeline.runtime.dataflow import arrow_schema_of
-from pipeline.runtime.operators import HANDLE_DDL, HANDLE_SCHEMA, _collect, _handle, _partition_id, handle_rows_to_dicts
+from pipeline.runtime.dataflow import arrow_schema_of, collect_handles
+from pipeline.runtime.operators import HANDLE_DDL, _collect, _partition_id, task_report
 from pipeline.runtime.progress import last_data_epoch
+from pipeline.runtime.report_codec import to_batch
 from pipeline.runtime.routing import shuffle_to_subtasks
 from pipeline.runtime.savepoints import abort_pending, check_target
 from pipeline.source.contract import read_inventory
@@ -196,11 +199,10 @@ def _objects(comp, res, job) -> list[tuple[str, str, str, object, str | None]]:
 
 
 def _write_object(spark, df, *, kind: str, uid: str, name: str, key: str | None, prefix: str, P: int, MP: int,
-                  tag: str) -> list[dict]:
+                  tag: str) -> list[TaskReport]:
     """One Spark job: ``df`` routed to the subtask owning each row's key group; every subtask writes its file
     (state: ``<prefix>/<name>/kg-<start>-<end>.parquet`` with ``_kg``; output: ``<prefix>/part-<tag>-<sub>``) and
-    returns its handle row."""
-    import pyarrow as pa
+    returns its report."""
     from pyspark.sql import functions as F
 
     if key is not None:
@@ -221,14 +223,11 @@ def _write_object(spark, df, *, kind: str, uid: str, name: str, key: str | None,
             uri = (f"{prefix}/{name}/kg-{kgr.start:05d}-{kgr.end:05d}.parquet" if kind == "state"
                    else f"{prefix}/part-{tag}-{subtask:05d}.parquet")
             fh = write_table(file_io_for(prefix), uri, t)
-        yield pa.RecordBatch.from_pylist([_handle(kind, uid, name, subtask, kgr, fh, t.num_rows)],
-                                         schema=_handle_schema())
+        what = (StateHandle(operator_uid=uid, subtask=subtask, kg_start=kgr.start, kg_end=kgr.end, name=name, file=fh)
+                if kind == "state" else fh)
+        yield to_batch([task_report(ReportKind(kind), uid, name, subtask, kgr, what, in_rows=t.num_rows)])
 
-    return handle_rows_to_dicts(shuffled.mapInArrow(task, HANDLE_DDL).collect())
-
-
-def _handle_schema():
-    return HANDLE_SCHEMA
+    return collect_handles(shuffled.mapInArrow(task, HANDLE_DDL))
 
 
 def bootstrap(runner, *, epoch: int | None = None, target: str | None = None,
@@ -262,7 +261,7 @@ def bootstrap(runner, *, epoch: int | None = None, target: str | None = None,
     try:
         # Step 4: the tasks owning the key groups write state and staged output; their handles are the acks
         cid, loc = pending.checkpoint_id, pending.location
-        rows: list[dict] = []
+        rows: list[TaskReport] = []
         figures: dict[str, int] = {}
         for kind, uid, name, df, key in objects:
             prefix = (round_state_prefix(loc, 0, uid) if kind == "state"
@@ -270,10 +269,9 @@ def bootstrap(runner, *, epoch: int | None = None, target: str | None = None,
             got = _write_object(spark, df, kind=kind, uid=uid, name=name, key=key, prefix=prefix, P=P, MP=MP,
                                 tag="b0")
             rows += got
-            figures[f"state/{uid}/{name}" if kind == "state" else f"sink/{name}"] = sum(int(h["rows"]) for h in got)
-        acks = [{"kind": "ack", "operator": op.uid, "subtask": s, "mode": "aligned"}
-                for op in job.operators() for s in range(P)]
-        runner.coordinator.receive_acknowledge_rows(pending, rows + acks)
+            figures[f"state/{uid}/{name}" if kind == "state" else f"sink/{name}"] = sum(r.rows for r in got)
+        acks = [TaskReport(ReportKind.ACK, op.uid, s, "", mode="aligned") for op in job.operators() for s in range(P)]
+        runner.coordinator.receive_acknowledge_reports(pending, rows + acks)
         # Step 5: _metadata last, then commit the sinks
         completed = runner.coordinator.complete(
             pending, positions=barriers, channel_state=[], sinks_full={s.table: False for s in job.sinks()},

@@ -1,8 +1,9 @@
 """Checkpointing, one concept per module (after Flink's ``org.apache.flink.runtime.checkpoint``).
 
-    ack          AckResult, TaskAcknowledgement, acks_from_rows (Spark handle rows -> acks)
+    ack          AckResult, TaskAcknowledgement, acks_from_reports (task reports -> acks)
     failure      CheckpointFailureReason (Flink names; pre-flight / counted flags)
     handles      Position, FileHandle, StateHandle, ChannelStateHandle, SinkHandle
+    report       ReportKind, TaskReport (what a subtask reports at the end of a round: its acknowledgement)
     stats        TaskMetrics, OperatorStats, CheckpointStats
     metadata     CheckpointMetadata (``_metadata``, JSON format 1)
     ids          CheckpointIdCounter (create-only id claims, fencing)
@@ -13,7 +14,7 @@
 """
 from __future__ import annotations
 
-from pipeline.checkpoint.ack import AckResult, TaskAcknowledgement, acks_from_rows
+from pipeline.checkpoint.ack import AckResult, TaskAcknowledgement, acks_from_reports
 from pipeline.checkpoint.completed import CompletedCheckpoint
 from pipeline.checkpoint.coordinator import CheckpointCoordinator
 from pipeline.checkpoint.failure import CheckpointFailureReason
@@ -21,13 +22,15 @@ from pipeline.checkpoint.handles import ChannelStateHandle, FileHandle, Position
 from pipeline.checkpoint.ids import CheckpointIdCounter
 from pipeline.checkpoint.metadata import CheckpointMetadata
 from pipeline.checkpoint.pending import PendingCheckpoint, PendingManifest, PendingState
+from pipeline.checkpoint.report import ReportKind, TaskReport
 from pipeline.checkpoint.stats import CheckpointStats, OperatorStats, TaskMetrics
 from pipeline.checkpoint.store import CheckpointDirInfo, CheckpointDirStatus, CompletedCheckpointStore
 
 __all__ = [
-    "AckResult", "TaskAcknowledgement", "acks_from_rows", "CompletedCheckpoint", "CheckpointCoordinator",
+    "AckResult", "TaskAcknowledgement", "acks_from_reports", "CompletedCheckpoint", "CheckpointCoordinator",
     "CheckpointFailureReason", "ChannelStateHandle", "FileHandle", "Position", "SinkHandle", "StateHandle",
     "CheckpointIdCounter", "CheckpointMetadata", "PendingCheckpoint", "PendingManifest", "PendingState",
+    "ReportKind", "TaskReport",
     "CheckpointStats", "OperatorStats", "TaskMetrics", "CheckpointDirInfo", "CheckpointDirStatus",
     "CompletedCheckpointStore",
 ]

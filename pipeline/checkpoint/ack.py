@@ -2,39 +2,23 @@
 
 A Spark task's acknowledgement of checkpoint n is the set of handles it wrote (Flink's
 ``AcknowledgeCheckpoint`` carrying a ``TaskStateSnapshot``): state handles, staged sink files,
-channel state (unaligned), plus its metrics. :func:`acks_from_rows` groups the flat *handle rows*
-that operator tasks yield from ``mapInArrow`` into one acknowledgement per ``(operator, subtask)``.
-
-Handle row schema accepted by :func:`acks_from_rows` (extra keys are ignored)::
-
-    kind       "state" | "output" | "channel" | "ack"   ("ack": no file, only marks the subtask)
-    operator   operator uid            (alias: operator_uid)
-    subtask    int
-    name       state name (kind=state), sink table (kind=output), channel name (kind=channel)
-    kg_start, kg_end                   key-group range of the subtask (inclusive)
-    uri, rows, bytes, sha256           the file (uri None/empty: nothing written); of a state: its chain's base
-    deltas, state_rows, persisted_bytes  state: the chain's delta files (JSON), rows it represents, bytes this
-                                       checkpoint wrote (see pipeline.state.chain; optional)
-    sync_ms, async_ms, alignment_ms, start_delay_ms, inflight_bytes, in_rows   metrics (optional)
-    ack_ts_ms  wall clock (Unix ms) when the subtask finished its snapshot (optional; max over its rows)
-    mode       "aligned" | "unaligned" | "at_least_once" ... (optional)
-
-Metrics of several rows of the same subtask are combined: times take the max, counts the sum of
-distinct rows (``in_rows`` the max, as every row of a subtask repeats it).
+channel state (unaligned), plus its metrics. :func:`acks_from_reports` groups the typed
+:class:`~pipeline.checkpoint.report.TaskReport` s that operator tasks return (decoded from their ``mapInArrow``
+rows by :mod:`pipeline.runtime.report_codec`) into one acknowledgement per ``(operator, subtask)``.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Iterable, Mapping
 
 from pipeline.checkpoint._frozen import FrozenDict
 from pipeline.checkpoint.handles import ChannelStateHandle, FileHandle, StateHandle
+from pipeline.checkpoint.report import ReportKind, TaskReport
 from pipeline.checkpoint.stats import TaskMetrics
 from pipeline.exceptions import CheckpointError
 
-__all__ = ["AckResult", "TaskAcknowledgement", "acks_from_rows"]
+__all__ = ["AckResult", "TaskAcknowledgement", "acks_from_reports"]
 
 
 class AckResult(Enum):
@@ -80,64 +64,33 @@ class TaskAcknowledgement:
         return (self.operator_uid, self.subtask)
 
 
-def _opt_file(row: Mapping[str, Any]) -> FileHandle | None:
-    uri = row.get("uri")
-    if not uri:
-        return None
-    return FileHandle(uri=str(uri), rows=int(row.get("rows") or 0), bytes=int(row.get("bytes") or 0),
-                      sha256=str(row.get("sha256") or ""))
+def acks_from_reports(reports: Iterable[TaskReport]) -> list[TaskAcknowledgement]:
+    """Group a round's :class:`~pipeline.checkpoint.report.TaskReport` s into one acknowledgement per subtask.
 
-
-def _opt_int(v: Any) -> int | None:
-    return None if v is None else int(v)
-
-
-def _deltas(raw: Any) -> tuple[FileHandle, ...]:
-    """The delta files of a state handle row (JSON text or a list of dicts; None: none)."""
-    if raw is None or raw == "":
-        return ()
-    items = json.loads(raw) if isinstance(raw, (str, bytes)) else raw
-    return tuple(FileHandle.from_dict(f) for f in items)
-
-
-def acks_from_rows(rows: Iterable[Mapping[str, Any] | Any]) -> list[TaskAcknowledgement]:
-    """Group flat handle rows (dicts or Spark ``Row``s) into one acknowledgement per subtask.
-
-    Order: by ``(operator, subtask)``; within a subtask, handles keep their row order.
+    Order: by ``(operator, subtask)``; within a subtask, handles keep their report order. Metrics of several
+    reports of the same subtask are combined: times take the max, ``in_rows`` the max (every report of a subtask
+    repeats it), the in-flight bytes are the channel files' bytes; ``mode`` is the one the driver's reports
+    name (``"mixed"`` if they differ, ``"aligned"`` if none does).
     """
     groups: dict[tuple[str, int], dict[str, Any]] = {}
-    for raw in rows:
-        row: Mapping[str, Any] = raw.asDict() if hasattr(raw, "asDict") else raw
-        uid = row.get("operator_uid", row.get("operator"))
-        if uid is None or row.get("subtask") is None:
-            raise CheckpointError(f"handle row without operator/subtask: {dict(row)!r}")
-        key = (str(uid), int(row["subtask"]))
+    for r in reports:
+        key = (r.operator_uid, r.subtask)
         g = groups.setdefault(key, {"state": [], "sink": {}, "channel": [], "m": {}, "modes": set()})
-        kind = str(row.get("kind") or "state")
-        name = str(row.get("name") or "")
-        fh = _opt_file(row)
-        if kind == "state":
-            g["state"].append(StateHandle(operator_uid=key[0], subtask=key[1], kg_start=int(row.get("kg_start") or 0),
-                                          kg_end=int(row["kg_end"]) if row.get("kg_end") is not None else -1,
-                                          name=name, file=fh, deltas=_deltas(row.get("deltas")),
-                                          state_rows=_opt_int(row.get("state_rows")) if fh else None,
-                                          persisted_bytes=_opt_int(row.get("persisted_bytes")) if fh else None))
-        elif kind == "output":
-            files = g["sink"].setdefault(name, [])
-            if fh is not None:
-                files.append(fh)
-        elif kind == "channel":
-            g["channel"].append(ChannelStateHandle(operator_uid=key[0], subtask=key[1], channel=name, file=fh))
-        elif kind != "ack":
-            raise CheckpointError(f"handle row of {key[0]}[{key[1]}] has unknown kind {kind!r}")
+        if r.kind is ReportKind.STATE:
+            g["state"].append(r.state)
+        elif r.kind is ReportKind.OUTPUT:
+            files = g["sink"].setdefault(r.name, [])
+            if r.file is not None:
+                files.append(r.file)
+        elif r.kind is ReportKind.CHANNEL:
+            g["channel"].append(r.channel_handle())
+            if r.file is not None:
+                g["m"]["inflight_bytes"] = g["m"].get("inflight_bytes", 0) + r.file.bytes
         m = g["m"]
         for t in ("sync_ms", "async_ms", "alignment_ms", "start_delay_ms", "in_rows", "ack_ts_ms"):
-            if row.get(t) is not None:
-                m[t] = max(m.get(t, 0), row[t])
-        if row.get("inflight_bytes") is not None:
-            m["inflight_bytes"] = m.get("inflight_bytes", 0) + int(row["inflight_bytes"])
-        if row.get("mode"):
-            g["modes"].add(str(row["mode"]))
+            m[t] = max(m.get(t, 0), getattr(r, t))
+        if r.mode:
+            g["modes"].add(r.mode)
     out = []
     for key in sorted(groups):
         g = groups[key]

@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from pipeline.barriers.events import CheckpointingMode, CheckpointType
-from pipeline.checkpoint.ack import AckResult, TaskAcknowledgement, acks_from_rows
+from pipeline.checkpoint.ack import AckResult, TaskAcknowledgement, acks_from_reports
 from pipeline.checkpoint.completed import CompletedCheckpoint
 from pipeline.checkpoint.failed import FailedCheckpointLog
 from pipeline.checkpoint.failure import CheckpointFailureReason as Reason
@@ -36,6 +36,7 @@ from pipeline.checkpoint.handles import ChannelStateHandle, FileHandle, Position
 from pipeline.checkpoint.ids import CheckpointIdCounter, default_runner_id
 from pipeline.checkpoint.metadata import iso_utc
 from pipeline.checkpoint.pending import PendingCheckpoint, PendingManifest, PendingState
+from pipeline.checkpoint.report import TaskReport
 from pipeline.checkpoint.stats import TaskMetrics
 from pipeline.checkpoint.store import DEFAULT_RETAINED, CompletedCheckpointStore
 from pipeline.exceptions import (
@@ -275,10 +276,11 @@ class CheckpointCoordinator:
             sink_files={t: tuple(f) for t, f in (sink_files or {}).items()},
             channel_state=tuple(channel_state), metrics=metrics or TaskMetrics()))
 
-    def receive_acknowledge_rows(self, checkpoint: PendingCheckpoint | int,
-                                 rows: Iterable[Mapping[str, Any] | Any]) -> dict[tuple[str, int], AckResult]:
-        """Deliver the handle rows collected from Spark tasks (see ``acks_from_rows``)."""
-        return {ack.task: self.receive_acknowledge(checkpoint, ack) for ack in acks_from_rows(rows)}
+    def receive_acknowledge_reports(self, checkpoint: PendingCheckpoint | int,
+                                    reports: Iterable[TaskReport]) -> dict[tuple[str, int], AckResult]:
+        """Deliver the task reports collected from Spark tasks, one acknowledgement per subtask
+        (see :func:`~pipeline.checkpoint.ack.acks_from_reports`)."""
+        return {ack.task: self.receive_acknowledge(checkpoint, ack) for ack in acks_from_reports(reports)}
 
     def decline(self, checkpoint: PendingCheckpoint | int, operator_uid: str, subtask: int, *,
                 reason: Reason = Reason.CHECKPOINT_DECLINED, cause: BaseException | None = None) -> None:

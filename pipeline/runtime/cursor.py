@@ -8,9 +8,9 @@ still to replay first; and the alignment driver continuing from it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
-from pipeline.checkpoint.handles import Position
+from pipeline.checkpoint.handles import ChannelStateHandle, FileHandle, Position, StateHandle
 from pipeline.checkpoint.metadata import CheckpointMetadata
 from pipeline.runtime.restore_guard import check_restore_point
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from pipeline.runtime.context import RuntimeContext
     from pipeline.runtime.results import RunReport
 
-__all__ = ["Cursor", "cursor_from_metadata", "handles_by_name", "restore_cursor"]
+__all__ = ["Cursor", "cursor_from_metadata", "handles_by_name", "files_by_channel", "restore_cursor"]
 
 
 @dataclass
@@ -28,9 +28,9 @@ class Cursor:
     checkpoint_id: int | None = None
     epoch: int | None = None
     positions: dict[str, dict[str, Position]] = field(default_factory=dict)  # source -> partition -> position
-    handles: dict[str, dict[str, list[dict]]] = field(default_factory=dict)  # uid -> state name -> handles
-    # unaligned channel state still to replay first (in-flight data between operators): uid -> file handles
-    inflight: dict[str, list[dict]] = field(default_factory=dict)
+    handles: dict[str, dict[str, list[StateHandle]]] = field(default_factory=dict)  # uid -> state name -> handles
+    # unaligned channel state still to replay first (in-flight data between operators): uid -> channel files
+    inflight: dict[str, list[ChannelStateHandle]] = field(default_factory=dict)
     align: object | None = None  # the AlignmentDriver continuing from this cursor (None: start a fresh one)
     inventory: dict = field(default_factory=dict)  # read inventory of the checkpoint (pipeline.source.contract)
     materialize: bool = False  # the next checkpoint writes every state whole (a restore: NO_CLAIM, docs/state.md)
@@ -40,30 +40,31 @@ class Cursor:
     inflight_low_epoch: int | None = None
 
 
-def handles_by_name(handles: list[dict]) -> dict[str, list[dict]]:
-    out: dict[str, list[dict]] = {}
+def handles_by_name(handles: Iterable[StateHandle]) -> dict[str, list[StateHandle]]:
+    """State handles grouped by state name (each operator task reads its states by name)."""
+    out: dict[str, list[StateHandle]] = {}
     for h in handles:
-        out.setdefault(str(h["name"]), []).append(h)
+        out.setdefault(h.name, []).append(h)
+    return out
+
+
+def files_by_channel(channels: Iterable[ChannelStateHandle]) -> dict[str, list[FileHandle]]:
+    """The files of in-flight channel state grouped by channel (the join replays ``left`` / ``right``)."""
+    out: dict[str, list[FileHandle]] = {}
+    for c in channels:
+        if c.file is not None:
+            out.setdefault(c.channel, []).append(c.file)
     return out
 
 
 def cursor_from_metadata(md: CheckpointMetadata) -> Cursor:
-    """The cursor a completed checkpoint restores to."""
-    handles: dict[str, dict[str, list[dict]]] = {}
-    for uid, hs in md.operators.items():
-        for h in hs:
-            handles.setdefault(uid, {}).setdefault(h.name, []).append(
-                {"uri": h.file.uri if h.file else None, "rows": h.file.rows if h.file else 0,
-                 "bytes": h.file.bytes if h.file else 0, "sha256": h.file.sha256 if h.file else None,
-                 "kg_start": h.kg_start, "kg_end": h.kg_end, "state_rows": h.rows,
-                 "deltas": [f.to_dict() for f in h.deltas] or None})
+    """The cursor a completed checkpoint restores to: its typed state handles as they are in ``_metadata``."""
+    handles = {uid: handles_by_name(hs) for uid, hs in md.operators.items()}
     positions = {s: dict(parts) for s, parts in md.positions.items()}
-    inflight: dict[str, list[dict]] = {}
+    inflight: dict[str, list[ChannelStateHandle]] = {}
     for c in md.channel_state:
         if c.file is not None:  # in-flight data between operators: replayed first
-            inflight.setdefault(c.operator_uid, []).append(
-                {"uri": c.file.uri, "rows": c.file.rows, "bytes": c.file.bytes, "sha256": c.file.sha256,
-                 "kg_start": 0, "kg_end": md.max_parallelism - 1, "name": c.channel})
+            inflight.setdefault(c.operator_uid, []).append(c)
         elif c.source is not None and c.partition is not None and c.start is not None:
             # in-flight data still in the source log: reading resumes at the start of its range
             positions.setdefault(c.source, {})[str(c.partition)] = c.start

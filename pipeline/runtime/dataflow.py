@@ -3,7 +3,8 @@
 Each stateful operator is one Spark job: its inputs (source splits read on the executors, or the files
 its upstream operator wrote this round) go through the stateless steps as Spark SQL, get a key group and
 a routing column, are shuffled so that partition i == subtask i, and are consumed by the operator task
-(:mod:`pipeline.runtime.operators`). The job's result is the small list of handle rows (the acks).
+(:mod:`pipeline.runtime.operators`). The job's result is the small list of the tasks' reports (the acks,
+decoded once by :mod:`pipeline.runtime.report_codec`).
 """
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import pyarrow as pa
 
 import pipeline.exceptions as exc_mod
 from pipeline.arrow_ddl import schema_ddl
+from pipeline.checkpoint.handles import FileHandle, StateHandle
+from pipeline.checkpoint.report import TaskReport
 from pipeline.exceptions import ConfigError
 from pipeline.fileio import file_io_for
 from pipeline.job import AggregateNode, Job, JoinNode, MapNode, SourceNode
@@ -26,10 +29,10 @@ from pipeline.runtime.operators import (
     HANDLE_DDL,
     AggTaskSpec,
     JoinTaskSpec,
-    handle_rows_to_dicts,
     make_agg_task,
     make_join_task,
 )
+from pipeline.runtime.report_codec import from_table
 from pipeline.runtime.round_params import task_params
 from pipeline.runtime.routing import shuffle_to_subtasks
 from pipeline.source.reader import META_FIELDS
@@ -168,16 +171,18 @@ class OperatorIO:
     checkpoint: str
     parallelism: int
     max_parallelism: int
-    parent_handles: dict          # {state name: [handle dicts]}
+    parent_handles: Mapping[str, Sequence[StateHandle]]  # {state name: the parent checkpoint's handles}
     state_prefix: str
     output_prefix: str
     output_name: str
     file_tag: str
     ttl_cutoff_us: int | None
     ack_prefix: str | None = None   # set: chained operator (rows flow on, acks written as objects)
-    replay_handles: dict | None = None  # join: {"left"/"right": [file handles]} in-flight data to replay first
+    replay_handles: Mapping[str, Sequence[FileHandle]] | None = None  # join: {"left"/"right": [files]} in-flight
+    #                                     data of the previous checkpoint to replay first
     channel_prefix: str | None = None   # join: where rows flagged ``_park`` are written as channel state
-    prior_output: tuple = ()            # upsert sink: output files staged in earlier rounds of this checkpoint
+    prior_output: tuple[tuple[int, FileHandle], ...] = ()  # upsert sink: (subtask, file) staged in earlier
+    #                                     rounds of this checkpoint
     bad_records: str = "dead_letter"    # plan-time: the bad-records policy (operators' declaration violations)
     dead_letter_root: str | None = None  # plan-time
     epoch: int = 0                      # window/process: the epoch being processed, its barrier time (µs) and
@@ -202,7 +207,7 @@ def rethrow_task_error(e: Exception) -> None:
 def operator_dataframe(spark, job: Job, op, inputs: dict[int, object], io: OperatorIO):
     """The (lazy) DataFrame of one stateful operator; ``inputs`` maps node id -> DataFrame of that node.
 
-    Terminal operator (``io.ack_prefix`` None): its rows are the handle rows (acks) of every subtask.
+    Terminal operator (``io.ack_prefix`` None): its rows are the task reports (acks) of every subtask.
     Chained operator: its rows are the operator's output, flowing into the next operator in the same
     Spark job; its acks are written by the tasks as objects under ``io.ack_prefix``.
     Returns ``(dataframe, output arrow schema)``.
@@ -325,10 +330,10 @@ def fresh_dataframe(spark, df):
     return DataFrame(jds, spark)
 
 
-def collect_handles(df) -> list[dict]:
-    """Run the Spark job ending in a terminal operator; returns its handle rows (small)."""
+def collect_handles(df) -> list[TaskReport]:
+    """Run the Spark job ending in a terminal operator; returns its tasks' reports (small), decoded once."""
     try:
-        rows = df.collect()
+        table = df.toArrow()
     except Exception as e:  # noqa: BLE001
         rethrow_task_error(e)
-    return handle_rows_to_dicts(rows)
+    return from_table(table)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Mapping, Sequence
 
 import pyarrow as pa
 
+from pipeline.checkpoint.handles import StateHandle
+from pipeline.checkpoint.report import ReportKind
 from pipeline.exceptions import ConfigError
 from pipeline.faults import fault_point
 from pipeline.fileio import file_io_for
@@ -16,21 +18,20 @@ from pipeline.keygroups import key_group_expr, range_for_subtask, subtask_expr
 from pipeline.operators.dedup import dedup_step
 from pipeline.operators.ttl import ROW_EPOCH
 from pipeline.runtime.dataflow import OperatorIO, arrow_schema_of, drop_internal, schema_ddl
-from pipeline.runtime.keyed_stores import KeyedStores, uses_keyed_stores
 from pipeline.runtime.operator_registry import register_operator
 from pipeline.runtime.operators import (
     HANDLE_DDL,
     _collect,
-    _handle,
     _round_spec,
     emit_handles,
     fill_row_epochs,
     subtask_of,
+    task_report,
 )
 from pipeline.runtime.routing import shuffle_to_subtasks, with_beacons
-from pipeline.state.backend import KG_COLUMN, read_state, write_table
+from pipeline.runtime.state_access import StateScope, StateSpec, open_state
+from pipeline.state.backend import KG_COLUMN, write_table
 from pipeline.state.changelog import TouchedKeys
-from pipeline.state.snapshot import write_state
 
 __all__ = ["DedupTaskSpec", "make_dedup_task", "dedup_dataframe"]
 
@@ -43,7 +44,7 @@ class DedupTaskSpec:
     in_schema: pa.Schema           # input columns (user columns + _ingest_ts)
     parallelism: int
     max_parallelism: int
-    parent_handles: dict           # {"keys": [...]}
+    parent_handles: Mapping[str, Sequence[StateHandle]]  # {"keys": [...]}
     state_prefix: str
     output_prefix: str
     output_name: str
@@ -71,40 +72,25 @@ def make_dedup_task(spec: DedupTaskSpec):
                              pa.field(KG_COLUMN, pa.int32())])
         ischema = spec.in_schema.append(pa.field(KG_COLUMN, pa.int32()))
         new = incoming.select(ischema.names).cast(ischema) if incoming is not None else ischema.empty_table()
-        stores = None
-        keys: tuple[bytes, ...] = ()
-        if uses_keyed_stores(spec.snapshot):  # keyed stores: only the held keys of this round's input are read
-            stores = KeyedStores(snapshot=spec.snapshot or {}, uid=spec.uid, key=spec.key, kgr=kgr,
-                                 states={"keys": (sschema, "_ingest_ts")}, parent_handles=spec.parent_handles,
-                                 fileio=fio, checkpoint=spec.checkpoint)
-            keys = stores.touched([new], spec.ttl_cutoff_us)
-            state = held = stores.get("keys", keys)
-        else:
-            state = read_state(fio, spec.parent_handles.get("keys", []), kgr.start, kgr.end, sschema,
-                               spec.checkpoint)
-        restored = state.num_rows
-        if ROW_EPOCH in new.column_names:
-            new = fill_row_epochs(new, default=spec.epoch, epoch_us=spec.epoch_us)
-        cutoff = (pa.scalar(spec.ttl_cutoff_us, pa.timestamp("us", tz="UTC"))
-                  if spec.ttl_cutoff_us is not None else None)
-        res = dedup_step(state, new, key=spec.key, cutoff=cutoff, state_columns=sschema.names,
-                         ttl_us=spec.ttl_us if spec.epoch_us else None, epoch_us=spec.epoch_us or None)
-        out = res.output.select(spec.in_schema.names)
-        user = spec.user_schema or spec.in_schema
-        sync_ms = (time.perf_counter() - t0) * 1000
-        fault_point("writing_state")
-        t1 = time.perf_counter()
-        touched = (new[spec.key],) + ((res.expired_keys,) if res.expired_keys is not None else ())
-        if stores is not None:
-            try:
-                fh = stores.commit("keys", keys, held, res.state, cutoff_us=spec.ttl_cutoff_us,
-                                   state_prefix=spec.state_prefix, snapshot=spec.snapshot)
-            finally:
-                stores.close()
-        else:
-            fh = write_state(fio, spec.state_prefix, "keys", kgr.start, kgr.end, res.state,
-                             spec.parent_handles.get("keys", []), spec.snapshot, spec.checkpoint,
-                             touched=TouchedKeys(spec.key, touched))
+        scope = StateScope(spec.uid, subtask, kgr, spec.key, spec.checkpoint, spec.state_prefix,
+                           {"keys": StateSpec(sschema, "_ingest_ts")}, spec.parent_handles, spec.snapshot,
+                           spec.ttl_cutoff_us)
+        with open_state(scope, fio) as access:  # heap: the range's whole state; rocksdb: this round's keys
+            state = access.read([new])["keys"]
+            restored = state.num_rows
+            if ROW_EPOCH in new.column_names:
+                new = fill_row_epochs(new, default=spec.epoch, epoch_us=spec.epoch_us)
+            cutoff = (pa.scalar(spec.ttl_cutoff_us, pa.timestamp("us", tz="UTC"))
+                      if spec.ttl_cutoff_us is not None else None)
+            res = dedup_step(state, new, key=spec.key, cutoff=cutoff, state_columns=sschema.names,
+                             ttl_us=spec.ttl_us if spec.epoch_us else None, epoch_us=spec.epoch_us or None)
+            out = res.output.select(spec.in_schema.names)
+            user = spec.user_schema or spec.in_schema
+            sync_ms = (time.perf_counter() - t0) * 1000
+            fault_point("writing_state")
+            t1 = time.perf_counter()
+            touched = (new[spec.key],) + ((res.expired_keys,) if res.expired_keys is not None else ())
+            sh = access.write("keys", res.state, TouchedKeys(spec.key, touched))
         t_out = time.perf_counter()
         ofh = None
         if spec.ack_prefix is None and out.num_rows:
@@ -113,12 +99,13 @@ def make_dedup_task(spec: DedupTaskSpec):
         async_ms = (t_out - t1) * 1000
         sync_ms += (time.perf_counter() - t_out) * 1000
         n = new.num_rows
-        rows = [_handle("state", spec.uid, "keys", subtask, kgr, fh, n, restored, res.expired, sync_ms, async_ms),
-                _handle("output", spec.uid, spec.output_name, subtask, kgr, ofh, n, restored, res.expired, sync_ms,
-                        async_ms),
-                _handle("dropped", spec.uid, "dropped", subtask, kgr,
-                        {"uri": None, "rows": res.dropped, "bytes": 0, "sha256": None}, n, restored, res.expired)]
-        yield from emit_handles(rows, out, spec.in_schema, fio, spec.ack_prefix, subtask)
+        figures = dict(in_rows=n, restored=restored, expired=res.expired)
+        reports = [task_report(ReportKind.STATE, spec.uid, "keys", subtask, kgr, sh, sync_ms=sync_ms,
+                               async_ms=async_ms, **figures),
+                   task_report(ReportKind.OUTPUT, spec.uid, spec.output_name, subtask, kgr, ofh, sync_ms=sync_ms,
+                               async_ms=async_ms, **figures),
+                   task_report(ReportKind.DROPPED, spec.uid, "dropped", subtask, kgr, res.dropped, **figures)]
+        yield from emit_handles(reports, out, spec.in_schema, fio, spec.ack_prefix, subtask)
 
     return task
 

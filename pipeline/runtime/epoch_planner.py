@@ -83,7 +83,7 @@ class EpochPlanner:
                 start = cursor.positions.get(src, {}).get(str(p), Position(seq=0, row=0))
                 n += count_rows(ss, start, end_position(ss))
                 n += sum(1 for s in ss if s.corrupt and s.seq >= start.seq)
-        return n + sum(h["rows"] for hs in cursor.inflight.values() for h in hs)
+        return n + sum(c.file.rows for cs in cursor.inflight.values() for c in cs if c.file is not None)
 
     def next_unread_epoch(self, cursor: Cursor, summaries) -> int | None:
         """Epoch of the earliest unread row (file-level lower bound)."""

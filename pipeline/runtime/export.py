@@ -32,6 +32,7 @@ from typing import Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.checkpoint.handles import StateHandle
 from pipeline.exceptions import ConfigError, StorageError
 from pipeline.fileio import file_io_for, join_uri
 from pipeline.fileio import file_io_for as fio_for
@@ -270,16 +271,14 @@ def chains_dataframe(spark, handles, schema: pa.Schema, what: str):
     import json
 
     out_schema = schema.append(pa.field("_txn", pa.int64()))
-    items = [(json.dumps({"uri": h.file.uri, "rows": h.file.rows, "bytes": h.file.bytes, "sha256": h.file.sha256,
-                          "deltas": [f.to_dict() for f in h.deltas], "state_rows": h.rows}), h.subtask)
-             for h in handles if h.file is not None]
+    items = [(json.dumps(h.to_dict()), h.subtask) for h in handles if h.file is not None]
     n = max(1, min(len(items), 16))
 
     def read(batches):
         for b in batches:
             for task in b.column(0).to_pylist():
                 for hj, sub in items[task::n]:
-                    chain = StateChain.from_handle(json.loads(hj))
+                    chain = StateChain.of(StateHandle.from_dict(json.loads(hj)))
                     assert chain is not None
                     t = load_chain(file_io_for(chain.base.uri), chain, what, warm=False)
                     t = t.select(schema.names).cast(schema)

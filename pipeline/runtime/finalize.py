@@ -27,6 +27,7 @@ from typing import Callable
 from pipeline.barriers.events import CheckpointType
 from pipeline.checkpoint.handles import ChannelStateHandle
 from pipeline.checkpoint.metadata import CheckpointMetadata
+from pipeline.checkpoint.report import ReportKind, TaskReport
 from pipeline.exceptions import EpochalError
 from pipeline.faults import fault_point
 from pipeline.job import JoinNode
@@ -52,7 +53,8 @@ class CheckpointFinalizer:
         self.listeners: list[CheckpointListener] = listeners if listeners is not None else []
         self.last_location: str | None = None
 
-    def finish(self, pending, snap, working: Cursor, rows: list[dict], staged: dict, results: list[RoundResult],
+    def finish(self, pending, snap, working: Cursor, rows: list[TaskReport], staged: dict[str, list[TaskReport]],
+               results: list[RoundResult],
                dead_letters: dict, summaries, expected: dict, P: int, *, last_round: int, t0: float,
                records: dict | None = None, backlog: dict | None = None,
                dropped: dict | None = None, low_epoch: int | None = None,
@@ -70,17 +72,14 @@ class CheckpointFinalizer:
         # Step 1: acknowledge - the snapshot round's handles of every subtask, alignment metrics at the join
         joins = [o.uid for o in job.operators() if isinstance(o, JoinNode)]
         align_uid = joins[0] if joins else job.operator_uids()[0]
-        chan_rows = [h for h in rows if h["kind"] == "channel"]
-        acks = []
-        for uid in expected:
-            for sub in range(P):
-                a = {"kind": "ack", "operator": uid, "subtask": sub, "mode": snap.mode}
-                if uid == align_uid:
-                    a.update(alignment_ms=snap.alignment_ms, start_delay_ms=snap.start_delay_ms)
-                acks.append(a)
-        final_rows = [h for h in rows if h["kind"] == "state"] + chan_rows + [
-            {**h, "kind": "output"} for t in staged for h in staged[t]] + acks
-        ctx.coordinator.receive_acknowledge_rows(pending, final_rows)
+        chan_rows = [r for r in rows if r.kind is ReportKind.CHANNEL]
+        acks = [TaskReport(ReportKind.ACK, uid, sub, "", mode=snap.mode,
+                           **({"alignment_ms": snap.alignment_ms, "start_delay_ms": snap.start_delay_ms}
+                              if uid == align_uid else {}))
+                for uid in expected for sub in range(P)]
+        final = ([r for r in rows if r.kind is ReportKind.STATE] + chan_rows
+                 + [r for t in staged for r in staged[t]] + acks)
+        ctx.coordinator.receive_acknowledge_reports(pending, final)
         fault_point("after_state_before_metadata")
 
         # Step 2: the restore point - positions, channel state ranges, post-barrier records (at-least-once)
@@ -105,8 +104,8 @@ class CheckpointFinalizer:
             "switched_to_unaligned": t.switched_to_unaligned, "first_barrier_round": snap.first_barrier_round,
             "snapshot_round": last_round, "between_rounds": snap.at_round_start, "alignment_ms": snap.alignment_ms,
             "start_delay_ms": snap.start_delay_ms, "inflight_files": len(chan_rows),
-            "inflight_rows": sum(int(h["rows"] or 0) for h in chan_rows),
-            "inflight_bytes": sum(int(h["bytes"] or 0) for h in chan_rows),
+            "inflight_rows": sum(r.rows for r in chan_rows),
+            "inflight_bytes": sum(r.bytes for r in chan_rows),
             "inflight_ranges": [{"channel": channel_name(ch), "start": a.to_dict(), "end": b.to_dict() if b else None}
                                 for ch, a, b in snap.ranges],
             "lagging": [channel_name(ch) for ch in snap.lagging], "post_barrier_records": post_barrier}

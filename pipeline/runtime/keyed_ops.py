@@ -3,7 +3,7 @@
 Both follow the pattern of :mod:`pipeline.runtime.operators`: the input gets a key group and a subtask, is
 shuffled so that Spark partition ``i`` is subtask ``i``, and the task (pyarrow, vectorised) restores its key
 groups, runs the pure step (:func:`pipeline.windows.window_step`, :func:`pipeline.process_op.process_step`),
-writes its snapshot and output and returns handle rows (its acknowledgement).
+writes its snapshot and output and returns its task reports (its acknowledgement).
 
 Window watermark (docs/windows.md "Runtime"): before the shuffle every upstream Spark task appends, for each
 channel it saw, one *marker row* per subtask carrying that channel's highest event time, as Flink broadcasts
@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.barriers.events import CheckpointingMode
+from pipeline.checkpoint.handles import FileHandle, StateHandle
+from pipeline.checkpoint.report import ReportKind
 from pipeline.exceptions import ConfigError, MalformedInputError
 from pipeline.faults import fault_point
 from pipeline.fileio import file_io_for
@@ -30,7 +32,7 @@ from pipeline.keygroups import key_group_expr, range_for_subtask, subtask_expr
 from pipeline.process_op import TOUCHED, process_step
 from pipeline.runtime.dataflow import arrow_schema_of, schema_ddl
 from pipeline.runtime.operator_registry import register_operator
-from pipeline.runtime.operators import HANDLE_DDL, _collect, _emit, _handle, _round_spec, subtask_of
+from pipeline.runtime.operators import HANDLE_DDL, _collect, _emit, _round_spec, subtask_of, task_report
 from pipeline.runtime.routing import shuffle_to_subtasks, with_beacons
 from pipeline.state.backend import KG_COLUMN, read_state, write_table
 from pipeline.state.snapshot import write_state
@@ -83,7 +85,7 @@ class WindowTaskSpec:
     input_schema: pa.Schema        # the window's input rows as the task receives them (with _kg)
     parallelism: int
     max_parallelism: int
-    parent_handles: dict           # {"win": [...], "wm": [...]}
+    parent_handles: Mapping[str, Sequence[StateHandle]]  # {"win": [...], "wm": [...]}
     state_prefix: str
     output_prefix: str
     output_name: str
@@ -115,7 +117,7 @@ def _wm_table(state: WatermarkState, obs: dict[str, int]) -> pa.Table:
     return t
 
 
-def _write_dead_letters(fio, prefix: str, name: str, late: pa.Table, bad: pa.Table, wm_us) -> dict | None:
+def _write_dead_letters(fio, prefix: str, name: str, late: pa.Table, bad: pa.Table, wm_us) -> FileHandle | None:
     parts = []
     if late.num_rows:
         parts.append(late.append_column("_reason", pa.array(["late"] * late.num_rows, pa.string())))
@@ -145,9 +147,9 @@ def make_window_task(spec: WindowTaskSpec):
         fio = file_io_for(spec.state_prefix)
         w = spec.window
         sschema = state_schema(w, spec.input_schema).append(pa.field(KG_COLUMN, pa.int32()))
-        state = read_state(fio, spec.parent_handles.get("win", []), kgr.start, kgr.end, sschema, spec.checkpoint)
+        state = read_state(fio, spec.parent_handles.get("win", ()), kgr.start, kgr.end, sschema, spec.checkpoint)
         restored = state.num_rows
-        wm_rows = read_state(fio, spec.parent_handles.get("wm", []), *_ALL_KG, WATERMARK_SCHEMA, spec.checkpoint)
+        wm_rows = read_state(fio, spec.parent_handles.get("wm", ()), *_ALL_KG, WATERMARK_SCHEMA, spec.checkpoint)
         wm_rows, seen = _split_wm(wm_rows)
         wm = WatermarkState.from_table(wm_rows, spec.checkpoint)
         rows = None
@@ -176,10 +178,13 @@ def make_window_task(spec: WindowTaskSpec):
         sync_ms = (time.perf_counter() - t0) * 1000
         fault_point("writing_state")
         t1 = time.perf_counter()
-        fh = write_state(fio, spec.state_prefix, "win", kgr.start, kgr.end, res.state,
-                         spec.parent_handles.get("win", []), spec.snapshot, spec.checkpoint)
+        sh = write_state(fio, spec.state_prefix, "win", kgr.start, kgr.end, res.state,
+                         spec.parent_handles.get("win", ()), spec.snapshot, spec.checkpoint, uid=spec.uid,
+                         subtask=subtask)
         wfh = (write_table(fio, f"{spec.state_prefix}/wm/wm.parquet", _wm_table(new_wm, obs_left))
                if subtask == 0 else None)
+        wsh = StateHandle(operator_uid=spec.uid, subtask=subtask, kg_start=kgr.start, kg_end=kgr.end, name="wm",
+                          file=wfh)
         async_ms = (time.perf_counter() - t1) * 1000
         t_out = time.perf_counter()
         ofh = None
@@ -190,10 +195,10 @@ def make_window_task(spec: WindowTaskSpec):
             f"{spec.file_tag}-kg-{kgr.start:05d}-{kgr.end:05d}", res.late, res.bad, wm.watermark_us)
         sync_ms += (time.perf_counter() - t_out) * 1000
         name = late_dead_letter_name(spec.uid)
-        handles = [("state", "win", fh), ("state", "wm", wfh), ("output", spec.output_name, ofh),
-                   ("dead_letter", name, dfh)]
-        rows_out = [_handle(kind, spec.uid, nm, subtask, kgr, h, in_rows, restored, 0, sync_ms, async_ms)
-                    for kind, nm, h in handles]
+        handles = [(ReportKind.STATE, "win", sh), (ReportKind.STATE, "wm", wsh),
+                   (ReportKind.OUTPUT, spec.output_name, ofh), (ReportKind.DEAD_LETTER, name, dfh)]
+        rows_out = [task_report(kind, spec.uid, nm, subtask, kgr, h, in_rows=in_rows, restored=restored,
+                                sync_ms=sync_ms, async_ms=async_ms) for kind, nm, h in handles]
         if spec.flow_schema is not None:  # rows flowing on belong to this epoch: their _ingest_ts is inside it
             out = out.append_column("_ingest_ts", pa.array([spec.barrier_us - 1] * out.num_rows, pa.int64()).cast(
                 pa.timestamp("us", tz="UTC")))
@@ -293,7 +298,7 @@ class ProcessTaskSpec:
     ttl_seconds: int | None
     parallelism: int
     max_parallelism: int
-    parent_handles: dict           # {"proc": [...]}
+    parent_handles: Mapping[str, Sequence[StateHandle]]  # {"proc": [...]}
     state_prefix: str
     output_prefix: str
     output_name: str
@@ -315,7 +320,7 @@ def make_process_task(spec: ProcessTaskSpec):
         kgr = range_for_subtask(spec.max_parallelism, spec.parallelism, subtask)
         fio = file_io_for(spec.state_prefix)
         sschema = spec.state_schema.append(pa.field(TOUCHED, pa.int64())).append(pa.field(KG_COLUMN, pa.int32()))
-        state = read_state(fio, spec.parent_handles.get("proc", []), kgr.start, kgr.end, sschema, spec.checkpoint)
+        state = read_state(fio, spec.parent_handles.get("proc", ()), kgr.start, kgr.end, sschema, spec.checkpoint)
         restored = state.num_rows
         rows = kgs = None
         if incoming is not None:
@@ -333,8 +338,9 @@ def make_process_task(spec: ProcessTaskSpec):
         fault_point("writing_state")
         t1 = time.perf_counter()
         st = res.state.select(sschema.names).cast(sschema)
-        fh = write_state(fio, spec.state_prefix, "proc", kgr.start, kgr.end, st,
-                         spec.parent_handles.get("proc", []), spec.snapshot, spec.checkpoint)
+        sh = write_state(fio, spec.state_prefix, "proc", kgr.start, kgr.end, st,
+                         spec.parent_handles.get("proc", ()), spec.snapshot, spec.checkpoint, uid=spec.uid,
+                         subtask=subtask)
         async_ms = (time.perf_counter() - t1) * 1000
         t_out = time.perf_counter()
         out = res.output
@@ -342,9 +348,10 @@ def make_process_task(spec: ProcessTaskSpec):
                if out.num_rows else None)
         sync_ms += (time.perf_counter() - t_out) * 1000
         n_in = 0 if rows is None else rows.num_rows
-        handles = [("state", "proc", fh), ("output", spec.output_name, ofh)]
-        yield from _emit([_handle(kind, spec.uid, nm, subtask, kgr, h, n_in, restored, res.expired, sync_ms,
-                                  async_ms) for kind, nm, h in handles],
+        handles = [(ReportKind.STATE, "proc", sh), (ReportKind.OUTPUT, spec.output_name, ofh)]
+        yield from _emit([task_report(kind, spec.uid, nm, subtask, kgr, h, in_rows=n_in, restored=restored,
+                                      expired=res.expired, sync_ms=sync_ms, async_ms=async_ms)
+                          for kind, nm, h in handles],
                          out, spec.output_schema, fio, spec.ack_prefix, subtask)
 
     return task

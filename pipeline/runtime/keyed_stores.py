@@ -1,4 +1,5 @@
-"""Operator state on keyed stores (``PIPELINE_STATE_BACKEND=rocksdb``, :mod:`pipeline.state.keyed_store`).
+"""The rocksdb backend of the state-access port (``PIPELINE_STATE_BACKEND=rocksdb``, :mod:`pipeline.state.keyed_store`;
+the port: :mod:`pipeline.runtime.state_access`).
 
 Per round and subtask, instead of restoring the whole state of the key-group range:
 
@@ -23,51 +24,73 @@ from typing import Mapping, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.keygroups import KeyGroupRange
+from pipeline.checkpoint.handles import StateHandle
 from pipeline.operators.ttl import ROW_EPOCH
+from pipeline.runtime.state_access import AccessGuard, StateScope, register_backend
 from pipeline.state.backend import KG_COLUMN
-from pipeline.state.changelog import OP_COLUMN, diff
+from pipeline.state.changelog import OP_COLUMN, TouchedKeys, diff
 from pipeline.state.keyed_store import KeyedStateStore, StoreLocation, row_keys
 from pipeline.state.snapshot import parent_chain_version, write_state_changes
 
-__all__ = ["KeyedStores", "uses_keyed_stores"]
-
-
-def uses_keyed_stores(snapshot: Mapping | None) -> bool:
-    """Whether the round's snapshot options (the ``snapshot`` round field) select the rocksdb backend."""
-    return bool(snapshot) and (snapshot or {}).get("backend") == "rocksdb"
+__all__ = ["KeyedStores"]
 
 
 class KeyedStores:
-    """The keyed stores of one operator subtask for one round (open from construction to :meth:`close`).
-    ``states``: state name -> (row schema, time column of its TTL index or None)."""
+    """The keyed stores of one operator subtask for one round (open from construction to :meth:`close`): the
+    rocksdb implementation of :class:`~pipeline.runtime.state_access.StateAccess`."""
 
-    def __init__(self, *, snapshot: Mapping, uid: str, key: str, kgr: KeyGroupRange,
-                 states: Mapping[str, tuple[pa.Schema, str | None]], parent_handles: Mapping[str, list], fileio,
-                 checkpoint: str) -> None:
-        job = str(snapshot.get("job_root") or "")
-        self.kgr, self.key, self.checkpoint, self.fileio = kgr, key, checkpoint, fileio
-        self.schemas = {n: s for n, (s, _) in states.items()}
-        self.parent = {n: list(parent_handles.get(n, [])) for n in states}
+    def __init__(self, scope: StateScope, fileio) -> None:
+        self.scope, self.guard = scope, AccessGuard(scope)
+        job = str((scope.snapshot or {}).get("job_root") or "")
+        kgr = scope.kgr
+        self.kgr, self.key, self.checkpoint, self.fileio = kgr, scope.key, scope.checkpoint, fileio
+        self.schemas = {n: spec.schema for n, spec in scope.states.items()}
+        self.parent = {n: tuple(scope.parent.get(n, ())) for n in scope.states}
         self.stores: dict[str, KeyedStateStore] = {}
         self.rebuilt: dict[str, int] = {}
+        self.keys: tuple[bytes, ...] = ()
+        self.held: dict[str, pa.Table] = {}
         try:
-            for name, (schema, time_column) in states.items():
-                loc = StoreLocation(job, uid, name, kgr.start, kgr.end)
-                st = KeyedStateStore(loc.path(), schema, key, KG_COLUMN, time_column)
+            for name, spec in scope.states.items():
+                schema = spec.schema
+                loc = StoreLocation(job, scope.uid, name, kgr.start, kgr.end)
+                st = KeyedStateStore(loc.path(), schema, scope.key, KG_COLUMN, spec.time_column)
                 self.stores[name] = st
                 want = parent_chain_version(self.parent[name], kgr.start, kgr.end)
                 if want is None or st.version != want:
                     optional = (ROW_EPOCH,) if ROW_EPOCH in schema.names else ()
-                    self.rebuilt[name] = st.rebuild(fileio, self.parent[name], checkpoint, optional=optional)
+                    self.rebuilt[name] = st.rebuild(fileio, self.parent[name], scope.checkpoint, optional=optional)
         except BaseException:
             self.close()
             raise
 
+    # -- the port -----------------------------------------------------------------------------------
+    def read(self, inputs: Sequence[pa.Table]) -> dict[str, pa.Table]:
+        """The held rows of the round's keys: those of the ``inputs`` rows and those expiring below the cutoff."""
+        self.guard.reading()
+        self.keys = self.touched(inputs, self.scope.cutoff_us)
+        self.held = {name: self.get(name, self.keys) for name in self.stores}
+        return dict(self.held)
+
+    def write(self, name: str, new: pa.Table, touched: TouchedKeys | None = None) -> StateHandle:
+        """``new``: the rows of the round's keys (``touched`` is not needed: the store knows the round's keys)."""
+        self.guard.writing(name)
+        return self.commit(name, self.keys, self.held[name], new, cutoff_us=self.scope.cutoff_us,
+                           state_prefix=self.scope.state_prefix, snapshot=self.scope.snapshot)
+
     def close(self) -> None:
+        self.guard.closing()
         for st in self.stores.values():
             st.close()
         self.stores.clear()
+
+    def __enter__(self) -> "KeyedStores":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the store operations -------------------------------------------------------------------------
 
     def touched(self, inputs: Sequence[pa.Table], cutoff_us: int | None) -> tuple[bytes, ...]:
         """The keys of the ``inputs`` rows (each with the key and ``_kg`` columns) and, with a cutoff, the keys
@@ -87,20 +110,29 @@ class KeyedStores:
         return self.stores[name].get(keys)
 
     def commit(self, name: str, keys: Sequence[bytes], old: pa.Table, new: pa.Table, *, cutoff_us: int | None,
-               state_prefix: str, snapshot: Mapping | None) -> dict | None:
+               state_prefix: str, snapshot: Mapping | None) -> StateHandle:
         """State ``name``'s rows of ``keys`` go from ``old`` (as read) to ``new``: write the change to the store,
         snapshot it (a delta, or a base streamed from the store), record the new version; the handle."""
         schema = self.schemas[name]
         new = new.select(schema.names).cast(schema)
         delta = _delta(old.select(schema.names).cast(schema), new, self.key)
-        net = sum(1 if o > 0 else -1 for o in delta[OP_COLUMN].to_pylist()) if delta.num_rows else 0
+        net = _net_rows(delta)
         st = self.stores[name]
         rows = st.rows + net
         st.apply(keys, new, rows=rows, expired_below_us=cutoff_us)
-        fh, version = write_state_changes(self.fileio, state_prefix, name, self.kgr.start, self.kgr.end, delta,
-                                          rows, self.parent[name], snapshot, self.checkpoint, st.scan, schema)
+        handle, version = write_state_changes(self.fileio, state_prefix, name, self.kgr.start, self.kgr.end, delta,
+                                              rows, self.parent[name], snapshot, self.checkpoint, st.scan, schema,
+                                              uid=self.scope.uid, subtask=self.scope.subtask)
         st.set_version(version)
-        return fh
+        return handle
+
+
+def _net_rows(delta: pa.Table) -> int:
+    """The net row change of a changelog: its inserts (``_op`` > 0) minus its deletes (vectorised)."""
+    if not delta.num_rows:
+        return 0
+    inserts = pc.sum(pc.greater(delta[OP_COLUMN], 0).cast(pa.int64())).as_py() or 0
+    return 2 * inserts - delta.num_rows
 
 
 def _delta(old: pa.Table, new: pa.Table, key: str) -> pa.Table:
@@ -115,3 +147,6 @@ def _delta(old: pa.Table, new: pa.Table, key: str) -> pa.Table:
     if not fresh.num_rows:
         return d
     return pa.concat_tables([d, fresh.append_column(OP_COLUMN, pa.array([1] * fresh.num_rows, pa.int8()))])
+
+
+register_backend("rocksdb", KeyedStores)

@@ -12,12 +12,13 @@ An operator is two things:
   parent state handles, TTL cutoff, ack prefix). The builder keys and shuffles its input
   (:func:`pipeline.keygroups.key_group_expr`, :func:`pipeline.runtime.routing.shuffle_to_subtasks`) and maps
   each partition with a task that restores the subtask's key groups, calls a pure kernel
-  (:mod:`pipeline.operators`), writes state/output and yields handle rows
+  (:mod:`pipeline.operators`), writes state/output and yields its task reports
   (:func:`pipeline.runtime.operators.emit_handles`).
 
-Handle rows are the acknowledgement. Kinds: ``state`` (one per state name), ``output``, ``channel``
-(unaligned in-flight data), ``dead_letter`` (``rows`` counted in the checkpoint's ``dead_letters`` under
-``operator=<uid>``) and ``dropped`` (``rows`` counted in the checkpoint's ``dropped`` stats per operator).
+Task reports (:class:`~pipeline.checkpoint.report.TaskReport`) are the acknowledgement. Kinds: ``STATE`` (one per
+state name), ``OUTPUT``, ``CHANNEL`` (unaligned in-flight data), ``DEAD_LETTER`` (its rows counted in the
+checkpoint's ``dead_letters`` under ``operator=<uid>``) and ``DROPPED`` (``count``, in the checkpoint's ``dropped``
+stats per operator).
 See ``docs/operators.md`` ("Adding an operator").
 """
 from __future__ import annotations

@@ -3,60 +3,46 @@
 After the shuffle, Spark partition ``i`` holds exactly the records of operator subtask ``i`` (see
 :mod:`pipeline.runtime.routing`). The task restores its key-group range from the parent checkpoint's
 state files (checksums verified), processes the round's records, writes its new state snapshot and its
-output rows (staged sink / exchange files), and yields one *handle row* per file written. Those handle
-rows are the task's acknowledgement; nothing but handles travels to the driver.
+output rows (staged sink / exchange files), and yields one typed *report* per handle
+(:class:`~pipeline.checkpoint.report.TaskReport`, encoded once by :mod:`pipeline.runtime.report_codec`). Those
+reports are the task's acknowledgement; nothing but handles travels to the driver. State is read and written
+through the state-access port (:mod:`pipeline.runtime.state_access`), one code path for both backends.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.arrow_ddl import schema_ddl
+from pipeline.checkpoint.handles import FileHandle, StateHandle
+from pipeline.checkpoint.report import ReportKind, TaskReport
 from pipeline.exceptions import AggregateOverflowError, MalformedInputError
 from pipeline.faults import fault_point
 from pipeline.fileio import file_io_for
-from pipeline.keygroups import range_for_subtask
+from pipeline.keygroups import KeyGroupRange, range_for_subtask
 from pipeline.operators.join import MATCHED, JoinType, Uniqueness, join_step
 from pipeline.operators.ttl import ROW_EPOCH, micros
-from pipeline.runtime.keyed_stores import KeyedStores, uses_keyed_stores
+
+# the state backends register themselves with the state-access port (pipeline.runtime.state_access)
+from pipeline.runtime import heap_state as _heap_backend  # noqa: F401
+from pipeline.runtime import keyed_stores as _rocksdb_backend  # noqa: F401
+from pipeline.runtime.report_codec import REPORT_DDL, to_batch, to_ipc
 from pipeline.runtime.round_params import apply_params, operator_key, task_params
 from pipeline.runtime.routing import BEACON
+from pipeline.runtime.state_access import StateScope, StateSpec, open_state
 from pipeline.source._formats import json_default
-from pipeline.state.backend import KG_COLUMN, read_state, write_table
+from pipeline.state.backend import KG_COLUMN, read_files, write_table
 from pipeline.state.changelog import TouchedKeys
-from pipeline.state.snapshot import write_state
 
-__all__ = ["EXACT_SUM", "HANDLE_SCHEMA", "JoinTaskSpec", "AggTaskSpec", "make_join_task", "make_agg_task",
-           "handle_rows_to_dicts"]
+__all__ = ["EXACT_SUM", "HANDLE_DDL", "JoinTaskSpec", "AggTaskSpec", "make_join_task", "make_agg_task",
+           "task_report"]
 
 EXACT_SUM = pa.decimal128(38, 9)  # state type of floating-point sums (order-independent, exact)
 
-HANDLE_SCHEMA = pa.schema([
-    ("kind", pa.string()),        # "state" | "output"
-    ("operator", pa.string()),
-    ("name", pa.string()),        # state name (left/right/agg) or output table
-    ("subtask", pa.int32()),
-    ("kg_start", pa.int32()),
-    ("kg_end", pa.int32()),
-    ("uri", pa.string()),         # null: nothing to write (empty)
-    ("rows", pa.int64()),
-    ("bytes", pa.int64()),
-    ("sha256", pa.string()),
-    ("in_rows", pa.int64()),      # records processed by the subtask this round
-    ("restored_rows", pa.int64()),
-    ("expired_rows", pa.int64()),
-    ("sync_ms", pa.float64()),    # restore + processing + staging the sink output ("synchronous part")
-    ("async_ms", pa.float64()),   # state snapshot upload: state + channel state files ("asynchronous part")
-    ("ack_ts_ms", pa.float64()),  # wall clock (Unix ms) when the subtask acknowledged (per-subtask ack time)
-    ("deltas", pa.string()),      # state: the chain's delta files (JSON list; null: base only), pipeline.state.chain
-    ("state_rows", pa.int64()),   # state: rows of the state the chain represents
-    ("persisted_bytes", pa.int64()),  # state: bytes of the chain's files this checkpoint wrote
-])
-HANDLE_DDL = schema_ddl(HANDLE_SCHEMA)
+HANDLE_DDL = REPORT_DDL  # the result of a terminal operator task: its reports (pipeline.runtime.report_codec)
 
 
 def _partition_id() -> int:
@@ -78,28 +64,31 @@ def subtask_of(incoming: pa.Table | None) -> tuple[int, pa.Table | None]:
     return int(b["_subtask"][0].as_py()), (rest if rest.num_rows else None)
 
 
-def _handle(kind, op, name, subtask, kgr, fh, in_rows=0, restored=0, expired=0, sync_ms=0.0, async_ms=0.0):
-    fh = fh or {"uri": None, "rows": 0, "bytes": 0, "sha256": None}
-    return {"kind": kind, "operator": op, "name": name, "subtask": subtask, "kg_start": kgr.start,
-            "kg_end": kgr.end, "uri": fh["uri"], "rows": fh["rows"], "bytes": fh["bytes"],
-            "sha256": fh["sha256"], "in_rows": in_rows, "restored_rows": restored, "expired_rows": expired,
-            "sync_ms": sync_ms, "async_ms": async_ms, "ack_ts_ms": time.time() * 1000.0,
-            "deltas": fh.get("deltas"), "state_rows": fh.get("state_rows"), "persisted_bytes": fh.get("persisted_bytes")}
+def task_report(kind: ReportKind, uid: str, name: str, subtask: int, kgr: KeyGroupRange,
+                what: StateHandle | FileHandle | int | None = None, *, in_rows: int = 0, restored: int = 0,
+                expired: int = 0, sync_ms: float = 0.0, async_ms: float = 0.0) -> TaskReport:
+    """One report of a task (see :mod:`pipeline.checkpoint.report`): ``what`` is the state handle (STATE), the
+    file written or None (OUTPUT, CHANNEL, DEAD_LETTER) or the count (DROPPED); acknowledged now."""
+    if isinstance(what, StateHandle):
+        uid, subtask, name, kg_start, kg_end = what.operator_uid, what.subtask, what.name, what.kg_start, what.kg_end
+    else:
+        kg_start, kg_end = kgr.start, kgr.end
+    return TaskReport(kind, uid, subtask, name, kg_start, kg_end,
+                      state=what if isinstance(what, StateHandle) else None,
+                      file=what if isinstance(what, FileHandle) else None,
+                      count=what if isinstance(what, int) else 0, in_rows=in_rows, restored_rows=restored,
+                      expired_rows=expired, sync_ms=sync_ms, async_ms=async_ms, ack_ts_ms=time.time() * 1000.0)
 
 
-def handle_rows_to_dicts(rows) -> list[dict]:
-    return [r.asDict() if hasattr(r, "asDict") else dict(r) for r in rows]
-
-
-def _emit(rows: list[dict], out: pa.Table | None, out_schema: pa.Schema, fio, ack_prefix: str | None,
+def _emit(reports: list[TaskReport], out: pa.Table | None, out_schema: pa.Schema, fio, ack_prefix: str | None,
           subtask: int) -> Iterator[pa.RecordBatch]:
-    """Terminal operator: yield the handle rows. Chained operator: write them as the subtask's ack
-    object and let the output rows flow on to the next operator (through Spark's shuffle)."""
+    """Terminal operator: yield the reports (encoded once, :func:`~pipeline.runtime.report_codec.to_batch`).
+    Chained operator: write the same batch as the subtask's ack object and let the output rows flow on to the
+    next operator (through Spark's shuffle)."""
     if ack_prefix is None:
-        yield pa.RecordBatch.from_pylist(rows, schema=HANDLE_SCHEMA)
+        yield to_batch(reports)
         return
-    import json
-    fio.write_bytes(f"{ack_prefix}/{subtask:05d}.json", json.dumps(rows).encode())
+    fio.write_bytes(f"{ack_prefix}/{subtask:05d}.arrow", to_ipc(reports))
     if out is not None and out.num_rows:
         yield from out.select(out_schema.names).cast(out_schema).to_batches(max_chunksize=50_000)
 
@@ -123,20 +112,21 @@ class JoinTaskSpec:
     parallelism: int
     max_parallelism: int
     ttl_cutoff_us: int | None     # rows with _ingest_ts < cutoff are expired from state
-    parent_handles: dict          # {"left": [handle dicts], "right": [...]} of the parent checkpoint
+    parent_handles: Mapping[str, Sequence[StateHandle]]  # {"left": [...], "right": [...]} of the parent checkpoint
     state_prefix: str             # <chk dir>/rounds/<k>/state/<uid>
     output_prefix: str            # staged output dir (sink txn dir or exchange dir)
-    output_name: str              # table / exchange name for the handle rows
+    output_name: str              # table / exchange name of the OUTPUT report
     file_tag: str                 # unique per round, e.g. "r0"
     left_schema: pa.Schema
     right_schema: pa.Schema
     out_schema: pa.Schema
-    ack_prefix: str | None = None  # chained: acks go to <ack_prefix>/<subtask>.json and rows flow on
-    replay_handles: dict | None = None   # unaligned: {"left"/"right": [file handles]} in-flight data replayed first
+    ack_prefix: str | None = None  # chained: acks go to <ack_prefix>/<subtask>.arrow and rows flow on
+    replay_handles: Mapping[str, Sequence[FileHandle]] | None = None  # unaligned: {"left"/"right": [files]}
+    #                                    in-flight data of the previous checkpoint, replayed first
     channel_prefix: str | None = None    # unaligned: rows flagged ``_park`` are written here, not processed
     flow_schema: pa.Schema | None = None  # chained: the columns that flow on to the consumers (None: out_schema)
-    how: str = "inner"                    # JoinType value
-    unique: str = "none"                  # Uniqueness value
+    how: JoinType = JoinType.INNER
+    unique: Uniqueness = Uniqueness.NONE
     bad_records: str = "dead_letter"      # what a violation of ``unique`` does: dead letter or fail the epoch
     dead_letter_root: str | None = None
     job: str = ""
@@ -176,9 +166,10 @@ def operator_dead_letter_uri(dead_letter_root: str, job: str, uid: str, checkpoi
             f"{name}-{file_tag}-{subtask:05d}.jsonl")
 
 
-def _join_violations(spec: "JoinTaskSpec", fio, res, subtask: int) -> list[tuple]:
-    """Rows violating ``unique``: fail the epoch, or write them as dead letters (handle rows of kind
-    ``dead_letter``, ``rows`` = count)."""
+def _join_violations(spec: "JoinTaskSpec", res, subtask: int) -> list[tuple[str, FileHandle]]:
+    """Rows violating ``unique``: fail the epoch, or write them as dead letters (``(side, file)``: reports of
+    kind DEAD_LETTER, their rows the count)."""
+    import hashlib
     import json
 
     out = []
@@ -188,7 +179,7 @@ def _join_violations(spec: "JoinTaskSpec", fio, res, subtask: int) -> list[tuple
         user = [c for c in bad.column_names if c != KG_COLUMN]
         first = bad.select(user).slice(0, 1).to_pylist()[0]
         what = (f"join {spec.uid} ({spec.checkpoint}): {bad.num_rows} {name} row(s) repeat a key although "
-                f"unique={spec.unique!r} declares {name} keys unique (e.g. {spec.key}={first.get(spec.key)!r})")
+                f"unique={spec.unique.value!r} declares {name} keys unique (e.g. {spec.key}={first.get(spec.key)!r})")
         if spec.bad_records == "fail" or not spec.dead_letter_root:
             raise MalformedInputError(what)
         uri = operator_dead_letter_uri(spec.dead_letter_root, spec.job, spec.uid, spec.checkpoint, name,
@@ -198,7 +189,8 @@ def _join_violations(spec: "JoinTaskSpec", fio, res, subtask: int) -> list[tuple
                             default=json_default, ensure_ascii=False) for v in bad.select(user).to_pylist()]
         data = ("\n".join(lines) + "\n").encode("utf-8")
         file_io_for(uri).write_bytes(uri, data)
-        out.append(("dead_letter", name, {"uri": uri, "rows": bad.num_rows, "bytes": len(data), "sha256": None}))
+        out.append((name, FileHandle(uri=uri, rows=bad.num_rows, bytes=len(data),
+                                     sha256=hashlib.sha256(data).hexdigest())))
     return out
 
 
@@ -227,26 +219,16 @@ def make_join_task(spec: JoinTaskSpec):
             parked = incoming.filter(flag)
             incoming = incoming.filter(pc.invert(flag))
         opt = (ROW_EPOCH,)  # state and channel files written before records carried their own epoch lack it
-        stores = None
-        if uses_keyed_stores(spec.snapshot):  # keyed stores: only the touched keys' state is read
-            stores = KeyedStores(snapshot=spec.snapshot or {}, uid=spec.uid, key=spec.key, kgr=kgr,
-                                 states={"left": (lschema, "_ingest_ts"), "right": (rschema, "_ingest_ts")},
-                                 parent_handles=spec.parent_handles, fileio=fio, checkpoint=spec.checkpoint)
-            state_l, state_r = lschema.empty_table(), rschema.empty_table()
-        else:
-            state_l = fill_row_epochs(read_state(fio, spec.parent_handles.get("left", []), kgr.start, kgr.end,
-                                                 lschema, spec.checkpoint, optional=opt),
-                                      default=None, epoch_us=spec.epoch_us)
-            state_r = fill_row_epochs(read_state(fio, spec.parent_handles.get("right", []), kgr.start, kgr.end,
-                                                 rschema, spec.checkpoint, optional=opt),
-                                      default=None, epoch_us=spec.epoch_us)
-        restored = state_l.num_rows + state_r.num_rows
+        scope = StateScope(spec.uid, subtask, kgr, spec.key, spec.checkpoint, spec.state_prefix,
+                           {"left": StateSpec(lschema, "_ingest_ts"), "right": StateSpec(rschema, "_ingest_ts")},
+                           spec.parent_handles, spec.snapshot, spec.ttl_cutoff_us)
         in_rows = 0
         if spec.replay_handles:  # channel state of the previous checkpoint: consumed first
-            replay_l = fill_row_epochs(read_state(fio, spec.replay_handles.get("left", []), kgr.start, kgr.end, lin,
-                                                  spec.checkpoint, optional=opt), default=None, epoch_us=spec.epoch_us)
-            replay_r = fill_row_epochs(read_state(fio, spec.replay_handles.get("right", []), kgr.start, kgr.end, rin,
-                                                  spec.checkpoint, optional=opt), default=None, epoch_us=spec.epoch_us)
+            own = (kgr.start, kgr.end)
+            replay_l = fill_row_epochs(read_files(fio, spec.replay_handles.get("left", ()), lin, spec.checkpoint,
+                                                  key_groups=own, optional=opt), default=None, epoch_us=spec.epoch_us)
+            replay_r = fill_row_epochs(read_files(fio, spec.replay_handles.get("right", ()), rin, spec.checkpoint,
+                                                  key_groups=own, optional=opt), default=None, epoch_us=spec.epoch_us)
             in_rows += replay_l.num_rows + replay_r.num_rows
         if incoming is not None:
             in_rows += incoming.num_rows
@@ -264,60 +246,45 @@ def make_join_task(spec: JoinTaskSpec):
                   if spec.ttl_cutoff_us is not None else None)
         kernel_out = spec.out_schema if spec.ack_prefix is None else spec.out_schema.append(
             pa.field(ROW_EPOCH, pa.int64()))
-        keys: tuple[bytes, ...] = ()
-        held = {}
-        if stores is not None:
-            keys = stores.touched([new_l, new_r], spec.ttl_cutoff_us)
-            held = {"left": stores.get("left", keys), "right": stores.get("right", keys)}
+        handles: list[tuple[ReportKind, str, StateHandle | FileHandle | None]] = []
+        with open_state(scope, fio) as state:  # heap: the range's whole state; rocksdb: the round's keys' rows
+            held = state.read([new_l, new_r])
             state_l = fill_row_epochs(held["left"], default=None, epoch_us=spec.epoch_us)
             state_r = fill_row_epochs(held["right"], default=None, epoch_us=spec.epoch_us)
             restored = state_l.num_rows + state_r.num_rows
-        res = join_step(state_l, state_r, new_l, new_r, key=spec.key, cutoff=cutoff, how=JoinType(spec.how),
-                        unique=Uniqueness(spec.unique), output_schema=kernel_out,
-                        ttl_us=spec.ttl_us if spec.epoch_us else None, epoch_us=spec.epoch_us or None)
-        left, right, expired = res.left, res.right, res.expired
-        out = res.output if res.output.num_rows else None
-        dead = _join_violations(spec, fio, res, subtask)
-        sync_ms = (time.perf_counter() - t0) * 1000
-        fault_point("writing_state")
-        t1 = time.perf_counter()
-        out_ms = 0.0
-        handles = []
-        if stores is not None:
-            try:
-                for name, tbl in (("left", left), ("right", right)):
-                    handles.append(("state", name, stores.commit(
-                        name, keys, held[name], tbl, cutoff_us=spec.ttl_cutoff_us, state_prefix=spec.state_prefix,
-                        snapshot=spec.snapshot)))
-            finally:
-                stores.close()
-        else:
+            res = join_step(state_l, state_r, new_l, new_r, key=spec.key, cutoff=cutoff, how=spec.how,
+                            unique=spec.unique, output_schema=kernel_out,
+                            ttl_us=spec.ttl_us if spec.epoch_us else None, epoch_us=spec.epoch_us or None)
+            left, right, expired = res.left, res.right, res.expired
+            out = res.output if res.output.num_rows else None
+            dead = _join_violations(spec, res, subtask)
+            sync_ms = (time.perf_counter() - t0) * 1000
+            fault_point("writing_state")
+            t1 = time.perf_counter()
             for name, tbl in (("left", left), ("right", right)):
-                fh = write_state(fio, spec.state_prefix, name, kgr.start, kgr.end, tbl,
-                                 spec.parent_handles.get(name, []), spec.snapshot, spec.checkpoint,
-                                 touched=TouchedKeys(spec.key, res.touched))
-                handles.append(("state", name, fh))
+                handles.append((ReportKind.STATE, name, state.write(name, tbl, TouchedKeys(spec.key, res.touched))))
+        out_ms = 0.0
         ofh = None
         if out is not None and out.num_rows:
             t_out = time.perf_counter()
             ofh = write_table(fio, f"{spec.output_prefix}/part-{spec.file_tag}-{subtask:05d}.parquet",
                               out.select(spec.out_schema.names))
             out_ms = (time.perf_counter() - t_out) * 1000  # sink staging: output, not snapshot
-        handles.append(("output", spec.output_name, ofh))
+        handles.append((ReportKind.OUTPUT, spec.output_name, ofh))
         if parked is not None and parked.num_rows:
             if not spec.channel_prefix:
                 raise RuntimeError(f"join {spec.uid}: rows to park but no channel state location")
             for name, sch, code in (("left", lin, 0), ("right", rin, 1)):
                 t = parked.filter(pc.equal(parked["_side"], code)).select(sch.names).cast(sch)
                 if t.num_rows:
-                    handles.append(("channel", name, write_table(
+                    handles.append((ReportKind.CHANNEL, name, write_table(
                         fio, f"{spec.channel_prefix}/{name}/kg-{kgr.start:05d}-{kgr.end:05d}.parquet", t)))
         async_ms = (time.perf_counter() - t1) * 1000 - out_ms
         sync_ms += out_ms
-        handles.extend(dead)
-        rows = [_handle(kind, spec.uid, name, subtask, kgr, fh, in_rows, restored, expired, sync_ms, async_ms)
-                for kind, name, fh in handles]
-        yield from _emit(rows, out, spec.flow_schema or spec.out_schema, fio, spec.ack_prefix, subtask)
+        handles.extend((ReportKind.DEAD_LETTER, name, fh) for name, fh in dead)
+        reports = [task_report(kind, spec.uid, name, subtask, kgr, fh, in_rows=in_rows, restored=restored,
+                               expired=expired, sync_ms=sync_ms, async_ms=async_ms) for kind, name, fh in handles]
+        yield from _emit(reports, out, spec.flow_schema or spec.out_schema, fio, spec.ack_prefix, subtask)
 
     return task
 
@@ -331,7 +298,7 @@ class AggTaskSpec:
     state_schema: pa.Schema                          # key + out columns (without _kg)
     parallelism: int
     max_parallelism: int
-    parent_handles: dict                             # {"agg": [...]}
+    parent_handles: Mapping[str, Sequence[StateHandle]]  # {"agg": [...]}
     state_prefix: str
     output_prefix: str
     output_name: str
@@ -340,7 +307,7 @@ class AggTaskSpec:
     out_schema: pa.Schema | None = None              # emitted rows (exact sums as float64)
     # upsert sink, checkpoint spanning rounds: this checkpoint's output files staged in earlier rounds; the
     # task rewrites them merged with this round's rows (newest per key), so a commit entry has one row per key
-    prior_output: tuple = ()
+    prior_output: tuple[tuple[int, FileHandle], ...] = ()   # (subtask, file)
     snapshot: dict | None = None                     # round field: pipeline.state.snapshot.SnapshotOptions
 
 
@@ -383,6 +350,51 @@ def _narrow(merged: pa.Table, sschema: pa.Schema, spec) -> pa.Table:
     return merged.cast(sschema)
 
 
+def _aggregate_step(spec: "AggTaskSpec", sschema: pa.Schema, state: pa.Table, incoming: pa.Table | None
+                    ) -> tuple[pa.Table, pa.Table | None, pa.Table | None, int]:
+    """The running aggregate over one round: (new state of the held groups, changed groups' output rows, this
+    round's partial aggregate, input rows)."""
+    in_rows = 0
+    out = None
+    partial = None
+    if incoming is not None and incoming.num_rows:
+        in_rows = incoming.num_rows
+        # integer sums are computed over decimal128(38, 0) and narrowed back with a range check: an int64
+        # overflow fails the epoch naming operator, column and key (never a silent wrap-around)
+        wide = _wide_schema(sschema, spec.aggs)
+        partial_aggs: list[tuple[str | list[str], str]] = []
+        for out_col, fn, col in spec.aggs:
+            if fn == "count":
+                partial_aggs.append(([], "count_all"))
+            else:
+                assert col is not None  # every aggregate but count reads a column (pipeline.job checks it)
+                target = wide.field(out_col).type
+                if pa.types.is_decimal(target) and not pa.types.is_decimal(incoming[col].type):
+                    incoming = incoming.set_column(incoming.schema.get_field_index(col), col, pc.cast(
+                        incoming[col], target, safe=False))
+                partial_aggs.append((col, fn))
+        partial_aggs.append((KG_COLUMN, "min"))
+        g = incoming.group_by(spec.key, use_threads=False).aggregate(partial_aggs)
+        # pyarrow names results "<col>_<fn>" / "count_all"; rename to output columns
+        names = []
+        for (out_col, fn, col) in spec.aggs:
+            names.append("count_all" if fn == "count" else f"{col}_{fn}")
+        partial = pa.table({spec.key: g[spec.key],
+                            **{o: g[n] for (o, _, _), n in zip(spec.aggs, names)},
+                            KG_COLUMN: g[f"{KG_COLUMN}_min"]})
+        partial = partial.cast(wide)
+        merged = pa.concat_tables([state.cast(wide), partial]).group_by(spec.key, use_threads=False).aggregate(
+            [(o, _COMBINE[fn]) for (o, fn, _) in spec.aggs] + [(KG_COLUMN, "min")])
+        merged = pa.table({spec.key: merged[spec.key],
+                           **{o: merged[f"{o}_{_COMBINE[fn]}"] for (o, fn, _) in spec.aggs},
+                           KG_COLUMN: merged[f"{KG_COLUMN}_min"]}).cast(wide)
+        merged = _narrow(merged, sschema, spec)
+        state = merged
+        changed = pc.is_in(merged[spec.key], value_set=partial[spec.key])
+        out = _to_output(merged.filter(changed), spec.out_schema or spec.state_schema)
+    return state, out, partial, in_rows
+
+
 def make_agg_task(spec: AggTaskSpec):
     """Returns the ``mapInArrow`` function of a keyed running aggregation (emits changed keys)."""
     plan_spec = spec
@@ -395,74 +407,22 @@ def make_agg_task(spec: AggTaskSpec):
         fio = file_io_for(spec.state_prefix)
         sschema = spec.state_schema.append(pa.field(KG_COLUMN, pa.int32()))
         incoming = _collect(batches)
-        stores = None
-        keys: tuple[bytes, ...] = ()
-        if uses_keyed_stores(spec.snapshot):  # keyed stores: only the state of this round's groups is read
-            stores = KeyedStores(snapshot=spec.snapshot or {}, uid=spec.uid, key=spec.key, kgr=kgr,
-                                 states={"agg": (sschema, None)}, parent_handles=spec.parent_handles, fileio=fio,
-                                 checkpoint=spec.checkpoint)
-            keys = stores.touched([incoming] if incoming is not None else [], None)
-            state = held = stores.get("agg", keys)
-        else:
-            state = read_state(fio, spec.parent_handles.get("agg", []), kgr.start, kgr.end, sschema,
-                               spec.checkpoint)
-        restored = state.num_rows
-        in_rows = 0
-        out = None
-        partial = None
-        if incoming is not None and incoming.num_rows:
-            in_rows = incoming.num_rows
-            # integer sums are computed over decimal128(38, 0) and narrowed back with a range check: an int64
-            # overflow fails the epoch naming operator, column and key (never a silent wrap-around)
-            wide = _wide_schema(sschema, spec.aggs)
-            partial_aggs: list[tuple[str | list[str], str]] = []
-            for out_col, fn, col in spec.aggs:
-                if fn == "count":
-                    partial_aggs.append(([], "count_all"))
-                else:
-                    target = wide.field(out_col).type
-                    if pa.types.is_decimal(target) and not pa.types.is_decimal(incoming[col].type):
-                        incoming = incoming.set_column(incoming.schema.get_field_index(col), col, pc.cast(
-                            incoming[col], target, safe=False))
-                    partial_aggs.append((col, fn))
-            partial_aggs.append((KG_COLUMN, "min"))
-            g = incoming.group_by(spec.key, use_threads=False).aggregate(partial_aggs)
-            # pyarrow names results "<col>_<fn>" / "count_all"; rename to output columns
-            names = []
-            for (out_col, fn, col) in spec.aggs:
-                names.append("count_all" if fn == "count" else f"{col}_{fn}")
-            partial = pa.table({spec.key: g[spec.key],
-                                **{o: g[n] for (o, _, _), n in zip(spec.aggs, names)},
-                                KG_COLUMN: g[f"{KG_COLUMN}_min"]})
-            partial = partial.cast(wide)
-            merged = pa.concat_tables([state.cast(wide), partial]).group_by(spec.key, use_threads=False).aggregate(
-                [(o, _COMBINE[fn]) for (o, fn, _) in spec.aggs] + [(KG_COLUMN, "min")])
-            merged = pa.table({spec.key: merged[spec.key],
-                               **{o: merged[f"{o}_{_COMBINE[fn]}"] for (o, fn, _) in spec.aggs},
-                               KG_COLUMN: merged[f"{KG_COLUMN}_min"]}).cast(wide)
-            merged = _narrow(merged, sschema, spec)
-            state = merged
-            changed = pc.is_in(merged[spec.key], value_set=partial[spec.key])
-            out = _to_output(merged.filter(changed), spec.out_schema or spec.state_schema)
-        sync_ms = (time.perf_counter() - t0) * 1000
-        fault_point("writing_state")
-        t1 = time.perf_counter()
-        if stores is not None:
-            try:
-                fh = stores.commit("agg", keys, held, state, cutoff_us=None, state_prefix=spec.state_prefix,
-                                   snapshot=spec.snapshot)
-            finally:
-                stores.close()
-        else:
-            fh = write_state(fio, spec.state_prefix, "agg", kgr.start, kgr.end, state,
-                             spec.parent_handles.get("agg", []), spec.snapshot, spec.checkpoint,
-                             touched=TouchedKeys(spec.key, (partial[spec.key],) if partial is not None else ()))
+        scope = StateScope(spec.uid, subtask, kgr, spec.key, spec.checkpoint, spec.state_prefix,
+                           {"agg": StateSpec(sschema)}, spec.parent_handles, spec.snapshot)
+        with open_state(scope, fio) as access:  # heap: the range's whole state; rocksdb: this round's groups
+            state = access.read([incoming] if incoming is not None else [])["agg"]
+            restored = state.num_rows
+            state, out, partial, in_rows = _aggregate_step(spec, sschema, state, incoming)
+            sync_ms = (time.perf_counter() - t0) * 1000
+            fault_point("writing_state")
+            t1 = time.perf_counter()
+            sh = access.write("agg", state, TouchedKeys(spec.key, (partial[spec.key],) if partial is not None else ()))
         t_out = time.perf_counter()
         ofh = None
         file_out = out
         if spec.prior_output:
             oschema = spec.out_schema or spec.state_schema
-            prior = read_state(fio, spec.prior_output, kgr.start, kgr.end, oschema, spec.checkpoint)
+            prior = read_files(fio, [f for s, f in spec.prior_output if s == subtask], oschema, spec.checkpoint)
             if prior.num_rows:
                 if out is not None and out.num_rows:
                     prior = prior.filter(pc.invert(pc.is_in(prior[spec.key], value_set=out[spec.key])))
@@ -474,9 +434,9 @@ def make_agg_task(spec: AggTaskSpec):
         out_ms = (time.perf_counter() - t_out) * 1000  # sink staging: output, not snapshot
         async_ms = (t_out - t1) * 1000
         sync_ms += out_ms
-        rows = [_handle("state", spec.uid, "agg", subtask, kgr, fh, in_rows, restored, 0, sync_ms, async_ms),
-                _handle("output", spec.uid, spec.output_name, subtask, kgr, ofh, in_rows, restored, 0, sync_ms,
-                        async_ms)]
-        yield from _emit(rows, out, spec.out_schema or spec.state_schema, fio, spec.ack_prefix, subtask)
+        reports = [task_report(kind, spec.uid, name, subtask, kgr, what, in_rows=in_rows, restored=restored,
+                               sync_ms=sync_ms, async_ms=async_ms)
+                   for kind, name, what in ((ReportKind.STATE, "agg", sh), (ReportKind.OUTPUT, spec.output_name, ofh))]
+        yield from _emit(reports, out, spec.out_schema or spec.state_schema, fio, spec.ack_prefix, subtask)
 
     return task

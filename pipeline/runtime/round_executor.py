@@ -18,7 +18,8 @@ import time
 
 from pipeline.barriers.events import CheckpointType
 from pipeline.checkpoint.failure import CheckpointFailureReason
-from pipeline.checkpoint.handles import Position
+from pipeline.checkpoint.handles import ChannelStateHandle, Position, StateHandle
+from pipeline.checkpoint.report import ReportKind, TaskReport
 from pipeline.exceptions import CheckpointError, ConfigError
 from pipeline.job import AggregateNode, JoinNode, SourceNode
 from pipeline.layout import round_plan_uri
@@ -108,7 +109,7 @@ class RoundExecutor:
         trigger_now = ctx.round_now()
         driver.begin(epoch, {ch: barriers[ch[0]][ch[1]] for ch in channels}, trigger_now)
         results: list[RoundResult] = []
-        staged: dict[str, list] = {t: [] for t in job.sink_tables()}
+        staged: dict[str, list[TaskReport]] = {t: [] for t in job.sink_tables()}  # OUTPUT reports per table
         merged_upserts = {s.table for s in job.sinks()
                           if s.mode == "upsert" and isinstance(job.nodes[s.parent], AggregateNode)}
         working = Cursor(cursor.checkpoint_id, cursor.epoch, {s: dict(p) for s, p in cursor.positions.items()},
@@ -144,7 +145,7 @@ class RoundExecutor:
                 dead_letters[s] = dead_letters.get(s, 0) + n
             ctx.unexpected_dead_letters = {}
         dropped: dict[str, int] = {}  # rows an operator drops by design (deduplicate), per operator uid
-        last_rows: list[dict] = []
+        last_rows: list[TaskReport] = []
         while True:
             t0 = time.perf_counter()
             now = trigger_now if rnd == 0 else ctx.round_now()
@@ -166,7 +167,7 @@ class RoundExecutor:
             reached = {ch: seg_of[ch].reached for ch in channels}
             snap = driver.walk(rnd, now, starts, reached, arrived)
             parked = snap.parked if snap is not None else frozenset()
-            replayed = sum(h["rows"] for hs in working.inflight.values() for h in hs)
+            replayed = sum(c.file.rows for cs in working.inflight.values() for c in cs if c.file is not None)
             # TTL: held back to the oldest own epoch still pending in any channel (docs/alignment.md)
             low = own_epochs.low_watermark(starts, working.inflight_low_epoch if replayed else None)
             lows[rnd] = low
@@ -181,16 +182,16 @@ class RoundExecutor:
                                      (json.dumps(plan, indent=1) + "\n").encode(), if_none_match=True)
             rows = self.plan.process_round(pending, rnd, P, working, segments, epoch, parked=parked, staged=staged,
                                            complete=snap is not None, low_epoch=low, own_epochs=own_epochs)
-            for h in rows:  # operators' dead letters (e.g. a join's ``unique`` violated) and dropped rows
-                if h["kind"] == "dead_letter" and h["rows"]:
-                    name = f"operator={h['operator']}"
-                    dead_letters[name] = dead_letters.get(name, 0) + int(h["rows"])
-                elif h["kind"] == "dropped" and h["rows"]:
-                    dropped[h["operator"]] = dropped.get(h["operator"], 0) + int(h["rows"])
+            for r in rows:  # operators' dead letters (e.g. a join's ``unique`` violated) and dropped rows
+                if r.kind is ReportKind.DEAD_LETTER and r.rows:
+                    name = f"operator={r.operator_uid}"
+                    dead_letters[name] = dead_letters.get(name, 0) + r.rows
+                elif r.kind is ReportKind.DROPPED and r.count:
+                    dropped[r.operator_uid] = dropped.get(r.operator_uid, 0) + r.count
             for table in staged:
-                out = [h for h in rows if h["kind"] == "output" and h["name"] == table and h["uri"]]
+                out = [r for r in rows if r.kind is ReportKind.OUTPUT and r.name == table and r.file is not None]
                 if table in merged_upserts:  # the aggregate rewrote its earlier output of this checkpoint merged
-                    for uri in {h["uri"] for h in staged[table]} - {h["uri"] for h in out}:
+                    for uri in {r.file.uri for r in staged[table] if r.file} - {r.file.uri for r in out if r.file}:
                         ctx.sink_fio.delete(uri)
                     staged[table] = out
                 else:
@@ -201,14 +202,13 @@ class RoundExecutor:
                     dead_letters[s] = dead_letters.get(s, 0) + n
             new_positions = {s: {**working.positions.get(s, {}), **{str(p): seg.reached for p, seg in segs.items()}}
                              for s, segs in segments.items()}
-            new_handles: dict[str, dict[str, list[dict]]] = {}
-            inflight: dict[str, list[dict]] = {}
-            for h in rows:
-                if h["kind"] == "state":
-                    new_handles.setdefault(h["operator"], {}).setdefault(h["name"], []).append(h)
-                elif h["kind"] == "channel":  # parked: in flight between operators, replayed next round
-                    h["inflight_bytes"] = h["bytes"]
-                    inflight.setdefault(h["operator"], []).append(h)
+            new_handles: dict[str, dict[str, list[StateHandle]]] = {}
+            inflight: dict[str, list[ChannelStateHandle]] = {}
+            for r in rows:
+                if r.state is not None:
+                    new_handles.setdefault(r.operator_uid, {}).setdefault(r.name, []).append(r.state)
+                elif r.kind is ReportKind.CHANNEL:  # parked: in flight between operators, replayed next round
+                    inflight.setdefault(r.operator_uid, []).append(r.channel_handle())
             working = Cursor(working.checkpoint_id, working.epoch, new_positions, new_handles, inflight, driver,
                              inventory=working.inventory, materialize=working.materialize, low_epoch=low,
                              inflight_low_epoch=working.inflight_low_epoch)

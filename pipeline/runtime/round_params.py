@@ -17,6 +17,8 @@ import dataclasses
 import json
 from typing import Any, Mapping
 
+from pipeline.checkpoint.handles import FileHandle, StateHandle
+
 __all__ = ["source_key", "operator_key", "operator_params", "apply_params", "task_params", "RoundProperties"]
 
 _PREFIX = "epochal."
@@ -36,21 +38,33 @@ def operator_key(uid: str) -> str:
 
 
 def operator_params(io) -> dict:
-    """The per-round fields of an :class:`~pipeline.runtime.dataflow.OperatorIO` as a JSON-able dict."""
+    """The per-round fields of an :class:`~pipeline.runtime.dataflow.OperatorIO` as a JSON-able dict: the state
+    handles with the checkpoint's own codec (``StateHandle.to_dict``, as in ``_metadata``), files as
+    ``FileHandle.to_dict``; :func:`apply_params` decodes them back into the same values."""
     out = {f: getattr(io, f) for f in ROUND_FIELDS}
-    out["prior_output"] = list(out["prior_output"] or ())
-    out["replay_handles"] = out["replay_handles"] or {}
+    out["parent_handles"] = {n: [h.to_dict() for h in hs] for n, hs in (io.parent_handles or {}).items()}
+    out["replay_handles"] = {n: [f.to_dict() for f in fs] for n, fs in (io.replay_handles or {}).items()}
+    out["prior_output"] = [[s, f.to_dict()] for s, f in io.prior_output or ()]
     return out
 
 
+def _decoded(name: str, value: Any) -> Any:
+    if name == "parent_handles":
+        return {n: tuple(StateHandle.from_dict(h) for h in hs) for n, hs in (value or {}).items()}
+    if name == "replay_handles":
+        return {n: tuple(FileHandle.from_dict(f) for f in fs) for n, fs in (value or {}).items()}
+    if name == "prior_output":
+        return tuple((int(s), FileHandle.from_dict(f)) for s, f in value or ())
+    return value
+
+
 def apply_params(spec, params: Mapping[str, Any] | None):
-    """``spec`` (a frozen task spec) with this round's values; fields the spec lacks are ignored."""
+    """``spec`` (a frozen task spec) with this round's values (decoded from :func:`operator_params`); fields the
+    spec lacks are ignored."""
     if not params:
         return spec
     names = {f.name for f in dataclasses.fields(spec)}
-    changes = {k: v for k, v in params.items() if k in names}
-    if "prior_output" in changes:
-        changes["prior_output"] = tuple(changes["prior_output"] or ())
+    changes = {k: _decoded(k, v) for k, v in params.items() if k in names}
     return dataclasses.replace(spec, **changes)
 
 

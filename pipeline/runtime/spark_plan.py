@@ -2,7 +2,7 @@
 
 :meth:`SparkPlan.steps` builds ``[(operator, its sinks, its consumers, DataFrame)]`` in topological order: source
 reads -> stateless steps -> shuffles by key group -> operator tasks. :meth:`SparkPlan.process_round` runs it for
-one round and returns the tasks' acknowledgements (handle rows). This round's values (splits, parent state
+one round and returns the tasks' acknowledgements (their typed reports). This round's values (splits, parent state
 handles, staging prefixes, TTL cutoff) reach the tasks in one of two ways:
 
 * **classic session**: the plan is built once per shape and re-planned through the JVM each round; the values
@@ -13,10 +13,10 @@ handles, staging prefixes, TTL cutoff) reach the tasks in one of two ways:
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
 from pipeline.barriers.events import CheckpointType
+from pipeline.checkpoint.report import ReportKind, TaskReport
 from pipeline.exceptions import ConfigError
 from pipeline.faults import fault_point
 from pipeline.fileio import join_uri
@@ -35,7 +35,7 @@ from pipeline.layout import (
 from pipeline.runtime import dedup as _dedup_operator  # noqa: F401
 from pipeline.runtime import keyed_ops as _keyed_operators  # noqa: F401
 from pipeline.runtime.context import RuntimeContext
-from pipeline.runtime.cursor import Cursor, handles_by_name
+from pipeline.runtime.cursor import Cursor, files_by_channel
 from pipeline.runtime.dataflow import (
     OperatorIO,
     collect_handles,
@@ -44,6 +44,7 @@ from pipeline.runtime.dataflow import (
     split_dataframe,
     task_count,
 )
+from pipeline.runtime.report_codec import from_ipc
 from pipeline.runtime.round_params import ROUND_FIELDS, RoundProperties, operator_key, operator_params, source_key
 from pipeline.runtime.session import is_connect_session
 from pipeline.source.reader import META_FIELDS, make_split_reader
@@ -62,8 +63,9 @@ class SparkPlan:
 
     def process_round(self, pending, rnd: int, P: int, cursor: Cursor, segments, epoch: int, *,
                       parked: frozenset = frozenset(), staged: dict | None = None,
-                      complete: bool = True, low_epoch: int | None = None, own_epochs=None) -> list[dict]:
-        """The Spark work of one round; returns all handle rows (the acks of every subtask).
+                      complete: bool = True, low_epoch: int | None = None,
+                      own_epochs=None) -> list[TaskReport]:
+        """The Spark work of one round; returns all task reports (the acks of every subtask).
 
         Operators feeding other operators are chained into the same Spark job (their output flows
         through Spark's shuffle; their acks are written as objects); each terminal operator is one job.
@@ -73,7 +75,7 @@ class SparkPlan:
         Unaligned checkpoints: the join first replays ``cursor.inflight`` (channel state of the previous
         checkpoint); the rows of the ``parked`` channels ``(source, partition)`` read this round are in
         flight at the join (the snapshot was taken before it consumed them): it writes them as channel state
-        files (handle rows of kind ``channel``) instead of processing them. ``staged``: sink output staged
+        files (reports of kind CHANNEL) instead of processing them. ``staged``: sink output staged
         by earlier rounds of this checkpoint (an aggregate feeding an upsert sink merges it into its output).
         ``complete``: this round completes the checkpoint (a window's watermark advances and windows fire only
         then, :mod:`pipeline.runtime.keyed_ops`). ``low_epoch``: the low watermark ``L`` of the inputs, the TTL
@@ -108,30 +110,30 @@ class SparkPlan:
                                            if sinks else round_unused_prefix(loc, rnd, op.uid)),
                             output_name=sinks[0].table if sinks else f"exchange:{op.uid}",
                             file_tag=f"r{rnd}", ttl_cutoff_us=ttl, ack_prefix=ack_prefix,
-                            replay_handles=handles_by_name(cursor.inflight.get(op.uid, [])),
+                            replay_handles=files_by_channel(cursor.inflight.get(op.uid, ())),
                             channel_prefix=(channel_prefix(loc, op.uid, rnd)
                                             if parked and isinstance(op, JoinNode) else None),
-                            prior_output=tuple((staged or {}).get(sinks[0].table, ())
-                                               if sinks and sinks[0].mode == "upsert"
-                                               and isinstance(op, AggregateNode) else ()),
+                            prior_output=tuple((r.subtask, r.file) for r in (staged or {}).get(sinks[0].table, ())
+                                               if r.file is not None)
+                            if sinks and sinks[0].mode == "upsert" and isinstance(op, AggregateNode) else (),
                             epoch=epoch, barrier_us=ctx.epochs.end_us(epoch), complete=complete,
                             snapshot=self.snapshot_options(pending, rnd, op.uid, cursor).to_params())
             values[operator_key(op.uid)] = operator_params(io)
             ios[op.uid] = io
             if ack_prefix is not None:  # set exactly when the operator has consumers
                 chained.append((op.uid, ack_prefix))
-        rows: list[dict] = []
+        rows: list[TaskReport] = []
         if is_connect_session(spark):  # the values inside the task functions: a plan of this round only
             rows = self._run(self._build(P, shape, parked, ios=ios, carried=values), fresh=None)
         else:
             with RoundProperties(spark, values):
                 rows = self._run(self.steps(P, shape, parked), fresh=lambda df: fresh_dataframe(spark, df))
-        for _uid, prefix in chained:
+        for _uid, prefix in chained:  # chained operators' reports: the same codec, as Arrow IPC objects
             for f in ctx.ckpt_fio.list(prefix):
-                rows.extend(json.loads(ctx.ckpt_fio.read_bytes(f.uri)))
+                rows.extend(from_ipc(ctx.ckpt_fio.read_bytes(f.uri)))
             ctx.ckpt_fio.delete_prefix(prefix)
         # output of an operator without a sink is not sink output
-        return [h for h in rows if not (h["kind"] == "output" and str(h["name"]).startswith("exchange:"))]
+        return [r for r in rows if not (r.kind is ReportKind.OUTPUT and r.name.startswith("exchange:"))]
 
     @staticmethod
     def _tagged(own_epochs, ch: tuple[str, str], splits) -> list[dict]:
@@ -143,11 +145,11 @@ class SparkPlan:
         return any(isinstance(o, (JoinNode, DedupNode)) for o in self.ctx.job.operators())
 
     @staticmethod
-    def _run(steps: list[tuple], fresh) -> list[dict]:
-        """Execute a round's plan: every terminal operator is one Spark job (collecting its handle rows); an
+    def _run(steps: list[tuple], fresh) -> list[TaskReport]:
+        """Execute a round's plan: every terminal operator is one Spark job (collecting its task reports); an
         operator with several consumers is computed once for all of them. ``fresh(df)``: a DataFrame to
         execute anew (re-used plans) or None (a plan of this round only)."""
-        rows: list[dict] = []
+        rows: list[TaskReport] = []
         persisted = []
         for _op, _sinks, consumers, df in steps:
             df = fresh(df) if fresh is not None else df

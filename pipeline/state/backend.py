@@ -19,19 +19,20 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipeline.checkpoint.handles import FileHandle, StateHandle
 from pipeline.exceptions import CorruptCheckpointError
 from pipeline.state.attempts import attempt_uri, canonical_order, inject_attempt_fault
 from pipeline.state.cache import default_cache
 from pipeline.state.chain import StateChain
 from pipeline.state.changelog import apply_changelog
 
-__all__ = ["table_to_parquet_bytes", "write_table", "write_bytes_once", "read_state", "load_chain", "remember",
+__all__ = ["table_to_parquet_bytes", "write_table", "write_bytes_once", "read_state", "read_files", "load_chain", "remember",
            "flush_cache_writes", "trace", "read_verified",
            "KG_COLUMN"]
 
@@ -48,19 +49,19 @@ def table_to_parquet_bytes(table: pa.Table) -> bytes:
     return buf.getvalue()
 
 
-def write_table(fileio, uri: str, table: pa.Table) -> dict:
+def write_table(fileio, uri: str, table: pa.Table) -> FileHandle:
     """Write ``table`` as Parquet to ``uri`` (in a Spark task: an attempt-unique name derived from it, rows
-    in canonical order, see :mod:`pipeline.state.attempts`); returns the file handle as a plain dict."""
+    in canonical order, see :mod:`pipeline.state.attempts`); returns its file handle."""
     table = canonical_order(table)
     return write_bytes_once(fileio, uri, table_to_parquet_bytes(table), table.num_rows)
 
 
-def write_bytes_once(fileio, uri: str, data: bytes, rows: int) -> dict:
-    """Write Parquet ``data`` to ``uri`` (attempt-unique inside a Spark task); returns the file handle dict."""
+def write_bytes_once(fileio, uri: str, data: bytes, rows: int) -> FileHandle:
+    """Write Parquet ``data`` to ``uri`` (attempt-unique inside a Spark task); returns its file handle."""
     task_uri = attempt_uri(uri)
     fileio.write_bytes(task_uri, data, if_none_match=task_uri != uri)  # an attempt's file is write-once
     inject_attempt_fault()
-    return {"uri": task_uri, "rows": rows, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    return FileHandle(uri=task_uri, rows=rows, bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
 
 
 _RECENT: "OrderedDict[str, pa.Table]" = OrderedDict()  # this worker's last restored/written chains
@@ -108,11 +109,11 @@ def remember(digest: str, table: pa.Table, *, background: bool = False) -> None:
         cache.put(digest, table)
 
 
-def _read_file(fileio, fh, checkpoint: str) -> pa.Table:
+def _read_file(fileio, fh: FileHandle, checkpoint: str) -> pa.Table:
     return pq.read_table(io.BytesIO(read_verified(fileio, fh, checkpoint)))
 
 
-def read_verified(fileio, fh, checkpoint: str) -> bytes:
+def read_verified(fileio, fh: FileHandle, checkpoint: str) -> bytes:
     """The bytes of state file ``fh`` (a FileHandle), size and SHA-256 verified."""
     try:
         data = fileio.read_bytes(fh.uri)
@@ -155,28 +156,49 @@ def load_chain(fileio, chain: StateChain, checkpoint: str, *, warm: bool = True)
     return base
 
 
-def read_state(fileio, handles: Iterable[Mapping], kg_start: int, kg_end: int, schema: pa.Schema,
-               checkpoint: str, optional: Sequence[str] = ()) -> pa.Table:
-    """Rows of key groups [kg_start, kg_end] from the given handles (checksums verified).
+def _with_optional(t: pa.Table, schema: pa.Schema, optional: Sequence[str]) -> pa.Table:
+    for name in optional:
+        if name not in t.column_names:
+            t = t.append_column(name, pa.nulls(t.num_rows, schema.field(name).type))
+    return t.select(schema.names).cast(schema)
 
-    A state handle (one with ``state_rows``) is a chain (:mod:`pipeline.state.chain`): it is served warm when
-    this executor holds it (:mod:`pipeline.state.cache`), else read and kept. Other handles (channel state,
-    staged output) are plain files, read every time. ``optional``: columns of ``schema`` that files written
+
+def _key_groups(t: pa.Table, kg_start: int, kg_end: int) -> pa.Table:
+    kg = t[KG_COLUMN]
+    return t.filter(pc.and_(pc.greater_equal(kg, kg_start), pc.less_equal(kg, kg_end)))
+
+
+def read_state(fileio, handles: Iterable[StateHandle], kg_start: int, kg_end: int, schema: pa.Schema,
+               checkpoint: str, optional: Sequence[str] = ()) -> pa.Table:
+    """Rows of key groups [kg_start, kg_end] of the state snapshots ``handles`` (checksums verified).
+
+    Every handle is a chain (:mod:`pipeline.state.chain`): it is served warm when this executor holds it
+    (:mod:`pipeline.state.cache`), else read and kept. ``optional``: columns of ``schema`` that files written
     before the column existed lack (read as nulls)."""
     parts = []
     for h in handles:
-        if h.get("uri") is None or h["kg_end"] < kg_start or h["kg_start"] > kg_end:
+        chain = StateChain.of(h)
+        if chain is None or h.kg_end < kg_start or h.kg_start > kg_end:
             continue
-        chain = StateChain.from_handle(h)
-        assert chain is not None
-        t = load_chain(fileio, chain, checkpoint, warm=h.get("state_rows") is not None)
-        if not (kg_start <= h["kg_start"] and h["kg_end"] <= kg_end):
-            kg = t[KG_COLUMN]
-            t = t.filter(pc.and_(pc.greater_equal(kg, kg_start), pc.less_equal(kg, kg_end)))
-        for name in optional:
-            if name not in t.column_names:
-                t = t.append_column(name, pa.nulls(t.num_rows, schema.field(name).type))
-        parts.append(t.select(schema.names).cast(schema))
+        t = load_chain(fileio, chain, checkpoint)
+        if not (kg_start <= h.kg_start and h.kg_end <= kg_end):
+            t = _key_groups(t, kg_start, kg_end)
+        parts.append(_with_optional(t, schema, optional))
+    if not parts:
+        return schema.empty_table()
+    return pa.concat_tables(parts)
+
+
+def read_files(fileio, files: Iterable[FileHandle], schema: pa.Schema, checkpoint: str, *,
+               key_groups: tuple[int, int] | None = None, optional: Sequence[str] = ()) -> pa.Table:
+    """Rows of plain files (channel state, staged output; checksums verified, never kept warm); with
+    ``key_groups`` ``(start, end)`` only the rows of those key groups (the files carry ``_kg``)."""
+    parts = []
+    for fh in files:
+        t = _read_file(fileio, fh, checkpoint)
+        if key_groups is not None:
+            t = _key_groups(t, *key_groups)
+        parts.append(_with_optional(t, schema, optional))
     if not parts:
         return schema.empty_table()
     return pa.concat_tables(parts)

@@ -6,27 +6,17 @@ handle names the whole chain, so it references files written by earlier checkpoi
 checkpoints, Flink's shared state). Restore reads the base, applies the deltas; every file is verified by size
 and SHA-256.
 
-In the handle rows operator tasks yield (and the handle dicts the runtime carries between rounds) a chain is
-flat: ``uri``/``rows``/``bytes``/``sha256`` describe the base, ``deltas`` the delta files (a JSON list of
-``{uri, rows, bytes, sha256}``, or null), ``state_rows`` the rows of the state the chain represents.
+A :class:`~pipeline.checkpoint.handles.StateHandle` names a chain: ``file`` is the base, ``deltas`` the delta
+files, ``state_rows`` the rows of the state the chain represents (:meth:`StateChain.of`, :meth:`StateChain.handle`).
 """
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
-from typing import Any, Mapping
 
-from pipeline.checkpoint.handles import FileHandle
+from pipeline.checkpoint.handles import FileHandle, StateHandle
 
 __all__ = ["StateChain"]
-
-
-def _deltas_of(raw: Any) -> tuple[FileHandle, ...]:
-    if raw is None or raw == "":
-        return ()
-    items = json.loads(raw) if isinstance(raw, (str, bytes)) else raw
-    return tuple(f if isinstance(f, FileHandle) else FileHandle.from_dict(f) for f in items)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,19 +51,14 @@ class StateChain:
         return StateChain(self.base, (*self.deltas, delta), rows)
 
     @classmethod
-    def from_handle(cls, h: Mapping[str, Any]) -> "StateChain | None":
-        """The chain of a handle dict (None: the state was empty)."""
-        if not h.get("uri"):
+    def of(cls, handle: StateHandle) -> "StateChain | None":
+        """The chain of a state handle (None: the state was empty)."""
+        if handle.file is None:
             return None
-        base = FileHandle(uri=str(h["uri"]), rows=int(h.get("rows") or 0), bytes=int(h.get("bytes") or 0),
-                          sha256=str(h.get("sha256") or ""))
-        deltas = _deltas_of(h.get("deltas"))
-        rows = h.get("state_rows")
-        return cls(base, deltas, int(rows) if rows is not None else base.rows)
+        return cls(handle.file, handle.deltas, handle.rows)
 
-    def handle_fields(self) -> dict[str, Any]:
-        """The flat fields of a handle row / dict (see the module docstring)."""
-        return {"uri": self.base.uri, "rows": self.base.rows, "bytes": self.base.bytes,
-                "sha256": self.base.sha256,
-                "deltas": json.dumps([f.to_dict() for f in self.deltas]) if self.deltas else None,
-                "state_rows": self.rows}
+    def handle(self, operator_uid: str, subtask: int, name: str, kg_start: int, kg_end: int, *,
+               persisted_bytes: int | None = None) -> StateHandle:
+        """The state handle of subtask ``subtask``'s snapshot of state ``name`` that this chain is."""
+        return StateHandle(operator_uid=operator_uid, subtask=subtask, kg_start=kg_start, kg_end=kg_end, name=name,
+                           file=self.base, deltas=self.deltas, state_rows=self.rows, persisted_bytes=persisted_bytes)

@@ -32,12 +32,13 @@ import struct
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipeline.checkpoint.handles import StateHandle
 from pipeline.exceptions import CorruptCheckpointError, StateStoreError
 from pipeline.state.backend import read_verified
 from pipeline.state.chain import StateChain
@@ -336,7 +337,7 @@ class KeyedStateStore:
         self._db.write(wb)
         return net
 
-    def rebuild(self, fileio, handles: Iterable[Mapping], checkpoint: str, *,
+    def rebuild(self, fileio, handles: Iterable[StateHandle], checkpoint: str, *,
                 optional: Sequence[str] = (), batch_rows: int = _BATCH) -> int:
         """Forget the store and load the key groups of its range from the chains of ``handles`` (the parent
         checkpoint's state of this operator; several overlapping chains after a rescale): each file read and
@@ -345,11 +346,10 @@ class KeyedStateStore:
         kg_lo, kg_hi = _range_of(self.path)
         rows = 0
         for h in handles:
-            if h.get("uri") is None or h["kg_end"] < kg_lo or h["kg_start"] > kg_hi:
+            chain = StateChain.of(h)
+            if chain is None or h.kg_end < kg_lo or h.kg_start > kg_hi:
                 continue
-            chain = StateChain.from_handle(h)
-            assert chain is not None
-            whole = kg_lo <= h["kg_start"] and h["kg_end"] <= kg_hi
+            whole = kg_lo <= h.kg_start and h.kg_end <= kg_hi
             n = 0
             for i, fh in enumerate(chain.files):
                 pf = pq.ParquetFile(pa.BufferReader(read_verified(fileio, fh, checkpoint)))

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.checkpoint.handles import FileHandle
+from pipeline.checkpoint.handles import StateHandle
 from pipeline.layout import shared_state_uri, shared_writer_id
 from pipeline.state.attempts import canonical_order
 from pipeline.state.backend import (
@@ -70,15 +70,20 @@ class SnapshotOptions:
                    backend=str(d.get("backend", "heap")), job_root=str(d.get("job_root", "")))
 
 
-def _parent_chain(parent: Sequence[Mapping], kg_start: int, kg_end: int, shared: str) -> StateChain | None:
+def _overlapping(parent: Sequence[StateHandle], kg_start: int, kg_end: int) -> list[StateHandle]:
+    """The non-empty handles of ``parent`` whose key-group range meets [kg_start, kg_end]."""
+    return [h for h in parent if h.file is not None and not (h.kg_end < kg_start or h.kg_start > kg_end)]
+
+
+def _parent_chain(parent: Sequence[StateHandle], kg_start: int, kg_end: int, shared: str) -> StateChain | None:
     """The parent's chain if it is exactly one chain over [kg_start, kg_end], wholly under ``shared``."""
-    overlapping = [h for h in parent if h.get("uri") and not (h["kg_end"] < kg_start or h["kg_start"] > kg_end)]
+    overlapping = _overlapping(parent, kg_start, kg_end)
     if len(overlapping) != 1:
         return None
     h = overlapping[0]
-    if h["kg_start"] != kg_start or h["kg_end"] != kg_end or h.get("state_rows") is None:
+    if h.kg_start != kg_start or h.kg_end != kg_end:
         return None
-    chain = StateChain.from_handle(h)
+    chain = StateChain.of(h)
     if chain is None or not all(f.uri.startswith(shared.rstrip("/") + "/") for f in chain.files):
         return None
     return chain
@@ -89,11 +94,11 @@ def _persisted(chain: StateChain, checkpoint_id: int, written: set[str]) -> int:
 
 
 def write_state(fileio, state_prefix: str, name: str, kg_start: int, kg_end: int, table: pa.Table,
-                parent: Sequence[Mapping], snapshot: Mapping[str, Any] | None, checkpoint: str,
-                touched: TouchedKeys | None = None) -> dict | None:
+                parent: Sequence[StateHandle], snapshot: Mapping[str, Any] | None, checkpoint: str,
+                touched: TouchedKeys | None = None, *, uid: str = "", subtask: int = 0) -> StateHandle:
     """Snapshot state ``name`` of the subtask owning key groups [kg_start, kg_end] (see the module docstring).
 
-    ``parent``: the parent snapshot's handle dicts of this state; ``snapshot``: the round's
+    ``parent``: the parent snapshot's handles of this state; ``snapshot``: the round's
     :class:`SnapshotOptions` as a dict (None: write the whole table under ``state_prefix``, as before
     incremental snapshots); ``touched``: the keys the operator touched this round (input keys plus keys of
     rows it expired or removed), so the diff only compares those keys' rows (:func:`diff_touched`).
@@ -101,9 +106,9 @@ def write_state(fileio, state_prefix: str, name: str, kg_start: int, kg_end: int
     Per-round CPU: a delta sorts only the changed rows (the delta file is in canonical order, so its bytes are
     deterministic); the whole table is sorted only when a base is written. The table kept warm is not in
     canonical order (operators do not depend on the order of their state rows, as with shuffled input).
-    Returns the handle dict (None for an empty state)."""
+    Returns subtask ``subtask`` of operator ``uid``'s state handle (``file`` None for an empty state)."""
     if table.num_rows == 0:
-        return None
+        return StateHandle(operator_uid=uid, subtask=subtask, kg_start=kg_start, kg_end=kg_end, name=name)
     t0 = time.perf_counter()
     opts = SnapshotOptions.from_params(snapshot)
     legacy_uri = f"{state_prefix}/{name}/kg-{kg_start:05d}-{kg_end:05d}.parquet"
@@ -128,32 +133,31 @@ def write_state(fileio, state_prefix: str, name: str, kg_start: int, kg_end: int
                         uri = shared_state_uri(opts.shared, name, kg_start, kg_end, opts.checkpoint_id, opts.round,
                                                "delta")
                         fh = write_bytes_once(fileio, uri, data, delta.num_rows)
-                        written.add(fh["uri"])
-                        chain = prev.extended(FileHandle.from_dict(fh), table.num_rows)
+                        written.add(fh.uri)
+                        chain = prev.extended(fh, table.num_rows)
     if chain is None:  # materialise: a full base
         table = canonical_order(table)
         uri = (shared_state_uri(opts.shared, name, kg_start, kg_end, opts.checkpoint_id, opts.round, "base")
                if opts is not None and opts.shared else legacy_uri)
         fh = write_bytes_once(fileio, uri, table_to_parquet_bytes(table), table.num_rows)
-        written.add(fh["uri"])
-        chain = StateChain(FileHandle.from_dict(fh), (), table.num_rows)
+        written.add(fh.uri)
+        chain = StateChain(fh, (), table.num_rows)
     remember(chain.digest, table, background=True)
     trace("write", "base" if not chain.deltas else ("delta" if written else "unchanged"), table.num_rows, t0)
-    out = chain.handle_fields()
-    out["persisted_bytes"] = _persisted(chain, opts.checkpoint_id if opts else -1, written)
-    return out
+    return chain.handle(uid, subtask, name, kg_start, kg_end,
+                        persisted_bytes=_persisted(chain, opts.checkpoint_id if opts else -1, written))
 
 
-def parent_chain_version(parent: Sequence[Mapping], kg_start: int, kg_end: int) -> str | None:
+def parent_chain_version(parent: Sequence[StateHandle], kg_start: int, kg_end: int) -> str | None:
     """The version a keyed store over [kg_start, kg_end] must hold to continue from ``parent`` (the parent
     snapshot's handles of one state): ``"empty"`` without state in the range, the chain's digest when one chain
     covers exactly the range, else None (several or wider chains: a rescale, the store must be rebuilt)."""
-    overlapping = [h for h in parent if h.get("uri") and not (h["kg_end"] < kg_start or h["kg_start"] > kg_end)]
+    overlapping = _overlapping(parent, kg_start, kg_end)
     if not overlapping:
         return "empty"
-    if len(overlapping) != 1 or overlapping[0]["kg_start"] != kg_start or overlapping[0]["kg_end"] != kg_end:
+    if len(overlapping) != 1 or overlapping[0].kg_start != kg_start or overlapping[0].kg_end != kg_end:
         return None
-    chain = StateChain.from_handle(overlapping[0])
+    chain = StateChain.of(overlapping[0])
     return None if chain is None else chain.digest
 
 
@@ -170,15 +174,16 @@ def _streamed_parquet(schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> b
 
 
 def write_state_changes(fileio, state_prefix: str, name: str, kg_start: int, kg_end: int, delta: pa.Table,
-                        rows: int, parent: Sequence[Mapping], snapshot: Mapping[str, Any] | None, checkpoint: str,
-                        full: Callable[[], Iterator[pa.RecordBatch]], schema: pa.Schema) -> tuple[dict | None, str]:
+                        rows: int, parent: Sequence[StateHandle], snapshot: Mapping[str, Any] | None,
+                        checkpoint: str, full: Callable[[], Iterator[pa.RecordBatch]], schema: pa.Schema, *,
+                        uid: str = "", subtask: int = 0) -> tuple[StateHandle, str]:
     """:func:`write_state` for a keyed store (``PIPELINE_STATE_BACKEND=rocksdb``): the operator already knows the
     round's changes. ``delta``: the changed rows with ``_op`` (+1 / -1) relative to the parent snapshot;
     ``rows``: the state's rows now; ``full``: the whole state in batches (read from the store only when a base
     is materialised). Writes the same files as :func:`write_state` (a delta on the parent's chain, or a base).
-    Returns (the handle dict or None for an empty state, the version the store now holds)."""
+    Returns (the state handle, ``file`` None for an empty state; the version the store now holds)."""
     if rows == 0:
-        return None, "empty"
+        return StateHandle(operator_uid=uid, subtask=subtask, kg_start=kg_start, kg_end=kg_end, name=name), "empty"
     t0 = time.perf_counter()
     opts = SnapshotOptions.from_params(snapshot)
     written: set[str] = set()
@@ -194,15 +199,14 @@ def write_state_changes(fileio, state_prefix: str, name: str, kg_start: int, kg_
                     uri = shared_state_uri(opts.shared, name, kg_start, kg_end, opts.checkpoint_id, opts.round,
                                            "delta")
                     fh = write_bytes_once(fileio, uri, data, delta.num_rows)
-                    written.add(fh["uri"])
-                    chain = prev.extended(FileHandle.from_dict(fh), rows)
+                    written.add(fh.uri)
+                    chain = prev.extended(fh, rows)
     if chain is None:  # materialise: a full base, streamed from the store
         uri = (shared_state_uri(opts.shared, name, kg_start, kg_end, opts.checkpoint_id, opts.round, "base")
                if opts is not None and opts.shared else f"{state_prefix}/{name}/kg-{kg_start:05d}-{kg_end:05d}.parquet")
         fh = write_bytes_once(fileio, uri, _streamed_parquet(schema, full()), rows)
-        written.add(fh["uri"])
-        chain = StateChain(FileHandle.from_dict(fh), (), rows)
+        written.add(fh.uri)
+        chain = StateChain(fh, (), rows)
     trace("write", "store-base" if not chain.deltas else ("store-delta" if written else "unchanged"), rows, t0)
-    out = chain.handle_fields()
-    out["persisted_bytes"] = _persisted(chain, opts.checkpoint_id if opts else -1, written)
-    return out, chain.digest
+    return chain.handle(uid, subtask, name, kg_start, kg_end,
+                        persisted_bytes=_persisted(chain, opts.checkpoint_id if opts else -1, written)), chain.digest

@@ -73,10 +73,10 @@ def _state(md) -> dict[str, list[dict]]:
     out = {}
     for uid, by_name in cursor_from_metadata(md).handles.items():
         for name, hs in by_name.items():
-            live = [h for h in hs if h["uri"]]
+            live = [h for h in hs if h.file is not None]
             if not live:
                 continue
-            t = pq.read_table(live[0]["uri"][len("file://"):])
+            t = pq.read_table(live[0].file.uri[len("file://"):])
             schema = pa.schema([f for f in t.schema])
             rows = backend.read_state(LocalFileIO(), live, 0, 15, schema, md.name).to_pylist()
             out[f"{uid}/{name}"] = sorted(rows, key=lambda d: sorted((k, str(v)) for k, v in d.items()))

@@ -83,9 +83,9 @@ def _state(md) -> dict[str, list[tuple]]:
     out = {}
     for uid, by_name in cursor_from_metadata(md).handles.items():
         for name, hs in by_name.items():
-            live = [h for h in hs if h["uri"]]
+            live = [h for h in hs if h.file is not None]
             if live:
-                schema = pq.read_schema(live[0]["uri"][len("file://"):])
+                schema = pq.read_schema(live[0].file.uri[len("file://"):])
                 t = backend.read_state(LocalFileIO(), live, 0, 15, schema, md.name)
                 out[f"{uid}/{name}"] = sorted(tuple(str(v) for v in r.values()) for r in t.to_pylist())
     return out

@@ -6,8 +6,9 @@ import pytest
 from pipeline.checkpoint.ack import AckResult
 from pipeline.checkpoint.coordinator import CheckpointCoordinator
 from pipeline.checkpoint.failure import CheckpointFailureReason as R
-from pipeline.checkpoint.handles import Position
+from pipeline.checkpoint.handles import FileHandle, Position, StateHandle
 from pipeline.checkpoint.pending import PendingManifest
+from pipeline.checkpoint.report import TaskReport
 from pipeline.exceptions import (
     CheckpointDeclinedError,
     CheckpointError,
@@ -37,15 +38,15 @@ def task_rows(fio, pending, tag=""):
         uri = join_uri(pending.location, "rounds", "0", f"agg-{s}.parquet")
         data = f"state {s} {tag}".encode()
         fio.write_bytes(uri, data)
-        rows.append({"kind": "state", "operator": "agg", "name": "agg", "subtask": s, "kg_start": 4 * s,
-                     "kg_end": 4 * s + 3, "uri": uri, "rows": 2, "bytes": len(data), "sha256": sha256_of(data),
-                     "sync_ms": 1.0, "async_ms": 2.0})
+        rows.append(TaskReport.of_state(StateHandle("agg", s, 4 * s, 4 * s + 3, "agg",
+                                                    FileHandle(uri, 2, len(data), sha256_of(data))),
+                                        sync_ms=1.0, async_ms=2.0))
     return rows
 
 
 def run_checkpoint(fio, coord, parent_id=None, epoch=1):
     p = trigger(coord, parent_id=parent_id, epoch=epoch)
-    results = coord.receive_acknowledge_rows(p, task_rows(fio, p))
+    results = coord.receive_acknowledge_reports(p, task_rows(fio, p))
     assert set(results.values()) == {AckResult.SUCCESS}
     return coord.complete(p)
 
@@ -59,7 +60,7 @@ def test_full_cycle(local_root):
     manifest = PendingManifest.from_json(fio.read_bytes(p.pending_uri))  # write-ahead, before any task runs
     assert manifest.expected_tasks == (("agg", 0), ("agg", 1)) and manifest.runner == coord.runner_id
     assert not fio.exists(p.metadata_uri)
-    coord.receive_acknowledge_rows(p, task_rows(fio, p))
+    coord.receive_acknowledge_reports(p, task_rows(fio, p))
     completed = coord.complete(p, backlog={"orders": 0})
     assert completed.checkpoint_id == 1 and fio.exists(completed.metadata_uri)
     assert completed.metadata.stats.operators["agg"].acks == 2
@@ -102,7 +103,7 @@ def test_timeout_expires_and_counts(local_root):
     clock = FakeClock()
     coord = coordinator(fio, local_root, clock=clock, checkpoint_timeout_s=60, tolerable_failed_checkpoints=1)
     p = trigger(coord)
-    coord.receive_acknowledge_rows(p, task_rows(fio, p))
+    coord.receive_acknowledge_reports(p, task_rows(fio, p))
     clock.t += 61
     with pytest.raises(CheckpointDeclinedError, match="expired after 61.0s") as err:
         coord.complete(p)
@@ -149,7 +150,7 @@ def test_pre_flight_rejections_are_not_counted(local_root):
     with pytest.raises(CheckpointDeclinedError) as err:
         trigger(coord)
     assert err.value.reason is R.TOO_MANY_CHECKPOINT_REQUESTS
-    coord.receive_acknowledge_rows(p, task_rows(fio, p))
+    coord.receive_acknowledge_reports(p, task_rows(fio, p))
     coord.complete(p)
     with pytest.raises(CheckpointDeclinedError) as err:
         trigger(coord)
@@ -163,7 +164,7 @@ def test_finalize_failure_aborts_and_counts(local_root):
     fio = FlakyFileIO()
     coord = coordinator(fio, local_root, tolerable_failed_checkpoints=5)
     p = trigger(coord)
-    coord.receive_acknowledge_rows(p, task_rows(fio, p))
+    coord.receive_acknowledge_reports(p, task_rows(fio, p))
     fio.fail_names.add("_metadata")
     with pytest.raises(CheckpointDeclinedError, match="could not write .*chk-1/_metadata") as err:
         coord.complete(p)
@@ -191,7 +192,7 @@ def test_resume_a_checkpoint_that_spans_rounds(local_root):
     second = coordinator(fio, local_root)
     again = second.resume(p.checkpoint_id)
     assert again.manifest == p.manifest and again.acknowledged_tasks == frozenset()
-    second.receive_acknowledge_rows(again, task_rows(fio, again, tag="round 2"))
+    second.receive_acknowledge_reports(again, task_rows(fio, again, tag="round 2"))
     done = second.complete(again, rounds=2)
     assert done.metadata.stats.rounds == 2
     with pytest.raises(CheckpointError, match="already completed"):
@@ -214,7 +215,7 @@ def test_savepoint_goes_to_savepoints_and_survives_retention(local_root):
     run_checkpoint(fio, coord)
     sp = trigger(coord, parent_id=1, kind="savepoint")
     assert "/job/savepoints/sp-2-" in sp.location
-    coord.receive_acknowledge_rows(sp, task_rows(fio, sp))
+    coord.receive_acknowledge_reports(sp, task_rows(fio, sp))
     done = coord.complete(sp)
     assert done.is_savepoint
     for _ in range(2):

@@ -16,7 +16,7 @@ def test_fenced_checkpoint_is_recorded_and_listed_as_failed(local_root):
     run_checkpoint(fio, coordinator(fio, local_root))                   # checkpoint 1 completes
     loser = coordinator(fio, local_root)
     p = trigger(loser, parent_id=1, epoch=2)                            # checkpoint 2 (the loser)
-    assert set(loser.receive_acknowledge_rows(p, task_rows(fio, p)).values()) == {AckResult.SUCCESS}
+    assert set(loser.receive_acknowledge_reports(p, task_rows(fio, p)).values()) == {AckResult.SUCCESS}
     winner = coordinator(fio, local_root)
     run_checkpoint(fio, winner, parent_id=1, epoch=2)                   # checkpoint 3 (another runner)
     with pytest.raises(CheckpointFencedError):

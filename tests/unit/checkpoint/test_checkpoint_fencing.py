@@ -7,6 +7,8 @@ import pytest
 
 from pipeline.checkpoint.coordinator import CheckpointCoordinator
 from pipeline.checkpoint.failure import CheckpointFailureReason as R
+from pipeline.checkpoint.handles import FileHandle, StateHandle
+from pipeline.checkpoint.report import TaskReport
 from pipeline.checkpoint.store import CheckpointDirStatus
 from pipeline.exceptions import CheckpointError, CheckpointFencedError
 from pipeline.fileio import join_uri, sha256_of
@@ -27,9 +29,8 @@ def ack(fio, coord, p):
     uri = join_uri(p.location, "rounds", "0", "agg-0.parquet")
     data = f"state by {coord.runner_id}".encode()
     fio.write_bytes(uri, data)
-    coord.receive_acknowledge_rows(p, [{"kind": "state", "operator": "agg", "name": "agg", "subtask": 0,
-                                        "kg_start": 0, "kg_end": 3, "uri": uri, "rows": 1, "bytes": len(data),
-                                        "sha256": sha256_of(data)}])
+    coord.receive_acknowledge_reports(p, [TaskReport.of_state(StateHandle(
+        "agg", 0, 0, 3, "agg", FileHandle(uri, 1, len(data), sha256_of(data))))])
 
 
 def test_older_claim_loses_to_newer_claim(any_root):

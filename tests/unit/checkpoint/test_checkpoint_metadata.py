@@ -7,7 +7,7 @@ import pickle
 
 import pytest
 
-from pipeline.checkpoint.ack import AckResult, TaskAcknowledgement, acks_from_rows
+from pipeline.checkpoint.ack import AckResult, TaskAcknowledgement, acks_from_reports
 from pipeline.checkpoint.failure import CheckpointFailureReason as R
 from pipeline.checkpoint.handles import ChannelStateHandle, FileHandle, Position, SinkHandle, StateHandle
 from pipeline.checkpoint.metadata import CheckpointMetadata
@@ -148,6 +148,14 @@ def test_ack_result_members():
     assert {a.name for a in AckResult} == {"SUCCESS", "DUPLICATE", "UNKNOWN", "DISCARDED"}
 
 
+def decoded(rows: list[dict]):
+    """Rows as an operator task's ``mapInArrow`` result carries them, decoded by the one codec."""
+    import pyarrow as pa
+
+    from pipeline.runtime.report_codec import REPORT_SCHEMA, from_table
+    return from_table(pa.Table.from_pylist(rows, schema=REPORT_SCHEMA))
+
+
 def runtime_row(kind, op, name, subtask, uri, rows=1, size=10, **kw):
     row = {"kind": kind, "operator": op, "name": name, "subtask": subtask, "kg_start": subtask * 64,
            "kg_end": subtask * 64 + 63, "uri": uri, "rows": rows, "bytes": size, "sha256": SHA if uri else None,
@@ -165,7 +173,7 @@ def test_acks_from_runtime_handle_rows():
         runtime_row("output", "join", "paid_orders", 0, None),
         runtime_row("state", "agg", "agg", 0, "file:///s/a0"),
     ]
-    acks = acks_from_rows(rows)
+    acks = acks_from_reports(decoded(rows))
     assert [a.task for a in acks] == [("agg", 0), ("join", 0), ("join", 1)]
     j1 = acks[2]
     assert [h.name for h in j1.state] == ["left", "right"]
@@ -176,9 +184,9 @@ def test_acks_from_runtime_handle_rows():
     assert j1.metrics.async_ms == 5.0 and j1.metrics.sync_ms == 1.0 and j1.metrics.in_rows == 7
 
 
-def test_acks_from_rows_rejects_unknown_kind():
+def test_report_codec_rejects_unknown_kind():
     with pytest.raises(CheckpointError, match="unknown kind 'bogus'"):
-        acks_from_rows([runtime_row("bogus", "join", "x", 0, None)])
+        decoded([runtime_row("bogus", "join", "x", 0, None)])
 
 
 def test_ack_handles_must_belong_to_the_task():

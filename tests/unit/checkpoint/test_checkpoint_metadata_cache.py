@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 
 from pipeline.checkpoint.coordinator import CheckpointCoordinator
+from pipeline.checkpoint.handles import FileHandle, StateHandle
+from pipeline.checkpoint.report import TaskReport
 from pipeline.checkpoint.store import CheckpointDirStatus, CompletedCheckpointStore
 from pipeline.exceptions import CheckpointFencedError, ObjectNotFoundError
 from pipeline.fileio import S3FileIO, join_uri, sha256_of
@@ -107,9 +109,8 @@ def _ack_and_complete(fio, coord, pending):
     uri = join_uri(pending.location, "rounds", "0", "agg-0.parquet")
     data = f"state by {coord.runner_id}".encode()
     fio.write_bytes(uri, data)
-    coord.receive_acknowledge_rows(pending, [{"kind": "state", "operator": "agg", "name": "agg", "subtask": 0,
-                                              "kg_start": 0, "kg_end": 3, "uri": uri, "rows": 1,
-                                              "bytes": len(data), "sha256": sha256_of(data)}])
+    coord.receive_acknowledge_reports(pending, [TaskReport.of_state(StateHandle(
+        "agg", 0, 0, 3, "agg", FileHandle(uri, 1, len(data), sha256_of(data))))])
     return coord.complete(pending)
 
 

@@ -22,8 +22,8 @@ def test_two_attempts_over_shuffled_rows_write_identical_bytes(tmp_path):
     fio = LocalFileIO()
     a = write_table(fio, (tmp_path / "a.parquet").as_uri(), t)
     b = write_table(fio, (tmp_path / "b.parquet").as_uri(), shuffled)
-    assert a["sha256"] == b["sha256"] and a["rows"] == 500
-    assert hashlib.sha256((tmp_path / "b.parquet").read_bytes()).hexdigest() == b["sha256"]
+    assert a.sha256 == b.sha256 and a.rows == 500
+    assert hashlib.sha256((tmp_path / "b.parquet").read_bytes()).hexdigest() == b.sha256
     assert canonical_order(shuffled).equals(canonical_order(t))
 
 

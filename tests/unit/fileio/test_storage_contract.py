@@ -15,8 +15,9 @@ import pytest
 from pipeline.checkpoint.ack import AckResult
 from pipeline.checkpoint.completed import CompletedCheckpoint
 from pipeline.checkpoint.coordinator import CheckpointCoordinator
-from pipeline.checkpoint.handles import FileHandle
+from pipeline.checkpoint.handles import FileHandle, StateHandle
 from pipeline.checkpoint.ids import CheckpointIdCounter
+from pipeline.checkpoint.report import TaskReport
 from pipeline.checkpoint.store import CheckpointDirStatus, CompletedCheckpointStore
 from pipeline.exceptions import CheckpointFencedError, ConditionalWriteError, SinkError
 from pipeline.fileio import join_uri, sha256_of
@@ -38,9 +39,8 @@ def _trigger_and_ack(fio, coord, parent_id=None):
     uri = join_uri(p.location, "rounds", "0", "state", "agg", "kg-0.parquet")
     data = f"state of {p.checkpoint_id}".encode()
     fio.write_bytes(uri, data)
-    coord.receive_acknowledge_rows(p, [{"kind": "state", "operator": "agg", "name": "agg", "subtask": 0,
-                                        "kg_start": 0, "kg_end": 3, "uri": uri, "rows": 1, "bytes": len(data),
-                                        "sha256": sha256_of(data)}])
+    coord.receive_acknowledge_reports(p, [TaskReport.of_state(StateHandle(
+        "agg", 0, 0, 3, "agg", FileHandle(uri, 1, len(data), sha256_of(data))))])
     return p
 
 

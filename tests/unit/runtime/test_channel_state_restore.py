@@ -43,8 +43,8 @@ def test_restore_cursor_resumes_at_range_start_and_replays_files(tmp_path) -> No
     cur = r._cursor_from(_md())
     assert cur.positions["orders"]["1"] == Position(2, 40)   # after the rows in flight (they are in the file)
     assert cur.positions["orders"]["0"] == Position(3, 0)
-    assert [h["uri"] for h in cur.inflight["paid_orders_join"]] == ["file:///x/c.parquet"]
-    assert cur.inflight["paid_orders_join"][0]["name"] == "left"
+    assert [c.file.uri for c in cur.inflight["paid_orders_join"] if c.file] == ["file:///x/c.parquet"]
+    assert cur.inflight["paid_orders_join"][0].channel == "left"
 
 
 def test_unaligned_needs_sources_feeding_only_the_join(tmp_path) -> None:

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
+from pipeline.checkpoint.handles import StateHandle
 from pipeline.exceptions import CorruptCheckpointError
 from pipeline.fileio import LocalFileIO
 from pipeline.state import backend
@@ -88,10 +89,10 @@ def test_ttl_index_is_a_range_scan_of_what_expires(tmp_path):
         assert st.get(keys[:25]).num_rows == 0 and st.get(keys[25:]).num_rows == 75
 
 
-def _chain_handles(root: str, epochs: int, kg=(0, 7)) -> list[dict]:
+def _chain_handles(root: str, epochs: int, kg=(0, 7)) -> list[StateHandle]:
     """A heap backend's chains of a growing state with updates and deletes (base + deltas)."""
     fio = LocalFileIO()
-    parent: list[dict] = []
+    parent: list[StateHandle] = []
     out = []
     for e in range(epochs):
         n = 50 * (e + 1)
@@ -101,16 +102,16 @@ def _chain_handles(root: str, epochs: int, kg=(0, 7)) -> list[dict]:
         opts = {"checkpoint_id": e + 1, "round": 0, "shared": f"{root}/job/shared/op", "materialize": False,
                 "incremental": True, "max_deltas": 5, "max_delta_ratio": 10.0}
         h = write_state(fio, f"{root}/job/chk-{e + 1}", "s", kg[0], kg[1], t, parent, opts, f"chk-{e + 1}")
-        assert h is not None
-        parent = [{**h, "kg_start": kg[0], "kg_end": kg[1]}]
-        out.append(parent[0])
+        assert h.file is not None and (h.kg_start, h.kg_end) == kg
+        parent = [h]
+        out.append(h)
     return out
 
 
 def test_rebuild_from_a_chain_equals_the_restored_table_and_is_verified(tmp_path):
     root = tmp_path.as_uri()
     h = _chain_handles(root, 5)[-1]
-    chain = StateChain.from_handle(h)
+    chain = StateChain.of(h)
     assert chain is not None and chain.deltas
     expected = read_state(LocalFileIO(), [h], 0, 7, SCHEMA, "chk-5")
     with _store(tmp_path) as st:

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
+from pipeline.checkpoint.handles import StateHandle
 from pipeline.exceptions import CorruptCheckpointError
 from pipeline.fileio import LocalFileIO
 from pipeline.state import backend
@@ -52,15 +53,14 @@ def _opts(root: str, cid: int, **policy) -> dict:
     return {"checkpoint_id": cid, "round": 0, "shared": f"{root}/job/shared/op", "materialize": False, **p}
 
 
-def _run(root: str, epochs: int, **policy) -> list[dict]:
+def _run(root: str, epochs: int, **policy) -> list[StateHandle]:
     fio = LocalFileIO()
-    handles: list[dict] = []
-    parent: list[dict] = []
+    handles: list[StateHandle] = []
+    parent: list[StateHandle] = []
     for e in range(epochs):
         h = write_state(fio, f"{root}/job/checkpoints/chk-{e + 1}/rounds/0/state/op", "agg", 0, 7, _state(e),
-                        parent, _opts(root, e + 1, **policy), f"chk-{e + 1}")
-        assert h is not None
-        h = {**h, "kg_start": 0, "kg_end": 7}
+                        parent, _opts(root, e + 1, **policy), f"chk-{e + 1}", uid="op")
+        assert h.file is not None and (h.operator_uid, h.kg_start, h.kg_end, h.name) == ("op", 0, 7, "agg")
         handles.append(h)
         parent = [h]
     return handles
@@ -70,8 +70,8 @@ def test_chain_restore_equals_full_restore(tmp_path, cache_dir):
     root = tmp_path.as_uri()
     inc = _run(root + "/inc", 9)
     full = _run(root + "/full", 9, incremental=False)
-    assert all(not h["deltas"] for h in full)
-    assert any(h["deltas"] for h in inc), "no delta was ever written"
+    assert all(not h.deltas for h in full)
+    assert any(h.deltas for h in inc), "no delta was ever written"
     fio = LocalFileIO()
     for e, (hi, hf) in enumerate(zip(inc, full)):
         _cold(cache_dir)
@@ -83,27 +83,27 @@ def test_chain_restore_equals_full_restore(tmp_path, cache_dir):
 
 def test_materialisation_bound_and_persisted_bytes(tmp_path):
     handles = _run(tmp_path.as_uri(), 12, max_deltas=3)
-    lengths = [len(StateChain.from_handle(h).deltas) for h in handles]  # type: ignore[union-attr]
+    lengths = [len(h.deltas) for h in handles]
     assert max(lengths) == 3 and lengths[:5] == [0, 1, 2, 3, 0]  # a new base after 3 deltas
     for h in handles:
-        chain = StateChain.from_handle(h)
+        chain = StateChain.of(h)
         assert chain is not None
         if chain.deltas:  # this checkpoint wrote one small delta, and references the rest
-            assert h["persisted_bytes"] == chain.deltas[-1].bytes < chain.bytes
+            assert h.persisted_bytes == chain.deltas[-1].bytes < chain.bytes
             assert chain.deltas[-1].rows <= 200 + 2 * 25  # the 200 new keys and the changed counts only
         else:
-            assert h["persisted_bytes"] == chain.bytes
+            assert h.persisted_bytes == chain.bytes
     # the byte bound: deltas may not exceed the ratio of the base
     small = _run(tmp_path.as_uri() + "/ratio", 8, max_deltas=100, max_delta_ratio=0.1)
     for h in small:
-        chain = StateChain.from_handle(h)
+        chain = StateChain.of(h)
         assert chain is not None and chain.delta_bytes <= 0.1 * chain.base.bytes
 
 
 def test_warm_state_is_served_without_storage_and_reloaded_verified_on_a_miss(tmp_path, cache_dir):
     root = tmp_path.as_uri()
     handles = _run(root, 3)
-    chain = StateChain.from_handle(handles[-1])
+    chain = StateChain.of(handles[-1])
     assert chain is not None and chain.deltas
     fio = LocalFileIO()
     expected = read_state(fio, handles[-1:], 0, 7, SCHEMA, "chk-3")
@@ -128,13 +128,13 @@ def test_rescale_reads_overlapping_chains_and_writes_a_new_base(tmp_path, cache_
     fio = LocalFileIO()
     halves = []
     for lo, hi in ((0, 3), (4, 7)):
-        parent: list[dict] = []
+        parent: list[StateHandle] = []
         for e in range(3):
             h = write_state(fio, f"{root}/s", "agg", lo, hi, _state(e, kg_range=(lo, hi)), parent,
                             _opts(root, e + 1), f"chk-{e + 1}")
-            parent = [{**h, "kg_start": lo, "kg_end": hi}]  # type: ignore[dict-item]
+            parent = [h]
         halves.append(parent[0])
-    assert all(h["deltas"] for h in halves)
+    assert all(h.deltas for h in halves)
     _cold(cache_dir)
     got = read_state(fio, halves, 2, 5, SCHEMA, "chk-3")
     every = pa.concat_tables([_state(2, kg_range=(0, 3)), _state(2, kg_range=(4, 7))])
@@ -143,18 +143,18 @@ def test_rescale_reads_overlapping_chains_and_writes_a_new_base(tmp_path, cache_
         want.sort_by([("key", "ascending"), ("_kg", "ascending")]))
     # the new subtask's range [2, 5] matches no parent chain: a base, not a delta
     h = write_state(fio, f"{root}/s", "agg", 2, 5, got, halves, _opts(root, 4), "chk-4")
-    assert h is not None and not h["deltas"] and "-base" in h["uri"]
+    assert h.file is not None and not h.deltas and "-base" in h.file.uri
 
 
 def test_savepoint_and_restore_options_write_bases_only(tmp_path):
     root = tmp_path.as_uri()
     fio = LocalFileIO()
-    parent = [{**_run(root, 2)[-1], "kg_start": 0, "kg_end": 7}]
+    parent = [_run(root, 2)[-1]]
     sp = SnapshotOptions(checkpoint_id=9, shared=None, materialize=True).to_params()
     h = write_state(fio, f"{root}/job/savepoints/sp-9-x/rounds/0/state/op", "agg", 0, 7, _state(2), parent, sp,
                     "sp-9")
-    assert h is not None and not h["deltas"] and h["uri"].startswith(f"{root}/job/savepoints/sp-9-x/")
+    assert h.file is not None and not h.deltas and h.file.uri.startswith(f"{root}/job/savepoints/sp-9-x/")
     restore = {**_opts(root, 10), "materialize": True}
     h = write_state(fio, f"{root}/x", "agg", 0, 7, _state(2), parent, restore, "chk-10")
-    assert h is not None and not h["deltas"] and "c000000000010-r0-base" in h["uri"]
-    assert json.loads(json.dumps(h))  # plain JSON-able handle
+    assert h.file is not None and not h.deltas and "c000000000010-r0-base" in h.file.uri
+    assert StateHandle.from_dict(json.loads(json.dumps(h.to_dict()))) == h  # the checkpoint's own codec
