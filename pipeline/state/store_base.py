@@ -61,6 +61,24 @@ def _decoded_bytes(pf: pq.ParquetFile) -> int:
     return sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
 
 
+def _apply(old: pa.Table, deltas: list[pa.Table], key: str, *, what: str) -> pa.Table:
+    """``old`` (rows of the changed keys) with ``deltas`` applied. A key no delta deletes a row of holds its old rows
+    plus every inserted row (a concatenation); only the keys with deletions go through the multiset changelog
+    (:func:`~pipeline.state.changelog.apply_changelog`, a group-by over all columns)."""
+    names = old.schema.names
+    ops = [d[OP_COLUMN] for d in deltas]
+    minus = [d.filter(pc.less(o, 0)) for d, o in zip(deltas, ops)]
+    if not any(m.num_rows for m in minus):
+        return pa.concat_tables([old] + [d.filter(pc.greater(o, 0)).select(names) for d, o in zip(deltas, ops)])
+    gone = pc.unique(pa.chunked_array([m[key] for m in minus], type=old.schema.field(key).type).combine_chunks())
+    hit_old = pc.is_in(old[key], value_set=gone)
+    hits = [pc.is_in(d[key], value_set=gone) for d in deltas]
+    mixed = apply_changelog(old.filter(hit_old), [d.filter(h) for d, h in zip(deltas, hits)], what=what)
+    plain = [old.filter(pc.invert(hit_old))] + [
+        d.filter(pc.and_(pc.invert(h), pc.greater(o, 0))).select(names) for d, h, o in zip(deltas, hits, ops)]
+    return pa.concat_tables(plain + [mixed.select(names)])
+
+
 def merged_base(fileio, chain: StateChain, round_delta: pa.Table, store: KeyedStateStore, checkpoint: str, *,
                 optional: Sequence[str] = (), memory_bytes: int | None = None) -> Iterator[pa.RecordBatch]:
     """The rows of ``chain`` (the parent snapshot's chain over exactly the store's range) with ``round_delta``
@@ -86,10 +104,9 @@ def merged_base(fileio, chain: StateChain, round_delta: pa.Table, store: KeyedSt
         key_parts.append(round_delta.select([key, kg]).cast(pa.schema([schema.field(key), schema.field(kg)])))
         if vectorised:
             deltas.append(_conform(round_delta, schema.append(pa.field(OP_COLUMN, pa.int8())), ()))
-    changed = (pa.concat_tables(key_parts).group_by([key, kg], use_threads=False).aggregate([])
-               if key_parts else pa.table({key: pa.array([], schema.field(key).type),
-                                           kg: pa.array([], schema.field(kg).type)}))
-    value_set = changed[key].combine_chunks()
+    key_type = schema.field(key).type
+    value_set = (pc.unique(pa.chunked_array([t[key] for t in key_parts], type=key_type).combine_chunks())
+                 if key_parts else pa.array([], key_type))
     base = pq.ParquetFile(pa.BufferReader(read_verified(fileio, chain.base, checkpoint)))
     md = base.metadata
     per_row = max(1, _decoded_bytes(base) // max(1, md.num_rows))
@@ -107,14 +124,15 @@ def merged_base(fileio, chain: StateChain, round_delta: pa.Table, store: KeyedSt
     del base
     if vectorised:
         old = pa.concat_tables(held) if held else schema.empty_table()
-        now = apply_changelog(old, deltas, what=f"checkpoint {checkpoint}: state chain {chain.base.uri} "
-                                                 f"(+{len(chain.deltas)} deltas), merged into a new base")
+        now = _apply(old, deltas, key, what=f"checkpoint {checkpoint}: state chain {chain.base.uri} "
+                                            f"(+{len(chain.deltas)} deltas), merged into a new base")
         del old, held, deltas
         for i in range(0, now.num_rows, batch_rows):
             part = now.slice(i, batch_rows)
             n += part.num_rows
             yield from part.to_batches()
     else:
+        changed = pa.concat_tables(key_parts).group_by([key, kg], use_threads=False).aggregate([])
         suffixes = sorted(row_keys(changed, key, kg))
         for i in range(0, len(suffixes), batch_rows):
             part = store.get(suffixes[i:i + batch_rows])
