@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from pipeline.checkpoint.handles import ChannelStateHandle, FileHandle, StateHandle
+from pipeline.fileio.request_counter import StorageRequests
 
 __all__ = ["ReportKind", "TaskReport"]
 
@@ -63,6 +64,7 @@ class TaskReport:
     alignment_ms: float = 0.0
     start_delay_ms: float = 0.0
     mode: str | None = None               # "aligned" | "unaligned" | "at_least_once" (driver); None: not said
+    s3_requests: StorageRequests | None = None  # the worker's S3 requests not reported yet (one report per task)
 
     def __post_init__(self) -> None:
         who = f"report {self.kind.value} {self.name!r} of {self.operator_uid}[{self.subtask}]"

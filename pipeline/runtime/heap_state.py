@@ -7,7 +7,7 @@ delta of the touched keys on the parent's chain, or a base).
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import pyarrow as pa
 
@@ -37,7 +37,9 @@ class HeapState:
                                  s.checkpoint, optional=(ROW_EPOCH,) if ROW_EPOCH in spec.schema.names else ())
                 for name, spec in s.states.items()}
 
-    def write(self, name: str, new: pa.Table, touched: TouchedKeys | None = None) -> StateHandle:
+    def write(self, name: str, new: pa.Table, touched: TouchedKeys | None = None, *,
+              index_time: Callable[[Any], Any] | None = None) -> StateHandle:
+        """The whole new table of the range (``index_time``: a keyed store's concern, unused here)."""
         self.guard.writing(name)
         s = self.scope
         return write_state(self.fileio, s.state_prefix, name, s.kgr.start, s.kgr.end, new, s.parent.get(name, ()),

@@ -34,9 +34,10 @@ from pipeline.runtime.dataflow import arrow_schema_of, schema_ddl
 from pipeline.runtime.operator_registry import register_operator
 from pipeline.runtime.operators import HANDLE_DDL, _collect, _emit, _round_spec, subtask_of, task_report
 from pipeline.runtime.routing import shuffle_to_subtasks, with_beacons
+from pipeline.runtime.state_access import StateScope, StateSpec, open_state
 from pipeline.state.backend import KG_COLUMN, read_state, write_table
-from pipeline.state.snapshot import write_state
-from pipeline.windows.aggregate import EmitMode, WindowSpec, output_schema, state_schema, window_step
+from pipeline.windows.aggregate import EVENT_US, EmitMode, WindowSpec, output_schema, state_schema, window_step
+from pipeline.windows.assign import fire_index
 from pipeline.windows.watermark import WATERMARK_SCHEMA, WatermarkState, merge_observations, observe_channels
 
 __all__ = ["WindowTaskSpec", "ProcessTaskSpec", "make_window_task", "make_process_task", "window_dataframe",
@@ -134,6 +135,11 @@ def _write_dead_letters(fio, prefix: str, name: str, late: pa.Table, bad: pa.Tab
     return write_table(fio, f"{prefix}/{name}.parquet", t.drop_columns(drop))
 
 
+def _fire_index(w: WindowSpec, watermark_us: int | None):
+    """A record's key is filed under its next firing time above the watermark (the window's TTL index)."""
+    return fire_index(w.size_us, w.slide_us, w.lateness_us, watermark_us)
+
+
 def make_window_task(spec: WindowTaskSpec):
     """Returns the ``mapInArrow`` function of a window operator (after the shuffle)."""
     plan_spec = spec
@@ -147,8 +153,6 @@ def make_window_task(spec: WindowTaskSpec):
         fio = file_io_for(spec.state_prefix)
         w = spec.window
         sschema = state_schema(w, spec.input_schema).append(pa.field(KG_COLUMN, pa.int32()))
-        state = read_state(fio, spec.parent_handles.get("win", ()), kgr.start, kgr.end, sschema, spec.checkpoint)
-        restored = state.num_rows
         wm_rows = read_state(fio, spec.parent_handles.get("wm", ()), *_ALL_KG, WATERMARK_SCHEMA, spec.checkpoint)
         wm_rows, seen = _split_wm(wm_rows)
         wm = WatermarkState.from_table(wm_rows, spec.checkpoint)
@@ -168,19 +172,27 @@ def make_window_task(spec: WindowTaskSpec):
             fire = new_wm.watermark_us
         else:
             new_wm, obs_left, fire = wm, seen, None
-        res = window_step(w, state, rows, epoch=spec.epoch, late_watermark_us=wm.watermark_us,
-                          fire_watermark_us=fire, complete=spec.complete, input_schema=spec.input_schema,
-                          carry=(KG_COLUMN,))
-        if res.bad.num_rows and spec.bad_records == "fail":
-            raise MalformedInputError(f"window {spec.uid}: {res.bad.num_rows} record(s) with a null key "
-                                      f"{w.key!r} or event time {w.event_time!r} (checkpoint {spec.checkpoint})")
-        out = res.output
-        sync_ms = (time.perf_counter() - t0) * 1000
-        fault_point("writing_state")
-        t1 = time.perf_counter()
-        sh = write_state(fio, spec.state_prefix, "win", kgr.start, kgr.end, res.state,
-                         spec.parent_handles.get("win", ()), spec.snapshot, spec.checkpoint, uid=spec.uid,
-                         subtask=subtask)
+        cutoff_us = None if fire is None else fire + 1  # windows with end + lateness <= W(m) fire
+        # rocksdb: a record's key is filed under its next firing time; heap: the range's whole state
+        scope = StateScope(spec.uid, subtask, kgr, w.key, spec.checkpoint, spec.state_prefix,
+                           {"win": StateSpec(sschema, EVENT_US, _fire_index(w, wm.watermark_us))},
+                           spec.parent_handles, spec.snapshot, cutoff_us)
+        with open_state(scope, fio) as access:
+            state = access.read([rows] if rows is not None else [])["win"]  # the input's keys, the firing keys
+            restored = state.num_rows
+            res = window_step(w, state, rows, epoch=spec.epoch, late_watermark_us=wm.watermark_us,
+                              fire_watermark_us=fire, complete=spec.complete, input_schema=spec.input_schema,
+                              carry=(KG_COLUMN,))
+            if res.bad.num_rows and spec.bad_records == "fail":
+                raise MalformedInputError(f"window {spec.uid}: {res.bad.num_rows} record(s) with a null key "
+                                          f"{w.key!r} or event time {w.event_time!r} (checkpoint {spec.checkpoint})")
+            out = res.output
+            sync_ms = (time.perf_counter() - t0) * 1000
+            fault_point("writing_state")
+            t1 = time.perf_counter()
+            # the records written back are filed under their next firing time above W(m)
+            sh = access.write("win", res.state,
+                              index_time=_fire_index(w, fire if fire is not None else wm.watermark_us))
         wfh = (write_table(fio, f"{spec.state_prefix}/wm/wm.parquet", _wm_table(new_wm, obs_left))
                if subtask == 0 else None)
         wsh = StateHandle(operator_uid=spec.uid, subtask=subtask, kg_start=kgr.start, kg_end=kgr.end, name="wm",
@@ -320,27 +332,30 @@ def make_process_task(spec: ProcessTaskSpec):
         kgr = range_for_subtask(spec.max_parallelism, spec.parallelism, subtask)
         fio = file_io_for(spec.state_prefix)
         sschema = spec.state_schema.append(pa.field(TOUCHED, pa.int64())).append(pa.field(KG_COLUMN, pa.int32()))
-        state = read_state(fio, spec.parent_handles.get("proc", ()), kgr.start, kgr.end, sschema, spec.checkpoint)
-        restored = state.num_rows
-        rows = kgs = None
-        if incoming is not None:
-            kgs = incoming.group_by(spec.key, use_threads=False).aggregate([(KG_COLUMN, "min")]).rename_columns(
-                [spec.key, KG_COLUMN])
-            rows = incoming.select(spec.input_schema.names).cast(spec.input_schema)
+        ttl_us = None if spec.ttl_seconds is None else spec.ttl_seconds * SEC
+        cutoff_us = None if ttl_us is None else spec.barrier_us - ttl_us  # state touched before it expires
+        # rocksdb: the input's keys plus the keys the TTL expires; heap: the range's whole state
+        scope = StateScope(spec.uid, subtask, kgr, spec.key, spec.checkpoint, spec.state_prefix,
+                           {"proc": StateSpec(sschema, TOUCHED)}, spec.parent_handles, spec.snapshot, cutoff_us)
+        with open_state(scope, fio) as access:
+            rows = kgs = None
+            if incoming is not None:
+                kgs = incoming.group_by(spec.key, use_threads=False).aggregate([(KG_COLUMN, "min")]).rename_columns(
+                    [spec.key, KG_COLUMN])
+                rows = incoming.select(spec.input_schema.names).cast(spec.input_schema)
+            state = access.read([incoming.select([spec.key, KG_COLUMN])] if incoming is not None else [])["proc"]
+            restored = state.num_rows
 
-        def carry(new_state: pa.Table) -> pa.Table:
-            return new_state.join(kgs, keys=spec.key, join_type="inner", use_threads=False).select(sschema.names)
+            def carry(new_state: pa.Table) -> pa.Table:
+                return new_state.join(kgs, keys=spec.key, join_type="inner", use_threads=False).select(sschema.names)
 
-        res = process_step(spec.uid, spec.key, spec.fn, spec.state_schema, spec.output_schema, state, rows,
-                           barrier_us=spec.barrier_us,
-                           ttl_us=None if spec.ttl_seconds is None else spec.ttl_seconds * SEC, carry=carry)
-        sync_ms = (time.perf_counter() - t0) * 1000
-        fault_point("writing_state")
-        t1 = time.perf_counter()
-        st = res.state.select(sschema.names).cast(sschema)
-        sh = write_state(fio, spec.state_prefix, "proc", kgr.start, kgr.end, st,
-                         spec.parent_handles.get("proc", ()), spec.snapshot, spec.checkpoint, uid=spec.uid,
-                         subtask=subtask)
+            res = process_step(spec.uid, spec.key, spec.fn, spec.state_schema, spec.output_schema, state, rows,
+                               barrier_us=spec.barrier_us, ttl_us=ttl_us, carry=carry)
+            sync_ms = (time.perf_counter() - t0) * 1000
+            fault_point("writing_state")
+            t1 = time.perf_counter()
+            st = res.state.select(sschema.names).cast(sschema)
+            sh = access.write("proc", st)
         async_ms = (time.perf_counter() - t1) * 1000
         t_out = time.perf_counter()
         out = res.output

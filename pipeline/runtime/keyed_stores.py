@@ -19,7 +19,7 @@ Per round and subtask, instead of restoring the whole state of the key-group ran
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -28,9 +28,11 @@ from pipeline.checkpoint.handles import StateHandle
 from pipeline.operators.ttl import ROW_EPOCH
 from pipeline.runtime.state_access import AccessGuard, StateScope, register_backend
 from pipeline.state.backend import KG_COLUMN
-from pipeline.state.changelog import OP_COLUMN, TouchedKeys, diff
+from pipeline.state.changelog import OP_COLUMN, TouchedKeys, can_diff, diff
 from pipeline.state.keyed_store import KeyedStateStore, StoreLocation, row_keys
-from pipeline.state.snapshot import parent_chain_version, write_state_changes
+from pipeline.state.snapshot import parent_chain, parent_chain_version, write_state_changes
+from pipeline.state.store_base import merged_base
+from pipeline.state.store_gc import collect_replaced_ranges, maybe_sweep_idle
 
 __all__ = ["KeyedStores"]
 
@@ -50,16 +52,19 @@ class KeyedStores:
         self.rebuilt: dict[str, int] = {}
         self.keys: tuple[bytes, ...] = ()
         self.held: dict[str, pa.Table] = {}
+        self.optional = {n: (ROW_EPOCH,) if ROW_EPOCH in spec.schema.names else () for n, spec in scope.states.items()}
         try:
+            maybe_sweep_idle()
             for name, spec in scope.states.items():
-                schema = spec.schema
                 loc = StoreLocation(job, scope.uid, name, kgr.start, kgr.end)
-                st = KeyedStateStore(loc.path(), schema, scope.key, KG_COLUMN, spec.time_column)
+                collect_replaced_ranges(loc)  # another parallelism's stores of this state (pipeline.state.store_gc)
+                st = KeyedStateStore(loc.path(), spec.schema, scope.key, KG_COLUMN, spec.time_column,
+                                     index_time=spec.index_time)
                 self.stores[name] = st
                 want = parent_chain_version(self.parent[name], kgr.start, kgr.end)
                 if want is None or st.version != want:
-                    optional = (ROW_EPOCH,) if ROW_EPOCH in schema.names else ()
-                    self.rebuilt[name] = st.rebuild(fileio, self.parent[name], scope.checkpoint, optional=optional)
+                    self.rebuilt[name] = st.rebuild(fileio, self.parent[name], scope.checkpoint,
+                                                    optional=self.optional[name])
         except BaseException:
             self.close()
             raise
@@ -72,9 +77,14 @@ class KeyedStores:
         self.held = {name: self.get(name, self.keys) for name in self.stores}
         return dict(self.held)
 
-    def write(self, name: str, new: pa.Table, touched: TouchedKeys | None = None) -> StateHandle:
-        """``new``: the rows of the round's keys (``touched`` is not needed: the store knows the round's keys)."""
+    def write(self, name: str, new: pa.Table, touched: TouchedKeys | None = None, *,
+              index_time: Callable[[Any], Any] | None = None) -> StateHandle:
+        """``new``: the rows of the round's keys (``touched`` is not needed: the store knows the round's keys).
+        ``index_time``: file the rows written back under this time in the TTL index (a window: the next firing
+        time above the new watermark) instead of the state's own."""
         self.guard.writing(name)
+        if index_time is not None:
+            self.stores[name].index_time = index_time
         return self.commit(name, self.keys, self.held[name], new, cutoff_us=self.scope.cutoff_us,
                            state_prefix=self.scope.state_prefix, snapshot=self.scope.snapshot)
 
@@ -120,8 +130,15 @@ class KeyedStores:
         st = self.stores[name]
         rows = st.rows + net
         st.apply(keys, new, rows=rows, expired_below_us=cutoff_us)
+        chain = parent_chain(self.parent[name], self.kgr.start, self.kgr.end)
+
+        def full() -> Iterator[pa.RecordBatch]:  # a new base: merged from the parent chain, else scanned
+            if chain is None or not can_diff(schema):
+                return st.scan()
+            return merged_base(self.fileio, chain, delta, st, self.checkpoint, optional=self.optional[name])
+
         handle, version = write_state_changes(self.fileio, state_prefix, name, self.kgr.start, self.kgr.end, delta,
-                                              rows, self.parent[name], snapshot, self.checkpoint, st.scan, schema,
+                                              rows, self.parent[name], snapshot, self.checkpoint, full, schema,
                                               uid=self.scope.uid, subtask=self.scope.subtask)
         st.set_version(version)
         return handle

@@ -10,6 +10,7 @@ through the state-access port (:mod:`pipeline.runtime.state_access`), one code p
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Iterator, Mapping, Sequence
@@ -22,6 +23,7 @@ from pipeline.checkpoint.report import ReportKind, TaskReport
 from pipeline.exceptions import AggregateOverflowError, MalformedInputError
 from pipeline.faults import fault_point
 from pipeline.fileio import file_io_for
+from pipeline.fileio.request_counter import take_unreported
 from pipeline.keygroups import KeyGroupRange, range_for_subtask
 from pipeline.operators.join import MATCHED, JoinType, Uniqueness, join_step
 from pipeline.operators.ttl import ROW_EPOCH, micros
@@ -45,17 +47,14 @@ EXACT_SUM = pa.decimal128(38, 9)  # state type of floating-point sums (order-ind
 HANDLE_DDL = REPORT_DDL  # the result of a terminal operator task: its reports (pipeline.runtime.report_codec)
 
 
-def _partition_id() -> int:
-    from pyspark import TaskContext
-    ctx = TaskContext.get()
-    return ctx.partitionId() if ctx is not None else 0
-
-
 def subtask_of(incoming: pa.Table | None) -> tuple[int, pa.Table | None]:
     """(this task's subtask, the incoming rows without the beacon) for an input shuffled with
-    :func:`~pipeline.runtime.routing.with_beacons`; Spark's partition id for an input without beacons."""
+    :func:`~pipeline.runtime.routing.with_beacons`. Every keyed operator's input carries beacons: Spark's
+    partition id is not the subtask when the operator's tasks run inside a union (module docstring of
+    ``runtime.routing``), so an input without a beacon fails the task instead of restoring the wrong key groups."""
     if incoming is None or BEACON not in incoming.column_names:
-        return _partition_id(), incoming
+        raise RuntimeError("keyed operator task received no subtask beacon: its input was not shuffled with "
+                           "routing.with_beacons")
     flag = pc.fill_null(incoming[BEACON], False)
     b = incoming.filter(flag)
     if b.num_rows != 1:
@@ -84,7 +83,10 @@ def _emit(reports: list[TaskReport], out: pa.Table | None, out_schema: pa.Schema
           subtask: int) -> Iterator[pa.RecordBatch]:
     """Terminal operator: yield the reports (encoded once, :func:`~pipeline.runtime.report_codec.to_batch`).
     Chained operator: write the same batch as the subtask's ack object and let the output rows flow on to the
-    next operator (through Spark's shuffle)."""
+    next operator (through Spark's shuffle). The first report carries the worker's S3 requests not reported yet
+    (the checkpoint stats' ``executor_s3_requests``)."""
+    if reports:
+        reports = [dataclasses.replace(reports[0], s3_requests=take_unreported()), *reports[1:]]
     if ack_prefix is None:
         yield to_batch(reports)
         return
@@ -202,7 +204,7 @@ def make_join_task(spec: JoinTaskSpec):
         spec = _round_spec(plan_spec)
         fault_point("reading")
         t0 = time.perf_counter()
-        subtask = _partition_id()
+        subtask, incoming = subtask_of(_collect(batches))
         kgr = range_for_subtask(spec.max_parallelism, spec.parallelism, subtask)
         fio = file_io_for(spec.state_prefix)
         epoch_field = pa.field(ROW_EPOCH, pa.int64())
@@ -210,7 +212,6 @@ def make_join_task(spec: JoinTaskSpec):
         rin = spec.right_schema.append(pa.field(KG_COLUMN, pa.int32())).append(epoch_field)
         lschema = lin.append(pa.field(MATCHED, pa.bool_()))
         rschema = rin.append(pa.field(MATCHED, pa.bool_()))
-        incoming = _collect(batches)
         parked = None
         if incoming is not None and "_park" in incoming.column_names:
             # unaligned checkpoint: these rows were read before barrier n but the snapshot is taken before the
@@ -402,11 +403,10 @@ def make_agg_task(spec: AggTaskSpec):
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         spec = _round_spec(plan_spec)
         t0 = time.perf_counter()
-        subtask = _partition_id()
+        subtask, incoming = subtask_of(_collect(batches))
         kgr = range_for_subtask(spec.max_parallelism, spec.parallelism, subtask)
         fio = file_io_for(spec.state_prefix)
         sschema = spec.state_schema.append(pa.field(KG_COLUMN, pa.int32()))
-        incoming = _collect(batches)
         scope = StateScope(spec.uid, subtask, kgr, spec.key, spec.checkpoint, spec.state_prefix,
                            {"agg": StateSpec(sschema)}, spec.parent_handles, spec.snapshot)
         with open_state(scope, fio) as access:  # heap: the range's whole state; rocksdb: this round's groups

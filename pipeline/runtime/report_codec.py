@@ -21,6 +21,7 @@ from pipeline.arrow_ddl import schema_ddl
 from pipeline.checkpoint.handles import FileHandle, StateHandle
 from pipeline.checkpoint.report import ReportKind, TaskReport
 from pipeline.exceptions import CheckpointError
+from pipeline.fileio.request_counter import StorageRequests
 
 __all__ = ["REPORT_SCHEMA", "REPORT_DDL", "to_batch", "from_table", "to_ipc", "from_ipc"]
 
@@ -47,6 +48,7 @@ REPORT_SCHEMA = pa.schema([
     ("alignment_ms", pa.float64()),   # driver-side metrics (ACK reports)
     ("start_delay_ms", pa.float64()),
     ("mode", pa.string()),
+    ("s3_requests", pa.string()),  # JSON {list, get, ...}: the worker's S3 requests not reported yet (one report)
 ])
 REPORT_DDL = schema_ddl(REPORT_SCHEMA)
 
@@ -63,7 +65,8 @@ def _row(r: TaskReport) -> dict[str, Any]:
             "deltas": json.dumps([d.to_dict() for d in s.deltas]) if s is not None and s.deltas else None,
             "state_rows": s.state_rows if s is not None else None,
             "persisted_bytes": s.persisted_bytes if s is not None else None,
-            "alignment_ms": r.alignment_ms, "start_delay_ms": r.start_delay_ms, "mode": r.mode}
+            "alignment_ms": r.alignment_ms, "start_delay_ms": r.start_delay_ms, "mode": r.mode,
+            "s3_requests": json.dumps(r.s3_requests.to_dict()) if r.s3_requests is not None else None}
 
 
 def to_batch(reports: Iterable[TaskReport]) -> pa.RecordBatch:
@@ -95,7 +98,8 @@ def _report(d: dict[str, Any]) -> TaskReport:
                       expired_rows=int(d["expired_rows"] or 0), sync_ms=float(d["sync_ms"] or 0.0),
                       async_ms=float(d["async_ms"] or 0.0), ack_ts_ms=float(d["ack_ts_ms"] or 0.0),
                       alignment_ms=float(d["alignment_ms"] or 0.0), start_delay_ms=float(d["start_delay_ms"] or 0.0),
-                      mode=d["mode"])
+                      mode=d["mode"],
+                      s3_requests=StorageRequests.from_dict(json.loads(d["s3_requests"])) if d["s3_requests"] else None)
 
 
 def from_table(table: pa.Table | pa.RecordBatch) -> list[TaskReport]:

@@ -21,6 +21,7 @@ from pipeline.checkpoint.failure import CheckpointFailureReason
 from pipeline.checkpoint.handles import ChannelStateHandle, Position, StateHandle
 from pipeline.checkpoint.report import ReportKind, TaskReport
 from pipeline.exceptions import CheckpointError, ConfigError
+from pipeline.fileio.request_counter import StorageRequests
 from pipeline.job import AggregateNode, JoinNode, SourceNode
 from pipeline.layout import round_plan_uri
 from pipeline.runtime.alignment import AlignmentDriver, NextStop
@@ -145,6 +146,7 @@ class RoundExecutor:
                 dead_letters[s] = dead_letters.get(s, 0) + n
             ctx.unexpected_dead_letters = {}
         dropped: dict[str, int] = {}  # rows an operator drops by design (deduplicate), per operator uid
+        executor_requests = StorageRequests()  # the executors' S3 requests reported with this checkpoint's rounds
         last_rows: list[TaskReport] = []
         while True:
             t0 = time.perf_counter()
@@ -154,7 +156,8 @@ class RoundExecutor:
             if snap is not None:  # the alignment timeout fired between rounds: the last round's state is the snapshot
                 return self.finalizer.finish(pending, snap, working, last_rows, staged, results, dead_letters,
                                              summaries, expected, P, last_round=rnd - 1, t0=t0,
-                                             dropped=dropped, low_epoch=lows.get(rnd - 1, working.low_epoch))
+                                             dropped=dropped, low_epoch=lows.get(rnd - 1, working.low_epoch),
+                                             executor_requests=executor_requests)
             stops = driver.stops(starts, {ch: end_position(summaries_of(ch)) for ch in channels}, next_stop)
             segments = {}
             for src in job.sources():
@@ -183,6 +186,8 @@ class RoundExecutor:
             rows = self.plan.process_round(pending, rnd, P, working, segments, epoch, parked=parked, staged=staged,
                                            complete=snap is not None, low_epoch=low, own_epochs=own_epochs)
             for r in rows:  # operators' dead letters (e.g. a join's ``unique`` violated) and dropped rows
+                if r.s3_requests is not None:  # a Python worker's S3 requests (pipeline.fileio.request_counter)
+                    executor_requests = executor_requests + r.s3_requests
                 if r.kind is ReportKind.DEAD_LETTER and r.rows:
                     name = f"operator={r.operator_uid}"
                     dead_letters[name] = dead_letters.get(name, 0) + r.rows
@@ -233,6 +238,7 @@ class RoundExecutor:
                 continue
             return self.finalizer.finish(pending, snap, working, rows, staged, results, dead_letters, summaries,
                                          expected, P, last_round=rnd, t0=t0, records=records, backlog=backlog,
+                                         executor_requests=executor_requests,
                                          dropped=dropped, low_epoch=low,
                                          inflight_low_epoch=min((own_epochs.epoch_at(ch, snap.cut[ch])
                                                                  for ch in snap.parked), default=None))

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import pyarrow as pa
 
@@ -45,6 +45,7 @@ class StateSpec:
 
     schema: pa.Schema
     time_column: str | None = None
+    index_time: Callable[[Any], Any] | None = None   # rocksdb: what the TTL index files a row's time under
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,9 +75,11 @@ class StateAccess(Protocol):
         """Per state name, the held rows the round's ``inputs`` (rows with the key and ``_kg``) touch."""
         ...
 
-    def write(self, name: str, new: pa.Table, touched: TouchedKeys | None = None) -> StateHandle:
+    def write(self, name: str, new: pa.Table, touched: TouchedKeys | None = None, *,
+              index_time: Callable[[Any], Any] | None = None) -> StateHandle:
         """State ``name``'s rows of the round's keys are now ``new``: snapshot it; its handle. ``touched``: the
-        keys the kernel touched (a heap diff compares only those)."""
+        keys the kernel touched (a heap diff compares only those); ``index_time``: rocksdb files the rows written
+        back under it in the TTL index (a window's next firing time)."""
         ...
 
     def close(self) -> None:
