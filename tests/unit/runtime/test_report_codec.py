@@ -13,6 +13,7 @@ from pipeline.checkpoint.handles import FileHandle, StateHandle
 from pipeline.checkpoint.metadata import CheckpointMetadata
 from pipeline.checkpoint.report import ReportKind, TaskReport
 from pipeline.exceptions import CheckpointError
+from pipeline.fileio.request_counter import StorageRequests
 from pipeline.runtime.report_codec import REPORT_DDL, REPORT_SCHEMA, from_ipc, from_table, to_batch, to_ipc
 
 pytestmark = pytest.mark.unit
@@ -33,7 +34,8 @@ def _reports(draw) -> TaskReport:
     kg_end = draw(st.integers(kg_start - 1, 2**15))
     metrics = dict(in_rows=draw(_n), restored_rows=draw(_n), expired_rows=draw(_n), sync_ms=draw(_ms),
                    async_ms=draw(_ms), ack_ts_ms=draw(_ms), alignment_ms=draw(_ms), start_delay_ms=draw(_ms),
-                   mode=draw(st.none() | st.sampled_from(["aligned", "unaligned", "at_least_once"])))
+                   mode=draw(st.none() | st.sampled_from(["aligned", "unaligned", "at_least_once"])),
+                   s3_requests=draw(st.none() | st.builds(StorageRequests, *[st.integers(0, 10**6)] * 5)))
     if kind is ReportKind.STATE:
         base = draw(st.none() | _files)
         state = StateHandle(operator_uid=uid, subtask=sub, kg_start=kg_start, kg_end=kg_end, name=name, file=base,
