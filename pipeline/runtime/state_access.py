@@ -1,6 +1,6 @@
 """The state-access port of a keyed operator task: one subtask's keyed state for one round.
 
-A join, aggregate or deduplicate task has one code path whatever ``PIPELINE_STATE_BACKEND`` says:
+A keyed operator task (join, aggregate, deduplicate, window, process) has one code path whatever ``PIPELINE_STATE_BACKEND`` says:
 
 1. :func:`open_state` ``(scope, fileio)`` opens the subtask's state of the round (:class:`StateScope`: operator, subtask,
    key-group range, the parent checkpoint's state handles, the round's snapshot options and TTL cutoff);
