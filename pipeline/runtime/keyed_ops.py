@@ -213,7 +213,7 @@ def make_window_task(spec: WindowTaskSpec):
         if out.num_rows:
             ofh = write_table(fio, f"{spec.output_prefix}/part-{spec.file_tag}-{subtask:05d}.parquet", out)
         dfh = _write_dead_letters(
-            file_io_for(spec.dead_letter_prefix), f"{spec.dead_letter_prefix}/epoch-{spec.epoch}",
+            file_io_for(spec.dead_letter_prefix), f"{spec.dead_letter_prefix}/epoch-{spec.epoch}/{spec.checkpoint}",
             f"{spec.file_tag}-kg-{kgr.start:05d}-{kgr.end:05d}", res.late, res.bad, wm.watermark_us)
         sync_ms += (time.perf_counter() - t_out) * 1000
         name = late_dead_letter_name(spec.uid)
