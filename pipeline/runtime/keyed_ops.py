@@ -36,8 +36,8 @@ from pipeline.runtime.operators import HANDLE_DDL, _collect, _emit, _handle, _ro
 from pipeline.runtime.routing import shuffle_to_subtasks, with_beacons
 from pipeline.state.backend import KG_COLUMN, read_state, write_table
 from pipeline.state.snapshot import write_state
-from pipeline.windows.aggregate import EVENT_US, EmitMode, WindowSpec, output_schema, state_schema, window_step
-from pipeline.windows.assign import fire_index
+from pipeline.windows.aggregate import EPOCH, EVENT_US, EmitMode, WindowSpec, output_schema, state_schema, window_step
+from pipeline.windows.assign import PENDING_US, window_index
 from pipeline.windows.watermark import WATERMARK_SCHEMA, WatermarkState, merge_observations, observe_channels
 
 __all__ = ["WindowTaskSpec", "ProcessTaskSpec", "make_window_task", "make_process_task", "window_dataframe",
@@ -135,9 +135,10 @@ def _write_dead_letters(fio, prefix: str, name: str, late: pa.Table, bad: pa.Tab
     return write_table(fio, f"{prefix}/{name}.parquet", t.drop_columns(drop))
 
 
-def _fire_index(w: WindowSpec, watermark_us: int | None):
-    """A record's key is filed under its next firing time above the watermark (the window's TTL index)."""
-    return fire_index(w.size_us, w.slide_us, w.lateness_us, watermark_us)
+def _fire_index(w: WindowSpec, schema: pa.Schema, watermark_us: int | None, pending_epoch: int | None):
+    """The window state's index in a keyed store (:func:`pipeline.windows.assign.window_index`)."""
+    return window_index(w.size_us, w.slide_us, w.lateness_us, watermark_us, event_i=schema.names.index(EVENT_US),
+                        epoch_i=schema.names.index(EPOCH), pending_epoch=pending_epoch)
 
 
 def make_window_task(spec: WindowTaskSpec):
@@ -172,7 +173,9 @@ def make_window_task(spec: WindowTaskSpec):
             fire = new_wm.watermark_us
         else:
             new_wm, obs_left, fire = wm, seen, None
-        cutoff_us = None if fire is None else fire + 1  # windows with end + lateness <= W(m) fire
+        # the completing round touches the keys whose windows fire (end + lateness <= W(m)) and the keys with records
+        # of this epoch from its earlier rounds (filed under PENDING_US); earlier rounds touch their input's keys
+        cutoff_us = (fire + 1 if fire is not None else PENDING_US + 1) if spec.complete else None
         with contextlib.ExitStack() as opened:
             stores: KeyedStores | None = None
             keys: tuple[bytes, ...] = ()
@@ -180,7 +183,7 @@ def make_window_task(spec: WindowTaskSpec):
                 stores = KeyedStores(snapshot=spec.snapshot or {}, uid=spec.uid, key=w.key, kgr=kgr,
                                      states={"win": (sschema, EVENT_US)}, parent_handles=spec.parent_handles,
                                      fileio=fio, checkpoint=spec.checkpoint,
-                                     index_times={"win": _fire_index(w, wm.watermark_us)})
+                                     index_times={"win": _fire_index(w, sschema, wm.watermark_us, spec.epoch)})
                 opened.callback(stores.close)
                 keys = stores.touched([rows] if rows is not None else [], cutoff_us)
                 state = stores.get("win", keys)  # the input's keys and the keys whose windows fire
@@ -199,7 +202,8 @@ def make_window_task(spec: WindowTaskSpec):
             fault_point("writing_state")
             t1 = time.perf_counter()
             if stores is not None:  # the records written back are filed under their next firing time above W(m)
-                stores.stores["win"].index_time = _fire_index(w, fire if fire is not None else wm.watermark_us)
+                stores.stores["win"].index_time = _fire_index(
+                    w, sschema, fire if fire is not None else wm.watermark_us, None if spec.complete else spec.epoch)
                 fh = stores.commit("win", keys, state, res.state, cutoff_us=cutoff_us,
                                    state_prefix=spec.state_prefix, snapshot=spec.snapshot)
             else:
