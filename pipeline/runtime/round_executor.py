@@ -398,6 +398,8 @@ class RoundExecutor:
             cur, results = self.finalizer.finish(pending, pe.snap, working, mine, staged, [], dead_letters, summaries,
                                                  expected, P, last_round=0, t0=t_i, records=pe.records,
                                                  backlog=pe.backlog, dropped=dropped, low_epoch=pe.epoch)
+            for r in results:
+                r.tagged_round = tuple(ids)
             out.extend(results)
             t_i = time.perf_counter()
         return cur, out

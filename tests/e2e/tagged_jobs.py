@@ -15,7 +15,7 @@ TS = pa.timestamp("us", tz="UTC")
 VIEWS = pa.schema([("vid", pa.string()), ("user", pa.string()), ("_ingest_ts", TS)])
 BUYS = pa.schema([("bid", pa.string()), ("vid", pa.string()), ("amount", pa.int64()), ("_ingest_ts", TS)])
 T0 = datetime(2024, 5, 1, tzinfo=timezone.utc)
-EPOCHS, PER_EPOCH = 7, 40
+EPOCHS, PER_EPOCH = 5, 40
 
 
 def tagged_job() -> Job:

@@ -76,7 +76,7 @@ def one_per_round(tmp_path_factory, source):
 def test_tagged_rounds_complete_the_checkpoints_of_one_epoch_rounds(tmp_path, source, one_per_round, monkeypatch):
     monkeypatch.setenv("PIPELINE_STATE_CACHE_DIR", str(tmp_path / "warm"))
     one, one_report = one_per_round
-    tagged = _runner(tmp_path, source, "tagged", max_epochs_per_round=4)
+    tagged = _runner(tmp_path, source, "tagged", max_epochs_per_round=3)
     report = tagged.run()
     a, b = _checkpoints(one), _checkpoints(tagged)
     assert [m.epoch for m in b] == [m.epoch for m in a] and len(a) == EPOCHS
@@ -91,12 +91,12 @@ def test_tagged_rounds_complete_the_checkpoints_of_one_epoch_rounds(tmp_path, so
             ma.stats.dead_letters, ma.stats.rows, ma.stats.bytes, ma.stats.persisted_bytes), mb.name
         assert mb.extra.get("dropped") == ma.extra.get("dropped")
     assert _tables(tagged) == _tables(one)
-    # the epochs ran in tagged rounds of at most 4 epochs: 4 + 3 checkpoints, each with its own round plan
+    # the epochs ran in tagged rounds of at most 3 epochs: 3 + 2 checkpoints, each with its own round plan
     fio = LocalFileIO()
     plans = [json.loads(fio.read_bytes(round_plan_uri(tagged.coordinator.store.location_of(m.checkpoint_id), 0)))
              for m in b]
     groups = [tuple(p["tagged_round"]["checkpoints"]) for p in plans]
-    assert groups == [(1, 2, 3, 4)] * 4 + [(5, 6, 7)] * 3
+    assert groups == [(1, 2, 3)] * 3 + [(4, 5)] * 2
     assert any(m.extra.get("dropped") for m in b) and any(m.stats and m.stats.operators for m in b)
 
 
@@ -106,20 +106,20 @@ def test_a_failure_inside_a_tagged_round_restores_the_last_completed_checkpoint(
     one, _ = one_per_round
     # the second checkpoint of the first tagged round fails between its _metadata and its sink commit
     monkeypatch.setenv("EPOCHAL_FAIL_AT", "after_metadata_before_commit:2")
-    r = _runner(tmp_path, source, "fail", max_epochs_per_round=4)
+    r = _runner(tmp_path, source, "fail", max_epochs_per_round=3)
     with pytest.raises(InjectedFailure):
         r.run()
     monkeypatch.delenv("EPOCHAL_FAIL_AT")
     after = _checkpoints(r)
-    assert [m.checkpoint_id for m in after] == [1, 2]  # checkpoints 3 and 4 of the round never completed
-    resumed = _runner(tmp_path, source, "fail", max_epochs_per_round=4)
+    assert [m.checkpoint_id for m in after] == [1, 2]  # checkpoint 3 of the round never completed
+    resumed = _runner(tmp_path, source, "fail", max_epochs_per_round=3)
     resumed.run()
     b = _checkpoints(resumed)
     assert [m.epoch for m in b] == [m.epoch for m in _checkpoints(one)]
-    assert [m.checkpoint_id for m in b][:2] == [1, 2] and all(m.checkpoint_id > 4 for m in b[2:])
+    assert [m.checkpoint_id for m in b] == [1, 2, 4, 5, 6]  # id 3 was claimed by the failed round
     for ma, mb in zip(_checkpoints(one), b):
         assert _state(mb) == _state(ma), f"state of {mb.name} (epoch {mb.epoch})"
     assert _tables(resumed) == _tables(one)
     # the round's checkpoints that never completed are garbage: collected
     dirs = LocalFileIO().list_dirs(JobLayout(resumed.job_root).checkpoints())
-    assert "chk-1" in dirs and not {"chk-3", "chk-4"} & set(dirs)
+    assert "chk-1" in dirs and "chk-3" not in dirs
