@@ -42,9 +42,9 @@ from pipeline.keygroups import key_group_expr, range_for_subtask, subtask_expr
 from pipeline.layout import round_state_prefix, sink_staging_uri
 from pipeline.runtime.cursor import Cursor
 from pipeline.runtime.dataflow import arrow_schema_of
-from pipeline.runtime.operators import HANDLE_DDL, HANDLE_SCHEMA, _collect, _handle, _partition_id, handle_rows_to_dicts
+from pipeline.runtime.operators import HANDLE_DDL, HANDLE_SCHEMA, _collect, _handle, handle_rows_to_dicts, subtask_of
 from pipeline.runtime.progress import last_data_epoch
-from pipeline.runtime.routing import shuffle_to_subtasks
+from pipeline.runtime.routing import shuffle_to_subtasks, with_beacons
 from pipeline.runtime.savepoints import abort_pending, check_target
 from pipeline.source.contract import read_inventory
 from pipeline.source.positions import barrier_or_idle
@@ -209,12 +209,11 @@ def _write_object(spark, df, *, kind: str, uid: str, name: str, key: str | None,
     else:  # sink output: spread by a hash of the row (any subtask may stage any row)
         keyed = df.withColumn("_subtask", F.pmod(F.xxhash64(*[F.col(c) for c in df.columns]), F.lit(P)).cast("int"))
     schema = arrow_schema_of(df)
-    shuffled = shuffle_to_subtasks(keyed, spark, "_subtask", P)
+    shuffled = shuffle_to_subtasks(with_beacons(keyed, spark, P), spark, "_subtask", P)
 
     def task(batches):
-        subtask = _partition_id()
+        subtask, t = subtask_of(_collect(batches))
         kgr = range_for_subtask(MP, P, subtask)
-        t = _collect(batches)
         t = schema.empty_table() if t is None else t.select(schema.names).cast(schema)
         fh = None
         if t.num_rows:

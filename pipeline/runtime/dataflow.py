@@ -32,7 +32,7 @@ from pipeline.runtime.operators import (
     make_join_task,
 )
 from pipeline.runtime.round_params import EPOCH_TAG, task_params
-from pipeline.runtime.routing import shuffle_to_subtasks
+from pipeline.runtime.routing import shuffle_to_subtasks, with_beacons
 from pipeline.source.reader import META_FIELDS
 
 __all__ = ["OperatorIO", "operator_dataframe", "drop_internal", "schema_ddl", "arrow_schema_of", "collect_handles", "fresh_dataframe", "split_dataframe", "task_count",
@@ -281,7 +281,7 @@ def join_dataframe(spark, job: Job, op: JoinNode, resolve, io: OperatorIO):
     l2 = left.withColumn("_side", F.lit(0).cast("byte")).withColumn("_kg", kg)
     r2 = right.withColumn("_side", F.lit(1).cast("byte")).withColumn("_kg", kg)
     both = l2.unionByName(r2, allowMissingColumns=True).withColumn("_subtask", subtask_expr("_kg", MP, P))
-    shuffled = shuffle_to_subtasks(both, spark, "_subtask", P)
+    shuffled = shuffle_to_subtasks(with_beacons(both, spark, P), spark, "_subtask", P)
     joined = {**{f.name: f for f in lsch}, **{f.name: f for f in rsch}}
     # outer joins emit nulls for the other side: every output column is nullable
     out_schema = pa.schema([joined[c].with_nullable(True) for c in output])
@@ -333,7 +333,7 @@ def aggregate_dataframe(spark, job: Job, op: AggregateNode, resolve, io: Operato
     state_schema = pa.schema(fields)
     out_schema = pa.schema(out_fields)
     with_kg = src.withColumn("_kg", key_group_expr(op.key, MP)).withColumn("_subtask", subtask_expr("_kg", MP, P))
-    shuffled = shuffle_to_subtasks(with_kg, spark, "_subtask", P)
+    shuffled = shuffle_to_subtasks(with_beacons(with_kg, spark, P), spark, "_subtask", P)
     spec = AggTaskSpec(op.uid, io.checkpoint, op.key, op.aggs, state_schema, P, MP, io.parent_handles,
                        io.state_prefix, io.output_prefix, io.output_name, io.file_tag, io.ack_prefix,
                        out_schema, tuple(io.prior_output))

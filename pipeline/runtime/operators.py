@@ -74,17 +74,14 @@ HANDLE_TAGGED_DDL = schema_ddl(HANDLE_TAGGED_SCHEMA)
 _COLLECT: list[list[dict]] = []
 
 
-def _partition_id() -> int:
-    from pyspark import TaskContext
-    ctx = TaskContext.get()
-    return ctx.partitionId() if ctx is not None else 0
-
-
 def subtask_of(incoming: pa.Table | None) -> tuple[int, pa.Table | None]:
     """(this task's subtask, the incoming rows without the beacon) for an input shuffled with
-    :func:`~pipeline.runtime.routing.with_beacons`; Spark's partition id for an input without beacons."""
+    :func:`~pipeline.runtime.routing.with_beacons`. Every keyed operator's input carries beacons: Spark's
+    partition id is not the subtask when the operator's tasks run inside a union (module docstring of
+    ``runtime.routing``), so an input without a beacon fails the task instead of restoring the wrong key groups."""
     if incoming is None or BEACON not in incoming.column_names:
-        return _partition_id(), incoming
+        raise RuntimeError("keyed operator task received no subtask beacon: its input was not shuffled with "
+                           "routing.with_beacons")
     flag = pc.fill_null(incoming[BEACON], False)
     b = incoming.filter(flag)
     if b.num_rows != 1:
@@ -302,7 +299,7 @@ def make_join_task(spec: JoinTaskSpec):
     def step(spec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         fault_point("reading")
         t0 = time.perf_counter()
-        subtask = _partition_id()
+        subtask, incoming = subtask_of(_collect(batches))
         kgr = range_for_subtask(spec.max_parallelism, spec.parallelism, subtask)
         fio = file_io_for(spec.state_prefix)
         epoch_field = pa.field(ROW_EPOCH, pa.int64())
@@ -310,7 +307,6 @@ def make_join_task(spec: JoinTaskSpec):
         rin = spec.right_schema.append(pa.field(KG_COLUMN, pa.int32())).append(epoch_field)
         lschema = lin.append(pa.field(MATCHED, pa.bool_()))
         rschema = rin.append(pa.field(MATCHED, pa.bool_()))
-        incoming = _collect(batches)
         parked = None
         if incoming is not None and "_park" in incoming.column_names:
             # unaligned checkpoint: these rows were read before barrier n but the snapshot is taken before the
@@ -480,11 +476,10 @@ def make_agg_task(spec: AggTaskSpec):
 
     def step(spec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         t0 = time.perf_counter()
-        subtask = _partition_id()
+        subtask, incoming = subtask_of(_collect(batches))
         kgr = range_for_subtask(spec.max_parallelism, spec.parallelism, subtask)
         fio = file_io_for(spec.state_prefix)
         sschema = spec.state_schema.append(pa.field(KG_COLUMN, pa.int32()))
-        incoming = _collect(batches)
         stores = None
         keys: tuple[bytes, ...] = ()
         if uses_keyed_stores(spec.snapshot):  # keyed stores: only the state of this round's groups is read

@@ -111,6 +111,18 @@ def _tagged(make, uid, inputs, root, ttl_s, chained, monkeypatch):
     return out
 
 
+def _beaconed(inputs: list[pa.Table]) -> tuple[list[pa.Table], list[pa.Table]]:
+    """(tagged inputs, sequential inputs) with the subtask's beacon (routing.with_beacons): one row per subtask and
+    round, untagged - once in the tagged round, in every sequential round."""
+    schema = inputs[0].schema
+    if "_subtask" not in schema.names:
+        schema = schema.append(pa.field("_subtask", pa.int32()))
+    schema = schema.append(pa.field(BEACON, pa.bool_()))
+    beacon = pa.Table.from_pylist([{"_subtask": 0, BEACON: True}], schema=schema)
+    full = [pa.Table.from_pylist(t.to_pylist(), schema=schema) for t in inputs]
+    return [pa.concat_tables([beacon, full[0]])] + full[1:], [pa.concat_tables([beacon, t]) for t in full]
+
+
 def _norm(rows) -> list:
     return sorted((json.dumps(r, sort_keys=True, default=str) for r in rows))
 
@@ -174,8 +186,8 @@ def test_join_tagged_round_equals_sequential_rounds(tmp_path, monkeypatch, seed,
                             ttl_us=ttl_s * 1_000_000, epoch_us=E_US)
         return make_join_task(spec)
 
-    inputs = _join_inputs(rnd)
-    seq = _sequential(make, "j", inputs, (tmp_path / "seq").as_uri(), ttl_s, chained, monkeypatch)
+    inputs, seq_inputs = _beaconed(_join_inputs(rnd))
+    seq = _sequential(make, "j", seq_inputs, (tmp_path / "seq").as_uri(), ttl_s, chained, monkeypatch)
     backend._RECENT.clear()
     tag = _tagged(make, "j", inputs, (tmp_path / "tag").as_uri(), ttl_s, chained, monkeypatch)
     _same(seq, tag)
@@ -198,7 +210,8 @@ def test_aggregate_tagged_round_equals_sequential_rounds(tmp_path, monkeypatch, 
         gs = [f"k{rnd.randint(0, 9)}" for _ in range(rnd.randint(0, 20))]
         inputs.append(pa.Table.from_pylist([{"g": g, "x": rnd.uniform(-5, 5), "_kg": _kg(g), EPOCH_TAG: FIRST + i}
                                             for g in gs], schema=schema))
-    seq = _sequential(make, "a", inputs, (tmp_path / "seq").as_uri(), None, False, monkeypatch)
+    inputs, seq_inputs = _beaconed(inputs)
+    seq = _sequential(make, "a", seq_inputs, (tmp_path / "seq").as_uri(), None, False, monkeypatch)
     backend._RECENT.clear()
     tag = _tagged(make, "a", inputs, (tmp_path / "tag").as_uri(), None, False, monkeypatch)
     _same(seq, tag)
