@@ -167,9 +167,10 @@ class CheckpointCoordinator:
         ``<job>/savepoints/sp-<id>-<utc ts>``. ``grouped``: one more checkpoint of the round being triggered
         (see the module docstring); its id follows the group's previous one.
         """
-        if not grouped or not any(i in self._pending for i in self._group):
-            self._group = []  # a new group (or none)
-        active = [p for p in self._pending.values() if not p.is_disposed and p.checkpoint_id not in self._group]
+        if not any(i in self._pending for i in self._group):
+            self._group = []  # no round of several epochs pending: the next grouped trigger starts one
+        active = [p for p in self._pending.values()
+                  if not p.is_disposed and not (grouped and p.checkpoint_id in self._group)]
         if len(active) >= self.max_concurrent_checkpoints:
             reason = Reason.TOO_MANY_CHECKPOINT_REQUESTS
             raise CheckpointDeclinedError(
