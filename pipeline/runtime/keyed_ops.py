@@ -29,10 +29,19 @@ from pipeline.fileio import file_io_for
 from pipeline.job import Job, ProcessNode, WindowNode
 from pipeline.keygroups import key_group_expr, range_for_subtask, subtask_expr
 from pipeline.process_op import TOUCHED, process_step
-from pipeline.runtime.dataflow import arrow_schema_of, schema_ddl
+from pipeline.runtime.dataflow import arrow_schema_of, handle_ddl, schema_ddl, with_tag
 from pipeline.runtime.keyed_stores import KeyedStores, uses_keyed_stores
 from pipeline.runtime.operator_registry import register_operator
-from pipeline.runtime.operators import HANDLE_DDL, _collect, _emit, _handle, _round_spec, subtask_of
+from pipeline.runtime.operators import (
+    HANDLE_DDL,
+    _collect,
+    _emit,
+    _handle,
+    _round_spec,
+    epoch_tagged_task,
+    subtask_of,
+)
+from pipeline.runtime.round_params import EPOCH_TAG
 from pipeline.runtime.routing import shuffle_to_subtasks, with_beacons
 from pipeline.state.backend import KG_COLUMN, read_state, write_table
 from pipeline.state.snapshot import write_state
@@ -335,11 +344,10 @@ class ProcessTaskSpec:
 
 
 def make_process_task(spec: ProcessTaskSpec):
-    """Returns the ``mapInArrow`` function of a ``process`` operator (after the shuffle)."""
-    plan_spec = spec
+    """Returns the ``mapInArrow`` function of a ``process`` operator (after the shuffle; several epochs per round:
+    :func:`~pipeline.runtime.operators.epoch_tagged_task`)."""
 
-    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        spec = _round_spec(plan_spec)
+    def step(spec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         fault_point("reading")
         t0 = time.perf_counter()
         subtask, incoming = subtask_of(_collect(batches))
@@ -399,7 +407,7 @@ def make_process_task(spec: ProcessTaskSpec):
                                   async_ms) for kind, nm, h in handles],
                          out, spec.output_schema, fio, spec.ack_prefix, subtask)
 
-    return task
+    return epoch_tagged_task(spec, step)
 
 
 @register_operator(ProcessNode)
@@ -409,15 +417,17 @@ def process_dataframe(spark, job: Job, op: ProcessNode, resolve, io):
     df = resolve(op.parent)
     if op.key not in df.columns:
         raise ConfigError(f"process {op.uid}: input lacks the key column {op.key!r}")
-    internal = {"_source", "_partition", "_seq", "_row", "_park", "_pepoch"}
-    df = df.select(*[c for c in df.columns if c not in internal])
-    in_schema = arrow_schema_of(df)
+    internal = {"_source", "_partition", "_seq", "_row", "_park", "_pepoch", EPOCH_TAG}
+    df_user = df.select(*[c for c in df.columns if c not in internal])
+    in_schema = arrow_schema_of(df_user)
+    # a tagged round (several epochs): the epoch rides along to the task, outside the user's rows
+    df = df.select(*df_user.columns, EPOCH_TAG) if io.tagged else df_user
     df = df.withColumn(KG_COLUMN, key_group_expr(op.key, MP)).withColumn("_subtask", subtask_expr(KG_COLUMN, MP, P))
     shuffled = shuffle_to_subtasks(with_beacons(df, spark, P), spark, "_subtask", P)
     spec = ProcessTaskSpec(op.uid, io.checkpoint, op.key, op.fn, op.state_schema, op.output_schema, in_schema,
                            op.ttl_seconds, P, MP, io.parent_handles, io.state_prefix, io.output_prefix,
                            io.output_name, io.file_tag, io.ack_prefix, io.barrier_us)
-    result = shuffled.mapInArrow(make_process_task(spec),
-                                 HANDLE_DDL if io.ack_prefix is None else schema_ddl(op.output_schema))
+    result = shuffled.mapInArrow(make_process_task(spec), handle_ddl(io) if io.ack_prefix is None
+                                 else schema_ddl(with_tag(op.output_schema, io)))
     return result, op.output_schema
 
