@@ -29,15 +29,24 @@ from pipeline.fileio import file_io_for
 from pipeline.job import Job, ProcessNode, WindowNode
 from pipeline.keygroups import key_group_expr, range_for_subtask, subtask_expr
 from pipeline.process_op import TOUCHED, process_step
-from pipeline.runtime.dataflow import arrow_schema_of, schema_ddl
+from pipeline.runtime.dataflow import arrow_schema_of, handle_ddl, schema_ddl, with_tag
 from pipeline.runtime.keyed_stores import KeyedStores, uses_keyed_stores
 from pipeline.runtime.operator_registry import register_operator
-from pipeline.runtime.operators import HANDLE_DDL, _collect, _emit, _handle, _round_spec, subtask_of
+from pipeline.runtime.operators import (
+    HANDLE_DDL,
+    _collect,
+    _emit,
+    _handle,
+    _round_spec,
+    epoch_tagged_task,
+    subtask_of,
+)
+from pipeline.runtime.round_params import EPOCH_TAG
 from pipeline.runtime.routing import shuffle_to_subtasks, with_beacons
 from pipeline.state.backend import KG_COLUMN, read_state, write_table
 from pipeline.state.snapshot import write_state
-from pipeline.windows.aggregate import EVENT_US, EmitMode, WindowSpec, output_schema, state_schema, window_step
-from pipeline.windows.assign import fire_index
+from pipeline.windows.aggregate import EPOCH, EVENT_US, EmitMode, WindowSpec, output_schema, state_schema, window_step
+from pipeline.windows.assign import PENDING_US, window_index
 from pipeline.windows.watermark import WATERMARK_SCHEMA, WatermarkState, merge_observations, observe_channels
 
 __all__ = ["WindowTaskSpec", "ProcessTaskSpec", "make_window_task", "make_process_task", "window_dataframe",
@@ -135,9 +144,10 @@ def _write_dead_letters(fio, prefix: str, name: str, late: pa.Table, bad: pa.Tab
     return write_table(fio, f"{prefix}/{name}.parquet", t.drop_columns(drop))
 
 
-def _fire_index(w: WindowSpec, watermark_us: int | None):
-    """A record's key is filed under its next firing time above the watermark (the window's TTL index)."""
-    return fire_index(w.size_us, w.slide_us, w.lateness_us, watermark_us)
+def _fire_index(w: WindowSpec, schema: pa.Schema, watermark_us: int | None, pending_epoch: int | None):
+    """The window state's index in a keyed store (:func:`pipeline.windows.assign.window_index`)."""
+    return window_index(w.size_us, w.slide_us, w.lateness_us, watermark_us, event_i=schema.names.index(EVENT_US),
+                        epoch_i=schema.names.index(EPOCH), pending_epoch=pending_epoch)
 
 
 def make_window_task(spec: WindowTaskSpec):
@@ -172,7 +182,9 @@ def make_window_task(spec: WindowTaskSpec):
             fire = new_wm.watermark_us
         else:
             new_wm, obs_left, fire = wm, seen, None
-        cutoff_us = None if fire is None else fire + 1  # windows with end + lateness <= W(m) fire
+        # the completing round touches the keys whose windows fire (end + lateness <= W(m)) and the keys with records
+        # of this epoch from its earlier rounds (filed under PENDING_US); earlier rounds touch their input's keys
+        cutoff_us = (fire + 1 if fire is not None else PENDING_US + 1) if spec.complete else None
         with contextlib.ExitStack() as opened:
             stores: KeyedStores | None = None
             keys: tuple[bytes, ...] = ()
@@ -180,7 +192,7 @@ def make_window_task(spec: WindowTaskSpec):
                 stores = KeyedStores(snapshot=spec.snapshot or {}, uid=spec.uid, key=w.key, kgr=kgr,
                                      states={"win": (sschema, EVENT_US)}, parent_handles=spec.parent_handles,
                                      fileio=fio, checkpoint=spec.checkpoint,
-                                     index_times={"win": _fire_index(w, wm.watermark_us)})
+                                     index_times={"win": _fire_index(w, sschema, wm.watermark_us, spec.epoch)})
                 opened.callback(stores.close)
                 keys = stores.touched([rows] if rows is not None else [], cutoff_us)
                 state = stores.get("win", keys)  # the input's keys and the keys whose windows fire
@@ -199,7 +211,8 @@ def make_window_task(spec: WindowTaskSpec):
             fault_point("writing_state")
             t1 = time.perf_counter()
             if stores is not None:  # the records written back are filed under their next firing time above W(m)
-                stores.stores["win"].index_time = _fire_index(w, fire if fire is not None else wm.watermark_us)
+                stores.stores["win"].index_time = _fire_index(
+                    w, sschema, fire if fire is not None else wm.watermark_us, None if spec.complete else spec.epoch)
                 fh = stores.commit("win", keys, state, res.state, cutoff_us=cutoff_us,
                                    state_prefix=spec.state_prefix, snapshot=spec.snapshot)
             else:
@@ -331,11 +344,10 @@ class ProcessTaskSpec:
 
 
 def make_process_task(spec: ProcessTaskSpec):
-    """Returns the ``mapInArrow`` function of a ``process`` operator (after the shuffle)."""
-    plan_spec = spec
+    """Returns the ``mapInArrow`` function of a ``process`` operator (after the shuffle; several epochs per round:
+    :func:`~pipeline.runtime.operators.epoch_tagged_task`)."""
 
-    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        spec = _round_spec(plan_spec)
+    def step(spec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         fault_point("reading")
         t0 = time.perf_counter()
         subtask, incoming = subtask_of(_collect(batches))
@@ -395,7 +407,7 @@ def make_process_task(spec: ProcessTaskSpec):
                                   async_ms) for kind, nm, h in handles],
                          out, spec.output_schema, fio, spec.ack_prefix, subtask)
 
-    return task
+    return epoch_tagged_task(spec, step)
 
 
 @register_operator(ProcessNode)
@@ -405,15 +417,17 @@ def process_dataframe(spark, job: Job, op: ProcessNode, resolve, io):
     df = resolve(op.parent)
     if op.key not in df.columns:
         raise ConfigError(f"process {op.uid}: input lacks the key column {op.key!r}")
-    internal = {"_source", "_partition", "_seq", "_row", "_park", "_pepoch"}
-    df = df.select(*[c for c in df.columns if c not in internal])
-    in_schema = arrow_schema_of(df)
+    internal = {"_source", "_partition", "_seq", "_row", "_park", "_pepoch", EPOCH_TAG}
+    df_user = df.select(*[c for c in df.columns if c not in internal])
+    in_schema = arrow_schema_of(df_user)
+    # a tagged round (several epochs): the epoch rides along to the task, outside the user's rows
+    df = df.select(*df_user.columns, EPOCH_TAG) if io.tagged else df_user
     df = df.withColumn(KG_COLUMN, key_group_expr(op.key, MP)).withColumn("_subtask", subtask_expr(KG_COLUMN, MP, P))
     shuffled = shuffle_to_subtasks(with_beacons(df, spark, P), spark, "_subtask", P)
     spec = ProcessTaskSpec(op.uid, io.checkpoint, op.key, op.fn, op.state_schema, op.output_schema, in_schema,
                            op.ttl_seconds, P, MP, io.parent_handles, io.state_prefix, io.output_prefix,
                            io.output_name, io.file_tag, io.ack_prefix, io.barrier_us)
-    result = shuffled.mapInArrow(make_process_task(spec),
-                                 HANDLE_DDL if io.ack_prefix is None else schema_ddl(op.output_schema))
+    result = shuffled.mapInArrow(make_process_task(spec), handle_ddl(io) if io.ack_prefix is None
+                                 else schema_ddl(with_tag(op.output_schema, io)))
     return result, op.output_schema
 

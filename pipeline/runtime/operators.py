@@ -5,12 +5,21 @@ After the shuffle, Spark partition ``i`` holds exactly the records of operator s
 state files (checksums verified), processes the round's records, writes its new state snapshot and its
 output rows (staged sink / exchange files), and yields one *handle row* per file written. Those handle
 rows are the task's acknowledgement; nothing but handles travels to the driver.
+
+Each task function is a one-epoch body wrapped by :func:`epoch_tagged_task`. In a *tagged* round (several
+epochs in one Spark round, :mod:`pipeline.runtime.round_params`) the wrapper splits the subtask's rows by
+their epoch tag and runs the body once per epoch in ascending order, each with that epoch's values (checkpoint,
+snapshot options, TTL cutoff, sink staging); the state is carried from one epoch to the next in memory (the
+parent handles of epoch ``e`` are the handles the body wrote for ``e - 1``, served from this worker's warm
+state). The kernels are unchanged: each epoch's state, output and acks are those of a one-epoch round.
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import time
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -24,15 +33,15 @@ from pipeline.keygroups import range_for_subtask
 from pipeline.operators.join import MATCHED, JoinType, Uniqueness, join_step
 from pipeline.operators.ttl import ROW_EPOCH, micros
 from pipeline.runtime.keyed_stores import KeyedStores, uses_keyed_stores
-from pipeline.runtime.round_params import apply_params, operator_key, task_params
+from pipeline.runtime.round_params import EPOCH_TAG, apply_params, epoch_entries, operator_key, task_params
 from pipeline.runtime.routing import BEACON
 from pipeline.source._formats import json_default
 from pipeline.state.backend import KG_COLUMN, read_state, write_table
 from pipeline.state.changelog import TouchedKeys
 from pipeline.state.snapshot import write_state
 
-__all__ = ["EXACT_SUM", "HANDLE_SCHEMA", "JoinTaskSpec", "AggTaskSpec", "make_join_task", "make_agg_task",
-           "handle_rows_to_dicts"]
+__all__ = ["EXACT_SUM", "HANDLE_SCHEMA", "HANDLE_TAGGED_SCHEMA", "JoinTaskSpec", "AggTaskSpec", "make_join_task",
+           "make_agg_task", "handle_rows_to_dicts", "epoch_tagged_task"]
 
 EXACT_SUM = pa.decimal128(38, 9)  # state type of floating-point sums (order-independent, exact)
 
@@ -59,6 +68,12 @@ HANDLE_SCHEMA = pa.schema([
     ("s3_requests", pa.string()),  # JSON {list, get, ...}: the worker's S3 requests not reported yet (first row only)
 ])
 HANDLE_DDL = schema_ddl(HANDLE_SCHEMA)
+#: tagged rounds: every handle row names the checkpoint it acknowledges
+HANDLE_TAGGED_SCHEMA = HANDLE_SCHEMA.append(pa.field("checkpoint_id", pa.int64()))
+HANDLE_TAGGED_DDL = schema_ddl(HANDLE_TAGGED_SCHEMA)
+
+#: tagged rounds: the handle rows of the one-epoch body running now are collected here (see epoch_tagged_task)
+_COLLECT: list[list[dict]] = []
 
 
 def subtask_of(incoming: pa.Table | None) -> tuple[int, pa.Table | None]:
@@ -94,10 +109,16 @@ def _emit(rows: list[dict], out: pa.Table | None, out_schema: pa.Schema, fio, ac
           subtask: int) -> Iterator[pa.RecordBatch]:
     """Terminal operator: yield the handle rows. Chained operator: write them as the subtask's ack
     object and let the output rows flow on to the next operator (through Spark's shuffle). The first row carries
-    the worker's S3 requests not reported yet (the checkpoint stats' ``executor_s3_requests``)."""
+    the worker's S3 requests not reported yet (the checkpoint stats' ``executor_s3_requests``). One epoch of a
+    tagged round: the rows go to :func:`epoch_tagged_task` (which acknowledges every epoch at once)."""
     import json
     if rows:
         rows = [{**rows[0], "s3_requests": json.dumps(take_unreported().to_dict())}, *rows[1:]]
+    if _COLLECT:
+        _COLLECT[-1].extend(rows)
+        if ack_prefix is not None and out is not None and out.num_rows:
+            yield from out.select(out_schema.names).cast(out_schema).to_batches(max_chunksize=50_000)
+        return
     if ack_prefix is None:
         yield pa.RecordBatch.from_pylist(rows, schema=HANDLE_SCHEMA)
         return
@@ -170,6 +191,80 @@ def _round_spec(spec):
     return apply_params(spec, task_params(operator_key(spec.uid)))
 
 
+def epoch_tagged_task(plan_spec, step: Callable[..., Iterator[pa.RecordBatch]]):
+    """The ``mapInArrow`` function of an operator whose one-epoch body is ``step(spec, batches)``.
+
+    A one-epoch round (no per-epoch entries in the operator's property): ``step`` with this round's values, as
+    it is. A tagged round: the rows are split by :data:`~pipeline.runtime.round_params.EPOCH_TAG` and ``step``
+    runs once per epoch entry, in order, with that epoch's values and, from the second epoch on, the state
+    handles the previous epoch's body wrote as its parent handles (the state stays warm in this worker). The
+    handle rows of every epoch are acknowledged at once, each with its ``checkpoint_id``; a chained operator's
+    output rows flow on tagged with their epoch."""
+
+    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        params = task_params(operator_key(plan_spec.uid))
+        entries = epoch_entries(params)
+        if entries is None:
+            yield from step(apply_params(plan_spec, params), batches)
+            return
+        yield from run_epochs(plan_spec, step, entries, batches)
+
+    return task
+
+
+def run_epochs(plan_spec, step, entries: list[dict], batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The tagged round of one subtask (see :func:`epoch_tagged_task`); ``entries``: the per-epoch values."""
+    incoming = _collect(batches)
+    beacon = None
+    if incoming is not None and BEACON in incoming.column_names:  # routed with beacons: every epoch needs it
+        flag = pc.fill_null(incoming[BEACON], False)
+        beacon = incoming.filter(flag).drop_columns([EPOCH_TAG])
+        incoming = incoming.filter(pc.invert(flag))
+    seen = 0
+    rows: list[dict] = []
+    outs: list[pa.RecordBatch] = []
+    carried: dict[str, list[dict]] | None = None
+    first = None
+    for entry in entries:
+        spec = apply_params(plan_spec, entry["params"])
+        if first is None:
+            first = spec
+        elif carried is not None:  # the state the previous epoch's body wrote (warm in this worker)
+            spec = dataclasses.replace(spec, parent_handles=carried)
+        epoch = int(entry["epoch"])
+        part = None
+        if incoming is not None and incoming.num_rows:
+            part = incoming.filter(pc.equal(incoming[EPOCH_TAG], epoch)).drop_columns([EPOCH_TAG])
+            seen += part.num_rows
+        if beacon is not None:
+            part = beacon if part is None else pa.concat_tables([beacon, part])
+        collected: list[dict] = []
+        _COLLECT.append(collected)
+        try:
+            for b in step(spec, iter(part.to_batches() if part is not None else [])):
+                if b.num_rows:
+                    outs.append(b.append_column(EPOCH_TAG, pa.array([epoch] * b.num_rows, pa.int64())))
+        finally:
+            _COLLECT.pop()
+        carried = {}
+        for r in collected:
+            r["checkpoint_id"] = int(entry["checkpoint_id"])
+            if r["kind"] == "state":
+                carried.setdefault(str(r["name"]), []).append(r)
+        rows.extend(collected)
+    if incoming is not None and seen != incoming.num_rows:
+        raise RuntimeError(f"operator {plan_spec.uid}: {incoming.num_rows - seen} row(s) of a tagged round carry an "
+                           f"epoch outside {[int(e['epoch']) for e in entries]}")
+    if first is None or not rows:
+        raise RuntimeError(f"operator {plan_spec.uid}: a tagged round without epochs")
+    if first.ack_prefix is None:
+        yield pa.RecordBatch.from_pylist(rows, schema=HANDLE_TAGGED_SCHEMA)
+        return
+    file_io_for(first.ack_prefix).write_bytes(f"{first.ack_prefix}/{int(rows[0]['subtask']):05d}.json",
+                                              json.dumps(rows).encode())
+    yield from outs
+
+
 def operator_dead_letter_uri(dead_letter_root: str, job: str, uid: str, checkpoint: str, name: str,
                              file_tag: str, subtask: int) -> str:
     """Where an operator's dead letters of one round and subtask go (``operator=`` cannot clash with a source
@@ -206,10 +301,8 @@ def _join_violations(spec: "JoinTaskSpec", fio, res, subtask: int) -> list[tuple
 
 def make_join_task(spec: JoinTaskSpec):
     """Returns the ``mapInArrow`` function of the join operator."""
-    plan_spec = spec
 
-    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        spec = _round_spec(plan_spec)
+    def step(spec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         fault_point("reading")
         t0 = time.perf_counter()
         subtask, incoming = subtask_of(_collect(batches))
@@ -320,7 +413,7 @@ def make_join_task(spec: JoinTaskSpec):
                 for kind, name, fh in handles]
         yield from _emit(rows, out, spec.flow_schema or spec.out_schema, fio, spec.ack_prefix, subtask)
 
-    return task
+    return epoch_tagged_task(spec, step)
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,10 +479,8 @@ def _narrow(merged: pa.Table, sschema: pa.Schema, spec) -> pa.Table:
 
 def make_agg_task(spec: AggTaskSpec):
     """Returns the ``mapInArrow`` function of a keyed running aggregation (emits changed keys)."""
-    plan_spec = spec
 
-    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        spec = _round_spec(plan_spec)
+    def step(spec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         t0 = time.perf_counter()
         subtask, incoming = subtask_of(_collect(batches))
         kgr = range_for_subtask(spec.max_parallelism, spec.parallelism, subtask)
@@ -479,4 +570,4 @@ def make_agg_task(spec: AggTaskSpec):
                         async_ms)]
         yield from _emit(rows, out, spec.out_schema or spec.state_schema, fio, spec.ack_prefix, subtask)
 
-    return task
+    return epoch_tagged_task(spec, step)

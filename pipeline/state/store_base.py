@@ -39,7 +39,7 @@ from pipeline.state.keyed_store import KeyedStateStore, row_keys
 
 __all__ = ["merged_base", "merge_memory_bytes"]
 
-_BATCH_BYTES = 32 << 20  # decoded bytes per base batch
+_BATCH_BYTES = 16 << 20  # decoded bytes per base batch (the filter and the encoder hold a few copies)
 _MIN_ROWS, _MAX_ROWS = 1024, 131_072
 
 
