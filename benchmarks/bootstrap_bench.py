@@ -70,6 +70,7 @@ def measure(root: Path, phase: str, parallelism: int) -> dict:
         from pipeline.batch.bootstrap import bootstrap
         d = bootstrap(r)
         out["bootstrap_s"] = round(time.perf_counter() - t, 2)
+        out["bootstrap_timings"] = d.get("timings")
         t1 = time.perf_counter()
         rr = r.restore(d["savepoint"], validate=False)
         out["restore_s"] = round(time.perf_counter() - t1, 2)
@@ -134,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     for ph, d in results.items():
         ratio = f"{d['job_s'] / one:.2f}x" if one else "-"
         det = {k: v for k, v in d.items() if k in ("epoch", "bootstrap_s", "restore_s", "restore_validate_s",
-                                                    "checkpoints", "spark_start_s")}
+                                                    "checkpoints", "spark_start_s", "bootstrap_timings")}
         print(f"{ph:<22}{d['job_s']:>9.1f}{d['wall_s']:>9.1f}{ratio:>13}  {det}")
     if "bootstrap" in results and "catchup" in results:
         b, c = results["bootstrap"], results["catchup"]

@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--root", required=True, help="directory prepared by validate_bench.py")
     ap.add_argument("--parallelism", type=int, default=2)
+    ap.add_argument("--explain", action="store_true", help="print the physical plan of every object first")
     a = ap.parse_args(argv)
     from pipeline.jobs import get_job
     from pipeline.quality.jobspec import job_objects
@@ -44,6 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     step("spark session", lambda: r.spark)
     objs = job_objects(r.job, r.config.state_ttl_seconds)
     plan = step("compile", lambda: plan_recomputation(r, md, set(objs.specs)))
+    if a.explain:
+        for o, df in plan.result.objects().items():
+            print(f"== physical plan of {o}")
+            df.explain()
     for i, df in enumerate(list(plan.result.cached)):
         step(f"cached frame {i} ({len(df.columns)} columns)", df.count)
     for o, df in plan.result.objects().items():

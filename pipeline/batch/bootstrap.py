@@ -206,13 +206,22 @@ def _write_object(spark, df, *, kind: str, uid: str, name: str, key: str | None,
     if key is not None:
         df = df.withColumn(KG_COLUMN, key_group_expr(key, MP))
         keyed = df.withColumn("_subtask", subtask_expr(KG_COLUMN, MP, P))
-    else:  # sink output: spread by a hash of the row (any subtask may stage any row)
+        schema = arrow_schema_of(df)
+        shuffled = shuffle_to_subtasks(with_beacons(keyed, spark, P), spark, "_subtask", P)
+    elif df.rdd.getNumPartitions() >= P:  # sink output: any subtask may stage any row - the plan's own partitions
+        schema = arrow_schema_of(df)      # (already spread by the join key), merged into P without a shuffle
+        shuffled = df.coalesce(P)
+    else:  # fewer partitions than subtasks: spread by a hash of the row
         keyed = df.withColumn("_subtask", F.pmod(F.xxhash64(*[F.col(c) for c in df.columns]), F.lit(P)).cast("int"))
-    schema = arrow_schema_of(df)
-    shuffled = shuffle_to_subtasks(with_beacons(keyed, spark, P), spark, "_subtask", P)
+        schema = arrow_schema_of(df)
+        shuffled = shuffle_to_subtasks(keyed, spark, "_subtask", P)
 
     def task(batches):
-        subtask, t = subtask_of(_collect(batches))
+        if key is not None:  # state: the subtask owning the key groups, from its beacon
+            subtask, t = subtask_of(_collect(batches))
+        else:  # sink output: any subtask may stage any row; the subtask only names the file
+            from pyspark import TaskContext  # executor side
+            subtask, t = TaskContext.get().partitionId(), _collect(batches)
         kgr = range_for_subtask(MP, P, subtask)
         t = schema.empty_table() if t is None else t.select(schema.names).cast(schema)
         fh = None
@@ -234,7 +243,8 @@ def bootstrap(runner, *, epoch: int | None = None, target: str | None = None,
               parallelism: int | None = None) -> dict:
     """Compute the job's state and output as of barrier ``epoch`` (default: the live epoch, the newest complete
     barrier) with the batch plan and write them as a savepoint, sink output committed (see module docstring).
-    Returns ``{"savepoint", "savepoint_id", "epoch", "objects": {obj: rows}, "seconds"}``."""
+    Returns ``{"savepoint", "savepoint_id", "epoch", "objects": {obj: rows}, "seconds", "timings"}`` (``timings``:
+    seconds of the checks and the savepoint trigger, then of each object written in order)."""
     t0 = time.perf_counter()
     ctx, job = runner.ctx, runner.job
     # Step 1: validate (no side effect)
@@ -263,13 +273,17 @@ def bootstrap(runner, *, epoch: int | None = None, target: str | None = None,
         cid, loc = pending.checkpoint_id, pending.location
         rows: list[dict] = []
         figures: dict[str, int] = {}
+        timings: dict[str, float] = {"plan": round(time.perf_counter() - t0, 3)}
         for kind, uid, name, df, key in objects:
             prefix = (round_state_prefix(loc, 0, uid) if kind == "state"
                       else sink_staging_uri(join_uri(ctx.sink_root, name), cid))
+            t1 = time.perf_counter()
             got = _write_object(spark, df, kind=kind, uid=uid, name=name, key=key, prefix=prefix, P=P, MP=MP,
                                 tag="b0")
             rows += got
-            figures[f"state/{uid}/{name}" if kind == "state" else f"sink/{name}"] = sum(int(h["rows"]) for h in got)
+            obj = f"state/{uid}/{name}" if kind == "state" else f"sink/{name}"
+            figures[obj] = sum(int(h["rows"]) for h in got)
+            timings[obj] = round(time.perf_counter() - t1, 3)   # the first one also computes the cached plan
         acks = [{"kind": "ack", "operator": op.uid, "subtask": s, "mode": "aligned"}
                 for op in job.operators() for s in range(P)]
         runner.coordinator.receive_acknowledge_rows(pending, rows + acks)
@@ -289,4 +303,5 @@ def bootstrap(runner, *, epoch: int | None = None, target: str | None = None,
         res.release()
     runner.echo(f"bootstrapped job {job.name} at epoch {n} as savepoint {cid}: {completed.location}")
     return {"job": job.name, "savepoint": completed.location, "savepoint_id": cid, "epoch": n,
-            "parallelism": P, "objects": figures, "seconds": round(time.perf_counter() - t0, 3)}
+            "parallelism": P, "objects": figures, "seconds": round(time.perf_counter() - t0, 3),
+            "timings": timings}

@@ -3,7 +3,7 @@
 This is the meaning of a job that does not depend on epochs (docs/batch.md): the committed output and the
 operator state after checkpoint ``n`` - whatever crashes, restores, rescales and rewinds happened - equal
 this plan evaluated over the source rows before barrier ``n``. It uses plain Spark SQL / DataFrame operators
-(joins, group-bys, window functions) and shares nothing with the epoch runtime's operator tasks or state
+(joins, group-bys) and shares nothing with the epoch runtime's operator tasks or state
 files; only the source reading (file listing, bad-record rules) is the runtime's.
 
 Rules (``E`` = epoch length, ``end(k) = (k+1)E``, ``p(x)`` = processing epoch of row ``x``, see
@@ -102,7 +102,21 @@ def join_semantics(op: JoinNode) -> tuple[str, str | None]:
 
 
 def _visible(df):
+    if not any(c in INTERNAL for c in df.columns):
+        return df          # the same DataFrame: an object shared by a state and a sink is computed once
     return df.select(*[c for c in df.columns if c not in INTERNAL])
+
+
+def _orderable(dt) -> bool:
+    """Spark can compare values of this type (``min`` of a struct holding it)."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+    if isinstance(dt, MapType) or dt.typeName() == "variant":
+        return False
+    if isinstance(dt, ArrayType):
+        return _orderable(dt.elementType)
+    if isinstance(dt, StructType):
+        return all(_orderable(f.dataType) for f in dt.fields)
+    return True
 
 
 class _Compiler:
@@ -149,8 +163,8 @@ class _Compiler:
         return None
 
     def _ranked_only(self, nid: int) -> bool:
-        """The source's one reader is a join side declared ``unique``, which ranks and caches its rows: caching the
-        source too would only convert its rows twice (the costliest step of the plan)."""
+        """The source's one reader is a join side declared ``unique``, whose first rows per key are computed once and
+        cached (:meth:`_per_key`): caching the source too would only convert its rows twice."""
         readers: list[object] = [o for o in self.job.operators() for i in ((o.left, o.right) if isinstance(o, JoinNode)
                                                               else (o.parent,)) if self.job.chain_to(i)[0] == nid]
         readers += [s for s in self.job.sinks() if self.job.chain_to(s.parent)[0] == nid]
@@ -194,9 +208,11 @@ class _Compiler:
         ttl_s = op.ttl_seconds if op.ttl_seconds is not None else self.default_ttl
         ttl = ttl_s * 1_000_000 if ttl_s else None
         declared = hasattr(op, "how")
-        if declared and unique in ("left", "both"):
+        if declared and unique == "both":
+            return self._join_unique(op, left, right, lcols, rcols, output, ttl, how)
+        if declared and unique == "left":
             left = self._first_per_key(left, op, "left")
-        if declared and unique in ("right", "both"):
+        if declared and unique == "right":
             right = self._first_per_key(right, op, "right")
 
         def tag(df, p):
@@ -258,16 +274,92 @@ class _Compiler:
             consumers += sum(1 for i in ins if self.job.chain_to(i)[0] == nid)
         return self._cache(out) if consumers > 1 else out
 
-    def _first_per_key(self, df, op: JoinNode, side: str):
-        from pyspark.sql import Window
+    def _per_key(self, df, on: str, prefix: str = ""):
+        """The first row per key of ``df`` (by processing epoch, ``_ingest_ts``, then position) and the number of
+        rows with that key (``<prefix>_n``), as ONE group-by: ``min`` of a struct that starts with the ordering
+        columns picks the whole first row (the position columns make it unique; without them the row's values
+        break ties, deterministically). No window function: a sort-based aggregate whose input order (by key) a
+        merge join on the key reuses. Columns: ``<prefix><c>`` for every column but the position columns (kept
+        as ``_partition``/``_seq``/``_row`` when ``prefix`` is empty), plus ``<prefix>_n`` (``__n`` without prefix)."""
         from pyspark.sql import functions as F
-        order = [F.col(c) for c in (PEPOCH, "_ingest_ts", "_partition", "_seq", "_row") if c in df.columns]
-        w = Window.partitionBy(op.on).orderBy(*order)
-        # ranked once (cached): the join, both state sides and the violation count read it (one sort per side)
-        ranked = self._cache(df.withColumn("__rk", F.row_number().over(w)))
+        order = [c for c in (PEPOCH, "_ingest_ts", "_partition", "_seq", "_row") if c in df.columns]
+        rest = [c for c in df.columns if c not in order and c not in (on, "_source")]
+        if all(_orderable(df.schema[c].dataType) for c in rest):
+            first = F.min(F.struct(*[F.col(c) for c in order + rest]))
+        else:   # a map column cannot be compared: first by the ordering only
+            first = F.min_by(F.struct(*[F.col(c) for c in order + rest]), F.struct(*[F.col(c) for c in order]))
+        # repartitioned by the key first: the sort-based aggregate then sorts once, after the shuffle (grouped
+        # directly, Spark would also sort every input partition for a partial aggregate that merges nothing)
+        g = df.repartition(on).groupBy(on).agg(first.alias("__s"), F.count(F.lit(1)).alias("__n"))
+        drop = ("_source",) if not prefix else ("_source", "_partition", "_seq", "_row")
+        return g.select(*[(F.col(on) if c == on else F.col("__s").getField(c)).alias(f"{prefix}{c}")
+                          for c in df.columns if c not in drop], F.col("__n").alias(f"{prefix}_n" if prefix else "__n"))
+
+    def _violations(self, op: JoinNode, side: str, df, n: str) -> None:
+        """Report the rows violating ``unique=side``: ``n - 1`` per key with ``n`` rows (one row each, counted)."""
+        from pyspark.sql import functions as F
         self.result.counts[f"{op.uid}: {side} rows violating unique={side!r} (dead-lettered by the runtime)"] = \
-            ranked.filter(F.col("__rk") > 1)
-        return ranked.filter(F.col("__rk") == 1).drop("__rk")
+            df.filter(F.col(n) > 1).select(F.explode(F.sequence(F.lit(2), F.col(n))).alias("__v"))
+
+    def _first_per_key(self, df, op: JoinNode, side: str):
+        """One side declared unique, the other not: its first row per key (cached: the join, both state sides and
+        the violation count read it)."""
+        ranked = self._cache(self._per_key(df, op.on))
+        self._violations(op, side, ranked, "__n")
+        return ranked.drop("__n")
+
+    def _join_unique(self, op: JoinNode, left, right, lcols: list[str], rcols: list[str], output: list[str],
+                     ttl: int | None, how: str):
+        """``unique="both"``: at most one row per key and side, so the whole join is ONE full outer merge join of
+        the two sides' first rows per key (``J``, cached: every object reads it), each key flagged ``__ok`` when
+        its pair passes the TTL rule. Output = the ``__ok`` rows (+ the expired lonely rows of an outer side);
+        state of a side = its row when alive and not matched (a matched row left state on both sides); the
+        violation counts = ``n - 1`` per key. No anti-join, no second pass over the sources."""
+        from pyspark.sql import functions as F
+        E = self.prefix.epoch_us
+        L, R = self._per_key(left, op.on, "__l_"), self._per_key(right, op.on, "__r_")
+        lp, rp = F.col("__l__n").isNotNull(), F.col("__r__n").isNotNull()
+        lt, rt = F.expr("unix_micros(`__l__ingest_ts`)"), F.expr("unix_micros(`__r__ingest_ts`)")
+        m = F.greatest(F.col(f"__l_{PEPOCH}"), F.col(f"__r_{PEPOCH}"))
+        ok = lp & rp
+        if ttl is not None:
+            ok = ok & (F.least(lt, rt) >= (m + 1) * F.lit(E) - F.lit(ttl))
+        # cached narrow: the key once (``__k``), presence from the counts, ``t`` recomputed where it is read
+        lk, rk = f"__l_{op.on}", f"__r_{op.on}"
+        J = L.join(R, F.col(lk) == F.col(rk), "full")
+        J = self._cache(J.select(F.coalesce(F.col(lk), F.col(rk)).alias("__k"),
+                                 *[c for c in J.columns if c not in (lk, rk)], ok.alias("__ok")))
+        self._violations(op, "left", J, "__l__n")
+        self._violations(op, "right", J, "__r__n")
+
+        def col(p: str, c: str):
+            return F.col("__k") if c == op.on else lt if c == "_t" and p == "__l_" else rt if c == "_t" \
+                else F.col(f"{p}{c}")
+
+        def pick(c: str):
+            if c == op.on:
+                return F.col("__k").alias(c)
+            if c == "_ingest_ts" and c in lcols and c in rcols:
+                return F.coalesce(F.col(f"__l_{c}"), F.col(f"__r_{c}")).alias(c)
+            return F.col(f"__l_{c}" if c in lcols else f"__r_{c}").alias(c)
+
+        out = J.filter(F.col("__ok")).select(*[pick(c) for c in output], m.alias(PEPOCH))
+        cutoff_n = self.prefix.end_us(self.prefix.ttl_epoch) - ttl if ttl is not None else None
+        for side, p, q, present, mcols in (("left", "__l_", "__r_", lp, lcols), ("right", "__r_", "__l_", rp, rcols)):
+            alone = J.filter(present & ~F.col("__ok"))
+            if how in (side, "full") and cutoff_n is not None:
+                emitted_at = F.greatest(col(p, PEPOCH), F.floor((col(p, "_t") + F.lit(ttl)) / F.lit(E)).cast("long"))
+                cols = [col(p, c).alias(c) if c == op.on or c in mcols
+                        else F.lit(None).cast(J.schema[f"{q}{c}"].dataType).alias(c) for c in output]
+                out = out.unionByName(alone.filter(col(p, "_t") < F.lit(cutoff_n))
+                                      .select(*cols, emitted_at.alias(PEPOCH)))
+            st = alone if cutoff_n is None else alone.filter(col(p, "_t") >= F.lit(cutoff_n))
+            self.result.states[f"state/{op.uid}/{side}"] = st.select(*[col(p, c).alias(c) for c in mcols])
+            # the runtime's ``_matched`` flag: matched rows left state (the partner side is unique)
+            self.result.matched[f"state/{op.uid}/{side}"] = st.select(
+                *[col(p, c).alias(c) for c in mcols], col(p, PEPOCH).alias(PEPOCH)
+            ).withColumn("_matched", F.lit(False))
+        return out
 
     # -- aggregate -------------------------------------------------------------------------------------
     def _aggregate(self, nid: int, op: AggregateNode):

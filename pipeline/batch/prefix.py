@@ -137,6 +137,9 @@ def source_dataframe(spark, runner, job: Job, source: SourceNode, prefix: Prefix
                              "file:///nonexistent", job.name)
     lookup = prefix.lookup(source.name)
     out_schema = pa.schema(list(source.schema) + list(META_FIELDS) + [pa.field(PEPOCH, pa.int64())])
+    # ``_source`` is one constant per source: added by Spark after the read (a literal the optimizer drops when
+    # nothing reads it), not converted from Arrow row by row
+    read_schema = pa.schema([f for f in out_schema if f.name != "_source"])
     n_tasks = max(1, min(len(splits), max_tasks))
     groups = [splits[i::n_tasks] for i in range(n_tasks)]
     epoch_us = prefix.epoch_us
@@ -169,6 +172,8 @@ def source_dataframe(spark, runner, job: Job, source: SourceNode, prefix: Prefix
                         else:                   # no log (or only barrier n): e(x), capped at n
                             pe = np.minimum(own, last)
                         t = t.append_column(PEPOCH, pa.array(pe.astype(np.int64)))
-                        yield from t.select(out_schema.names).cast(out_schema).to_batches()
+                        yield from t.select(read_schema.names).cast(read_schema).to_batches()
 
-    return spark.range(0, n_tasks, 1, n_tasks).mapInArrow(read, schema_ddl(out_schema))
+    from pyspark.sql import functions as F
+    df = spark.range(0, n_tasks, 1, n_tasks).mapInArrow(read, schema_ddl(read_schema))
+    return df.select(*[F.lit(source.name).alias(c) if c == "_source" else df[c] for c in out_schema.names])

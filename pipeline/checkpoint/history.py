@@ -54,6 +54,7 @@ class CheckpointRow:
     dead_letters: Mapping[str, int] = field(default_factory=dict)
     sink_rows: Mapping[str, int] = field(default_factory=dict)
     s3_requests: Mapping[str, int] | None = None  # the driver's S3 requests by kind (CheckpointStats.s3_requests)
+    executor_s3_requests: Mapping[str, int] | None = None  # the executors' (CheckpointStats.executor_s3_requests)
 
     @property
     def start_delay_ms(self) -> float:
@@ -69,6 +70,7 @@ class CheckpointRow:
         for k in ("records", "backlog", "dead_letters", "sink_rows"):
             d[k] = dict(getattr(self, k))
         d["s3_requests"] = None if self.s3_requests is None else dict(self.s3_requests)
+        d["executor_s3_requests"] = None if self.executor_s3_requests is None else dict(self.executor_s3_requests)
         d["operators"] = [o.to_dict() for o in self.operators]
         return d
 
@@ -86,6 +88,7 @@ class CheckpointRow:
             "sink_rows": dict(self.sink_rows), "location": self.location, "mode_used": self.mode_used,
             "start_delay_ms": self.start_delay_ms, "inflight_bytes": self.inflight_bytes,
             "s3_requests": None if self.s3_requests is None else dict(self.s3_requests),
+            "executor_s3_requests": None if self.executor_s3_requests is None else dict(self.executor_s3_requests),
         }
 
 
@@ -109,7 +112,9 @@ def row_from_metadata(md, location: str, status: str = "COMPLETED") -> Checkpoin
         checkpoint_mode=md.checkpoint_mode, alignment=md.alignment, mode_used=_mode_used(md),
         backlog=dict(st.backlog) if st else {}, dead_letters=dict(st.dead_letters) if st else {},
         sink_rows={t: s.rows for t, s in md.sinks.items()},
-        s3_requests=st.s3_requests.to_dict() if st is not None and st.s3_requests is not None else None)
+        s3_requests=st.s3_requests.to_dict() if st is not None and st.s3_requests is not None else None,
+        executor_s3_requests=st.executor_s3_requests.to_dict()
+        if st is not None and st.executor_s3_requests is not None else None)
 
 
 def checkpoint_summary(cp, status: str = "COMPLETED") -> dict[str, Any]:
@@ -196,6 +201,10 @@ def format_show(d: dict[str, Any]) -> str:
     if req is not None:
         lines.append("  S3 requests (driver, since the previous checkpoint): "
                      + ", ".join(f"{k.upper()} {v}" for k, v in req.items()) + f", total {sum(req.values())}")
+    ereq = d.get("executor_s3_requests")
+    if ereq is not None:
+        lines.append("  S3 requests (executors, reported with this checkpoint's tasks): "
+                     + ", ".join(f"{k.upper()} {v}" for k, v in ereq.items()) + f", total {sum(ereq.values())}")
     al = (d.get("extra") or {}).get("alignment")
     if al:
         lines.append(

@@ -187,11 +187,17 @@ class CheckpointStats:
     # coordinator was completed (its sink commits and retention included) or since the coordinator was created
     # (a fresh process: restore included), up to this _metadata. None: not recorded (older _metadata)
     s3_requests: StorageRequests | None = None
+    # S3 requests by kind of the executors' Python workers, reported with the handle rows of this checkpoint's
+    # operator tasks: each task reports its worker's requests not reported before (source reads, state chains,
+    # sink staging, acks; a worker's requests after its last operator task go with its next one, in a later
+    # checkpoint). None: not recorded (older _metadata)
+    executor_s3_requests: StorageRequests | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "subtasks", tuple(self.subtasks or ()))
-        if isinstance(self.s3_requests, Mapping):
-            object.__setattr__(self, "s3_requests", StorageRequests.from_dict(self.s3_requests))
+        for name in ("s3_requests", "executor_s3_requests"):
+            if isinstance(getattr(self, name), Mapping):
+                object.__setattr__(self, name, StorageRequests.from_dict(getattr(self, name)))
         for name in ("duration_ms", "sync_ms", "async_ms", "alignment_ms"):
             object.__setattr__(self, name, float(getattr(self, name)))
         object.__setattr__(self, "operators", FrozenDict(self.operators or {}))
@@ -213,7 +219,9 @@ class CheckpointStats:
                 "backlog": dict(sorted(self.backlog.items())),
                 "dead_letters": dict(sorted(self.dead_letters.items())),
                 "subtasks": [t.to_dict() for t in self.subtasks],
-                "s3_requests": None if self.s3_requests is None else self.s3_requests.to_dict()}
+                "s3_requests": None if self.s3_requests is None else self.s3_requests.to_dict(),
+                "executor_s3_requests": None if self.executor_s3_requests is None
+                else self.executor_s3_requests.to_dict()}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "CheckpointStats":
@@ -227,4 +235,6 @@ class CheckpointStats:
                    backlog=d.get("backlog", {}), dead_letters=d.get("dead_letters", {}),
                    subtasks=tuple(SubtaskStats.from_dict(t) for t in d.get("subtasks", ())),
                    s3_requests=None if d.get("s3_requests") is None
-                   else StorageRequests.from_dict(d["s3_requests"]))
+                   else StorageRequests.from_dict(d["s3_requests"]),
+                   executor_s3_requests=None if d.get("executor_s3_requests") is None
+                   else StorageRequests.from_dict(d["executor_s3_requests"]))

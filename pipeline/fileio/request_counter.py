@@ -15,7 +15,9 @@ bills them. Requests are grouped in five kinds (:class:`StorageRequests`):
 
 The counter is per process (:func:`request_counts`); a caller measures a span as the difference of two readings
 (``after - before``). The checkpoint stats record the driver's span per checkpoint
-(:attr:`pipeline.checkpoint.stats.CheckpointStats.s3_requests`, see docs/state.md "S3 requests per epoch").
+(:attr:`pipeline.checkpoint.stats.CheckpointStats.s3_requests`, see docs/state.md "S3 requests per epoch") and
+the executors' requests (``executor_s3_requests``): each operator task reports its Python worker's requests not
+yet reported (:func:`take_unreported`) with its handle rows.
 Clients that do not go through :class:`S3FileIO` (``pyarrow_fs()``, the Iceberg and Delta writers' own clients)
 are not counted.
 """
@@ -25,7 +27,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-__all__ = ["StorageRequests", "request_counts", "count_request", "instrument_client", "KINDS"]
+__all__ = ["StorageRequests", "request_counts", "count_request", "instrument_client", "take_unreported", "KINDS"]
 
 #: the request kinds, in the order tables print them
 KINDS: tuple[str, ...] = ("list", "get", "head", "put", "delete")
@@ -89,6 +91,19 @@ def request_counts() -> StorageRequests:
     """This process's S3 requests so far (monotonic; take differences to measure a span)."""
     with _LOCK:
         return StorageRequests(**{k: _COUNTS[k] for k in KINDS})
+
+
+_REPORTED: dict[str, int] = dict.fromkeys(KINDS, 0)
+
+
+def take_unreported() -> StorageRequests:
+    """This process's requests since the previous call (all of them at the first): what an executor's Python
+    worker reports with its next task's handle rows, so that every request of the worker (of any task: source
+    reads, state chains, sink staging, acks) is reported exactly once, with the next operator task it runs."""
+    with _LOCK:
+        out = StorageRequests(**{k: _COUNTS[k] - _REPORTED[k] for k in KINDS})
+        _REPORTED.update(_COUNTS)
+    return out
 
 
 def _on_before_send(**kwargs: Any) -> None:

@@ -29,6 +29,7 @@ from pipeline.checkpoint.handles import ChannelStateHandle
 from pipeline.checkpoint.metadata import CheckpointMetadata
 from pipeline.exceptions import EpochalError
 from pipeline.faults import fault_point
+from pipeline.fileio.request_counter import StorageRequests
 from pipeline.job import JoinNode
 from pipeline.layout import round_state_prefix
 from pipeline.runtime.alignment import MODE_ALIGNED, channel_name
@@ -56,7 +57,8 @@ class CheckpointFinalizer:
                dead_letters: dict, summaries, expected: dict, P: int, *, last_round: int, t0: float,
                records: dict | None = None, backlog: dict | None = None,
                dropped: dict | None = None, low_epoch: int | None = None,
-               inflight_low_epoch: int | None = None) -> tuple[Cursor, list[RoundResult]]:
+               inflight_low_epoch: int | None = None,
+               executor_requests: StorageRequests | None = None) -> tuple[Cursor, list[RoundResult]]:
         """Checkpoint n is snapshotted (``snap``): acknowledge the tasks' handles of round ``last_round``
         with the alignment metrics, write ``_metadata`` (last), commit the sinks."""
         ctx = self.ctx
@@ -115,7 +117,7 @@ class CheckpointFinalizer:
         full = {s.table: False for s in job.sinks()}
         completed = ctx.coordinator.complete(
             pending, positions=positions, channel_state=ranges, sinks_full=full, backlog=backlog,
-            dead_letters=dead_letters, rounds=last_round + 1,
+            dead_letters=dead_letters, rounds=last_round + 1, executor_s3_requests=executor_requests,
             extra={"records": records, "round_records": [r.records for r in results if r.round <= last_round]
                    + ([records] if not results or results[-1].round < last_round else []),
                    "alignment": alignment, "dropped": dict(sorted((dropped or {}).items())),

@@ -14,6 +14,7 @@ several rounds, the observations of the earlier rounds are carried in ``wm`` as 
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import Iterator
@@ -29,6 +30,7 @@ from pipeline.job import Job, ProcessNode, WindowNode
 from pipeline.keygroups import key_group_expr, range_for_subtask, subtask_expr
 from pipeline.process_op import TOUCHED, process_step
 from pipeline.runtime.dataflow import arrow_schema_of, handle_ddl, schema_ddl, with_tag
+from pipeline.runtime.keyed_stores import KeyedStores, uses_keyed_stores
 from pipeline.runtime.operator_registry import register_operator
 from pipeline.runtime.operators import (
     HANDLE_DDL,
@@ -43,7 +45,8 @@ from pipeline.runtime.round_params import EPOCH_TAG
 from pipeline.runtime.routing import shuffle_to_subtasks, with_beacons
 from pipeline.state.backend import KG_COLUMN, read_state, write_table
 from pipeline.state.snapshot import write_state
-from pipeline.windows.aggregate import EmitMode, WindowSpec, output_schema, state_schema, window_step
+from pipeline.windows.aggregate import EVENT_US, EmitMode, WindowSpec, output_schema, state_schema, window_step
+from pipeline.windows.assign import fire_index
 from pipeline.windows.watermark import WATERMARK_SCHEMA, WatermarkState, merge_observations, observe_channels
 
 __all__ = ["WindowTaskSpec", "ProcessTaskSpec", "make_window_task", "make_process_task", "window_dataframe",
@@ -141,6 +144,11 @@ def _write_dead_letters(fio, prefix: str, name: str, late: pa.Table, bad: pa.Tab
     return write_table(fio, f"{prefix}/{name}.parquet", t.drop_columns(drop))
 
 
+def _fire_index(w: WindowSpec, watermark_us: int | None):
+    """A record's key is filed under its next firing time above the watermark (the window's TTL index)."""
+    return fire_index(w.size_us, w.slide_us, w.lateness_us, watermark_us)
+
+
 def make_window_task(spec: WindowTaskSpec):
     """Returns the ``mapInArrow`` function of a window operator (after the shuffle)."""
     plan_spec = spec
@@ -154,8 +162,6 @@ def make_window_task(spec: WindowTaskSpec):
         fio = file_io_for(spec.state_prefix)
         w = spec.window
         sschema = state_schema(w, spec.input_schema).append(pa.field(KG_COLUMN, pa.int32()))
-        state = read_state(fio, spec.parent_handles.get("win", []), kgr.start, kgr.end, sschema, spec.checkpoint)
-        restored = state.num_rows
         wm_rows = read_state(fio, spec.parent_handles.get("wm", []), *_ALL_KG, WATERMARK_SCHEMA, spec.checkpoint)
         wm_rows, seen = _split_wm(wm_rows)
         wm = WatermarkState.from_table(wm_rows, spec.checkpoint)
@@ -175,18 +181,39 @@ def make_window_task(spec: WindowTaskSpec):
             fire = new_wm.watermark_us
         else:
             new_wm, obs_left, fire = wm, seen, None
-        res = window_step(w, state, rows, epoch=spec.epoch, late_watermark_us=wm.watermark_us,
-                          fire_watermark_us=fire, complete=spec.complete, input_schema=spec.input_schema,
-                          carry=(KG_COLUMN,))
-        if res.bad.num_rows and spec.bad_records == "fail":
-            raise MalformedInputError(f"window {spec.uid}: {res.bad.num_rows} record(s) with a null key "
-                                      f"{w.key!r} or event time {w.event_time!r} (checkpoint {spec.checkpoint})")
-        out = res.output
-        sync_ms = (time.perf_counter() - t0) * 1000
-        fault_point("writing_state")
-        t1 = time.perf_counter()
-        fh = write_state(fio, spec.state_prefix, "win", kgr.start, kgr.end, res.state,
-                         spec.parent_handles.get("win", []), spec.snapshot, spec.checkpoint)
+        cutoff_us = None if fire is None else fire + 1  # windows with end + lateness <= W(m) fire
+        with contextlib.ExitStack() as opened:
+            stores: KeyedStores | None = None
+            keys: tuple[bytes, ...] = ()
+            if uses_keyed_stores(spec.snapshot):  # keyed stores: a record's key is filed under its next firing time
+                stores = KeyedStores(snapshot=spec.snapshot or {}, uid=spec.uid, key=w.key, kgr=kgr,
+                                     states={"win": (sschema, EVENT_US)}, parent_handles=spec.parent_handles,
+                                     fileio=fio, checkpoint=spec.checkpoint,
+                                     index_times={"win": _fire_index(w, wm.watermark_us)})
+                opened.callback(stores.close)
+                keys = stores.touched([rows] if rows is not None else [], cutoff_us)
+                state = stores.get("win", keys)  # the input's keys and the keys whose windows fire
+            else:
+                state = read_state(fio, spec.parent_handles.get("win", []), kgr.start, kgr.end, sschema,
+                                   spec.checkpoint)
+            restored = state.num_rows
+            res = window_step(w, state, rows, epoch=spec.epoch, late_watermark_us=wm.watermark_us,
+                              fire_watermark_us=fire, complete=spec.complete, input_schema=spec.input_schema,
+                              carry=(KG_COLUMN,))
+            if res.bad.num_rows and spec.bad_records == "fail":
+                raise MalformedInputError(f"window {spec.uid}: {res.bad.num_rows} record(s) with a null key "
+                                          f"{w.key!r} or event time {w.event_time!r} (checkpoint {spec.checkpoint})")
+            out = res.output
+            sync_ms = (time.perf_counter() - t0) * 1000
+            fault_point("writing_state")
+            t1 = time.perf_counter()
+            if stores is not None:  # the records written back are filed under their next firing time above W(m)
+                stores.stores["win"].index_time = _fire_index(w, fire if fire is not None else wm.watermark_us)
+                fh = stores.commit("win", keys, state, res.state, cutoff_us=cutoff_us,
+                                   state_prefix=spec.state_prefix, snapshot=spec.snapshot)
+            else:
+                fh = write_state(fio, spec.state_prefix, "win", kgr.start, kgr.end, res.state,
+                                 spec.parent_handles.get("win", []), spec.snapshot, spec.checkpoint)
         wfh = (write_table(fio, f"{spec.state_prefix}/wm/wm.parquet", _wm_table(new_wm, obs_left))
                if subtask == 0 else None)
         async_ms = (time.perf_counter() - t1) * 1000
@@ -323,26 +350,47 @@ def make_process_task(spec: ProcessTaskSpec):
         kgr = range_for_subtask(spec.max_parallelism, spec.parallelism, subtask)
         fio = file_io_for(spec.state_prefix)
         sschema = spec.state_schema.append(pa.field(TOUCHED, pa.int64())).append(pa.field(KG_COLUMN, pa.int32()))
-        state = read_state(fio, spec.parent_handles.get("proc", []), kgr.start, kgr.end, sschema, spec.checkpoint)
-        restored = state.num_rows
-        rows = kgs = None
-        if incoming is not None:
-            kgs = incoming.group_by(spec.key, use_threads=False).aggregate([(KG_COLUMN, "min")]).rename_columns(
-                [spec.key, KG_COLUMN])
-            rows = incoming.select(spec.input_schema.names).cast(spec.input_schema)
+        ttl_us = None if spec.ttl_seconds is None else spec.ttl_seconds * SEC
+        cutoff_us = None if ttl_us is None else spec.barrier_us - ttl_us  # state touched before it expires
+        stores: KeyedStores | None = None
+        keys: tuple[bytes, ...] = ()
+        if uses_keyed_stores(spec.snapshot):  # keyed stores: the input's keys plus the keys the TTL expires
+            stores = KeyedStores(snapshot=spec.snapshot or {}, uid=spec.uid, key=spec.key, kgr=kgr,
+                                 states={"proc": (sschema, TOUCHED)}, parent_handles=spec.parent_handles,
+                                 fileio=fio, checkpoint=spec.checkpoint)
+        try:
+            rows = kgs = None
+            if incoming is not None:
+                kgs = incoming.group_by(spec.key, use_threads=False).aggregate([(KG_COLUMN, "min")]).rename_columns(
+                    [spec.key, KG_COLUMN])
+                rows = incoming.select(spec.input_schema.names).cast(spec.input_schema)
+            if stores is not None:
+                keys = stores.touched([incoming.select([spec.key, KG_COLUMN])] if incoming is not None else [],
+                                      cutoff_us)
+                state = stores.get("proc", keys)
+            else:
+                state = read_state(fio, spec.parent_handles.get("proc", []), kgr.start, kgr.end, sschema,
+                                   spec.checkpoint)
+            restored = state.num_rows
 
-        def carry(new_state: pa.Table) -> pa.Table:
-            return new_state.join(kgs, keys=spec.key, join_type="inner", use_threads=False).select(sschema.names)
+            def carry(new_state: pa.Table) -> pa.Table:
+                return new_state.join(kgs, keys=spec.key, join_type="inner", use_threads=False).select(sschema.names)
 
-        res = process_step(spec.uid, spec.key, spec.fn, spec.state_schema, spec.output_schema, state, rows,
-                           barrier_us=spec.barrier_us,
-                           ttl_us=None if spec.ttl_seconds is None else spec.ttl_seconds * SEC, carry=carry)
-        sync_ms = (time.perf_counter() - t0) * 1000
-        fault_point("writing_state")
-        t1 = time.perf_counter()
-        st = res.state.select(sschema.names).cast(sschema)
-        fh = write_state(fio, spec.state_prefix, "proc", kgr.start, kgr.end, st,
-                         spec.parent_handles.get("proc", []), spec.snapshot, spec.checkpoint)
+            res = process_step(spec.uid, spec.key, spec.fn, spec.state_schema, spec.output_schema, state, rows,
+                               barrier_us=spec.barrier_us, ttl_us=ttl_us, carry=carry)
+            sync_ms = (time.perf_counter() - t0) * 1000
+            fault_point("writing_state")
+            t1 = time.perf_counter()
+            st = res.state.select(sschema.names).cast(sschema)
+            if stores is not None:
+                fh = stores.commit("proc", keys, state, st, cutoff_us=cutoff_us,
+                                   state_prefix=spec.state_prefix, snapshot=spec.snapshot)
+            else:
+                fh = write_state(fio, spec.state_prefix, "proc", kgr.start, kgr.end, st,
+                                 spec.parent_handles.get("proc", []), spec.snapshot, spec.checkpoint)
+        finally:
+            if stores is not None:
+                stores.close()
         async_ms = (time.perf_counter() - t1) * 1000
         t_out = time.perf_counter()
         out = res.output

@@ -18,7 +18,7 @@ Per round and subtask, instead of restoring the whole state of the key-group ran
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -26,9 +26,11 @@ import pyarrow.compute as pc
 from pipeline.keygroups import KeyGroupRange
 from pipeline.operators.ttl import ROW_EPOCH
 from pipeline.state.backend import KG_COLUMN
-from pipeline.state.changelog import OP_COLUMN, diff
+from pipeline.state.changelog import OP_COLUMN, can_diff, diff
 from pipeline.state.keyed_store import KeyedStateStore, StoreLocation, row_keys
-from pipeline.state.snapshot import parent_chain_version, write_state_changes
+from pipeline.state.snapshot import parent_chain, parent_chain_version, write_state_changes
+from pipeline.state.store_base import merged_base
+from pipeline.state.store_gc import collect_replaced_ranges, maybe_sweep_idle
 
 __all__ = ["KeyedStores", "uses_keyed_stores"]
 
@@ -44,22 +46,26 @@ class KeyedStores:
 
     def __init__(self, *, snapshot: Mapping, uid: str, key: str, kgr: KeyGroupRange,
                  states: Mapping[str, tuple[pa.Schema, str | None]], parent_handles: Mapping[str, list], fileio,
-                 checkpoint: str) -> None:
+                 checkpoint: str, index_times: Mapping[str, Callable[[Any], Any]] | None = None) -> None:
         job = str(snapshot.get("job_root") or "")
         self.kgr, self.key, self.checkpoint, self.fileio = kgr, key, checkpoint, fileio
         self.schemas = {n: s for n, (s, _) in states.items()}
         self.parent = {n: list(parent_handles.get(n, [])) for n in states}
         self.stores: dict[str, KeyedStateStore] = {}
         self.rebuilt: dict[str, int] = {}
+        self.optional = {n: (ROW_EPOCH,) if ROW_EPOCH in s.names else () for n, (s, _) in states.items()}
         try:
+            maybe_sweep_idle()
             for name, (schema, time_column) in states.items():
                 loc = StoreLocation(job, uid, name, kgr.start, kgr.end)
-                st = KeyedStateStore(loc.path(), schema, key, KG_COLUMN, time_column)
+                collect_replaced_ranges(loc)  # another parallelism's stores of this state (pipeline.state.store_gc)
+                st = KeyedStateStore(loc.path(), schema, key, KG_COLUMN, time_column,
+                                     index_time=(index_times or {}).get(name))
                 self.stores[name] = st
                 want = parent_chain_version(self.parent[name], kgr.start, kgr.end)
                 if want is None or st.version != want:
-                    optional = (ROW_EPOCH,) if ROW_EPOCH in schema.names else ()
-                    self.rebuilt[name] = st.rebuild(fileio, self.parent[name], checkpoint, optional=optional)
+                    self.rebuilt[name] = st.rebuild(fileio, self.parent[name], checkpoint,
+                                                    optional=self.optional[name])
         except BaseException:
             self.close()
             raise
@@ -97,8 +103,15 @@ class KeyedStores:
         st = self.stores[name]
         rows = st.rows + net
         st.apply(keys, new, rows=rows, expired_below_us=cutoff_us)
+        chain = parent_chain(self.parent[name], self.kgr.start, self.kgr.end)
+
+        def full() -> Iterator[pa.RecordBatch]:  # a new base: merged from the parent chain, else scanned
+            if chain is None or not can_diff(schema):
+                return st.scan()
+            return merged_base(self.fileio, chain, delta, st, self.checkpoint, optional=self.optional[name])
+
         fh, version = write_state_changes(self.fileio, state_prefix, name, self.kgr.start, self.kgr.end, delta,
-                                          rows, self.parent[name], snapshot, self.checkpoint, st.scan, schema)
+                                          rows, self.parent[name], snapshot, self.checkpoint, full, schema)
         st.set_version(version)
         return fh
 

@@ -28,6 +28,7 @@ from pipeline.arrow_ddl import schema_ddl
 from pipeline.exceptions import AggregateOverflowError, MalformedInputError
 from pipeline.faults import fault_point
 from pipeline.fileio import file_io_for
+from pipeline.fileio.request_counter import take_unreported
 from pipeline.keygroups import range_for_subtask
 from pipeline.operators.join import MATCHED, JoinType, Uniqueness, join_step
 from pipeline.operators.ttl import ROW_EPOCH, micros
@@ -64,6 +65,7 @@ HANDLE_SCHEMA = pa.schema([
     ("deltas", pa.string()),      # state: the chain's delta files (JSON list; null: base only), pipeline.state.chain
     ("state_rows", pa.int64()),   # state: rows of the state the chain represents
     ("persisted_bytes", pa.int64()),  # state: bytes of the chain's files this checkpoint wrote
+    ("s3_requests", pa.string()),  # JSON {list, get, ...}: the worker's S3 requests not reported yet (first row only)
 ])
 HANDLE_DDL = schema_ddl(HANDLE_SCHEMA)
 #: tagged rounds: every handle row names the checkpoint it acknowledges
@@ -106,8 +108,11 @@ def handle_rows_to_dicts(rows) -> list[dict]:
 def _emit(rows: list[dict], out: pa.Table | None, out_schema: pa.Schema, fio, ack_prefix: str | None,
           subtask: int) -> Iterator[pa.RecordBatch]:
     """Terminal operator: yield the handle rows. Chained operator: write them as the subtask's ack
-    object and let the output rows flow on to the next operator (through Spark's shuffle). One epoch of a
+    object and let the output rows flow on to the next operator (through Spark's shuffle). The first row carries
+    the worker's S3 requests not reported yet (the checkpoint stats' ``executor_s3_requests``). One epoch of a
     tagged round: the rows go to :func:`epoch_tagged_task` (which acknowledges every epoch at once)."""
+    if rows:
+        rows = [{**rows[0], "s3_requests": json.dumps(take_unreported().to_dict())}, *rows[1:]]
     if _COLLECT:
         _COLLECT[-1].extend(rows)
         if ack_prefix is not None and out is not None and out.num_rows:

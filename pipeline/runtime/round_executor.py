@@ -28,6 +28,7 @@ from pipeline.barriers.events import CheckpointType
 from pipeline.checkpoint.failure import CheckpointFailureReason
 from pipeline.checkpoint.handles import Position
 from pipeline.exceptions import CheckpointError, ConfigError
+from pipeline.fileio.request_counter import StorageRequests
 from pipeline.job import AggregateNode, JoinNode, SourceNode
 from pipeline.layout import round_plan_uri
 from pipeline.runtime.alignment import MODE_ALIGNED, AlignmentDriver, NextStop
@@ -153,6 +154,7 @@ class RoundExecutor:
                 dead_letters[s] = dead_letters.get(s, 0) + n
             ctx.unexpected_dead_letters = {}
         dropped: dict[str, int] = {}  # rows an operator drops by design (deduplicate), per operator uid
+        executor_requests = StorageRequests()  # the executors' S3 requests reported with this checkpoint's rounds
         last_rows: list[dict] = []
         while True:
             t0 = time.perf_counter()
@@ -162,7 +164,8 @@ class RoundExecutor:
             if snap is not None:  # the alignment timeout fired between rounds: the last round's state is the snapshot
                 return self.finalizer.finish(pending, snap, working, last_rows, staged, results, dead_letters,
                                              summaries, expected, P, last_round=rnd - 1, t0=t0,
-                                             dropped=dropped, low_epoch=lows.get(rnd - 1, working.low_epoch))
+                                             dropped=dropped, low_epoch=lows.get(rnd - 1, working.low_epoch),
+                                             executor_requests=executor_requests)
             stops = driver.stops(starts, {ch: end_position(summaries_of(ch)) for ch in channels}, next_stop)
             segments = {}
             for src in job.sources():
@@ -191,6 +194,8 @@ class RoundExecutor:
             rows = self.plan.process_round(pending, rnd, P, working, segments, epoch, parked=parked, staged=staged,
                                            complete=snap is not None, low_epoch=low, own_epochs=own_epochs)
             for h in rows:  # operators' dead letters (e.g. a join's ``unique`` violated) and dropped rows
+                if h.get("s3_requests"):  # a Python worker's S3 requests (pipeline.fileio.request_counter)
+                    executor_requests = executor_requests + StorageRequests.from_dict(json.loads(h["s3_requests"]))
                 if h["kind"] == "dead_letter" and h["rows"]:
                     name = f"operator={h['operator']}"
                     dead_letters[name] = dead_letters.get(name, 0) + int(h["rows"])
@@ -242,6 +247,7 @@ class RoundExecutor:
                 continue
             return self.finalizer.finish(pending, snap, working, rows, staged, results, dead_letters, summaries,
                                          expected, P, last_round=rnd, t0=t0, records=records, backlog=backlog,
+                                         executor_requests=executor_requests,
                                          dropped=dropped, low_epoch=low,
                                          inflight_low_epoch=min((own_epochs.epoch_at(ch, snap.cut[ch])
                                                                  for ch in snap.parked), default=None))

@@ -36,7 +36,7 @@ from pipeline.clock import Clock
 from pipeline.config import PipelineConfig
 from pipeline.exceptions import CheckpointError, ConfigError, IncompatibleStateError
 from pipeline.fileio import file_io_for
-from pipeline.job import AggregateNode, DedupNode, Job, JoinNode
+from pipeline.job import AggregateNode, DedupNode, Job, JoinNode, ProcessNode, WindowNode
 from pipeline.layout import METADATA_FILE
 from pipeline.runtime.barrier_log import BarrierLog, Barriers
 from pipeline.runtime.context import RuntimeContext
@@ -54,7 +54,7 @@ from pipeline.runtime.validation import RecoveryValidator, default_validator
 
 __all__ = ["JobRunner", "RoundResult", "RunReport", "Cursor"]
 
-ROCKSDB_OPERATORS = (JoinNode, AggregateNode, DedupNode)  # operators whose state the rocksdb backend keeps so far (docs/state.md)
+ROCKSDB_OPERATORS = (JoinNode, AggregateNode, DedupNode, WindowNode, ProcessNode)  # operators whose state the rocksdb backend keeps (docs/state.md)
 
 
 def _require_backend_support(job: Job, config: PipelineConfig) -> None:

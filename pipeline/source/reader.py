@@ -343,8 +343,10 @@ def read_split_table(reader: SplitReader, splits: Iterable[Split]) -> pa.Table:
 def dead_letter_counts(fileio, dead_letter_root: str, job: str, splits: Iterable[Split]) -> dict[str, int]:
     """Dead-letter records written for ``splits``, per source (0 for sources without any).
 
-    Lists each source's dead-letter directory once (one recursive listing, not one per partition: a
-    listing is a request on S3) and reads only the files of these splits.
+    Per partition read, one listing of its dead-letter folder that starts at the first of these splits' files
+    (``start_after``: names are ``<seq:08d>-<row_start:08d>.jsonl``, so they sort by position): it returns these
+    splits' files and those of later positions, never the partition's history. So the requests are O(partitions
+    read + new dead-letter files), not O(every dead letter ever written); only the files of these splits are read.
     ``fileio`` must serve ``dead_letter_root`` (None: chosen from the URI).
     """
 
@@ -356,11 +358,13 @@ def dead_letter_counts(fileio, dead_letter_root: str, job: str, splits: Iterable
         counts.setdefault(s.source, 0)
         wanted.setdefault((s.source, s.partition), set()).add(
             dead_letter_uri(root, job, s.source, s.partition, s.seq, s.row_start))
-    present: dict[str, set[str]] = {}
     for (source, _partition), uris in sorted(wanted.items()):
-        if source not in present:
-            present[source] = {fi.uri for fi in fio.list(f"{root}/{job}/{source}", recursive=True)}
-        for uri in sorted(uris & present[source]):
+        first = min(uris)
+        folder = first.rsplit("/", 1)[0]
+        # the first file's name without its extension sorts right before it (a proper prefix)
+        present = {fi.uri for fi in fio.list(f"{folder}/", recursive=False,
+                                             start_after=first[:-len(".jsonl")])}
+        for uri in sorted(uris & present):
             data = fio.read_bytes(uri)
             counts[source] += sum(1 for line in data.splitlines() if line.strip())
     return counts

@@ -32,7 +32,7 @@ import struct
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -43,7 +43,7 @@ from pipeline.state.backend import read_verified
 from pipeline.state.chain import StateChain
 from pipeline.state.changelog import OP_COLUMN
 
-__all__ = ["KeyedStateStore", "StoreLocation", "encode_user_key", "row_keys", "store_root"]
+__all__ = ["KeyedStateStore", "StoreLocation", "encode_user_key", "open_here", "row_keys", "store_root"]
 
 _DATA = b"d"
 _DATA_END = b"e"
@@ -63,6 +63,12 @@ def store_root() -> str:
         return explicit
     cache = os.environ.get("PIPELINE_STATE_CACHE_DIR") or os.path.join(tempfile.gettempdir(), "epochal-state-cache")
     return os.path.join(cache, "keyed")
+
+
+def open_here(path: str) -> bool:
+    """Whether this process has the store at ``path`` open."""
+    path = os.path.abspath(path)
+    return any(os.path.abspath(p) == path for p in _OPEN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,16 +136,20 @@ def row_keys(table: pa.Table, key: str, kg_column: str) -> list[bytes]:
 
 class KeyedStateStore:
     """One keyed store (see the module docstring). ``schema``: the state rows' columns (the user key and the key
-    group among them); ``time_column``: the timestamp column of the TTL index (None: no index)."""
+    group among them); ``time_column``: the timestamp column of the TTL index (None: no index); ``index_time``:
+    maps a row's ``time_column`` value (integer storage) to the time its index entry is filed under (default: the
+    value itself; a window files a record under its next window's firing time, which depends on the watermark, so
+    the operator sets it per round: :attr:`index_time`)."""
 
     def __init__(self, path: str, schema: pa.Schema, key: str, kg_column: str, time_column: str | None,
-                 *, lock_timeout_s: float = 120.0) -> None:
+                 *, lock_timeout_s: float = 120.0, index_time: Callable[[Any], Any] | None = None) -> None:
         from rocksdict import BlockBasedOptions, Cache, Options, Rdict
         self.path, self.schema, self.key, self.kg_column, self.time_column = path, schema, key, kg_column, time_column
         self._names = schema.names
         self._key_i = self._names.index(key)
         self._kg_i = self._names.index(kg_column)
         self._time_i = self._names.index(time_column) if time_column else None
+        self.index_time = index_time
         opts = Options(raw_mode=True)
         opts.create_if_missing(True)
         opts.set_write_buffer_size(16 << 20)
@@ -253,7 +263,8 @@ class KeyedStateStore:
     def _index(self, wb, suffix: bytes, rows: Iterable[tuple]) -> None:
         if self._time_i is None:
             return
-        for t in {r[self._time_i] for r in rows}:
+        f = self.index_time
+        for t in {r[self._time_i] if f is None else f(r[self._time_i]) for r in rows}:
             wb.put(_TTL + _time_bytes(t) + suffix, b"")
 
     def apply(self, touched: Sequence[bytes], new_rows: pa.Table, *, rows: int,

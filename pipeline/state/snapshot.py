@@ -37,7 +37,7 @@ from pipeline.state.chain import StateChain
 from pipeline.state.changelog import TouchedKeys, can_diff, diff_touched
 from pipeline.state.materialization import DEFAULT_MAX_DELTA_RATIO, DEFAULT_MAX_DELTAS, MaterializationPolicy
 
-__all__ = ["SnapshotOptions", "write_state", "write_state_changes", "parent_chain_version"]
+__all__ = ["SnapshotOptions", "write_state", "write_state_changes", "parent_chain", "parent_chain_version"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,10 +151,17 @@ def parent_chain_version(parent: Sequence[Mapping], kg_start: int, kg_end: int) 
     overlapping = [h for h in parent if h.get("uri") and not (h["kg_end"] < kg_start or h["kg_start"] > kg_end)]
     if not overlapping:
         return "empty"
+    chain = parent_chain(parent, kg_start, kg_end)
+    return None if chain is None else chain.digest
+
+
+def parent_chain(parent: Sequence[Mapping], kg_start: int, kg_end: int) -> StateChain | None:
+    """The parent snapshot's chain when it is one chain over exactly [kg_start, kg_end] (wherever it lies:
+    it is only read), else None."""
+    overlapping = [h for h in parent if h.get("uri") and not (h["kg_end"] < kg_start or h["kg_start"] > kg_end)]
     if len(overlapping) != 1 or overlapping[0]["kg_start"] != kg_start or overlapping[0]["kg_end"] != kg_end:
         return None
-    chain = StateChain.from_handle(overlapping[0])
-    return None if chain is None else chain.digest
+    return StateChain.from_handle(overlapping[0])
 
 
 def _streamed_parquet(schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> bytes:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["last_window_start", "assign_windows"]
+__all__ = ["last_window_start", "assign_windows", "next_fire_us", "fire_index"]
 
 
 def _np(a) -> np.ndarray:
@@ -33,3 +33,23 @@ def assign_windows(event_us, size_us: int, slide_us: int) -> tuple[np.ndarray, n
     idx = np.repeat(np.arange(len(last), dtype=np.int64), k)
     starts = np.repeat(last, k) - np.tile(np.arange(k, dtype=np.int64), len(last)) * slide_us
     return idx, starts
+
+
+def next_fire_us(event_us: int, size_us: int, slide_us: int, lateness_us: int, watermark_us: int | None) -> int:
+    """When the watermark next fires a window of a record with event time ``event_us``: the smallest
+    ``window_end + lateness`` of its windows above ``watermark_us`` (None: -inf). A record leaves the state once its
+    last window has fired, so while it is held this is a firing time of one of its windows; the keyed stores file
+    the record's key under it (the window's TTL index)."""
+    first = (event_us // slide_us) * slide_us + slide_us + lateness_us  # its earliest-ending window, plus lateness
+    if watermark_us is None or watermark_us < first:
+        return first
+    return first + ((watermark_us - first) // slide_us + 1) * slide_us
+
+
+def fire_index(size_us: int, slide_us: int, lateness_us: int, watermark_us: int | None):
+    """The window state's index time of a record (event time in µs -> :func:`next_fire_us` above
+    ``watermark_us``), for a keyed store's TTL index: the keys whose windows fire, or whose records leave the state,
+    when the watermark reaches W are a range scan of the index up to W."""
+    def at(event_us: int | None) -> int | None:
+        return None if event_us is None else next_fire_us(event_us, size_us, slide_us, lateness_us, watermark_us)
+    return at

@@ -18,6 +18,20 @@ def dedup_join() -> Job:
 
 
 
+def unique_join() -> Job:
+    """A full outer join with keys declared unique on both sides (matched rows leave state on both sides), its
+    output aggregated per group."""
+    job = Job("bt_boot_unique_join", max_parallelism=8)
+    a = job.source("lefts", LEFT, key="k")
+    b = job.source("rights", RIGHT, key="k")
+    j = a.join(b.filter("tag <> 'drop'").select("k", "y", "tag AS rtag"), on="k", uid="uj", how="full",
+               unique="both", ttl_seconds=150)
+    j.sink("upairs")
+    j.aggregate(uid="u-per-grp", key="grp", aggs={"n": ("count", None), "ys": ("sum", "y")}).sink(
+        "u_totals", mode="upsert")
+    return job
+
+
 def window_job() -> Job:
     job = Job("bt_boot_window", max_parallelism=8)
     job.source("lefts", LEFT, key="k").window(uid="win-grp", key="grp", event_time="_ingest_ts", size_seconds=60,

@@ -230,3 +230,73 @@ def test_outer_and_unique_joins_equal_pandas_brute_force(tmp_path, how, unique):
     left = L[L["t"] >= cutoff]
     got_l = res.states["state/lr-join/left"].toPandas()
     assert sorted(zip(got_l["k"], got_l["x"])) == sorted(zip(left["k"], left["x"]))
+
+
+def _read_positions(root: Path, source: str) -> pd.DataFrame:
+    """Every row of ``source`` with its position (partition, seq, row), as the batch evaluation orders them."""
+    parts = []
+    for f in sorted((root / source).glob("partition=*/*.parquet")):
+        df = pq.read_table(f).to_pandas()
+        parts.append(df.assign(part=int(f.parent.name.split("=")[1]), seq=int(f.stem), row=range(len(df))))
+    df = pd.concat(parts, ignore_index=True)
+    df["t"] = (df["_ingest_ts"] - pd.Timestamp(0, tz="UTC")) // pd.Timedelta(microseconds=1)
+    df["e"] = df["t"] // E_US
+    return df
+
+
+@pytest.mark.parametrize("how", ["full"])
+def test_unique_both_join_with_violations_equals_pandas_brute_force(tmp_path, how):
+    """``unique="both"`` over repeated keys (docs/batch.md): the first row per key and side (processing epoch,
+    ``_ingest_ts``, position) is kept, the others are counted as violations; output, lonely outer rows and both
+    state sides (matched rows left state on both sides) equal pandas."""
+    import dataclasses
+
+    from pipeline.batch import Prefix, evaluate
+
+    generate(tmp_path / "src", seed=5, repeated=True, epochs=5)
+    ttl = 150
+    job = join_agg(ttl_seconds=ttl)
+    i = next(i for i, n in enumerate(job.nodes) if isinstance(n, JoinNode))
+    job.nodes[i] = dataclasses.replace(job.nodes[i], how=how, unique="both")
+    L, R = _read_positions(tmp_path / "src", "lefts"), _read_positions(tmp_path / "src", "rights")
+    n = int(max(L["e"].max(), R["e"].max()))
+    ends = {s: {p: (len(list((tmp_path / "src" / s / f"partition={p}").glob("*.parquet"))), 0) for p in (0, 1)}
+            for s in ("lefts", "rights")}
+    res = evaluate(_runner(tmp_path, job), job, Prefix(n, 60, ends, {}))
+    Rf = R[R["tag"] != "drop"].rename(columns={"tag": "rtag"})
+
+    def first(df):   # p(x) = min(e(x), n) without a barrier log
+        return (df.assign(p=np.minimum(df["e"], n)).sort_values(["p", "t", "part", "seq", "row"])
+                .drop_duplicates("k", keep="first"))
+
+    Lf, Rff = first(L).assign(lid=lambda d: range(len(d))), first(Rf).assign(rid=lambda d: range(len(d)))
+    assert len(L) > len(Lf) and len(Rf) > len(Rff)     # the data has violations on both sides
+    pairs = Lf.merge(Rff, on="k", suffixes=("_l", "_r"))
+    m = np.maximum(pairs["p_l"], pairs["p_r"])
+    pairs = pairs[np.minimum(pairs["t_l"], pairs["t_r"]) >= (m + 1) * E_US - ttl * 1_000_000]
+    cutoff = (n + 1) * E_US - ttl * 1_000_000
+    rows = [pairs[["k", "grp", "x", "y", "rtag"]]]
+    lonely_l = Lf[~Lf["lid"].isin(pairs["lid"]) & (Lf["t"] < cutoff)]
+    lonely_r = Rff[~Rff["rid"].isin(pairs["rid"]) & (Rff["t"] < cutoff)]
+    rows.append(lonely_l[["k", "grp", "x"]].assign(y=np.nan, rtag=None))
+    rows.append(lonely_r[["k", "y", "rtag"]].assign(grp=None, x=np.nan))
+    exp = pd.concat(rows, ignore_index=True)[["k", "grp", "x", "y", "rtag"]]
+    got = res.sinks["pairs"].toPandas()[["k", "grp", "x", "y", "rtag"]]
+
+    def canon(df):
+        return sorted(tuple("<null>" if pd.isna(v) else (round(float(v), 6) if isinstance(v, (int, float, np.number))
+                                                         else v) for v in r) for r in df.itertuples(index=False))
+
+    assert canon(got) == canon(exp)
+    assert len(pairs) > 5 and len(lonely_l) and len(lonely_r)
+    left = Lf[(Lf["t"] >= cutoff) & ~Lf["lid"].isin(pairs["lid"])]
+    right = Rff[(Rff["t"] >= cutoff) & ~Rff["rid"].isin(pairs["rid"])]
+    got_l, got_r = res.states["state/lr-join/left"].toPandas(), res.states["state/lr-join/right"].toPandas()
+    assert sorted(zip(got_l["k"], got_l["x"])) == sorted(zip(left["k"], left["x"]))
+    assert sorted(zip(got_r["k"], got_r["y"])) == sorted(zip(right["k"], right["y"]))
+    assert len(left) + len(right) > 0
+    flagged = res.matched["state/lr-join/left"].toPandas()
+    assert len(flagged) == len(left) and not flagged["_matched"].any()
+    counts = {what.split(":")[1].split()[0]: df.count() for what, df in res.counts.items()}
+    assert counts == {"left": len(L) - len(Lf), "right": len(Rf) - len(Rff)}
+    res.release()

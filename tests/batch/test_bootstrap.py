@@ -15,7 +15,7 @@ _HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(_HERE))
 
 from batch_jobs import join_agg  # noqa: E402
-from boot_jobs import append_agg_job, dedup_join, process_job, window_job  # noqa: E402
+from boot_jobs import append_agg_job, dedup_join, process_job, unique_join, window_job  # noqa: E402
 from data import E_US, T0, generate  # noqa: E402
 
 from pipeline.exceptions import BootstrapRefusedError, ConfigError  # noqa: E402
@@ -96,15 +96,17 @@ def _check_against_batch(r, tmp: Path, suites: bool) -> None:
     assert failed == [], v.summary()
 
 
-_CASES = [pytest.param(join_agg, 5, id="m2m-join-agg"),
-          pytest.param(dedup_join, 7, id="dedup-join", marks=pytest.mark.skipif(
-              not FULL, reason="full profile only: EPOCHAL_BOOTSTRAP_FULL=1"))]
+_FULL_ONLY = pytest.mark.skipif(not FULL, reason="full profile only: EPOCHAL_BOOTSTRAP_FULL=1")
+_CASES = [pytest.param(join_agg, 5, True, id="m2m-join-agg"),
+          pytest.param(dedup_join, 7, True, id="dedup-join", marks=_FULL_ONLY),
+          # keys unique on both sides (no violation: the runtime dead-letters those), the one-merge-join plan
+          pytest.param(unique_join, 3, False, id="unique-join", marks=_FULL_ONLY)]
 
 
-@pytest.mark.parametrize("make,seed", _CASES)
-def test_bootstrap_restore_run_equals_full_run_and_batch(tmp_path, make, seed):
+@pytest.mark.parametrize("make,seed,repeated", _CASES)
+def test_bootstrap_restore_run_equals_full_run_and_batch(tmp_path, make, seed, repeated):
     src = tmp_path / "src"
-    generate(src, seed=seed, epochs=6 if FULL else 4, n_left=160 if FULL else 80, repeated=True)
+    generate(src, seed=seed, epochs=6 if FULL else 4, n_left=160 if FULL else 80, repeated=repeated)
     job = make()
     full = _runner(tmp_path / "full", src, job, parallelism=2)
     full.run()

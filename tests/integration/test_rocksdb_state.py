@@ -2,8 +2,9 @@
 chained into a full outer join with a TTL, and a running aggregate; keys repeat on both sides, across epochs and
 partitions; never-matched rows pile up and expire as outer rows): the committed output and the checkpointed state equal the heap backend's, across a failed
 checkpoint (the stores are ahead of the restored checkpoint and must be rebuilt), and across a restore with
-another parallelism (new key-group ranges built from the overlapping old chains). Operators the backend does not
-keep yet are refused before any side effect."""
+another parallelism (new key-group ranges built from the overlapping old chains; the old ranges' store directories
+are collected). A window (sliding, final emission) and a ``process`` operator with a TTL equal the heap backend's
+too, across a rescale."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
@@ -123,6 +124,7 @@ def test_rocksdb_join_equals_heap_across_a_failed_checkpoint_and_a_rescale(tmp_p
                                 ("per_tag", "agg"))}
     assert all(ranges.values()), ranges  # the state lived in the keyed stores
     assert ranges["st_join/left"] >= {"kg-00000-00005", "kg-00006-00010"}, ranges  # parallelism 3 after 2
+    assert not ranges["st_join/left"] & {"kg-00000-00007", "kg-00008-00015"}, ranges  # 2's collected
     got_md = rdb.coordinator.store.latest().metadata
     assert got_md.epoch == heap_md.epoch
     assert _state(got_md) == expected
@@ -130,12 +132,43 @@ def test_rocksdb_join_equals_heap_across_a_failed_checkpoint_and_a_rescale(tmp_p
         assert _output(rdb, tmp_path / f"o-rdb-{table}", table) == _output(heap, tmp_path / f"o-heap-{table}", table)
 
 
-def test_rocksdb_refuses_operators_it_does_not_keep_yet(tmp_path, source):
-    job = Job("sightings_windows", max_parallelism=16)
-    job.source("sightings", LEFT, key="tag").window(uid="per_minute", key="tag", event_time="_ingest_ts",
-                                                    size_seconds=60, aggs={"n": ("count", None)}).sink("counts")
-    with pytest.raises(ConfigError, match="rocksdb.*window 'per_minute'"):
-        _runner(tmp_path, source, "refused", job, state_backend="rocksdb")
-    assert not (tmp_path / "refused").exists()
+def test_rocksdb_window_and_process_equal_heap_across_a_rescale(tmp_path, source):
+    import pyarrow.compute as pc
+
+    running = pa.schema([("tag", pa.string()), ("n", pa.int64())])
+
+    def count_per_tag(rows: pa.Table, state: pa.Table) -> tuple[pa.Table, pa.Table]:
+        g = rows.group_by("tag").aggregate([("sid", "count")]).join(state, "tag", join_type="left outer")
+        new = pa.table({"tag": g["tag"], "n": pc.add(g["sid_count"], pc.fill_null(g["n"], 0)).cast(pa.int64())},
+                       schema=running)
+        return new, new
+
+    def job() -> Job:
+        j = Job("sightings_windows", max_parallelism=16)
+        s = j.source("sightings", LEFT, key="tag")
+        s.window(uid="per_half_minute", key="tag", event_time="_ingest_ts", size_seconds=60, slide_seconds=30,
+                 aggs={"n": ("count", None)}).sink("windows")
+        s.process(uid="running", key="tag", fn=count_per_tag, state_schema=running, output_schema=running,
+                  ttl_seconds=90).sink("running", mode="upsert", key=("tag",))
+        return j
+
+    heap = _runner(tmp_path, source, "wheap", job())
+    heap.run()
+    expected = _state(heap.coordinator.store.latest().metadata)
+    assert expected.get("per_half_minute/win") and expected.get("running/proc"), expected.keys()
+    rdb = _runner(tmp_path, source, "wrdb", job(), state_backend="rocksdb", state_max_delta_ratio=5.0)
+    rdb.run(2)
+    md = rdb.coordinator.store.latest().metadata
+    rdb.restore(str(md.checkpoint_id), parallelism=3, validate=False)
+    rdb.run(parallelism=3)
+    assert _state(rdb.coordinator.store.latest().metadata) == expected
+    for table in ("windows", "running"):
+        assert _output(rdb, tmp_path / f"o-rdb-{table}", table) == _output(heap, tmp_path / f"o-heap-{table}", table)
+    root = Path(store_root())
+    ranges = {p.name for p in root.glob(f"{_store_dir(rdb.ctx.job_root, 'running')}/proc/kg-*")}
+    assert ranges == {"kg-00000-00005", "kg-00006-00010", "kg-00011-00015"}, ranges  # parallelism 2's are gone
+
+
+def test_unknown_backend_is_refused_at_config_load():
     with pytest.raises(ConfigError, match="PIPELINE_STATE_BACKEND='memory'"):
         load_config(env={"PIPELINE_STATE_BACKEND": "memory"})

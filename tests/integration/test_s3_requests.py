@@ -73,6 +73,7 @@ def test_requests_per_epoch_do_not_grow_with_history(s3_root, monkeypatch):
 
     clock = FakeClock(T0.timestamp())
     shared: list[JobRunner] = []
+    executors: list[StorageRequests | None] = []
 
     def run(epochs: int) -> tuple[StorageRequests, StorageRequests | None]:
         """Write the next ``epochs`` epochs' files, then complete them in one ``run``; the driver's requests."""
@@ -94,6 +95,7 @@ def test_requests_per_epoch_do_not_grow_with_history(s3_root, monkeypatch):
         spent = request_counts() - before
         latest = runner.coordinator.store.latest()
         assert latest is not None and latest.metadata.stats is not None
+        executors.append(latest.metadata.stats.executor_s3_requests)
         return spent, latest.metadata.stats.s3_requests
 
     if LONG:  # one fresh runner per epoch (as Airflow runs it): epoch 3 against epoch 15
@@ -121,3 +123,8 @@ def test_requests_per_epoch_do_not_grow_with_history(s3_root, monkeypatch):
     assert s_late.list <= s_early.list + 2 and s_late.get <= s_early.get + 2, (s_early, s_late)
     if LONG:
         assert s_late.total <= late.total  # the stats' window ends at _metadata: a part of the run's requests
+    # the executors' requests are in the stats too (state chains and staged sink files written, source files
+    # read, acks), reported with the operator tasks' handles; they do not grow with history either
+    assert all(isinstance(e, StorageRequests) for e in executors), executors
+    assert executors[-1] is not None and executors[-1].put > 0 and executors[-1].get > 0, executors
+    assert executors[-1].list <= executors[1].list + 2, executors

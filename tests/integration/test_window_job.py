@@ -3,9 +3,11 @@ windows with ``emit="update"`` into an upsert sink, an aggregate chained over th
 events, idle partitions, null keys; rescaled 2 -> 3 on restore half-way, then checkpoints spanning several rounds. The committed output, the late records
 and the dead-letter counts must equal the brute-force model of docs/windows.md
 (:mod:`pipeline.testing.window_model`), and the watermark restored from the checkpoint must be the model's.
-Also: modes that cannot run a window are refused up front."""
+Also: modes that cannot run a window are refused up front. ``EPOCHAL_ROCKSDB_LONG=1``: the same on the keyed-store
+backend (``PIPELINE_STATE_BACKEND=rocksdb``)."""
 from __future__ import annotations
 
+import os
 import random
 from collections import Counter
 
@@ -83,15 +85,18 @@ def _cfg(tmp_path, **kw):
                        sink_uri=(tmp_path / "sink").as_uri(), epoch_seconds=E, retained_checkpoints=20, **kw)
 
 
-def test_sliding_update_window_matches_the_model_across_a_rescale(tmp_path):
+@pytest.mark.parametrize("backend", ["heap", pytest.param("rocksdb", marks=pytest.mark.skipif(
+    os.environ.get("EPOCHAL_ROCKSDB_LONG") != "1", reason="opt-in (EPOCHAL_ROCKSDB_LONG=1): the keyed-store backend"))])
+def test_sliding_update_window_matches_the_model_across_a_rescale(tmp_path, backend):
     epochs = _data(5)
     _write((tmp_path / "src").as_uri(), epochs)
     exp = model([[{k: r[k] for k in ("rid", "channel", "k", "et", "v", "n", "u")} for r in recs] for recs in epochs],
                 SIZE, SLIDE, OOO, LATE, "update")
-    r1 = JobRunner(_job(), _cfg(tmp_path, parallelism=2), echo=lambda m: None)
+    r1 = JobRunner(_job(), _cfg(tmp_path, parallelism=2, state_backend=backend), echo=lambda m: None)
     r1.run(4)
     # resumed at parallelism 3 with at most 8 records per round: checkpoints span several rounds (backlog)
-    r2 = JobRunner(_job(), _cfg(tmp_path, parallelism=3, max_records_per_epoch=8), echo=lambda m: None)
+    r2 = JobRunner(_job(), _cfg(tmp_path, parallelism=3, max_records_per_epoch=8, state_backend=backend),
+                   echo=lambda m: None)
     r2.run()
     assert any((cp.metadata.stats.rounds or 1) > 1 for cp in r2.coordinator.store.list())
     cps = r2.coordinator.store.list()

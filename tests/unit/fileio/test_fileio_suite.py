@@ -231,3 +231,15 @@ def test_s3_missing_bucket_is_a_clear_error(moto_server):
     fio = S3FileIO()
     with pytest.raises(StorageError, match="s3://no-such-bucket-xyz/k"):
         fio.write_bytes("s3://no-such-bucket-xyz/k", b"1")
+
+
+def test_take_unreported_reports_each_request_once():
+    from pipeline.fileio.request_counter import count_request, take_unreported
+    take_unreported()
+    count_request("get", 3)
+    count_request("put")
+    first = take_unreported()
+    assert (first.get, first.put, first.list) == (3, 1, 0)
+    assert take_unreported().total == 0  # reported already
+    count_request("list")
+    assert take_unreported().list == 1

@@ -248,3 +248,24 @@ def test_end_to_end_plan_and_read_on_s3(s3_root):
     out = read_split_table(reader(dl), splits)
     assert sorted(out.column("order_id").to_pylist()) == ["a", "o0"]
     assert dead_letter_counts(None, dl, "job1", splits) == {"orders": 2}
+
+
+def test_dead_letter_counts_list_only_what_follows_the_splits(dl):
+    """Counting a round's dead letters lists each partition from the round's first file on: the partition's
+    history of dead-letter files is never listed (O(new files), as the source listing)."""
+    fio = LocalFileIO()
+    for seq in range(300):  # history: a dead letter for every earlier file, in two partitions
+        for p in (0, 1):
+            fio.write_bytes(dead_letter_uri(dl, "job1", "orders", p, seq, 0), b'{"error": "x"}\n')
+    listed: list[int] = []
+
+    class Counting(LocalFileIO):
+        def list(self, prefix_uri, *, recursive=True, start_after=None):  # type: ignore[override]
+            out = super().list(prefix_uri, recursive=recursive, start_after=start_after)
+            listed.append(len(out))
+            return out
+
+    splits = [Split("orders", 0, 298, "u", "parquet", 0, 5), Split("orders", 0, 299, "u", "parquet", 0, 5),
+              Split("orders", 1, 299, "u", "parquet", 0, 5), Split("orders", 1, 299, "u", "parquet", 5, 9)]
+    assert dead_letter_counts(Counting(), dl, "job1", splits) == {"orders": 3}
+    assert listed == [2, 1]  # one listing per partition read, holding only the round's files (not 300 each)
