@@ -111,7 +111,6 @@ def _emit(rows: list[dict], out: pa.Table | None, out_schema: pa.Schema, fio, ac
     object and let the output rows flow on to the next operator (through Spark's shuffle). The first row carries
     the worker's S3 requests not reported yet (the checkpoint stats' ``executor_s3_requests``). One epoch of a
     tagged round: the rows go to :func:`epoch_tagged_task` (which acknowledges every epoch at once)."""
-    import json
     if rows:
         rows = [{**rows[0], "s3_requests": json.dumps(take_unreported().to_dict())}, *rows[1:]]
     if _COLLECT:

@@ -5,14 +5,18 @@ positions equal those of one epoch per round; a failure between two checkpoints 
 last completed one, and the resumed run ends where one epoch per round ends.
 
 The SIGKILL variant (killed processes, compared with the batch evaluation) is tests/e2e/test_epoch_tagging_crash.py.
+``EPOCHAL_LONG_TAGGED_TESTS=1`` adds a ``process`` job (a user function with TTL) in tagged rounds vs one epoch per
+round.
 """
 from __future__ import annotations
 
 import json
+import os
 import sys
 from datetime import timedelta
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -25,7 +29,7 @@ from pipeline.runtime.runner import JobRunner
 from pipeline.state import backend
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-from tagged_jobs import EPOCHS, T0, tagged_job, write_source  # noqa: E402
+from tagged_jobs import EPOCHS, T0, VIEWS, tagged_job, write_source  # noqa: E402
 
 pytestmark = [pytest.mark.spark]
 
@@ -123,3 +127,43 @@ def test_a_failure_inside_a_tagged_round_restores_the_last_completed_checkpoint(
     # the round's checkpoints that never completed are garbage: collected
     dirs = LocalFileIO().list_dirs(JobLayout(resumed.job_root).checkpoints())
     assert "chk-1" in dirs and "chk-3" not in dirs
+
+
+def _process_job():
+    from pipeline.job import Job
+    totals = pa.schema([("user", pa.string()), ("total", pa.int64())])
+
+    def running_total(rows, state):  # a closure: pickled by value into the Python workers
+        g = rows.group_by("user").aggregate([("n", "sum")])
+        prev = {r["user"]: r["total"] for r in state.to_pylist()}
+        t = pa.Table.from_pylist([{"user": u, "total": prev.get(u, 0) + n}
+                                  for u, n in zip(g["user"].to_pylist(), g["n_sum"].to_pylist())], schema=totals)
+        return t, t
+
+    job = Job("tagged_process", max_parallelism=16)
+    job.source("views", VIEWS, key="vid").select("user", "1 AS n").process(
+        uid="totals", key="user", fn=running_total, state_schema=totals, output_schema=totals,
+        ttl_seconds=150).sink("user_totals", mode="upsert", key=["user"])
+    return job
+
+
+@pytest.mark.skipif(not os.environ.get("EPOCHAL_LONG_TAGGED_TESTS"),
+                    reason="~35 s more at load 14 (two runs of a process job): set EPOCHAL_LONG_TAGGED_TESTS=1")
+def test_process_in_tagged_rounds_equals_one_epoch_rounds(tmp_path, source, monkeypatch):
+    monkeypatch.setenv("PIPELINE_STATE_CACHE_DIR", str(tmp_path / "warm"))
+    runs = {}
+    for name, k in (("one", 1), ("tagged", 3)):
+        cfg = load_config(env={}, source_uri=source, checkpoint_uri=(tmp_path / name / "ckpt").as_uri(),
+                          sink_uri=(tmp_path / name / "sink").as_uri(), epoch_seconds=60, retained_checkpoints=20,
+                          clock_now=(T0 + timedelta(hours=1)).isoformat(), parallelism=2, max_epochs_per_round=k)
+        r = JobRunner(_process_job(), cfg, echo=lambda m: None)
+        report = r.run()
+        runs[name] = (r, report)
+    (one, _), (tagged, report) = runs["one"], runs["tagged"]
+    assert {x.tagged_round for x in report.rounds} == {(1, 2, 3), (4, 5)}
+    for ma, mb in zip(_checkpoints(one), _checkpoints(tagged), strict=True):
+        assert (mb.epoch, mb.positions) == (ma.epoch, ma.positions)
+        assert _state(mb) == _state(ma), f"state of {mb.name}"
+    rows = {n: sorted(json.dumps(x, sort_keys=True) for x in r.table("user_totals").read().to_pylist())
+            for n, (r, _) in runs.items()}
+    assert rows["tagged"] == rows["one"] and rows["one"]
