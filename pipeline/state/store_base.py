@@ -11,8 +11,9 @@ parent snapshot of the subtask's range is one chain over exactly that range, the
 * the **untouched rows** are the parent base's rows whose key is not a changed key: the base file (size and
   SHA-256 verified) is decoded in batches of bounded bytes and filtered with one vectorised hash probe (``is_in``)
   per batch, then re-encoded; no per-row Python, and never the whole table in memory;
-* the **changed keys' rows** now: while the deltas' decoded size is within ``PIPELINE_STATE_MERGE_MEMORY_BYTES``
-  (default 64 MiB; the peak is a few times that: the deltas, the base rows of their keys and the group-by), the
+* the **changed keys' rows** now: while the decoded size of the chain's deltas plus the round's delta is within
+  ``PIPELINE_STATE_MERGE_MEMORY_BYTES`` (default 32 MiB; the peak is a few times that: filtered copies, the base
+  rows of their keys, the group-by), the
   base's rows of those keys plus every delta, applied as a changelog (vectorised, over the changed keys' rows
   only); above it, read from the store with multi-gets in batches (bounded memory, per-row Python over the
   changed keys only).
@@ -44,9 +45,9 @@ _MIN_ROWS, _MAX_ROWS = 1024, 131_072
 
 
 def merge_memory_bytes() -> int:
-    """``PIPELINE_STATE_MERGE_MEMORY_BYTES`` (executors' environment): the decoded bytes of a chain's deltas up
-    to which the changed keys' rows are computed vectorised from the deltas (above: read from the store)."""
-    return int(os.environ.get("PIPELINE_STATE_MERGE_MEMORY_BYTES", str(64 << 20)))
+    """``PIPELINE_STATE_MERGE_MEMORY_BYTES`` (executors' environment): the decoded bytes of a chain's deltas and the
+    round's delta up to which the changed keys' rows are computed vectorised from them (above: read from the store)."""
+    return int(os.environ.get("PIPELINE_STATE_MERGE_MEMORY_BYTES", str(32 << 20)))
 
 
 def _conform(t: pa.Table, schema: pa.Schema, optional: Sequence[str]) -> pa.Table:
@@ -88,7 +89,8 @@ def merged_base(fileio, chain: StateChain, round_delta: pa.Table, store: KeyedSt
     budget = merge_memory_bytes() if memory_bytes is None else memory_bytes
     # the deltas since the base: their keys are the changed keys
     delta_files = [pq.ParquetFile(pa.BufferReader(read_verified(fileio, fh, checkpoint))) for fh in chain.deltas]
-    vectorised = sum(_decoded_bytes(pf) for pf in delta_files) <= budget
+    # the vectorised path holds the decoded deltas, the round's delta and a few copies of both (filters, concat)
+    vectorised = sum(_decoded_bytes(pf) for pf in delta_files) + round_delta.nbytes <= budget
     deltas: list[pa.Table] = []
     key_parts: list[pa.Table] = []
     for pf in delta_files:
