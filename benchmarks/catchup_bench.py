@@ -90,7 +90,7 @@ def measure(root: Path, phase: str, parallelism: int) -> dict:
     out["cpu_s"] = round(tree_cpu_s() - c, 1)
     done = rep.completed
     out.update(epoch=r.snapshot().metadata.epoch, checkpoints=len(done),
-               epochs=[x.epoch for x in done], spark_rounds=len({(x.checkpoint_id, x.round) for x in rep.rounds}),
+               epochs=[x.epoch for x in done], spark_rounds=len({x.tagged_round or (x.checkpoint_id, x.round) for x in rep.rounds}),
                rounds_s=round(sum(x.duration_s for x in rep.rounds), 2),
                round_s=[round(x.duration_s, 2) for x in rep.rounds],
                checkpoint_s=round(sum(x.checkpoint_s for x in rep.rounds), 2),

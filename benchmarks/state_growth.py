@@ -82,28 +82,61 @@ def child(args) -> None:
     from pipeline.runtime.runner import JobRunner
     job, _ = _job()
     root = Path(args.work)
-    ckpt = f"{args.s3_root}/{args.mode}/ckpt" if args.s3_root else (root / args.mode / "ckpt").as_uri()
+    run = args.run or args.mode
+    ckpt = f"{args.s3_root}/{run}/ckpt" if args.s3_root else (root / run / "ckpt").as_uri()
     cfg = load_config(env={}, source_uri=(root / "src").as_uri(),
                       checkpoint_uri=ckpt,
-                      sink_uri=f"{args.s3_root}/{args.mode}/sink" if args.s3_root else (root / args.mode / "sink").as_uri(),
+                      sink_uri=f"{args.s3_root}/{run}/sink" if args.s3_root else (root / run / "sink").as_uri(),
                       parallelism=2, epoch_seconds=EPOCH_S,
                       retained_checkpoints=1000, state_incremental=args.mode != "full",
                       state_backend="rocksdb" if args.mode == "rocksdb" else "heap",
                       clock_now=(T0 + timedelta(seconds=EPOCH_S * (args.epochs + 2))).isoformat())
     r = JobRunner(job, cfg, echo=lambda m: None)
-    rep = r.run(args.epochs)
+    completed, cpu, load = [], [], []
+    for _ in range(args.epochs):  # one epoch at a time: the CPU seconds and the load of each epoch
+        c0 = _tree_cpu_s()
+        rep = r.run(1)
+        cpu.append(round(_tree_cpu_s() - c0, 3))
+        load.append(round(os.getloadavg()[0], 2))
+        completed += list(rep.completed)
     workers_hwm = _python_workers_peak_rss()
     by_id = {cp.checkpoint_id: cp.metadata for cp in r.coordinator.store.list()}
     rows = []
-    for rr in rep.completed:
+    for i, rr in enumerate(completed):
         md = by_id[rr.checkpoint_id]
         st = md.stats
         assert st is not None
         deltas = max((len(h.deltas) for h in md.state_handles()), default=0)
         rows.append({"epoch": rr.epoch, "checkpoint": rr.checkpoint_id, "epoch_s": round(rr.duration_s, 3),
+                     "cpu_s": cpu[i] if len(completed) == len(cpu) else None,
+                     "load1": load[i] if len(completed) == len(load) else None,
                      "state_rows": st.rows, "bytes": st.bytes, "persisted_bytes": st.checkpointed_bytes,
                      "max_chain_deltas": deltas})
     Path(args.out).write_text(json.dumps({"epochs": rows, "workers_peak_rss": workers_hwm}))
+
+
+def _tree_cpu_s() -> float:
+    """CPU seconds (user + system, reaped children included) of this process and every descendant: the driver,
+    the JVM and the Python workers (Linux /proc; 0 elsewhere). Less sensitive to other agents' load than wall time."""
+    parents: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            f = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        parents[int(d.name)] = int(f[1])
+        ticks[int(d.name)] = sum(int(x) for x in f[11:15])  # utime stime cutime cstime
+    me, total = os.getpid(), 0
+    for pid in ticks:
+        p, seen = pid, 0
+        while p != me and p in parents and seen < 64:
+            p, seen = parents[p], seen + 1
+        if p == me:
+            total += ticks[pid]
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def _python_workers_peak_rss() -> list[int]:
@@ -168,7 +201,53 @@ def plot(png: str, files: list[str]) -> None:
 
 
 def med(xs: list[float]) -> float:
-    return sorted(xs)[len(xs) // 2]
+    """The median (the mean of the middle two for an even count)."""
+    v = sorted(xs)
+    if not v:
+        return float("nan")
+    return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+
+
+def theil_sen_ratio(es: list[dict], key: str) -> float:
+    """The fitted cost of the last epoch's state over the first's: a line through (state rows, ``key``) by the
+    Theil-Sen estimator (median of the pairwise slopes, robust to the outliers a shared machine adds), read at the
+    largest and the smallest state."""
+    pts = [(e["state_rows"], e[key]) for e in es if e.get(key) is not None]
+    if len(pts) < 3:
+        return float("nan")
+    slopes = [(y2 - y1) / (x2 - x1) for i, (x1, y1) in enumerate(pts) for x2, y2 in pts[i + 1:] if x2 != x1]
+    b = med(slopes)
+    a = med([y - b * x for x, y in pts])
+    lo, hi = min(x for x, _ in pts), max(x for x, _ in pts)
+    return (a + b * hi) / (a + b * lo) if a + b * lo > 0 else float("nan")
+
+
+def summarize(es: list[dict]) -> dict:
+    """Early/late medians (epoch 0 left out: it starts the JVM), of all epochs and of the epochs that wrote a delta
+    or a base (``materialised``: the checkpoint wrote its full size), wall and CPU, and the Theil-Sen ratios."""
+    es = es[1:]
+    k = max(1, len(es) // 4)
+    first, last = es[:k], es[-k:]
+    mat = [e for e in es if e["persisted_bytes"] >= 0.9 * e["bytes"]]
+    dl = [e for e in es if e["persisted_bytes"] < 0.9 * e["bytes"]]
+    out: dict = {"k": k, "rows_first": first[0]["state_rows"], "rows_last": last[-1]["state_rows"]}
+    for key in ("epoch_s", "cpu_s"):
+        if any(e.get(key) is None for e in es):
+            continue
+        out[f"{key}_first"] = med([e[key] for e in first])
+        out[f"{key}_last"] = med([e[key] for e in last])
+        out[f"{key}_ratio"] = out[f"{key}_last"] / out[f"{key}_first"]
+        dk = max(1, len(dl) // 4)
+        out[f"{key}_delta_first"] = med([e[key] for e in dl[:dk]])
+        out[f"{key}_delta_last"] = med([e[key] for e in dl[-dk:]])
+        out[f"{key}_delta_ratio"] = out[f"{key}_delta_last"] / out[f"{key}_delta_first"]
+        out[f"{key}_materialising"] = [e[key] for e in mat]
+        out[f"{key}_theil_sen_ratio"] = theil_sen_ratio(es, key)
+    out["persisted_last"] = sum(e["persisted_bytes"] for e in last) / max(1, sum(e["bytes"] for e in last))
+    out["persisted_delta_epochs"] = med([e["persisted_bytes"] / e["bytes"] for e in dl]) if dl else None
+    loads = [e["load1"] for e in es if e.get("load1") is not None]
+    out["load1_min_med_max"] = [min(loads), med(loads), max(loads)] if loads else None
+    return out
 
 
 def main() -> None:
@@ -181,11 +260,14 @@ def main() -> None:
     ap.add_argument("--backend", choices=("heap", "rocksdb"), default="heap",
                     help="rocksdb: also run PIPELINE_STATE_BACKEND=rocksdb (mode 'rocksdb', incremental snapshots)")
     ap.add_argument("--out", default="", help="write all results as JSON here")
+    ap.add_argument("--repeat", type=int, default=1, help="run each mode this many times (fresh processes); "
+                    "the summary gives each run's ratios and their median")
     ap.add_argument("--work", default="")
     ap.add_argument("--s3", action="store_true", help="checkpoints on a moto S3 server (child process)")
     ap.add_argument("--plot", nargs="+", metavar=("PNG", "JSON"), help="plot earlier --out files into PNG")
     ap.add_argument("_child", nargs="?")
     ap.add_argument("--mode", default="")
+    ap.add_argument("--run", default="")
     ap.add_argument("--s3-root", default="")
     args = ap.parse_args()
     if args._child == "_child":
@@ -206,19 +288,27 @@ def main() -> None:
         moto = spawn_moto_server(["state-growth"])
         extra_env = moto.env()
     storage = "s3 (moto)" if args.s3 else "file://"
+    repeats: dict[str, list[dict]] = {}
     try:
-        for mode in args.modes.split(","):
-            env = {**os.environ, **extra_env, "PYTHONPATH": str(REPO),
-                   "PIPELINE_STATE_CACHE_DIR": str(work / mode / "cache")}
-            if mode == "full":
-                env["PIPELINE_STATE_CACHE_MAX_BYTES"] = "0"
-            out = work / f"{mode}.json"
-            t0 = time.perf_counter()
-            subprocess.run([sys.executable, __file__, "_child", "--mode", mode, "--epochs", str(args.epochs),
-                            "--work", str(work), "--out", str(out),
-                            "--s3-root", "s3://state-growth/run" if args.s3 else ""], env=env, check=True)
-            res = json.loads(out.read_text())
-            results[mode] = {"wall_s": round(time.perf_counter() - t0, 1), **res}
+        for rep in range(args.repeat):
+            for mode in args.modes.split(","):
+                run = f"{mode}-{rep}" if args.repeat > 1 else mode
+                env = {**os.environ, **extra_env, "PYTHONPATH": str(REPO),
+                       "PIPELINE_STATE_CACHE_DIR": str(work / run / "cache")}
+                if mode == "full":
+                    env["PIPELINE_STATE_CACHE_MAX_BYTES"] = "0"
+                out = work / f"{run}.json"
+                t0 = time.perf_counter()
+                subprocess.run([sys.executable, __file__, "_child", "--mode", mode, "--run", run,
+                                "--epochs", str(args.epochs),
+                                "--work", str(work), "--out", str(out),
+                                "--s3-root", "s3://state-growth/run" if args.s3 else ""], env=env, check=True)
+                res = json.loads(out.read_text())
+                res = {"wall_s": round(time.perf_counter() - t0, 1), **res}
+                res["summary"] = summarize(res["epochs"])
+                repeats.setdefault(mode, []).append(res)
+                if rep == 0:
+                    results[mode] = res
     finally:
         if moto is not None:
             moto.stop()
@@ -234,17 +324,31 @@ def main() -> None:
         print(f"{i:5d}  {results[modes[0]]['epochs'][i]['state_rows']:>10,} | "
               + " | ".join(cells))
     for m in modes:
-        es = results[m]["epochs"]
-        k = max(1, len(es) // 4)
-        first, last = es[1:1 + k], es[-k:]
-        print(f"{m}: median epoch {med([e['epoch_s'] for e in first]):.2f} s (epochs 1-{k}) -> "
-              f"{med([e['epoch_s'] for e in last]):.2f} s (last {k}); persisted in the last {k}: "
-              f"{sum(e['persisted_bytes'] for e in last) / max(1, sum(e['bytes'] for e in last)):.1%} of full; "
-              f"process wall {results[m]['wall_s']} s; Python workers' peak RSS "
-              f"{max(results[m]['workers_peak_rss'], default=0) / 2**20:.0f} MiB (max of "
-              f"{len(results[m]['workers_peak_rss'])})")
+        for i, res in enumerate(repeats[m]):
+            sm = res["summary"]
+            k = sm["k"]
+            line = [f"{m} run {i}: state {sm['rows_first']:,} -> {sm['rows_last']:,} rows"]
+            for key, unit in (("epoch_s", "wall"), ("cpu_s", "CPU")):
+                if f"{key}_first" not in sm:
+                    continue
+                line.append(f"{unit}: median {sm[key + '_first']:.2f} s (epochs 1-{k}) -> {sm[key + '_last']:.2f} s "
+                            f"(last {k}) = {sm[key + '_ratio']:.2f}x; delta epochs {sm[key + '_delta_ratio']:.2f}x; "
+                            f"Theil-Sen fit {sm[key + '_theil_sen_ratio']:.2f}x; materialising epochs "
+                            f"{', '.join(f'{v:.1f}' for v in sm[key + '_materialising'])} s")
+            line.append(f"persisted in the last {k}: {sm['persisted_last']:.1%} of full (delta epochs: median "
+                        f"{(sm['persisted_delta_epochs'] or 0):.1%}); load average (1 min) min/median/max "
+                        f"{sm['load1_min_med_max']}; process wall {res['wall_s']} s; Python workers' peak RSS "
+                        f"{max(res['workers_peak_rss'], default=0) / 2**20:.0f} MiB")
+            print("\n    ".join(line))
+        if len(repeats[m]) > 1:
+            for key in ("epoch_s_ratio", "epoch_s_delta_ratio", "epoch_s_theil_sen_ratio", "cpu_s_ratio",
+                        "cpu_s_delta_ratio", "cpu_s_theil_sen_ratio"):
+                vals = [r["summary"].get(key) for r in repeats[m] if r["summary"].get(key) is not None]
+                if vals:
+                    print(f"{m}: {key} over {len(vals)} runs: {', '.join(f'{v:.2f}' for v in vals)} "
+                          f"(median {med(vals):.2f})")
     if args.out:
-        Path(args.out).write_text(json.dumps({**results, "_storage": storage}, indent=1))
+        Path(args.out).write_text(json.dumps({**results, "_storage": storage, "_repeats": repeats}, indent=1))
 
 
 if __name__ == "__main__":

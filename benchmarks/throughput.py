@@ -170,6 +170,8 @@ def run_epochal(a: argparse.Namespace, exp, local_root: str, events: int, P: int
         # checkpointing = state snapshot writes in the tasks + finalize on the driver, share of round time
         "checkpointing_share": round((ckpt_s + snap_s) / rounds_s, 4) if rounds_s else None,
         "checkpoints": len(completed), "rounds": len(rounds), "events_processed": processed,
+        # Spark rounds: a tagged round (PIPELINE_MAX_EPOCHS_PER_ROUND) completes several checkpoints in one
+        "spark_rounds": len({tuple(x.get("tagged_round") or ()) or (x["checkpoint_id"], x["round"]) for x in rounds}),
         "round_durations_s": [round(x["duration_s"], 3) for x in rounds],
         "round_checkpoint_s": [round(x["checkpoint_s"], 4) for x in rounds],
         "finalize_per_checkpoint_ms": round(1000 * ckpt_s / len(completed), 1) if completed else None,

@@ -33,6 +33,8 @@ class PipelineConfig:
     dead_letter_uri: str = ""  # default: <checkpoint_uri>/_dead_letter (records go to <root>/<job>/<source>/...)
     epoch_seconds: int = 60
     max_records_per_epoch: int = 1_000_000
+    # several waiting epochs per Spark round (epoch tagging, docs/performance.md); 1: one epoch per round
+    max_epochs_per_round: int = 1
     allowed_lateness_seconds: int = 0
     parallelism: int = 2
     max_parallelism: int = 128
@@ -82,8 +84,8 @@ class PipelineConfig:
             raise ConfigError(f"PIPELINE_STATE_BACKEND={self.state_backend!r}: use one of {', '.join(STATE_BACKENDS)}")
         if self.bad_records not in ("dead_letter", "fail"):
             raise ConfigError(f"PIPELINE_BAD_RECORDS={self.bad_records!r}: use dead_letter or fail")
-        for name in ("epoch_seconds", "max_records_per_epoch", "parallelism", "max_parallelism",
-                     "retained_checkpoints"):
+        for name in ("epoch_seconds", "max_records_per_epoch", "max_epochs_per_round", "parallelism",
+                     "max_parallelism", "retained_checkpoints"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"PIPELINE_{name.upper()}={getattr(self, name)}: must be >= 1")
         for name in ("allowed_lateness_seconds", "aligned_timeout_seconds", "tolerable_failed_checkpoints",

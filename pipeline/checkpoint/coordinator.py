@@ -19,6 +19,13 @@ Knobs have Flink's meaning: ``checkpoint_timeout_s`` (pending longer -> CHECKPOI
 raises TooManyFailedCheckpointsError; a completed checkpoint resets the count),
 ``retained_checkpoints``, ``max_concurrent_checkpoints`` and ``min_pause_between_checkpoints_s``
 (pre-flight rejections, never counted). The failure count lives in this object (one process).
+
+**Grouped triggers** (several epochs in one Spark round, ``PIPELINE_MAX_EPOCHS_PER_ROUND``): the checkpoints of
+one round are triggered together, write-ahead (``trigger(..., grouped=True)``), with consecutive ids, and
+completed in order. They do not count against ``max_concurrent_checkpoints`` among themselves, and fencing
+counts the group's own claims as known: a checkpoint of the group is fenced by a claim above the group's
+newest id, not by its own later checkpoints. A claim by somebody else between two of the group's claims
+fences the group at trigger time. Garbage cleanup spares every pending checkpoint of the group (``keep``).
 """
 from __future__ import annotations
 
@@ -93,6 +100,7 @@ class CheckpointCoordinator:
         self._pending: dict[int, PendingCheckpoint] = {}
         self._disposed: dict[int, PendingState] = {}
         self._known_completed: set[int] | None = None
+        self._group: list[int] = []   # ids claimed together for one round of several epochs (grouped triggers)
         self._failures = 0
         self._last_completed_at: float | None = None
         self._requests_mark = request_counts()  # the driver's S3 requests counted into the next checkpoint's stats
@@ -150,15 +158,20 @@ class CheckpointCoordinator:
                 positions: Mapping[str, Mapping[str, Position]] | None = None,
                 barriers: Mapping[str, Mapping[str, Position]] | None = None,
                 sink_tables: Sequence[str] = (), plan: Mapping[str, Any] | None = None,
-                kind: CheckpointType = CheckpointType.CHECKPOINT, location: str | None = None) -> PendingCheckpoint:
+                kind: CheckpointType = CheckpointType.CHECKPOINT, location: str | None = None,
+                grouped: bool = False) -> PendingCheckpoint:
         """Claim a new id and write the pending manifest (write-ahead), before any task runs.
 
         ``expected_tasks``: ``{operator uid: parallelism}`` or ``[(uid, subtask), ...]`` - every task whose
         acknowledgement completes the checkpoint. ``sink_tables``: tables that get a commit entry even if
         no file was staged (keeps sink lineage unbroken). Savepoints default to
-        ``<job>/savepoints/sp-<id>-<utc ts>``.
+        ``<job>/savepoints/sp-<id>-<utc ts>``. ``grouped``: one more checkpoint of the round being triggered
+        (see the module docstring); its id follows the group's previous one.
         """
-        active = [p for p in self._pending.values() if not p.is_disposed]
+        if not any(i in self._pending for i in self._group):
+            self._group = []  # no round of several epochs pending: the next grouped trigger starts one
+        active = [p for p in self._pending.values()
+                  if not p.is_disposed and not (grouped and p.checkpoint_id in self._group)]
         if len(active) >= self.max_concurrent_checkpoints:
             reason = Reason.TOO_MANY_CHECKPOINT_REQUESTS
             raise CheckpointDeclinedError(
@@ -190,6 +203,12 @@ class CheckpointCoordinator:
             self._record_failure(Reason.IO_EXCEPTION, None, e)
             raise CheckpointDeclinedError(f"job '{self.job}': could not claim a checkpoint id: {e}",
                                           reason=Reason.IO_EXCEPTION) from e
+        if grouped:
+            if self._group and cid != self._group[-1] + 1:  # somebody claimed between two of the group's ids
+                raise CheckpointFencedError(
+                    f"job '{self.job}': checkpoint id {cid} (runner {self.runner_id}) does not follow {self._group[-1]}, "
+                    f"the previous checkpoint of its round: another runner of this job claimed an id in between")
+            self._group.append(cid)
         if location is None:
             if kind == CheckpointType.SAVEPOINT:
                 ts = datetime.fromtimestamp(now, tz=timezone.utc).strftime("%Y%m%dT%H%M%SZ")
@@ -302,7 +321,8 @@ class CheckpointCoordinator:
 
     def _fence(self, pending: PendingCheckpoint) -> None:
         latest = self.counter.latest_claimed()
-        if latest is not None and latest > pending.checkpoint_id:
+        own = self._group[-1] if pending.checkpoint_id in self._group else pending.checkpoint_id
+        if latest is not None and latest > own:
             claim = self.counter.claim_info(latest)
             by = f" by runner {claim.runner} at {claim.claimed_at}" if claim else ""
             raise CheckpointFencedError(

@@ -65,6 +65,7 @@ class TaskReport:
     start_delay_ms: float = 0.0
     mode: str | None = None               # "aligned" | "unaligned" | "at_least_once" (driver); None: not said
     s3_requests: StorageRequests | None = None  # the worker's S3 requests not reported yet (one report per task)
+    checkpoint_id: int | None = None      # tagged rounds: the checkpoint this report acknowledges; None: the round's
 
     def __post_init__(self) -> None:
         who = f"report {self.kind.value} {self.name!r} of {self.operator_uid}[{self.subtask}]"

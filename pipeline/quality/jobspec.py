@@ -179,8 +179,11 @@ def job_objects(job: Job, default_ttl_seconds: int | None) -> JobObjects:
                                                         "upsert": None,
                                                         "measures": [m for m, _ in measures]})["append"] = o
                         break
+            # an outer join emits a key twice when its row expired unmatched and a partner arrived later (too late
+            # to pair: it is emitted alone when it expires in turn), even with unique keys on both sides
             specs[o] = ObjectSpec(o, "sink", parent.on, group, measures, agg_uid,
-                                  unique_key=_join_unique(parent) == "both")
+                                  unique_key=_join_unique(parent) == "both"
+                                  and getattr(parent, "how", "inner") == "inner")
         else:
             key = tuple(sink.key) if sink.mode == "upsert" else ()
             specs[o] = ObjectSpec(o, "sink", key[0] if len(key) == 1 else None, upsert_key=key)

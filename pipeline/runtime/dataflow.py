@@ -27,13 +27,14 @@ from pipeline.runtime.operator_registry import builder_for, register_operator
 from pipeline.runtime.operators import (
     EXACT_SUM,
     HANDLE_DDL,
+    HANDLE_TAGGED_DDL,
     AggTaskSpec,
     JoinTaskSpec,
     make_agg_task,
     make_join_task,
 )
 from pipeline.runtime.report_codec import from_table
-from pipeline.runtime.round_params import task_params
+from pipeline.runtime.round_params import EPOCH_TAG, task_params
 from pipeline.runtime.routing import shuffle_to_subtasks, with_beacons
 from pipeline.source.reader import META_FIELDS
 
@@ -42,7 +43,7 @@ __all__ = ["OperatorIO", "operator_dataframe", "drop_internal", "schema_ddl", "a
 
 #: columns the runtime adds to records (source positions, routing and alignment flags): never user data
 _INTERNAL = frozenset(["_source", "_partition", "_seq", "_row", "_park", "_kg", "_side", "_subtask", "_route",
-                       "_matched", ROW_EPOCH])
+                       "_matched", ROW_EPOCH, EPOCH_TAG])
 
 
 def spark_schema(schema: pa.Schema):
@@ -68,7 +69,7 @@ def _indexed_dataframe(spark, n_tasks: int):
 
 def split_dataframe(spark, n_tasks: int, source: SourceNode, reader_factory: Callable, params_key: str,
                     meta: Sequence[str] | None = None, carried: Mapping[str, Any] | None = None,
-                    row_epochs: bool = False):
+                    row_epochs: bool = False, tagged: bool = False):
     """A DataFrame of one round's source records of ``source``, read on the executors by ``n_tasks`` tasks
     (each reads its splits through FileIO, so S3 needs nothing on the JVM).
 
@@ -79,13 +80,17 @@ def split_dataframe(spark, n_tasks: int, source: SourceNode, reader_factory: Cal
     so columns nobody reads are dropped in the task. ``carried`` (Spark Connect, which has no local
     properties): the round's values, put into the task function itself. ``row_epochs``: every record gets its
     own epoch (:data:`~pipeline.operators.ttl.ROW_EPOCH`, the ``epoch`` of its split dict, see
-    :mod:`pipeline.runtime.input_epochs`; null for an untagged split).
+    :mod:`pipeline.runtime.input_epochs`; null for an untagged split). ``tagged`` (a round of several epochs):
+    every record gets the epoch it is processed in (:data:`~pipeline.runtime.round_params.EPOCH_TAG`, the
+    ``tag`` of its split dict).
     """
     keep = [f for f in META_FIELDS if meta is None or f.name in meta]
     out_schema = pa.schema(list(source.schema) + keep)
     names = out_schema.names
     if row_epochs:
         out_schema = out_schema.append(pa.field(ROW_EPOCH, pa.int64()))
+    if tagged:
+        out_schema = out_schema.append(pa.field(EPOCH_TAG, pa.int64()))
     reader = reader_factory(source)
     split_schema = pa.schema([("source", pa.string()), ("partition", pa.int32()), ("seq", pa.int64()),
                               ("uri", pa.string()), ("format", pa.string()), ("row_start", pa.int64()),
@@ -101,9 +106,9 @@ def split_dataframe(spark, n_tasks: int, source: SourceNode, reader_factory: Cal
         for b in batches:
             for task in b.column(0).to_pylist():
                 mine = [items[i] for i in groups[task]] if items else []
-                runs: list[list[dict]] = []   # consecutive splits of one own epoch (order kept)
+                runs: list[list[dict]] = []   # consecutive splits of one own epoch (and tag; order kept)
                 for d in mine:
-                    if runs and runs[-1][0].get("epoch") == d.get("epoch"):
+                    if runs and (runs[-1][0].get("epoch"), runs[-1][0].get("tag")) == (d.get("epoch"), d.get("tag")):
                         runs[-1].append(d)
                     else:
                         runs.append([d])
@@ -113,6 +118,8 @@ def split_dataframe(spark, n_tasks: int, source: SourceNode, reader_factory: Cal
                         if row_epochs:
                             ep = run[0].get("epoch")
                             out = out.append_column(ROW_EPOCH, pa.array([ep] * out.num_rows, pa.int64()))
+                        if tagged:
+                            out = out.append_column(EPOCH_TAG, pa.array([run[0]["tag"]] * out.num_rows, pa.int64()))
                         yield out
 
     return _indexed_dataframe(spark, n_tasks).mapInArrow(read, schema_ddl(out_schema))
@@ -150,6 +157,8 @@ def apply_maps(df, maps: Sequence[MapNode]):
                 exprs.append("_park")
             if ROW_EPOCH in df.columns:  # the record's own epoch (pipeline.runtime.input_epochs)
                 exprs.append(ROW_EPOCH)
+            if EPOCH_TAG in df.columns:  # tagged round: the epoch the record is processed in
+                exprs.append(EPOCH_TAG)
             if "_wm_channel" in df.columns:  # a window's watermark channel (pipeline.runtime.keyed_ops)
                 exprs.append("_wm_channel")
             df = df.selectExpr(*exprs)
@@ -191,6 +200,17 @@ class OperatorIO:
     snapshot: dict | None = None        # how tasks snapshot state (pipeline.state.snapshot.SnapshotOptions.to_params)
     ttl_us: int | None = None           # plan-time: the operator's state TTL (µs), None: none
     epoch_us: int = 0                   # plan-time: the epoch length (µs)
+    tagged: bool = False                # plan-time: a round of several epochs (records carry EPOCH_TAG)
+
+
+def handle_ddl(io: OperatorIO) -> str:
+    """The DDL of a terminal operator's handle rows (tagged rounds: with the checkpoint of each row)."""
+    return HANDLE_TAGGED_DDL if io.tagged else HANDLE_DDL
+
+
+def with_tag(schema: pa.Schema, io: OperatorIO) -> pa.Schema:
+    """A chained operator's flowing schema, with the epoch tag in a tagged round."""
+    return schema.append(pa.field(EPOCH_TAG, pa.int64())) if io.tagged else schema
 
 
 def rethrow_task_error(e: Exception) -> None:
@@ -224,9 +244,9 @@ def operator_dataframe(spark, job: Job, op, inputs: dict[int, object], io: Opera
 
 
 def drop_internal(df):
-    """``df`` without the runtime's own columns (keeps ``_park``, the unaligned routing flag, and the records'
-    own epoch)."""
-    keep = [c for c in df.columns if c not in _INTERNAL or c in ("_park", ROW_EPOCH)]
+    """``df`` without the runtime's own columns (keeps ``_park``, the unaligned routing flag, the records'
+    own epoch and a tagged round's epoch tag)."""
+    keep = [c for c in df.columns if c not in _INTERNAL or c in ("_park", ROW_EPOCH, EPOCH_TAG)]
     return df if len(keep) == len(df.columns) else df.select(*keep)
 
 
@@ -249,8 +269,9 @@ def join_dataframe(spark, job: Job, op: JoinNode, resolve, io: OperatorIO):
         return F.col(ROW_EPOCH) if ROW_EPOCH in d.columns else F.lit(None).cast("long").alias(ROW_EPOCH)
     lsch = arrow_schema_of(left.select(*lcols))
     rsch = arrow_schema_of(right.select(*rcols))
-    left, right = left.select(*lcols, own_epoch(left), *(["_park"] if "_park" in left.columns else [])), \
-        right.select(*rcols, own_epoch(right), *(["_park"] if "_park" in right.columns else []))
+    def extra(d):  # routing flags that ride along: unaligned parking, a tagged round's epoch
+        return [c for c in ("_park", EPOCH_TAG) if c in d.columns and (c != EPOCH_TAG or io.tagged)]
+    left, right = left.select(*lcols, own_epoch(left), *extra(left)), right.select(*rcols, own_epoch(right), *extra(right))
     clash = (set(lcols) & set(rcols)) - {op.on, "_ingest_ts"}
     if clash:
         raise ConfigError(f"join {op.uid}: both inputs have columns {sorted(clash)}; rename them on one side "
@@ -280,7 +301,8 @@ def join_dataframe(spark, job: Job, op: JoinNode, resolve, io: OperatorIO):
                         flow_schema, how=op.how, unique=op.unique, bad_records=io.bad_records,
                         dead_letter_root=io.dead_letter_root, job=job.name, ttl_us=io.ttl_us,
                         epoch_us=io.epoch_us, epoch=io.epoch)
-    result = shuffled.mapInArrow(make_join_task(spec), HANDLE_DDL if io.ack_prefix is None else schema_ddl(flow_schema))
+    result = shuffled.mapInArrow(make_join_task(spec), handle_ddl(io) if io.ack_prefix is None
+                                 else schema_ddl(with_tag(flow_schema, io)))
     return result, out_schema  # the full output schema (what a sink gets), not the chained flow_schema
 
 
@@ -288,13 +310,16 @@ def join_dataframe(spark, job: Job, op: JoinNode, resolve, io: OperatorIO):
 def aggregate_dataframe(spark, job: Job, op: AggregateNode, resolve, io: OperatorIO):
     """The running keyed aggregate: input keyed by ``op.key``, exact decimal sums in state."""
     P, MP = io.parallelism, io.max_parallelism
-    src = resolve(op.parent)
+    full = resolve(op.parent)
+    src = full
     needed = [op.key] + sorted({c for _, fn, c in op.aggs if c})
     missing = [c for c in needed if c not in src.columns]
     if missing:
         raise ConfigError(f"aggregate {op.uid}: input lacks columns {missing}")
     src = src.select(*needed)
     in_schema = arrow_schema_of(src)
+    if io.tagged:  # a tagged round: the epoch rides along to the task (which splits by it)
+        src = full.select(*needed, EPOCH_TAG)
     fields = [in_schema.field(op.key)]
     out_fields = [in_schema.field(op.key)]
     for out, fn, col in op.aggs:
@@ -317,7 +342,8 @@ def aggregate_dataframe(spark, job: Job, op: AggregateNode, resolve, io: Operato
     spec = AggTaskSpec(op.uid, io.checkpoint, op.key, op.aggs, state_schema, P, MP, io.parent_handles,
                        io.state_prefix, io.output_prefix, io.output_name, io.file_tag, io.ack_prefix,
                        out_schema, tuple(io.prior_output))
-    result = shuffled.mapInArrow(make_agg_task(spec), HANDLE_DDL if io.ack_prefix is None else schema_ddl(out_schema))
+    result = shuffled.mapInArrow(make_agg_task(spec), handle_ddl(io) if io.ack_prefix is None
+                                 else schema_ddl(with_tag(out_schema, io)))
     return result, out_schema
 
 

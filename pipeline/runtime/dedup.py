@@ -21,13 +21,15 @@ from pipeline.runtime.dataflow import OperatorIO, arrow_schema_of, drop_internal
 from pipeline.runtime.operator_registry import register_operator
 from pipeline.runtime.operators import (
     HANDLE_DDL,
+    HANDLE_TAGGED_DDL,
     _collect,
-    _round_spec,
     emit_handles,
+    epoch_tagged_task,
     fill_row_epochs,
     subtask_of,
     task_report,
 )
+from pipeline.runtime.round_params import EPOCH_TAG
 from pipeline.runtime.routing import shuffle_to_subtasks, with_beacons
 from pipeline.runtime.state_access import StateScope, StateSpec, open_state
 from pipeline.state.backend import KG_COLUMN, write_table
@@ -59,10 +61,7 @@ class DedupTaskSpec:
 
 
 def make_dedup_task(spec: DedupTaskSpec):
-    plan_spec = spec
-
-    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        spec = _round_spec(plan_spec)
+    def step(spec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         fault_point("reading")
         t0 = time.perf_counter()
         subtask, incoming = subtask_of(_collect(batches))
@@ -107,7 +106,7 @@ def make_dedup_task(spec: DedupTaskSpec):
                    task_report(ReportKind.DROPPED, spec.uid, "dropped", subtask, kgr, res.dropped, **figures)]
         yield from emit_handles(reports, out, spec.in_schema, fio, spec.ack_prefix, subtask)
 
-    return task
+    return epoch_tagged_task(spec, step)
 
 
 @register_operator(DedupNode)
@@ -116,19 +115,23 @@ def dedup_dataframe(spark, job: Job, op: DedupNode, resolve, io: OperatorIO):
     src = drop_internal(resolve(op.parent))
     if "_park" in src.columns:
         src = src.drop("_park")
+    tag = [EPOCH_TAG] if io.tagged else []  # tagged round: the epoch rides along, outside the task's schema
+    if EPOCH_TAG in src.columns and not io.tagged:
+        src = src.drop(EPOCH_TAG)
     for c in (op.key, "_ingest_ts"):
         if c not in src.columns:
             raise ConfigError(f"deduplicate {op.uid}: input lacks column {c!r} (has {src.columns})")
     if ROW_EPOCH not in src.columns:  # an untagged input: the task fills in the checkpoint's epoch
         from pyspark.sql import functions as F
         src = src.withColumn(ROW_EPOCH, F.lit(None).cast("long"))
-    in_schema = arrow_schema_of(src)
+    in_schema = arrow_schema_of(src.drop(*tag) if tag else src)
     user_schema = pa.schema([f for f in in_schema if f.name != ROW_EPOCH])
     keyed = src.withColumn(KG_COLUMN, key_group_expr(op.key, MP)).withColumn("_subtask", subtask_expr(KG_COLUMN, MP, P))
     shuffled = shuffle_to_subtasks(with_beacons(keyed, spark, P), spark, "_subtask", P)
     spec = DedupTaskSpec(op.uid, io.checkpoint, op.key, in_schema, P, MP, io.parent_handles, io.state_prefix,
                          io.output_prefix, io.output_name, io.file_tag, io.ttl_cutoff_us, io.ack_prefix,
                          ttl_us=io.ttl_us, epoch_us=io.epoch_us, epoch=io.epoch, user_schema=user_schema)
-    result = shuffled.mapInArrow(make_dedup_task(spec),
-                                 HANDLE_DDL if io.ack_prefix is None else schema_ddl(in_schema))
+    out_ddl = schema_ddl(in_schema.append(pa.field(EPOCH_TAG, pa.int64())) if tag else in_schema)
+    result = shuffled.mapInArrow(make_dedup_task(spec), (HANDLE_TAGGED_DDL if tag else HANDLE_DDL)
+                                 if io.ack_prefix is None else out_ddl)
     return result, user_schema

@@ -30,14 +30,23 @@ from pipeline.fileio import file_io_for
 from pipeline.job import Job, ProcessNode, WindowNode
 from pipeline.keygroups import key_group_expr, range_for_subtask, subtask_expr
 from pipeline.process_op import TOUCHED, process_step
-from pipeline.runtime.dataflow import arrow_schema_of, schema_ddl
+from pipeline.runtime.dataflow import arrow_schema_of, handle_ddl, schema_ddl, with_tag
 from pipeline.runtime.operator_registry import register_operator
-from pipeline.runtime.operators import HANDLE_DDL, _collect, _emit, _round_spec, subtask_of, task_report
+from pipeline.runtime.operators import (
+    HANDLE_DDL,
+    _collect,
+    _emit,
+    _round_spec,
+    epoch_tagged_task,
+    subtask_of,
+    task_report,
+)
+from pipeline.runtime.round_params import EPOCH_TAG
 from pipeline.runtime.routing import shuffle_to_subtasks, with_beacons
 from pipeline.runtime.state_access import StateScope, StateSpec, open_state
 from pipeline.state.backend import KG_COLUMN, read_state, write_table
-from pipeline.windows.aggregate import EVENT_US, EmitMode, WindowSpec, output_schema, state_schema, window_step
-from pipeline.windows.assign import fire_index
+from pipeline.windows.aggregate import EPOCH, EVENT_US, EmitMode, WindowSpec, output_schema, state_schema, window_step
+from pipeline.windows.assign import PENDING_US, window_index
 from pipeline.windows.watermark import WATERMARK_SCHEMA, WatermarkState, merge_observations, observe_channels
 
 __all__ = ["WindowTaskSpec", "ProcessTaskSpec", "make_window_task", "make_process_task", "window_dataframe",
@@ -135,9 +144,10 @@ def _write_dead_letters(fio, prefix: str, name: str, late: pa.Table, bad: pa.Tab
     return write_table(fio, f"{prefix}/{name}.parquet", t.drop_columns(drop))
 
 
-def _fire_index(w: WindowSpec, watermark_us: int | None):
-    """A record's key is filed under its next firing time above the watermark (the window's TTL index)."""
-    return fire_index(w.size_us, w.slide_us, w.lateness_us, watermark_us)
+def _fire_index(w: WindowSpec, schema: pa.Schema, watermark_us: int | None, pending_epoch: int | None):
+    """The window state's index in a keyed store (:func:`pipeline.windows.assign.window_index`)."""
+    return window_index(w.size_us, w.slide_us, w.lateness_us, watermark_us, event_i=schema.names.index(EVENT_US),
+                        epoch_i=schema.names.index(EPOCH), pending_epoch=pending_epoch)
 
 
 def make_window_task(spec: WindowTaskSpec):
@@ -172,10 +182,12 @@ def make_window_task(spec: WindowTaskSpec):
             fire = new_wm.watermark_us
         else:
             new_wm, obs_left, fire = wm, seen, None
-        cutoff_us = None if fire is None else fire + 1  # windows with end + lateness <= W(m) fire
+        # the completing round touches the keys whose windows fire (end + lateness <= W(m)) and the keys with records
+        # of this epoch from its earlier rounds (filed under PENDING_US); earlier rounds touch their input's keys
+        cutoff_us = (fire + 1 if fire is not None else PENDING_US + 1) if spec.complete else None
         # rocksdb: a record's key is filed under its next firing time; heap: the range's whole state
         scope = StateScope(spec.uid, subtask, kgr, w.key, spec.checkpoint, spec.state_prefix,
-                           {"win": StateSpec(sschema, EVENT_US, _fire_index(w, wm.watermark_us))},
+                           {"win": StateSpec(sschema, EVENT_US, _fire_index(w, sschema, wm.watermark_us, spec.epoch))},
                            spec.parent_handles, spec.snapshot, cutoff_us)
         with open_state(scope, fio) as access:
             state = access.read([rows] if rows is not None else [])["win"]  # the input's keys, the firing keys
@@ -190,9 +202,10 @@ def make_window_task(spec: WindowTaskSpec):
             sync_ms = (time.perf_counter() - t0) * 1000
             fault_point("writing_state")
             t1 = time.perf_counter()
-            # the records written back are filed under their next firing time above W(m)
-            sh = access.write("win", res.state,
-                              index_time=_fire_index(w, fire if fire is not None else wm.watermark_us))
+            # the records written back are filed under their next firing time above W(m) (an earlier round of the
+            # epoch: under PENDING_US, so that the completing round touches them)
+            sh = access.write("win", res.state, index_time=_fire_index(
+                w, sschema, fire if fire is not None else wm.watermark_us, None if spec.complete else spec.epoch))
         wfh = (write_table(fio, f"{spec.state_prefix}/wm/wm.parquet", _wm_table(new_wm, obs_left))
                if subtask == 0 else None)
         wsh = StateHandle(operator_uid=spec.uid, subtask=subtask, kg_start=kgr.start, kg_end=kgr.end, name="wm",
@@ -203,7 +216,7 @@ def make_window_task(spec: WindowTaskSpec):
         if out.num_rows:
             ofh = write_table(fio, f"{spec.output_prefix}/part-{spec.file_tag}-{subtask:05d}.parquet", out)
         dfh = _write_dead_letters(
-            file_io_for(spec.dead_letter_prefix), f"{spec.dead_letter_prefix}/epoch-{spec.epoch}",
+            file_io_for(spec.dead_letter_prefix), f"{spec.dead_letter_prefix}/epoch-{spec.epoch}/{spec.checkpoint}",
             f"{spec.file_tag}-kg-{kgr.start:05d}-{kgr.end:05d}", res.late, res.bad, wm.watermark_us)
         sync_ms += (time.perf_counter() - t_out) * 1000
         name = late_dead_letter_name(spec.uid)
@@ -321,11 +334,10 @@ class ProcessTaskSpec:
 
 
 def make_process_task(spec: ProcessTaskSpec):
-    """Returns the ``mapInArrow`` function of a ``process`` operator (after the shuffle)."""
-    plan_spec = spec
+    """Returns the ``mapInArrow`` function of a ``process`` operator (after the shuffle; several epochs per round:
+    :func:`~pipeline.runtime.operators.epoch_tagged_task`)."""
 
-    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        spec = _round_spec(plan_spec)
+    def step(spec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         fault_point("reading")
         t0 = time.perf_counter()
         subtask, incoming = subtask_of(_collect(batches))
@@ -369,7 +381,7 @@ def make_process_task(spec: ProcessTaskSpec):
                           for kind, nm, h in handles],
                          out, spec.output_schema, fio, spec.ack_prefix, subtask)
 
-    return task
+    return epoch_tagged_task(spec, step)
 
 
 @register_operator(ProcessNode)
@@ -379,15 +391,17 @@ def process_dataframe(spark, job: Job, op: ProcessNode, resolve, io):
     df = resolve(op.parent)
     if op.key not in df.columns:
         raise ConfigError(f"process {op.uid}: input lacks the key column {op.key!r}")
-    internal = {"_source", "_partition", "_seq", "_row", "_park", "_pepoch"}
-    df = df.select(*[c for c in df.columns if c not in internal])
-    in_schema = arrow_schema_of(df)
+    internal = {"_source", "_partition", "_seq", "_row", "_park", "_pepoch", EPOCH_TAG}
+    df_user = df.select(*[c for c in df.columns if c not in internal])
+    in_schema = arrow_schema_of(df_user)
+    # a tagged round (several epochs): the epoch rides along to the task, outside the user's rows
+    df = df.select(*df_user.columns, EPOCH_TAG) if io.tagged else df_user
     df = df.withColumn(KG_COLUMN, key_group_expr(op.key, MP)).withColumn("_subtask", subtask_expr(KG_COLUMN, MP, P))
     shuffled = shuffle_to_subtasks(with_beacons(df, spark, P), spark, "_subtask", P)
     spec = ProcessTaskSpec(op.uid, io.checkpoint, op.key, op.fn, op.state_schema, op.output_schema, in_schema,
                            op.ttl_seconds, P, MP, io.parent_handles, io.state_prefix, io.output_prefix,
                            io.output_name, io.file_tag, io.ack_prefix, io.barrier_us)
-    result = shuffled.mapInArrow(make_process_task(spec),
-                                 HANDLE_DDL if io.ack_prefix is None else schema_ddl(op.output_schema))
+    result = shuffled.mapInArrow(make_process_task(spec), handle_ddl(io) if io.ack_prefix is None
+                                 else schema_ddl(with_tag(op.output_schema, io)))
     return result, op.output_schema
 

@@ -7,13 +7,20 @@ output rows (staged sink / exchange files), and yields one typed *report* per ha
 (:class:`~pipeline.checkpoint.report.TaskReport`, encoded once by :mod:`pipeline.runtime.report_codec`). Those
 reports are the task's acknowledgement; nothing but handles travels to the driver. State is read and written
 through the state-access port (:mod:`pipeline.runtime.state_access`), one code path for both backends.
+
+Each task function is a one-epoch body wrapped by :func:`epoch_tagged_task`. In a *tagged* round (several
+epochs in one Spark round, :mod:`pipeline.runtime.round_params`) the wrapper splits the subtask's rows by
+their epoch tag and runs the body once per epoch in ascending order, each with that epoch's values (checkpoint,
+snapshot options, TTL cutoff, sink staging); the state is carried from one epoch to the next in memory (the
+parent handles of epoch ``e`` are the handles the body wrote for ``e - 1``, served from this worker's warm
+state). The kernels are unchanged: each epoch's state, output and acks are those of a one-epoch round.
 """
 from __future__ import annotations
 
 import dataclasses
 import time
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -32,19 +39,24 @@ from pipeline.operators.ttl import ROW_EPOCH, micros
 from pipeline.runtime import heap_state as _heap_backend  # noqa: F401
 from pipeline.runtime import keyed_stores as _rocksdb_backend  # noqa: F401
 from pipeline.runtime.report_codec import REPORT_DDL, to_batch, to_ipc
-from pipeline.runtime.round_params import apply_params, operator_key, task_params
+from pipeline.runtime.round_params import EPOCH_TAG, apply_params, epoch_entries, operator_key, task_params
 from pipeline.runtime.routing import BEACON
 from pipeline.runtime.state_access import StateScope, StateSpec, open_state
 from pipeline.source._formats import json_default
 from pipeline.state.backend import KG_COLUMN, read_files, write_table
 from pipeline.state.changelog import TouchedKeys
 
-__all__ = ["EXACT_SUM", "HANDLE_DDL", "JoinTaskSpec", "AggTaskSpec", "make_join_task", "make_agg_task",
-           "task_report"]
+__all__ = ["EXACT_SUM", "HANDLE_DDL", "HANDLE_TAGGED_DDL", "JoinTaskSpec", "AggTaskSpec", "make_join_task",
+           "make_agg_task", "task_report", "epoch_tagged_task"]
 
 EXACT_SUM = pa.decimal128(38, 9)  # state type of floating-point sums (order-independent, exact)
 
 HANDLE_DDL = REPORT_DDL  # the result of a terminal operator task: its reports (pipeline.runtime.report_codec)
+#: tagged rounds: the same reports, each naming the checkpoint it acknowledges (TaskReport.checkpoint_id)
+HANDLE_TAGGED_DDL = REPORT_DDL
+
+#: tagged rounds: the reports of the one-epoch body running now are collected here (see epoch_tagged_task)
+_COLLECT: list[list[TaskReport]] = []
 
 
 def subtask_of(incoming: pa.Table | None) -> tuple[int, pa.Table | None]:
@@ -84,9 +96,15 @@ def _emit(reports: list[TaskReport], out: pa.Table | None, out_schema: pa.Schema
     """Terminal operator: yield the reports (encoded once, :func:`~pipeline.runtime.report_codec.to_batch`).
     Chained operator: write the same batch as the subtask's ack object and let the output rows flow on to the
     next operator (through Spark's shuffle). The first report carries the worker's S3 requests not reported yet
-    (the checkpoint stats' ``executor_s3_requests``)."""
+    (the checkpoint stats' ``executor_s3_requests``). One epoch of a tagged round: the reports go to
+    :func:`epoch_tagged_task` (which acknowledges every epoch at once)."""
     if reports:
         reports = [dataclasses.replace(reports[0], s3_requests=take_unreported()), *reports[1:]]
+    if _COLLECT:
+        _COLLECT[-1].extend(reports)
+        if ack_prefix is not None and out is not None and out.num_rows:
+            yield from out.select(out_schema.names).cast(out_schema).to_batches(max_chunksize=50_000)
+        return
     if ack_prefix is None:
         yield to_batch(reports)
         return
@@ -160,6 +178,79 @@ def _round_spec(spec):
     return apply_params(spec, task_params(operator_key(spec.uid)))
 
 
+def epoch_tagged_task(plan_spec, step: Callable[..., Iterator[pa.RecordBatch]]):
+    """The ``mapInArrow`` function of an operator whose one-epoch body is ``step(spec, batches)``.
+
+    A one-epoch round (no per-epoch entries in the operator's property): ``step`` with this round's values, as
+    it is. A tagged round: the rows are split by :data:`~pipeline.runtime.round_params.EPOCH_TAG` and ``step``
+    runs once per epoch entry, in order, with that epoch's values and, from the second epoch on, the state
+    handles the previous epoch's body wrote as its parent handles (the state stays warm in this worker). The
+    handle rows of every epoch are acknowledged at once, each with its ``checkpoint_id``; a chained operator's
+    output rows flow on tagged with their epoch."""
+
+    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        params = task_params(operator_key(plan_spec.uid))
+        entries = epoch_entries(params)
+        if entries is None:
+            yield from step(apply_params(plan_spec, params), batches)
+            return
+        yield from run_epochs(plan_spec, step, entries, batches)
+
+    return task
+
+
+def run_epochs(plan_spec, step, entries: list[dict], batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The tagged round of one subtask (see :func:`epoch_tagged_task`); ``entries``: the per-epoch values."""
+    incoming = _collect(batches)
+    beacon = None
+    if incoming is not None and BEACON in incoming.column_names:  # routed with beacons: every epoch needs it
+        flag = pc.fill_null(incoming[BEACON], False)
+        beacon = incoming.filter(flag).drop_columns([EPOCH_TAG])
+        incoming = incoming.filter(pc.invert(flag))
+    seen = 0
+    reports: list[TaskReport] = []
+    outs: list[pa.RecordBatch] = []
+    carried: dict[str, list[StateHandle]] | None = None
+    first = None
+    for entry in entries:
+        spec = apply_params(plan_spec, entry["params"])
+        if first is None:
+            first = spec
+        elif carried is not None:  # the state the previous epoch's body wrote (warm in this worker)
+            spec = dataclasses.replace(spec, parent_handles=carried)
+        epoch = int(entry["epoch"])
+        part = None
+        if incoming is not None and incoming.num_rows:
+            part = incoming.filter(pc.equal(incoming[EPOCH_TAG], epoch)).drop_columns([EPOCH_TAG])
+            seen += part.num_rows
+        if beacon is not None:
+            part = beacon if part is None else pa.concat_tables([beacon, part])
+        collected: list[TaskReport] = []
+        _COLLECT.append(collected)
+        try:
+            for b in step(spec, iter(part.to_batches() if part is not None else [])):
+                if b.num_rows:
+                    outs.append(b.append_column(EPOCH_TAG, pa.array([epoch] * b.num_rows, pa.int64())))
+        finally:
+            _COLLECT.pop()
+        carried = {}
+        checkpoint_id = int(entry["checkpoint_id"])
+        for r in collected:
+            if r.state is not None:
+                carried.setdefault(r.name, []).append(r.state)
+            reports.append(dataclasses.replace(r, checkpoint_id=checkpoint_id))
+    if incoming is not None and seen != incoming.num_rows:
+        raise RuntimeError(f"operator {plan_spec.uid}: {incoming.num_rows - seen} row(s) of a tagged round carry an "
+                           f"epoch outside {[int(e['epoch']) for e in entries]}")
+    if first is None or not reports:
+        raise RuntimeError(f"operator {plan_spec.uid}: a tagged round without epochs")
+    if first.ack_prefix is None:
+        yield to_batch(reports)
+        return
+    file_io_for(first.ack_prefix).write_bytes(f"{first.ack_prefix}/{reports[0].subtask:05d}.arrow", to_ipc(reports))
+    yield from outs
+
+
 def operator_dead_letter_uri(dead_letter_root: str, job: str, uid: str, checkpoint: str, name: str,
                              file_tag: str, subtask: int) -> str:
     """Where an operator's dead letters of one round and subtask go (``operator=`` cannot clash with a source
@@ -198,10 +289,8 @@ def _join_violations(spec: "JoinTaskSpec", res, subtask: int) -> list[tuple[str,
 
 def make_join_task(spec: JoinTaskSpec):
     """Returns the ``mapInArrow`` function of the join operator."""
-    plan_spec = spec
 
-    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        spec = _round_spec(plan_spec)
+    def step(spec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         fault_point("reading")
         t0 = time.perf_counter()
         subtask, incoming = subtask_of(_collect(batches))
@@ -287,7 +376,7 @@ def make_join_task(spec: JoinTaskSpec):
                                expired=expired, sync_ms=sync_ms, async_ms=async_ms) for kind, name, fh in handles]
         yield from _emit(reports, out, spec.flow_schema or spec.out_schema, fio, spec.ack_prefix, subtask)
 
-    return task
+    return epoch_tagged_task(spec, step)
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,10 +487,8 @@ def _aggregate_step(spec: "AggTaskSpec", sschema: pa.Schema, state: pa.Table, in
 
 def make_agg_task(spec: AggTaskSpec):
     """Returns the ``mapInArrow`` function of a keyed running aggregation (emits changed keys)."""
-    plan_spec = spec
 
-    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        spec = _round_spec(plan_spec)
+    def step(spec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         t0 = time.perf_counter()
         subtask, incoming = subtask_of(_collect(batches))
         kgr = range_for_subtask(spec.max_parallelism, spec.parallelism, subtask)
@@ -439,4 +526,4 @@ def make_agg_task(spec: AggTaskSpec):
                    for kind, name, what in ((ReportKind.STATE, "agg", sh), (ReportKind.OUTPUT, spec.output_name, ofh))]
         yield from _emit(reports, out, spec.out_schema or spec.state_schema, fio, spec.ack_prefix, subtask)
 
-    return task
+    return epoch_tagged_task(spec, step)

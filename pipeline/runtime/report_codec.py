@@ -49,6 +49,7 @@ REPORT_SCHEMA = pa.schema([
     ("start_delay_ms", pa.float64()),
     ("mode", pa.string()),
     ("s3_requests", pa.string()),  # JSON {list, get, ...}: the worker's S3 requests not reported yet (one report)
+    ("checkpoint_id", pa.int64()),  # tagged rounds: the checkpoint the report acknowledges (null: the round's one)
 ])
 REPORT_DDL = schema_ddl(REPORT_SCHEMA)
 
@@ -66,7 +67,8 @@ def _row(r: TaskReport) -> dict[str, Any]:
             "state_rows": s.state_rows if s is not None else None,
             "persisted_bytes": s.persisted_bytes if s is not None else None,
             "alignment_ms": r.alignment_ms, "start_delay_ms": r.start_delay_ms, "mode": r.mode,
-            "s3_requests": json.dumps(r.s3_requests.to_dict()) if r.s3_requests is not None else None}
+            "s3_requests": json.dumps(r.s3_requests.to_dict()) if r.s3_requests is not None else None,
+            "checkpoint_id": r.checkpoint_id}
 
 
 def to_batch(reports: Iterable[TaskReport]) -> pa.RecordBatch:
@@ -99,7 +101,8 @@ def _report(d: dict[str, Any]) -> TaskReport:
                       async_ms=float(d["async_ms"] or 0.0), ack_ts_ms=float(d["ack_ts_ms"] or 0.0),
                       alignment_ms=float(d["alignment_ms"] or 0.0), start_delay_ms=float(d["start_delay_ms"] or 0.0),
                       mode=d["mode"],
-                      s3_requests=StorageRequests.from_dict(json.loads(d["s3_requests"])) if d["s3_requests"] else None)
+                      s3_requests=StorageRequests.from_dict(json.loads(d["s3_requests"])) if d["s3_requests"] else None,
+                      checkpoint_id=None if d["checkpoint_id"] is None else int(d["checkpoint_id"]))
 
 
 def from_table(table: pa.Table | pa.RecordBatch) -> list[TaskReport]:

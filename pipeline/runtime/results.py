@@ -18,6 +18,8 @@ class RoundResult:
     checkpoint_s: float = 0.0      # finalize on the driver: acks, _metadata, sink commits, retention
     state_bytes: int = 0
     snapshot_s: float = 0.0        # state snapshot writes in the tasks (per operator the slowest subtask, summed)
+    # a tagged round (several epochs per Spark round): the checkpoints its Spark job completed; () for one epoch
+    tagged_round: tuple[int, ...] = ()
 
 
 @dataclass

@@ -10,11 +10,19 @@ to snapshot. Here :meth:`RoundExecutor.complete_epoch`:
   carries the new positions, state handles and in-flight data on in a :class:`~pipeline.runtime.cursor.Cursor`;
 * when the handler snapshots (:mod:`pipeline.runtime.alignment`), hands over to the finaliser
   (:mod:`pipeline.runtime.finalize`).
+
+:meth:`RoundExecutor.complete_epochs` completes several waiting epochs in one tagged Spark round when they are
+eligible (:mod:`pipeline.runtime.epoch_groups`): it plans each epoch's round 0 as :meth:`complete_epoch` would
+(no side effect), then triggers the checkpoints (consecutive ids, pending manifests and round plans,
+write-ahead), runs one Spark round (:meth:`pipeline.runtime.spark_plan.SparkPlan.process_epochs`) and finalises
+the checkpoints in epoch order.
 """
 from __future__ import annotations
 
+import copy
 import json
 import time
+from typing import Sequence
 
 from pipeline.barriers.events import CheckpointType
 from pipeline.checkpoint.failure import CheckpointFailureReason
@@ -24,14 +32,15 @@ from pipeline.exceptions import CheckpointError, ConfigError
 from pipeline.fileio.request_counter import StorageRequests
 from pipeline.job import AggregateNode, JoinNode, SourceNode
 from pipeline.layout import round_plan_uri
-from pipeline.runtime.alignment import AlignmentDriver, NextStop
+from pipeline.runtime.alignment import MODE_ALIGNED, AlignmentDriver, NextStop
 from pipeline.runtime.barrier_log import BarrierLog, Barriers
 from pipeline.runtime.context import RuntimeContext
 from pipeline.runtime.cursor import Cursor
+from pipeline.runtime.epoch_groups import PlannedEpoch, group_refusal
 from pipeline.runtime.finalize import CheckpointFinalizer
 from pipeline.runtime.input_epochs import InputEpochs
 from pipeline.runtime.results import RoundResult
-from pipeline.runtime.spark_plan import SparkPlan
+from pipeline.runtime.spark_plan import EpochWork, SparkPlan
 from pipeline.source.planner import plan_segments
 from pipeline.source.positions import barrier_position, end_position
 from pipeline.source.reader import dead_letter_counts
@@ -242,3 +251,161 @@ class RoundExecutor:
                                          dropped=dropped, low_epoch=low,
                                          inflight_low_epoch=min((own_epochs.epoch_at(ch, snap.cut[ch])
                                                                  for ch in snap.parked), default=None))
+
+    # ------------------------------------------------------------------ several epochs in one round (tagged)
+    def complete_epochs(self, cursor: Cursor, targets: Sequence[tuple[int, Barriers]], summaries, *,
+                        parallelism: int | None = None) -> tuple[Cursor, list[RoundResult], int]:
+        """Complete the first epochs of ``targets`` (consecutive waiting epochs with their barriers): as many as
+        are eligible in one tagged Spark round (:mod:`pipeline.runtime.epoch_groups`), at least two, else the first
+        one alone (:meth:`complete_epoch`). Returns (the cursor after the last completed epoch, the rounds, how
+        many epochs completed)."""
+        P = parallelism or self.ctx.config.parallelism
+        planned = self.plan_epochs(cursor, targets, summaries, P) if len(targets) > 1 else []
+        if len(planned) < 2:
+            epoch, barriers = targets[0]
+            cur, rounds = self.complete_epoch(cursor, epoch, barriers, summaries, parallelism=parallelism)
+            return cur, rounds, 1
+        cur, rounds = self.run_epochs(cursor, planned, summaries, P)
+        return cur, rounds, len(planned)
+
+    def plan_epochs(self, cursor: Cursor, targets: Sequence[tuple[int, Barriers]], summaries,
+                    P: int) -> list[PlannedEpoch]:
+        """The longest eligible prefix of ``targets`` for one tagged round, planned as each epoch's own round 0
+        would be, without any side effect (the alignment driver is a copy; the cursor's own one continues
+        only if the round runs). Fewer than two: the round carries one epoch (nothing here was used)."""
+        ctx = self.ctx
+        job, config = ctx.job, ctx.config
+        cap = config.max_epochs_per_round
+        if P > ctx.max_parallelism or group_refusal(ctx, cursor) is not None:
+            return []
+        channels = self.channels(targets[0][1])
+        driver = copy.deepcopy(self.alignment_driver(cursor, channels, CheckpointType.CHECKPOINT))
+        now = ctx.round_now()
+        positions = {s: dict(p) for s, p in cursor.positions.items()}
+        floor = cursor.low_epoch if cursor.low_epoch is not None else (
+            cursor.epoch if cursor.epoch is not None else targets[0][0])
+        used = {src.name: 0 for src in job.sources()}
+        zero, empty = Position(seq=0, row=0), ()
+        out: list[PlannedEpoch] = []
+
+        def summaries_of(ch):
+            return summaries.get(ch[0], {}).get(int(ch[1]), empty)
+
+        for epoch, barriers in targets[:cap]:
+            if self.channels(barriers) != channels or any(barriers[s][p] is None for s, p in channels):
+                break
+            before = copy.deepcopy(driver)
+            own = self.input_epochs(epoch, barriers, min(floor, epoch))
+            driver.begin(epoch, {ch: barriers[ch[0]][ch[1]] for ch in channels}, now)
+            starts = {ch: positions.get(ch[0], {}).get(ch[1], zero) for ch in channels}
+            snap = driver.start_round(0, now, starts)
+            ok = snap is None
+            if ok:
+                stops = driver.stops(starts, {ch: end_position(summaries_of(ch)) for ch in channels}, None)
+                segments = {}
+                for src in job.sources():
+                    parts = summaries.get(src.name, {})
+                    st = {int(p): pos for p, pos in positions.get(src.name, {}).items()}
+                    sp = {int(p): stops[(s, p)][0] for s, p in channels if s == src.name}
+                    segments[src.name] = plan_segments(parts, st, sp, config.max_records_per_epoch, source=src.name)
+                seg_of = {ch: segments[ch[0]][int(ch[1])] for ch in channels}
+                arrived = {ch: (stops[ch][1] if seg_of[ch].done else None) for ch in channels}
+                reached = {ch: seg_of[ch].reached for ch in channels}
+                snap = driver.walk(0, now, starts, reached, arrived)
+                records = {s: sum(seg.records for seg in segs.values()) for s, segs in segments.items()}
+                backlog = {s: sum(seg.backlog for seg in segs.values()) for s, segs in segments.items()}
+                ok = (snap is not None and snap.mode == MODE_ALIGNED and not snap.parked and not snap.ranges
+                      and all(seg.done for seg in seg_of.values()) and not any(backlog.values())
+                      and own.low_watermark(starts) == epoch
+                      and all(used.get(s, 0) + n <= config.max_records_per_epoch for s, n in records.items()))
+            if not ok:
+                driver = before  # this epoch runs in a later round (of its own, or first of the next group)
+                break
+            for s, n in records.items():
+                used[s] = used.get(s, 0) + n
+            after = {s: {**positions.get(s, {}), **{str(p): seg.reached for p, seg in segs.items()}}
+                     for s, segs in segments.items()}
+            known = {s: {p: pos for p, pos in parts.items() if pos is not None} for s, parts in barriers.items()}
+            out.append(PlannedEpoch(epoch, known, positions, after, segments, snap, copy.deepcopy(driver.round_log),
+                                    own, records, backlog, now))
+            positions, floor = after, epoch
+        for pe in out:
+            pe.driver = driver  # continues after the round (the next checkpoint's rounds)
+        return out if len(out) >= 2 else []
+
+    def run_epochs(self, cursor: Cursor, planned: Sequence[PlannedEpoch], summaries, P: int
+                   ) -> tuple[Cursor, list[RoundResult]]:
+        """Run a tagged round over ``planned`` (from :meth:`plan_epochs`): trigger every checkpoint and write its
+        round plan (write-ahead), one Spark round, then finalise the checkpoints in epoch order."""
+        ctx = self.ctx
+        job, config = ctx.job, ctx.config
+        driver = planned[-1].driver
+        t0 = time.perf_counter()
+        expected = {op.uid: P for op in job.operators()}
+        epochs = [pe.epoch for pe in planned]
+        pendings = []
+        parent = cursor.checkpoint_id
+        for pe in planned:  # Step 1: trigger (claim consecutive ids, pending manifests), write-ahead
+            pending = ctx.coordinator.trigger(
+                epoch=pe.epoch, barrier_time=ctx.epochs.iso(ctx.epochs.end_us(pe.epoch)), expected_tasks=expected,
+                parent_id=parent, max_parallelism=ctx.max_parallelism, parallelism=P,
+                checkpoint_mode=config.checkpoint_mode, alignment=driver.label, positions=pe.positions_before,
+                barriers=pe.known, sink_tables=job.sink_tables(), grouped=True)
+            pendings.append(pending)
+            parent = pending.checkpoint_id
+        ids = [p.checkpoint_id for p in pendings]
+        for pe, pending in zip(planned, pendings):  # Step 2: the round plans (each epoch is round 0 of its own)
+            plan = {"round": 0, "now": pe.now,
+                    "segments": {s: {str(p): {"start": seg.start.to_dict(), "stop": seg.stop.to_dict(),
+                                              "reached": seg.reached.to_dict(), "records": seg.records,
+                                              "backlog": seg.backlog}
+                                     for p, seg in segs.items()} for s, segs in pe.segments.items()},
+                    "alignment": pe.round_log, "parked": [], "replayed_inflight_rows": 0, "low_epoch": pe.epoch,
+                    "tagged_round": {"epochs": epochs, "checkpoints": ids}}
+            ctx.ckpt_fio.write_bytes(round_plan_uri(pending.location, 0), (json.dumps(plan, indent=1) + "\n").encode(),
+                                     if_none_match=True)
+        ctx.echo(f"checkpoints {ids[0]}..{ids[-1]} (epochs {epochs[0]}..{epochs[-1]}): one Spark round, "
+                 f"{len(epochs)} epochs")
+        # Step 3: one Spark round over every epoch (records tagged with their epoch)
+        work = [EpochWork(pending, pe.epoch, pe.segments, pe.own_epochs, pe.epoch) for pe, pending in zip(planned, pendings)]
+        rows = self.plan.process_epochs(work, P, cursor)
+        # Step 4: finalise in epoch order (acks, _metadata, sink commit, listeners)
+        cur = cursor
+        out: list[RoundResult] = []
+        t_i = t0
+        for i, (pe, pending) in enumerate(zip(planned, pendings)):
+            cid = pending.checkpoint_id
+            mine = [r for r in rows if r.checkpoint_id == cid]
+            dead_letters: dict[str, int] = {}
+            if i == 0 and summaries:  # found by this listing: counted in the round's first checkpoint
+                dead_letters = dict(getattr(ctx, "contract_dead_letters", {}) or {})
+                for s, n in (getattr(ctx, "unexpected_dead_letters", None) or {}).items():
+                    dead_letters[s] = dead_letters.get(s, 0) + n
+                ctx.unexpected_dead_letters = {}
+            dropped: dict[str, int] = {}
+            for r in mine:
+                if r.kind is ReportKind.DEAD_LETTER and r.rows:
+                    name = f"operator={r.operator_uid}"
+                    dead_letters[name] = dead_letters.get(name, 0) + r.rows
+                elif r.kind is ReportKind.DROPPED and r.count:
+                    dropped[r.operator_uid] = dropped.get(r.operator_uid, 0) + r.count
+            splits = [sp for segs in pe.segments.values() for seg in segs.values() for sp in seg.splits]
+            if splits:
+                for s, n in dead_letter_counts(None, ctx.dead_letter_root, job.name, splits).items():
+                    dead_letters[s] = dead_letters.get(s, 0) + n
+            staged = {t: [r for r in mine if r.kind is ReportKind.OUTPUT and r.name == t and r.file is not None]
+                      for t in job.sink_tables()}
+            handles: dict[str, dict[str, list[StateHandle]]] = {}
+            for r in mine:
+                if r.state is not None:
+                    handles.setdefault(r.operator_uid, {}).setdefault(r.name, []).append(r.state)
+            working = Cursor(cur.checkpoint_id, cur.epoch, pe.positions_after, handles, {}, driver,
+                             inventory=cur.inventory, low_epoch=pe.epoch)
+            cur, results = self.finalizer.finish(pending, pe.snap, working, mine, staged, [], dead_letters, summaries,
+                                                 expected, P, last_round=0, t0=t_i, records=pe.records,
+                                                 backlog=pe.backlog, dropped=dropped, low_epoch=pe.epoch)
+            for res in results:
+                res.tagged_round = tuple(ids)
+            out.extend(results)
+            t_i = time.perf_counter()
+        return cur, out

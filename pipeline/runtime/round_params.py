@@ -10,6 +10,11 @@ own with :func:`task_params` when it starts.
 
 Keys: ``epochal.src.<source>`` (JSON list of split dicts) and ``epochal.op.<uid>`` (JSON object of the
 operator's per-round fields, see :func:`operator_params`).
+
+**Tagged rounds** (several epochs in one Spark round, ``PIPELINE_MAX_EPOCHS_PER_ROUND``): every record carries
+the epoch (checkpoint) it belongs to in the column :data:`EPOCH_TAG`, each split dict its ``tag``, and the
+operator's property is ``{"epochs": [{"checkpoint_id", "epoch", "params"}, ...]}`` in ascending epoch order
+(:func:`epoch_entries`): the task runs its one-epoch body once per entry (:mod:`pipeline.runtime.operators`).
 """
 from __future__ import annotations
 
@@ -19,9 +24,15 @@ from typing import Any, Mapping
 
 from pipeline.checkpoint.handles import FileHandle, StateHandle
 
-__all__ = ["source_key", "operator_key", "operator_params", "apply_params", "task_params", "RoundProperties"]
+__all__ = ["source_key", "operator_key", "operator_params", "apply_params", "task_params", "RoundProperties",
+           "EPOCH_TAG", "TAGGED_KEY", "epoch_entries"]
 
 _PREFIX = "epochal."
+
+#: tagged rounds: the column holding the epoch (checkpoint) a record belongs to
+EPOCH_TAG = "_epoch"
+#: tagged rounds: the key of an operator's property listing its per-epoch values
+TAGGED_KEY = "epochs"
 
 #: fields of the operator task specs that change every round (everything else is fixed by the plan)
 ROUND_FIELDS = ("checkpoint", "parent_handles", "state_prefix", "output_prefix", "output_name", "file_tag",
@@ -66,6 +77,13 @@ def apply_params(spec, params: Mapping[str, Any] | None):
     names = {f.name for f in dataclasses.fields(spec)}
     changes = {k: _decoded(k, v) for k, v in params.items() if k in names}
     return dataclasses.replace(spec, **changes)
+
+
+def epoch_entries(params: Any) -> list[dict] | None:
+    """The per-epoch entries of a tagged round's operator property, None for a one-epoch round."""
+    if isinstance(params, Mapping) and TAGGED_KEY in params:
+        return list(params[TAGGED_KEY])
+    return None
 
 
 def task_params(key: str) -> Any:

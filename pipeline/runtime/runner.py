@@ -41,6 +41,7 @@ from pipeline.layout import METADATA_FILE
 from pipeline.runtime.barrier_log import BarrierLog, Barriers
 from pipeline.runtime.context import RuntimeContext
 from pipeline.runtime.cursor import Cursor, cursor_from_metadata, restore_cursor
+from pipeline.runtime.epoch_groups import group_refusal
 from pipeline.runtime.epoch_planner import EpochPlanner
 from pipeline.runtime.export import export_state
 from pipeline.runtime.finalize import CheckpointFinalizer, CheckpointListener
@@ -174,11 +175,17 @@ class JobRunner:
             if barriers is None:
                 ctx.echo(f"epoch {target} is not complete yet (a partition lags): stopping")
                 break
-            cursor, rounds = self.complete_epoch(cursor, target, barriers, summaries, parallelism=parallelism)
+            targets = [(target, barriers)]
+            if group_refusal(ctx, cursor) is None:  # several waiting epochs in one round (epoch_groups)
+                left = ctx.config.max_epochs_per_round - 1 if epochs is None else min(
+                    ctx.config.max_epochs_per_round, epochs - done) - 1
+                targets += self._waiting_after(target, barriers, cursor, summaries, left, until_epoch)
+            cursor, rounds, n = self.complete_epochs(cursor, targets, summaries, parallelism=parallelism)
             report.rounds.extend(rounds)
-            done += 1
-            ctx.echo(progress.epoch_done(target, sum(sum(r.records.values()) for r in rounds),
-                                         last_data_epoch(summaries, ctx.epochs.epoch_of)))
+            for t, _b in targets[:n]:
+                done += 1
+                ctx.echo(progress.epoch_done(t, sum(sum(r.records.values()) for r in rounds if r.epoch == t),
+                                             last_data_epoch(summaries, ctx.epochs.epoch_of)))
         ctx.cleanup_sink_garbage(after=restored)  # staging of checkpoints aborted by earlier crashes: now unprotected
         return report
 
@@ -211,9 +218,14 @@ class JobRunner:
                 raise CheckpointError(f"job {ctx.job.name!r}: epoch {target} cannot complete yet - a source "
                                       "partition lags (no row at/after the epoch end and the allowed lateness "
                                       "has not passed); retry later")
-            cursor, rounds = self.complete_epoch(cursor, target, barriers, summaries, parallelism=parallelism)
+            targets = [(target, barriers)]
+            if group_refusal(ctx, cursor) is None:  # several waiting epochs in one round (epoch_groups)
+                targets += self._waiting_after(target, barriers, cursor, summaries,
+                                               ctx.config.max_epochs_per_round - 1, epoch)
+            cursor, rounds, n = self.complete_epochs(cursor, targets, summaries, parallelism=parallelism)
             report.rounds.extend(rounds)
-            ctx.echo(progress.epoch_done(target, sum(sum(r.records.values()) for r in rounds), epoch))
+            for t, _b in targets[:n]:
+                ctx.echo(progress.epoch_done(t, sum(sum(r.records.values()) for r in rounds if r.epoch == t), epoch))
         ctx.cleanup_sink_garbage(after=report.restored_from)
         return report
 
@@ -239,6 +251,51 @@ class JobRunner:
             if self.barrier_log.barriers_or_partial(n, summaries, cursor) is None:
                 return None
         return targets
+
+    def _waiting_after(self, target: int, barriers: Barriers, cursor: Cursor, summaries, limit: int,
+                       until_epoch: int | None) -> list[tuple[int, Barriers]]:
+        """The epochs ``run`` / ``process_epoch`` would complete after ``target`` (at most ``limit``, none past
+        ``until_epoch``), chosen as those loops choose them from the positions each epoch ends at, with their
+        barriers (logged write-ahead as those loops would log them); stops at the first that cannot complete."""
+        out: list[tuple[int, Barriers]] = []
+        planner = self.planner
+        epoch, positions = target, {s: dict(p) for s, p in cursor.positions.items()}
+        known = barriers
+        while len(out) < limit:
+            positions = {s: {**positions.get(s, {}), **{p: b for p, b in parts.items() if b is not None}}
+                         for s, parts in known.items()}
+            after = Cursor(cursor.checkpoint_id, epoch, positions)
+            if until_epoch is not None:
+                nxt = epoch + 1
+                if nxt > until_epoch:
+                    break
+            elif planner.unread(after, summaries) == 0:
+                break
+            else:
+                nxt = planner.next_run_target(after, summaries)
+            if nxt != epoch + 1:  # an empty stretch: the loop would jump there in a round of its own
+                break
+            b = self.barrier_log.barriers_or_partial(nxt, summaries, after)
+            if b is None or any(pos is None for parts in b.values() for pos in parts.values()):
+                break
+            out.append((nxt, b))
+            epoch, known = nxt, b
+        return out
+
+    def complete_epochs(self, cursor: Cursor, targets: list[tuple[int, Barriers]], summaries, *,
+                        parallelism: int | None = None) -> tuple[Cursor, list[RoundResult], int]:
+        """Complete the first of ``targets``, or several in one tagged round (see
+        :meth:`~pipeline.runtime.round_executor.RoundExecutor.complete_epochs`); a failure releases the pending
+        checkpoints as :meth:`complete_epoch` does."""
+        if len(targets) == 1:  # one epoch per round (the default)
+            cur, rounds = self.complete_epoch(cursor, targets[0][0], targets[0][1], summaries, parallelism=parallelism)
+            return cur, rounds, 1
+        try:
+            return self.executor.complete_epochs(cursor, targets, summaries, parallelism=parallelism)
+        except BaseException:
+            for pending in list(self.ctx.coordinator.pending_checkpoints):
+                self.ctx.coordinator.release(pending)
+            raise
 
     def complete_epoch(self, cursor: Cursor, epoch: int, barriers: Barriers, summaries, *,
                        parallelism: int | None = None, kind: CheckpointType = CheckpointType.CHECKPOINT,

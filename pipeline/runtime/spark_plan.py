@@ -9,11 +9,16 @@ handles, staging prefixes, TTL cutoff) reach the tasks in one of two ways:
   are Spark local properties of the driver thread (:mod:`pipeline.runtime.round_params`);
 * **Spark Connect** (no SparkContext, no local properties): the plan is built for every round with the values
   inside the task functions; the server analyses it anew (a few hundred ms per round).
+
+:meth:`SparkPlan.process_epochs` runs one **tagged** round over several epochs (classic sessions only): the
+splits of every epoch, each tagged with its epoch, and per operator the values of every epoch in order
+(:mod:`pipeline.runtime.round_params`); the handle rows come back with the checkpoint they acknowledge.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 from pipeline.barriers.events import CheckpointType
 from pipeline.checkpoint.report import ReportKind, TaskReport
@@ -45,13 +50,31 @@ from pipeline.runtime.dataflow import (
     task_count,
 )
 from pipeline.runtime.report_codec import from_ipc
-from pipeline.runtime.round_params import ROUND_FIELDS, RoundProperties, operator_key, operator_params, source_key
+from pipeline.runtime.round_params import (
+    ROUND_FIELDS,
+    TAGGED_KEY,
+    RoundProperties,
+    operator_key,
+    operator_params,
+    source_key,
+)
 from pipeline.runtime.session import is_connect_session
 from pipeline.source.reader import META_FIELDS, make_split_reader
 from pipeline.state.materialization import MaterializationPolicy
 from pipeline.state.snapshot import SnapshotOptions
 
-__all__ = ["SparkPlan"]
+__all__ = ["SparkPlan", "EpochWork"]
+
+
+@dataclass(frozen=True)
+class EpochWork:
+    """One epoch of a tagged round: its pending checkpoint, segments, own epochs and TTL low watermark."""
+
+    pending: Any          # PendingCheckpoint
+    epoch: int
+    segments: dict        # {source: {partition: Segment}}
+    own_epochs: Any       # InputEpochs
+    low_epoch: int
 
 
 class SparkPlan:
@@ -92,48 +115,92 @@ class SparkPlan:
         values: dict[str, object] = {source_key(name): sp for name, sp in splits.items()}
         shape = tuple(sorted((name, task_count(len(sp), P)) for name, sp in splits.items()))
         spark.conf.set("spark.sql.shuffle.partitions", str(P))  # planned anew for every round's Dataset
-        ttl_default = ctx.config.state_ttl_seconds
-        loc, cid = pending.location, pending.checkpoint_id
         chained: list[tuple[str, str]] = []
         ios: dict[str, OperatorIO] = {}
         for op, sinks, consumers in self._topology():
-            ack_prefix = round_acks_prefix(loc, rnd, op.uid) if consumers else None
-            ttl = None
-            if hasattr(op, "ttl_seconds"):  # operators with state TTL: the epoch's cutoff (docs/operators.md)
-                ttl_s = op.ttl_seconds if op.ttl_seconds is not None else ttl_default
-                held = epoch if low_epoch is None else min(low_epoch, epoch)
-                ttl = ctx.epochs.end_us(held) - ttl_s * 1_000_000 if ttl_s else None
-            io = OperatorIO(checkpoint=checkpoint_dir_name(cid), parallelism=P,
-                            max_parallelism=ctx.max_parallelism, parent_handles=cursor.handles.get(op.uid, {}),
-                            state_prefix=round_state_prefix(loc, rnd, op.uid),
-                            output_prefix=(sink_staging_uri(join_uri(ctx.sink_root, sinks[0].table), cid)
-                                           if sinks else round_unused_prefix(loc, rnd, op.uid)),
-                            output_name=sinks[0].table if sinks else f"exchange:{op.uid}",
-                            file_tag=f"r{rnd}", ttl_cutoff_us=ttl, ack_prefix=ack_prefix,
-                            replay_handles=files_by_channel(cursor.inflight.get(op.uid, ())),
-                            channel_prefix=(channel_prefix(loc, op.uid, rnd)
-                                            if parked and isinstance(op, JoinNode) else None),
-                            prior_output=tuple((r.subtask, r.file) for r in (staged or {}).get(sinks[0].table, ())
-                                               if r.file is not None)
-                            if sinks and sinks[0].mode == "upsert" and isinstance(op, AggregateNode) else (),
-                            epoch=epoch, barrier_us=ctx.epochs.end_us(epoch), complete=complete,
-                            snapshot=self.snapshot_options(pending, rnd, op.uid, cursor).to_params())
+            io = self._operator_io(op, sinks, consumers, pending, rnd, P, cursor, epoch, parked=parked, staged=staged,
+                                   complete=complete, low_epoch=low_epoch)
             values[operator_key(op.uid)] = operator_params(io)
             ios[op.uid] = io
-            if ack_prefix is not None:  # set exactly when the operator has consumers
-                chained.append((op.uid, ack_prefix))
+            if io.ack_prefix is not None:  # set exactly when the operator has consumers
+                chained.append((op.uid, io.ack_prefix))
         rows: list[TaskReport] = []
         if is_connect_session(spark):  # the values inside the task functions: a plan of this round only
             rows = self._run(self._build(P, shape, parked, ios=ios, carried=values), fresh=None)
         else:
             with RoundProperties(spark, values):
                 rows = self._run(self.steps(P, shape, parked), fresh=lambda df: fresh_dataframe(spark, df))
-        for _uid, prefix in chained:  # chained operators' reports: the same codec, as Arrow IPC objects
+        return self._chained_acks(rows, chained)
+
+    def _chained_acks(self, rows: list[TaskReport], chained: list[tuple[str, str]]) -> list[TaskReport]:
+        """``rows`` plus the reports chained operators wrote as ack objects (the same codec, as Arrow IPC; read,
+        then deleted), without the output of operators that have no sink (not sink output)."""
+        ctx = self.ctx
+        for _uid, prefix in chained:
             for f in ctx.ckpt_fio.list(prefix):
                 rows.extend(from_ipc(ctx.ckpt_fio.read_bytes(f.uri)))
             ctx.ckpt_fio.delete_prefix(prefix)
-        # output of an operator without a sink is not sink output
         return [r for r in rows if not (r.kind is ReportKind.OUTPUT and r.name.startswith("exchange:"))]
+
+    def _operator_io(self, op, sinks, consumers, pending, rnd: int, P: int, cursor: Cursor, epoch: int, *,
+                     parked: frozenset, staged: dict | None, complete: bool, low_epoch: int | None) -> OperatorIO:
+        """Operator ``op``'s values for round ``rnd`` of checkpoint ``pending`` (epoch ``epoch``)."""
+        ctx = self.ctx
+        loc, cid = pending.location, pending.checkpoint_id
+        ack_prefix = round_acks_prefix(loc, rnd, op.uid) if consumers else None
+        ttl = None
+        if hasattr(op, "ttl_seconds"):  # operators with state TTL: the epoch's cutoff (docs/operators.md)
+            ttl_s = op.ttl_seconds if op.ttl_seconds is not None else ctx.config.state_ttl_seconds
+            held = epoch if low_epoch is None else min(low_epoch, epoch)
+            ttl = ctx.epochs.end_us(held) - ttl_s * 1_000_000 if ttl_s else None
+        return OperatorIO(checkpoint=checkpoint_dir_name(cid), parallelism=P,
+                          max_parallelism=ctx.max_parallelism, parent_handles=cursor.handles.get(op.uid, {}),
+                          state_prefix=round_state_prefix(loc, rnd, op.uid),
+                          output_prefix=(sink_staging_uri(join_uri(ctx.sink_root, sinks[0].table), cid)
+                                         if sinks else round_unused_prefix(loc, rnd, op.uid)),
+                          output_name=sinks[0].table if sinks else f"exchange:{op.uid}",
+                          file_tag=f"r{rnd}", ttl_cutoff_us=ttl, ack_prefix=ack_prefix,
+                          replay_handles=files_by_channel(cursor.inflight.get(op.uid, ())),
+                          channel_prefix=(channel_prefix(loc, op.uid, rnd)
+                                          if parked and isinstance(op, JoinNode) else None),
+                          prior_output=tuple((r.subtask, r.file) for r in (staged or {}).get(sinks[0].table, ())
+                                             if r.file is not None)
+                          if sinks and sinks[0].mode == "upsert" and isinstance(op, AggregateNode) else (),
+                          epoch=epoch, barrier_us=ctx.epochs.end_us(epoch), complete=complete,
+                          snapshot=self.snapshot_options(pending, rnd, op.uid, cursor).to_params())
+
+    def process_epochs(self, work: Sequence[EpochWork], P: int, cursor: Cursor) -> list[TaskReport]:
+        """One tagged Spark round over the epochs of ``work`` (ascending, consecutive checkpoints): every epoch
+        is round 0 of its own checkpoint. ``cursor``: where the first epoch starts (its parent's state handles,
+        NO_CLAIM materialisation); later epochs continue from the state the tasks wrote for the epoch before.
+        Returns the reports of every checkpoint, each with its ``checkpoint_id`` (classic sessions only)."""
+        ctx = self.ctx
+        spark = ctx.spark
+        fault_point("reading")
+        splits: dict[str, list[dict]] = {node.name: [] for node in ctx.job.sources()}
+        for w in work:
+            for node in ctx.job.sources():
+                splits[node.name] += [{**d, "tag": w.epoch} for p, seg in w.segments[node.name].items()
+                                      for d in self._tagged(w.own_epochs, (node.name, str(p)), seg.splits)]
+        values: dict[str, object] = {source_key(name): sp for name, sp in splits.items()}
+        shape = tuple(sorted((name, task_count(len(sp), P)) for name, sp in splits.items()))
+        spark.conf.set("spark.sql.shuffle.partitions", str(P))
+        later = Cursor()  # epochs after the first: parent state from the tasks, snapshots incremental
+        chained: list[tuple[str, str]] = []
+        for op, sinks, consumers in self._topology():
+            entries = []
+            for i, w in enumerate(work):
+                io = self._operator_io(op, sinks, consumers, w.pending, 0, P, cursor if i == 0 else later, w.epoch,
+                                       parked=frozenset(), staged=None, complete=True, low_epoch=w.low_epoch)
+                entries.append({"checkpoint_id": w.pending.checkpoint_id, "epoch": w.epoch,
+                                "params": operator_params(io)})
+                if i == 0 and io.ack_prefix is not None:  # the tasks acknowledge every epoch in the first's
+                    chained.append((op.uid, io.ack_prefix))
+            values[operator_key(op.uid)] = {TAGGED_KEY: entries}
+        with RoundProperties(spark, values):
+            rows = self._run(self.steps(P, shape, frozenset(), tagged=True),
+                             fresh=lambda df: fresh_dataframe(spark, df))
+        return self._chained_acks(rows, chained)
 
     @staticmethod
     def _tagged(own_epochs, ch: tuple[str, str], splits) -> list[dict]:
@@ -194,19 +261,20 @@ class SparkPlan:
             policy=MaterializationPolicy(cfg.state_incremental, cfg.state_max_deltas, cfg.state_max_delta_ratio),
             backend=cfg.state_backend, job_root=self.ctx.job_root)
 
-    def steps(self, P: int, shape: tuple, parked: frozenset) -> list[tuple]:
-        """The round's Spark plan, built once per (parallelism, source task counts, parked channels) and
-        session: ``[(operator, its sinks, its consumers, DataFrame)]`` in topological order. The task
+    def steps(self, P: int, shape: tuple, parked: frozenset, *, tagged: bool = False) -> list[tuple]:
+        """The round's Spark plan, built once per (parallelism, source task counts, parked channels, tagged)
+        and session: ``[(operator, its sinks, its consumers, DataFrame)]`` in topological order. The task
         functions read their per-round values from local properties, so nothing round-specific is in it."""
-        key = (id(self.ctx.spark), P, shape, parked)
+        key = (id(self.ctx.spark), P, shape, parked) + ((True,) if tagged else ())
         if key not in self.plans:
-            self.plans[key] = self._build(P, shape, parked)
+            self.plans[key] = self._build(P, shape, parked, tagged=tagged)
         return self.plans[key]
 
     def _build(self, P: int, shape: tuple, parked: frozenset, *, ios: dict | None = None,
-               carried: dict | None = None) -> list[tuple]:
+               carried: dict | None = None, tagged: bool = False) -> list[tuple]:
         """Build the plan. ``ios``/``carried`` (Spark Connect): this round's operator values and source splits,
-        put into the task functions; None: placeholders, the tasks read local properties."""
+        put into the task functions; None: placeholders, the tasks read local properties. ``tagged``: a round
+        of several epochs (records carry their epoch, :mod:`pipeline.runtime.round_params`)."""
         ctx = self.ctx
         spark = ctx.spark
         tasks = dict(shape)
@@ -224,7 +292,7 @@ class SparkPlan:
                 meta = None if read is None else [f.name for f in META_FIELDS
                                                   if f.name.lower() in read or (park and f.name == "_partition")]
                 inputs[i] = split_dataframe(spark, tasks[node.name], node, factory, source_key(node.name), meta=meta,
-                                            carried=carried, row_epochs=self.row_epochs())
+                                            carried=carried, row_epochs=self.row_epochs(), tagged=tagged)
                 if park:
                     from pyspark.sql import functions as F  # pyspark: imported where Spark already runs
                     inputs[i] = inputs[i].withColumn("_park", F.col("_partition").isin(park))
@@ -236,7 +304,7 @@ class SparkPlan:
                             parent_handles={}, state_prefix="", output_prefix="", output_name="", file_tag="",
                             ttl_cutoff_us=None, ack_prefix="" if consumers else None,
                             bad_records=ctx.config.bad_records, dead_letter_root=ctx.dead_letter_root,
-                            ttl_us=self._ttl_us(op), epoch_us=ctx.config.epoch_seconds * 1_000_000)
+                            ttl_us=self._ttl_us(op), epoch_us=ctx.config.epoch_seconds * 1_000_000, tagged=tagged)
             if ios is not None:  # Spark Connect: this round's values in the plan itself
                 io = dataclasses.replace(io, **{f: getattr(ios[op.uid], f) for f in ROUND_FIELDS})
             df, _schema = operator_dataframe(spark, ctx.job, op, inputs, io)

@@ -138,9 +138,9 @@ def row_keys(table: pa.Table, key: str, kg_column: str) -> list[bytes]:
 class KeyedStateStore:
     """One keyed store (see the module docstring). ``schema``: the state rows' columns (the user key and the key
     group among them); ``time_column``: the timestamp column of the TTL index (None: no index); ``index_time``:
-    maps a row's ``time_column`` value (integer storage) to the time its index entry is filed under (default: the
-    value itself; a window files a record under its next window's firing time, which depends on the watermark, so
-    the operator sets it per round: :attr:`index_time`)."""
+    maps a row (a tuple in ``schema`` order, temporal columns as integers) to the time its index entry is filed
+    under (default: its ``time_column`` value; a window files a record under its next window's firing time, which
+    depends on the watermark, so the operator sets it per round: :attr:`index_time`)."""
 
     def __init__(self, path: str, schema: pa.Schema, key: str, kg_column: str, time_column: str | None,
                  *, lock_timeout_s: float = 120.0, index_time: Callable[[Any], Any] | None = None) -> None:
@@ -265,7 +265,7 @@ class KeyedStateStore:
         if self._time_i is None:
             return
         f = self.index_time
-        for t in {r[self._time_i] if f is None else f(r[self._time_i]) for r in rows}:
+        for t in {r[self._time_i] if f is None else f(r) for r in rows}:
             wb.put(_TTL + _time_bytes(t) + suffix, b"")
 
     def apply(self, touched: Sequence[bytes], new_rows: pa.Table, *, rows: int,

@@ -11,15 +11,18 @@ parent snapshot of the subtask's range is one chain over exactly that range, the
 * the **untouched rows** are the parent base's rows whose key is not a changed key: the base file (size and
   SHA-256 verified) is decoded in batches of bounded bytes and filtered with one vectorised hash probe (``is_in``)
   per batch, then re-encoded; no per-row Python, and never the whole table in memory;
-* the **changed keys' rows** now: while the deltas' decoded size is within ``PIPELINE_STATE_MERGE_MEMORY_BYTES``
-  (default 64 MiB; the peak is a few times that: the deltas, the base rows of their keys and the group-by), the
-  base's rows of those keys plus every delta, applied as a changelog (vectorised, over the changed keys' rows
-  only); above it, read from the store with multi-gets in batches (bounded memory, per-row Python over the
-  changed keys only).
+* the **changed keys' rows** now: the base's rows of those keys plus every delta, applied as a changelog
+  (vectorised, over the changed keys' rows only).
 
-So the Python work of a materialisation is O(changed keys) (at most the rows the deltas since the last base
-wrote: each changed row is decoded once more, amortised O(1) per change), and the rest is Arrow's and Parquet's
-C++ over the base's bytes. The merged row count must equal the store's (``StateStoreError`` otherwise). Without
+The deltas are held decoded: while their decoded size plus the round's delta's is within
+``PIPELINE_STATE_MERGE_MEMORY_BYTES`` (default 32 MiB; the peak is a few times that: filtered copies, the base rows
+of their keys, the group-by). Above it (wide rows: state larger than memory) the base is streamed from the store
+as before (:meth:`~pipeline.state.keyed_store.KeyedStateStore.scan`: bounded memory, per-row Python over the
+state); reading only the changed keys back from the store by multi-gets was measured no cheaper than that scan at
+30 % changed and, in the larger-than-memory benchmark, took a worker over its 1 GiB limit.
+
+So within the budget the Python work of a materialisation is O(changed keys), and the rest is Arrow's and
+Parquet's C++ over the base's bytes. The merged row count must equal the store's (``StateStoreError`` otherwise). Without
 one parent chain over exactly the range (first snapshot, a rescale) the base is still streamed from the store.
 """
 from __future__ import annotations
@@ -35,18 +38,18 @@ from pipeline.exceptions import StateStoreError
 from pipeline.state.backend import read_verified
 from pipeline.state.chain import StateChain
 from pipeline.state.changelog import OP_COLUMN, apply_changelog
-from pipeline.state.keyed_store import KeyedStateStore, row_keys
+from pipeline.state.keyed_store import KeyedStateStore
 
 __all__ = ["merged_base", "merge_memory_bytes"]
 
-_BATCH_BYTES = 32 << 20  # decoded bytes per base batch
+_BATCH_BYTES = 16 << 20  # decoded bytes per base batch (the filter and the encoder hold a few copies)
 _MIN_ROWS, _MAX_ROWS = 1024, 131_072
 
 
 def merge_memory_bytes() -> int:
-    """``PIPELINE_STATE_MERGE_MEMORY_BYTES`` (executors' environment): the decoded bytes of a chain's deltas up
-    to which the changed keys' rows are computed vectorised from the deltas (above: read from the store)."""
-    return int(os.environ.get("PIPELINE_STATE_MERGE_MEMORY_BYTES", str(64 << 20)))
+    """``PIPELINE_STATE_MERGE_MEMORY_BYTES`` (executors' environment): the decoded bytes of a chain's deltas and the
+    round's delta up to which the changed keys' rows are computed vectorised from them (above: read from the store)."""
+    return int(os.environ.get("PIPELINE_STATE_MERGE_MEMORY_BYTES", str(32 << 20)))
 
 
 def _conform(t: pa.Table, schema: pa.Schema, optional: Sequence[str]) -> pa.Table:
@@ -84,60 +87,47 @@ def merged_base(fileio, chain: StateChain, round_delta: pa.Table, store: KeyedSt
     """The rows of ``chain`` (the parent snapshot's chain over exactly the store's range) with ``round_delta``
     (the round's changes, with ``_op``) applied, in batches: see the module docstring. ``store`` holds that state
     (its row count is checked against the merge's)."""
-    schema, key, kg = store.schema, store.key, store.kg_column
+    schema, key = store.schema, store.key
     budget = merge_memory_bytes() if memory_bytes is None else memory_bytes
     # the deltas since the base: their keys are the changed keys
     delta_files = [pq.ParquetFile(pa.BufferReader(read_verified(fileio, fh, checkpoint))) for fh in chain.deltas]
-    vectorised = sum(_decoded_bytes(pf) for pf in delta_files) <= budget
-    deltas: list[pa.Table] = []
-    key_parts: list[pa.Table] = []
-    for pf in delta_files:
-        if vectorised:
-            d = pf.read()
-            d = _conform(d, schema.append(pa.field(OP_COLUMN, pa.int8())), optional)
-            deltas.append(d)
-            key_parts.append(d.select([key, kg]))
-        else:
-            key_parts.append(pf.read(columns=[key, kg]).cast(pa.schema([schema.field(key), schema.field(kg)])))
+    # the vectorised path holds the decoded deltas, the round's delta and a few copies of both (filters, concat)
+    vectorised = sum(_decoded_bytes(pf) for pf in delta_files) + round_delta.nbytes <= budget
+    if not vectorised:  # wide changes: the store's streaming scan holds the least (per-row Python over the state)
+        yield from store.scan()
+        return
+    with_op = schema.append(pa.field(OP_COLUMN, pa.int8()))
+    deltas = [_conform(pf.read(), with_op, optional) for pf in delta_files]
     del delta_files
     if round_delta.num_rows:
-        key_parts.append(round_delta.select([key, kg]).cast(pa.schema([schema.field(key), schema.field(kg)])))
-        if vectorised:
-            deltas.append(_conform(round_delta, schema.append(pa.field(OP_COLUMN, pa.int8())), ()))
+        deltas.append(_conform(round_delta, with_op, ()))
     key_type = schema.field(key).type
-    value_set = (pc.unique(pa.chunked_array([t[key] for t in key_parts], type=key_type).combine_chunks())
-                 if key_parts else pa.array([], key_type))
+    value_set = (pc.unique(pa.chunked_array([d[key] for d in deltas], type=key_type).combine_chunks())
+                 if deltas else pa.array([], key_type))
     base = pq.ParquetFile(pa.BufferReader(read_verified(fileio, chain.base, checkpoint)))
     md = base.metadata
     per_row = max(1, _decoded_bytes(base) // max(1, md.num_rows))
     batch_rows = max(_MIN_ROWS, min(_MAX_ROWS, _BATCH_BYTES // per_row))
     n = 0
-    held: list[pa.Table] = []  # base rows of changed keys (vectorised path)
+    held: list[pa.Table] = []  # base rows of changed keys
     for b in base.iter_batches(batch_size=batch_rows):
         t = _conform(pa.Table.from_batches([b]), schema, optional)
         hit = pc.is_in(t[key], value_set=value_set) if len(value_set) else None
         keep = t if hit is None else t.filter(pc.invert(hit))
-        if vectorised and hit is not None:
+        if hit is not None:
             held.append(t.filter(hit))
         n += keep.num_rows
         yield from keep.to_batches()
     del base
-    if vectorised:
-        old = pa.concat_tables(held) if held else schema.empty_table()
-        now = _apply(old, deltas, key, what=f"checkpoint {checkpoint}: state chain {chain.base.uri} "
-                                            f"(+{len(chain.deltas)} deltas), merged into a new base")
-        del old, held, deltas
-        for i in range(0, now.num_rows, batch_rows):
-            part = now.slice(i, batch_rows)
-            n += part.num_rows
-            yield from part.to_batches()
-    else:
-        changed = pa.concat_tables(key_parts).group_by([key, kg], use_threads=False).aggregate([])
-        suffixes = sorted(row_keys(changed, key, kg))
-        for i in range(0, len(suffixes), batch_rows):
-            part = store.get(suffixes[i:i + batch_rows])
-            n += part.num_rows
-            yield from part.to_batches()
+    # the changed keys' rows now: the base's rows of those keys with the deltas applied
+    old = pa.concat_tables(held) if held else schema.empty_table()
+    now = _apply(old, deltas, key, what=f"checkpoint {checkpoint}: state chain {chain.base.uri} "
+                                        f"(+{len(chain.deltas)} deltas), merged into a new base")
+    del old, held, deltas
+    for i in range(0, now.num_rows, batch_rows):
+        part = now.slice(i, batch_rows)
+        n += part.num_rows
+        yield from part.to_batches()
     if n != store.rows:
         raise StateStoreError(f"keyed state store {store.path}: merging chain {chain.base.uri} "
                               f"(+{len(chain.deltas)} deltas) and the round's delta gives {n} rows, the store holds "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["last_window_start", "assign_windows", "next_fire_us", "fire_index"]
+__all__ = ["last_window_start", "assign_windows", "next_fire_us", "window_index", "PENDING_US"]
 
 
 def _np(a) -> np.ndarray:
@@ -46,10 +46,21 @@ def next_fire_us(event_us: int, size_us: int, slide_us: int, lateness_us: int, w
     return first + ((watermark_us - first) // slide_us + 1) * slide_us
 
 
-def fire_index(size_us: int, slide_us: int, lateness_us: int, watermark_us: int | None):
-    """The window state's index time of a record (event time in µs -> :func:`next_fire_us` above
-    ``watermark_us``), for a keyed store's TTL index: the keys whose windows fire, or whose records leave the state,
-    when the watermark reaches W are a range scan of the index up to W."""
-    def at(event_us: int | None) -> int | None:
-        return None if event_us is None else next_fire_us(event_us, size_us, slide_us, lateness_us, watermark_us)
+#: the index time of a record whose epoch is still open (a checkpoint spanning several rounds): below any firing time
+PENDING_US = -(1 << 62)
+
+
+def window_index(size_us: int, slide_us: int, lateness_us: int, watermark_us: int | None, *, event_i: int,
+                 epoch_i: int, pending_epoch: int | None = None):
+    """A keyed store's index time of a window state row (a tuple; ``event_i`` / ``epoch_i``: positions of its
+    event time in µs and of its epoch): :func:`next_fire_us` above ``watermark_us``, so the keys whose windows
+    fire, or whose records leave the state, when the watermark reaches W are a range scan of the index up to W;
+    rows of ``pending_epoch`` (an epoch whose checkpoint spans several rounds, not yet complete) are filed under
+    :data:`PENDING_US`, so the round that completes the epoch finds their keys (update emission covers every
+    record of the epoch, also those of its earlier rounds)."""
+    def at(row: tuple) -> int | None:
+        if pending_epoch is not None and row[epoch_i] == pending_epoch:
+            return PENDING_US
+        t = row[event_i]
+        return None if t is None else next_fire_us(t, size_us, slide_us, lateness_us, watermark_us)
     return at

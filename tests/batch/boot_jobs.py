@@ -20,15 +20,15 @@ def dedup_join() -> Job:
 
 def unique_join() -> Job:
     """A full outer join with keys declared unique on both sides (matched rows leave state on both sides), its
-    output aggregated per group."""
+    output counted per key."""
     job = Job("bt_boot_unique_join", max_parallelism=8)
     a = job.source("lefts", LEFT, key="k")
     b = job.source("rights", RIGHT, key="k")
     j = a.join(b.filter("tag <> 'drop'").select("k", "y", "tag AS rtag"), on="k", uid="uj", how="full",
                unique="both", ttl_seconds=150)
     j.sink("upairs")
-    j.aggregate(uid="u-per-grp", key="grp", aggs={"n": ("count", None), "ys": ("sum", "y")}).sink(
-        "u_totals", mode="upsert")
+    # (keyed by the join key: an outer row's other-side columns are null, and a null group key is another story)
+    j.aggregate(uid="u-per-k", key="k", aggs={"n": ("count", None)}).sink("u_totals", mode="upsert")
     return job
 
 

@@ -41,16 +41,25 @@ def _plan(seed: int, default: list[str]) -> list[tuple[str, float | None]]:
 
 
 def _late_impressions(dlq_root: str) -> list[str]:
+    """The late impression ids the completed checkpoints dead-lettered: per epoch directory the files under the
+    newest checkpoint id (a crashed attempt's files stay under its own, older and never completed, id; the final
+    run completes every epoch, and a completed epoch is never processed again)."""
     if dlq_root.startswith("s3://"):
         fs = pafs.S3FileSystem(endpoint_override=os.environ["AWS_ENDPOINT_URL"], region="us-east-1")
         base = dlq_root[len("s3://"):]
     else:
         fs, base = pafs.LocalFileSystem(), dlq_root[len("file://"):]
     sel = pafs.FileSelector(f"{base}/ad_clicks/operator=campaign_impressions", recursive=True, allow_not_found=True)
-    ids: list[str] = []
+    by_epoch: dict[str, dict[int, list[str]]] = {}
     for info in fs.get_file_info(sel):
         if info.path.endswith(".parquet"):
-            t = pq.read_table(info.path, filesystem=fs)
+            epoch_dir, chk, _name = info.path.rsplit("/", 3)[-3:]
+            assert epoch_dir.startswith("epoch-") and chk.startswith("chk-"), info.path
+            by_epoch.setdefault(epoch_dir, {}).setdefault(int(chk[len("chk-"):]), []).append(info.path)
+    ids: list[str] = []
+    for chks in by_epoch.values():
+        for path in chks[max(chks)]:
+            t = pq.read_table(path, filesystem=fs)
             assert set(t["_reason"].to_pylist()) <= {"late"}
             ids += t["impression_id"].to_pylist()
     return ids
@@ -85,6 +94,7 @@ def _crash_and_recover(root: str, tmp_path, plan, seed: int) -> None:
     assert cmp["ok"], (cmp, log)
     assert len(exp.campaign_impressions) > 5 and exp.late_impressions, "the data must exercise firing and lateness"
     late = _late_impressions(cfg.dead_letter_root)
+    assert len(late) == len(set(late)), "a late impression was dead-lettered twice by completed checkpoints"
     assert set(late) == exp.late_impressions, (sorted(set(late) ^ exp.late_impressions)[:5], log)
     # the generic recovery check: the whole job (dedup, many-to-many join, both windows) is modelled by the batch
     # evaluation, and both sinks are compared with the checkpoint's output (docs/batch.md)

@@ -103,3 +103,45 @@ def test_racing_runners_at_most_one_commits(any_root):
             assert f"newer checkpoint id {winner_id}" in str(e)
     completed = [i.checkpoint_id for i in coords[0].store.inspect() if i.status is CheckpointDirStatus.COMPLETED]
     assert completed == [winner_id]
+
+
+def trigger_grouped(coord, parent_id):
+    return coord.trigger(epoch=1, barrier_time="2024-01-01T00:00:00Z", expected_tasks={"agg": 1},
+                         parent_id=parent_id, max_parallelism=4, parallelism=1, grouped=True)
+
+
+def test_grouped_checkpoints_of_one_round_complete_in_order_despite_their_own_newer_claims(any_root):
+    """Several epochs per round: the round's checkpoints are triggered together (consecutive ids, not counted
+    against max concurrent checkpoints) and completed in order; their own newer claims do not fence them, a
+    garbage cleanup in between spares the pending ones."""
+    fio, root = any_root
+    a = runner(fio, root, "runner-A")
+    a.restore_latest()
+    group = []
+    for _ in range(3):
+        group.append(trigger_grouped(a, group[-1].checkpoint_id if group else None))
+    assert [p.checkpoint_id for p in group] == [1, 2, 3]
+    with pytest.raises(CheckpointError, match="cannot trigger a checkpoint while 3 is pending"):
+        trigger(a, parent_id=3)  # an ungrouped trigger still counts them
+    for p in group:
+        ack(fio, a, p)
+    for p in group:
+        a.complete(p)  # cleanup_garbage runs inside: the later pending checkpoints of the round survive it
+    assert a.store.ids() == [1, 2, 3]
+
+
+def test_a_claim_by_another_runner_fences_a_group(any_root):
+    fio, root = any_root
+    a, b = runner(fio, root, "runner-A"), runner(fio, root, "runner-B")
+    a.restore_latest(), b.restore_latest()
+    p1 = trigger_grouped(a, None)
+    pb = trigger(b)  # B claims 2 between the round's claims
+    with pytest.raises(CheckpointFencedError, match="does not follow 1"):
+        trigger_grouped(a, p1.checkpoint_id)
+    ack(fio, a, p1)
+    with pytest.raises(CheckpointFencedError, match="newer checkpoint id"):
+        a.complete(p1)  # B's claim is newer than the group's newest own claim
+    ack(fio, b, pb)
+    with pytest.raises(CheckpointFencedError, match="newer checkpoint id 3"):
+        b.complete(pb)  # A's claim 3 (its fenced trigger) is newer: nothing is committed by either
+    assert a.store.ids() == []

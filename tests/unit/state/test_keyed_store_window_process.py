@@ -19,8 +19,8 @@ from pipeline.runtime.state_access import StateScope, StateSpec
 from pipeline.state import backend
 from pipeline.state.backend import read_state
 from pipeline.state.keyed_store import row_keys
-from pipeline.windows.aggregate import EVENT_US, EmitMode, WindowSpec, state_schema, window_step
-from pipeline.windows.assign import fire_index, next_fire_us
+from pipeline.windows.aggregate import EPOCH, EVENT_US, EmitMode, WindowSpec, state_schema, window_step
+from pipeline.windows.assign import PENDING_US, next_fire_us, window_index
 
 pytestmark = pytest.mark.unit
 
@@ -69,20 +69,22 @@ def test_window_on_a_keyed_store_equals_the_window_on_the_whole_state(tmp_path, 
     parent: dict[str, list[StateHandle]] = {}
     wm: int | None = None
     emitted = fired_by_index = 0
-    for rnd in range(10):
+    epoch = 0  # an epoch may take several rounds (a checkpoint spanning rounds): only its last one completes it
+    ev, ep = sschema.names.index(EVENT_US), sschema.names.index(EPOCH)
+    for rnd in range(12):
         n = rng.randrange(0, 12)
         ks = [rng.randrange(9) for _ in range(n)]
-        et = [max(0, rnd * 25 + rng.randrange(-40, 30)) * SEC for _ in range(n)]  # some late
+        et = [max(0, epoch * 25 + rng.randrange(-40, 30)) * SEC for _ in range(n)]  # some late
         rows = pa.table({"k": [f"k{k}" for k in ks], "et": pa.array(et, pa.int64()).cast(TS),
                          "v": [rng.randrange(100) for _ in range(n)], "_kg": pa.array([k % 8 for k in ks], pa.int32())},
                         schema=IN)
-        complete = rng.random() < 0.8
-        fire = max(wm or 0, (rnd * 25 - 10) * SEC) if complete else None
-        kw = dict(epoch=rnd, late_watermark_us=wm, fire_watermark_us=fire, complete=complete, input_schema=IN,
+        complete = rng.random() < 0.6
+        fire = max(wm or 0, (epoch * 25 - 10) * SEC) if complete and epoch else None
+        kw = dict(epoch=epoch, late_watermark_us=wm, fire_watermark_us=fire, complete=complete, input_schema=IN,
                   carry=("_kg",))
         want = window_step(w, heap, rows, **kw)  # type: ignore[arg-type]
-        cutoff = None if fire is None else fire + 1
-        index = fire_index(w.size_us, w.slide_us, w.lateness_us, wm)
+        cutoff = (fire + 1 if fire is not None else PENDING_US + 1) if complete else None  # as the window task
+        index = window_index(w.size_us, w.slide_us, w.lateness_us, wm, event_i=ev, epoch_i=ep, pending_epoch=epoch)
         stores = KeyedStores(StateScope("w", 0, KGR, "k", f"chk-{rnd}", f"{root}/job/chk-{rnd + 1}",
                                         {"win": StateSpec(sschema, EVENT_US, index)}, parent,
                                         _snapshot(root, rnd + 1), cutoff), LocalFileIO())
@@ -94,8 +96,9 @@ def test_window_on_a_keyed_store_equals_the_window_on_the_whole_state(tmp_path, 
             emitted += got.output.num_rows
             assert _sorted(got.output) == _sorted(want.output), (rnd, "output")
             assert _sorted(got.late) == _sorted(want.late), (rnd, "late")
-            stores.stores["win"].index_time = fire_index(w.size_us, w.slide_us, w.lateness_us,
-                                                         fire if fire is not None else wm)
+            stores.stores["win"].index_time = window_index(
+                w.size_us, w.slide_us, w.lateness_us, fire if fire is not None else wm, event_i=ev, epoch_i=ep,
+                pending_epoch=None if complete else epoch)
             h = stores.commit("win", keys, held, got.state, cutoff_us=cutoff, state_prefix=f"{root}/job/chk-{rnd + 1}",
                               snapshot=_snapshot(root, rnd + 1))
             scanned = _sorted(pa.Table.from_batches(list(stores.stores["win"].scan()), schema=sschema))
@@ -106,6 +109,7 @@ def test_window_on_a_keyed_store_equals_the_window_on_the_whole_state(tmp_path, 
         assert _restored(h, sschema, rnd + 1) == _sorted(heap), (rnd, "snapshot")
         parent = {"win": [h]}
         wm = fire if fire is not None else wm
+        epoch += 1 if complete else 0
     assert emitted and fired_by_index, (emitted, fired_by_index)  # windows fired, keys found through the index
 
 
