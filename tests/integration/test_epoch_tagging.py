@@ -52,9 +52,9 @@ def _state(md) -> dict[str, list]:
     out = {}
     for uid, by_name in cursor_from_metadata(md).handles.items():
         for name, hs in by_name.items():
-            live = [h for h in hs if h["uri"]]
+            live = [h for h in hs if h.file is not None]
             if live:
-                schema = pq.read_schema(live[0]["uri"][len("file://"):])
+                schema = pq.read_schema(live[0].file.uri[len("file://"):])
                 rows = backend.read_state(LocalFileIO(), live, 0, 15, schema, md.name).to_pylist()
                 out[f"{uid}/{name}"] = sorted(json.dumps(r, sort_keys=True, default=str) for r in rows)
     return out
