@@ -35,7 +35,8 @@ def _reports(draw) -> TaskReport:
     metrics = dict(in_rows=draw(_n), restored_rows=draw(_n), expired_rows=draw(_n), sync_ms=draw(_ms),
                    async_ms=draw(_ms), ack_ts_ms=draw(_ms), alignment_ms=draw(_ms), start_delay_ms=draw(_ms),
                    mode=draw(st.none() | st.sampled_from(["aligned", "unaligned", "at_least_once"])),
-                   s3_requests=draw(st.none() | st.builds(StorageRequests, *[st.integers(0, 10**6)] * 5)))
+                   s3_requests=draw(st.none() | st.builds(StorageRequests, *[st.integers(0, 10**6)] * 5)),
+                   checkpoint_id=draw(st.none() | st.integers(0, 2**62)))  # tagged rounds: the acknowledged checkpoint
     if kind is ReportKind.STATE:
         base = draw(st.none() | _files)
         state = StateHandle(operator_uid=uid, subtask=sub, kg_start=kg_start, kg_end=kg_end, name=name, file=base,
