@@ -204,7 +204,7 @@ class OperatorIO:
 
 
 def handle_ddl(io: OperatorIO) -> str:
-    """The DDL of a terminal operator's handle rows (tagged rounds: with the checkpoint of each row)."""
+    """The DDL of a terminal operator's reports (the one report schema; tagged rounds fill ``checkpoint_id``)."""
     return HANDLE_TAGGED_DDL if io.tagged else HANDLE_DDL
 
 

@@ -185,7 +185,7 @@ def epoch_tagged_task(plan_spec, step: Callable[..., Iterator[pa.RecordBatch]]):
     it is. A tagged round: the rows are split by :data:`~pipeline.runtime.round_params.EPOCH_TAG` and ``step``
     runs once per epoch entry, in order, with that epoch's values and, from the second epoch on, the state
     handles the previous epoch's body wrote as its parent handles (the state stays warm in this worker). The
-    handle rows of every epoch are acknowledged at once, each with its ``checkpoint_id``; a chained operator's
+    reports of every epoch are acknowledged at once, each with its ``checkpoint_id``; a chained operator's
     output rows flow on tagged with their epoch."""
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

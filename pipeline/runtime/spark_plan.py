@@ -12,7 +12,7 @@ handles, staging prefixes, TTL cutoff) reach the tasks in one of two ways:
 
 :meth:`SparkPlan.process_epochs` runs one **tagged** round over several epochs (classic sessions only): the
 splits of every epoch, each tagged with its epoch, and per operator the values of every epoch in order
-(:mod:`pipeline.runtime.round_params`); the handle rows come back with the checkpoint they acknowledge.
+(:mod:`pipeline.runtime.round_params`); the task reports come back with the checkpoint they acknowledge (``TaskReport.checkpoint_id``).
 """
 from __future__ import annotations
 
