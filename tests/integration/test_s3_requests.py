@@ -126,5 +126,9 @@ def test_requests_per_epoch_do_not_grow_with_history(s3_root, monkeypatch):
     # the executors' requests are in the stats too (state chains and staged sink files written, source files
     # read, acks), reported with the operator tasks' handles; they do not grow with history either
     assert all(isinstance(e, StorageRequests) for e in executors), executors
-    assert executors[-1] is not None and executors[-1].put > 0 and executors[-1].get > 0, executors
+    # an operator task's own writes (state chain, staged sink file) are taken after it wrote them: always reported
+    # with its checkpoint. Reads are not guaranteed here: the state is warm (no GET), and the source-reading tasks
+    # report with the next operator task of the same Python worker, which in a session shared with earlier tests
+    # may be another worker than the one running the operator (docs/state.md; CI saw get=0 in every checkpoint)
+    assert executors[-1] is not None and executors[-1].put > 0, executors
     assert executors[-1].list <= executors[1].list + 2, executors
