@@ -29,7 +29,10 @@ def table_lines(results: list[dict], events: int) -> list[str]:
 
 
 def epochal_lines(r: dict) -> list[str]:
-    lines = [f"{r['system']}: {r['checkpoints']} checkpoints in {r['rounds']} rounds; job {r['job_s']:.1f}s = rounds "
+    spark_rounds = r.get("spark_rounds") or r["rounds"]
+    k = os.environ.get("PIPELINE_MAX_EPOCHS_PER_ROUND", "1")
+    lines = [f"{r['system']}: {r['checkpoints']} checkpoints in {spark_rounds} Spark rounds "
+             f"(PIPELINE_MAX_EPOCHS_PER_ROUND={k}); job {r['job_s']:.1f}s = rounds "
              f"{r['rounds_s']:.1f}s + planning/restore/cleanup between rounds {r['job_s'] - r['rounds_s']:.1f}s",
              f"  checkpoint finalize (acks + _metadata + sink commits + retention): {r['checkpoint_finalize_s']:.2f}s"
              f" = {100 * (r['checkpoint_overhead'] or 0):.1f}% of round time"]
@@ -44,7 +47,8 @@ def epochal_lines(r: dict) -> list[str]:
     d = r["round_durations_s"]
     if d:
         rest = sorted(d[1:]) or d
-        lines.append(f"  rounds: first {d[0]:.2f}s (Python workers start), then median {rest[len(rest) // 2]:.2f}s, "
+        lines.append(f"  per checkpoint (a tagged round's time is on its first checkpoint): first {d[0]:.2f}s "
+                     f"(Python workers start), then median {rest[len(rest) // 2]:.2f}s, "
                      f"max {max(rest):.2f}s; state after the last epoch {r['state_bytes_last'] / 1e6:.1f} MB")
     kinds = r.get("cpu_by_kind_s")
     if kinds:

@@ -72,6 +72,11 @@ def _python() -> str:
     return sys.executable
 
 
+def _env_prefix() -> str:
+    """The run's settings that change what is measured, as the shell prefix of the documented command."""
+    return "".join(f"{k}={os.environ[k]} " for k in ("PIPELINE_MAX_EPOCHS_PER_ROUND",) if k in os.environ)
+
+
 def _base_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYSPARK_PYTHON"] = _python()
@@ -555,7 +560,7 @@ def main(argv: list[str] | None = None) -> int:
             print(l)
     print("=" * 110)
     doc = {"date": time.strftime("%Y-%m-%d %H:%M"), "orders": a.orders, "events": events, "gen": gen,
-           "command": "scripts/bench.sh " + " ".join(argv), "args": {k: v for k, v in vars(a).items() if k != "s3_env"},
+           "command": _env_prefix() + "scripts/bench.sh " + " ".join(argv), "args": {k: v for k, v in vars(a).items() if k != "s3_env"},
            "machine": f"{NCPU} cores, {platform.machine()}, Python {platform.python_version()}",
            "storage": "moto S3 (Epochal), local files (peers)" if a.s3 else "local files (file://)",
            "oracle": dg, "results": results, "targets": targets, "notes": notes, "table": lines + ep_lines,
