@@ -4,7 +4,8 @@
 named point is reached (default the first). Several points may be given separated by commas. Points:
 ``reading``, ``writing_state``, ``after_state_before_metadata``, ``after_metadata_before_commit``,
 ``after_commit``, ``after_commit_log_before_table_commit`` (an Iceberg/Delta sink: Epochal's commit log
-entry is written, the table commit is not) and ``retention`` (before each subsumed checkpoint is discarded). Without the variable, :func:`fault_point` costs one dict lookup.
+entry is written, the table commit is not), ``retention`` (before each subsumed checkpoint is discarded) and
+``dead_letter_sweep`` (after each deletion of dead letters a completed checkpoint does not count). Without the variable, :func:`fault_point` costs one dict lookup.
 
 Points are also reached inside Spark's Python workers (``reading``, ``writing_state``). With
 ``EPOCHAL_KILL_SCOPE=group`` the whole process group is killed (driver, JVM, workers: a lost machine;
@@ -30,7 +31,7 @@ FAIL_ENV = "EPOCHAL_FAIL_AT"
 
 FAULT_POINTS = ("reading", "writing_state", "after_state_before_metadata",
                 "after_metadata_before_commit", "after_commit_log_before_table_commit", "after_commit",
-                "retention")
+                "retention", "dead_letter_sweep")
 _hits: dict[str, int] = {}
 _fail_hits: dict[str, int] = {}
 

@@ -6,6 +6,9 @@
   other column), so the call is deterministic whatever the shuffle order;
 * ``state``: the current state rows (``state_schema``) of exactly the keys present in ``rows``.
 
+A null key is one key, as in SQL ``GROUP BY``: its rows come to ``fn`` together (sorted last) with the null
+key's state, and ``fn`` may keep state for it like for any other key.
+
 It returns the new state of those keys (rows of a key absent from ``new_state`` are deleted) and the output rows
 (``output_schema``). State of keys without input is untouched by ``fn``. Epochal adds per state row the barrier
 time of the last epoch in which its key had input (``_touched_us``); with ``ttl_seconds`` a key's state expires
@@ -90,8 +93,6 @@ def process_step(uid: str, key: str, fn: ProcessFn, state_schema: pa.Schema, out
             bad = new_state.filter(foreign)[key][0].as_py()
             raise UserFunctionError(f"process {uid}: fn returned state for key {bad!r}, which had no input in this "
                                     "call (state may only be written for the keys of `rows`)")
-        if pc.any(pc.is_null(new_state[key])).as_py():
-            raise UserFunctionError(f"process {uid}: fn returned state with a null key")
     new_state = new_state.append_column(TOUCHED, pa.array([barrier_us] * new_state.num_rows, pa.int64()))
     if extra:
         if carry is None:

@@ -18,10 +18,11 @@ Rules (``E`` = epoch length, ``end(k) = (k+1)E``, ``p(x)`` = processing epoch of
   State at ``n``: the rows with ``t_x >= c_L``, minus - on a side whose partner side is declared ``unique`` -
   the rows that matched (they left state). Rows violating a ``unique`` declaration are dead-lettered by the
   runtime: the first row per key (by processing epoch, then ``_ingest_ts``) is kept here, and their number is
-  reported. Jobs built with the older join (no ``how``/``unique``: one match per key, both rows leave state)
-  are evaluated as ``unique="both"``.
+  reported (a null key is no key: never a violation, never a match). Jobs built with the older join (no
+  ``how``/``unique``: one match per key, both rows leave state) are evaluated as ``unique="both"``.
 * ``aggregate``: totals per key over all input rows (count = rows, sum, min, max; floating sums exact in
   ``decimal(38,9)``, then correctly rounded to double, like the runtime's state); an upsert sink holds them.
+  A null key is one group (SQL ``GROUP BY``): its row is in the state and the sink exactly once.
 * What is not modelled is listed in :attr:`BatchResult.unchecked` (never skipped silently): an append sink
   of an aggregate (a changelog whose rows depend on round boundaries), an upsert sink of a non-aggregate,
   operators fed by an aggregate, ``process`` nodes, window and deduplicate state, and ``deduplicate`` when a
@@ -290,7 +291,11 @@ class _Compiler:
             first = F.min_by(F.struct(*[F.col(c) for c in order + rest]), F.struct(*[F.col(c) for c in order]))
         # repartitioned by the key first: the sort-based aggregate then sorts once, after the shuffle (grouped
         # directly, Spark would also sort every input partition for a partial aggregate that merges nothing)
-        g = df.repartition(on).groupBy(on).agg(first.alias("__s"), F.count(F.lit(1)).alias("__n"))
+        # a null key equals no key (SQL; the runtime never counts it as a repeat): each null-key row is its own
+        # group (``__nk``, null for every keyed row; grouping by it keeps the shuffle and the order by ``on``)
+        nk = F.when(F.col(on).isNull(), F.monotonically_increasing_id())
+        g = (df.withColumn("__nk", nk).repartition(on).groupBy(on, "__nk")
+             .agg(first.alias("__s"), F.count(F.lit(1)).alias("__n")))
         drop = ("_source",) if not prefix else ("_source", "_partition", "_seq", "_row")
         return g.select(*[(F.col(on) if c == on else F.col("__s").getField(c)).alias(f"{prefix}{c}")
                           for c in df.columns if c not in drop], F.col("__n").alias(f"{prefix}_n" if prefix else "__n"))

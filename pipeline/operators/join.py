@@ -11,7 +11,7 @@ checkpoint's epoch when every input is aligned):
 2. **Declared uniqueness.** On a side declared unique, a new row whose key is already held in that side's
    state, or that repeats a key among the round's new rows of that side (all but the first in
    ``(_ingest_ts, other columns)`` order), is a violation: returned apart (dead letter / fail), never
-   stored or matched.
+   stored or matched. A null key is no key: it never violates a declaration and never matches (SQL).
 3. **Matching.** New left rows meet all right rows (state + new); state left rows meet the new right rows.
    So every pair is produced exactly once, in the round its later row arrives. With own epochs, a pair is
    kept iff ``min(t_l, t_r) >= end(max(p(l), p(r))) - ttl`` (rows held back by a low ``L`` never pair with
@@ -96,9 +96,14 @@ def _live(t: pa.Table, cutoff) -> pa.Array:
 
 
 def _duplicates(new: pa.Table, held: pa.Table, key: str) -> tuple[pa.Table, pa.Table]:
-    """Split ``new`` rows of a unique side into (kept, violations)."""
+    """Split ``new`` rows of a unique side into (kept, violations). A null key equals no key (SQL: a UNIQUE
+    column may hold several NULLs), so rows with a null key are never violations (they never match either)."""
     if new.num_rows == 0:
         return new, new.slice(0, 0)
+    nulls = pc.is_null(new[key])
+    if pc.any(nulls).as_py():
+        kept, bad = _duplicates(new.filter(pc.invert(nulls)), held, key)
+        return pa.concat_tables([kept, new.filter(nulls)]), bad
     clash = pc.fill_null(pc.is_in(new[key], value_set=held[key]), False) if held.num_rows else None
     if clash is not None and not pc.any(clash).as_py():
         clash = None

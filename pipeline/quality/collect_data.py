@@ -54,9 +54,10 @@ def _per_group_arrow(norm: pa.Table, obj: str, n_measures: int) -> pd.DataFrame:
 def _dup_examples_arrow(norm: pa.Table, limit: int = 20) -> list[dict]:
     if norm.num_rows == 0:
         return []
-    t = pa.table({"obj": norm["obj"], "kg": norm["kg"], "key": norm["key"]})
+    keyed = norm.filter(pc.equal(norm["null_key"], 0))  # keyed rows: an aggregate's NULL group included
+    t = pa.table({"obj": keyed["obj"], "kg": keyed["kg"], "key": keyed["key"]})
     per_key = t.group_by(["obj", "kg", "key"]).aggregate([([], "count_all")])
-    d = per_key.filter(pc.and_(pc.greater(per_key["count_all"], 1), pc.is_valid(per_key["key"])))
+    d = per_key.filter(pc.greater(per_key["count_all"], 1))
     return [{"object": r["obj"], "kg": r["kg"], "key": r["key"], "count": r["count_all"]}
             for r in d.slice(0, limit).to_pylist()]
 
@@ -248,13 +249,12 @@ class DataCollector(CollectorBase):
             key = list(spec.upsert_key or ([spec.key] if spec.key else []))
             if parts:
                 tb = pa.concat_tables(parts, promote_options="default")
-                if key:
+                if key:  # the newest row per key: files are in lineage order, so the last row of its key; a
+                    # group-by (not a join, whose key equality drops null keys) keeps an aggregate's NULL group
                     order = pa.array(np.arange(tb.num_rows), pa.int64())
                     tb = tb.append_column("__ord", order)
-                    newest = tb.group_by(key).aggregate([("__txn", "max")])
-                    j = tb.join(newest, keys=key)
-                    tb = j.filter(pc.equal(j["__txn"], j["__txn_max"])).sort_by("__ord").drop_columns(
-                        ["__ord", "__txn_max"])
+                    newest = tb.group_by(key, use_threads=False).aggregate([("__ord", "max")])["__ord_max"]
+                    tb = tb.filter(pc.is_in(tb["__ord"], value_set=newest)).sort_by("__ord").drop_columns(["__ord"])
                 tb = tb.drop_columns(["__txn"])
             else:
                 tb = pa.table({})

@@ -1,6 +1,7 @@
 """What a job's graph implies for validation: objects to check, their keys, groups and expected schemas.
 
-* every stateful operator's named states (``state/<uid>/<name>``): key = the join key / aggregate key;
+* every stateful operator's named states (``state/<uid>/<name>``): key = the join key / aggregate key (a null
+  aggregate key is one group, a null join key is no key: docs/operators.md "Null keys");
 * every sink table (``sink/<table>``): key = the join key of an append sink fed by a join (each result row
   once), or the upsert key; append sinks of a join that an aggregate summarises carry that aggregate's
   group and measures, so that per-group totals can be compared (e.g. ``merchant_revenue`` vs
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from pipeline.job import AggregateNode, Job, JoinNode, MapNode, ProcessNode, SinkNode, SourceNode, WindowNode
-from pipeline.quality.normalize import ObjectSpec, schema_signature
+from pipeline.quality.normalize import NullKey, ObjectSpec, schema_signature
 
 __all__ = ["JobObjects", "job_objects", "node_schema", "state_obj", "sink_obj"]
 
@@ -137,7 +138,8 @@ def job_objects(job: Job, default_ttl_seconds: int | None) -> JobObjects:
             unique = _join_unique(op)
             for name in ("left", "right"):
                 o = state_obj(op.uid, name)
-                specs[o] = ObjectSpec(o, "state", op.on, unique_key=unique in (name, "both"))
+                # a null join key matches nothing: such rows are held (and emitted alone by an outer join)
+                specs[o] = ObjectSpec(o, "state", op.on, unique_key=unique in (name, "both"), null_key=NullKey.NO_KEY)
                 t = op.ttl_seconds if op.ttl_seconds is not None else default_ttl_seconds
                 ttl[o] = t or None
         elif isinstance(op, (WindowNode, ProcessNode)):
@@ -148,7 +150,7 @@ def job_objects(job: Job, default_ttl_seconds: int | None) -> JobObjects:
             o = state_obj(op.uid, "agg")
             measures: tuple[tuple[str, str | None], ...] = tuple(
                 (out, out) for out, fn, _ in op.aggs if fn in ("count", "sum"))
-            specs[o] = ObjectSpec(o, "state", op.key, op.key, measures, op.uid)
+            specs[o] = ObjectSpec(o, "state", op.key, op.key, measures, op.uid, null_key=NullKey.GROUP)
             ttl[o] = None
             aggregates[op.uid] = {"state": o, "append": None, "upsert": None, "measures": [m for m, _ in measures]}
         for name in job.state_names(op.uid):
@@ -161,7 +163,8 @@ def job_objects(job: Job, default_ttl_seconds: int | None) -> JobObjects:
         schemas[o] = schema_signature(sch) if sch is not None else None
         if isinstance(parent, AggregateNode) and sink.mode == "upsert":
             measures = tuple((out, out) for out, fn, _ in parent.aggs if fn in ("count", "sum"))
-            specs[o] = ObjectSpec(o, "sink", parent.key, parent.key, measures, parent.uid, tuple(sink.key))
+            specs[o] = ObjectSpec(o, "sink", parent.key, parent.key, measures, parent.uid, tuple(sink.key),
+                                  null_key=NullKey.GROUP)
             aggregates.setdefault(parent.uid, {"state": state_obj(parent.uid, "agg"), "append": None, "upsert": None,
                                                "measures": [m for m, _ in measures]})["upsert"] = o
         elif isinstance(parent, JoinNode) and sink.mode == "append":
@@ -183,8 +186,10 @@ def job_objects(job: Job, default_ttl_seconds: int | None) -> JobObjects:
             # to pair: it is emitted alone when it expires in turn), even with unique keys on both sides
             specs[o] = ObjectSpec(o, "sink", parent.on, group, measures, agg_uid,
                                   unique_key=_join_unique(parent) == "both"
-                                  and getattr(parent, "how", "inner") == "inner")
+                                  and getattr(parent, "how", "inner") == "inner", null_key=NullKey.NO_KEY)
         else:
             key = tuple(sink.key) if sink.mode == "upsert" else ()
-            specs[o] = ObjectSpec(o, "sink", key[0] if len(key) == 1 else None, upsert_key=key)
+            # an upsert sink keeps the newest row per key, the null key being one key (null-safe equality)
+            specs[o] = ObjectSpec(o, "sink", key[0] if len(key) == 1 else None, upsert_key=key,
+                                  null_key=NullKey.GROUP if key else NullKey.INVALID)
     return JobObjects(specs, schemas, ttl, aggregates)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import io
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, Iterator, Mapping
 
 import numpy as np
@@ -25,8 +26,8 @@ from pipeline.fileio import file_io_for
 from pipeline.quality.keygroups import xxhash64
 from pipeline.state.changelog import apply_changelog
 
-__all__ = ["ObjectSpec", "NORM_SCHEMA", "SUMMARY_SCHEMA", "SUMMARY_DDL", "KG_SUMS", "MAX_MEASURES", "TS_MOD",
-           "normalize", "summarize", "group_sums", "schema_signature", "read_files_task", "rows_task", "key_group_filter", "count_keys", "cents"]
+__all__ = ["ObjectSpec", "NullKey", "NULL_GROUP", "NORM_SCHEMA", "SUMMARY_SCHEMA", "SUMMARY_DDL", "KG_SUMS",
+           "MAX_MEASURES", "TS_MOD", "normalize", "summarize", "group_sums", "schema_signature", "read_files_task", "rows_task", "key_group_filter", "count_keys", "cents"]
 
 MAX_MEASURES = 4
 TS_MOD = 1_000_003               # timestamps enter the fingerprint modulo a prime (sums stay in int64)
@@ -34,6 +35,7 @@ _STR_MASK = np.int64(0x0FFFFFFF)
 _STR_SEED = 1009
 KG_COLUMN = "_kg"
 INGEST = "_ingest_ts"
+NULL_GROUP = "\u2205null"        # the per-group totals' name of an aggregate's NULL group (a null group key)
 
 NORM_SCHEMA = pa.schema([
     ("obj", pa.string()),        # state/<uid>/<name> | sink/<table>
@@ -49,8 +51,8 @@ NORM_SCHEMA = pa.schema([
     ("fp_num", pa.int64()),
     ("fp_ts", pa.int64()),
     ("fp_str", pa.int64()),
-    ("null_key", pa.int32()),
-    ("null_val", pa.int32()),
+    ("null_key", pa.int32()),   # 0: a key (an aggregate's NULL group included), 1: missing key, 2: a null key
+    ("null_val", pa.int32()),   # that is no key by design (a join: matches nothing; neither counted nor flagged)
     ("neg_val", pa.int32()),
     ("ingest_us", pa.int64()),
 ])
@@ -76,6 +78,14 @@ KG_SUMS = ("rows", "null_keys", "kg_mismatch", "out_of_range", "null_values", "n
            "expired", "fp_num", "fp_ts", "fp_str")
 
 
+class NullKey(str, Enum):
+    """What a null key means in an object (docs/operators.md "Null keys")."""
+
+    INVALID = "invalid"   # a row must have a key: a null (or empty) key is counted in ``null_keys`` (flagged)
+    GROUP = "group"       # SQL GROUP BY: the null key is one key (an aggregate's NULL group, an upsert sink's row)
+    NO_KEY = "no_key"     # SQL equality: a null key equals nothing (a join's rows): neither a key nor flagged
+
+
 @dataclass(frozen=True, slots=True)
 class ObjectSpec:
     """How to normalise the rows of one state or sink object."""
@@ -91,6 +101,7 @@ class ObjectSpec:
     # set them to the batch evaluation's columns, so runtime-internal columns do not count
     unique_key: bool = True                   # False: several rows per key are legitimate (a many-to-many join's
     # state and output); duplicates are then not an error
+    null_key: NullKey = NullKey.INVALID       # what a null key value means here
 
     def __post_init__(self) -> None:
         if len(self.measures) > MAX_MEASURES:
@@ -164,8 +175,13 @@ def normalize(table: pa.Table, spec: ObjectSpec, *, fid: int = -1, kg_lo: int | 
         fp_ts += np.mod(pc.fill_null(v, 0).to_numpy(zero_copy_only=False).astype(np.int64), TS_MOD)
     if spec.key is not None and spec.key in table.column_names:
         key = pc.cast(_as_array(table[spec.key]), pa.string())
-        null_key = pc.fill_null(pc.or_(pc.is_null(key), pc.equal(key, "")), True)
-        null_key = np.asarray(null_key.to_numpy(zero_copy_only=False), dtype=np.int32)
+        if spec.null_key is NullKey.INVALID:
+            null_key = pc.fill_null(pc.or_(pc.is_null(key), pc.equal(key, "")), True)
+            null_key = np.asarray(null_key.to_numpy(zero_copy_only=False), dtype=np.int32)
+        elif spec.null_key is NullKey.NO_KEY:
+            null_key = np.asarray(key.is_null().to_numpy(zero_copy_only=False), dtype=np.int32) * 2
+        else:  # GROUP: every row is keyed; the null key hashes like Spark's xxhash64(NULL) (the seed): one key
+            null_key = np.zeros(n, dtype=np.int32)
     else:
         key = pa.nulls(n, pa.string())
         null_key = np.zeros(n, dtype=np.int32)
@@ -178,8 +194,8 @@ def normalize(table: pa.Table, spec: ObjectSpec, *, fid: int = -1, kg_lo: int | 
     kg = np.mod(khash, np.int64(max_parallelism)).astype(np.int32) if max_parallelism else np.zeros(n, np.int32)
     kg_stored = (pc.cast(_as_array(table[KG_COLUMN]), pa.int32()) if KG_COLUMN in table.column_names
                  else pa.nulls(n, pa.int32()))
-    gkey = (pc.cast(_as_array(table[spec.group]), pa.string()) if spec.group and spec.group in table.column_names
-            else pa.nulls(n, pa.string()))
+    gkey = (pc.fill_null(pc.cast(_as_array(table[spec.group]), pa.string()), NULL_GROUP)  # the NULL group counts
+            if spec.group and spec.group in table.column_names else pa.nulls(n, pa.string()))
     measures = []
     for i in range(MAX_MEASURES):
         if i < len(spec.measures):
@@ -221,7 +237,7 @@ def summarize(norm: pa.Table, *, barrier_us: int | None = None, cutoff_us: int |
     none = pa.array(np.zeros(n, bool))
     after = pc.fill_null(pc.greater_equal(ing, barrier_us), False) if barrier_us is not None else none
     expired = pc.fill_null(pc.less(ing, cutoff_us), False) if cutoff_us is not None else none
-    t = pa.table({"kg": kg, "null_key": pc.cast(norm["null_key"], pa.int64()),
+    t = pa.table({"kg": kg, "null_key": pc.cast(pc.equal(norm["null_key"], 1), pa.int64()),
                   "kg_mismatch": pc.cast(mismatch, pa.int64()), "out_of_range": pc.cast(oor, pa.int64()),
                   "null_val": pc.cast(norm["null_val"], pa.int64()), "neg_val": pc.cast(norm["neg_val"], pa.int64()),
                   "after": pc.cast(after, pa.int64()), "expired": pc.cast(expired, pa.int64()),

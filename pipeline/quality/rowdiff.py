@@ -11,6 +11,8 @@ from pipeline.quality.collect_base import MAX_EXAMPLES
 
 __all__ = ["row_diff"]
 
+_NULL = "__isnull:"
+
 
 def _comparable(t: pa.Table, cols: list[str]) -> pa.Table:
     out = {}
@@ -24,8 +26,15 @@ def _comparable(t: pa.Table, cols: list[str]) -> pa.Table:
             a = pc.cast(a, pa.int64())
         else:
             a = pc.cast(a, pa.string())
-        out[c] = a
+        # a join's key equality drops nulls: compare (value or a filler, is-null) so a null equals a null (an
+        # aggregate's NULL group, an outer join's other side)
+        out[c] = pc.fill_null(a, pa.scalar(0 if pa.types.is_integer(a.type) else "", a.type))
+        out[_NULL + c] = pc.is_null(a)
     return pa.table(out)
+
+
+def _restore_nulls(rec: dict, cols: list[str]) -> dict:
+    return {c: (None if rec.get(_NULL + c) else rec[c]) for c in cols}
 
 
 def _readable(rec: dict, types: Mapping[str, pa.DataType]) -> dict:
@@ -50,9 +59,10 @@ def row_diff(actual: pa.Table, expected: pa.Table) -> dict:
     if missing_cols:
         return {"missing": expected.num_rows, "extra": actual.num_rows, "missing_rows": [], "extra_rows": [],
                 "extra_table": None, "error": f"actual rows lack columns {missing_cols}"}
-    a = _comparable(actual, cols).group_by(cols).aggregate([([], "count_all")]).rename_columns(cols + ["n_act"])
-    e = _comparable(expected, cols).group_by(cols).aggregate([([], "count_all")]).rename_columns(cols + ["n_exp"])
-    j = a.join(e, keys=cols, join_type="full outer")
+    both = cols + [_NULL + c for c in cols]
+    a = _comparable(actual, cols).group_by(both).aggregate([([], "count_all")]).rename_columns(both + ["n_act"])
+    e = _comparable(expected, cols).group_by(both).aggregate([([], "count_all")]).rename_columns(both + ["n_exp"])
+    j = a.join(e, keys=both, join_type="full outer")
     n_act = pc.fill_null(j["n_act"], 0)
     n_exp = pc.fill_null(j["n_exp"], 0)
     miss_n = pc.max_element_wise(pc.subtract(n_exp, n_act), 0)
@@ -60,9 +70,11 @@ def row_diff(actual: pa.Table, expected: pa.Table) -> dict:
     types = {c: expected.schema.field(c).type for c in cols}
     miss = j.filter(pc.greater(miss_n, 0))
     extra = j.filter(pc.greater(extra_n, 0))
-    ex_m = [{**_readable({c: r[c] for c in cols}, types), "_expected": r["n_exp"] or 0, "_actual": r["n_act"] or 0}
+    ex_m = [{**_readable(_restore_nulls(r, cols), types), "_expected": r["n_exp"] or 0, "_actual": r["n_act"] or 0}
             for r in miss.slice(0, MAX_EXAMPLES).to_pylist()]
-    ex_x = [{**_readable({c: r[c] for c in cols}, types), "_expected": r["n_exp"] or 0, "_actual": r["n_act"] or 0}
+    ex_x = [{**_readable(_restore_nulls(r, cols), types), "_expected": r["n_exp"] or 0, "_actual": r["n_act"] or 0}
             for r in extra.slice(0, MAX_EXAMPLES).to_pylist()]
     return {"missing": int(pc.sum(miss_n).as_py() or 0), "extra": int(pc.sum(extra_n).as_py() or 0),
-            "missing_rows": ex_m, "extra_rows": ex_x, "extra_table": extra.select(cols), "error": None}
+            "missing_rows": ex_m, "extra_rows": ex_x, "extra_table": pa.table(
+                {c: pc.if_else(extra[_NULL + c], pa.scalar(None, extra[c].type), extra[c]) for c in cols}),
+            "error": None}

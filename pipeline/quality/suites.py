@@ -227,11 +227,12 @@ SUITES: tuple[SuiteSpec, ...] = (
         )),
     SuiteSpec(
         "epochal_state_key_groups", "state", "state_key_groups", ("object", "kg"),
-        "Restored operator state, per operator, state and key group: unique non-null keys, every key in the "
-        "key group and key-group range that owns it, value ranges, nothing past the barrier.",
+        "Restored operator state, per operator, state and key group: unique keys (a null aggregate key is one), "
+        "every key in the key group and key-group range that owns it, value ranges, nothing past the barrier.",
         (
             _zero("dup_keys", "keys are unique per operator, state and key group", "state_duplicates"),
-            _zero("null_keys", "state keys are never null"),
+            _zero("null_keys", "no state row lacks a key it needs (an aggregate's NULL group and a join row with a "
+                  "null key, which matches nothing, are legitimate: docs/operators.md \"Null keys\")"),
             _zero("kg_mismatch", "every row is filed under the key group of its key"),
             _zero("out_of_range", "every key lies in the key-group range of the subtask whose file holds it"),
             ExpectationSpec("ExpectColumnValuesToBeBetween", {"column": "files", "min_value": 1, "max_value": 1},
@@ -248,7 +249,7 @@ SUITES: tuple[SuiteSpec, ...] = (
         (
             _zero("dup_keys", "no duplicate key in committed output (e.g. order_id in paid_orders)",
                   "sink_duplicates"),
-            _zero("null_keys", "committed rows have a key"),
+            _zero("null_keys", "committed rows have a key (an aggregate's NULL group is one key, held exactly once)"),
         )),
     SuiteSpec(
         "epochal_sink_totals", "sink", "group_totals", ("aggregate", "group", "measure"),

@@ -21,11 +21,18 @@ from pipeline.checkpoint.coordinator import CheckpointCoordinator
 from pipeline.clock import Clock, clock_from_iso
 from pipeline.config import PipelineConfig
 from pipeline.epochs import EpochClock
-from pipeline.exceptions import ConditionalWriteError, ConfigError, EpochalError
+from pipeline.exceptions import (
+    ConditionalWriteError,
+    ConfigError,
+    CorruptCheckpointError,
+    EpochalError,
+    ObjectNotFoundError,
+)
 from pipeline.fileio import file_io_for, join_uri
 from pipeline.job import Job, JoinNode, SinkNode, SourceNode
 from pipeline.layout import JobLayout
 from pipeline.master import connect_url, probe_connect
+from pipeline.runtime.dead_letters import DeadLetterFiles, sweep_dead_letters
 from pipeline.runtime.keyed_ops import validate_keyed_ops
 from pipeline.runtime.session import get_spark, is_connect_session, ship_job_code
 from pipeline.sink.formats import open_sink_table, resolve_format
@@ -197,6 +204,35 @@ class RuntimeContext:
         for sink in self.job.sinks():
             if sink.table in md.sinks:
                 self.sink(sink).recover_and_commit(md, restoring=restoring)
+
+    def sweep_dead_letters(self, md) -> None:
+        """Leave each operator dead letter of completed checkpoint ``md``'s epoch exactly once: delete what ``md``
+        does not count and no other completed checkpoint owns (:mod:`pipeline.runtime.dead_letters`; run after
+        the sink commit and on every restore, so a kill in the middle is finished by the next start)."""
+        kept = DeadLetterFiles.from_extra(md.extra or {}, md.epoch)
+        if not kept.files or not self.dead_letter_root:
+            return
+        store = self.coordinator.store
+
+        def completed(cid: int) -> bool:
+            try:
+                store.get(cid)
+                return True
+            except ObjectNotFoundError:
+                return False
+            except CorruptCheckpointError:
+                return True  # not ours to judge: keep its files
+
+        try:
+            res = sweep_dead_letters(file_io_for(self.dead_letter_root), self.dead_letter_root, self.job.name,
+                                     md.checkpoint_id, kept, completed)
+        except EpochalError as e:  # the sweep must never fail a run (the next completion or restore redoes it)
+            self.echo(f"WARNING: dead letters of checkpoint {md.checkpoint_id} (epoch {md.epoch}): sweep failed: {e}")
+            return
+        if res.deleted_attempts or res.deleted_files:
+            self.echo(f"dead letters of epoch {kept.epoch}: removed {res.deleted_attempts} directory(ies) of "
+                      f"checkpoint attempts that never completed and {res.deleted_files} file(s) of failed task "
+                      f"attempts (checkpoint {md.checkpoint_id} counts its own)")
 
     def cleanup_sink_garbage(self, after: int | None = None, *, full: bool | None = None) -> None:
         """Delete staged sink output of aborted/crashed checkpoints. Spares completed checkpoints (their

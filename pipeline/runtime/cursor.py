@@ -93,4 +93,5 @@ def restore_cursor(ctx: RuntimeContext, report: RunReport | None = None) -> Curs
     if completed is None:
         return Cursor()
     ctx.recover_sinks(completed.metadata)
+    ctx.sweep_dead_letters(completed.metadata)  # finishes a sweep a kill interrupted (runtime.dead_letters)
     return cursor_from_metadata(completed.metadata)

@@ -12,7 +12,9 @@ protocol on the driver:
 3. Complete: write ``_metadata`` last with a conditional PUT (the checkpoint exists from here on) and apply
    retention (:meth:`pipeline.checkpoint.coordinator.CheckpointCoordinator.complete`).
 4. Commit: commit every sink transaction of n (two-phase commit; idempotent, redone on restore).
-5. Clean up: delete the state of earlier rounds of n (not referenced by ``_metadata``).
+5. Clean up: delete the state of earlier rounds of n (not referenced by ``_metadata``), and the operator dead
+   letters of n's epoch that n does not count (a crashed attempt's, a failed task attempt's; redone on restore:
+   :mod:`pipeline.runtime.dead_letters`).
 6. Listen: the checkpoint listeners run (e.g. the per-epoch quality check), then the round is reported
    and the cursor the next round continues from is returned.
 
@@ -22,7 +24,7 @@ re-commit on restore (step 4 of the next restore).
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Callable, Mapping, Sequence
 
 from pipeline.barriers.events import CheckpointType
 from pipeline.checkpoint.handles import ChannelStateHandle
@@ -36,6 +38,8 @@ from pipeline.layout import round_state_prefix
 from pipeline.runtime.alignment import MODE_ALIGNED, channel_name
 from pipeline.runtime.context import RuntimeContext
 from pipeline.runtime.cursor import Cursor, cursor_from_metadata
+from pipeline.runtime.dead_letters import EXTRA_KEY as DEAD_LETTERS_KEY
+from pipeline.runtime.dead_letters import DeadLetterFiles
 from pipeline.runtime.results import RoundResult
 from pipeline.source.contract import read_inventory
 from pipeline.source.planner import count_rows
@@ -60,9 +64,11 @@ class CheckpointFinalizer:
                records: dict | None = None, backlog: dict | None = None,
                dropped: dict | None = None, low_epoch: int | None = None,
                inflight_low_epoch: int | None = None,
-               executor_requests: StorageRequests | None = None) -> tuple[Cursor, list[RoundResult]]:
+               executor_requests: StorageRequests | None = None,
+               dead_letter_files: Mapping[str, Sequence[str]] | None = None) -> tuple[Cursor, list[RoundResult]]:
         """Checkpoint n is snapshotted (``snap``): acknowledge the tasks' handles of round ``last_round``
-        with the alignment metrics, write ``_metadata`` (last), commit the sinks."""
+        with the alignment metrics, write ``_metadata`` (last), commit the sinks. ``dead_letter_files``: per
+        operator, the dead-letter files of every round of n (recorded in ``_metadata``, the rest swept)."""
         ctx = self.ctx
         job = ctx.job
         cid, epoch = pending.checkpoint_id, pending.epoch
@@ -114,6 +120,7 @@ class CheckpointFinalizer:
 
         # Step 3: complete - _metadata written last (conditional PUT), retention applied
         full = {s.table: False for s in job.sinks()}
+        dl_files = DeadLetterFiles(epoch, {u: tuple(sorted(fs)) for u, fs in (dead_letter_files or {}).items() if fs})
         completed = ctx.coordinator.complete(
             pending, positions=positions, channel_state=ranges, sinks_full=full, backlog=backlog,
             dead_letters=dead_letters, rounds=last_round + 1, executor_s3_requests=executor_requests,
@@ -124,6 +131,7 @@ class CheckpointFinalizer:
                    "low_epoch": epoch if low_epoch is None else int(low_epoch),
                    # the lowest own epoch of the in-flight rows written as channel state (replayed first)
                    **({"inflight_low_epoch": int(inflight_low_epoch)} if inflight_low_epoch is not None else {}),
+                   **({DEAD_LETTERS_KEY: dl_files.to_dict()} if dl_files.files else {}),
                    "source_files": (read_inventory(getattr(ctx, "source_listing", {}), positions,
                                                    getattr(ctx, "source_inventory_behind", {})) if summaries
                                     else working.inventory)})
@@ -133,8 +141,10 @@ class CheckpointFinalizer:
         ctx.recover_sinks(completed.metadata, restoring=False)  # not a restore: no "re-committed" wording
         fault_point("after_commit")
 
-        # Step 5: clean up the state of the earlier rounds of this checkpoint
+        # Step 5: clean up the state of the earlier rounds of this checkpoint, and the dead letters of its epoch
+        # that it does not count
         self.drop_round_scratch(pending.location, last_round)
+        ctx.sweep_dead_letters(completed.metadata)
 
         # Step 6: listeners (e.g. the cheap per-epoch quality subset), then report and continue
         if pending.kind == CheckpointType.CHECKPOINT:

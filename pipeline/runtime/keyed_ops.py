@@ -31,6 +31,7 @@ from pipeline.job import Job, ProcessNode, WindowNode
 from pipeline.keygroups import key_group_expr, range_for_subtask, subtask_expr
 from pipeline.process_op import TOUCHED, process_step
 from pipeline.runtime.dataflow import arrow_schema_of, handle_ddl, schema_ddl, with_tag
+from pipeline.runtime.dead_letters import attempt_dead_letter_dir, dead_letter_name, operator_dead_letter_prefix
 from pipeline.runtime.operator_registry import register_operator
 from pipeline.runtime.operators import (
     HANDLE_DDL,
@@ -50,24 +51,13 @@ from pipeline.windows.assign import PENDING_US, window_index
 from pipeline.windows.watermark import WATERMARK_SCHEMA, WatermarkState, merge_observations, observe_channels
 
 __all__ = ["WindowTaskSpec", "ProcessTaskSpec", "make_window_task", "make_process_task", "window_dataframe",
-           "process_dataframe", "validate_keyed_ops", "CHANNEL", "MARKER", "OBS_PREFIX", "late_dead_letter_name",
-           "late_dead_letter_prefix"]
+           "process_dataframe", "validate_keyed_ops", "CHANNEL", "MARKER", "OBS_PREFIX"]
 
 CHANNEL = "_wm_channel"   # the watermark channel of a record (source partition or upstream operator)
 MARKER = "_wm_max"        # set on marker rows only: the channel's highest event time (µs) in one upstream task
 OBS_PREFIX = "~obs~"      # wm state rows holding this checkpoint's observations of earlier rounds
 _ALL_KG = (0, 1 << 30)
 SEC = 1_000_000
-
-
-def late_dead_letter_name(uid: str) -> str:
-    """The stats key (``checkpoints show`` dead letters) of an operator's dead letters."""
-    return f"operator={uid}"
-
-
-def late_dead_letter_prefix(dead_letter_root: str, job: str, uid: str) -> str:
-    """Where a window's late and unassignable records go (one directory per operator, as the join's)."""
-    return f"{dead_letter_root.rstrip('/')}/{job}/operator={uid}"
 
 
 def validate_keyed_ops(job: Job, config) -> None:
@@ -216,10 +206,11 @@ def make_window_task(spec: WindowTaskSpec):
         if out.num_rows:
             ofh = write_table(fio, f"{spec.output_prefix}/part-{spec.file_tag}-{subtask:05d}.parquet", out)
         dfh = _write_dead_letters(
-            file_io_for(spec.dead_letter_prefix), f"{spec.dead_letter_prefix}/epoch-{spec.epoch}/{spec.checkpoint}",
+            file_io_for(spec.dead_letter_prefix), attempt_dead_letter_dir(spec.dead_letter_prefix, spec.epoch,
+                                                                          spec.checkpoint),
             f"{spec.file_tag}-kg-{kgr.start:05d}-{kgr.end:05d}", res.late, res.bad, wm.watermark_us)
         sync_ms += (time.perf_counter() - t_out) * 1000
-        name = late_dead_letter_name(spec.uid)
+        name = dead_letter_name(spec.uid)
         handles = [(ReportKind.STATE, "win", sh), (ReportKind.STATE, "wm", wsh),
                    (ReportKind.OUTPUT, spec.output_name, ofh), (ReportKind.DEAD_LETTER, name, dfh)]
         rows_out = [task_report(kind, spec.uid, nm, subtask, kgr, h, in_rows=in_rows, restored=restored,
@@ -302,7 +293,7 @@ def window_dataframe(spark, job: Job, op: WindowNode, resolve, io):
                    if io.ack_prefix is not None else None)
     spec = WindowTaskSpec(op.uid, io.checkpoint, wspec, task_in, P, MP, io.parent_handles, io.state_prefix,
                           io.output_prefix, io.output_name, io.file_tag, out_schema,
-                          late_dead_letter_prefix(io.dead_letter_root or "", job.name, op.uid), io.bad_records,
+                          operator_dead_letter_prefix(io.dead_letter_root or "", job.name, op.uid), io.bad_records,
                           io.ack_prefix, io.epoch, io.complete,
                           io.barrier_us, flow_schema)
     result = shuffled.mapInArrow(make_window_task(spec),
@@ -358,8 +349,18 @@ def make_process_task(spec: ProcessTaskSpec):
             state = access.read([incoming.select([spec.key, KG_COLUMN])] if incoming is not None else [])["proc"]
             restored = state.num_rows
 
-            def carry(new_state: pa.Table) -> pa.Table:
-                return new_state.join(kgs, keys=spec.key, join_type="inner", use_threads=False).select(sschema.names)
+            def carry(new_state: pa.Table) -> pa.Table:  # the key group of each key (the null key included)
+                assert kgs is not None  # fn is only called with input rows
+                nulls = pc.is_null(new_state[spec.key])
+                keyed = new_state.filter(pc.invert(nulls)).join(
+                    kgs, keys=spec.key, join_type="inner", use_threads=False).select(sschema.names)
+                if not pc.any(nulls).as_py():
+                    return keyed
+                kg_null = kgs.filter(pc.is_null(kgs[spec.key]))[KG_COLUMN][0]  # the null key had input (checked)
+                null_rows = new_state.filter(nulls)
+                null_rows = null_rows.append_column(KG_COLUMN, pa.array([kg_null.as_py()] * null_rows.num_rows,
+                                                                        pa.int32()))
+                return pa.concat_tables([keyed, null_rows.select(sschema.names).cast(keyed.schema)])
 
             res = process_step(spec.uid, spec.key, spec.fn, spec.state_schema, spec.output_schema, state, rows,
                                barrier_us=spec.barrier_us, ttl_us=ttl_us, carry=carry)

@@ -38,6 +38,7 @@ from pipeline.operators.ttl import ROW_EPOCH, micros
 # the state backends register themselves with the state-access port (pipeline.runtime.state_access)
 from pipeline.runtime import heap_state as _heap_backend  # noqa: F401
 from pipeline.runtime import keyed_stores as _rocksdb_backend  # noqa: F401
+from pipeline.runtime.dead_letters import attempt_dead_letter_dir, operator_dead_letter_prefix
 from pipeline.runtime.report_codec import REPORT_DDL, to_batch, to_ipc
 from pipeline.runtime.round_params import EPOCH_TAG, apply_params, epoch_entries, operator_key, task_params
 from pipeline.runtime.routing import BEACON
@@ -251,11 +252,11 @@ def run_epochs(plan_spec, step, entries: list[dict], batches: Iterator[pa.Record
     yield from outs
 
 
-def operator_dead_letter_uri(dead_letter_root: str, job: str, uid: str, checkpoint: str, name: str,
+def operator_dead_letter_uri(dead_letter_root: str, job: str, uid: str, epoch: int, checkpoint: str, name: str,
                              file_tag: str, subtask: int) -> str:
-    """Where an operator's dead letters of one round and subtask go (``operator=`` cannot clash with a source
-    name). Only files of completed checkpoints count; the checkpoint's stats hold the counts."""
-    return (f"{dead_letter_root.rstrip('/')}/{job}/operator={uid}/{checkpoint}/"
+    """Where an operator's dead letters of one round and subtask go (layout and sweep:
+    :mod:`pipeline.runtime.dead_letters`). Only files of completed checkpoints count; its stats hold the counts."""
+    return (f"{attempt_dead_letter_dir(operator_dead_letter_prefix(dead_letter_root, job, uid), epoch, checkpoint)}/"
             f"{name}-{file_tag}-{subtask:05d}.jsonl")
 
 
@@ -275,7 +276,7 @@ def _join_violations(spec: "JoinTaskSpec", res, subtask: int) -> list[tuple[str,
                 f"unique={spec.unique.value!r} declares {name} keys unique (e.g. {spec.key}={first.get(spec.key)!r})")
         if spec.bad_records == "fail" or not spec.dead_letter_root:
             raise MalformedInputError(what)
-        uri = operator_dead_letter_uri(spec.dead_letter_root, spec.job, spec.uid, spec.checkpoint, name,
+        uri = operator_dead_letter_uri(spec.dead_letter_root, spec.job, spec.uid, spec.epoch, spec.checkpoint, name,
                                        spec.file_tag, subtask)
         lines = [json.dumps({"operator": spec.uid, "side": name, "checkpoint": spec.checkpoint,
                              "error": f"duplicate key on the side declared unique ({name})", "values": v},

@@ -36,6 +36,7 @@ from pipeline.runtime.alignment import MODE_ALIGNED, AlignmentDriver, NextStop
 from pipeline.runtime.barrier_log import BarrierLog, Barriers
 from pipeline.runtime.context import RuntimeContext
 from pipeline.runtime.cursor import Cursor
+from pipeline.runtime.dead_letters import files_of_reports
 from pipeline.runtime.epoch_groups import PlannedEpoch, group_refusal
 from pipeline.runtime.finalize import CheckpointFinalizer
 from pipeline.runtime.input_epochs import InputEpochs
@@ -155,6 +156,7 @@ class RoundExecutor:
                 dead_letters[s] = dead_letters.get(s, 0) + n
             ctx.unexpected_dead_letters = {}
         dropped: dict[str, int] = {}  # rows an operator drops by design (deduplicate), per operator uid
+        dl_files: dict[str, list[str]] = {}  # per operator: the dead-letter files counted (runtime.dead_letters)
         executor_requests = StorageRequests()  # the executors' S3 requests reported with this checkpoint's rounds
         last_rows: list[TaskReport] = []
         while True:
@@ -166,7 +168,7 @@ class RoundExecutor:
                 return self.finalizer.finish(pending, snap, working, last_rows, staged, results, dead_letters,
                                              summaries, expected, P, last_round=rnd - 1, t0=t0,
                                              dropped=dropped, low_epoch=lows.get(rnd - 1, working.low_epoch),
-                                             executor_requests=executor_requests)
+                                             executor_requests=executor_requests, dead_letter_files=dl_files)
             stops = driver.stops(starts, {ch: end_position(summaries_of(ch)) for ch in channels}, next_stop)
             segments = {}
             for src in job.sources():
@@ -194,6 +196,8 @@ class RoundExecutor:
                                      (json.dumps(plan, indent=1) + "\n").encode(), if_none_match=True)
             rows = self.plan.process_round(pending, rnd, P, working, segments, epoch, parked=parked, staged=staged,
                                            complete=snap is not None, low_epoch=low, own_epochs=own_epochs)
+            for uid, uris in files_of_reports([r for r in rows if r.kind is ReportKind.DEAD_LETTER]).items():
+                dl_files.setdefault(uid, []).extend(uris)
             for r in rows:  # operators' dead letters (e.g. a join's ``unique`` violated) and dropped rows
                 if r.s3_requests is not None:  # a Python worker's S3 requests (pipeline.fileio.request_counter)
                     executor_requests = executor_requests + r.s3_requests
@@ -247,7 +251,7 @@ class RoundExecutor:
                 continue
             return self.finalizer.finish(pending, snap, working, rows, staged, results, dead_letters, summaries,
                                          expected, P, last_round=rnd, t0=t0, records=records, backlog=backlog,
-                                         executor_requests=executor_requests,
+                                         executor_requests=executor_requests, dead_letter_files=dl_files,
                                          dropped=dropped, low_epoch=low,
                                          inflight_low_epoch=min((own_epochs.epoch_at(ch, snap.cut[ch])
                                                                  for ch in snap.parked), default=None))
@@ -403,7 +407,9 @@ class RoundExecutor:
                              inventory=cur.inventory, low_epoch=pe.epoch)
             cur, results = self.finalizer.finish(pending, pe.snap, working, mine, staged, [], dead_letters, summaries,
                                                  expected, P, last_round=0, t0=t_i, records=pe.records,
-                                                 backlog=pe.backlog, dropped=dropped, low_epoch=pe.epoch)
+                                                 backlog=pe.backlog, dropped=dropped, low_epoch=pe.epoch,
+                                                 dead_letter_files=files_of_reports(
+                                                     [r for r in mine if r.kind is ReportKind.DEAD_LETTER]))
             for res in results:
                 res.tagged_round = tuple(ids)
             out.extend(results)

@@ -391,6 +391,7 @@ class JobRunner:
         # and its sink commit is committed now (idempotent), or the restored lineage would hang off a parent
         # with no commit entry and readers would refuse the table ("broken lineage"; found by the kill loop)
         self.ctx.recover_sinks(md)
+        self.ctx.sweep_dead_letters(md)
         cursor = cursor_from_metadata(md)
         cursor.handles = {u: h for u, h in cursor.handles.items() if u in self.job.operator_uids()}
         cursor.materialize = True  # NO_CLAIM: the restored checkpoint writes every state whole (docs/state.md)

@@ -6,7 +6,8 @@
   passes through the driver and is not rewritten.
 * upsert: ``MERGE`` on the key (``when_matched_update_all`` / ``when_not_matched_insert_all``) with the staged
   rows (the changed keys of this checkpoint) as the source; delta-rs rewrites the target files that hold a
-  matched key (copy-on-write).
+  matched key (copy-on-write). Keys match null-safely (``IS NOT DISTINCT FROM``): an aggregate's NULL group is
+  one row, updated in place, not inserted again every checkpoint.
 * Every commit carries ``txn`` (app id ``epochal:<job>:<table>``, version = checkpoint id, as Spark's Delta
   sink does) and commitInfo markers ``epochal.checkpoint-id`` / ``epochal.parent-id``; rewinds are Delta
   ``RESTORE`` commits marked with the checkpoint id they restore.
@@ -158,7 +159,7 @@ class DeltaLakeTable(OpenFormatTable):
             self._dt().create_write_transaction([], "append", schema,
                                                commit_properties=self._props(entry.checkpoint_id, entry.parent_id))
             return
-        pred = " AND ".join(f"t.`{k}` = s.`{k}`" for k in entry.key)
+        pred = " AND ".join(f"t.`{k}` IS NOT DISTINCT FROM s.`{k}`" for k in entry.key)
         (self._dt().merge(src, pred, source_alias="s", target_alias="t",
                           commit_properties=self._props(entry.checkpoint_id, entry.parent_id))
          .when_matched_update_all().when_not_matched_insert_all().execute())

@@ -14,7 +14,8 @@ Namespace = job name, table = sink table name. Operations:
 
 * append: the staged files are registered with ``add_files`` (no data through the driver, nothing rewritten);
 * upsert: in one transaction, ``delete`` the rows whose key is in this checkpoint's staged rows
-  (copy-on-write rewrite of the data files holding such keys) and ``add_files`` the staged files;
+  (copy-on-write rewrite of the data files holding such keys) and ``add_files`` the staged files; keys are
+  compared null-safely (an aggregate's NULL group is one key: ``IS NULL`` matches it, :func:`key_match_filter`);
 * every snapshot carries the summary properties ``epochal.job``, ``epochal.checkpoint-id``,
   ``epochal.parent-id`` (Flink's Iceberg committer keeps its max committed checkpoint id the same way);
 * rewind / restore: ``manage_snapshots().set_current_snapshot`` to the checkpoint's snapshot.
@@ -36,7 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pipeline.config import PipelineConfig
     from pipeline.fileio import FileIO
 
-__all__ = ["IcebergTable", "iceberg_catalog", "default_catalog_uri"]
+__all__ = ["IcebergTable", "iceberg_catalog", "default_catalog_uri", "key_match_filter"]
 
 _CATALOGS: dict[tuple, Any] = {}
 _LOCK = threading.Lock()
@@ -85,6 +86,24 @@ def iceberg_catalog(config: "PipelineConfig"):
                 cat = SqlCatalog("epochal", uri=uri, warehouse=config.sink_uri, **_s3_properties())
             _CATALOGS[key] = cat
         return cat
+
+
+def key_match_filter(keys: pa.Table, columns: list[str]):
+    """The Iceberg row filter selecting the rows whose ``columns`` equal one of ``keys``' rows, **null-safely**
+    (``IS NOT DISTINCT FROM``): a null key value matches ``IS NULL``, so the NULL group of an aggregate is
+    replaced like any other key. (pyiceberg's ``create_match_filter`` cannot take a null literal.)"""
+    from pyiceberg import expressions
+    ex: Any = expressions  # pyiceberg's expression constructors are not typed for positional use
+    AlwaysFalse, And, EqualTo, In, IsNull, Or = ex.AlwaysFalse, ex.And, ex.EqualTo, ex.In, ex.IsNull, ex.Or
+    distinct = keys.select(columns).group_by(columns, use_threads=False).aggregate([])
+    if len(columns) == 1:
+        values = distinct[columns[0]].to_pylist()
+        present = [v for v in values if v is not None]
+        parts = ([In(columns[0], present)] if present else []) + ([IsNull(columns[0])] if None in values else [])
+        return Or(*parts) if len(parts) > 1 else (parts[0] if parts else AlwaysFalse())
+    rows = [And(*[IsNull(c) if r[c] is None else EqualTo(c, r[c]) for c in columns])
+            for r in distinct.to_pylist()]
+    return Or(*rows) if len(rows) > 1 else (rows[0] if rows else AlwaysFalse())
 
 
 class IcebergTable(OpenFormatTable):
@@ -171,7 +190,6 @@ class IcebergTable(OpenFormatTable):
             tbl.append(schema.empty_table(), snapshot_properties=props)  # pyiceberg writes a snapshot of no files
 
     def upsert_files(self, entry: CommitEntry, schema: pa.Schema) -> None:
-        from pyiceberg.table.upsert_util import create_match_filter
         props = self.markers(entry.checkpoint_id, entry.parent_id)
         tbl = self._tbl()
         if not entry.files:
@@ -180,7 +198,7 @@ class IcebergTable(OpenFormatTable):
         keys = pa.concat_tables([self._read_columns(f.uri, list(entry.key)) for f in entry.files])
         with tbl.transaction() as tx:
             if keys.num_rows and tbl.current_snapshot() is not None:
-                tx.delete(create_match_filter(keys, list(entry.key)), snapshot_properties=props)
+                tx.delete(key_match_filter(keys, list(entry.key)), snapshot_properties=props)
             tx.add_files(self._uris(entry), snapshot_properties=props, check_duplicate_files=False)
 
     def _read_columns(self, uri: str, columns: list[str]) -> pa.Table:

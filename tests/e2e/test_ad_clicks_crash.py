@@ -40,15 +40,16 @@ def _plan(seed: int, default: list[str]) -> list[tuple[str, float | None]]:
     return plan
 
 
-def _late_impressions(dlq_root: str) -> list[str]:
-    """The late impression ids the completed checkpoints dead-lettered: per epoch directory the files under the
-    newest checkpoint id (a crashed attempt's files stay under its own, older and never completed, id; the final
-    run completes every epoch, and a completed epoch is never processed again)."""
+def _fs(dlq_root: str):
     if dlq_root.startswith("s3://"):
         fs = pafs.S3FileSystem(endpoint_override=os.environ["AWS_ENDPOINT_URL"], region="us-east-1")
-        base = dlq_root[len("s3://"):]
-    else:
-        fs, base = pafs.LocalFileSystem(), dlq_root[len("file://"):]
+        return fs, dlq_root[len("s3://"):]
+    return pafs.LocalFileSystem(), dlq_root[len("file://"):]
+
+
+def _attempt_files(dlq_root: str) -> dict[str, dict[int, list[str]]]:
+    """The window's dead-letter files as a user lists them: epoch directory -> checkpoint id -> files."""
+    fs, base = _fs(dlq_root)
     sel = pafs.FileSelector(f"{base}/ad_clicks/operator=campaign_impressions", recursive=True, allow_not_found=True)
     by_epoch: dict[str, dict[int, list[str]]] = {}
     for info in fs.get_file_info(sel):
@@ -56,9 +57,18 @@ def _late_impressions(dlq_root: str) -> list[str]:
             epoch_dir, chk, _name = info.path.rsplit("/", 3)[-3:]
             assert epoch_dir.startswith("epoch-") and chk.startswith("chk-"), info.path
             by_epoch.setdefault(epoch_dir, {}).setdefault(int(chk[len("chk-"):]), []).append(info.path)
+    return by_epoch
+
+
+def _late_impressions(dlq_root: str, completed: set[int]) -> list[str]:
+    """The late impression ids in the dead-letter location, read as a user would: every file. Each epoch directory
+    must hold exactly one checkpoint directory, of a completed checkpoint (a crashed attempt's files are swept when
+    the epoch's replay completes, pipeline/runtime/dead_letters.py), so no dead record is listed twice."""
+    fs, _ = _fs(dlq_root)
     ids: list[str] = []
-    for chks in by_epoch.values():
-        for path in chks[max(chks)]:
+    for epoch_dir, chks in sorted(_attempt_files(dlq_root).items()):
+        assert len(chks) == 1 and set(chks) <= completed, (epoch_dir, sorted(chks), sorted(completed))
+        for path in next(iter(chks.values())):
             t = pq.read_table(path, filesystem=fs)
             assert set(t["_reason"].to_pylist()) <= {"late"}
             ids += t["impression_id"].to_pylist()
@@ -80,6 +90,11 @@ def _crash_and_recover(root: str, tmp_path, plan, seed: int) -> None:
         log.append((point, delay, r.returncode))
         assert r.returncode in (0, -9), f"{point}: exit {r.returncode}\n" + "\n".join(r.stderr_lines[-30:])
     assert sum(1 for *_, rc in log if rc == -9) >= len(plan) - (2 if FULL else 0), log
+    # the kills left dead letters under checkpoint ids that never completed (what the sweep must remove)
+    cfg0 = load_config(env={}, source_uri=src, checkpoint_uri=ckpt, sink_uri=sink)
+    before = set(JobRunner(get_job("ad_clicks"), cfg0, echo=lambda m: None).ctx.table(
+        "campaign_impressions").committed_ids())
+    stale = {e: sorted(set(c) - before) for e, c in _attempt_files(cfg0.dead_letter_root).items() if set(c) - before}
     # resume in-process at another parallelism (key groups re-assigned on restore) and run to the end
     cfg = load_config(env={}, source_uri=src, checkpoint_uri=ckpt, sink_uri=sink, parallelism=3)
     runner = JobRunner(get_job("ad_clicks"), cfg, echo=lambda m: None)
@@ -93,7 +108,10 @@ def _crash_and_recover(root: str, tmp_path, plan, seed: int) -> None:
     cmp = compare_ad_output(exp, str(out / "clicks"), str(out / "impressions"))
     assert cmp["ok"], (cmp, log)
     assert len(exp.campaign_impressions) > 5 and exp.late_impressions, "the data must exercise firing and lateness"
-    late = _late_impressions(cfg.dead_letter_root)
+    # every checkpoint that ever completed (retention keeps 2 _metadata; the sink's commit log keeps every entry)
+    done = set(runner.ctx.table("campaign_impressions").committed_ids())
+    late = _late_impressions(cfg.dead_letter_root, done)
+    assert stale or FULL, "the default kill must leave a never-completed attempt's dead letters to sweep"
     assert len(late) == len(set(late)), "a late impression was dead-lettered twice by completed checkpoints"
     assert set(late) == exp.late_impressions, (sorted(set(late) ^ exp.late_impressions)[:5], log)
     # the generic recovery check: the whole job (dedup, many-to-many join, both windows) is modelled by the batch

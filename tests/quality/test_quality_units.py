@@ -149,3 +149,36 @@ def test_exported_suites_are_in_sync_with_the_code():
         assert on_disk == json.loads(json.dumps(suite_json(spec))), f"{spec.name}.json is stale: re-export the suites"
         assert on_disk["meta"]["dataset"] == spec.dataset
         assert all(e["description"] for e in on_disk["expectations"])
+
+
+@pytest.mark.unit
+def test_null_keys_per_object_kind():
+    """docs/operators.md "Null keys": an aggregate's NULL group is one key (a second NULL row is a duplicate), a
+    join row with a null key is no key (neither a key nor an error), elsewhere a null key is flagged. The NULL
+    group's totals are compared like any group's; the row diff of two tables matches nulls with nulls."""
+    from pipeline.quality.normalize import NULL_GROUP, NullKey, group_sums
+    from pipeline.quality.rowdiff import row_diff
+    t = pa.table({"k": pa.array(["a", None, "b"]), "n": pa.array([1, 2, 3], pa.int64())})
+    twice = pa.concat_tables([t, t.slice(1, 1)])
+
+    def sums(table, null_key):
+        spec = ObjectSpec("state/agg/agg", "state", "k", "k", (("n", "n"),), null_key=null_key)
+        norm = normalize(table, spec, max_parallelism=128)
+        s = summarize(norm).to_pylist()
+        return ({c: sum(r[c] for r in s) for c in ("rows", "keys", "dup_keys", "null_keys")},
+                {r["gkey"]: r["m0"] for r in group_sums(norm, 1).to_pylist()})
+
+    assert sums(t, NullKey.GROUP) == ({"rows": 3, "keys": 3, "dup_keys": 0, "null_keys": 0},
+                                      {"a": 1, NULL_GROUP: 2, "b": 3})
+    assert sums(twice, NullKey.GROUP)[0] == {"rows": 4, "keys": 3, "dup_keys": 1, "null_keys": 0}
+    assert sums(twice, NullKey.NO_KEY)[0] == {"rows": 4, "keys": 2, "dup_keys": 0, "null_keys": 0}
+    assert sums(t, NullKey.INVALID)[0] == {"rows": 3, "keys": 2, "dup_keys": 0, "null_keys": 1}
+    # the NULL group's key group is Spark's pmod(xxhash64(NULL), 128): the runtime files it there
+    spec = ObjectSpec("state/agg/agg", "state", "k", null_key=NullKey.GROUP)
+    norm = normalize(t.append_column("_kg", pa.array([76, 42, 0], pa.int32())), spec, max_parallelism=128)
+    assert norm["kg"].to_pylist()[1] == 42
+    d = row_diff(t, t.take([2, 1, 0]))
+    assert (d["missing"], d["extra"]) == (0, 0)
+    d = row_diff(twice, t)
+    assert (d["missing"], d["extra"]) == (0, 1) and d["extra_rows"][0]["k"] is None
+    assert d["extra_table"]["k"].to_pylist() == [None]

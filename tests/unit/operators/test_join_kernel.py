@@ -31,7 +31,8 @@ def end(m: int) -> int:
     return (m + 1) * E
 
 
-rows_st = st.lists(st.tuples(st.sampled_from("abcdefg"), st.integers(0, 79)), max_size=40)
+# keys repeat on both sides; None is a null key (SQL: it equals nothing, never a pair, never a violation)
+rows_st = st.lists(st.tuples(st.sampled_from(list("abcdefg") + [None]), st.integers(0, 79)), max_size=40)
 
 
 def _table(rows, schema, val_name, start_id):
@@ -48,7 +49,7 @@ def run_kernel(lrows, rrows, *, ttl, how, unique, n_epochs, rounds, subtasks):
     out, bad_l, bad_r = [], [], []
     state = {s: (LEFT.append(pa.field(MATCHED, pa.bool_())).empty_table(),
                  RIGHT.append(pa.field(MATCHED, pa.bool_())).empty_table()) for s in range(subtasks)}
-    sub = {k: (ord(k) * 7) % subtasks for k in "abcdefg"}
+    sub = {k: (ord(k) * 7) % subtasks for k in "abcdefg"} | {None: subtasks - 1}
     for m in range(n_epochs):
         cutoff = pa.scalar(end(m) - ttl, TS) if ttl is not None else None
         el = [r for r in lrows if r[1] // E == m]
@@ -75,7 +76,7 @@ def model(lrows, rrows, *, ttl, how, n_epochs):
     pairs = []
     paired_l, paired_r = set(), set()
     for (kl, tl, il), (kr, tr, ir) in itertools.product(lrows, rrows):
-        if kl == kr and (ttl is None or min(tl, tr) >= end(max(e(tl), e(tr))) - ttl):
+        if kl is not None and kl == kr and (ttl is None or min(tl, tr) >= end(max(e(tl), e(tr))) - ttl):
             pairs.append((kl, il, ir))
             paired_l.add(il)
             paired_r.add(ir)
@@ -109,7 +110,7 @@ def test_join_matches_model(l, r, how, ttl, n_epochs, rounds, subtasks):
 def _unique_rows(rows):
     seen, out = set(), []
     for k, t in rows:
-        if k not in seen:
+        if k is None or k not in seen:  # null keys never repeat a key
             seen.add(k)
             out.append((k, t))
     return out
@@ -148,6 +149,10 @@ def test_violations_are_never_lost_nor_double_counted(l, r, unique, ttl, n_epoch
     truth = set(model(lrows, rrows, ttl=ttl, how=JoinType.INNER, n_epochs=n_epochs))
     assert set(pairs) <= truth
     assert not {g[1] for g in got} & set(bad_l) and not {g[2] for g in got} & set(bad_r)
+    # a null key is no key: it never violates a declaration (and never pairs)
+    assert not {i for k, _, i in lrows if k is None} & set(bad_l)
+    assert not {i for k, _, i in rrows if k is None} & set(bad_r)
+    assert all(g[0] is not None for g in pairs)
     # a unique side's kept rows never hold one key twice in the same epoch (processed in one round)
     # (a row already past the TTL cutoff of its own epoch never enters state: it is emitted as expired at once
     # and cannot clash with anything, so only rows alive on arrival are checked)
@@ -155,10 +160,11 @@ def test_violations_are_never_lost_nor_double_counted(l, r, unique, ttl, n_epoch
         return ttl is None or t >= end(t // E) - ttl
 
     if unique.left and set(rounds) == {1}:
-        kept = Counter((k, t // E) for k, t, i in lrows if i not in set(bad_l) and alive(t))
+        kept = Counter((k, t // E) for k, t, i in lrows if i not in set(bad_l) and alive(t) and k is not None)
         assert all(v == 1 for v in kept.values())
         # violations: exactly the rows repeating a key within an epoch or while the first is held
-        assert len(bad_l) >= sum(v - 1 for v in Counter((k, t // E) for k, t, _ in lrows if alive(t)).values())
+        assert len(bad_l) >= sum(v - 1 for v in Counter((k, t // E) for k, t, _ in lrows
+                                                        if alive(t) and k is not None).values())
     if not unique.left:
         assert not bad_l
     if not unique.right:

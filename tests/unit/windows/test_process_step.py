@@ -111,3 +111,25 @@ def test_fn_sees_rows_in_a_deterministic_order():
     _call(fn, pa.table({"k": ["b", "a", "b"], "v": [3, 1, 2]}))
     _call(fn, pa.table({"k": ["b", "b", "a"], "v": [2, 3, 1]}))
     assert seen[0] == seen[1] == [{"k": "a", "v": 1}, {"k": "b", "v": 2}, {"k": "b", "v": 3}]
+
+
+def test_the_null_key_is_one_key_with_its_own_state():
+    """docs/operators.md "Null keys": rows with a null key reach fn together with the null key's state, and fn
+    may keep state for it (as SQL GROUP BY); state for a null key without null-key input is still refused."""
+    def null_safe_total(rows: pa.Table, state: pa.Table):  # a group-by, not a join: nulls group together
+        g = rows.group_by("k", use_threads=False).aggregate([("v", "sum"), ("v", "count")]).rename_columns(
+            ["k", "total", "seen"])
+        new = pa.concat_tables([state, g.cast(STATE)]).group_by("k", use_threads=False).aggregate(
+            [("total", "sum"), ("seen", "sum")]).rename_columns(["k", "total", "seen"]).cast(STATE)
+        return new, pa.table({"k": new["k"], "total": new["total"], "first": pa.array([False] * new.num_rows)})
+
+    state = STATE.append(pa.field(TOUCHED, pa.int64())).empty_table()
+    for m, (ks, vs) in enumerate(((["a", None, None], [1, 2, 3]), ([None, "a"], [10, 20]))):
+        r = process_step("p1", "k", null_safe_total, STATE, OUT, state, pa.table({"k": ks, "v": vs}),
+                         barrier_us=m, ttl_us=None)
+        state = r.state
+    assert sorted(((s["k"], s["total"], s["seen"]) for s in state.to_pylist()), key=repr) == sorted(
+        [("a", 21, 2), (None, 15, 3)], key=repr)
+    null_state = pa.table({"k": pa.array([None], pa.string()), "total": [1], "seen": [1]})
+    with pytest.raises(UserFunctionError, match="key None"):
+        _call(lambda r, s: (null_state, OUT.empty_table()))
