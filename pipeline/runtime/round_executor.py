@@ -29,7 +29,7 @@ from pipeline.checkpoint.failure import CheckpointFailureReason
 from pipeline.checkpoint.handles import ChannelStateHandle, Position, StateHandle
 from pipeline.checkpoint.report import ReportKind, TaskReport
 from pipeline.exceptions import CheckpointError, ConfigError
-from pipeline.fileio.request_counter import StorageRequests
+from pipeline.fileio.request_counter import RequestCounting, StorageRequests
 from pipeline.job import AggregateNode, JoinNode, SourceNode
 from pipeline.layout import round_plan_uri
 from pipeline.runtime.alignment import MODE_ALIGNED, AlignmentDriver, NextStop
@@ -155,7 +155,8 @@ class RoundExecutor:
                 dead_letters[s] = dead_letters.get(s, 0) + n
             ctx.unexpected_dead_letters = {}
         dropped: dict[str, int] = {}  # rows an operator drops by design (deduplicate), per operator uid
-        executor_requests = StorageRequests()  # the executors' S3 requests reported with this checkpoint's rounds
+        executor_requests = StorageRequests()  # the executors' S3 requests of this checkpoint's rounds (task_requests)
+        counting = RequestCounting.EXACT        # approximate if any round's were (Spark Connect)
         last_rows: list[TaskReport] = []
         while True:
             t0 = time.perf_counter()
@@ -166,7 +167,7 @@ class RoundExecutor:
                 return self.finalizer.finish(pending, snap, working, last_rows, staged, results, dead_letters,
                                              summaries, expected, P, last_round=rnd - 1, t0=t0,
                                              dropped=dropped, low_epoch=lows.get(rnd - 1, working.low_epoch),
-                                             executor_requests=executor_requests)
+                                             executor_requests=executor_requests, executor_counting=counting)
             stops = driver.stops(starts, {ch: end_position(summaries_of(ch)) for ch in channels}, next_stop)
             segments = {}
             for src in job.sources():
@@ -194,9 +195,10 @@ class RoundExecutor:
                                      (json.dumps(plan, indent=1) + "\n").encode(), if_none_match=True)
             rows = self.plan.process_round(pending, rnd, P, working, segments, epoch, parked=parked, staged=staged,
                                            complete=snap is not None, low_epoch=low, own_epochs=own_epochs)
+            executor_requests = executor_requests + self.plan.requests.total  # every task of the round's
+            if self.plan.requests.counting is not RequestCounting.EXACT:
+                counting = self.plan.requests.counting
             for r in rows:  # operators' dead letters (e.g. a join's ``unique`` violated) and dropped rows
-                if r.s3_requests is not None:  # a Python worker's S3 requests (pipeline.fileio.request_counter)
-                    executor_requests = executor_requests + r.s3_requests
                 if r.kind is ReportKind.DEAD_LETTER and r.rows:
                     name = f"operator={r.operator_uid}"
                     dead_letters[name] = dead_letters.get(name, 0) + r.rows
@@ -247,7 +249,7 @@ class RoundExecutor:
                 continue
             return self.finalizer.finish(pending, snap, working, rows, staged, results, dead_letters, summaries,
                                          expected, P, last_round=rnd, t0=t0, records=records, backlog=backlog,
-                                         executor_requests=executor_requests,
+                                         executor_requests=executor_requests, executor_counting=counting,
                                          dropped=dropped, low_epoch=low,
                                          inflight_low_epoch=min((own_epochs.epoch_at(ch, snap.cut[ch])
                                                                  for ch in snap.parked), default=None))
@@ -369,6 +371,8 @@ class RoundExecutor:
         # Step 3: one Spark round over every epoch (records tagged with their epoch)
         work = [EpochWork(pending, pe.epoch, pe.segments, pe.own_epochs, pe.epoch) for pe, pending in zip(planned, pendings)]
         rows = self.plan.process_epochs(work, P, cursor)
+        requests = self.plan.requests  # exact per epoch (task_requests: work of no single epoch goes to the first)
+        per_epoch = requests.per_epoch(epochs)
         # Step 4: finalise in epoch order (acks, _metadata, sink commit, listeners)
         cur = cursor
         out: list[RoundResult] = []
@@ -403,7 +407,8 @@ class RoundExecutor:
                              inventory=cur.inventory, low_epoch=pe.epoch)
             cur, results = self.finalizer.finish(pending, pe.snap, working, mine, staged, [], dead_letters, summaries,
                                                  expected, P, last_round=0, t0=t_i, records=pe.records,
-                                                 backlog=pe.backlog, dropped=dropped, low_epoch=pe.epoch)
+                                                 backlog=pe.backlog, dropped=dropped, low_epoch=pe.epoch,
+                                                 executor_requests=per_epoch[i], executor_counting=requests.counting)
             for res in results:
                 res.tagged_round = tuple(ids)
             out.extend(results)
