@@ -7,8 +7,8 @@ Samples ``/proc/<pid>/status`` (VmRSS, VmHWM) and ``cmdline`` of the command and
 ``--interval`` seconds until the command exits, then prints one line per process with its peak RSS (the larger
 of the sampled maximum and VmHWM), sorted by peak, and the load average. Benchmarks that select "pyspark
 processes" by their command line also match the **JVM** (its class path is ``.../pyspark/jars/*``): this tool
-tells them apart (``role``: ``jvm``, ``python-worker`` (a PySpark daemon or a worker forked from it), ``python``,
-``other``).
+tells them apart (``role``, :func:`bench_common.process_role`: ``jvm``, ``python-worker`` (a PySpark daemon or a
+worker forked from it), ``python``, ``other``).
 """
 from __future__ import annotations
 
@@ -20,53 +20,9 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["role_of", "tree", "main"]
+from bench_common import cmdline_of, descendants, process_role, status_bytes
 
-
-def role_of(cmdline: str) -> str:
-    """What a process is, from its command line."""
-    exe = cmdline.split(" ", 1)[0]
-    if exe.endswith("/java") or exe == "java":
-        return "jvm"
-    if "pyspark.daemon" in cmdline or "worker_daemon" in cmdline or "pyspark/worker.py" in cmdline:
-        return "python-worker"
-    if "python" in exe:
-        return "python"
-    return "other"
-
-
-def tree(root: int) -> list[int]:
-    """``root`` and its descendants (Linux /proc)."""
-    parents: dict[int, int] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                for line in (d / "status").read_text().splitlines():
-                    if line.startswith("PPid:"):
-                        parents[int(d.name)] = int(line.split()[1])
-                        break
-            except OSError:
-                continue
-    out = []
-    for pid in parents:
-        p, n = pid, 0
-        while p in parents and p != root and n < 64:
-            p, n = parents[p], n + 1
-        if p == root:
-            out.append(pid)
-    return out
-
-
-def _status(pid: int) -> dict[str, int]:
-    out: dict[str, int] = {}
-    try:
-        for ln in Path(f"/proc/{pid}/status").read_text().splitlines():
-            k, _, v = ln.partition(":")
-            if k in ("VmRSS", "VmHWM"):
-                out[k] = int(v.split()[0]) * 1024
-    except OSError:
-        pass
-    return out
+__all__ = ["main"]
 
 
 def main() -> None:
@@ -82,17 +38,13 @@ def main() -> None:
     seen: dict[int, dict] = {}
     loads = []
     while proc.poll() is None:
-        for pid in tree(proc.pid):
-            st = _status(pid)
-            if not st:
-                continue
-            try:  # read every time: a launcher script (spark-submit) execs the JVM in the same process
-                cl = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-            except OSError:
+        for pid in descendants(proc.pid) + [proc.pid]:
+            cl = cmdline_of(pid)  # read every time: a launcher script (spark-submit) execs the JVM in the same process
+            if not cl:
                 continue
             rec = seen.setdefault(pid, {"pid": pid, "peak": 0})
-            rec.update(cmdline=cl[:300], role=role_of(cl))
-            rec["peak"] = max(rec["peak"], st.get("VmRSS", 0), st.get("VmHWM", 0))
+            rec.update(cmdline=cl[:300], role=process_role(cl))
+            rec["peak"] = max(rec["peak"], status_bytes(pid, "VmRSS"), status_bytes(pid, "VmHWM"))
         loads.append(os.getloadavg()[0])
         time.sleep(args.interval)
     rows = sorted(seen.values(), key=lambda r: -r["peak"])
