@@ -4,7 +4,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["tree_cpu_s", "write_oneshot"]
+__all__ = ["tree_cpu_s", "write_oneshot", "process_role", "descendants", "cmdline_of", "status_bytes",
+           "peak_rss_by_role"]
 
 
 def tree_cpu_s() -> float:
@@ -47,3 +48,66 @@ def write_oneshot(r, out_dir: Path) -> tuple[int, dict[str, int]]:
         rows[obj] = r.spark.read.parquet(str(path)).count()
     res.release()
     return plan.epoch, rows
+
+
+def process_role(cmdline: str) -> str:
+    """What a process of a Spark run is, from its command line: ``jvm`` (the driver JVM: its class path is
+    ``.../pyspark/jars/*``, so a test for "pyspark" in the command line matches it too), ``python-worker``
+    (PySpark's daemon or a worker forked from it: ``-m pyspark.daemon`` / ``-m pipeline.runtime.worker_daemon
+    pyspark.worker``), ``python`` (the driver, moto, ...), ``other``."""
+    exe = cmdline.split(" ", 1)[0]
+    if exe.endswith("/java") or exe == "java":
+        return "jvm"
+    if "python" in exe.rsplit("/", 1)[-1] and ("pyspark.daemon" in cmdline or "worker_daemon" in cmdline
+                                                or "pyspark.worker" in cmdline):
+        return "python-worker"
+    if "python" in exe.rsplit("/", 1)[-1]:
+        return "python"
+    return "other"
+
+
+def descendants(root: int) -> list[int]:
+    """The live descendants of ``root`` (Linux /proc; [] elsewhere)."""
+    parents: dict[int, int] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    st = f.read()
+            except OSError:
+                continue
+            parents[int(d)] = int(st[st.rfind(")") + 2:].split()[1])
+    out = []
+    for pid in parents:
+        p, n = pid, 0
+        while p in parents and p != root and n < 64:
+            p, n = parents[p], n + 1
+        if p == root and pid != root:
+            out.append(pid)
+    return out
+
+
+def cmdline_of(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def status_bytes(pid: int, field: str) -> int:
+    """``VmRSS`` / ``VmHWM`` (bytes) of ``pid``; 0 if it is gone."""
+    try:
+        for ln in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if ln.startswith(field + ":"):
+                return int(ln.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def peak_rss_by_role(root: int) -> dict[str, list[int]]:
+    """VmHWM (bytes) of every live descendant of ``root``, by :func:`process_role`, largest first."""
+    out: dict[str, list[int]] = {}
+    for pid in descendants(root):
+        out.setdefault(process_role(cmdline_of(pid)), []).append(status_bytes(pid, "VmHWM"))
+    return {k: sorted(v, reverse=True) for k, v in out.items()}

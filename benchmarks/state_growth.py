@@ -23,7 +23,9 @@ Each mode runs in a fresh process (fresh JVM and Python workers; the executor en
 Event ids are random 128-bit hex strings (like UUIDs), so the state's bytes grow with its rows. Printed per
 epoch (epoch 0 includes the JVM start): the epoch's wall time (one round = one checkpoint), the state rows, the bytes the checkpoint
 persisted and the full state size it represents (``_metadata`` stats). Results also go to ``--out`` (JSON), with
-the peak RSS (``VmHWM``) of the run's Python workers (the ``pyspark`` processes below the child).
+the peak RSS (``VmHWM``) of the run's Python workers (PySpark's daemon and the workers it forks, below the child)
+and, apart, of the driver JVM (before 2026-11-26 the JVM was counted as a "Python worker": its command line
+holds ``pyspark/jars``; the 666-1,364 MiB "worker" peaks in docs/state.md were the JVM's).
 With ``--s3`` checkpoints and sink go to a moto S3 server in a child process (loopback); the source stays local.
 ``--plot PNG JSON...`` draws epoch time and checkpoint bytes vs state size from earlier ``--out`` files.
 """
@@ -38,6 +40,8 @@ import tempfile
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+
+from bench_common import peak_rss_by_role
 
 REPO = Path(__file__).resolve().parents[1]
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
@@ -99,7 +103,8 @@ def child(args) -> None:
         cpu.append(round(_tree_cpu_s() - c0, 3))
         load.append(round(os.getloadavg()[0], 2))
         completed += list(rep.completed)
-    workers_hwm = _python_workers_peak_rss()
+    peaks = peak_rss_by_role(os.getpid())  # the JVM apart: its command line matches "pyspark" too
+    workers_hwm = peaks.get("python-worker", [])
     by_id = {cp.checkpoint_id: cp.metadata for cp in r.coordinator.store.list()}
     rows = []
     for i, rr in enumerate(completed):
@@ -112,7 +117,8 @@ def child(args) -> None:
                      "load1": load[i] if len(completed) == len(load) else None,
                      "state_rows": st.rows, "bytes": st.bytes, "persisted_bytes": st.checkpointed_bytes,
                      "max_chain_deltas": deltas})
-    Path(args.out).write_text(json.dumps({"epochs": rows, "workers_peak_rss": workers_hwm}))
+    Path(args.out).write_text(json.dumps({"epochs": rows, "workers_peak_rss": workers_hwm,
+                                          "jvm_peak_rss": peaks.get("jvm", [])}))
 
 
 def _tree_cpu_s() -> float:
@@ -137,37 +143,6 @@ def _tree_cpu_s() -> float:
         if p == me:
             total += ticks[pid]
     return total / os.sysconf("SC_CLK_TCK")
-
-
-def _python_workers_peak_rss() -> list[int]:
-    """VmHWM (bytes) of every pyspark Python process descending from this process (Linux /proc; [] elsewhere)."""
-    parents: dict[int, int] = {}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            for line in (d / "status").read_text().splitlines():
-                if line.startswith("PPid:"):
-                    parents[int(d.name)] = int(line.split()[1])
-        except OSError:
-            continue
-    me = os.getpid()
-    out = []
-    for pid in parents:
-        p, seen = pid, 0
-        while p in parents and p != me and seen < 64:
-            p, seen = parents[p], seen + 1
-        if p != me or pid == me:
-            continue
-        try:
-            if b"pyspark" not in Path(f"/proc/{pid}/cmdline").read_bytes():
-                continue
-            hwm = [ln for ln in Path(f"/proc/{pid}/status").read_text().splitlines() if ln.startswith("VmHWM:")]
-        except OSError:
-            continue
-        if hwm:
-            out.append(int(hwm[0].split()[1]) * 1024)
-    return sorted(out, reverse=True)
 
 
 def plot(png: str, files: list[str]) -> None:
@@ -338,7 +313,8 @@ def main() -> None:
             line.append(f"persisted in the last {k}: {sm['persisted_last']:.1%} of full (delta epochs: median "
                         f"{(sm['persisted_delta_epochs'] or 0):.1%}); load average (1 min) min/median/max "
                         f"{sm['load1_min_med_max']}; process wall {res['wall_s']} s; Python workers' peak RSS "
-                        f"{max(res['workers_peak_rss'], default=0) / 2**20:.0f} MiB")
+                        f"{max(res['workers_peak_rss'], default=0) / 2**20:.0f} MiB (JVM "
+                        f"{max(res.get('jvm_peak_rss') or [0]) / 2**20:.0f} MiB)")
             print("\n    ".join(line))
         if len(repeats[m]) > 1:
             for key in ("epoch_s_ratio", "epoch_s_delta_ratio", "epoch_s_theil_sen_ratio", "cpu_s_ratio",

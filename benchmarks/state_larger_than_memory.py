@@ -10,9 +10,11 @@ The job (of this benchmark's own making): ``probes(probe_id, site, payload)`` jo
 join's left state grows by about ``--probes`` rows per epoch and is never released (the state that grows in a
 real join: never-matched rows).
 
-**The memory limit is enforced**: a watchdog samples the resident set (VmRSS) of every pyspark Python process of
-the run every 100 ms and SIGKILLs a worker above ``--limit-mib`` (as a container's OOM killer would); Spark then
-fails the task, the round and the run. The figure reported per backend: completed or not, peak RSS of the Python
+**The memory limit is enforced**: a watchdog samples the resident set (VmRSS) of every Python worker of the run
+(PySpark's daemon and the workers it forks) every 100 ms and SIGKILLs a worker above ``--limit-mib`` (as a
+container's OOM killer would); Spark then fails the task, the round and the run. The driver JVM is not a Python
+worker: its peak is reported apart (``jvm_peak_rss``). Before 2026-11-26 the watchdog selected processes by
+"pyspark" in their command line, which the JVM matches too (``pyspark/jars``): it measured, and could kill, the JVM. The figure reported per backend: completed or not, peak RSS of the Python
 workers (VmHWM, and the watchdog's maximum), the state's size in memory (Arrow bytes of the final state) and on
 storage, and an exactly-once check of the sink against an oracle (every acknowledged probe exactly once, nothing
 else). Each backend runs in a fresh process.
@@ -30,6 +32,8 @@ import threading
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+
+from bench_common import cmdline_of, descendants, process_role, status_bytes
 
 REPO = Path(__file__).resolve().parents[1]
 T0 = datetime(2024, 2, 1, tzinfo=timezone.utc)
@@ -90,55 +94,32 @@ def generate(src: Path, epochs: int, probes: int, payload: int, ack_every: int) 
 _carry: dict[int, list[tuple[str, str]]] = {}
 
 
-def _pyspark_procs(root: int) -> list[int]:
-    parents: dict[int, int] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                for line in (d / "status").read_text().splitlines():
-                    if line.startswith("PPid:"):
-                        parents[int(d.name)] = int(line.split()[1])
-                        break
-            except OSError:
-                continue
-    out = []
-    for pid in parents:
-        p, n = pid, 0
-        while p in parents and p != root and n < 64:
-            p, n = parents[p], n + 1
-        if p == root and pid != root:
-            try:
-                if b"pyspark" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                    out.append(pid)
-            except OSError:
-                pass
-    return out
+def _python_workers(root: int) -> list[int]:
+    """The Python workers of this run (PySpark's daemon and the workers it forks): not the driver JVM, whose
+    command line holds ``pyspark/jars`` too (bench_common.process_role)."""
+    return [pid for pid in descendants(root) if process_role(cmdline_of(pid)) == "python-worker"]
 
 
-def _status_kib(pid: int, field: str) -> int:
-    try:
-        for ln in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if ln.startswith(field + ":"):
-                return int(ln.split()[1])
-    except OSError:
-        pass
-    return 0
+def _jvms(root: int) -> list[int]:
+    return [pid for pid in descendants(root) if process_role(cmdline_of(pid)) == "jvm"]
 
 
 class Watchdog(threading.Thread):
-    """Kills any pyspark Python process of this run whose VmRSS exceeds the limit; remembers the peaks."""
+    """Kills any Python worker of this run whose VmRSS exceeds the limit; remembers the peaks (the JVM's apart)."""
 
     def __init__(self, limit_bytes: int) -> None:
         super().__init__(daemon=True)
-        self.limit, self.max_rss, self.killed, self.hwm = limit_bytes, 0, 0, {}
+        self.limit, self.max_rss, self.killed, self.hwm, self.jvm_hwm = limit_bytes, 0, 0, {}, 0
         self._halt = threading.Event()
 
     def run(self) -> None:
         me = os.getpid()
         while not self._halt.wait(0.1):
-            for pid in _pyspark_procs(me):
-                rss = _status_kib(pid, "VmRSS") * 1024
-                self.hwm[pid] = max(self.hwm.get(pid, 0), _status_kib(pid, "VmHWM") * 1024)
+            for pid in _jvms(me):
+                self.jvm_hwm = max(self.jvm_hwm, status_bytes(pid, "VmHWM"))
+            for pid in _python_workers(me):
+                rss = status_bytes(pid, "VmRSS")
+                self.hwm[pid] = max(self.hwm.get(pid, 0), status_bytes(pid, "VmHWM"))
                 self.max_rss = max(self.max_rss, rss)
                 if rss > self.limit:
                     try:
@@ -178,6 +159,7 @@ def child(args) -> None:
     dog.stop()
     out["workers_peak_rss"] = sorted(dog.hwm.values(), reverse=True)
     out["watchdog_max_rss"] = dog.max_rss
+    out["jvm_peak_rss"] = dog.jvm_hwm
     out["workers_killed"] = dog.killed
     latest = r.coordinator.store.latest()
     if latest is not None:
@@ -234,7 +216,8 @@ def main() -> None:
         print(f"{mode}: completed={res.get('completed')} epochs={res.get('epoch')} wall={res.get('wall_s')} s "
               f"exactly_once={res.get('exactly_once')} output_rows={res.get('output_rows')} "
               f"state_rows={res.get('state_rows')} state_on_storage={res.get('state_storage_bytes', 0) / 2**20:.0f} MiB "
-              f"workers_peak_rss={peak:.0f} MiB killed={res.get('workers_killed')} "
+              f"workers_peak_rss={peak:.0f} MiB jvm_peak_rss={(res.get('jvm_peak_rss') or 0) / 2**20:.0f} MiB "
+              f"killed={res.get('workers_killed')} "
               f"median_epoch_s={sorted(res.get('epoch_s') or [0])[len(res.get('epoch_s') or [0]) // 2]} "
               f"{res.get('error', '')} (load {os.getloadavg()[0]:.1f})", flush=True)
     if args.out:

@@ -55,6 +55,7 @@ class CheckpointRow:
     sink_rows: Mapping[str, int] = field(default_factory=dict)
     s3_requests: Mapping[str, int] | None = None  # the driver's S3 requests by kind (CheckpointStats.s3_requests)
     executor_s3_requests: Mapping[str, int] | None = None  # the executors' (CheckpointStats.executor_s3_requests)
+    executor_s3_requests_counting: str | None = None  # "exact" | "approximate" (CheckpointStats); None: not recorded
 
     @property
     def start_delay_ms(self) -> float:
@@ -89,6 +90,7 @@ class CheckpointRow:
             "start_delay_ms": self.start_delay_ms, "inflight_bytes": self.inflight_bytes,
             "s3_requests": None if self.s3_requests is None else dict(self.s3_requests),
             "executor_s3_requests": None if self.executor_s3_requests is None else dict(self.executor_s3_requests),
+            "executor_s3_requests_counting": self.executor_s3_requests_counting,
         }
 
 
@@ -114,7 +116,9 @@ def row_from_metadata(md, location: str, status: str = "COMPLETED") -> Checkpoin
         sink_rows={t: s.rows for t, s in md.sinks.items()},
         s3_requests=st.s3_requests.to_dict() if st is not None and st.s3_requests is not None else None,
         executor_s3_requests=st.executor_s3_requests.to_dict()
-        if st is not None and st.executor_s3_requests is not None else None)
+        if st is not None and st.executor_s3_requests is not None else None,
+        executor_s3_requests_counting=st.executor_s3_requests_counting.value
+        if st is not None and st.executor_s3_requests_counting is not None else None)
 
 
 def checkpoint_summary(cp, status: str = "COMPLETED") -> dict[str, Any]:
@@ -203,7 +207,10 @@ def format_show(d: dict[str, Any]) -> str:
                      + ", ".join(f"{k.upper()} {v}" for k, v in req.items()) + f", total {sum(req.values())}")
     ereq = d.get("executor_s3_requests")
     if ereq is not None:
-        lines.append("  S3 requests (executors, reported with this checkpoint's tasks): "
+        how = {"exact": "exact: every task of this checkpoint's rounds",
+               "approximate": "approximate: reported with the next operator task of each Python worker"}.get(
+            str(d.get("executor_s3_requests_counting")), "approximate: not recorded how")
+        lines.append(f"  S3 requests (executors, {how}): "
                      + ", ".join(f"{k.upper()} {v}" for k, v in ereq.items()) + f", total {sum(ereq.values())}")
     al = (d.get("extra") or {}).get("alignment")
     if al:

@@ -49,7 +49,7 @@ from pipeline.exceptions import (
     StorageError,
 )
 from pipeline.fileio import FileIO, join_uri
-from pipeline.fileio.request_counter import StorageRequests
+from pipeline.fileio.request_counter import RequestCounting, StorageRequests
 from pipeline.layout import METADATA_FILE, PENDING_FILE
 
 __all__ = ["PendingCheckpoint", "PendingManifest", "PendingState", "PENDING_FILE"]
@@ -332,7 +332,8 @@ class PendingCheckpoint:
                        dead_letters: Mapping[str, int] | None = None,
                        rounds: int = 1, extra: Mapping[str, Any] | None = None,
                        s3_requests: StorageRequests | None = None,
-                       executor_s3_requests: StorageRequests | None = None) -> CheckpointMetadata:
+                       executor_s3_requests: StorageRequests | None = None,
+                       executor_s3_requests_counting: RequestCounting | None = None) -> CheckpointMetadata:
         """The ``_metadata`` this checkpoint would have if finalized now."""
         m = self.manifest
         acks = self.acknowledgements
@@ -366,7 +367,8 @@ class PendingCheckpoint:
             acks=len(acks), expected_acks=len(self._expected), rounds=rounds, operators=op_stats,
             backlog=backlog or {}, dead_letters=dead_letters or {},
             subtasks=tuple(SubtaskStats.of(a, self.started_at * 1000.0) for a in acks),
-            s3_requests=s3_requests, executor_s3_requests=executor_s3_requests)
+            s3_requests=s3_requests, executor_s3_requests=executor_s3_requests,
+            executor_s3_requests_counting=executor_s3_requests_counting)
         return CheckpointMetadata(
             job=m.job, checkpoint_id=m.checkpoint_id, parent_id=m.parent_id, kind=m.kind, epoch=m.epoch,
             barrier_time=m.barrier_time, checkpoint_mode=m.checkpoint_mode, alignment=m.alignment,

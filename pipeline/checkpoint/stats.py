@@ -8,7 +8,8 @@
 * :class:`CheckpointStats`: per checkpoint: trigger time, duration, sizes, acks, per operator,
   backlog and dead letters per source, number of rounds, and the driver's S3 requests by kind
   (``s3_requests``, a :class:`~pipeline.fileio.request_counter.StorageRequests`; see docs/state.md,
-  "S3 requests per epoch").
+  "S3 requests per epoch"), the executors' (``executor_s3_requests``) and how those were counted
+  (``executor_s3_requests_counting``: exact or approximate).
 
 Times are milliseconds (float), sizes bytes (int).
 """
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from pipeline.checkpoint._frozen import FrozenDict
-from pipeline.fileio.request_counter import StorageRequests
+from pipeline.fileio.request_counter import RequestCounting, StorageRequests
 
 if TYPE_CHECKING:  # pragma: no cover
     from pipeline.checkpoint.ack import TaskAcknowledgement
@@ -187,17 +188,23 @@ class CheckpointStats:
     # coordinator was completed (its sink commits and retention included) or since the coordinator was created
     # (a fresh process: restore included), up to this _metadata. None: not recorded (older _metadata)
     s3_requests: StorageRequests | None = None
-    # S3 requests by kind of the executors' Python workers, reported with the handle rows of this checkpoint's
-    # operator tasks: each task reports its worker's requests not reported before (source reads, state chains,
-    # sink staging, acks; a worker's requests after its last operator task go with its next one, in a later
-    # checkpoint). None: not recorded (older _metadata)
+    # S3 requests by kind of the executors' Python workers for this checkpoint: every task of its rounds (source
+    # reads, state chains, sink staging, dead letters, acks); in a tagged round, the tasks' work of this epoch
+    # (docs/state.md "S3 requests per epoch"). None: not recorded (older _metadata)
     executor_s3_requests: StorageRequests | None = None
+    # how they were counted: EXACT (a Spark accumulator: every successful task attempt once) or APPROXIMATE (Spark
+    # Connect: each operator task reported its worker's requests not reported before). None: not recorded (older
+    # _metadata, whose counts were the approximate ones)
+    executor_s3_requests_counting: RequestCounting | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "subtasks", tuple(self.subtasks or ()))
         for name in ("s3_requests", "executor_s3_requests"):
             if isinstance(getattr(self, name), Mapping):
                 object.__setattr__(self, name, StorageRequests.from_dict(getattr(self, name)))
+        if isinstance(self.executor_s3_requests_counting, str):
+            object.__setattr__(self, "executor_s3_requests_counting",
+                               RequestCounting(self.executor_s3_requests_counting))
         for name in ("duration_ms", "sync_ms", "async_ms", "alignment_ms"):
             object.__setattr__(self, name, float(getattr(self, name)))
         object.__setattr__(self, "operators", FrozenDict(self.operators or {}))
@@ -221,7 +228,9 @@ class CheckpointStats:
                 "subtasks": [t.to_dict() for t in self.subtasks],
                 "s3_requests": None if self.s3_requests is None else self.s3_requests.to_dict(),
                 "executor_s3_requests": None if self.executor_s3_requests is None
-                else self.executor_s3_requests.to_dict()}
+                else self.executor_s3_requests.to_dict(),
+                "executor_s3_requests_counting": None if self.executor_s3_requests_counting is None
+                else self.executor_s3_requests_counting.value}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "CheckpointStats":
@@ -237,4 +246,6 @@ class CheckpointStats:
                    s3_requests=None if d.get("s3_requests") is None
                    else StorageRequests.from_dict(d["s3_requests"]),
                    executor_s3_requests=None if d.get("executor_s3_requests") is None
-                   else StorageRequests.from_dict(d["executor_s3_requests"]))
+                   else StorageRequests.from_dict(d["executor_s3_requests"]),
+                   executor_s3_requests_counting=None if d.get("executor_s3_requests_counting") is None
+                   else RequestCounting(d["executor_s3_requests_counting"]))

@@ -16,18 +16,28 @@ bills them. Requests are grouped in five kinds (:class:`StorageRequests`):
 The counter is per process (:func:`request_counts`); a caller measures a span as the difference of two readings
 (``after - before``). The checkpoint stats record the driver's span per checkpoint
 (:attr:`pipeline.checkpoint.stats.CheckpointStats.s3_requests`, see docs/state.md "S3 requests per epoch") and
-the executors' requests (``executor_s3_requests``): each operator task reports its Python worker's requests not
-yet reported (:func:`take_unreported`) with its handle rows.
+the executors' requests (``executor_s3_requests``).
+
+**Per task** (the executors' Python workers): while a Spark task function runs inside a *recording*
+(:func:`open_recording` / :func:`close_recording`, opened by :func:`pipeline.runtime.task_requests.counted` around
+every task function of a round), each request is also recorded under the *attribution* current when it was sent
+(:func:`attributed_to`: the epoch tag of the work running, in a round of several epochs; None otherwise), and the
+task hands what it recorded to a Spark accumulator: exact counts per round and epoch
+(:class:`RequestCounting` ``EXACT``). Without accumulators (Spark Connect) each operator task reports its worker's
+requests not yet reported (:func:`take_unreported`) with its handle rows instead (``APPROXIMATE``).
 Clients that do not go through :class:`S3FileIO` (``pyarrow_fs()``, the Iceberg and Delta writers' own clients)
 are not counted.
 """
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Mapping
+from enum import Enum
+from typing import Any, Iterator, Mapping
 
-__all__ = ["StorageRequests", "request_counts", "count_request", "instrument_client", "take_unreported", "KINDS"]
+__all__ = ["StorageRequests", "RequestCounting", "request_counts", "count_request", "instrument_client",
+           "take_unreported", "open_recording", "close_recording", "recording", "attributed_to", "KINDS"]
 
 #: the request kinds, in the order tables print them
 KINDS: tuple[str, ...] = ("list", "get", "head", "put", "delete")
@@ -77,14 +87,67 @@ class StorageRequests:
         return " ".join(f"{k.upper()} {getattr(self, k)}" for k in KINDS)
 
 
+class RequestCounting(Enum):
+    """How the executors' requests of a checkpoint were counted (``CheckpointStats.executor_s3_requests_counting``)."""
+
+    #: every request of every successful task attempt of the checkpoint's rounds, once (a Spark accumulator)
+    EXACT = "exact"
+    #: each operator task reported its Python worker's requests not reported before (Spark Connect: no
+    #: accumulators): a worker's requests after its last operator task of a round go with a later task (or none)
+    APPROXIMATE = "approximate"
+
+
 _LOCK = threading.Lock()
 _COUNTS: dict[str, int] = dict.fromkeys(KINDS, 0)
+_INDEX: dict[str, int] = {k: i for i, k in enumerate(KINDS)}
+_OPEN = [0]                                   # recordings open in this process (nested task functions)
+_ATTRIBUTION: list[int | None] = [None]       # where a request sent now is recorded (attributed_to)
+_RECORDED: dict[int | None, list[int]] = {}   # recorded requests not yet closed out, by attribution
 
 
 def count_request(kind: str, n: int = 1) -> None:
-    """Add ``n`` requests of ``kind`` (one of :data:`KINDS`) to this process's counter."""
+    """Add ``n`` requests of ``kind`` (one of :data:`KINDS`) to this process's counter (and to the open
+    recording, under the current attribution)."""
     with _LOCK:
         _COUNTS[kind] = _COUNTS.get(kind, 0) + n
+        if _OPEN[0]:
+            _RECORDED.setdefault(_ATTRIBUTION[0], [0] * len(KINDS))[_INDEX[kind]] += n
+
+
+def open_recording() -> None:
+    """Start (or nest) a recording: requests sent until the matching :func:`close_recording` are recorded, by
+    attribution. A Spark task function opens one for its whole run (:mod:`pipeline.runtime.task_requests`)."""
+    with _LOCK:
+        _OPEN[0] += 1
+
+
+def close_recording() -> dict[int | None, tuple[int, ...]]:
+    """End a recording; returns everything recorded and not yet returned (by attribution: counts in the order of
+    :data:`KINDS`). Nested recordings: each close returns what was recorded since the previous close, so every
+    request is returned exactly once."""
+    with _LOCK:
+        _OPEN[0] = max(0, _OPEN[0] - 1)
+        out = {k: tuple(v) for k, v in _RECORDED.items() if any(v)}
+        _RECORDED.clear()
+        return out
+
+
+def recording() -> bool:
+    """Whether a recording is open (the requests are counted per task: no need to report them otherwise)."""
+    with _LOCK:
+        return _OPEN[0] > 0
+
+
+@contextmanager
+def attributed_to(tag: int | None) -> Iterator[None]:
+    """Record the requests sent inside the block under ``tag`` (the epoch of a tagged round's work)."""
+    with _LOCK:
+        before, _ATTRIBUTION[0] = _ATTRIBUTION[0], tag
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _ATTRIBUTION[0] = before
 
 
 def request_counts() -> StorageRequests:

@@ -137,7 +137,10 @@ def _requests_cell(row: dict) -> str:
     if not req:
         return "-"
     kinds = " ".join(f"{_e(k.upper())} {_e(v)}" for k, v in req.items() if v)
-    return f"{sum(req.values())}" + (f"<br><small>{kinds}</small>" if kinds else "")
+    ereq = row.get("executor_s3_requests")  # the executors' (exact, or approximate: Spark Connect)
+    executors = (f"<br><small>executors {sum(ereq.values())} ({_e(row.get('executor_s3_requests_counting') or 'approximate')})"
+                 "</small>") if ereq else ""
+    return f"{sum(req.values())}" + (f"<br><small>{kinds}</small>" if kinds else "") + executors
 
 
 def render_index_page(jobs: list[dict]) -> str:

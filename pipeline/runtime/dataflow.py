@@ -20,6 +20,7 @@ from pipeline.checkpoint.handles import FileHandle, StateHandle
 from pipeline.checkpoint.report import TaskReport
 from pipeline.exceptions import ConfigError
 from pipeline.fileio import file_io_for
+from pipeline.fileio.request_counter import attributed_to
 from pipeline.job import AggregateNode, Job, JoinNode, MapNode, SourceNode
 from pipeline.keygroups import key_group_expr, subtask_expr
 from pipeline.operators.ttl import ROW_EPOCH
@@ -36,6 +37,7 @@ from pipeline.runtime.operators import (
 from pipeline.runtime.report_codec import from_table
 from pipeline.runtime.round_params import EPOCH_TAG, task_params
 from pipeline.runtime.routing import shuffle_to_subtasks, with_beacons
+from pipeline.runtime.task_requests import TaskRequestCounter, counted
 from pipeline.source.reader import META_FIELDS
 
 __all__ = ["OperatorIO", "operator_dataframe", "drop_internal", "schema_ddl", "arrow_schema_of", "collect_handles", "fresh_dataframe", "split_dataframe", "task_count",
@@ -69,7 +71,7 @@ def _indexed_dataframe(spark, n_tasks: int):
 
 def split_dataframe(spark, n_tasks: int, source: SourceNode, reader_factory: Callable, params_key: str,
                     meta: Sequence[str] | None = None, carried: Mapping[str, Any] | None = None,
-                    row_epochs: bool = False, tagged: bool = False):
+                    row_epochs: bool = False, tagged: bool = False, requests: TaskRequestCounter | None = None):
     """A DataFrame of one round's source records of ``source``, read on the executors by ``n_tasks`` tasks
     (each reads its splits through FileIO, so S3 needs nothing on the JVM).
 
@@ -82,7 +84,8 @@ def split_dataframe(spark, n_tasks: int, source: SourceNode, reader_factory: Cal
     own epoch (:data:`~pipeline.operators.ttl.ROW_EPOCH`, the ``epoch`` of its split dict, see
     :mod:`pipeline.runtime.input_epochs`; null for an untagged split). ``tagged`` (a round of several epochs):
     every record gets the epoch it is processed in (:data:`~pipeline.runtime.round_params.EPOCH_TAG`, the
-    ``tag`` of its split dict).
+    ``tag`` of its split dict). ``requests``: counts the tasks' S3 requests (:mod:`pipeline.runtime.task_requests`;
+    in a tagged round each run of splits is attributed to its epoch).
     """
     keep = [f for f in META_FIELDS if meta is None or f.name in meta]
     out_schema = pa.schema(list(source.schema) + keep)
@@ -113,19 +116,22 @@ def split_dataframe(spark, n_tasks: int, source: SourceNode, reader_factory: Cal
                     else:
                         runs.append([d])
                 for run in runs:
-                    for out in reader(iter([pa.RecordBatch.from_pylist(run, schema=split_schema)])):
-                        out = out if len(keep) == len(META_FIELDS) else out.select(names)
-                        if row_epochs:
-                            ep = run[0].get("epoch")
-                            out = out.append_column(ROW_EPOCH, pa.array([ep] * out.num_rows, pa.int64()))
-                        if tagged:
-                            out = out.append_column(EPOCH_TAG, pa.array([run[0]["tag"]] * out.num_rows, pa.int64()))
-                        yield out
+                    with attributed_to(run[0].get("tag")):  # a tagged round: the requests of the run's epoch
+                        for out in reader(iter([pa.RecordBatch.from_pylist(run, schema=split_schema)])):
+                            out = out if len(keep) == len(META_FIELDS) else out.select(names)
+                            if row_epochs:
+                                ep = run[0].get("epoch")
+                                out = out.append_column(ROW_EPOCH, pa.array([ep] * out.num_rows, pa.int64()))
+                            if tagged:
+                                out = out.append_column(EPOCH_TAG,
+                                                        pa.array([run[0]["tag"]] * out.num_rows, pa.int64()))
+                            yield out
 
-    return _indexed_dataframe(spark, n_tasks).mapInArrow(read, schema_ddl(out_schema))
+    return _indexed_dataframe(spark, n_tasks).mapInArrow(counted(read, requests), schema_ddl(out_schema))
 
 
-def files_dataframe(spark, uris: Sequence[str], schema: pa.Schema, max_tasks: int = 8):
+def files_dataframe(spark, uris: Sequence[str], schema: pa.Schema, max_tasks: int = 8,
+                    requests: TaskRequestCounter | None = None):
     """A DataFrame of the rows of Parquet files written by an upstream operator this round."""
     ddl = schema_ddl(schema)
     uris = list(uris)
@@ -142,7 +148,7 @@ def files_dataframe(spark, uris: Sequence[str], schema: pa.Schema, max_tasks: in
                         t = pq.read_table(f).select(schema.names).cast(schema)
                     yield from t.to_batches(max_chunksize=50_000)
 
-    return _indexed_dataframe(spark, len(groups)).mapInArrow(read, ddl)
+    return _indexed_dataframe(spark, len(groups)).mapInArrow(counted(read, requests), ddl)
 
 
 def apply_maps(df, maps: Sequence[MapNode]):
@@ -201,6 +207,8 @@ class OperatorIO:
     ttl_us: int | None = None           # plan-time: the operator's state TTL (µs), None: none
     epoch_us: int = 0                   # plan-time: the epoch length (µs)
     tagged: bool = False                # plan-time: a round of several epochs (records carry EPOCH_TAG)
+    requests: TaskRequestCounter | None = None  # plan-time: counts the tasks' S3 requests (None: Spark Connect;
+    #                                     every builder wraps its task functions with task_requests.counted)
 
 
 def handle_ddl(io: OperatorIO) -> str:
@@ -301,7 +309,7 @@ def join_dataframe(spark, job: Job, op: JoinNode, resolve, io: OperatorIO):
                         flow_schema, how=op.how, unique=op.unique, bad_records=io.bad_records,
                         dead_letter_root=io.dead_letter_root, job=job.name, ttl_us=io.ttl_us,
                         epoch_us=io.epoch_us, epoch=io.epoch)
-    result = shuffled.mapInArrow(make_join_task(spec), handle_ddl(io) if io.ack_prefix is None
+    result = shuffled.mapInArrow(counted(make_join_task(spec), io.requests), handle_ddl(io) if io.ack_prefix is None
                                  else schema_ddl(with_tag(flow_schema, io)))
     return result, out_schema  # the full output schema (what a sink gets), not the chained flow_schema
 
@@ -342,7 +350,7 @@ def aggregate_dataframe(spark, job: Job, op: AggregateNode, resolve, io: Operato
     spec = AggTaskSpec(op.uid, io.checkpoint, op.key, op.aggs, state_schema, P, MP, io.parent_handles,
                        io.state_prefix, io.output_prefix, io.output_name, io.file_tag, io.ack_prefix,
                        out_schema, tuple(io.prior_output))
-    result = shuffled.mapInArrow(make_agg_task(spec), handle_ddl(io) if io.ack_prefix is None
+    result = shuffled.mapInArrow(counted(make_agg_task(spec), io.requests), handle_ddl(io) if io.ack_prefix is None
                                  else schema_ddl(with_tag(out_schema, io)))
     return result, out_schema
 

@@ -32,6 +32,7 @@ from pipeline.runtime.operators import (
 from pipeline.runtime.round_params import EPOCH_TAG
 from pipeline.runtime.routing import shuffle_to_subtasks, with_beacons
 from pipeline.runtime.state_access import StateScope, StateSpec, open_state
+from pipeline.runtime.task_requests import counted
 from pipeline.state.backend import KG_COLUMN, write_table
 from pipeline.state.changelog import TouchedKeys
 
@@ -132,6 +133,6 @@ def dedup_dataframe(spark, job: Job, op: DedupNode, resolve, io: OperatorIO):
                          io.output_prefix, io.output_name, io.file_tag, io.ttl_cutoff_us, io.ack_prefix,
                          ttl_us=io.ttl_us, epoch_us=io.epoch_us, epoch=io.epoch, user_schema=user_schema)
     out_ddl = schema_ddl(in_schema.append(pa.field(EPOCH_TAG, pa.int64())) if tag else in_schema)
-    result = shuffled.mapInArrow(make_dedup_task(spec), (HANDLE_TAGGED_DDL if tag else HANDLE_DDL)
+    result = shuffled.mapInArrow(counted(make_dedup_task(spec), io.requests), (HANDLE_TAGGED_DDL if tag else HANDLE_DDL)
                                  if io.ack_prefix is None else out_ddl)
     return result, user_schema

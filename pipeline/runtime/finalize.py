@@ -32,7 +32,7 @@ from pipeline.checkpoint.metadata import CheckpointMetadata
 from pipeline.checkpoint.report import ReportKind, TaskReport
 from pipeline.exceptions import EpochalError
 from pipeline.faults import fault_point
-from pipeline.fileio.request_counter import StorageRequests
+from pipeline.fileio.request_counter import RequestCounting, StorageRequests
 from pipeline.job import JoinNode
 from pipeline.layout import round_state_prefix
 from pipeline.runtime.alignment import MODE_ALIGNED, channel_name
@@ -65,7 +65,8 @@ class CheckpointFinalizer:
                dropped: dict | None = None, low_epoch: int | None = None,
                inflight_low_epoch: int | None = None,
                executor_requests: StorageRequests | None = None,
-               dead_letter_files: Mapping[str, Sequence[str]] | None = None) -> tuple[Cursor, list[RoundResult]]:
+               dead_letter_files: Mapping[str, Sequence[str]] | None = None,
+               executor_counting: RequestCounting | None = None) -> tuple[Cursor, list[RoundResult]]:
         """Checkpoint n is snapshotted (``snap``): acknowledge the tasks' handles of round ``last_round``
         with the alignment metrics, write ``_metadata`` (last), commit the sinks. ``dead_letter_files``: per
         operator, the dead-letter files of every round of n (recorded in ``_metadata``, the rest swept)."""
@@ -124,6 +125,7 @@ class CheckpointFinalizer:
         completed = ctx.coordinator.complete(
             pending, positions=positions, channel_state=ranges, sinks_full=full, backlog=backlog,
             dead_letters=dead_letters, rounds=last_round + 1, executor_s3_requests=executor_requests,
+            executor_s3_requests_counting=executor_counting if executor_requests is not None else None,
             extra={"records": records, "round_records": [r.records for r in results if r.round <= last_round]
                    + ([records] if not results or results[-1].round < last_round else []),
                    "alignment": alignment, "dropped": dict(sorted((dropped or {}).items())),

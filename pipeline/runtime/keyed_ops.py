@@ -45,6 +45,7 @@ from pipeline.runtime.operators import (
 from pipeline.runtime.round_params import EPOCH_TAG
 from pipeline.runtime.routing import shuffle_to_subtasks, with_beacons
 from pipeline.runtime.state_access import StateScope, StateSpec, open_state
+from pipeline.runtime.task_requests import counted
 from pipeline.state.backend import KG_COLUMN, read_state, write_table
 from pipeline.windows.aggregate import EPOCH, EVENT_US, EmitMode, WindowSpec, output_schema, state_schema, window_step
 from pipeline.windows.assign import PENDING_US, window_index
@@ -296,7 +297,7 @@ def window_dataframe(spark, job: Job, op: WindowNode, resolve, io):
                           operator_dead_letter_prefix(io.dead_letter_root or "", job.name, op.uid), io.bad_records,
                           io.ack_prefix, io.epoch, io.complete,
                           io.barrier_us, flow_schema)
-    result = shuffled.mapInArrow(make_window_task(spec),
+    result = shuffled.mapInArrow(counted(make_window_task(spec), io.requests),
                                  HANDLE_DDL if io.ack_prefix is None else schema_ddl(flow_schema))
     return result, flow_schema or out_schema
 
@@ -402,7 +403,7 @@ def process_dataframe(spark, job: Job, op: ProcessNode, resolve, io):
     spec = ProcessTaskSpec(op.uid, io.checkpoint, op.key, op.fn, op.state_schema, op.output_schema, in_schema,
                            op.ttl_seconds, P, MP, io.parent_handles, io.state_prefix, io.output_prefix,
                            io.output_name, io.file_tag, io.ack_prefix, io.barrier_us)
-    result = shuffled.mapInArrow(make_process_task(spec), handle_ddl(io) if io.ack_prefix is None
+    result = shuffled.mapInArrow(counted(make_process_task(spec), io.requests), handle_ddl(io) if io.ack_prefix is None
                                  else schema_ddl(with_tag(op.output_schema, io)))
     return result, op.output_schema
 

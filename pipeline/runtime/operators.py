@@ -30,7 +30,7 @@ from pipeline.checkpoint.report import ReportKind, TaskReport
 from pipeline.exceptions import AggregateOverflowError, MalformedInputError
 from pipeline.faults import fault_point
 from pipeline.fileio import file_io_for
-from pipeline.fileio.request_counter import take_unreported
+from pipeline.fileio.request_counter import attributed_to, recording, take_unreported
 from pipeline.keygroups import KeyGroupRange, range_for_subtask
 from pipeline.operators.join import MATCHED, JoinType, Uniqueness, join_step
 from pipeline.operators.ttl import ROW_EPOCH, micros
@@ -96,10 +96,11 @@ def _emit(reports: list[TaskReport], out: pa.Table | None, out_schema: pa.Schema
           subtask: int) -> Iterator[pa.RecordBatch]:
     """Terminal operator: yield the reports (encoded once, :func:`~pipeline.runtime.report_codec.to_batch`).
     Chained operator: write the same batch as the subtask's ack object and let the output rows flow on to the
-    next operator (through Spark's shuffle). The first report carries the worker's S3 requests not reported yet
-    (the checkpoint stats' ``executor_s3_requests``). One epoch of a tagged round: the reports go to
+    next operator (through Spark's shuffle). Without a request recording (Spark Connect: no accumulators,
+    :mod:`pipeline.runtime.task_requests`) the first report carries the worker's S3 requests not reported yet (the
+    checkpoint stats' approximate ``executor_s3_requests``). One epoch of a tagged round: the reports go to
     :func:`epoch_tagged_task` (which acknowledges every epoch at once)."""
-    if reports:
+    if reports and not recording():
         reports = [dataclasses.replace(reports[0], s3_requests=take_unreported()), *reports[1:]]
     if _COLLECT:
         _COLLECT[-1].extend(reports)
@@ -229,9 +230,10 @@ def run_epochs(plan_spec, step, entries: list[dict], batches: Iterator[pa.Record
         collected: list[TaskReport] = []
         _COLLECT.append(collected)
         try:
-            for b in step(spec, iter(part.to_batches() if part is not None else [])):
-                if b.num_rows:
-                    outs.append(b.append_column(EPOCH_TAG, pa.array([epoch] * b.num_rows, pa.int64())))
+            with attributed_to(epoch):  # the epoch's S3 requests count in its checkpoint (task_requests)
+                for b in step(spec, iter(part.to_batches() if part is not None else [])):
+                    if b.num_rows:
+                        outs.append(b.append_column(EPOCH_TAG, pa.array([epoch] * b.num_rows, pa.int64())))
         finally:
             _COLLECT.pop()
         carried = {}

@@ -29,7 +29,7 @@ from pipeline.checkpoint.failure import CheckpointFailureReason
 from pipeline.checkpoint.handles import ChannelStateHandle, Position, StateHandle
 from pipeline.checkpoint.report import ReportKind, TaskReport
 from pipeline.exceptions import CheckpointError, ConfigError
-from pipeline.fileio.request_counter import StorageRequests
+from pipeline.fileio.request_counter import RequestCounting, StorageRequests
 from pipeline.job import AggregateNode, JoinNode, SourceNode
 from pipeline.layout import round_plan_uri
 from pipeline.runtime.alignment import MODE_ALIGNED, AlignmentDriver, NextStop
@@ -157,7 +157,8 @@ class RoundExecutor:
             ctx.unexpected_dead_letters = {}
         dropped: dict[str, int] = {}  # rows an operator drops by design (deduplicate), per operator uid
         dl_files: dict[str, list[str]] = {}  # per operator: the dead-letter files counted (runtime.dead_letters)
-        executor_requests = StorageRequests()  # the executors' S3 requests reported with this checkpoint's rounds
+        executor_requests = StorageRequests()  # the executors' S3 requests of this checkpoint's rounds (task_requests)
+        counting = RequestCounting.EXACT        # approximate if any round's were (Spark Connect)
         last_rows: list[TaskReport] = []
         while True:
             t0 = time.perf_counter()
@@ -168,7 +169,8 @@ class RoundExecutor:
                 return self.finalizer.finish(pending, snap, working, last_rows, staged, results, dead_letters,
                                              summaries, expected, P, last_round=rnd - 1, t0=t0,
                                              dropped=dropped, low_epoch=lows.get(rnd - 1, working.low_epoch),
-                                             executor_requests=executor_requests, dead_letter_files=dl_files)
+                                             executor_requests=executor_requests, executor_counting=counting,
+                                             dead_letter_files=dl_files)
             stops = driver.stops(starts, {ch: end_position(summaries_of(ch)) for ch in channels}, next_stop)
             segments = {}
             for src in job.sources():
@@ -198,9 +200,10 @@ class RoundExecutor:
                                            complete=snap is not None, low_epoch=low, own_epochs=own_epochs)
             for uid, uris in files_of_reports([r for r in rows if r.kind is ReportKind.DEAD_LETTER]).items():
                 dl_files.setdefault(uid, []).extend(uris)
+            executor_requests = executor_requests + self.plan.requests.total  # every task of the round's
+            if self.plan.requests.counting is not RequestCounting.EXACT:
+                counting = self.plan.requests.counting
             for r in rows:  # operators' dead letters (e.g. a join's ``unique`` violated) and dropped rows
-                if r.s3_requests is not None:  # a Python worker's S3 requests (pipeline.fileio.request_counter)
-                    executor_requests = executor_requests + r.s3_requests
                 if r.kind is ReportKind.DEAD_LETTER and r.rows:
                     name = f"operator={r.operator_uid}"
                     dead_letters[name] = dead_letters.get(name, 0) + r.rows
@@ -251,7 +254,8 @@ class RoundExecutor:
                 continue
             return self.finalizer.finish(pending, snap, working, rows, staged, results, dead_letters, summaries,
                                          expected, P, last_round=rnd, t0=t0, records=records, backlog=backlog,
-                                         executor_requests=executor_requests, dead_letter_files=dl_files,
+                                         executor_requests=executor_requests, executor_counting=counting,
+                                         dead_letter_files=dl_files,
                                          dropped=dropped, low_epoch=low,
                                          inflight_low_epoch=min((own_epochs.epoch_at(ch, snap.cut[ch])
                                                                  for ch in snap.parked), default=None))
@@ -373,6 +377,8 @@ class RoundExecutor:
         # Step 3: one Spark round over every epoch (records tagged with their epoch)
         work = [EpochWork(pending, pe.epoch, pe.segments, pe.own_epochs, pe.epoch) for pe, pending in zip(planned, pendings)]
         rows = self.plan.process_epochs(work, P, cursor)
+        requests = self.plan.requests  # exact per epoch (task_requests: work of no single epoch goes to the first)
+        per_epoch = requests.per_epoch(epochs)
         # Step 4: finalise in epoch order (acks, _metadata, sink commit, listeners)
         cur = cursor
         out: list[RoundResult] = []
@@ -409,7 +415,8 @@ class RoundExecutor:
                                                  expected, P, last_round=0, t0=t_i, records=pe.records,
                                                  backlog=pe.backlog, dropped=dropped, low_epoch=pe.epoch,
                                                  dead_letter_files=files_of_reports(
-                                                     [r for r in mine if r.kind is ReportKind.DEAD_LETTER]))
+                                                     [r for r in mine if r.kind is ReportKind.DEAD_LETTER]),
+                                                 executor_requests=per_epoch[i], executor_counting=requests.counting)
             for res in results:
                 res.tagged_round = tuple(ids)
             out.extend(results)

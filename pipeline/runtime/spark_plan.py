@@ -13,6 +13,9 @@ handles, staging prefixes, TTL cutoff) reach the tasks in one of two ways:
 :meth:`SparkPlan.process_epochs` runs one **tagged** round over several epochs (classic sessions only): the
 splits of every epoch, each tagged with its epoch, and per operator the values of every epoch in order
 (:mod:`pipeline.runtime.round_params`); the task reports come back with the checkpoint they acknowledge (``TaskReport.checkpoint_id``).
+
+After either, :attr:`SparkPlan.requests` holds the round's executor S3 requests (:mod:`pipeline.runtime.task_requests`:
+exact per task and epoch through an accumulator; Spark Connect: the tasks' approximate reports).
 """
 from __future__ import annotations
 
@@ -59,6 +62,7 @@ from pipeline.runtime.round_params import (
     source_key,
 )
 from pipeline.runtime.session import is_connect_session
+from pipeline.runtime.task_requests import RoundRequests, TaskRequestCounter
 from pipeline.source.reader import META_FIELDS, make_split_reader
 from pipeline.state.materialization import MaterializationPolicy
 from pipeline.state.snapshot import SnapshotOptions
@@ -83,6 +87,15 @@ class SparkPlan:
     def __init__(self, ctx: RuntimeContext) -> None:
         self.ctx = ctx
         self.plans: dict = {}   # round plans by shape (see steps)
+        self._counters: dict[int, TaskRequestCounter | None] = {}  # by session (id): the plans' request counter
+        self.requests = RoundRequests()  # the executors' S3 requests of the last round run (process_round/_epochs)
+
+    def _counter(self) -> TaskRequestCounter | None:
+        """The request counter of the session's plans (None: Spark Connect, no accumulators)."""
+        spark = self.ctx.spark
+        if id(spark) not in self._counters:
+            self._counters[id(spark)] = TaskRequestCounter.for_session(spark)
+        return self._counters[id(spark)]
 
     def process_round(self, pending, rnd: int, P: int, cursor: Cursor, segments, epoch: int, *,
                       parked: frozenset = frozenset(), staged: dict | None = None,
@@ -125,12 +138,16 @@ class SparkPlan:
             if io.ack_prefix is not None:  # set exactly when the operator has consumers
                 chained.append((op.uid, io.ack_prefix))
         rows: list[TaskReport] = []
+        counter = self._counter()
+        mark = counter.mark() if counter is not None else {}
         if is_connect_session(spark):  # the values inside the task functions: a plan of this round only
             rows = self._run(self._build(P, shape, parked, ios=ios, carried=values), fresh=None)
         else:
             with RoundProperties(spark, values):
                 rows = self._run(self.steps(P, shape, parked), fresh=lambda df: fresh_dataframe(spark, df))
-        return self._chained_acks(rows, chained)
+        rows = self._chained_acks(rows, chained)
+        self.requests = counter.since(mark) if counter is not None else RoundRequests.reported(rows)
+        return rows
 
     def _chained_acks(self, rows: list[TaskReport], chained: list[tuple[str, str]]) -> list[TaskReport]:
         """``rows`` plus the reports chained operators wrote as ack objects (the same codec, as Arrow IPC; read,
@@ -197,10 +214,14 @@ class SparkPlan:
                 if i == 0 and io.ack_prefix is not None:  # the tasks acknowledge every epoch in the first's
                     chained.append((op.uid, io.ack_prefix))
             values[operator_key(op.uid)] = {TAGGED_KEY: entries}
+        counter = self._counter()
+        mark = counter.mark() if counter is not None else {}
         with RoundProperties(spark, values):
             rows = self._run(self.steps(P, shape, frozenset(), tagged=True),
                              fresh=lambda df: fresh_dataframe(spark, df))
-        return self._chained_acks(rows, chained)
+        rows = self._chained_acks(rows, chained)
+        self.requests = counter.since(mark) if counter is not None else RoundRequests.reported(rows)
+        return rows
 
     @staticmethod
     def _tagged(own_epochs, ch: tuple[str, str], splits) -> list[dict]:
@@ -292,7 +313,8 @@ class SparkPlan:
                 meta = None if read is None else [f.name for f in META_FIELDS
                                                   if f.name.lower() in read or (park and f.name == "_partition")]
                 inputs[i] = split_dataframe(spark, tasks[node.name], node, factory, source_key(node.name), meta=meta,
-                                            carried=carried, row_epochs=self.row_epochs(), tagged=tagged)
+                                            carried=carried, row_epochs=self.row_epochs(), tagged=tagged,
+                                            requests=self._counter())
                 if park:
                     from pyspark.sql import functions as F  # pyspark: imported where Spark already runs
                     inputs[i] = inputs[i].withColumn("_park", F.col("_partition").isin(park))
@@ -304,7 +326,8 @@ class SparkPlan:
                             parent_handles={}, state_prefix="", output_prefix="", output_name="", file_tag="",
                             ttl_cutoff_us=None, ack_prefix="" if consumers else None,
                             bad_records=ctx.config.bad_records, dead_letter_root=ctx.dead_letter_root,
-                            ttl_us=self._ttl_us(op), epoch_us=ctx.config.epoch_seconds * 1_000_000, tagged=tagged)
+                            ttl_us=self._ttl_us(op), epoch_us=ctx.config.epoch_seconds * 1_000_000, tagged=tagged,
+                            requests=self._counter())
             if ios is not None:  # Spark Connect: this round's values in the plan itself
                 io = dataclasses.replace(io, **{f: getattr(ios[op.uid], f) for f in ROUND_FIELDS})
             df, _schema = operator_dataframe(spark, ctx.job, op, inputs, io)

@@ -16,7 +16,9 @@ forwarded unless the fault plan picks it. Faults (each a real effect on the wire
 ``rate`` (0..1) is the share of requests that get a random fault from ``kinds``; ``seed`` makes the choice
 reproducible. :attr:`S3FaultProxy.injected` counts what was injected; :attr:`S3FaultProxy.by_kind` counts every
 request that reached the proxy by S3 request kind (``list``, ``get``, ``head``, ``put``, ``delete``, ``other``;
-what every process, driver and Spark executors alike, sent: see :func:`request_kind`). Usable from the command line::
+what every process, driver and Spark executors alike, sent: see :func:`request_kind`); with ``log=True``,
+:attr:`S3FaultProxy.log` keeps ``(kind, method, path)`` of every request, in arrival order (which objects were
+read or written). Usable from the command line::
 
     python -m pipeline.testing.s3_faults --upstream http://127.0.0.1:5000 --rate 0.1 --port 5100
 """
@@ -66,7 +68,7 @@ def request_kind(method: str, path: str) -> str:
 
 class S3FaultProxy:
     def __init__(self, upstream: str, *, rate: float = 0.0, kinds: tuple[str, ...] = FAULT_KINDS, seed: int = 0,
-                 host: str = "127.0.0.1", port: int = 0) -> None:
+                 host: str = "127.0.0.1", port: int = 0, log: bool = False) -> None:
         unknown = set(kinds) - set(FAULT_KINDS)
         if unknown:
             raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: {FAULT_KINDS}")
@@ -80,6 +82,7 @@ class S3FaultProxy:
         self.injected: Counter[str] = Counter()
         self.by_kind: Counter[str] = Counter()
         self.requests = 0
+        self.log: list[tuple[str, str, str]] | None = [] if log else None  # (kind, method, path) per request
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -130,7 +133,10 @@ class S3FaultProxy:
             def _proxy(self) -> None:
                 body = self._body()
                 with proxy._lock:
-                    proxy.by_kind[request_kind(self.command, self.path)] += 1
+                    kind = request_kind(self.command, self.path)
+                    proxy.by_kind[kind] += 1
+                    if proxy.log is not None:
+                        proxy.log.append((kind, self.command, self.path))
                 fault = proxy._choose(self.command)
                 if fault in ("slowdown", "outage503"):
                     return self._send(503, [("Content-Type", "application/xml")],

@@ -226,3 +226,26 @@ def test_checkpoints_show_prints_the_s3_requests():
     d.update(positions={}, barriers={}, operators={}, subtasks=[], channel_state=[], sinks={}, extra={})
     assert ("  S3 requests (driver, since the previous checkpoint): LIST 19, GET 31, HEAD 9, PUT 6, DELETE 1, "
             "total 66") in format_show(d).splitlines()
+
+
+def test_executor_requests_say_how_they_were_counted():
+    from pipeline.checkpoint.completed import CompletedCheckpoint
+    from pipeline.checkpoint.history import checkpoint_summary, format_show
+    from pipeline.fileio.request_counter import RequestCounting, StorageRequests
+    s = CheckpointStats(trigger_time="2024-01-01T10:00:01.000Z", executor_s3_requests=StorageRequests(get=2, put=3),
+                        executor_s3_requests_counting=RequestCounting.EXACT)
+    d = json.loads(json.dumps(s.to_dict()))
+    assert d["executor_s3_requests_counting"] == "exact"
+    assert CheckpointStats.from_dict(d) == s
+    del d["executor_s3_requests_counting"]  # older _metadata: not recorded
+    assert CheckpointStats.from_dict(d).executor_s3_requests_counting is None
+    for counting, words in ((RequestCounting.EXACT, "exact: every task of this checkpoint's rounds"),
+                            (RequestCounting.APPROXIMATE, "approximate: reported with the next operator task")):
+        md = sample_metadata()
+        md = dataclasses.replace(md, stats=dataclasses.replace(md.stats, executor_s3_requests=StorageRequests(1, 2),
+                                                               executor_s3_requests_counting=counting))
+        row = checkpoint_summary(CompletedCheckpoint(md, "s3://b/ck/chk-7"))
+        assert row["executor_s3_requests_counting"] == counting.value
+        row.update(positions={}, barriers={}, operators={}, subtasks=[], channel_state=[], sinks={}, extra={})
+        line = [ln for ln in format_show(row).splitlines() if "S3 requests (executors" in ln]
+        assert line and words in line[0] and "LIST 1, GET 2" in line[0], line
