@@ -46,6 +46,10 @@ def source(tmp_path_factory) -> str:
     return write_source(tmp_path_factory.mktemp("tagsrc"))
 
 
+#: the rocksdb keyed stores, a base every third snapshot (whatever the deltas' size)
+ROCKS = {"max_epochs_per_round": 3, "state_backend": "rocksdb", "state_max_deltas": 2, "state_max_delta_ratio": 10.0}
+
+
 def _both() -> object:
     """The job of the default tests: dedup -> join -> aggregate, and a window with an aggregate chained over it."""
     return tagged_job(windows=True)
@@ -142,13 +146,13 @@ def test_a_failure_inside_a_tagged_round_restores_the_last_completed_checkpoint(
     # the second checkpoint of the first tagged round fails between its _metadata and its sink commit
     monkeypatch.setenv("EPOCHAL_FAIL_AT", "after_metadata_before_commit:2")
     # on the rocksdb keyed stores (the reference is the heap run: the state's rows are the same)
-    r = _runner(tmp_path, source, "fail", max_epochs_per_round=3, state_backend="rocksdb", state_max_deltas=2)
+    r = _runner(tmp_path, source, "fail", **ROCKS)
     with pytest.raises(InjectedFailure):
         r.run()
     monkeypatch.delenv("EPOCHAL_FAIL_AT")
     after = _checkpoints(r)
     assert [m.checkpoint_id for m in after] == [1, 2]  # checkpoint 3 of the round never completed
-    resumed = _runner(tmp_path, source, "fail", max_epochs_per_round=3, state_backend="rocksdb", state_max_deltas=2)
+    resumed = _runner(tmp_path, source, "fail", **ROCKS)
     resumed.run()
     b = _checkpoints(resumed)
     assert [m.epoch for m in b] == [m.epoch for m in _checkpoints(one)]
@@ -244,7 +248,7 @@ def test_window_job_on_rocksdb_in_tagged_rounds_equals_one_epoch_rounds(tmp_path
     runs = []
     for k in (1, 3):
         r = _runner(tmp_path, source, f"rocks-w{k}", job=window_job, max_epochs_per_round=k, state_backend="rocksdb",
-                    state_max_deltas=2)
+                    state_max_deltas=2, state_max_delta_ratio=10.0)
         report = r.run()
         if k > 1:
             assert {x.tagged_round for x in report.rounds} == {(1, 2, 3), (4, 5)}
@@ -260,7 +264,7 @@ def test_window_job_on_rocksdb_in_tagged_rounds_equals_one_epoch_rounds(tmp_path
 def test_the_job_on_rocksdb_in_tagged_rounds_equals_one_epoch_rounds(tmp_path, source, monkeypatch):
     monkeypatch.setenv("PIPELINE_STATE_CACHE_DIR", str(tmp_path / "warm"))
     runs = [_runner(tmp_path, source, f"rocks-{k}", max_epochs_per_round=k, state_backend="rocksdb",
-                    state_max_deltas=2) for k in (1, 3)]
+                    state_max_deltas=2, state_max_delta_ratio=10.0) for k in (1, 3)]
     for r in runs:
         r.run()
     _same_checkpoints(runs[0], runs[1], ALL_TABLES)
