@@ -18,9 +18,21 @@ first round would be planned and keeps the longest prefix where):
 * each epoch's segments reach its barrier within ``PIPELINE_MAX_RECORDS_PER_EPOCH`` and the group's records per
   input stay within it too (a round reads at most that many records per input, DESIGN.md "Rounds");
 * the low watermark of each epoch is the epoch itself (every record of epoch ``e`` has own epoch ``e``);
-* the operators are joins, running aggregates, deduplications and ``process`` (windows are not tagged yet),
-  on the heap state backend, in a classic Spark session (Spark Connect carries the round's values in the plan),
-  for a checkpoint (savepoints and restores run alone).
+* the operators are joins, running aggregates, deduplications, event-time windows and ``process``, on either state
+  backend (heap, or the rocksdb keyed stores: each epoch's body opens the subtask's store at the version the
+  previous epoch's snapshot left, so the store stays warm and writes one delta or base per epoch; materialisation
+  follows each epoch's parent chain exactly as in sequential rounds), in a classic Spark session or under Spark
+  Connect, for a checkpoint (savepoints and restores run alone).
+
+Spark Connect has no local properties: a tagged round's plan is built for that round, and each operator's task
+function captures the values of every epoch of the round (:class:`pipeline.runtime.round_params.EmbeddedParams`),
+as a one-epoch Connect round captures its own; the source splits travel in the read functions the same way.
+
+Windows: the watermark advances per epoch inside the round. The upstream tasks send one marker per epoch and
+channel (tagged with its epoch), so epoch ``e``'s body sees exactly the observations its own round would see; the
+watermark state the previous epoch's body derived is carried in memory to the next epoch's body of the same subtask
+(:func:`pipeline.runtime.operators.carried_from_previous_epoch`: only subtask 0 writes it to a file). Each epoch's
+firings, late records (dead letters) and window state are those of its own round.
 
 Anything else runs today's one epoch per round, unchanged. What a tagged round writes is what the sequential
 rounds would write: per epoch a pending manifest and a round plan (write-ahead, before the Spark job), its
@@ -34,15 +46,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.barriers.events import CheckpointingMode
-from pipeline.job import AggregateNode, DedupNode, JoinNode, ProcessNode
+from pipeline.job import AggregateNode, DedupNode, JoinNode, ProcessNode, WindowNode
 from pipeline.runtime.context import RuntimeContext
 from pipeline.runtime.cursor import Cursor
-from pipeline.runtime.session import is_connect_session
 
 __all__ = ["TAGGED_OPERATORS", "group_refusal", "PlannedEpoch"]
 
 #: operators whose tasks run several epochs in one round (pipeline.runtime.operators.epoch_tagged_task)
-TAGGED_OPERATORS = (JoinNode, AggregateNode, DedupNode, ProcessNode)
+TAGGED_OPERATORS = (JoinNode, AggregateNode, DedupNode, ProcessNode, WindowNode)
 
 
 def group_refusal(ctx: RuntimeContext, cursor: Cursor) -> str | None:
@@ -52,8 +63,6 @@ def group_refusal(ctx: RuntimeContext, cursor: Cursor) -> str | None:
         return "PIPELINE_MAX_EPOCHS_PER_ROUND is 1"
     if cfg.checkpoint_mode != CheckpointingMode.EXACTLY_ONCE or cfg.unaligned or cfg.aligned_timeout_seconds:
         return "checkpoints are not aligned exactly-once"
-    if cfg.state_backend != "heap":
-        return f"the {cfg.state_backend} state backend"
     others = [op.uid for op in ctx.job.operators() if not isinstance(op, TAGGED_OPERATORS)]
     if others:
         return f"operators {others} run one epoch per round"
@@ -61,8 +70,8 @@ def group_refusal(ctx: RuntimeContext, cursor: Cursor) -> str | None:
         return "no stateful operator"
     if cursor.inflight:
         return "in-flight channel state to replay"
-    if ctx.spark_session is None or is_connect_session(ctx.spark_session):
-        return "no classic Spark session (Spark Connect carries a round's values in its plan)"
+    if ctx.spark_session is None:
+        return "no Spark session"
     return None
 
 

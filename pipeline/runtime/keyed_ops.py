@@ -34,10 +34,10 @@ from pipeline.runtime.dataflow import arrow_schema_of, handle_ddl, schema_ddl, w
 from pipeline.runtime.dead_letters import attempt_dead_letter_dir, dead_letter_name, operator_dead_letter_prefix
 from pipeline.runtime.operator_registry import register_operator
 from pipeline.runtime.operators import (
-    HANDLE_DDL,
     _collect,
     _emit,
-    _round_spec,
+    carried_from_previous_epoch,
+    carry_to_next_epoch,
     epoch_tagged_task,
     subtask_of,
     task_report,
@@ -142,11 +142,10 @@ def _fire_index(w: WindowSpec, schema: pa.Schema, watermark_us: int | None, pend
 
 
 def make_window_task(spec: WindowTaskSpec):
-    """Returns the ``mapInArrow`` function of a window operator (after the shuffle)."""
-    plan_spec = spec
+    """Returns the ``mapInArrow`` function of a window operator (after the shuffle; several epochs per round:
+    :func:`~pipeline.runtime.operators.epoch_tagged_task`, the watermark advancing epoch by epoch)."""
 
-    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        spec = _round_spec(plan_spec)
+    def step(spec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         fault_point("reading")
         t0 = time.perf_counter()
         subtask, incoming = subtask_of(_collect(batches))
@@ -154,7 +153,11 @@ def make_window_task(spec: WindowTaskSpec):
         fio = file_io_for(spec.state_prefix)
         w = spec.window
         sschema = state_schema(w, spec.input_schema).append(pa.field(KG_COLUMN, pa.int32()))
-        wm_rows = read_state(fio, spec.parent_handles.get("wm", ()), *_ALL_KG, WATERMARK_SCHEMA, spec.checkpoint)
+        # a tagged round's later epochs: the watermark state the previous epoch's body derived (only subtask 0
+        # writes it; every subtask derives the same value from the same markers)
+        wm_rows = carried_from_previous_epoch("wm")
+        if not isinstance(wm_rows, pa.Table):
+            wm_rows = read_state(fio, spec.parent_handles.get("wm", ()), *_ALL_KG, WATERMARK_SCHEMA, spec.checkpoint)
         wm_rows, seen = _split_wm(wm_rows)
         wm = WatermarkState.from_table(wm_rows, spec.checkpoint)
         rows = None
@@ -197,8 +200,9 @@ def make_window_task(spec: WindowTaskSpec):
             # epoch: under PENDING_US, so that the completing round touches them)
             sh = access.write("win", res.state, index_time=_fire_index(
                 w, sschema, fire if fire is not None else wm.watermark_us, None if spec.complete else spec.epoch))
-        wfh = (write_table(fio, f"{spec.state_prefix}/wm/wm.parquet", _wm_table(new_wm, obs_left))
-               if subtask == 0 else None)
+        wm_table = _wm_table(new_wm, obs_left)
+        carry_to_next_epoch("wm", wm_table)
+        wfh = write_table(fio, f"{spec.state_prefix}/wm/wm.parquet", wm_table) if subtask == 0 else None
         wsh = StateHandle(operator_uid=spec.uid, subtask=subtask, kg_start=kgr.start, kg_end=kgr.end, name="wm",
                           file=wfh)
         async_ms = (time.perf_counter() - t1) * 1000
@@ -221,26 +225,33 @@ def make_window_task(spec: WindowTaskSpec):
                 pa.timestamp("us", tz="UTC")))
         yield from _emit(rows_out, out, spec.flow_schema or spec.out_schema, fio, spec.ack_prefix, subtask)
 
-    return task
+    return epoch_tagged_task(spec, step)
 
 
 def _with_markers(df, spark, event_time: str, key: str, parallelism: int):
-    """``df`` plus, per upstream Spark task and channel, one marker row to every subtask (its max event time)."""
+    """``df`` plus, per upstream Spark task and channel, one marker row to every subtask (its max event time).
+    A tagged round (rows carry :data:`~pipeline.runtime.round_params.EPOCH_TAG`): one marker per epoch and channel,
+    tagged with its epoch, so each epoch's watermark advances by that epoch's records only, as in its own round."""
     in_schema = arrow_schema_of(df)
     out_schema = in_schema.append(pa.field(MARKER, pa.int64()))
     P = parallelism
+    tagged = EPOCH_TAG in in_schema.names
 
     def mark(batches):
-        seen: dict[str, int] = {}
+        seen: dict[int | None, dict[str, int]] = {}   # epoch tag (None: untagged) -> channel -> max event time
         for b in batches:
             if b.num_rows:
-                seen = merge_observations(seen, observe_channels(b.column(CHANNEL), b.column(event_time),
-                                                                 b.column(key)))
+                tags = [t for t in pc.unique(b.column(EPOCH_TAG)).to_pylist() if t is not None] if tagged else [None]
+                for tag in tags:
+                    part = b if tag is None else b.filter(pc.equal(b.column(EPOCH_TAG), tag))
+                    seen[tag] = merge_observations(seen.get(tag, {}), observe_channels(
+                        part.column(CHANNEL), part.column(event_time), part.column(key)))
                 b = b.append_column(MARKER, pa.nulls(b.num_rows, pa.int64()))
                 yield pa.RecordBatch.from_arrays([b.column(i).cast(f.type) for i, f in enumerate(out_schema)],
                                                  schema=out_schema)
-        if seen:
-            chans = sorted(seen)
+        for tag in sorted((t for t in seen if seen[t]), key=lambda t: -1 if t is None else t):
+            obs = seen[tag]
+            chans = sorted(obs)
             n = len(chans) * P
             cols = {}
             for f in out_schema:
@@ -249,7 +260,9 @@ def _with_markers(df, spark, event_time: str, key: str, parallelism: int):
                 elif f.name == "_subtask":
                     cols[f.name] = pa.array([s for _ in chans for s in range(P)], f.type)
                 elif f.name == MARKER:
-                    cols[f.name] = pa.array([seen[c] for c in chans for _ in range(P)], pa.int64())
+                    cols[f.name] = pa.array([obs[c] for c in chans for _ in range(P)], pa.int64())
+                elif f.name == EPOCH_TAG:
+                    cols[f.name] = pa.array([tag] * n, f.type)
                 else:
                     cols[f.name] = pa.nulls(n, f.type)
             yield pa.RecordBatch.from_pydict(cols, schema=out_schema)
@@ -288,7 +301,8 @@ def window_dataframe(spark, job: Job, op: WindowNode, resolve, io):
     in_schema = arrow_schema_of(df)
     marked = with_beacons(_with_markers(df, spark, op.event_time, op.key, P), spark, P)
     shuffled = shuffle_to_subtasks(marked, spark, "_subtask", P)
-    task_in = pa.schema([f for f in in_schema if f.name not in ("_subtask",)])
+    # the task's rows: a tagged round's epoch tag rides along outside them (run_epochs splits by it)
+    task_in = pa.schema([f for f in in_schema if f.name not in ("_subtask", EPOCH_TAG)])
     out_schema = output_schema(wspec, task_in)
     flow_schema = (out_schema.append(pa.field("_ingest_ts", pa.timestamp("us", tz="UTC")))
                    if io.ack_prefix is not None else None)
@@ -298,7 +312,7 @@ def window_dataframe(spark, job: Job, op: WindowNode, resolve, io):
                           io.ack_prefix, io.epoch, io.complete,
                           io.barrier_us, flow_schema)
     result = shuffled.mapInArrow(counted(make_window_task(spec), io.requests),
-                                 HANDLE_DDL if io.ack_prefix is None else schema_ddl(flow_schema))
+                                 handle_ddl(io) if io.ack_prefix is None else schema_ddl(with_tag(flow_schema, io)))
     return result, flow_schema or out_schema
 
 

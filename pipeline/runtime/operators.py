@@ -40,7 +40,14 @@ from pipeline.runtime import heap_state as _heap_backend  # noqa: F401
 from pipeline.runtime import keyed_stores as _rocksdb_backend  # noqa: F401
 from pipeline.runtime.dead_letters import attempt_dead_letter_dir, operator_dead_letter_prefix
 from pipeline.runtime.report_codec import REPORT_DDL, to_batch, to_ipc
-from pipeline.runtime.round_params import EPOCH_TAG, apply_params, epoch_entries, operator_key, task_params
+from pipeline.runtime.round_params import (
+    EPOCH_TAG,
+    apply_params,
+    embedded_params,
+    epoch_entries,
+    operator_key,
+    task_params,
+)
 from pipeline.runtime.routing import BEACON
 from pipeline.runtime.state_access import StateScope, StateSpec, open_state
 from pipeline.source._formats import json_default
@@ -48,7 +55,7 @@ from pipeline.state.backend import KG_COLUMN, read_files, write_table
 from pipeline.state.changelog import TouchedKeys
 
 __all__ = ["EXACT_SUM", "HANDLE_DDL", "HANDLE_TAGGED_DDL", "JoinTaskSpec", "AggTaskSpec", "make_join_task",
-           "make_agg_task", "task_report", "epoch_tagged_task"]
+           "make_agg_task", "task_report", "epoch_tagged_task", "carried_from_previous_epoch", "carry_to_next_epoch"]
 
 EXACT_SUM = pa.decimal128(38, 9)  # state type of floating-point sums (order-independent, exact)
 
@@ -58,6 +65,22 @@ HANDLE_TAGGED_DDL = REPORT_DDL
 
 #: tagged rounds: the reports of the one-epoch body running now are collected here (see epoch_tagged_task)
 _COLLECT: list[list[TaskReport]] = []
+#: tagged rounds: values one epoch's body hands to the next epoch's body of the same subtask (see run_epochs)
+_CARRY: list[dict[str, object]] = []
+
+
+def carried_from_previous_epoch(name: str) -> object | None:
+    """Inside a tagged round, from the second epoch on: the value the previous epoch's body of this subtask left
+    under ``name`` (:func:`carry_to_next_epoch`); None in a one-epoch round and in the round's first epoch (the
+    body then reads the parent checkpoint's state). For state a subtask cannot read back from its own handles: a
+    window's watermark is written by subtask 0 only, and every subtask derives the same value."""
+    return _CARRY[-1].get(name) if _CARRY else None
+
+
+def carry_to_next_epoch(name: str, value: object) -> None:
+    """Inside a tagged round: hand ``value`` to the next epoch's body of this subtask (no-op otherwise)."""
+    if _CARRY:
+        _CARRY[-1][name] = value
 
 
 def subtask_of(incoming: pa.Table | None) -> tuple[int, pa.Table | None]:
@@ -190,8 +213,10 @@ def epoch_tagged_task(plan_spec, step: Callable[..., Iterator[pa.RecordBatch]]):
     reports of every epoch are acknowledged at once, each with its ``checkpoint_id``; a chained operator's
     output rows flow on tagged with their epoch."""
 
+    embedded = embedded_params(operator_key(plan_spec.uid))  # Spark Connect: the round's values, by value
+
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        params = task_params(operator_key(plan_spec.uid))
+        params = embedded if embedded is not None else task_params(operator_key(plan_spec.uid))
         entries = epoch_entries(params)
         if entries is None:
             yield from step(apply_params(plan_spec, params), batches)
@@ -209,6 +234,15 @@ def run_epochs(plan_spec, step, entries: list[dict], batches: Iterator[pa.Record
         flag = pc.fill_null(incoming[BEACON], False)
         beacon = incoming.filter(flag).drop_columns([EPOCH_TAG])
         incoming = incoming.filter(pc.invert(flag))
+    _CARRY.append({})  # in-memory values carried from epoch to epoch (carried_from_previous_epoch)
+    try:
+        yield from _run_entries(plan_spec, step, entries, incoming, beacon)
+    finally:
+        _CARRY.pop()
+
+
+def _run_entries(plan_spec, step, entries: list[dict], incoming: pa.Table | None, beacon: pa.Table | None
+                 ) -> Iterator[pa.RecordBatch]:
     seen = 0
     reports: list[TaskReport] = []
     outs: list[pa.RecordBatch] = []

@@ -15,6 +15,11 @@ operator's per-round fields, see :func:`operator_params`).
 the epoch (checkpoint) it belongs to in the column :data:`EPOCH_TAG`, each split dict its ``tag``, and the
 operator's property is ``{"epochs": [{"checkpoint_id", "epoch", "params"}, ...]}`` in ascending epoch order
 (:func:`epoch_entries`): the task runs its one-epoch body once per entry (:mod:`pipeline.runtime.operators`).
+
+**Spark Connect** has no SparkContext and no local properties. A one-epoch round puts its values into the task
+specs of a plan built for that round (:mod:`pipeline.runtime.spark_plan`). A tagged round builds its plan under
+:class:`EmbeddedParams`: every task function created meanwhile captures its operator's value
+(:func:`embedded_params`, the same decoded JSON a local property would give) and travels with it by value.
 """
 from __future__ import annotations
 
@@ -25,7 +30,7 @@ from typing import Any, Mapping
 from pipeline.checkpoint.handles import FileHandle, StateHandle
 
 __all__ = ["source_key", "operator_key", "operator_params", "apply_params", "task_params", "RoundProperties",
-           "EPOCH_TAG", "TAGGED_KEY", "epoch_entries"]
+           "EPOCH_TAG", "TAGGED_KEY", "epoch_entries", "EmbeddedParams", "embedded_params"]
 
 _PREFIX = "epochal."
 
@@ -100,7 +105,7 @@ class RoundProperties:
 
     def __init__(self, spark, values: Mapping[str, Any]):
         self._sc = spark.sparkContext
-        self._values = {k: json.dumps(v, separators=(",", ":"), default=str) for k, v in values.items()}
+        self._values = _encoded(values)
 
     def __enter__(self) -> "RoundProperties":
         for k, v in self._values.items():
@@ -110,3 +115,34 @@ class RoundProperties:
     def __exit__(self, *exc) -> None:
         for k in self._values:
             self._sc.setLocalProperty(k, None)  # type: ignore[arg-type]
+
+
+#: driver side: the round values of the plan being built under EmbeddedParams (Spark Connect)
+_EMBEDDING: list[dict[str, Any]] = []
+
+
+def _encoded(values: Mapping[str, Any]) -> dict[str, str]:
+    return {k: json.dumps(v, separators=(",", ":"), default=str) for k, v in values.items()}
+
+
+def embedded_params(key: str) -> Any:
+    """Driver side, while a plan is built under :class:`EmbeddedParams`: the value of ``key`` decoded as
+    :func:`task_params` would decode the local property; None otherwise."""
+    if not _EMBEDDING:
+        return None
+    raw = _EMBEDDING[-1].get(key)
+    return json.loads(raw) if raw else None
+
+
+class EmbeddedParams:
+    """Context manager for building a plan whose task functions carry this round's values (Spark Connect)."""
+
+    def __init__(self, values: Mapping[str, Any]):
+        self._values = _encoded(values)
+
+    def __enter__(self) -> "EmbeddedParams":
+        _EMBEDDING.append(dict(self._values))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _EMBEDDING.pop()

@@ -34,7 +34,7 @@ from pipeline.checkpoint.completed import CompletedCheckpoint
 from pipeline.checkpoint.metadata import CheckpointMetadata
 from pipeline.clock import Clock
 from pipeline.config import PipelineConfig
-from pipeline.exceptions import CheckpointError, ConfigError, IncompatibleStateError
+from pipeline.exceptions import CheckpointError, ConfigError, IncompatibleStateError, MalformedInputError
 from pipeline.fileio import file_io_for
 from pipeline.job import AggregateNode, DedupNode, Job, JoinNode, ProcessNode, WindowNode
 from pipeline.layout import METADATA_FILE
@@ -292,10 +292,30 @@ class JobRunner:
             return cur, rounds, 1
         try:
             return self.executor.complete_epochs(cursor, targets, summaries, parallelism=parallelism)
+        except MalformedInputError as e:
+            for pending in list(self.ctx.coordinator.pending_checkpoints):
+                self.ctx.coordinator.release(pending)
+            # PIPELINE_BAD_RECORDS=fail: one epoch's bad record failed the whole Spark round. The good epochs before
+            # it still complete: the span runs again one epoch per round, and the failing epoch fails as with k=1
+            self.ctx.echo(f"a tagged round over epochs {targets[0][0]}..{targets[-1][0]} failed on bad input "
+                          f"({e}); running them one epoch per round")
+            return self.complete_one_by_one(cursor, targets, summaries, parallelism=parallelism)
         except BaseException:
             for pending in list(self.ctx.coordinator.pending_checkpoints):
                 self.ctx.coordinator.release(pending)
             raise
+
+    def complete_one_by_one(self, cursor: Cursor, targets: list[tuple[int, Barriers]], summaries, *,
+                            parallelism: int | None = None) -> tuple[Cursor, list[RoundResult], int]:
+        """Complete every epoch of ``targets`` in rounds of its own, in order (a failure stops there, the earlier
+        epochs completed); each epoch after the first lists the sources anew, as the one-epoch loop does."""
+        rounds: list[RoundResult] = []
+        for i, (epoch, barriers) in enumerate(targets):
+            if i:
+                summaries = self.planner.summaries(cursor)
+            cursor, done = self.complete_epoch(cursor, epoch, barriers, summaries, parallelism=parallelism)
+            rounds.extend(done)
+        return cursor, rounds, len(targets)
 
     def complete_epoch(self, cursor: Cursor, epoch: int, barriers: Barriers, summaries, *,
                        parallelism: int | None = None, kind: CheckpointType = CheckpointType.CHECKPOINT,

@@ -10,9 +10,10 @@ handles, staging prefixes, TTL cutoff) reach the tasks in one of two ways:
 * **Spark Connect** (no SparkContext, no local properties): the plan is built for every round with the values
   inside the task functions; the server analyses it anew (a few hundred ms per round).
 
-:meth:`SparkPlan.process_epochs` runs one **tagged** round over several epochs (classic sessions only): the
-splits of every epoch, each tagged with its epoch, and per operator the values of every epoch in order
-(:mod:`pipeline.runtime.round_params`); the task reports come back with the checkpoint they acknowledge (``TaskReport.checkpoint_id``).
+:meth:`SparkPlan.process_epochs` runs one **tagged** round over several epochs: the splits of every epoch, each
+tagged with its epoch, and per operator the values of every epoch in order (:mod:`pipeline.runtime.round_params`;
+Spark Connect: built for the round, the task functions carrying the values); the task reports come back with the
+checkpoint they acknowledge (``TaskReport.checkpoint_id``).
 
 After either, :attr:`SparkPlan.requests` holds the round's executor S3 requests (:mod:`pipeline.runtime.task_requests`:
 exact per task and epoch through an accumulator; Spark Connect: the tasks' approximate reports).
@@ -56,6 +57,7 @@ from pipeline.runtime.report_codec import from_ipc
 from pipeline.runtime.round_params import (
     ROUND_FIELDS,
     TAGGED_KEY,
+    EmbeddedParams,
     RoundProperties,
     operator_key,
     operator_params,
@@ -190,7 +192,7 @@ class SparkPlan:
         """One tagged Spark round over the epochs of ``work`` (ascending, consecutive checkpoints): every epoch
         is round 0 of its own checkpoint. ``cursor``: where the first epoch starts (its parent's state handles,
         NO_CLAIM materialisation); later epochs continue from the state the tasks wrote for the epoch before.
-        Returns the reports of every checkpoint, each with its ``checkpoint_id`` (classic sessions only)."""
+        Returns the reports of every checkpoint, each with its ``checkpoint_id``."""
         ctx = self.ctx
         spark = ctx.spark
         fault_point("reading")
@@ -216,9 +218,14 @@ class SparkPlan:
             values[operator_key(op.uid)] = {TAGGED_KEY: entries}
         counter = self._counter()
         mark = counter.mark() if counter is not None else {}
-        with RoundProperties(spark, values):
-            rows = self._run(self.steps(P, shape, frozenset(), tagged=True),
-                             fresh=lambda df: fresh_dataframe(spark, df))
+        if is_connect_session(spark):  # no local properties: the task functions carry the values (round_params)
+            with EmbeddedParams(values):
+                steps = self._build(P, shape, frozenset(), carried=values, tagged=True)
+            rows = self._run(steps, fresh=None)
+        else:
+            with RoundProperties(spark, values):
+                rows = self._run(self.steps(P, shape, frozenset(), tagged=True),
+                                 fresh=lambda df: fresh_dataframe(spark, df))
         rows = self._chained_acks(rows, chained)
         self.requests = counter.since(mark) if counter is not None else RoundRequests.reported(rows)
         return rows

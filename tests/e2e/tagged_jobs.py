@@ -1,6 +1,7 @@
-"""A job and a source of the epoch-tagging tests' own making (tests/integration/test_epoch_tagging.py and
+"""Jobs and a source of the epoch-tagging tests' own making (tests/integration/test_epoch_tagging.py and
 tests/e2e/test_epoch_tagging_crash.py): deduplicate -> left join with TTL -> running aggregate, an append and an
-upsert sink. ``python -m pipeline run --job tagged_jobs:tagged_job`` with tests/e2e on ``PYTHONPATH``."""
+upsert sink (:func:`tagged_job`); a sliding event-time window with late records and an aggregate chained over it
+(:func:`window_job`). ``python -m pipeline run --job tagged_jobs:tagged_job`` with tests/e2e on ``PYTHONPATH``."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
@@ -18,7 +19,8 @@ T0 = datetime(2024, 5, 1, tzinfo=timezone.utc)
 EPOCHS, PER_EPOCH = 5, 40
 
 
-def tagged_job() -> Job:
+def tagged_job(windows: bool = False) -> Job:
+    """``windows``: also the branch of :func:`window_job` over the same views (one job, both kinds of operators)."""
     job = Job("tagged_rounds", max_parallelism=16)
     views = job.source("views", VIEWS, key="vid")
     buys = job.source("buys", BUYS, key="vid")
@@ -27,6 +29,27 @@ def tagged_job() -> Job:
     j.sink("joined")
     j.aggregate(uid="per-user", key="user", aggs={"n": ("count", None), "total": ("sum", "amount")}).sink(
         "user_totals", mode="upsert", key=["user"])
+    if windows:
+        _windows(views)
+    return job
+
+
+def _windows(views) -> None:
+    w = views.select("vid", "user", "length(vid) AS len",
+                     "timestamp_micros(unix_micros(_ingest_ts) - pmod(hash(vid), 150000000)) AS et").window(
+        uid="w", key="user", event_time="et", size_seconds=60, slide_seconds=30, max_out_of_orderness_seconds=15,
+        allowed_lateness_seconds=10, aggs={"n": ("count", None), "chars": ("sum", "len"), "longest": ("max", "len")})
+    w.sink("user_windows")
+    w.aggregate(uid="windows-per-user", key="user", aggs={"windows": ("count", None), "views": ("sum", "n")}).sink(
+        "window_totals", mode="upsert", key=["user"])
+
+
+def window_job() -> Job:
+    """Views per user in sliding event-time windows (60 s, sliding by 30 s): event times run up to 150 s behind the
+    ingest time, so records arrive out of order and some late (dead letters); an aggregate counts the fired
+    windows per user (chained: the window's output flows on)."""
+    job = Job("tagged_windows", max_parallelism=16)
+    _windows(job.source("views", VIEWS, key="vid"))
     return job
 
 
