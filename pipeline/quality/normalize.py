@@ -91,6 +91,8 @@ class ObjectSpec:
     # set them to the batch evaluation's columns, so runtime-internal columns do not count
     unique_key: bool = True                   # False: several rows per key are legitimate (a many-to-many join's
     # state and output); duplicates are then not an error
+    operator_wide: bool = False               # True: one table for the whole operator, not partitioned by key group
+    # (a window's watermark table, written by subtask 0): no key-group range, and its operator row has key ""
 
     def __post_init__(self) -> None:
         if len(self.measures) > MAX_MEASURES:
