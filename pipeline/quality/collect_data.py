@@ -22,6 +22,7 @@ from pipeline.quality.normalize import (
     SUMMARY_SCHEMA,
     ObjectSpec,
     count_keys,
+    exact_frame,
     group_sums,
     normalize,
     read_files_task,
@@ -190,7 +191,7 @@ class DataCollector(CollectorBase):
     def _summaries(self, table: pa.Table, names):
         """Both engines: the file/key-group/group records as pandas, keys counted from the hashes with NumPy."""
         is_h = pc.equal(table["rec"], "h")
-        side = table.filter(pc.invert(is_h)).drop_columns(["khashes"]).to_pandas()
+        side = exact_frame(table.filter(pc.invert(is_h)).drop_columns(["khashes"]))
         with self.timer("keys"):
             rows, found, where = count_keys(table.filter(is_h), self.mp)
             keys = pd.DataFrame(rows, columns=["oid", "kg", "keys", "dup_keys"])

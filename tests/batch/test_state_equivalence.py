@@ -4,9 +4,10 @@ checkpoints, restores with another parallelism and checkpoints that span several
 this test's own making (:mod:`state_jobs`). A corrupted held key and a corrupted window accumulator are caught with
 example rows.
 
-Default profile (heap backend, one run, validations after the restores, the corruptions): ~30 s once Spark runs.
-``EPOCHAL_STATE_EQ_FULL=1`` adds the rocksdb backend and epoch tagging (several epochs per Spark round), with every
-completed checkpoint validated.
+Default profile (heap backend, 3 epochs, one failed checkpoint and one restore, the post-restore check, the last
+checkpoint, the corruptions). ``EPOCHAL_STATE_EQ_FULL=1`` adds 6 epochs with a second failure (between _metadata
+and the sink commit) and restore, a tagged round, the heap and rocksdb backends, every completed checkpoint
+validated.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ sys.path.insert(0, str(_HERE.parent / "quality"))
 from state_jobs import state_job, write_epoch  # noqa: E402
 
 pytestmark = [pytest.mark.spark]
+slow = pytest.mark.slow
 FULL = os.environ.get("EPOCHAL_STATE_EQ_FULL") == "1"
 CLOCK = "2027-01-01T00:00:00Z"
 RECOVERY = {"epochal_recovery_key_groups", "epochal_recovery_totals", "epochal_recovery_conservation"}
@@ -53,25 +55,25 @@ def _validate(r, cid: int):
     return v
 
 
-def _scenario(root: Path, monkeypatch, *, name: str, backend: str, tagged: bool) -> tuple[object, list[int]]:
-    """Epochs arrive one by one. Epoch 1's checkpoint fails before its _metadata, epoch 3's between its _metadata and
-    its sink commit; each time the job is restored with another parallelism (3, then 1; the post-restore check
-    runs), with at most 10 records per input and round from then on (checkpoints of several rounds). ``tagged``:
-    the last two epochs in one Spark round. Returns the last runner and the ids to check (the two restore points,
-    the last checkpoint)."""
+def _scenario(root: Path, monkeypatch, *, name: str, backend: str, epochs: int, full: bool) -> tuple[object, list[int]]:
+    """Epochs arrive one by one. Epoch 1's checkpoint fails before its _metadata; the job is restored with
+    parallelism 3 (the post-restore check runs) and from then on reads at most 10 records per input and round
+    (checkpoints of several rounds). ``full``: epoch 3's checkpoint also fails, between its _metadata and its sink
+    commit, and is restored with parallelism 1; the last two epochs run in one tagged Spark round. Returns the last
+    runner and the restore points' ids (the last checkpoint appended)."""
     from pipeline.exceptions import InjectedFailure
     from pipeline.faults import reset_fault_counts
     kw = dict(state_backend=backend)
     check: list[int] = []
     r = _runner(root, name, parallelism=2, **kw)
-    for m in range(EPOCHS):
+    for m in range(epochs):
         write_epoch(root / "src", m)
-        if tagged and m == EPOCHS - 2:
+        if full and m == epochs - 2:
             write_epoch(root / "src", m + 1)
             r = _runner(root, name, parallelism=2, max_records_per_epoch=1000, max_epochs_per_round=2, **kw)
             assert r.run(2).completed
             break
-        if m in (1, 3):
+        if m == 1 or (full and m == 3):
             monkeypatch.setenv("EPOCHAL_FAIL_AT", "after_state_before_metadata" if m == 1
                                else "after_metadata_before_commit")
             reset_fault_counts()
@@ -90,24 +92,23 @@ def _scenario(root: Path, monkeypatch, *, name: str, backend: str, tagged: bool)
     return r, check
 
 
+@slow
 def test_dedup_and_window_state_equal_the_batch_evaluation_then_corruptions_are_caught(tmp_path, monkeypatch):
     import corrupt
 
     from pipeline.quality import validate_job
-
-    r, check = _scenario(tmp_path, monkeypatch, name="st_heap", backend="heap", tagged=False)
+    r, check = _scenario(tmp_path, monkeypatch, name="st_heap", backend="heap", epochs=3, full=False)
     mds = [cp.metadata for cp in r.coordinator.store.list()]
     assert any(md.stats and md.stats.rounds > 1 for md in mds), "no checkpoint spanned several rounds"
-    assert sum(1 for md in mds if md.parallelism == 3) and sum(1 for md in mds if md.parallelism == 1)
-    for cid in check:
-        v = _validate(r, cid)
+    assert any(md.parallelism == 3 for md in mds)
+    v = _validate(r, check[-1])
     rec = v.figures["recomputed"]
     assert rec["state/dd/keys"] > 0 and rec["state/w/win"] > 0 and rec["state/w/wm"] == 3   # operator row + 2
     assert rec["state/wd/wm"] == 2                                                           # operator row + op:dd
 
     # corruptions (checksums patched, as a buggy writer would leave them): a held key dropped, an accumulator changed,
-    # in the second restore point (it writes every state whole: no changelog delta on top of the corrupted base)
-    cid = check[1]
+    # in the restore point (it writes every state whole: no changelog delta on top of the corrupted base)
+    cid = check[0]
     monkeypatch.setattr(corrupt, "JOB", "st_heap")
     md = corrupt.load_metadata(tmp_path, cid)
     sub = next(h["subtask"] for h in md["operators"]["dd"] if h["name"] == "keys" and h.get("file")
@@ -144,12 +145,14 @@ def test_dedup_and_window_state_equal_the_batch_evaluation_then_corruptions_are_
     assert cons and not cons[0].success      # one held key fewer than the batch evaluation
 
 
+@slow
 @pytest.mark.skipif(not FULL, reason="opt-in (EPOCHAL_STATE_EQ_FULL=1): rocksdb backend, tagged rounds")
 @pytest.mark.parametrize("backend", ["heap", "rocksdb"])
 def test_every_checkpoint_equals_the_batch_evaluation_full(tmp_path, monkeypatch, backend):
-    r, _ = _scenario(tmp_path, monkeypatch, name=f"st_full_{backend}", backend=backend, tagged=True)
+    r, _ = _scenario(tmp_path, monkeypatch, name=f"st_full_{backend}", backend=backend, epochs=EPOCHS, full=True)
     mds = [cp.metadata for cp in r.coordinator.store.list()]
     assert any(md.stats and md.stats.rounds > 1 for md in mds)
+    assert any(md.parallelism == 1 for md in mds) and any(md.parallelism == 3 for md in mds)
     for md in mds:
         _validate(r, md.checkpoint_id)
 
