@@ -4,7 +4,9 @@ checkpoints, restores with another parallelism and checkpoints that span several
 this test's own making (:mod:`state_jobs`). A corrupted held key and a corrupted window accumulator are caught with
 example rows.
 
-Default profile (heap backend, 3 epochs, one failed checkpoint and one restore, the post-restore check, the last
+``EPOCHAL_STATE_EQ=1`` (opt-in: 247 s at a load average of 25 on the shared 2-core machine, over the default suite's
+budget; by default only the round-log unit test runs here, and the property test's CI seed checks dedup and window
+state after SIGKILLs): heap backend, 3 epochs, one failed checkpoint and one restore, the post-restore check, the last
 checkpoint, the corruptions). ``EPOCHAL_STATE_EQ_FULL=1`` adds 6 epochs with a second failure (between _metadata
 and the sink commit) and restore, a tagged round, the heap and rocksdb backends, every completed checkpoint
 validated.
@@ -28,6 +30,7 @@ from state_jobs import state_job, write_epoch  # noqa: E402
 pytestmark = [pytest.mark.spark]
 slow = pytest.mark.slow
 FULL = os.environ.get("EPOCHAL_STATE_EQ_FULL") == "1"
+ON = FULL or os.environ.get("EPOCHAL_STATE_EQ") == "1"
 CLOCK = "2027-01-01T00:00:00Z"
 RECOVERY = {"epochal_recovery_key_groups", "epochal_recovery_totals", "epochal_recovery_conservation"}
 STATE = ("state/dd/keys", "state/w/win", "state/w/wm", "state/wd/win", "state/wd/wm")
@@ -93,6 +96,8 @@ def _scenario(root: Path, monkeypatch, *, name: str, backend: str, epochs: int, 
 
 
 @slow
+@pytest.mark.skipif(not ON, reason="opt-in (EPOCHAL_STATE_EQ=1, ~250 s at load 25): the default suite's budget; "
+                                   "the property test's CI seed checks dedup and window state by default")
 def test_dedup_and_window_state_equal_the_batch_evaluation_then_corruptions_are_caught(tmp_path, monkeypatch):
     import corrupt
 
