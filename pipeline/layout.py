@@ -6,6 +6,8 @@
       job.json                                  # job id, max parallelism, operator uids, created
       ids/<id:012d>                             # checkpoint id claims (fencing; create-only)
       barriers/epoch-<n>.json                   # the write-ahead barrier log
+      barriers/rounds/epoch-<n>-chk-<id>-r<k>.json  # write-ahead round log: where round k >= 1 of a checkpoint
+                                                #   starts (only checkpoints that take several rounds)
       checkpoints/chk-<id>/
         _pending.json                           # pending manifest (written at trigger)
         _metadata                               # written last, create-only: the checkpoint exists
@@ -119,6 +121,14 @@ class JobLayout:
 
     def barrier(self, epoch: int) -> str:
         return join_uri(self.root, BARRIERS_DIR, f"epoch-{epoch}.json")
+
+    def round_log(self) -> str:
+        """``barriers/rounds/``: the write-ahead round log (where each later round of a checkpoint starts)."""
+        return join_uri(self.root, BARRIERS_DIR, ROUNDS_DIR)
+
+    def round_start(self, epoch: int, checkpoint_id: int, rnd: int) -> str:
+        """Where round ``rnd`` (>= 1) of checkpoint ``checkpoint_id`` (epoch ``epoch``) starts reading."""
+        return join_uri(self.root, BARRIERS_DIR, ROUNDS_DIR, f"epoch-{epoch}-chk-{checkpoint_id:012d}-r{rnd}.json")
 
     def validation(self, snapshot: str | None = None) -> str:
         return join_uri(self.root, VALIDATION_DIR, snapshot) if snapshot else join_uri(self.root, VALIDATION_DIR)

@@ -22,7 +22,7 @@ def prefix_of(runner, md) -> Prefix:
     low = md.extra.get("low_epoch")
     return Prefix(int(md.epoch), int(runner.config.epoch_seconds), barriers,
                   barrier_log(runner.ckpt_fio, runner.job_root, int(md.epoch)),
-                  low_epoch=None if low is None else int(low))
+                  low_epoch=None if low is None else int(low), checkpoint_id=int(md.checkpoint_id))
 
 
 def write_batch(runner, checkpoint: str | None, to_dir: str) -> dict:

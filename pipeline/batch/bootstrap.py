@@ -34,7 +34,7 @@ from typing import Any
 
 from pipeline.barriers.events import CheckpointType
 from pipeline.batch.plan import _Compiler, aggregate_columns
-from pipeline.batch.prefix import PEPOCH, Prefix, barrier_log
+from pipeline.batch.prefix import Prefix, barrier_log
 from pipeline.checkpoint.handles import StateHandle
 from pipeline.checkpoint.report import ReportKind, TaskReport
 from pipeline.exceptions import BootstrapRefusedError, CheckpointError, ConfigError
@@ -156,21 +156,6 @@ def _exact_aggregate(comp, op):
     return src.groupBy(op.key).agg(*aggregate_columns(src, op, exact=True))
 
 
-def _dedup_keys(comp, op, nid: int):
-    """Held keys after epoch n: kept rows with a key that were alive in their own epoch and still are at n."""
-    from pyspark.sql import functions as F
-
-    out = comp.frame(nid)
-    ttl_s = op.ttl_seconds if op.ttl_seconds is not None else comp.default_ttl
-    kept = out.filter(F.col(op.key).isNotNull())
-    if ttl_s:
-        E, ttl = comp.prefix.epoch_us, ttl_s * 1_000_000
-        t = F.expr("unix_micros(_ingest_ts)")
-        kept = kept.filter((t >= (F.col(PEPOCH) + 1) * F.lit(E) - F.lit(ttl))
-                           & (t >= F.lit(comp.prefix.end_us(comp.prefix.epoch) - ttl)))
-    return kept.select(op.key, "_ingest_ts")
-
-
 def _objects(comp, res, job) -> list[tuple[str, str, str, object, str | None]]:
     """``(kind, uid, name, DataFrame, key)``: every state and sink object to write; refuses what is not exact."""
     out: list[tuple[str, str, str, object, str | None]] = []
@@ -186,7 +171,7 @@ def _objects(comp, res, job) -> list[tuple[str, str, str, object, str | None]]:
             elif isinstance(op, AggregateNode):
                 out.append(("state", op.uid, name, _exact_aggregate(comp, op), op.key))
             elif isinstance(op, DedupNode):
-                out.append(("state", op.uid, name, _dedup_keys(comp, op, nid), op.key))
+                out.append(("state", op.uid, name, res.states[obj], op.key))   # the held keys (pipeline.batch.plan)
     for s in job.sinks():
         if s.table not in res.sinks:
             raise BootstrapRefusedError(f"job {job.name!r}: cannot bootstrap sink {s.table!r} of "

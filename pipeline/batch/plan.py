@@ -25,9 +25,10 @@ Rules (``E`` = epoch length, ``end(k) = (k+1)E``, ``p(x)`` = processing epoch of
   A null key is one group (SQL ``GROUP BY``): its row is in the state and the sink exactly once.
 * What is not modelled is listed in :attr:`BatchResult.unchecked` (never skipped silently): an append sink
   of an aggregate (a changelog whose rows depend on round boundaries), an upsert sink of a non-aggregate,
-  operators fed by an aggregate, ``process`` nodes, window and deduplicate state, and ``deduplicate`` when a
-  checkpoint spans several rounds (see docs/batch.md).
-* ``deduplicate``: per key, a fold over processing epochs (see :meth:`_Compiler._dedup`).
+  operators fed by an aggregate, ``process`` nodes, and ``deduplicate`` fed by another operator in a lineage
+  with multi-round checkpoints or after an unaligned backlog drain (see docs/batch.md).
+* ``deduplicate``: per key, a fold over processing rounds (see :meth:`_Compiler._dedup`,
+  :mod:`pipeline.batch.rounds`); state: the held keys alive at ``n``.
 * ``window`` (docs/windows.md): records with a key and an event time; per (channel, epoch) the highest event
   time, folded into ``W(m)`` exactly as the page defines it (running maximum per channel, minimum over the
   channels active in ``m``, minus the out-of-orderness, never decreasing); a (record, window) pair counts iff
@@ -35,18 +36,23 @@ Rules (``E`` = epoch length, ``end(k) = (k+1)E``, ``p(x)`` = processing epoch of
   runtime). ``emit="final"``: the windows with ``window_end + L <= W(m)`` for some ``m <= n`` (as ``W`` never
   decreases: ``<= W`` of the last epoch with records), aggregated over their on-time records. ``emit="update"``
   (an upsert sink keyed by the key and ``window_start``): every window with an on-time record, aggregated over
-  its on-time records so far. Window state is not compared.
+  its on-time records so far. State at ``n``: the records whose last window has not fired
+  (``floor(t/D)*D + S + L > W(n)``) and the watermark table (:meth:`_Compiler._window_state`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from pipeline.batch.prefix import PEPOCH, Prefix, source_dataframe
+from pipeline.batch.rounds import ROUND, RoundLog, read_round_log, round_task
 from pipeline.job import AggregateNode, DedupNode, Job, JoinNode, MapNode, SinkNode, SourceNode, WindowNode
 
 __all__ = ["BatchResult", "evaluate", "join_semantics"]
 
 INTERNAL = ("_source", "_partition", "_seq", "_row", PEPOCH)
+# the window state's documented columns (docs/windows.md "State after checkpoint n"): event time in µs, the epoch
+# the record was processed in, and the watermark table's operator row (channel "")
+WINDOW_EVENT_US, WINDOW_EPOCH, WATERMARK_ROW = "_event_us", "_epoch", ""
 EXACT_SUM = "decimal(38,9)"
 
 
@@ -127,6 +133,7 @@ class _Compiler:
         self.bad: dict[int, str] = {}               # node -> why its rows are not modelled
         self.result = BatchResult(prefix)
         self.default_ttl = runner.config.state_ttl_seconds
+        self._round_log: RoundLog | None = None
 
     def frame(self, nid: int):
         if nid in self.bad:
@@ -383,10 +390,12 @@ class _Compiler:
 
     # -- deduplicate -------------------------------------------------------------------------------------
     def _dedup(self, nid: int, op: DedupNode):
-        """docs/operators.md "Deduplicate", per key as a fold over processing epochs (grouped pandas in Spark):
-        with ``c_m = end(m) - ttl``, a row with ``t < c_m`` or a null key passes and is not held; otherwise the
-        first row of the epoch (``_ingest_ts``, then the other columns) passes iff no held row has
-        ``t_held >= c_m``, and is held; the others are dropped."""
+        """docs/operators.md "Deduplicate", per key as a fold over processing rounds (grouped pandas in Spark):
+        with ``c_m = end(m) - ttl``, in the order (``p``, round ``r``) a row with ``t < c_m`` or a null key passes
+        and is not held; otherwise the first row of the round (``_ingest_ts``, then the other columns) passes iff
+        no held row has ``t_held >= c_m``, and is held; the others are dropped. ``r`` is 0 unless the epoch's
+        checkpoint took several rounds (:mod:`pipeline.batch.rounds`). State at ``n``: the held rows (key and
+        ``_ingest_ts``) still alive at ``n``."""
         src = self.frame(op.parent)
         if src is None:
             self.bad[nid] = self.bad[op.parent]
@@ -396,27 +405,40 @@ class _Compiler:
             self.bad[nid] = f"deduplicate {op.uid} reads the changelog of {getattr(self.job.nodes[base], 'uid', base)}"
             return None
         n = self.prefix.epoch
-        if any((cp.metadata.stats.rounds if cp.metadata.stats else 1) > 1 and cp.metadata.epoch <= n
-               for cp in self.runner.coordinator.store.list()):
-            # "first of its key" is decided per round when an epoch's backlog spans rounds
-            self.bad[nid] = (f"deduplicate {op.uid}: a checkpoint of this lineage spans several rounds (the first "
-                             "row per key is then decided per round; the batch rule decides per epoch)")
-            return None
         if any(int(cp.metadata.extra.get("low_epoch", cp.metadata.epoch)) < cp.metadata.epoch
                for cp in self.runner.coordinator.store.list() if cp.metadata.epoch <= n):
             # a backlog drained by later (unaligned) checkpoints: rows of several epochs meet in one round
             self.bad[nid] = (f"deduplicate {op.uid}: a checkpoint of this lineage drained a backlog of earlier epochs "
                              "(the first row per key then follows the processing order; the batch rule, epoch order)")
             return None
-        self.result.unchecked[f"state/{op.uid}/keys"] = "deduplicate state (held keys): not compared"
+        rounds = self._rounds()
+        multi = rounds.multi_round_epochs
+        missing = sorted({cp.metadata.epoch for cp in self.runner.coordinator.store.list()
+                          if cp.metadata.epoch <= n and cp.metadata.stats and cp.metadata.stats.rounds > 1
+                          and cp.metadata.epoch not in multi})
+        if missing:
+            self.bad[nid] = (f"deduplicate {op.uid}: checkpoints of epochs {missing} took several rounds but the round "
+                             "log (barriers/rounds/) has no entry for them (written before the round log existed): "
+                             "the first row per key is decided per round")
+            return None
+        if multi and not isinstance(self.job.nodes[base], SourceNode):
+            self.bad[nid] = (f"deduplicate {op.uid}: epochs {list(multi)} took several rounds, and the round in which "
+                             f"{getattr(self.job.nodes[base], 'uid', base)} emitted a row is not modelled (only rows "
+                             "read from a source carry their round)")
+            return None
+        from pyspark.sql import functions as F
+        if multi:
+            from pyspark.sql.types import LongType, StructField, StructType
+            src = src.mapInArrow(round_task(rounds), StructType([*src.schema.fields, StructField(ROUND, LongType())]))
+        else:
+            src = src.withColumn(ROUND, F.lit(0).cast("long"))
         ttl_s = op.ttl_seconds if op.ttl_seconds is not None else self.default_ttl
         ttl = ttl_s * 1_000_000 if ttl_s else None
         E = self.prefix.epoch_us
         key = op.key
         # the runtime's order: _ingest_ts, then the other (sortable) columns in column order
-        order = ["_ingest_ts"] + [c for c in src.columns if c not in (key, "_ingest_ts") and c not in INTERNAL
+        order = ["_ingest_ts"] + [c for c in src.columns if c not in (key, "_ingest_ts", ROUND) and c not in INTERNAL
                                   and src.schema[c].dataType.typeName() not in ("array", "map", "struct")]
-        from pyspark.sql import functions as F
         src = src.withColumn("__t", F.expr("unix_micros(_ingest_ts)"))   # µs, whatever pandas makes of timestamps
         schema = src.schema
 
@@ -426,7 +448,7 @@ class _Compiler:
                 return pdf
             keep = []
             held: int | None = None
-            for m, g in pdf.groupby(PEPOCH, sort=True):
+            for (m, _r), g in pdf.groupby([PEPOCH, ROUND], sort=True):
                 c = (int(m) + 1) * E - ttl if ttl is not None else None
                 null_key = g[key].isna()
                 live = ~null_key if c is None else (~null_key & (g["__t"] >= c))
@@ -439,7 +461,23 @@ class _Compiler:
                     held = int(cand["__t"].iloc[0])
             return pd.concat(keep) if keep else pdf.iloc[:0]
 
-        return src.groupBy(key).applyInPandas(fold, schema=schema).drop("__t")
+        out = src.groupBy(key).applyInPandas(fold, schema=schema).drop(ROUND)
+        # held keys at n: a kept row with a key that was held when it passed (alive in its own epoch) and is still
+        # alive at n (the cutoff of the low watermark L); at most one per key (a later row passes only once the
+        # held one expired, and the cutoffs only grow)
+        held = out.filter(F.col(key).isNotNull())
+        if ttl is not None:
+            held = held.filter((F.col("__t") >= (F.col(PEPOCH) + 1) * F.lit(E) - F.lit(ttl))
+                               & (F.col("__t") >= F.lit(self.prefix.end_us(self.prefix.ttl_epoch) - ttl)))
+        self.result.states[f"state/{op.uid}/keys"] = held.select(key, "_ingest_ts")
+        return out.drop("__t")
+
+    def _rounds(self) -> RoundLog:
+        """The round log of the validated lineage (read once per plan)."""
+        if self._round_log is None:
+            self._round_log = read_round_log(self.runner.ckpt_fio, self.runner.job_root, upto_epoch=self.prefix.epoch,
+                                             upto_id=self.prefix.checkpoint_id)
+        return self._round_log
 
     # -- window ------------------------------------------------------------------------------------------
     def _window(self, nid: int, op: WindowNode):
@@ -456,9 +494,6 @@ class _Compiler:
         if isinstance(base_node, AggregateNode):
             self.bad[nid] = f"window {op.uid} reads the changelog of aggregate {base_node.uid}"
             return None
-        for name in self.job.state_names(op.uid):
-            self.result.unchecked[f"state/{op.uid}/{name}"] = (
-                "window state (records of unfired windows, watermark table): not compared (docs/windows.md)")
         SEC = 1_000_000
         S, D = op.size_seconds * SEC, op.slide_seconds * SEC
         O, L = op.max_out_of_orderness_seconds * SEC, op.allowed_lateness_seconds * SEC
@@ -481,6 +516,7 @@ class _Compiler:
             cand = min(seen[c] for c, _ in active) - O
             w = cand if w is None else max(w, cand)
             w_after[m] = w
+        self._window_state(op, recs, w, seen)
         if not w_prev:
             wm = self.spark.createDataFrame([], f"{PEPOCH} long, __wprev long")
         else:
@@ -525,6 +561,26 @@ class _Compiler:
             if top is None:
                 out = out.limit(0)
         return out.drop("__ws")
+
+    def _window_state(self, op: WindowNode, recs, w_n: int | None, channel_max: dict[str, int]) -> None:
+        """docs/windows.md "State after checkpoint n": ``win`` = the on-time records of epochs ``<= n`` whose last
+        window has not fired, i.e. ``floor(t/D)*D + S + L > W(n)`` (a record judged on time against ``W(p-1)`` is
+        implied: ``W`` never decreases) - key, event time (µs), the aggregated columns, the processing epoch;
+        ``wm`` = the watermark table: ``("", W(n))`` and one row ``(channel, M_c(n))`` per channel seen."""
+        from pyspark.sql import functions as F
+        SEC = 1_000_000
+        S, D, L = op.size_seconds * SEC, op.slide_seconds * SEC, op.allowed_lateness_seconds * SEC
+        inputs: list[str] = []
+        for _out, fn, col in op.aggs:
+            if fn != "count" and col is not None and col not in inputs and col != op.key:
+                inputs.append(col)
+        held = recs if w_n is None else recs.filter(
+            F.floor(F.col("__t") / F.lit(D)).cast("long") * F.lit(D) + F.lit(S + L) > F.lit(w_n))
+        self.result.states[f"state/{op.uid}/win"] = held.select(
+            op.key, F.col("__t").alias(WINDOW_EVENT_US), *inputs, F.col(PEPOCH).alias(WINDOW_EPOCH))
+        rows = [(WATERMARK_ROW, w_n)] + sorted(channel_max.items())
+        self.result.states[f"state/{op.uid}/wm"] = self.spark.createDataFrame(
+            rows, "channel string, max_event_us long")
 
     # -- all ---------------------------------------------------------------------------------------------
     def compile(self) -> BatchResult:

@@ -52,6 +52,8 @@ class Prefix:
     # the low watermark L of the inputs at checkpoint n (``_metadata.extra.low_epoch``): state expired with the
     # cutoff end(L) - ttl; None: n (aligned inputs)
     low_epoch: int | None = None
+    # the validated checkpoint's id: which logged rounds belong to its lineage (pipeline.batch.rounds); None: any
+    checkpoint_id: int | None = None
 
     @property
     def ttl_epoch(self) -> int:

@@ -22,6 +22,7 @@ from pipeline.quality.normalize import (
     SUMMARY_SCHEMA,
     ObjectSpec,
     count_keys,
+    exact_frame,
     group_sums,
     normalize,
     read_files_task,
@@ -81,8 +82,9 @@ class DataCollector(CollectorBase):
             if h.file is not None and state_obj(h.operator_uid, h.name) in self.objects.specs:
                 # (operators without a state spec, e.g. windows, are checked by files and checksums only)
                 deltas = json.dumps([f.to_dict() for f in h.deltas]) if h.deltas else None
-                files.append((len(files), state_obj(h.operator_uid, h.name), h.file.uri, h.kg_start, h.kg_end,
-                              deltas))
+                wide = self.objects.specs[state_obj(h.operator_uid, h.name)].operator_wide   # no key-group range
+                files.append((len(files), state_obj(h.operator_uid, h.name), h.file.uri,
+                              None if wide else h.kg_start, None if wide else h.kg_end, deltas))
                 self._size_hint[h.file.uri] = h.bytes
         for t, info in self.tables.items():
             spec = self.objects.specs.get(sink_obj(t))
@@ -190,7 +192,7 @@ class DataCollector(CollectorBase):
     def _summaries(self, table: pa.Table, names):
         """Both engines: the file/key-group/group records as pandas, keys counted from the hashes with NumPy."""
         is_h = pc.equal(table["rec"], "h")
-        side = table.filter(pc.invert(is_h)).drop_columns(["khashes"]).to_pandas()
+        side = exact_frame(table.filter(pc.invert(is_h)).drop_columns(["khashes"]))
         with self.timer("keys"):
             rows, found, where = count_keys(table.filter(is_h), self.mp)
             keys = pd.DataFrame(rows, columns=["oid", "kg", "keys", "dup_keys"])
@@ -320,6 +322,10 @@ class DataCollector(CollectorBase):
             sk.loc[sk["object"].isin(repeated), "dup_keys"] = 0
         if len(st):
             st.loc[st["object"].isin(repeated), "dup_keys"] = 0
+        # an operator-wide table (a window's watermark) holds the operator row under the channel "" (not a key)
+        wide = {o for o, s in self.objects.specs.items() if s.operator_wide}
+        if len(st):
+            st.loc[st["object"].isin(wide), "null_keys"] = 0
         self.out.datasets["state_key_groups"] = st.sort_values(["object", "kg"]).reset_index(drop=True)
         self.out.datasets["sink_key_groups"] = sk.sort_values(["object", "kg"]).reset_index(drop=True)
         dups = [d for d in spark_out["dups"] + upsert_out["dups"] if d["object"] not in repeated]

@@ -18,7 +18,17 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from pipeline.job import AggregateNode, Job, JoinNode, MapNode, ProcessNode, SinkNode, SourceNode, WindowNode
+from pipeline.job import (
+    AggregateNode,
+    DedupNode,
+    Job,
+    JoinNode,
+    MapNode,
+    ProcessNode,
+    SinkNode,
+    SourceNode,
+    WindowNode,
+)
 from pipeline.quality.normalize import NullKey, ObjectSpec, schema_signature
 
 __all__ = ["JobObjects", "job_objects", "node_schema", "state_obj", "sink_obj"]
@@ -102,10 +112,33 @@ def _state_schema(job: Job, op, name: str) -> pa.Schema | None:
         # the rows' own epochs (docs/operators.md, TTL), then the matched flag
         return None if side is None else side.append(_KG).append(pa.field("_pepoch", pa.int64())).append(
             pa.field("_matched", pa.bool_()))
+    if isinstance(op, DedupNode):  # the held keys: key, _ingest_ts of the row that passed last, key group
+        parent = node_schema(job, op.parent)
+        if parent is None or op.key not in parent.names or _INGEST not in parent.names:
+            return None
+        return pa.schema([parent.field(op.key), parent.field(_INGEST), _KG])
+    if isinstance(op, WindowNode):  # docs/windows.md "State after checkpoint n"
+        if name == "wm":
+            return pa.schema([pa.field("channel", pa.string()), pa.field("max_event_us", pa.int64())])
+        parent = node_schema(job, op.parent)
+        inputs = _window_inputs(op)
+        if parent is None or any(c not in parent.names for c in [op.key, *inputs]):
+            return None
+        return pa.schema([parent.field(op.key), pa.field("_event_us", pa.int64()), *[parent.field(c) for c in inputs],
+                          pa.field("_epoch", pa.int64()), _KG])
     if not isinstance(op, AggregateNode):
-        return None  # other operators (dedup, ...): schema not checked here
+        return None  # other operators (process): schema not checked here
     sch = node_schema(job, job.node_id(op))
     return None if sch is None else sch.append(_KG)
+
+
+def _window_inputs(op: WindowNode) -> list[str]:
+    """The aggregated input columns a window keeps in state, in first-use order (without the key)."""
+    cols: list[str] = []
+    for _out, fn, col in op.aggs:
+        if fn != "count" and col is not None and col not in cols and col != op.key:
+            cols.append(col)
+    return cols
 
 
 @dataclass(frozen=True)
@@ -142,9 +175,19 @@ def job_objects(job: Job, default_ttl_seconds: int | None) -> JobObjects:
                 specs[o] = ObjectSpec(o, "state", op.on, unique_key=unique in (name, "both"), null_key=NullKey.NO_KEY)
                 t = op.ttl_seconds if op.ttl_seconds is not None else default_ttl_seconds
                 ttl[o] = t or None
-        elif isinstance(op, (WindowNode, ProcessNode)):
-            # window records / user state: several rows per key by design, and the window's watermark table is
-            # operator-wide; the generic state checks (unique keys per key group) do not apply (docs/windows.md)
+        elif isinstance(op, DedupNode):
+            o = state_obj(op.uid, "keys")
+            specs[o] = ObjectSpec(o, "state", op.key)          # one held row per key
+            t = op.ttl_seconds if op.ttl_seconds is not None else default_ttl_seconds
+            ttl[o] = t or None
+        elif isinstance(op, WindowNode):
+            # window records: several rows per key by design; the watermark table is operator-wide (subtask 0)
+            o = state_obj(op.uid, "win")
+            specs[o] = ObjectSpec(o, "state", op.key, unique_key=False)
+            o = state_obj(op.uid, "wm")
+            specs[o] = ObjectSpec(o, "state", "channel", operator_wide=True)
+        elif isinstance(op, ProcessNode):
+            # user state: its columns and keys are the user's (checked by replay, pipeline.quality.replay)
             continue
         elif isinstance(op, AggregateNode):
             o = state_obj(op.uid, "agg")

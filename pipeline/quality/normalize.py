@@ -27,7 +27,8 @@ from pipeline.quality.keygroups import xxhash64
 from pipeline.state.changelog import apply_changelog
 
 __all__ = ["ObjectSpec", "NullKey", "NULL_GROUP", "NORM_SCHEMA", "SUMMARY_SCHEMA", "SUMMARY_DDL", "KG_SUMS",
-           "MAX_MEASURES", "TS_MOD", "normalize", "summarize", "group_sums", "schema_signature", "read_files_task", "rows_task", "key_group_filter", "count_keys", "cents"]
+           "MAX_MEASURES", "TS_MOD", "normalize", "summarize", "group_sums", "schema_signature", "read_files_task",
+           "rows_task", "key_group_filter", "count_keys", "cents", "exact_frame"]
 
 MAX_MEASURES = 4
 TS_MOD = 1_000_003               # timestamps enter the fingerprint modulo a prime (sums stay in int64)
@@ -102,6 +103,8 @@ class ObjectSpec:
     unique_key: bool = True                   # False: several rows per key are legitimate (a many-to-many join's
     # state and output); duplicates are then not an error
     null_key: NullKey = NullKey.INVALID       # what a null key value means here
+    operator_wide: bool = False               # True: one table for the whole operator, not partitioned by key group
+    # (a window's watermark table, written by subtask 0): no key-group range, and its operator row has key ""
 
     def __post_init__(self) -> None:
         if len(self.measures) > MAX_MEASURES:
@@ -136,6 +139,14 @@ def schema_signature(schema: pa.Schema) -> str:
     (string, int, number, timestamp[zone], ...), so a representation change such as float64 -> decimal
     sums is not a schema break, but a missing, renamed, reordered or retyped column is."""
     return ", ".join(f"{f.name}:{_kind(f.type)}" for f in schema)
+
+
+def exact_frame(table: pa.Table):
+    """``table`` (summary records) as pandas with nullable ``Int64`` integer columns: the records of one kind leave
+    the other kinds' columns null, and plain ``to_pandas`` would make them float64, whose sums lose the low bits of
+    fingerprints above 2**53 (a window state's event times in µs sum past that within a few rows)."""
+    import pandas as pd
+    return table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
 
 
 def _as_array(col: pa.ChunkedArray | pa.Array) -> pa.Array:

@@ -28,6 +28,7 @@ from pipeline.quality.normalize import (
     SUMMARY_SCHEMA,
     ObjectSpec,
     count_keys,
+    exact_frame,
     key_group_filter,
     rows_task,
 )
@@ -106,7 +107,7 @@ class BatchPlan:
         timings["recompute_summarise"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         is_h = pc.equal(table["rec"], "h")
-        side = table.filter(pc.invert(is_h)).drop_columns(["khashes"]).to_pandas()
+        side = exact_frame(table.filter(pc.invert(is_h)).drop_columns(["khashes"]))
         key_rows, _, _ = count_keys(table.filter(is_h), max_parallelism, examples=0)
         keys = pd.DataFrame(key_rows, columns=["oid", "kg", "keys", "dup_keys"]).drop(columns=["dup_keys"])
         timings["recompute_keys"] = time.perf_counter() - t0

@@ -80,6 +80,21 @@ class BarrierLog:
             return self.barriers_for(epoch, summaries, cursor)
         return out
 
+    def log_round(self, epoch: int, checkpoint_id: int, rnd: int, starts: Mapping[tuple[str, str], Position]) -> None:
+        """Write-ahead: round ``rnd`` >= 1 of checkpoint ``checkpoint_id`` starts reading at ``starts``
+        (``{(source, partition): Position}``). Kept beside the barrier log, never deleted by retention: the batch
+        evaluation needs it for operators whose result depends on round boundaries (``deduplicate``'s "first row
+        of its key" is decided per round, docs/batch.md). A re-run of the round writes the same document."""
+        ctx = self.ctx
+        doc = {"job": ctx.job.name, "epoch": epoch, "checkpoint_id": checkpoint_id, "round": rnd,
+               "starts": {s: {p: pos.to_dict() for (s2, p), pos in sorted(starts.items()) if s2 == s}
+                          for s in sorted({s for s, _ in starts})}}
+        try:
+            ctx.ckpt_fio.write_bytes(JobLayout(ctx.job_root).round_start(epoch, checkpoint_id, rnd),
+                                     (json.dumps(doc, indent=1) + "\n").encode(), if_none_match=True)
+        except ConditionalWriteError:  # a retry of this round in the same checkpoint: the plan is the same
+            pass
+
     def barriers_or_partial(self, epoch: int, summaries, cursor: Cursor) -> Barriers | None:
         """Barrier n positions (:meth:`barriers_for`); while a partition lags, None - except with checkpoints
         that are unaligned from the first barrier: they need not wait, so the barriers known so far (from the

@@ -59,6 +59,7 @@ class DedupTaskSpec:
     epoch_us: int = 0              # the epoch length (µs)
     epoch: int = 0                 # round field: the checkpoint's epoch (own epoch of untagged records)
     user_schema: pa.Schema | None = None   # the output columns (in_schema without the own epoch)
+    to_sink: bool = False          # plan-time: a sink consumes the output (staged even when rows also flow on)
 
 
 def make_dedup_task(spec: DedupTaskSpec):
@@ -93,7 +94,7 @@ def make_dedup_task(spec: DedupTaskSpec):
             sh = access.write("keys", res.state, TouchedKeys(spec.key, touched))
         t_out = time.perf_counter()
         ofh = None
-        if spec.ack_prefix is None and out.num_rows:
+        if (spec.ack_prefix is None or spec.to_sink) and out.num_rows:  # chained AND a sink: both get the rows
             ofh = write_table(fio, f"{spec.output_prefix}/part-{spec.file_tag}-{subtask:05d}.parquet",
                               out.select(user.names))
         async_ms = (t_out - t1) * 1000
@@ -131,7 +132,8 @@ def dedup_dataframe(spark, job: Job, op: DedupNode, resolve, io: OperatorIO):
     shuffled = shuffle_to_subtasks(with_beacons(keyed, spark, P), spark, "_subtask", P)
     spec = DedupTaskSpec(op.uid, io.checkpoint, op.key, in_schema, P, MP, io.parent_handles, io.state_prefix,
                          io.output_prefix, io.output_name, io.file_tag, io.ttl_cutoff_us, io.ack_prefix,
-                         ttl_us=io.ttl_us, epoch_us=io.epoch_us, epoch=io.epoch, user_schema=user_schema)
+                         ttl_us=io.ttl_us, epoch_us=io.epoch_us, epoch=io.epoch, user_schema=user_schema,
+                         to_sink=any(s.parent == job.node_id(op) for s in job.sinks()))
     out_ddl = schema_ddl(in_schema.append(pa.field(EPOCH_TAG, pa.int64())) if tag else in_schema)
     result = shuffled.mapInArrow(counted(make_dedup_task(spec), io.requests), (HANDLE_TAGGED_DDL if tag else HANDLE_DDL)
                                  if io.ack_prefix is None else out_ddl)

@@ -196,6 +196,8 @@ class RoundExecutor:
                     "replayed_inflight_rows": replayed, "low_epoch": low}
             ctx.ckpt_fio.write_bytes(round_plan_uri(pending.location, rnd),
                                      (json.dumps(plan, indent=1) + "\n").encode(), if_none_match=True)
+            if rnd:  # the round log outlives the checkpoint (retention): the batch evaluation reads round boundaries
+                self.barrier_log.log_round(epoch, pending.checkpoint_id, rnd, starts)
             rows = self.plan.process_round(pending, rnd, P, working, segments, epoch, parked=parked, staged=staged,
                                            complete=snap is not None, low_epoch=low, own_epochs=own_epochs)
             for uid, uris in files_of_reports([r for r in rows if r.kind is ReportKind.DEAD_LETTER]).items():

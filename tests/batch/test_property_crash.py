@@ -2,13 +2,15 @@
 parallelism; at every completed checkpoint the state and committed output equal the batch evaluation.
 
 * jobs: :mod:`randjobs` (join with a random TTL and optional filters/selects, aggregates over it and over a
-  raw source, random aggregate functions), run as ``python -m pipeline run --job randjobs:job`` subprocesses;
+  raw source, random aggregate functions; a deduplicate before the join and an event-time window, by seed), run as ``python -m pipeline run --job randjobs:job`` subprocesses;
 * data: :func:`data.generate` - late partners, an idle partition delivering late, null keys (bad records),
   repeated keys once the all-pairs join is on this branch;
 * faults: each run is SIGKILLed (whole process group) at a random phase of the checkpoint life cycle, or not,
   and resumes with a random parallelism (1-3), i.e. a restore with rescaling;
 * property: after every run that was not killed (it restored the latest checkpoint, re-committing its sink
-  output, and completed the next), the latest completed checkpoint passes the recovery suites.
+  output, and completed the next), the latest completed checkpoint passes the recovery suites, with nothing
+  reported as not checked (dedup held keys, window records and watermark included); some seeds cap the records per
+  round, so that checkpoints span several rounds.
 
 CI profile: 1 seed of 3 epochs. Larger: ``EPOCHAL_PROPERTY_SEEDS=10 EPOCHAL_PROPERTY_EPOCHS=6 .venv/bin/python -m pytest
 tests/batch/test_property_crash.py``.
@@ -52,7 +54,12 @@ def test_random_job_random_crashes_equal_the_batch_evaluation(tmp_path, seed):
     env = {f"PIPELINE_{k.upper()}": v for k, v in uris.items()}
     env.update(PIPELINE_CLOCK_NOW=CLOCK, PIPELINE_EPOCH_SECONDS="60", BT_JOB_SEED=str(seed),
                PYTHONPATH=os.pathsep.join([str(_HERE), os.environ.get("PYTHONPATH", "")]))
+    # seeds 0, 3, 4, 7, 8: at most 20 records per input and round, so checkpoints span several rounds (a backlog);
+    # fixed per seed (a retry after a crash cuts its rounds as the crashed attempt did, docs/batch.md)
+    if seed % 4 in (0, 3):
+        env["PIPELINE_MAX_RECORDS_PER_EPOCH"] = "20"
     job = random_job(seed)
+    stateful = [f"state/{o.uid}/{n}" for o in job.operators() if o.uid in ("dd", "win") for n in o.STATE_NAMES]
     kills = validated = 0
     done = False
     for attempt in range(4 * EPOCHS):
@@ -74,6 +81,8 @@ def test_random_job_random_crashes_equal_the_batch_evaluation(tmp_path, seed):
             bad = [s.suite for s in v.suites if s.suite in RECOVERY and not s.success]
             assert not bad, f"seed {seed}, attempt {attempt}, {cp.describe()}:\n" + v.summary()
             assert v.figures.get("not_checked") == {}
+            # deduplicate's held keys and the window's records and watermark are compared too (docs/batch.md)
+            assert set(stateful) <= set(v.figures.get("recomputed") or {}), (stateful, v.figures.get("recomputed"))
             validated += 1
         if not killed and "no unread records left" in log:
             done = True

@@ -1,0 +1,127 @@
+"""Processing rounds: in which round of its checkpoint the runtime consumed a source row.
+
+A checkpoint whose epoch has a backlog (more than ``PIPELINE_MAX_RECORDS_PER_EPOCH`` rows of an input) takes
+several rounds. Before round ``k >= 1`` reads anything, the runtime logs where it starts, per source partition
+(``<checkpoint root>/<job>/barriers/rounds/epoch-<m>-chk-<id>-r<k>.json``, beside the barrier log and, like
+it, never deleted by retention). A row ``x`` of processing epoch ``p(x) = m`` was consumed in round
+
+    r(x) = #{ k >= 1 : start_k(partition of x) <= position of x }
+
+of the checkpoint that processed epoch ``m`` in the validated lineage: among the logged checkpoints of epoch
+``m``, the newest whose id is at most the validated checkpoint's (a re-run of an epoch after a crash or a
+rewind gets a higher id; its rounds are cut the same way from the same barriers and settings). An epoch with
+no logged round took one round: ``r(x) = 0``.
+
+Only the operators whose result depends on round boundaries read it (``deduplicate``: "the first row of its
+key" is decided per round, docs/operators.md); everything else in the batch evaluation is a function of
+``p(x)`` alone.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import numpy as np
+
+from pipeline.exceptions import StorageError
+from pipeline.layout import JobLayout
+
+__all__ = ["RoundLog", "read_round_log", "round_task", "ROUND"]
+
+ROUND = "__round"          # the batch plan's column: r(x)
+_ROUND_FILE = re.compile(r"epoch-(\d+)-chk-(\d+)-r(\d+)\.json$")
+
+
+@dataclass(frozen=True)
+class RoundLog:
+    """Round starts of the lineage: ``starts[m][k-1][source][partition] = (seq, row)`` for rounds ``k >= 1`` of
+    the checkpoint that processed epoch ``m``; ``checkpoints[m]`` its id."""
+
+    starts: Mapping[int, tuple[Mapping[str, Mapping[int, tuple[int, int]]], ...]] = field(default_factory=dict)
+    checkpoints: Mapping[int, int] = field(default_factory=dict)
+
+    @property
+    def multi_round_epochs(self) -> tuple[int, ...]:
+        return tuple(sorted(m for m, s in self.starts.items() if s))
+
+    def ordinals(self) -> dict[tuple[str, int, int], np.ndarray]:
+        """``(source, partition, epoch) -> sorted start ordinals`` of its rounds ``1..k``."""
+        out: dict[tuple[str, int, int], np.ndarray] = {}
+        for m, rounds in self.starts.items():
+            keys = {(s, p) for r in rounds for s, parts in r.items() for p in parts}
+            for s, p in keys:
+                # one start per round k = 1..K (a partition missing from a round's log - the runtime logs every
+                # channel - takes its neighbour's start: that round read nothing of it)
+                ords: list[int | None] = [(int(r[s][p][0]) << 32) + int(r[s][p][1]) if p in r.get(s, {}) else None
+                                          for r in rounds]
+                known = [o for o in ords if o is not None]
+                filled, last = [], known[0]
+                for o in ords:
+                    last = o if o is not None else last
+                    filled.append(last)
+                out[(s, p, m)] = np.maximum.accumulate(np.asarray(filled, np.int64))
+        return out
+
+
+def read_round_log(ckpt_fio, job_root: str, *, upto_epoch: int, upto_id: int | None) -> RoundLog:
+    """The round log of the lineage of checkpoint ``upto_id`` (epochs ``<= upto_epoch``; ``upto_id`` None: every
+    logged checkpoint). One LIST of ``barriers/rounds/``, then the documents of the chosen checkpoints."""
+    root = JobLayout(job_root).round_log()
+    try:
+        files = ckpt_fio.list(root, recursive=True)
+    except StorageError:
+        return RoundLog()
+    found: dict[int, dict[int, dict[int, str]]] = {}      # epoch -> checkpoint id -> round -> uri
+    for f in files:
+        m = _ROUND_FILE.search(f.uri)
+        if not m:
+            continue
+        epoch, cid, rnd = int(m.group(1)), int(m.group(2)), int(m.group(3))
+        if epoch > upto_epoch or (upto_id is not None and cid > upto_id):
+            continue
+        found.setdefault(epoch, {}).setdefault(cid, {})[rnd] = f.uri
+    starts: dict[int, tuple] = {}
+    chosen: dict[int, int] = {}
+    for epoch, by_id in found.items():
+        cid = max(by_id)
+        rounds = by_id[cid]
+        docs = []
+        for k in range(1, max(rounds) + 1):
+            if k not in rounds:   # a gap: the log of this checkpoint is incomplete; rounds after it are unusable
+                break
+            doc = json.loads(ckpt_fio.read_bytes(rounds[k]))
+            docs.append({s: {int(p): (int(v["seq"]), int(v["row"])) for p, v in parts.items()}
+                         for s, parts in doc["starts"].items()})
+        starts[epoch] = tuple(docs)
+        chosen[epoch] = cid
+    return RoundLog(starts, chosen)
+
+
+def round_task(log: RoundLog):
+    """The ``mapInArrow`` function appending :data:`ROUND` (``r(x)``) to rows with the position columns
+    (``_source``, ``_partition``, ``_seq``, ``_row``) and ``_pepoch``."""
+    import pyarrow as pa
+
+    table = log.ordinals()
+
+    def task(batches):
+        for b in batches:
+            n = b.num_rows
+            r = np.zeros(n, np.int64)
+            if n and table:
+                src = np.asarray(b.column(b.schema.get_field_index("_source")).to_pylist(), dtype=object)
+                part = b.column(b.schema.get_field_index("_partition")).to_numpy(zero_copy_only=False)
+                pe = b.column(b.schema.get_field_index("_pepoch")).to_numpy(zero_copy_only=False)
+                ords = ((b.column(b.schema.get_field_index("_seq")).to_numpy(zero_copy_only=False).astype(np.int64)
+                         << 32) + b.column(b.schema.get_field_index("_row")).to_numpy(zero_copy_only=False)
+                        .astype(np.int64))
+                for (s, p, m), starts in table.items():
+                    sel = (src == s) & (part == p) & (pe == m)
+                    if sel.any():
+                        r[sel] = np.searchsorted(starts, ords[sel], side="right")
+            yield pa.RecordBatch.from_arrays(list(b.columns) + [pa.array(r, pa.int64())],
+                                             names=list(b.schema.names) + [ROUND])
+
+    return task
