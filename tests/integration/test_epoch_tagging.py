@@ -17,19 +17,16 @@ from datetime import timedelta
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from pipeline.config import load_config
 from pipeline.exceptions import InjectedFailure
 from pipeline.fileio import LocalFileIO
 from pipeline.layout import JobLayout, round_plan_uri
-from pipeline.runtime.cursor import cursor_from_metadata
 from pipeline.runtime.runner import JobRunner
-from pipeline.state import backend
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-from tagged_jobs import EPOCHS, T0, VIEWS, tagged_job, write_source  # noqa: E402
+from tagged_jobs import EPOCHS, T0, VIEWS, checkpoint_state, local_runner, tagged_job, write_source  # noqa: E402
 
 pytestmark = [pytest.mark.spark]
 
@@ -40,24 +37,7 @@ def source(tmp_path_factory) -> str:
 
 
 def _runner(tmp: Path, source: str, name: str, **kw) -> JobRunner:
-    cfg = load_config(env={}, source_uri=source, checkpoint_uri=(tmp / name / "ckpt").as_uri(),
-                      sink_uri=(tmp / name / "sink").as_uri(), epoch_seconds=60, retained_checkpoints=20,
-                      clock_now=(T0 + timedelta(hours=1)).isoformat(), **{"parallelism": 2, **kw})
-    return JobRunner(tagged_job(), cfg, echo=lambda m: None)
-
-
-def _state(md) -> dict[str, list]:
-    """Every state table of a checkpoint, read cold from storage (chains applied, checksums verified)."""
-    backend._RECENT.clear()
-    out = {}
-    for uid, by_name in cursor_from_metadata(md).handles.items():
-        for name, hs in by_name.items():
-            live = [h for h in hs if h.file is not None]
-            if live:
-                schema = pq.read_schema(live[0].file.uri[len("file://"):])
-                rows = backend.read_state(LocalFileIO(), live, 0, 15, schema, md.name).to_pylist()
-                out[f"{uid}/{name}"] = sorted(json.dumps(r, sort_keys=True, default=str) for r in rows)
-    return out
+    return local_runner(tagged_job(), tmp, source, name, retained_checkpoints=20, **kw)
 
 
 def _tables(r: JobRunner) -> dict[str, list]:
@@ -89,7 +69,7 @@ def test_tagged_rounds_complete_the_checkpoints_of_one_epoch_rounds(tmp_path, so
     for ma, mb in zip(a, b):
         assert mb.positions == ma.positions and mb.barriers == ma.barriers, mb.name
         assert mb.parent_id == ma.parent_id and mb.extra["low_epoch"] == ma.extra["low_epoch"]
-        assert _state(mb) == _state(ma), f"state of {mb.name} (epoch {mb.epoch})"
+        assert checkpoint_state(mb) == checkpoint_state(ma), f"state of {mb.name} (epoch {mb.epoch})"
         assert ma.stats is not None and mb.stats is not None
         assert (mb.stats.dead_letters, mb.stats.rows, mb.stats.bytes, mb.stats.persisted_bytes) == (
             ma.stats.dead_letters, ma.stats.rows, ma.stats.bytes, ma.stats.persisted_bytes), mb.name
@@ -122,7 +102,7 @@ def test_a_failure_inside_a_tagged_round_restores_the_last_completed_checkpoint(
     assert [m.epoch for m in b] == [m.epoch for m in _checkpoints(one)]
     assert [m.checkpoint_id for m in b] == [1, 2, 4, 5, 6]  # id 3 was claimed by the failed round
     for ma, mb in zip(_checkpoints(one), b):
-        assert _state(mb) == _state(ma), f"state of {mb.name} (epoch {mb.epoch})"
+        assert checkpoint_state(mb) == checkpoint_state(ma), f"state of {mb.name} (epoch {mb.epoch})"
     assert _tables(resumed) == _tables(one)
     # the round's checkpoints that never completed are garbage: collected
     dirs = LocalFileIO().list_dirs(JobLayout(resumed.job_root).checkpoints())
@@ -163,7 +143,7 @@ def test_process_in_tagged_rounds_equals_one_epoch_rounds(tmp_path, source, monk
     assert {x.tagged_round for x in report.rounds} == {(1, 2, 3), (4, 5)}
     for ma, mb in zip(_checkpoints(one), _checkpoints(tagged), strict=True):
         assert (mb.epoch, mb.positions) == (ma.epoch, ma.positions)
-        assert _state(mb) == _state(ma), f"state of {mb.name}"
+        assert checkpoint_state(mb) == checkpoint_state(ma), f"state of {mb.name}"
     rows = {n: sorted(json.dumps(x, sort_keys=True) for x in r.table("user_totals").read().to_pylist())
             for n, (r, _) in runs.items()}
     assert rows["tagged"] == rows["one"] and rows["one"]
