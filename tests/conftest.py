@@ -13,9 +13,17 @@ Fixtures:
     memory_root   a fresh ``memory://`` root (InMemoryFileIO)
     any_root      parametrised over all three: ``(FileIO, root URI)`` - for suites that must pass on each
     data_root     local and S3 only: roots that Spark tasks in other processes can reach (dead letters, ...)
+
+JVM options of the suite's Spark drivers (``SPARK_SUBMIT_OPTS``, read by ``spark-submit``, so they hold for the
+in-process session, the jobs run as subprocesses, Airflow's tasks and the Spark Connect server): the C1 compiler
+only and the serial collector (``EPOCHAL_TEST_JVM_OPTS``). A test's JVM lives seconds to minutes on tiny data; the
+C2 compiler and G1's threads spent the CPU the test needed (one job subprocess: 65-72 s with the defaults against
+33-39 s at load 14-22 on 2 cores, notes in README "Tests and their profiles"). Semantics are untouched. An explicit
+``SPARK_SUBMIT_OPTS`` wins; ``EPOCHAL_TEST_JVM_OPTS=`` (empty) keeps the JVM's defaults.
 """
 from __future__ import annotations
 
+import os
 import re
 import sys
 import uuid
@@ -28,6 +36,10 @@ if str(_REPO) not in sys.path:  # the package without installing it
     sys.path.insert(0, str(_REPO))
 
 S3_TEST_BUCKET = "epochal-test"
+
+TEST_JVM_OPTS = os.environ.get("EPOCHAL_TEST_JVM_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+if TEST_JVM_OPTS and "SPARK_SUBMIT_OPTS" not in os.environ:  # before any test starts a JVM
+    os.environ["SPARK_SUBMIT_OPTS"] = TEST_JVM_OPTS
 
 
 @pytest.fixture(scope="session")

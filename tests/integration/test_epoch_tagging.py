@@ -33,10 +33,9 @@ from pipeline.fileio import LocalFileIO
 from pipeline.layout import JobLayout, round_plan_uri
 from pipeline.runtime.cursor import cursor_from_metadata
 from pipeline.runtime.runner import JobRunner
-from pipeline.state import backend
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-from tagged_jobs import EPOCHS, T0, VIEWS, tagged_job, window_job, write_source  # noqa: E402
+from tagged_jobs import EPOCHS, T0, VIEWS, checkpoint_state, local_runner, tagged_job, window_job, write_source  # noqa: E402,E501
 
 pytestmark = [pytest.mark.spark]
 
@@ -56,24 +55,7 @@ def _both() -> object:
 
 
 def _runner(tmp: Path, source: str, name: str, job=_both, **kw) -> JobRunner:
-    cfg = load_config(env={}, source_uri=source, checkpoint_uri=(tmp / name / "ckpt").as_uri(),
-                      sink_uri=(tmp / name / "sink").as_uri(), epoch_seconds=60, retained_checkpoints=20,
-                      clock_now=(T0 + timedelta(hours=1)).isoformat(), **{"parallelism": 2, **kw})
-    return JobRunner(job(), cfg, echo=lambda m: None)
-
-
-def _state(md) -> dict[str, list]:
-    """Every state table of a checkpoint, read cold from storage (chains applied, checksums verified)."""
-    backend._RECENT.clear()
-    out = {}
-    for uid, by_name in cursor_from_metadata(md).handles.items():
-        for name, hs in by_name.items():
-            live = [h for h in hs if h.file is not None]
-            if live:
-                schema = pq.read_schema(live[0].file.uri[len("file://"):])
-                rows = backend.read_state(LocalFileIO(), live, 0, 15, schema, md.name).to_pylist()
-                out[f"{uid}/{name}"] = sorted(json.dumps(r, sort_keys=True, default=str) for r in rows)
-    return out
+    return local_runner(job(), tmp, source, name, retained_checkpoints=20, **kw)
 
 
 ALL_TABLES = ("joined", "user_totals", "user_windows", "window_totals")
@@ -99,7 +81,7 @@ def _same_checkpoints(one: JobRunner, tagged: JobRunner, tables) -> None:
     for ma, mb in zip(a, b):
         assert mb.positions == ma.positions and mb.barriers == ma.barriers, mb.name
         assert mb.parent_id == ma.parent_id and mb.extra["low_epoch"] == ma.extra["low_epoch"]
-        assert _state(mb) == _state(ma), f"state of {mb.name} (epoch {mb.epoch})"
+        assert checkpoint_state(mb) == checkpoint_state(ma), f"state of {mb.name} (epoch {mb.epoch})"
         assert _chains(mb) == _chains(ma), f"state chains of {mb.name} (epoch {mb.epoch})"
         assert ma.stats is not None and mb.stats is not None
         assert (mb.stats.dead_letters, mb.stats.rows, mb.stats.bytes, mb.stats.persisted_bytes) == (
@@ -158,7 +140,7 @@ def test_a_failure_inside_a_tagged_round_restores_the_last_completed_checkpoint(
     assert [m.epoch for m in b] == [m.epoch for m in _checkpoints(one)]
     assert [m.checkpoint_id for m in b] == [1, 2, 4, 5, 6]  # id 3 was claimed by the failed round
     for ma, mb in zip(_checkpoints(one), b):
-        assert _state(mb) == _state(ma), f"state of {mb.name} (epoch {mb.epoch})"
+        assert checkpoint_state(mb) == checkpoint_state(ma), f"state of {mb.name} (epoch {mb.epoch})"
     assert _tables(resumed) == _tables(one)
     # the round's checkpoints that never completed are garbage: collected
     dirs = LocalFileIO().list_dirs(JobLayout(resumed.job_root).checkpoints())
@@ -199,7 +181,7 @@ def test_process_in_tagged_rounds_equals_one_epoch_rounds(tmp_path, source, monk
     assert {x.tagged_round for x in report.rounds} == {(1, 2, 3), (4, 5)}
     for ma, mb in zip(_checkpoints(one), _checkpoints(tagged), strict=True):
         assert (mb.epoch, mb.positions) == (ma.epoch, ma.positions)
-        assert _state(mb) == _state(ma), f"state of {mb.name}"
+        assert checkpoint_state(mb) == checkpoint_state(ma), f"state of {mb.name}"
     rows = {n: sorted(json.dumps(x, sort_keys=True) for x in r.table("user_totals").read().to_pylist())
             for n, (r, _) in runs.items()}
     assert rows["tagged"] == rows["one"] and rows["one"]
@@ -233,7 +215,7 @@ def test_a_bad_record_fails_its_epoch_and_the_earlier_epochs_of_the_tagged_round
     assert [m.epoch for m in done] == [m.epoch for m in _checkpoints(one)[:2]]
     assert [m.checkpoint_id for m in done] == [4, 5]
     for ma, mb in zip(_checkpoints(one), done):
-        assert mb.positions == ma.positions and _state(mb) == _state(ma), mb.name
+        assert mb.positions == ma.positions and checkpoint_state(mb) == checkpoint_state(ma), mb.name
     assert not list(r.coordinator.pending_checkpoints)
 
 
@@ -283,4 +265,4 @@ def test_a_bad_record_fails_as_with_one_epoch_per_round(tmp_path, bad_source, mo
     assert errors[0] == errors[1]
     assert [m.epoch for m in done[0]] == [m.epoch for m in done[1]]
     for ma, mb in zip(*done):
-        assert _state(mb) == _state(ma) and mb.positions == ma.positions, mb.name
+        assert checkpoint_state(mb) == checkpoint_state(ma) and mb.positions == ma.positions, mb.name

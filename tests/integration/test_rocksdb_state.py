@@ -7,7 +7,7 @@ are collected). A window (sliding, final emission) and a ``process`` operator wi
 too, across a rescale."""
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,56 +16,23 @@ import pytest
 
 from pipeline.config import load_config
 from pipeline.exceptions import ConfigError, InjectedFailure
-from pipeline.fileio import LocalFileIO
 from pipeline.job import Job
-from pipeline.runtime.cursor import cursor_from_metadata
 from pipeline.runtime.runner import JobRunner
-from pipeline.state import backend
 from pipeline.state.keyed_store import StoreLocation, store_root
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
+from tagged_jobs import SIGHTINGS, checkpoint_state, local_runner, sightings_job, write_sightings  # noqa: E402
+
 pytestmark = [pytest.mark.spark]
-
-TS = pa.timestamp("us", tz="UTC")
-LEFT = pa.schema([("sid", pa.string()), ("tag", pa.string()), ("_ingest_ts", TS)])
-RIGHT = pa.schema([("tid", pa.string()), ("tag", pa.string()), ("w", pa.int64()), ("_ingest_ts", TS)])
-T0 = datetime(2024, 5, 1, tzinfo=timezone.utc)
-EPOCHS, N = 3, 40
-
-
-def _job() -> Job:
-    job = Job("sightings_tags", max_parallelism=16)
-    s = job.source("sightings", LEFT, key="tag")
-    t = job.source("tags", RIGHT, key="tag")
-    first = s.deduplicate(uid="first_sighting", key="sid", ttl_seconds=150)
-    first.join(t, on="tag", uid="st_join", how="full", ttl_seconds=150).sink("sighting_tags")
-    t.aggregate(uid="per_tag", key="tag", aggs={"n": ("count", None), "w": ("sum", "w")}) \
-        .sink("tag_totals", mode="upsert", key=["tag"])
-    return job
 
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory) -> str:
-    root = tmp_path_factory.mktemp("rdbsrc")
-    for e in range(EPOCHS):
-        for p in range(2):
-            ts = [T0 + timedelta(seconds=60 * e + 55 * i / N) for i in range(N)]
-            left = [f"t{(i * 5 + e) % 13}" if i % 3 else f"never-{e}-{p}-{i}" for i in range(N)]
-            right = [f"t{(i * 3 + 2 * e) % 13}" if i % 4 else f"lone-{e}-{p}-{i}" for i in range(N)]
-            for name, schema, cols in (
-                    ("sightings", LEFT, {"sid": [f"s{p}-{(e * N + i) % 60}" for i in range(N)], "tag": left}),
-                    ("tags", RIGHT, {"tid": [f"g{e}-{p}-{i}" for i in range(N)], "tag": right,
-                                     "w": [i * 10 + e for i in range(N)]})):
-                d = root / name / f"partition={p}"
-                d.mkdir(parents=True, exist_ok=True)
-                pq.write_table(pa.table({**cols, "_ingest_ts": ts}, schema=schema), d / f"{e:08d}.parquet")
-    return root.as_uri()
+    return write_sightings(tmp_path_factory.mktemp("rdbsrc"))
 
 
 def _runner(tmp: Path, source: str, name: str, job: Job | None = None, **kw) -> JobRunner:
-    cfg = load_config(env={}, source_uri=source, checkpoint_uri=(tmp / name / "ckpt").as_uri(),
-                      sink_uri=(tmp / name / "sink").as_uri(), epoch_seconds=60,
-                      clock_now=(T0 + timedelta(hours=1)).isoformat(), **{"parallelism": 2, **kw})
-    return JobRunner(job or _job(), cfg, echo=lambda m: None)
+    return local_runner(job or sightings_job(), tmp, source, name, **kw)
 
 
 def _output(r: JobRunner, to: Path, table: str) -> list[tuple]:
@@ -78,20 +45,6 @@ def _store_dir(job_root: str, uid: str) -> str:
     return StoreLocation(job_root, uid, "x", 0, 0).path("/").split("/")[1]
 
 
-def _state(md) -> dict[str, list[tuple]]:
-    """Every state table of a checkpoint, read cold from storage (chains applied, checksums verified)."""
-    backend._RECENT.clear()
-    out = {}
-    for uid, by_name in cursor_from_metadata(md).handles.items():
-        for name, hs in by_name.items():
-            live = [h for h in hs if h.file is not None]
-            if live:
-                schema = pq.read_schema(live[0].file.uri[len("file://"):])
-                t = backend.read_state(LocalFileIO(), live, 0, 15, schema, md.name)
-                out[f"{uid}/{name}"] = sorted(tuple(str(v) for v in r.values()) for r in t.to_pylist())
-    return out
-
-
 def test_rocksdb_join_equals_heap_across_a_failed_checkpoint_and_a_rescale(tmp_path, source, monkeypatch):
     # the stores live where the executors' PIPELINE_STATE_STORE_DIR says; the Python workers of a Spark session
     # that earlier tests started keep the environment they started with, so the test does not change it (it
@@ -99,7 +52,7 @@ def test_rocksdb_join_equals_heap_across_a_failed_checkpoint_and_a_rescale(tmp_p
     heap = _runner(tmp_path, source, "heap")
     heap.run()
     heap_md = heap.coordinator.store.latest().metadata
-    expected = _state(heap_md)
+    expected = checkpoint_state(heap_md)
     assert {k for k, v in expected.items() if v} == {"st_join/left", "st_join/right", "first_sighting/keys",
                                                       "per_tag/agg"}
 
@@ -127,7 +80,7 @@ def test_rocksdb_join_equals_heap_across_a_failed_checkpoint_and_a_rescale(tmp_p
     assert not ranges["st_join/left"] & {"kg-00000-00007", "kg-00008-00015"}, ranges  # 2's collected
     got_md = rdb.coordinator.store.latest().metadata
     assert got_md.epoch == heap_md.epoch
-    assert _state(got_md) == expected
+    assert checkpoint_state(got_md) == expected
     for table in ("sighting_tags", "tag_totals"):
         assert _output(rdb, tmp_path / f"o-rdb-{table}", table) == _output(heap, tmp_path / f"o-heap-{table}", table)
 
@@ -145,7 +98,7 @@ def test_rocksdb_window_and_process_equal_heap_across_a_rescale(tmp_path, source
 
     def job() -> Job:
         j = Job("sightings_windows", max_parallelism=16)
-        s = j.source("sightings", LEFT, key="tag")
+        s = j.source("sightings", SIGHTINGS, key="tag")
         s.window(uid="per_half_minute", key="tag", event_time="_ingest_ts", size_seconds=60, slide_seconds=30,
                  aggs={"n": ("count", None)}).sink("windows")
         s.process(uid="running", key="tag", fn=count_per_tag, state_schema=running, output_schema=running,
@@ -154,14 +107,14 @@ def test_rocksdb_window_and_process_equal_heap_across_a_rescale(tmp_path, source
 
     heap = _runner(tmp_path, source, "wheap", job())
     heap.run()
-    expected = _state(heap.coordinator.store.latest().metadata)
+    expected = checkpoint_state(heap.coordinator.store.latest().metadata)
     assert expected.get("per_half_minute/win") and expected.get("running/proc"), expected.keys()
     rdb = _runner(tmp_path, source, "wrdb", job(), state_backend="rocksdb", state_max_delta_ratio=5.0)
     rdb.run(2)
     md = rdb.coordinator.store.latest().metadata
     rdb.restore(str(md.checkpoint_id), parallelism=3, validate=False)
     rdb.run(parallelism=3)
-    assert _state(rdb.coordinator.store.latest().metadata) == expected
+    assert checkpoint_state(rdb.coordinator.store.latest().metadata) == expected
     for table in ("windows", "running"):
         assert _output(rdb, tmp_path / f"o-rdb-{table}", table) == _output(heap, tmp_path / f"o-heap-{table}", table)
     root = Path(store_root())

@@ -4,10 +4,19 @@ A job of this suite's own (``tests.cluster.sensors``) runs through the CLI while
 either fails on its first attempt right after writing its files (Spark retries it: two attempts wrote) or
 straggles with ``spark.speculation=true`` (a speculative copy may write concurrently). The result must equal
 the oracle exactly, and every file a checkpoint or a committed sink entry references must match its checksum.
+
+Spark speculates only with a non-local master (``TaskSchedulerImpl`` starts its speculation thread only when the
+scheduler is not local): with ``local[2,4]`` the speculation case straggled and no second attempt ever ran (the
+checkpoint and sink directories held one attempt file per logical file). It is opt-in against a cluster:
+``EPOCHAL_SPECULATION_MASTER=spark://host:port`` (a standalone cluster whose workers share this disk). The
+default retry case proves that a second attempt wrote the same logical file.
 """
 from __future__ import annotations
 
 import json
+import os
+import re
+from collections import Counter
 
 import pyarrow.parquet as pq
 import pytest
@@ -26,7 +35,21 @@ SPECULATION = ("--conf spark.speculation=true --conf spark.speculation.quantile=
                "--conf spark.speculation.interval=100ms pyspark-shell")
 
 
-@pytest.mark.parametrize("fault,submit", [("fail", ""), ("slow:4", SPECULATION)], ids=["retry", "speculation"])
+SPECULATION_MASTER = os.environ.get("EPOCHAL_SPECULATION_MASTER", "")
+
+
+def _files_of_two_attempts(fio, root: str) -> list[str]:
+    """Logical files (``<name>.t<attempt id>.parquet`` without the attempt id) that two task attempts wrote."""
+    per_file = Counter(m.group(1) for f in fio.list(root) if (m := re.fullmatch(r"(.*)\.t\d+\.parquet", f.uri)))
+    return sorted(name for name, n in per_file.items() if n > 1)
+
+
+@pytest.mark.parametrize("fault,submit", [
+    pytest.param("fail", "", id="retry"),
+    pytest.param("slow:4", SPECULATION, id="speculation", marks=pytest.mark.skipif(
+        not SPECULATION_MASTER, reason="opt-in: Spark never speculates with a local master; "
+        "EPOCHAL_SPECULATION_MASTER=spark://... runs it on a cluster (the retry case covers two attempts writing "
+        "the same logical file)"))])
 def test_attempts_stay_exactly_once_with_valid_checksums(tmp_path, fault, submit):
     src, ckpt, sink = ((tmp_path / d).as_uri() for d in ("src", "ckpt", "sink"))
     hot, totals = sensors.oracle(sensors.write(src, epochs=3, partitions=2, rows=200))
@@ -35,7 +58,7 @@ def test_attempts_stay_exactly_once_with_valid_checksums(tmp_path, fault, submit
            "PIPELINE_RETAINED_CHECKPOINTS": "10", "EPOCHAL_ATTEMPT_FAULT": fault,
            "EPOCHAL_SPARK_LOG_LEVEL": "WARN", "EPOCHAL_DRIVER_MEMORY": "1g",
            # local[2,4]: two cores, up to 4 attempts per task (plain local[*] never retries a task)
-           "PIPELINE_SPARK_MASTER": "local[2,4]"}
+           "PIPELINE_SPARK_MASTER": SPECULATION_MASTER if submit else "local[2,4]"}
     if submit:
         env["PYSPARK_SUBMIT_ARGS"] = submit
     r = run_job_process(["run", "--job", JOB, "--json"], env, timeout_s=900)
@@ -46,6 +69,10 @@ def test_attempts_stay_exactly_once_with_valid_checksums(tmp_path, fault, submit
     assert json.loads(r.stdout)["checkpoints_completed"]
 
     fio = file_io_for(ckpt)
+    # the premise: a second attempt of a task wrote the same logical file (a retry, or a speculative copy beside
+    # the straggler); the first attempt's file is garbage that no handle references
+    twice = _files_of_two_attempts(fio, ckpt) + _files_of_two_attempts(file_io_for(sink), sink)
+    assert twice, f"no task attempt ran twice ({fault}):\n" + log[-3000:]
     locations = sorted({f.uri.rsplit("/", 1)[0] for f in fio.list(ckpt) if f.uri.endswith("/_metadata")})
     assert locations
     checked = 0

@@ -37,7 +37,7 @@ from pipeline.state.chain import StateChain
 from pipeline.state.materialization import MaterializationPolicy
 from pipeline.state.snapshot import SnapshotOptions
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("state_cache_dir")]
 
 E_US = 60_000_000
 FIRST = 29_000_000           # the first epoch of the round
@@ -46,15 +46,6 @@ TS = pa.timestamp("us", tz="UTC")
 LEFT = pa.schema([("k", pa.string()), ("x", pa.float64()), ("_ingest_ts", TS)])
 RIGHT = pa.schema([("k", pa.string()), ("y", pa.int64()), ("_ingest_ts", TS)])
 OUT = pa.schema([pa.field("k", pa.string()), pa.field("x", pa.float64()), pa.field("y", pa.int64())])
-
-
-@pytest.fixture(autouse=True)
-def warm(tmp_path, monkeypatch):
-    monkeypatch.setenv("PIPELINE_STATE_CACHE_DIR", str(tmp_path / "warm"))
-    monkeypatch.setenv("PIPELINE_STATE_STORE_DIR", str(tmp_path / "stores"))  # rocksdb: the executor's stores
-    backend._RECENT.clear()
-    yield
-    backend._RECENT.clear()
 
 
 def _kg(k: str) -> int:

@@ -13,24 +13,13 @@ import pytest
 from pipeline.checkpoint.handles import StateHandle
 from pipeline.exceptions import CorruptCheckpointError
 from pipeline.fileio import LocalFileIO
-from pipeline.state import backend
 from pipeline.state.backend import read_state
 from pipeline.state.chain import StateChain
 from pipeline.state.keyed_store import KeyedStateStore, StoreLocation, encode_user_key, row_keys
 from pipeline.state.snapshot import parent_chain_version, write_state
+from tests.unit.state.keyed_rows import SCHEMA, TS
 
-pytestmark = pytest.mark.unit
-
-TS = pa.timestamp("us", tz="UTC")
-SCHEMA = pa.schema([("key", pa.string()), ("n", pa.int64()), ("_ingest_ts", TS), ("_kg", pa.int32())])
-
-
-@pytest.fixture(autouse=True)
-def cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("PIPELINE_STATE_CACHE_DIR", str(tmp_path / "warm"))
-    backend._RECENT.clear()
-    yield
-    backend._RECENT.clear()
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("state_cache_dir")]
 
 
 def _rows(keys, ns, ts, kgs) -> pa.Table:

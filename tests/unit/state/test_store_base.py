@@ -12,25 +12,14 @@ import pytest
 from pipeline.checkpoint.handles import StateHandle
 from pipeline.exceptions import StateStoreError
 from pipeline.fileio import LocalFileIO
-from pipeline.state import backend
 from pipeline.state.chain import StateChain
 from pipeline.state.changelog import OP_COLUMN, diff
 from pipeline.state.keyed_store import KeyedStateStore, StoreLocation, row_keys
 from pipeline.state.snapshot import write_state
 from pipeline.state.store_base import merged_base
+from tests.unit.state.keyed_rows import SCHEMA, TS
 
-pytestmark = pytest.mark.unit
-
-TS = pa.timestamp("us", tz="UTC")
-SCHEMA = pa.schema([("key", pa.string()), ("n", pa.int64()), ("_ingest_ts", TS), ("_kg", pa.int32())])
-
-
-@pytest.fixture(autouse=True)
-def cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("PIPELINE_STATE_CACHE_DIR", str(tmp_path / "warm"))
-    backend._RECENT.clear()
-    yield
-    backend._RECENT.clear()
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("state_cache_dir")]
 
 
 def _state(e: int) -> pa.Table:
