@@ -88,7 +88,7 @@ def with_matched(t: pa.Table, value: bool = False) -> pa.Table:
     """``t`` with a ``_matched`` column (a constant), replacing any present."""
     if MATCHED in t.column_names:
         t = t.drop_columns([MATCHED])
-    return t.append_column(MATCHED, pa.array([value] * t.num_rows, pa.bool_()))
+    return t.append_column(MATCHED, pa.repeat(pa.scalar(value, pa.bool_()), t.num_rows))
 
 
 def _live(t: pa.Table, cutoff) -> pa.Array:
@@ -109,7 +109,7 @@ def _duplicates(new: pa.Table, held: pa.Table, key: str) -> tuple[pa.Table, pa.T
         dup_keys = counts.filter(pc.greater(counts["count_all"], 1))[key]
     if clash is None and len(dup_keys) == 0:
         return new, new.slice(0, 0)
-    bad = clash if clash is not None else pa.array([False] * new.num_rows)
+    bad = clash if clash is not None else pa.repeat(pa.scalar(False), new.num_rows)
     if len(dup_keys):
         in_dup = pc.fill_null(pc.is_in(new[key], value_set=dup_keys), False)
         # the first row of each repeated key, in a total order of its values (deterministic on replay)

@@ -36,6 +36,7 @@ from pipeline.runtime.operators import (
 from pipeline.runtime.report_codec import from_table
 from pipeline.runtime.round_params import EPOCH_TAG, task_params
 from pipeline.runtime.routing import shuffle_to_subtasks, with_beacons
+from pipeline.runtime.task_profile import profiled
 from pipeline.source.reader import META_FIELDS
 
 __all__ = ["OperatorIO", "operator_dataframe", "drop_internal", "schema_ddl", "arrow_schema_of", "collect_handles", "fresh_dataframe", "split_dataframe", "task_count",
@@ -117,12 +118,12 @@ def split_dataframe(spark, n_tasks: int, source: SourceNode, reader_factory: Cal
                         out = out if len(keep) == len(META_FIELDS) else out.select(names)
                         if row_epochs:
                             ep = run[0].get("epoch")
-                            out = out.append_column(ROW_EPOCH, pa.array([ep] * out.num_rows, pa.int64()))
+                            out = out.append_column(ROW_EPOCH, pa.repeat(pa.scalar(ep, pa.int64()), out.num_rows))
                         if tagged:
-                            out = out.append_column(EPOCH_TAG, pa.array([run[0]["tag"]] * out.num_rows, pa.int64()))
+                            out = out.append_column(EPOCH_TAG, pa.repeat(pa.scalar(run[0]["tag"], pa.int64()), out.num_rows))
                         yield out
 
-    return _indexed_dataframe(spark, n_tasks).mapInArrow(read, schema_ddl(out_schema))
+    return _indexed_dataframe(spark, n_tasks).mapInArrow(profiled(f"source-{name}", read), schema_ddl(out_schema))
 
 
 def files_dataframe(spark, uris: Sequence[str], schema: pa.Schema, max_tasks: int = 8):
