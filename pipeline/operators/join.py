@@ -202,7 +202,10 @@ def join_step(state_left: pa.Table, state_right: pa.Table, new_left: pa.Table, n
         parts = []
         for t in (state_left, new_left, state_right, new_right):
             live = _live(t, cutoff)
-            parts.append((t.filter(live), t.filter(pc.invert(live))))
+            if pc.all(live).as_py() is not False:  # nothing expires (the usual case): no copy of the rows
+                parts.append((t, t.slice(0, 0)))
+            else:
+                parts.append((t.filter(live), t.filter(pc.invert(live))))
         (state_left, xl1), (new_left, xl2), (state_right, xr1), (new_right, xr2) = parts
         gone_l, gone_r = pa.concat_tables([xl1, xl2]), pa.concat_tables([xr1, xr2])
         touched += [xl1[key], xr1[key]]
