@@ -93,7 +93,7 @@ def process_step(uid: str, key: str, fn: ProcessFn, state_schema: pa.Schema, out
             bad = new_state.filter(foreign)[key][0].as_py()
             raise UserFunctionError(f"process {uid}: fn returned state for key {bad!r}, which had no input in this "
                                     "call (state may only be written for the keys of `rows`)")
-    new_state = new_state.append_column(TOUCHED, pa.array([barrier_us] * new_state.num_rows, pa.int64()))
+    new_state = new_state.append_column(TOUCHED, pa.repeat(pa.scalar(barrier_us, pa.int64()), new_state.num_rows))
     if extra:
         if carry is None:
             raise ConfigError(f"process {uid}: state has extra columns {extra} but no way to compute them")

@@ -67,12 +67,12 @@ def dedup_step(state: pa.Table, new: pa.Table, *, key: str, cutoff, state_column
         cut_y = own_cutoff(new[ROW_EPOCH], ttl_us=ttl_us, epoch_us=epoch_us)
     elif cutoff is not None:
         cval = pc.cast(pc.cast(cutoff, pa.timestamp("us", tz="UTC")), pa.int64()).as_py()
-        cut_y = pa.array([cval] * n, pa.int64())
+        cut_y = pa.repeat(pa.scalar(cval, pa.int64()), n)
     else:  # no TTL: a held key covers every later row
-        cut_y = pa.array([-(2 ** 62)] * n, pa.int64())
+        cut_y = pa.repeat(pa.scalar(-(2 ** 62), pa.int64()), n)
     # rows already past their cutoff are never held, so they never suppress another row (and always pass)
     live = pc.fill_null(pc.greater_equal(t_us, cut_y), True) if (own or cutoff is not None) else \
-        pa.array([True] * n)
+        pa.repeat(pa.scalar(True), n)
     live = pc.and_(live, pc.invert(pc.is_null(new[key])))  # a null key is no key: the row passes
     order = [(key, "ascending")] + ([(ROW_EPOCH, "ascending")] if ROW_EPOCH in new.column_names else []) + [
         ("_ingest_ts", "ascending")] + [

@@ -88,7 +88,7 @@ def with_matched(t: pa.Table, value: bool = False) -> pa.Table:
     """``t`` with a ``_matched`` column (a constant), replacing any present."""
     if MATCHED in t.column_names:
         t = t.drop_columns([MATCHED])
-    return t.append_column(MATCHED, pa.array([value] * t.num_rows, pa.bool_()))
+    return t.append_column(MATCHED, pa.repeat(pa.scalar(value, pa.bool_()), t.num_rows))
 
 
 def _live(t: pa.Table, cutoff) -> pa.Array:
@@ -114,7 +114,7 @@ def _duplicates(new: pa.Table, held: pa.Table, key: str) -> tuple[pa.Table, pa.T
         dup_keys = counts.filter(pc.greater(counts["count_all"], 1))[key]
     if clash is None and len(dup_keys) == 0:
         return new, new.slice(0, 0)
-    bad = clash if clash is not None else pa.array([False] * new.num_rows)
+    bad = clash if clash is not None else pa.repeat(pa.scalar(False), new.num_rows)
     if len(dup_keys):
         in_dup = pc.fill_null(pc.is_in(new[key], value_set=dup_keys), False)
         # the first row of each repeated key, in a total order of its values (deterministic on replay)
@@ -207,7 +207,10 @@ def join_step(state_left: pa.Table, state_right: pa.Table, new_left: pa.Table, n
         parts = []
         for t in (state_left, new_left, state_right, new_right):
             live = _live(t, cutoff)
-            parts.append((t.filter(live), t.filter(pc.invert(live))))
+            if pc.all(live).as_py() is not False:  # nothing expires (the usual case): no copy of the rows
+                parts.append((t, t.slice(0, 0)))
+            else:
+                parts.append((t.filter(live), t.filter(pc.invert(live))))
         (state_left, xl1), (new_left, xl2), (state_right, xr1), (new_right, xr2) = parts
         gone_l, gone_r = pa.concat_tables([xl1, xl2]), pa.concat_tables([xr1, xr2])
         touched += [xl1[key], xr1[key]]

@@ -37,6 +37,7 @@ from pipeline.runtime.operators import (
 from pipeline.runtime.report_codec import from_table
 from pipeline.runtime.round_params import EPOCH_TAG, task_params
 from pipeline.runtime.routing import shuffle_to_subtasks, with_beacons
+from pipeline.runtime.task_profile import profiled
 from pipeline.runtime.task_requests import TaskRequestCounter, counted
 from pipeline.source.reader import META_FIELDS
 
@@ -121,13 +122,14 @@ def split_dataframe(spark, n_tasks: int, source: SourceNode, reader_factory: Cal
                             out = out if len(keep) == len(META_FIELDS) else out.select(names)
                             if row_epochs:
                                 ep = run[0].get("epoch")
-                                out = out.append_column(ROW_EPOCH, pa.array([ep] * out.num_rows, pa.int64()))
+                                out = out.append_column(ROW_EPOCH, pa.repeat(pa.scalar(ep, pa.int64()), out.num_rows))
                             if tagged:
                                 out = out.append_column(EPOCH_TAG,
-                                                        pa.array([run[0]["tag"]] * out.num_rows, pa.int64()))
+                                                        pa.repeat(pa.scalar(run[0]["tag"], pa.int64()), out.num_rows))
                             yield out
 
-    return _indexed_dataframe(spark, n_tasks).mapInArrow(counted(read, requests), schema_ddl(out_schema))
+    return _indexed_dataframe(spark, n_tasks).mapInArrow(counted(profiled(f"source-{name}", read), requests),
+                                                         schema_ddl(out_schema))
 
 
 def files_dataframe(spark, uris: Sequence[str], schema: pa.Schema, max_tasks: int = 8,

@@ -260,7 +260,7 @@ def files_with_tag_dataframe(spark, files: Sequence[tuple[str, int]], schema: pa
                 for uri, txn in files[task::n]:
                     with file_io_for(uri).open_input(uri) as f:
                         t = pq.read_table(f).select(schema.names).cast(schema)
-                    t = t.append_column("_txn", pa.array([txn] * t.num_rows, type=pa.int64()))
+                    t = t.append_column("_txn", pa.repeat(pa.scalar(txn, pa.int64()), t.num_rows))
                     yield from t.to_batches(max_chunksize=50_000)
 
     return spark.range(0, n, 1, n).mapInArrow(read, schema_ddl(out_schema))
@@ -282,7 +282,7 @@ def chains_dataframe(spark, handles, schema: pa.Schema, what: str):
                     assert chain is not None
                     t = load_chain(file_io_for(chain.base.uri), chain, what, warm=False)
                     t = t.select(schema.names).cast(schema)
-                    t = t.append_column("_txn", pa.array([sub] * t.num_rows, type=pa.int64()))
+                    t = t.append_column("_txn", pa.repeat(pa.scalar(sub, pa.int64()), t.num_rows))
                     yield from t.to_batches(max_chunksize=50_000)
 
     return spark.range(0, n, 1, n).mapInArrow(read, schema_ddl(out_schema))

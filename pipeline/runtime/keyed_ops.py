@@ -121,13 +121,13 @@ def _wm_table(state: WatermarkState, obs: dict[str, int]) -> pa.Table:
 def _write_dead_letters(fio, prefix: str, name: str, late: pa.Table, bad: pa.Table, wm_us) -> FileHandle | None:
     parts = []
     if late.num_rows:
-        parts.append(late.append_column("_reason", pa.array(["late"] * late.num_rows, pa.string())))
+        parts.append(late.append_column("_reason", pa.repeat(pa.scalar("late", pa.string()), late.num_rows)))
     if bad.num_rows:
         b = bad
         for col, typ in (("window_start", pa.timestamp("us", tz="UTC")), ("window_end", pa.timestamp("us", tz="UTC")),
                          ("_watermark_us", pa.int64())):
             b = b.append_column(col, pa.nulls(b.num_rows, typ))
-        parts.append(b.append_column("_reason", pa.array(["null key or event time"] * b.num_rows, pa.string())))
+        parts.append(b.append_column("_reason", pa.repeat(pa.scalar("null key or event time", pa.string()), b.num_rows)))
     if not parts:
         return None
     t = pa.concat_tables(parts, promote_options="permissive")
@@ -221,7 +221,7 @@ def make_window_task(spec: WindowTaskSpec):
         rows_out = [task_report(kind, spec.uid, nm, subtask, kgr, h, in_rows=in_rows, restored=restored,
                                 sync_ms=sync_ms, async_ms=async_ms) for kind, nm, h in handles]
         if spec.flow_schema is not None:  # rows flowing on belong to this epoch: their _ingest_ts is inside it
-            out = out.append_column("_ingest_ts", pa.array([spec.barrier_us - 1] * out.num_rows, pa.int64()).cast(
+            out = out.append_column("_ingest_ts", pa.repeat(pa.scalar(spec.barrier_us - 1, pa.int64()), out.num_rows).cast(
                 pa.timestamp("us", tz="UTC")))
         yield from _emit(rows_out, out, spec.flow_schema or spec.out_schema, fio, spec.ack_prefix, subtask)
 

@@ -157,13 +157,13 @@ def _delta(old: pa.Table, new: pa.Table, key: str) -> pa.Table:
     inserts as they are; only the keys that held rows go through the multiset diff (most of a growing state's
     rows are new keys, so the diff stays small)."""
     if old.num_rows == 0:
-        return new.append_column(OP_COLUMN, pa.array([1] * new.num_rows, pa.int8()))
+        return new.append_column(OP_COLUMN, pa.repeat(pa.scalar(1, pa.int8()), new.num_rows))
     known = pc.fill_null(pc.is_in(new[key], value_set=pc.unique(old[key])), False)
     fresh = new.filter(pc.invert(known))
     d = diff(old, new.filter(known))
     if not fresh.num_rows:
         return d
-    return pa.concat_tables([d, fresh.append_column(OP_COLUMN, pa.array([1] * fresh.num_rows, pa.int8()))])
+    return pa.concat_tables([d, fresh.append_column(OP_COLUMN, pa.repeat(pa.scalar(1, pa.int8()), fresh.num_rows))])
 
 
 register_backend("rocksdb", KeyedStores)

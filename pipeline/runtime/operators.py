@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterator, Mapping, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -50,12 +51,14 @@ from pipeline.runtime.round_params import (
 )
 from pipeline.runtime.routing import BEACON
 from pipeline.runtime.state_access import StateScope, StateSpec, open_state
+from pipeline.runtime.task_profile import profiled
 from pipeline.source._formats import json_default
 from pipeline.state.backend import KG_COLUMN, read_files, write_table
 from pipeline.state.changelog import TouchedKeys
 
 __all__ = ["EXACT_SUM", "HANDLE_DDL", "HANDLE_TAGGED_DDL", "JoinTaskSpec", "AggTaskSpec", "make_join_task",
-           "make_agg_task", "task_report", "epoch_tagged_task", "carried_from_previous_epoch", "carry_to_next_epoch"]
+           "make_agg_task", "task_report", "epoch_tagged_task", "split_epochs", "carried_from_previous_epoch",
+           "carry_to_next_epoch"]
 
 EXACT_SUM = pa.decimal128(38, 9)  # state type of floating-point sums (order-independent, exact)
 
@@ -91,12 +94,14 @@ def subtask_of(incoming: pa.Table | None) -> tuple[int, pa.Table | None]:
     if incoming is None or BEACON not in incoming.column_names:
         raise RuntimeError("keyed operator task received no subtask beacon: its input was not shuffled with "
                            "routing.with_beacons")
-    flag = pc.fill_null(incoming[BEACON], False)
-    b = incoming.filter(flag)
-    if b.num_rows != 1:
-        raise RuntimeError(f"expected exactly one subtask beacon, got {b.num_rows}")
-    rest = incoming.filter(pc.invert(flag)).drop_columns([BEACON])
-    return int(b["_subtask"][0].as_py()), (rest if rest.num_rows else None)
+    where = pc.indices_nonzero(pc.fill_null(incoming[BEACON], False))
+    if len(where) != 1:
+        raise RuntimeError(f"expected exactly one subtask beacon, got {len(where)}")
+    i = where[0].as_py()
+    subtask = int(incoming["_subtask"][i].as_py())
+    # the rows around the beacon, zero-copy (slices, no filter over every column)
+    rest = pa.concat_tables([incoming.slice(0, i), incoming.slice(i + 1)]).drop_columns([BEACON])
+    return subtask, (rest if rest.num_rows else None)
 
 
 def task_report(kind: ReportKind, uid: str, name: str, subtask: int, kgr: KeyGroupRange,
@@ -223,26 +228,47 @@ def epoch_tagged_task(plan_spec, step: Callable[..., Iterator[pa.RecordBatch]]):
             return
         yield from run_epochs(plan_spec, step, entries, batches)
 
-    return task
+    return profiled(f"op-{plan_spec.uid}", task)
+
+
+def split_epochs(incoming: pa.Table | None) -> tuple[pa.Table | None, dict[int, pa.Table], int]:
+    """A tagged round's rows of one subtask split by :data:`~pipeline.runtime.round_params.EPOCH_TAG`:
+    (the beacon rows, {epoch: its rows in arrival order, without the tag}, the number of data rows). One stable
+    sort and one gather, then zero-copy slices (not one scan of all rows per epoch); data rows without a tag are
+    in no part (the caller counts them)."""
+    if incoming is None or not incoming.num_rows:
+        return None, {}, 0
+    beacon = None
+    data_rows = incoming.num_rows
+    if BEACON in incoming.column_names:  # routed with beacons (null tag): every epoch needs the beacon
+        where = pc.indices_nonzero(pc.fill_null(incoming[BEACON], False))
+        if len(where):
+            beacon = incoming.take(where).drop_columns([EPOCH_TAG])
+            data_rows -= len(where)
+    tags = incoming[EPOCH_TAG]
+    tagged = len(tags) - tags.null_count
+    order = pc.sort_indices(tags).slice(0, tagged)  # stable (arrival order kept), nulls last
+    rows = incoming.take(order).drop_columns([EPOCH_TAG])
+    values = tags.take(order).to_numpy()
+    parts: dict[int, pa.Table] = {}
+    for e in np.unique(values):
+        lo, hi = np.searchsorted(values, e, "left"), np.searchsorted(values, e, "right")
+        parts[int(e)] = rows.slice(int(lo), int(hi - lo))
+    return beacon, parts, data_rows
 
 
 def run_epochs(plan_spec, step, entries: list[dict], batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """The tagged round of one subtask (see :func:`epoch_tagged_task`); ``entries``: the per-epoch values."""
-    incoming = _collect(batches)
-    beacon = None
-    if incoming is not None and BEACON in incoming.column_names:  # routed with beacons: every epoch needs it
-        flag = pc.fill_null(incoming[BEACON], False)
-        beacon = incoming.filter(flag).drop_columns([EPOCH_TAG])
-        incoming = incoming.filter(pc.invert(flag))
+    beacon, parts, data_rows = split_epochs(_collect(batches))
     _CARRY.append({})  # in-memory values carried from epoch to epoch (carried_from_previous_epoch)
     try:
-        yield from _run_entries(plan_spec, step, entries, incoming, beacon)
+        yield from _run_entries(plan_spec, step, entries, beacon, parts, data_rows)
     finally:
         _CARRY.pop()
 
 
-def _run_entries(plan_spec, step, entries: list[dict], incoming: pa.Table | None, beacon: pa.Table | None
-                 ) -> Iterator[pa.RecordBatch]:
+def _run_entries(plan_spec, step, entries: list[dict], beacon: pa.Table | None, parts: dict[int, pa.Table],
+                 data_rows: int) -> Iterator[pa.RecordBatch]:
     seen = 0
     reports: list[TaskReport] = []
     outs: list[pa.RecordBatch] = []
@@ -255,10 +281,8 @@ def _run_entries(plan_spec, step, entries: list[dict], incoming: pa.Table | None
         elif carried is not None:  # the state the previous epoch's body wrote (warm in this worker)
             spec = dataclasses.replace(spec, parent_handles=carried)
         epoch = int(entry["epoch"])
-        part = None
-        if incoming is not None and incoming.num_rows:
-            part = incoming.filter(pc.equal(incoming[EPOCH_TAG], epoch)).drop_columns([EPOCH_TAG])
-            seen += part.num_rows
+        part = parts.get(epoch)
+        seen += part.num_rows if part is not None else 0
         if beacon is not None:
             part = beacon if part is None else pa.concat_tables([beacon, part])
         collected: list[TaskReport] = []
@@ -267,7 +291,7 @@ def _run_entries(plan_spec, step, entries: list[dict], incoming: pa.Table | None
             with attributed_to(epoch):  # the epoch's S3 requests count in its checkpoint (task_requests)
                 for b in step(spec, iter(part.to_batches() if part is not None else [])):
                     if b.num_rows:
-                        outs.append(b.append_column(EPOCH_TAG, pa.array([epoch] * b.num_rows, pa.int64())))
+                        outs.append(b.append_column(EPOCH_TAG, pa.repeat(pa.scalar(epoch, pa.int64()), b.num_rows)))
         finally:
             _COLLECT.pop()
         carried = {}
@@ -276,8 +300,8 @@ def _run_entries(plan_spec, step, entries: list[dict], incoming: pa.Table | None
             if r.state is not None:
                 carried.setdefault(r.name, []).append(r.state)
             reports.append(dataclasses.replace(r, checkpoint_id=checkpoint_id))
-    if incoming is not None and seen != incoming.num_rows:
-        raise RuntimeError(f"operator {plan_spec.uid}: {incoming.num_rows - seen} row(s) of a tagged round carry an "
+    if seen != data_rows:
+        raise RuntimeError(f"operator {plan_spec.uid}: {data_rows - seen} row(s) of a tagged round carry an "
                            f"epoch outside {[int(e['epoch']) for e in entries]}")
     if first is None or not reports:
         raise RuntimeError(f"operator {plan_spec.uid}: a tagged round without epochs")
@@ -360,9 +384,10 @@ def make_join_task(spec: JoinTaskSpec):
         if incoming is not None:
             in_rows += incoming.num_rows
             side = incoming["_side"]
-            new_l = fill_row_epochs(incoming.filter(pc.equal(side, 0)).select(lin.names).cast(lin),
+            # each side's own columns first, then the filter: only those columns are copied
+            new_l = fill_row_epochs(incoming.select(lin.names).filter(pc.equal(side, 0)).cast(lin),
                                     default=spec.epoch, epoch_us=spec.epoch_us)
-            new_r = fill_row_epochs(incoming.filter(pc.equal(side, 1)).select(rin.names).cast(rin),
+            new_r = fill_row_epochs(incoming.select(rin.names).filter(pc.equal(side, 1)).cast(rin),
                                     default=spec.epoch, epoch_us=spec.epoch_us)
         else:
             new_l, new_r = lin.empty_table(), rin.empty_table()

@@ -98,6 +98,7 @@ def get_spark(master: str | None = None, parallelism: int = 2, app: str = "epoch
         b = b.config("spark.python.daemon.module", "pipeline.runtime.worker_daemon")
     b = b.config("spark.redaction.regex", REDACTION_REGEX)
     for k in ("EPOCHAL_KILL_AT", "EPOCHAL_KILL_SCOPE", "EPOCHAL_PHASE_MARKERS", "EPOCHAL_ATTEMPT_FAULT",
+              "EPOCHAL_TASK_PROFILE",  # opt-in cProfile of the task functions (pipeline.runtime.task_profile)
               # the S3 retry knobs (pipeline.storage_retry, pipeline.fileio.s3) hold on the executors too
               "PIPELINE_S3_RETRY_SECONDS", "PIPELINE_S3_RETRY_BASE_MS", "PIPELINE_S3_RETRY_MAX_BACKOFF_SECONDS",
               "PIPELINE_S3_BOTO_ATTEMPTS", "PIPELINE_S3_PART_MB"):

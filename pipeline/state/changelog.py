@@ -105,8 +105,14 @@ def diff_touched(old: pa.Table, new: pa.Table, touched: TouchedKeys | None) -> p
     keys = touched.values(new.schema.field(touched.column).type)
     if len(keys) == 0:
         return diff(old, new) if old.num_rows != new.num_rows else _tag(new.schema.empty_table(), 1)
-    o = old.filter(pc.is_in(old[touched.column], value_set=keys))
-    n = new.filter(pc.is_in(new[touched.column], value_set=keys))
+    col = touched.column
+    if old.schema.field(col).type == new.schema.field(col).type:  # one hash set of the keys for both tables
+        mask = pc.is_in(pa.chunked_array(old[col].chunks + new[col].chunks, type=new.schema.field(col).type),
+                        value_set=keys)
+        o, n = old.filter(mask.slice(0, old.num_rows)), new.filter(mask.slice(old.num_rows))
+    else:
+        o = old.filter(pc.is_in(old[col], value_set=keys))
+        n = new.filter(pc.is_in(new[col], value_set=keys))
     delta = diff(o, n)
     if old.num_rows + _net_ops(delta) != new.num_rows:
         return diff(old, new)

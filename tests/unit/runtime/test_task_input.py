@@ -1,0 +1,85 @@
+"""How an operator task takes its input apart (no Spark): the subtask beacon (``subtask_of``), a tagged round's rows
+split per epoch (``split_epochs``: one sort and zero-copy slices instead of one scan per epoch), and the opt-in
+task profiler (``EPOCHAL_TASK_PROFILE``). Each is checked against the plain row-by-row meaning on random inputs."""
+from __future__ import annotations
+
+import os
+import random
+
+import pyarrow as pa
+import pytest
+
+from pipeline.runtime.operators import split_epochs, subtask_of
+from pipeline.runtime.round_params import EPOCH_TAG
+from pipeline.runtime.routing import BEACON
+from pipeline.runtime.task_profile import PROFILE_ENV, profiled, summarize
+
+pytestmark = pytest.mark.unit
+
+
+def _rows(rng: random.Random, n: int, epochs: list[int | None], beacon_at: int | None, subtask: int = 3) -> pa.Table:
+    rows = [{"k": f"k{rng.randrange(50)}", "v": i, EPOCH_TAG: rng.choice(epochs), BEACON: None, "_subtask": None}
+            for i in range(n)]
+    if beacon_at is not None:
+        rows.insert(beacon_at, {"k": None, "v": None, EPOCH_TAG: None, BEACON: True, "_subtask": subtask})
+    schema = pa.schema([("k", pa.string()), ("v", pa.int64()), (EPOCH_TAG, pa.int64()), (BEACON, pa.bool_()),
+                        ("_subtask", pa.int32())])
+    t = pa.Table.from_pylist(rows, schema=schema)
+    cuts = sorted(rng.sample(range(1, max(2, t.num_rows)), min(3, max(0, t.num_rows - 1))))
+    return pa.concat_tables([t.slice(a, b - a) for a, b in zip([0] + cuts, cuts + [t.num_rows])])  # chunked
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_split_epochs_is_the_per_epoch_filter(seed):
+    rng = random.Random(seed)
+    n = rng.randrange(0, 300)
+    epochs: list[int | None] = [7, 9, 8, 12] + ([None] if seed % 3 == 0 else [])
+    t = _rows(rng, n, epochs, beacon_at=rng.randrange(n + 1) if seed % 4 else None)
+    beacon, parts, data_rows = split_epochs(t)
+    rows = t.to_pylist()
+    data = [r for r in rows if not r[BEACON]]
+    assert data_rows == len(data)
+    for e in (7, 8, 9, 12):
+        want = [{k: v for k, v in r.items() if k != EPOCH_TAG} for r in data if r[EPOCH_TAG] == e]
+        got = parts[e].to_pylist() if e in parts else []
+        assert got == want  # same rows, arrival order kept
+    assert set(parts) <= {7, 8, 9, 12}
+    assert sum(p.num_rows for p in parts.values()) == sum(1 for r in data if r[EPOCH_TAG] is not None)
+    if seed % 4:
+        assert beacon is not None and beacon.to_pylist() == [
+            {"k": None, "v": None, BEACON: True, "_subtask": 3}]
+    else:
+        assert beacon is None
+    assert split_epochs(None) == (None, {}, 0)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_subtask_of_takes_the_one_beacon_out(seed):
+    rng = random.Random(seed)
+    n = rng.randrange(0, 200)
+    t = _rows(rng, n, [1], beacon_at=rng.randrange(n + 1), subtask=seed).drop_columns([EPOCH_TAG])
+    subtask, rest = subtask_of(t)
+    assert subtask == seed
+    want = [{k: v for k, v in r.items() if k != BEACON} for r in t.to_pylist() if not r[BEACON]]
+    assert (rest.to_pylist() if rest is not None else []) == want
+    two = pa.concat_tables([t, t])
+    with pytest.raises(RuntimeError, match="exactly one subtask beacon, got 2"):
+        subtask_of(two)
+
+
+def test_task_profile_writes_a_profile_only_when_asked(tmp_path, monkeypatch):
+    def task(batches):
+        for b in batches:
+            yield b.append_column("w", pa.array([x * 2 for x in b.column(0).to_pylist()]))
+
+    batch = pa.RecordBatch.from_pydict({"v": [1, 2, 3]})
+    monkeypatch.delenv(PROFILE_ENV, raising=False)
+    plain = list(profiled("op-x", task)(iter([batch])))
+    where = tmp_path / "prof"
+    monkeypatch.setenv(PROFILE_ENV, str(where))
+    traced = list(profiled("op-x", task)(iter([batch, batch])))
+    assert [b.to_pydict() for b in plain] == [traced[0].to_pydict()] and len(traced) == 2
+    files = os.listdir(where)
+    assert len(files) == 1 and files[0].startswith("op-x-") and files[0].endswith(".prof")
+    report = summarize(str(where))
+    assert "==== op-x: 1 task(s)" in report and "task" in report
