@@ -37,6 +37,7 @@ from pipeline.runtime.report_codec import from_table
 from pipeline.runtime.round_params import EPOCH_TAG, task_params
 from pipeline.runtime.routing import shuffle_to_subtasks, with_beacons
 from pipeline.source.reader import META_FIELDS
+from pipeline.worker_memory import release_memory
 
 __all__ = ["OperatorIO", "operator_dataframe", "drop_internal", "schema_ddl", "arrow_schema_of", "collect_handles", "fresh_dataframe", "split_dataframe", "task_count",
            "files_dataframe", "spark_schema", "rethrow_task_error"]
@@ -121,6 +122,7 @@ def split_dataframe(spark, n_tasks: int, source: SourceNode, reader_factory: Cal
                         if tagged:
                             out = out.append_column(EPOCH_TAG, pa.array([run[0]["tag"]] * out.num_rows, pa.int64()))
                         yield out
+        release_memory()  # the worker runs other tasks next: what this one freed goes back to the OS
 
     return _indexed_dataframe(spark, n_tasks).mapInArrow(read, schema_ddl(out_schema))
 
@@ -141,6 +143,7 @@ def files_dataframe(spark, uris: Sequence[str], schema: pa.Schema, max_tasks: in
                     with file_io_for(uri).open_input(uri) as f:
                         t = pq.read_table(f).select(schema.names).cast(schema)
                     yield from t.to_batches(max_chunksize=50_000)
+        release_memory()
 
     return _indexed_dataframe(spark, len(groups)).mapInArrow(read, ddl)
 
