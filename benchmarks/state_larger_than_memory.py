@@ -10,20 +10,22 @@ The job (of this benchmark's own making): ``probes(probe_id, site, payload)`` jo
 join's left state grows by about ``--probes`` rows per epoch and is never released (the state that grows in a
 real join: never-matched rows).
 
-**The memory limit is enforced**: a watchdog samples the resident set (VmRSS) of every Python worker of the run
-(PySpark's daemon and the workers it forks) every 100 ms and SIGKILLs a worker above ``--limit-mib`` (as a
-container's OOM killer would); Spark then fails the task, the round and the run. The driver JVM is not a Python
-worker: its peak is reported apart (``jvm_peak_rss``). Before 2026-11-26 the watchdog selected processes by
-"pyspark" in their command line, which the JVM matches too (``pyspark/jars``): it measured, and could kill, the JVM. The figure reported per backend: completed or not, peak RSS of the Python
-workers (VmHWM, and the watchdog's maximum), the state's size in memory (Arrow bytes of the final state) and on
-storage, and an exactly-once check of the sink against an oracle (every acknowledged probe exactly once, nothing
-else). Each backend runs in a fresh process.
+**The memory limit is enforced**: a watchdog samples the resident set (VmRSS) of every Python process of Spark in
+the run (the executors' daemon and the workers it forks) every 100 ms and SIGKILLs one above ``--limit-mib`` (as a
+container's OOM killer would); Spark then fails the task, the round and the run. The JVM is not a Python worker:
+its peak is reported apart and not limited (``-Xmx`` bounds it). The figure reported per backend: completed or
+not, peak RSS of each Python worker (VmHWM, and the watchdog's maximum) and how it splits at its peak (anonymous /
+file-backed; private / shared with the daemon it was forked from, and PSS), the daemon's and the JVM's peaks, the
+load average during the run, the state's size in memory (Arrow bytes of the final state) and on storage, and an
+exactly-once check of the sink against an oracle (every acknowledged probe exactly once, nothing else). Each
+backend runs in a fresh process; the executors' settings (``PIPELINE_STATE_*``) come from the environment.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,8 +34,6 @@ import threading
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-
-from bench_common import cmdline_of, descendants, process_role, status_bytes
 
 REPO = Path(__file__).resolve().parents[1]
 T0 = datetime(2024, 2, 1, tzinfo=timezone.utc)
@@ -94,42 +94,137 @@ def generate(src: Path, epochs: int, probes: int, payload: int, ack_every: int) 
 _carry: dict[int, list[tuple[str, str]]] = {}
 
 
-def _python_workers(root: int) -> list[int]:
-    """The Python workers of this run (PySpark's daemon and the workers it forks): not the driver JVM, whose
-    command line holds ``pyspark/jars`` too (bench_common.process_role)."""
-    return [pid for pid in descendants(root) if process_role(cmdline_of(pid)) == "python-worker"]
+def _tree(root: int) -> dict[int, int]:
+    """pid -> parent pid of every process below ``root``."""
+    parents: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                for line in (d / "status").read_text().splitlines():
+                    if line.startswith("PPid:"):
+                        parents[int(d.name)] = int(line.split()[1])
+                        break
+            except OSError:
+                continue
+    out = {}
+    for pid in parents:
+        p, n = pid, 0
+        while p in parents and p != root and n < 64:
+            p, n = parents[p], n + 1
+        if p == root and pid != root:
+            out[pid] = parents[pid]
+    return out
 
 
-def _jvms(root: int) -> list[int]:
-    return [pid for pid in descendants(root) if process_role(cmdline_of(pid)) == "jvm"]
+def _argv(pid: int) -> list[bytes]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+    except OSError:
+        return []
+
+
+def role_of(argv: list[bytes], parent_argv: list[bytes]) -> str | None:
+    """What a process of the run is: ``jvm`` (Spark's JVM), ``daemon`` (the executors' Python daemon: PySpark's
+    or :mod:`pipeline.runtime.worker_daemon`), ``worker`` (a Python worker: forked by the daemon, or started by
+    the JVM without one), or None (not Spark's). The memory limit applies to the Python processes only: the JVM
+    has its own bound (``-Xmx``). (Before 2026-11-26 the watchdog matched every process whose command line
+    contained "pyspark", the JVM's class path included, so the JVM was counted, and killed, as a worker.)"""
+    if not argv:
+        return None
+    exe = os.path.basename(argv[0])
+    line = b" ".join(argv)
+    if exe == b"java":
+        return "jvm" if b"pyspark" in line else None
+    if b"python" not in exe or not (b"pyspark" in line or b"worker_daemon" in line):
+        return None
+    module = argv[argv.index(b"-m") + 1] if b"-m" in argv[:-1] else b""
+    parent_is_jvm = bool(parent_argv) and os.path.basename(parent_argv[0]) == b"java"
+    return "daemon" if parent_is_jvm and b"daemon" in module else "worker"
+
+
+def _status(pid: int) -> dict[str, int]:
+    """The memory fields of ``/proc/<pid>/status`` in bytes (VmRSS, VmHWM, RssAnon, RssFile, RssShmem)."""
+    out: dict[str, int] = {}
+    try:
+        for ln in Path(f"/proc/{pid}/status").read_text().splitlines():
+            k, _, v = ln.partition(":")
+            if k in ("VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem"):
+                out[k] = int(v.split()[0]) * 1024
+    except OSError:
+        pass
+    return out
+
+
+def smaps_rollup(pid: int) -> dict[str, int]:
+    """Pss and the private (not shared with the daemon it was forked from) bytes of a process."""
+    out: dict[str, int] = {}
+    try:
+        for ln in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            k, _, v = ln.partition(":")
+            if k in ("Pss", "Private_Clean", "Private_Dirty", "Shared_Clean", "Shared_Dirty"):
+                out[k] = int(v.split()[0]) * 1024
+    except OSError:
+        pass
+    return out
 
 
 class Watchdog(threading.Thread):
-    """Kills any Python worker of this run whose VmRSS exceeds the limit; remembers the peaks (the JVM's apart)."""
+    """Kills any Python process of Spark in this run (daemon or worker) whose VmRSS exceeds the limit; remembers
+    every process's peak (the JVM's too, reported apart) and, at each worker's peak, how its resident set splits
+    (anonymous / file-backed, private / shared with the daemon)."""
 
     def __init__(self, limit_bytes: int) -> None:
         super().__init__(daemon=True)
-        self.limit, self.max_rss, self.killed, self.hwm, self.jvm_hwm = limit_bytes, 0, 0, {}, 0
+        self.limit, self.max_rss, self.killed = limit_bytes, 0, 0
+        self.procs: dict[int, dict] = {}
+        self.loads: list[float] = []
         self._halt = threading.Event()
 
     def run(self) -> None:
-        me = os.getpid()
+        me, tick = os.getpid(), 0
         while not self._halt.wait(0.1):
-            for pid in _jvms(me):
-                self.jvm_hwm = max(self.jvm_hwm, status_bytes(pid, "VmHWM"))
-            for pid in _python_workers(me):
-                rss = status_bytes(pid, "VmRSS")
-                self.hwm[pid] = max(self.hwm.get(pid, 0), status_bytes(pid, "VmHWM"))
+            tick += 1
+            if tick % 10 == 0:
+                self.loads.append(os.getloadavg()[0])
+            for pid, ppid in _tree(me).items():
+                info = self.procs.get(pid)
+                if info is None:
+                    role = role_of(_argv(pid), _argv(ppid))
+                    if role is None:
+                        continue
+                    info = self.procs[pid] = {"pid": pid, "role": role, "peak_rss": 0, "hwm": 0}
+                st = _status(pid)
+                rss = st.get("VmRSS", 0)
+                info["hwm"] = max(info["hwm"], st.get("VmHWM", 0))
+                if rss > info["peak_rss"]:
+                    if info["role"] != "jvm" and rss > info.get("_rollup_at", 0) + (16 << 20):
+                        info.update(smaps_rollup(pid), _rollup_at=rss)
+                    info.update(peak_rss=rss, anon=st.get("RssAnon", 0), file=st.get("RssFile", 0))
+                if info["role"] == "jvm":
+                    continue
                 self.max_rss = max(self.max_rss, rss)
                 if rss > self.limit:
                     try:
                         os.kill(pid, signal.SIGKILL)
                         self.killed += 1
+                        info["killed"] = True
                     except OSError:
                         pass
 
     def stop(self) -> None:
         self._halt.set()
+
+    def report(self) -> dict:
+        procs = [{k: v for k, v in p.items() if not k.startswith("_")} for p in self.procs.values()]
+        py = [p for p in procs if p["role"] != "jvm"]
+        return {"workers_peak_rss": sorted((max(p["peak_rss"], p["hwm"]) for p in py if p["role"] == "worker"),
+                                           reverse=True),
+                "daemon_peak_rss": max((max(p["peak_rss"], p["hwm"]) for p in py if p["role"] == "daemon"),
+                                       default=0),
+                "jvm_peak_rss": max((max(p["peak_rss"], p["hwm"]) for p in procs if p["role"] == "jvm"), default=0),
+                "processes": sorted(procs, key=lambda p: -max(p["peak_rss"], p["hwm"])),
+                "watchdog_max_rss": self.max_rss, "workers_killed": self.killed,
+                "load": [min(self.loads, default=0.0), max(self.loads, default=0.0)]}
 
 
 def child(args) -> None:
@@ -157,10 +252,7 @@ def child(args) -> None:
         out["error"] = f"{type(e).__name__}: {str(e)[:300]}"
     out["wall_s"] = round(time.perf_counter() - t0, 1)
     dog.stop()
-    out["workers_peak_rss"] = sorted(dog.hwm.values(), reverse=True)
-    out["watchdog_max_rss"] = dog.max_rss
-    out["jvm_peak_rss"] = dog.jvm_hwm
-    out["workers_killed"] = dog.killed
+    out.update(dog.report())
     latest = r.coordinator.store.latest()
     if latest is not None:
         md = latest.metadata
@@ -205,6 +297,8 @@ def main() -> None:
     results = {}
     for mode in args.backends.split(","):
         out = work / f"{mode}.json"
+        shutil.rmtree(work / mode, ignore_errors=True)  # a fresh job (the sources and the oracle are reused)
+        out.unlink(missing_ok=True)
         env = {**os.environ, "PYTHONPATH": str(REPO), "PIPELINE_STATE_CACHE_DIR": str(work / mode / "cache"),
                "PIPELINE_STATE_CACHE_MAX_BYTES": "0"}
         subprocess.run([sys.executable, __file__, "_child", "--mode", mode, "--epochs", str(args.epochs),
@@ -212,14 +306,21 @@ def main() -> None:
                        check=False)
         res = json.loads(out.read_text()) if out.exists() else {"backend": mode, "completed": False}
         results[mode] = res
-        peak = max(res.get("workers_peak_rss") or [0]) / 2**20
+        mib = [f"{b / 2**20:.0f}" for b in res.get("workers_peak_rss") or []]
+        for proc in res.get("processes") or []:
+            split = (f" (anon {proc.get('anon', 0) / 2**20:.0f}, file {proc.get('file', 0) / 2**20:.0f}; "
+                     f"private {(proc.get('Private_Clean', 0) + proc.get('Private_Dirty', 0)) / 2**20:.0f}, "
+                     f"pss {proc.get('Pss', 0) / 2**20:.0f} MiB at a peak)") if proc["role"] != "jvm" else ""
+            print(f"  {proc['role']:<6} pid {proc['pid']}: peak RSS {max(proc['peak_rss'], proc['hwm']) / 2**20:.0f} MiB"
+                  f"{split}{' KILLED' if proc.get('killed') else ''}", flush=True)
         print(f"{mode}: completed={res.get('completed')} epochs={res.get('epoch')} wall={res.get('wall_s')} s "
               f"exactly_once={res.get('exactly_once')} output_rows={res.get('output_rows')} "
               f"state_rows={res.get('state_rows')} state_on_storage={res.get('state_storage_bytes', 0) / 2**20:.0f} MiB "
-              f"workers_peak_rss={peak:.0f} MiB jvm_peak_rss={(res.get('jvm_peak_rss') or 0) / 2**20:.0f} MiB "
-              f"killed={res.get('workers_killed')} "
+              f"workers_peak_rss=[{', '.join(mib)}] MiB daemon={res.get('daemon_peak_rss', 0) / 2**20:.0f} MiB "
+              f"jvm={res.get('jvm_peak_rss', 0) / 2**20:.0f} MiB killed={res.get('workers_killed')} "
               f"median_epoch_s={sorted(res.get('epoch_s') or [0])[len(res.get('epoch_s') or [0]) // 2]} "
-              f"{res.get('error', '')} (load {os.getloadavg()[0]:.1f})", flush=True)
+              f"{res.get('error', '')} (load {res.get('load', [0, 0])[0]:.1f}-{res.get('load', [0, 0])[1]:.1f})",
+              flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=1))
 

@@ -40,6 +40,7 @@ from pipeline.runtime.routing import shuffle_to_subtasks, with_beacons
 from pipeline.runtime.task_profile import profiled
 from pipeline.runtime.task_requests import TaskRequestCounter, counted
 from pipeline.source.reader import META_FIELDS
+from pipeline.worker_memory import release_memory
 
 __all__ = ["OperatorIO", "operator_dataframe", "drop_internal", "schema_ddl", "arrow_schema_of", "collect_handles", "fresh_dataframe", "split_dataframe", "task_count",
            "files_dataframe", "spark_schema", "rethrow_task_error"]
@@ -127,6 +128,7 @@ def split_dataframe(spark, n_tasks: int, source: SourceNode, reader_factory: Cal
                                 out = out.append_column(EPOCH_TAG,
                                                         pa.repeat(pa.scalar(run[0]["tag"], pa.int64()), out.num_rows))
                             yield out
+        release_memory()  # the worker runs other tasks next: what this one freed goes back to the OS
 
     return _indexed_dataframe(spark, n_tasks).mapInArrow(counted(profiled(f"source-{name}", read), requests),
                                                          schema_ddl(out_schema))
@@ -149,6 +151,7 @@ def files_dataframe(spark, uris: Sequence[str], schema: pa.Schema, max_tasks: in
                     with file_io_for(uri).open_input(uri) as f:
                         t = pq.read_table(f).select(schema.names).cast(schema)
                     yield from t.to_batches(max_chunksize=50_000)
+        release_memory()
 
     return _indexed_dataframe(spark, len(groups)).mapInArrow(counted(read, requests), ddl)
 

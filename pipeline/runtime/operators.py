@@ -55,6 +55,7 @@ from pipeline.runtime.task_profile import profiled
 from pipeline.source._formats import json_default
 from pipeline.state.backend import KG_COLUMN, read_files, write_table
 from pipeline.state.changelog import TouchedKeys
+from pipeline.worker_memory import release_memory
 
 __all__ = ["EXACT_SUM", "HANDLE_DDL", "HANDLE_TAGGED_DDL", "JoinTaskSpec", "AggTaskSpec", "make_join_task",
            "make_agg_task", "task_report", "epoch_tagged_task", "split_epochs", "carried_from_previous_epoch",
@@ -225,8 +226,9 @@ def epoch_tagged_task(plan_spec, step: Callable[..., Iterator[pa.RecordBatch]]):
         entries = epoch_entries(params)
         if entries is None:
             yield from step(apply_params(plan_spec, params), batches)
-            return
-        yield from run_epochs(plan_spec, step, entries, batches)
+        else:
+            yield from run_epochs(plan_spec, step, entries, batches)
+        release_memory()  # the worker runs other tasks next: what this one freed goes back to the OS
 
     return profiled(f"op-{plan_spec.uid}", task)
 
@@ -389,6 +391,8 @@ def make_join_task(spec: JoinTaskSpec):
                                     default=spec.epoch, epoch_us=spec.epoch_us)
             new_r = fill_row_epochs(incoming.select(rin.names).filter(pc.equal(side, 1)).cast(rin),
                                     default=spec.epoch, epoch_us=spec.epoch_us)
+            del side
+            incoming = None  # split into new_l / new_r: not held through the round (wide rows)
         else:
             new_l, new_r = lin.empty_table(), rin.empty_table()
         if spec.replay_handles:  # in-flight rows of the previous checkpoint come first

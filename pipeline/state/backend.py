@@ -82,10 +82,19 @@ _TRACE = os.environ.get("EPOCHAL_STATE_TRACE", "") not in ("", "0")
 
 def trace(what: str, where: str, rows: int, t0: float) -> None:
     """With ``EPOCHAL_STATE_TRACE=1`` (executor environment): one stderr line per state load / snapshot
-    (where the state came from or what was written, rows, milliseconds, worker pid) for benchmarking."""
+    (where the state came from or what was written, rows, milliseconds, worker pid, the worker's resident set
+    now and at its peak, and the bytes Arrow's pool has allocated) for benchmarking."""
     if _TRACE:
+        mem = {}
+        try:
+            with open("/proc/self/status") as f:
+                mem = {k: int(v.split()[0]) >> 10 for k, _, v in (ln.partition(":") for ln in f)
+                       if k in ("VmRSS", "VmHWM")}
+        except OSError:
+            pass
         print(f"epochal-state-trace {what} {where} rows={rows} ms={(time.perf_counter() - t0) * 1000:.0f} "
-              f"pid={os.getpid()}", file=sys.stderr, flush=True)
+              f"pid={os.getpid()} rss_mib={mem.get('VmRSS', '?')} hwm_mib={mem.get('VmHWM', '?')} "
+              f"arrow_mib={pa.total_allocated_bytes() >> 20}", file=sys.stderr, flush=True)
 
 
 def remember(digest: str, table: pa.Table, *, background: bool = False) -> None:

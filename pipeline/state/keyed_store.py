@@ -17,7 +17,8 @@ Layout of one store (all keys are bytes, RocksDB orders them bytewise):
 
 The store is opened per task and closed at its end (RocksDB allows one process per store, and Spark hands a
 subtask's next round to any Python worker). Settings (executors' environment): ``PIPELINE_STATE_STORE_DIR``
-(default ``<PIPELINE_STATE_CACHE_DIR or tmp>/keyed``).
+(default ``<PIPELINE_STATE_CACHE_DIR or tmp>/keyed``); its memory (caches, memtables, open files):
+:mod:`pipeline.state.store_memory`.
 
 Lazy imports: ``rocksdict`` is imported when a store is opened or written, so jobs on the heap backend never
 load RocksDB into their workers.
@@ -43,15 +44,18 @@ from pipeline.exceptions import CorruptCheckpointError, StateStoreError
 from pipeline.state.backend import read_verified
 from pipeline.state.chain import StateChain
 from pipeline.state.changelog import OP_COLUMN
+from pipeline.state.store_memory import store_options
 
-__all__ = ["KeyedStateStore", "StoreLocation", "encode_user_key", "open_here", "row_keys", "store_root"]
+__all__ = ["KeyedStateStore", "StoreLocation", "encode_user_key", "open_here", "row_keys", "slice_rows", "store_root"]
 
 _DATA = b"d"
 _DATA_END = b"e"
 _TTL = b"t"
 _VERSION = b"m:version"
 _ROWS = b"m:rows"
-_BATCH = 16_384  # rows per scan / rebuild batch (bounded memory also for wide rows)
+_BATCH = 16_384  # at most this many rows per scan / rebuild / write slice ...
+_BATCH_BYTES = 4 << 20  # ... and about this many bytes (wide rows: a slice is decoded into Python objects, pickled
+#                         and held in a write batch at once, so a few copies of it are alive)
 _SIGN = 1 << 63
 _NULL_TIME = -(1 << 63)
 _OPEN: dict[str, Any] = {}  # path -> the open RocksDB handle of this process
@@ -129,6 +133,12 @@ def _table(rows: Sequence[tuple], schema: pa.Schema) -> pa.Table:
     return pa.table([pa.array(c, _storage_type(f.type)).cast(f.type) for c, f in zip(cols, schema)], schema=schema)
 
 
+def slice_rows(row_bytes: float, limit: int = _BATCH) -> int:
+    """Rows per slice for rows of ``row_bytes`` each: about :data:`_BATCH_BYTES` per slice, at most ``limit``
+    rows (and at least 64, if ``limit`` allows)."""
+    return max(min(64, limit), min(limit, int(_BATCH_BYTES // max(1.0, row_bytes))))
+
+
 def row_keys(table: pa.Table, key: str, kg_column: str) -> list[bytes]:
     """Per row of ``table``: the suffix of its ``d`` key (key group + encoded user key)."""
     return [struct.pack(">H", kg) + encode_user_key(k)
@@ -144,22 +154,14 @@ class KeyedStateStore:
 
     def __init__(self, path: str, schema: pa.Schema, key: str, kg_column: str, time_column: str | None,
                  *, lock_timeout_s: float = 120.0, index_time: Callable[[Any], Any] | None = None) -> None:
-        from rocksdict import BlockBasedOptions, Cache, Options, Rdict
+        from rocksdict import Rdict
         self.path, self.schema, self.key, self.kg_column, self.time_column = path, schema, key, kg_column, time_column
         self._names = schema.names
         self._key_i = self._names.index(key)
         self._kg_i = self._names.index(kg_column)
         self._time_i = self._names.index(time_column) if time_column else None
         self.index_time = index_time
-        opts = Options(raw_mode=True)
-        opts.create_if_missing(True)
-        opts.set_write_buffer_size(16 << 20)
-        opts.set_max_write_buffer_number(2)
-        table = BlockBasedOptions()
-        table.set_block_cache(Cache(32 << 20))
-        table.set_bloom_filter(10, False)  # most of a round's keys are new: a miss skips SST files (no gain measured at 750k rows)
-        opts.set_block_based_table_factory(table)
-        self._opts = opts
+        self._opts = opts = store_options()  # memory bounds: pipeline.state.store_memory
         os.makedirs(path, exist_ok=True)
         stale = _OPEN.pop(path, None)
         if stale is not None:  # left open by a failed task of this worker (a worker runs one task at a time)
@@ -238,17 +240,20 @@ class KeyedStateStore:
         return list(dict.fromkeys(out))
 
     def scan(self, batch_rows: int = _BATCH) -> Iterator[pa.RecordBatch]:
-        """Every state row, in key order, in batches of about ``batch_rows`` rows (bounded memory)."""
+        """Every state row, in key order, in batches of at most ``batch_rows`` rows and about
+        :data:`_BATCH_BYTES` of values (bounded memory, also for wide rows)."""
         from rocksdict import ReadOptions
         ro = ReadOptions()
         ro.set_iterate_upper_bound(_DATA_END)
         rows: list[tuple] = []
+        size = 0
         loads = pickle.loads
         for v in self._db.values(from_key=_DATA, read_opt=ro):
             rows.extend(loads(v))
-            if len(rows) >= batch_rows:
+            size += len(v)
+            if len(rows) >= batch_rows or size >= _BATCH_BYTES:
                 yield from _table(rows, self.schema).to_batches()
-                rows = []
+                rows, size = [], 0
         if rows:
             yield from _table(rows, self.schema).to_batches()
 
@@ -283,13 +288,16 @@ class KeyedStateStore:
         order = pc.sort_indices(new_rows, sort_keys=[(self.kg_column, "ascending"), (self.key, "ascending")]) \
             if new_rows.num_rows else None
         start = 0
+        step = slice_rows(new_rows.nbytes / max(1, new_rows.num_rows))
+        key_cols = new_rows.select([self.kg_column, self.key])  # to find where a key ends (no payload copied)
         while order is not None and start < new_rows.num_rows:
-            end = min(new_rows.num_rows, start + _BATCH)
+            end = min(new_rows.num_rows, start + step)
             part = new_rows.take(order[start:end])
             groups = self._group(part)
+            del part
             last = next(reversed(groups))
             while end < new_rows.num_rows:  # the last key may continue in the next slice: complete it
-                nxt = row_keys(new_rows.take(order[end:end + _BATCH]), self.key, self.kg_column)
+                nxt = row_keys(key_cols.take(order[end:end + step]), self.key, self.kg_column)
                 same = next((i for i, k in enumerate(nxt) if k != last), len(nxt))
                 if same == 0:
                     break
@@ -364,7 +372,9 @@ class KeyedStateStore:
             n = 0
             for i, fh in enumerate(chain.files):
                 pf = pq.ParquetFile(pa.BufferReader(read_verified(fileio, fh, checkpoint)))
-                for b in pf.iter_batches(batch_size=batch_rows):
+                md = pf.metadata
+                decoded = sum(md.row_group(g).total_byte_size for g in range(md.num_row_groups))
+                for b in pf.iter_batches(batch_size=slice_rows(decoded / max(1, md.num_rows), batch_rows)):
                     t = pa.Table.from_batches([b])
                     if not whole:
                         kg = t[self.kg_column]
