@@ -13,9 +13,14 @@ cased). Each phase runs in a fresh child process over the same sources, with its
 * **bootstrap + restore**: ``epochal bootstrap`` (batch plan -> savepoint, sinks committed), then ``epochal
   restore --from`` it (a checkpoint of the job: state re-snapshotted by the tasks); the restore's post-restore
   quality suites are timed apart (``restore_validate_s``);
-* **catch-up**: ``epochal run`` from scratch, a checkpoint per epoch, up to the same live epoch.
+* **catch-up**: ``epochal run`` from scratch, a checkpoint per epoch, up to the same live epoch
+  (``--max-epochs-per-round K``: ``PIPELINE_MAX_EPOCHS_PER_ROUND``, K epochs of backlog per round).
 
-``job s`` excludes the Spark session start (timed apart as ``spark_start_s``); ``wall s`` is the child process.
+``job s`` excludes the Spark session start (timed apart as ``spark_start_s``); ``wall s`` is the child process;
+``cpu s`` is the CPU time of the child's process tree (driver, JVM, Python workers) during ``job s``, and the
+1-minute load average is printed at the start and end of every phase (the machine may be shared).
+``EPOCHAL_BATCH_NATIVE_READ=0`` in the environment makes the batch plan read every source through the runtime's
+reader (the A/B of docs/batch.md).
 Target (issue 10): bootstrap + restore within 1.2x of one-shot.
 """
 from __future__ import annotations
@@ -29,19 +34,20 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from bench_common import write_oneshot
+from bench_common import tree_cpu_s, write_oneshot
 
 REPO = Path(__file__).resolve().parents[1]
 CLOCK = "2026-06-01T00:00:00Z"
 PHASES = ("oneshot", "bootstrap", "catchup")
 
 
-def _runner(root: Path, phase: str, parallelism: int):
+def _runner(root: Path, phase: str, parallelism: int, epochs_per_round: int = 1):
     from pipeline.config import load_config
     from pipeline.jobs import get_job
     from pipeline.runtime.runner import JobRunner
     cfg = load_config(env={}, source_uri=(root / "src").as_uri(), checkpoint_uri=(root / phase / "ckpt").as_uri(),
-                      sink_uri=(root / phase / "sink").as_uri(), clock_now=CLOCK, parallelism=parallelism)
+                      sink_uri=(root / phase / "sink").as_uri(), clock_now=CLOCK, parallelism=parallelism,
+                      max_epochs_per_round=epochs_per_round)
     return JobRunner(get_job("orders_payments"), cfg, echo=lambda m: None)
 
 
@@ -55,14 +61,18 @@ def prepare(root: Path, epochs: int, partitions: int, orders: int) -> dict:
     return {"generate_s": round(time.perf_counter() - t, 1), "rows": s.rows}
 
 
-def measure(root: Path, phase: str, parallelism: int) -> dict:
+def measure(root: Path, phase: str, parallelism: int, epochs_per_round: int = 1) -> dict:
     import shutil
     shutil.rmtree(root / phase, ignore_errors=True)
-    r = _runner(root, phase, parallelism)
+    r = _runner(root, phase, parallelism, epochs_per_round)
     t = time.perf_counter()
     r.spark.range(1).count()   # session start, timed apart
-    out: dict = {"phase": phase, "spark_start_s": round(time.perf_counter() - t, 2)}
+    out: dict = {"phase": phase, "spark_start_s": round(time.perf_counter() - t, 2),
+                 "load_start": round(os.getloadavg()[0], 2)}
+    if phase == "catchup":
+        out["epochs_per_round"] = epochs_per_round
     t = time.perf_counter()
+    c0 = tree_cpu_s()
     if phase == "oneshot":
         epoch, rows = write_oneshot(r, root / phase / "out")
         out.update(epoch=epoch, objects=rows)
@@ -76,10 +86,14 @@ def measure(root: Path, phase: str, parallelism: int) -> dict:
         out["restore_s"] = round(time.perf_counter() - t1, 2)
         out.update(epoch=d["epoch"], objects=d["objects"], checkpoint=rr["checkpoint_id"])
         job_s = time.perf_counter() - t
+        out["cpu_s"] = round(tree_cpu_s() - c0, 1)
+        out["load_end"] = round(os.getloadavg()[0], 2)
         t2 = time.perf_counter()
+        c2 = tree_cpu_s()
         from pipeline.quality import validate_restored
         v = validate_restored(r, rr)
         out["restore_validate_s"] = round(time.perf_counter() - t2, 2)
+        out["restore_validate_cpu_s"] = round(tree_cpu_s() - c2, 1)
         out["restore_validate_success"] = bool(v.success)
         out["job_s"] = round(job_s, 2)
         out["committed"] = {tb: r.table(tb).read().num_rows for tb in r.job.sink_tables()}
@@ -89,6 +103,8 @@ def measure(root: Path, phase: str, parallelism: int) -> dict:
         out.update(epoch=r.snapshot().metadata.epoch, checkpoints=len(rep.completed),
                    committed={tb: r.table(tb).read().num_rows for tb in r.job.sink_tables()})
     out["job_s"] = round(time.perf_counter() - t, 2)
+    out["cpu_s"] = round(tree_cpu_s() - c0, 1)
+    out["load_end"] = round(os.getloadavg()[0], 2)
     return out
 
 
@@ -100,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--parallelism", type=int, default=2)
     ap.add_argument("--phases", default=",".join(PHASES))
+    ap.add_argument("--max-epochs-per-round", type=int, default=1,
+                    help="catch-up: PIPELINE_MAX_EPOCHS_PER_ROUND (epochs of backlog per round)")
     ap.add_argument("--measure", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--prepare", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -108,12 +126,13 @@ def main(argv: list[str] | None = None) -> int:
         print("RESULT " + json.dumps(prepare(root, a.epochs, a.partitions, a.orders)))
         return 0
     if a.measure:
-        print("RESULT " + json.dumps(measure(root, a.measure, a.parallelism), default=str))
+        print("RESULT " + json.dumps(measure(root, a.measure, a.parallelism, a.max_epochs_per_round), default=str))
         return 0
     root.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "GX_ANALYTICS_ENABLED": "False", "PYTHONPATH": str(REPO)}
     base = [sys.executable, str(Path(__file__).resolve()), "--root", str(root), "--orders", str(a.orders),
-            "--epochs", str(a.epochs), "--partitions", str(a.partitions), "--parallelism", str(a.parallelism)]
+            "--epochs", str(a.epochs), "--partitions", str(a.partitions), "--parallelism", str(a.parallelism),
+            "--max-epochs-per-round", str(a.max_epochs_per_round)]
 
     def child(*flag: str) -> dict:
         t = time.perf_counter()
@@ -131,12 +150,15 @@ def main(argv: list[str] | None = None) -> int:
     one = results.get("oneshot", {}).get("job_s")
     print(f"{a.orders:,} demo orders, {a.epochs} epochs x {a.partitions} partitions, parallelism {a.parallelism}, "
           f"load average {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)")
-    print(f"{'phase':<22}{'job s':>9}{'wall s':>9}{'vs one-shot':>13}  details")
+    print(f"native source read: {os.environ.get('EPOCHAL_BATCH_NATIVE_READ', '1') != '0'}")
+    print(f"{'phase':<22}{'job s':>9}{'cpu s':>9}{'wall s':>9}{'vs one-shot':>13}  details")
     for ph, d in results.items():
         ratio = f"{d['job_s'] / one:.2f}x" if one else "-"
         det = {k: v for k, v in d.items() if k in ("epoch", "bootstrap_s", "restore_s", "restore_validate_s",
-                                                    "checkpoints", "spark_start_s", "bootstrap_timings")}
-        print(f"{ph:<22}{d['job_s']:>9.1f}{d['wall_s']:>9.1f}{ratio:>13}  {det}")
+                                                    "restore_validate_cpu_s", "checkpoints", "spark_start_s",
+                                                    "bootstrap_timings", "epochs_per_round", "load_start",
+                                                    "load_end")}
+        print(f"{ph:<22}{d['job_s']:>9.1f}{d['cpu_s']:>9.1f}{d['wall_s']:>9.1f}{ratio:>13}  {det}")
     if "bootstrap" in results and "catchup" in results:
         b, c = results["bootstrap"], results["catchup"]
         same = b.get("committed") == c.get("committed")
