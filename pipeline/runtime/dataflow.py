@@ -208,6 +208,8 @@ class OperatorIO:
     epoch: int = 0                      # window/process: the epoch being processed, its barrier time (µs) and
     barrier_us: int = 0                 # whether this round completes the checkpoint (pipeline.runtime.keyed_ops)
     complete: bool = True
+    replayed: bool = False              # window: the epoch is the parent checkpoint's own (a restore re-completes
+    #                                     the restored epoch): its records' windows were emitted already
     snapshot: dict | None = None        # how tasks snapshot state (pipeline.state.snapshot.SnapshotOptions.to_params)
     ttl_us: int | None = None           # plan-time: the operator's state TTL (µs), None: none
     epoch_us: int = 0                   # plan-time: the epoch length (µs)

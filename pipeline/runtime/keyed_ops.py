@@ -100,6 +100,7 @@ class WindowTaskSpec:
     barrier_us: int = 0
     flow_schema: pa.Schema | None = None  # chained: out_schema + _ingest_ts (barrier time of the emitting epoch - 1 µs)
     snapshot: dict | None = None   # round field: pipeline.state.snapshot.SnapshotOptions
+    replayed: bool = False         # round field: the epoch is the parent checkpoint's own (restore, savepoint)
 
 
 def _split_wm(table: pa.Table) -> tuple[pa.Table, dict[str, int]]:
@@ -188,7 +189,7 @@ def make_window_task(spec: WindowTaskSpec):
             restored = state.num_rows
             res = window_step(w, state, rows, epoch=spec.epoch, late_watermark_us=wm.watermark_us,
                               fire_watermark_us=fire, complete=spec.complete, input_schema=spec.input_schema,
-                              carry=(KG_COLUMN,))
+                              carry=(KG_COLUMN,), replayed=spec.replayed)
             if res.bad.num_rows and spec.bad_records == "fail":
                 raise MalformedInputError(f"window {spec.uid}: {res.bad.num_rows} record(s) with a null key "
                                           f"{w.key!r} or event time {w.event_time!r} (checkpoint {spec.checkpoint})")
@@ -310,7 +311,7 @@ def window_dataframe(spark, job: Job, op: WindowNode, resolve, io):
                           io.output_prefix, io.output_name, io.file_tag, out_schema,
                           operator_dead_letter_prefix(io.dead_letter_root or "", job.name, op.uid), io.bad_records,
                           io.ack_prefix, io.epoch, io.complete,
-                          io.barrier_us, flow_schema)
+                          io.barrier_us, flow_schema, replayed=io.replayed)
     result = shuffled.mapInArrow(counted(make_window_task(spec), io.requests),
                                  handle_ddl(io) if io.ack_prefix is None else schema_ddl(with_tag(flow_schema, io)))
     return result, flow_schema or out_schema

@@ -42,7 +42,7 @@ TAGGED_KEY = "epochs"
 #: fields of the operator task specs that change every round (everything else is fixed by the plan)
 ROUND_FIELDS = ("checkpoint", "parent_handles", "state_prefix", "output_prefix", "output_name", "file_tag",
                 "ttl_cutoff_us", "ack_prefix", "replay_handles", "channel_prefix", "prior_output", "epoch",
-                "barrier_us", "complete", "snapshot")
+                "barrier_us", "complete", "replayed", "snapshot")
 
 
 def source_key(source: str) -> str:

@@ -186,6 +186,7 @@ class SparkPlan:
                                              if r.file is not None)
                           if sinks and sinks[0].mode == "upsert" and isinstance(op, AggregateNode) else (),
                           epoch=epoch, barrier_us=ctx.epochs.end_us(epoch), complete=complete,
+                          replayed=cursor.epoch is not None and cursor.epoch >= epoch,
                           snapshot=self.snapshot_options(pending, rnd, op.uid, cursor).to_params())
 
     def process_epochs(self, work: Sequence[EpochWork], P: int, cursor: Cursor) -> list[TaskReport]:

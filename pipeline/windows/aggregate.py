@@ -161,14 +161,18 @@ def _window_keys(t: pa.Table, key: str) -> pa.Array:
 
 def window_step(spec: WindowSpec, state: pa.Table, rows: pa.Table | None, *, epoch: int,
                 late_watermark_us: int | None, fire_watermark_us: int | None, complete: bool,
-                input_schema: pa.Schema | None = None, carry: tuple[str, ...] = ()) -> WindowStepResult:
+                input_schema: pa.Schema | None = None, carry: tuple[str, ...] = (),
+                replayed: bool = False) -> WindowStepResult:
     """One step of the window operator over some key groups.
 
     ``state``: the window state (``state_schema`` + ``carry`` columns); ``rows``: input rows of epoch ``epoch``
     (must hold the key, the event time, the aggregated columns and ``carry``); ``late_watermark_us``: W(m-1),
     which decides lateness; ``fire_watermark_us``: W(m), which decides firing; ``complete``: whether this step
     completes the epoch (only then are windows emitted and fired; earlier rounds of a checkpoint that spans
-    several rounds only add their records to state). ``None`` watermarks are -inf.
+    several rounds only add their records to state). ``replayed``: epoch ``epoch`` was completed already (its
+    records in ``state`` are those of a completed checkpoint of the same epoch: a restore or a savepoint
+    re-completes the restored epoch), so ``emit="update"`` emits only the windows of ``rows``, not those of
+    the state's records of the epoch, whose emissions are committed. ``None`` watermarks are -inf.
     """
     in_schema = input_schema if input_schema is not None else (rows.schema if rows is not None else None)
     if in_schema is None:
@@ -181,6 +185,7 @@ def window_step(spec: WindowSpec, state: pa.Table, rows: pa.Table | None, *, epo
     late_extra = pa.schema([("window_start", TS), ("window_end", TS), ("_watermark_us", pa.int64())])
     late = pa.schema(list(in_schema) + list(late_extra)).empty_table()
     state = state.select(s_schema.names).cast(s_schema) if state.num_rows else s_schema.empty_table()
+    fresh = s_schema.empty_table()  # the on-time records of ``rows``
     if rows is not None and rows.num_rows:
         ok = pc.and_(pc.is_valid(rows[spec.key]), pc.is_valid(rows[spec.event_time]))
         bad = rows.filter(pc.invert(ok))
@@ -204,7 +209,8 @@ def window_step(spec: WindowSpec, state: pa.Table, rows: pa.Table | None, *, epo
         new[EPOCH] = pa.array(np.full(on.num_rows, epoch, dtype=np.int64))
         for c in carry:
             new[c] = on[c]
-        state = pa.concat_tables([state, pa.table(new).cast(s_schema)])
+        fresh = pa.table(new).cast(s_schema)
+        state = pa.concat_tables([state, fresh])
     if not complete or state.num_rows == 0:
         return WindowStepResult(state, o_schema.empty_table(), late, bad)
     # (record, window) pairs of the windows still open for this epoch
@@ -218,7 +224,13 @@ def window_step(spec: WindowSpec, state: pa.Table, rows: pa.Table | None, *, epo
     if spec.emit is EmitMode.FINAL:
         emitted = pairs.filter(pa.array(fires))
     else:
-        changed = pairs.filter(pc.equal(pairs[EPOCH], epoch))
+        if replayed:  # only this step's records changed a window; the epoch's others were emitted before
+            c_idx, c_ws = assign_windows(fresh[EVENT_US], S, D)
+            c_keep = np.ones(len(c_ws), dtype=bool) if late_watermark_us is None else c_ws + S + L > late_watermark_us
+            changed = fresh.select([spec.key]).take(pa.array(c_idx[c_keep], pa.int64())).append_column(
+                "_ws", pa.array(c_ws[c_keep], pa.int64()))
+        else:
+            changed = pairs.filter(pc.equal(pairs[EPOCH], epoch))
         if changed.num_rows:
             emitted = pairs.filter(pc.is_in(_window_keys(pairs, spec.key),
                                             value_set=pc.unique(_window_keys(changed, spec.key))))

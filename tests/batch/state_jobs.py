@@ -5,11 +5,9 @@ windows, built through the public job API only.
   append sink ``firsts``;
 * ``w``: sliding windows (60 s every 30 s) over the raw events by ``g``, out-of-orderness 20 s, allowed lateness
   30 s, ``emit="final"`` into ``wins`` (watermark channels: the source partitions);
-* ``wd``: tumbling 120 s windows over the dedup's output, ``emit="final"`` into ``wins_d`` (one watermark
-  channel: ``op:dd``). (Not ``"update"``: ``JobRunner.restore`` of an update window re-emits the restored epoch's
-  windows, identical rows committed twice, which the post-restore check's committed-files suite rejects; a runtime
-  issue outside the batch evaluation, see the session notes. Update windows' state is the same rule and is
-  covered by the property test.)
+* ``wd``: tumbling 120 s windows over the dedup's output, ``emit="update"`` into the upsert sink ``wins_d`` (one
+  watermark channel: ``op:dd``); the scenario's restores check that a restore re-emits none of the restored
+  epoch's windows (the post-restore check's committed-files suite rejects rows committed twice).
 
 :func:`write_epoch` writes the files of one epoch, so that a test can let data arrive between runs: partition 1
 is idle in epoch ``IDLE`` and delivers those rows with the next epoch's file (they are processed one epoch late).
@@ -40,7 +38,7 @@ def state_job(name: str = "st_dedup_win") -> Job:
               allowed_lateness_seconds=30, aggs={"n": ("count", None), "vs": ("sum", "v"), "vmax": ("max", "v"),
                                                  "ks": ("count_distinct", "k")}, emit="final").sink("wins")
     firsts.window(uid="wd", key="g", event_time="et", size_seconds=120,
-                  aggs={"n": ("count", None), "vs": ("sum", "v")}, emit="final").sink("wins_d")
+                  aggs={"n": ("count", None), "vs": ("sum", "v")}, emit="update").sink("wins_d", mode="upsert")
     return job
 
 

@@ -177,3 +177,24 @@ def test_watermark_state_round_trips_and_detects_corrupt_copies():
     with pytest.raises(CorruptCheckpointError, match="disagree"):
         WatermarkState.from_table(bad, "chk-3")
     assert WatermarkState().advance({}, 0) == WatermarkState()
+
+
+def test_update_re_completing_a_completed_epoch_emits_only_its_new_records_windows():
+    """A restore/savepoint re-completes the restored epoch (``replayed``): the windows its records changed were
+    emitted by the checkpoint being restored, so emitting them again would commit the same rows twice."""
+    spec = WindowSpec("k", "et", 10 * SEC, 10 * SEC, 0, 0, AGGS, EmitMode.UPDATE)
+    recs = [{"rid": i, "channel": "s/0", "k": k, "et": t, "v": 1.0, "n": 1, "u": "x"}
+            for i, (k, t) in enumerate([("a", 3), ("b", 14), ("a", 25)])]
+    first = window_step(spec, pa.table({}), to_table(recs), epoch=7, late_watermark_us=None,
+                        fire_watermark_us=None, complete=True)
+    assert sorted(first.output["k"].to_pylist()) == ["a", "a", "b"]
+    for replayed, want in ((False, ["a", "a", "b"]), (True, [])):
+        again = window_step(spec, first.state, None, epoch=7, late_watermark_us=None, fire_watermark_us=None,
+                            complete=True, input_schema=SCHEMA, replayed=replayed)
+        assert sorted(again.output["k"].to_pylist()) == want
+        assert again.state.equals(first.state)
+    # records arriving in the replayed step: their windows (with the state's records) only
+    more = to_table([{"rid": 9, "channel": "s/0", "k": "a", "et": 7, "v": 2.0, "n": 1, "u": "y"}])
+    res = window_step(spec, first.state, more, epoch=7, late_watermark_us=None, fire_watermark_us=None,
+                      complete=True, replayed=True)
+    assert [(r["k"], r["cnt"], r["total"]) for r in res.output.to_pylist()] == [("a", 2, 3.0)]
