@@ -143,23 +143,6 @@ def plain_connect_server(tmp_path_factory):
         yield server
 
 
-def _cold_state(md) -> dict[str, list]:
-    """Every state table of checkpoint ``md``, read cold from storage (chains applied, checksums verified)."""
-    from pipeline.fileio import LocalFileIO
-    from pipeline.runtime.cursor import cursor_from_metadata
-    from pipeline.state import backend
-    backend._RECENT.clear()
-    out = {}
-    for uid, by_name in cursor_from_metadata(md).handles.items():
-        for name, hs in by_name.items():
-            live = [h for h in hs if h.file is not None]
-            if live:
-                schema = pq.read_schema(live[0].file.uri[len("file://"):])
-                rows = backend.read_state(LocalFileIO(), live, 0, 15, schema, md.name).to_pylist()
-                out[f"{uid}/{name}"] = sorted(json.dumps(r, sort_keys=True, default=str) for r in rows)
-    return out
-
-
 @pytest.mark.skipif(not os.environ.get("EPOCHAL_TAGGED_CONNECT"),
                     reason="a Spark Connect server and two runs (~2 min): set EPOCHAL_TAGGED_CONNECT=1")
 def test_tagged_rounds_on_connect_equal_one_epoch_rounds(plain_connect_server, tmp_path):
@@ -172,7 +155,7 @@ def test_tagged_rounds_on_connect_equal_one_epoch_rounds(plain_connect_server, t
     from pipeline.config import load_config
     from pipeline.runtime.runner import JobRunner
     sys.path.insert(0, str(REPO / "tests" / "e2e"))
-    from tagged_jobs import T0, window_job, write_source
+    from tagged_jobs import T0, checkpoint_state, window_job, write_source
 
     source = write_source(tmp_path / "src")
     runs = {}
@@ -193,7 +176,7 @@ def test_tagged_rounds_on_connect_equal_one_epoch_rounds(plain_connect_server, t
     assert [(m.checkpoint_id, m.epoch) for m in b] == [(m.checkpoint_id, m.epoch) for m in a] and len(a) == 5
     for ma, mb in zip(a, b):
         assert mb.positions == ma.positions, mb.name
-        assert _cold_state(mb) == _cold_state(ma), mb.name
+        assert checkpoint_state(mb) == checkpoint_state(ma), mb.name
         # not the bytes: a rocksdb base lists a key's rows in the order they arrived (the shuffle's, which a
         # Connect server's scheduling varies), so equal state may differ in its compressed size
         assert mb.stats.dead_letters == ma.stats.dead_letters and mb.stats.rows == ma.stats.rows, mb.name
