@@ -8,12 +8,11 @@ __all__ = ["tree_cpu_s", "write_oneshot", "process_role", "descendants", "cmdlin
            "peak_rss_by_role"]
 
 
-def tree_cpu_s() -> float:
-    """CPU seconds of this process and every live descendant (JVM, Python daemon and workers), each with its
-    reaped children's: the work done, whatever other processes on the machine take."""
-    hz = os.sysconf("SC_CLK_TCK")
+def proc_stats() -> dict[int, tuple[int, int]]:
+    """Every live process (Linux /proc; {} elsewhere): pid -> (parent pid, CPU ticks of it and its reaped
+    children: utime + stime + cutime + cstime)."""
     procs = {}
-    for d in os.listdir("/proc"):
+    for d in os.listdir("/proc") if os.path.isdir("/proc") else ():
         if d.isdigit():
             try:
                 with open(f"/proc/{d}/stat") as f:
@@ -22,6 +21,14 @@ def tree_cpu_s() -> float:
                 continue
             rest = st[st.rfind(")") + 2:].split()
             procs[int(d)] = (int(rest[1]), sum(int(x) for x in rest[11:15]))
+    return procs
+
+
+def tree_cpu_s() -> float:
+    """CPU seconds of this process and every live descendant (JVM, Python daemon and workers), each with its
+    reaped children's: the work done, whatever other processes on the machine take."""
+    hz = os.sysconf("SC_CLK_TCK")
+    procs = proc_stats()
     mine, todo = set(), [os.getpid()]
     while todo:
         pid = todo.pop()
@@ -68,22 +75,19 @@ def process_role(cmdline: str) -> str:
 
 def descendants(root: int) -> list[int]:
     """The live descendants of ``root`` (Linux /proc; [] elsewhere)."""
-    parents: dict[int, int] = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    st = f.read()
-            except OSError:
-                continue
-            parents[int(d)] = int(st[st.rfind(")") + 2:].split()[1])
-    out = []
+    return list(process_tree(root))
+
+
+def process_tree(root: int) -> dict[int, int]:
+    """pid -> parent pid of every live process below ``root`` (Linux /proc; {} elsewhere)."""
+    parents = {pid: ppid for pid, (ppid, _) in proc_stats().items()}
+    out = {}
     for pid in parents:
         p, n = pid, 0
         while p in parents and p != root and n < 64:
             p, n = parents[p], n + 1
         if p == root and pid != root:
-            out.append(pid)
+            out[pid] = parents[pid]
     return out
 
 

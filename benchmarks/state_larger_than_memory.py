@@ -35,6 +35,8 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from bench_common import process_tree
+
 REPO = Path(__file__).resolve().parents[1]
 T0 = datetime(2024, 2, 1, tzinfo=timezone.utc)
 EPOCH_S = 60
@@ -92,28 +94,6 @@ def generate(src: Path, epochs: int, probes: int, payload: int, ack_every: int) 
 
 
 _carry: dict[int, list[tuple[str, str]]] = {}
-
-
-def _tree(root: int) -> dict[int, int]:
-    """pid -> parent pid of every process below ``root``."""
-    parents: dict[int, int] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                for line in (d / "status").read_text().splitlines():
-                    if line.startswith("PPid:"):
-                        parents[int(d.name)] = int(line.split()[1])
-                        break
-            except OSError:
-                continue
-    out = {}
-    for pid in parents:
-        p, n = pid, 0
-        while p in parents and p != root and n < 64:
-            p, n = parents[p], n + 1
-        if p == root and pid != root:
-            out[pid] = parents[pid]
-    return out
 
 
 def _argv(pid: int) -> list[bytes]:
@@ -186,7 +166,7 @@ class Watchdog(threading.Thread):
             tick += 1
             if tick % 10 == 0:
                 self.loads.append(os.getloadavg()[0])
-            for pid, ppid in _tree(me).items():
+            for pid, ppid in process_tree(me).items():
                 info = self.procs.get(pid)
                 if info is None:
                     role = role_of(_argv(pid), _argv(ppid))
