@@ -51,6 +51,7 @@ from pipeline.exceptions import (
     CheckpointError,
     CheckpointFencedError,
     CorruptCheckpointError,
+    EpochalError,
     StorageError,
     TooManyFailedCheckpointsError,
 )
@@ -104,6 +105,9 @@ class CheckpointCoordinator:
         self._failures = 0
         self._last_completed_at: float | None = None
         self._requests_mark = request_counts()  # the driver's S3 requests counted into the next checkpoint's stats
+        #: called after retention discarded checkpoints: ``listener(discarded, retained)`` (failures are logged)
+        self.discard_listeners: list[Callable[[Sequence[CompletedCheckpoint], Sequence[CompletedCheckpoint]],
+                                              None]] = []
 
     # -- state -------------------------------------------------------------------------------------
     @property
@@ -393,12 +397,19 @@ class CheckpointCoordinator:
                  completed.metadata.stats.bytes if completed.metadata.stats else 0)
         if not completed.is_savepoint:
             try:
-                self.store.add(completed)
+                self.store.add(completed, on_discarded=self._discarded)
                 if cleanup:
                     self.cleanup_garbage()
             except (StorageError, CheckpointError) as e:  # the checkpoint is complete regardless
                 log.warning("retention / cleanup after %s failed: %s", completed.describe(), e)
         return completed
+
+    def _discarded(self, discarded: Sequence[CompletedCheckpoint], retained: Sequence[CompletedCheckpoint]) -> None:
+        for listener in self.discard_listeners:
+            try:
+                listener(discarded, retained)
+            except EpochalError as e:  # retention already happened: a listener never fails the checkpoint
+                log.warning("after discarding checkpoint(s) %s: %s", [cp.checkpoint_id for cp in discarded], e)
 
     def _forget(self, pending: PendingCheckpoint) -> None:
         self._pending.pop(pending.checkpoint_id, None)

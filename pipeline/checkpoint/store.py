@@ -9,7 +9,8 @@ files; never modified).
   reported as messages. Checkpoints exist but none is usable -> NoValidCheckpointError (never a silent
   fresh start).
 * ``add()`` applies retention: keep the ``retain`` newest completed checkpoints, discard the older
-  (subsumed) ones, except files a retained checkpoint or a savepoint still references.
+  (subsumed) ones, except files a retained checkpoint or a savepoint still references. ``on_discarded`` hears
+  which checkpoints went, and which stay (the runtime removes a rewound branch's dead letters with it).
 * Shared state files (``<job>/shared/``, incremental checkpoints) are collected after retention and by
   ``cleanup_garbage()``: deleted once no completed checkpoint and no savepoint references them
   (:mod:`pipeline.checkpoint.shared_state`).
@@ -36,7 +37,7 @@ import builtins
 import logging
 from dataclasses import dataclass
 from enum import Enum
-from typing import Iterable
+from typing import Callable, Iterable, Sequence
 
 from pipeline.barriers.events import CheckpointType
 from pipeline.checkpoint.completed import METADATA_FILE, CompletedCheckpoint, delete_location
@@ -231,8 +232,11 @@ class CompletedCheckpointStore:
         return {f.uri for cp in checkpoints for f in cp.metadata.referenced_files()}
 
     # -- retention ---------------------------------------------------------------------------------
-    def add(self, completed: CompletedCheckpoint) -> builtins.list[int]:
-        """Register a newly completed checkpoint and apply retention; returns the discarded ids."""
+    def add(self, completed: CompletedCheckpoint, *,
+            on_discarded: Callable[[Sequence[CompletedCheckpoint], Sequence[CompletedCheckpoint]], None] | None = None
+            ) -> builtins.list[int]:
+        """Register a newly completed checkpoint and apply retention; returns the discarded ids.
+        ``on_discarded(discarded, retained)`` is called once after the discards (only when some went)."""
         if completed.is_savepoint:
             raise CheckpointError(f"{completed.describe()}: savepoints are not kept in the checkpoint store")
         if completed.location.rstrip("/") != self.location_of(completed.checkpoint_id):
@@ -262,6 +266,8 @@ class CompletedCheckpointStore:
                 log.warning("could not discard subsumed %s: %s", cp.describe(), e)
         # what this checkpoint and older ones wrote but nothing references any more
         self.collect_shared(protect_from_id=completed.checkpoint_id + 1)
+        if on_discarded is not None and discarded:
+            on_discarded([cp for cp in subsumed if cp.checkpoint_id in set(discarded)], retained)
         return discarded
 
     def collect_shared(self, *, protect_from_id: int | None, keep: Iterable[int] = (),

@@ -32,7 +32,7 @@ from pipeline.fileio import file_io_for, join_uri
 from pipeline.job import Job, JoinNode, SinkNode, SourceNode
 from pipeline.layout import JobLayout
 from pipeline.master import connect_url, probe_connect
-from pipeline.runtime.dead_letters import DeadLetterFiles, sweep_dead_letters
+from pipeline.runtime.dead_letters import DeadLetterFiles, superseding_checkpoints, sweep_dead_letters
 from pipeline.runtime.keyed_ops import validate_keyed_ops
 from pipeline.runtime.session import get_spark, is_connect_session, ship_job_code
 from pipeline.sink.formats import open_sink_table, resolve_format
@@ -65,6 +65,7 @@ class RuntimeContext:
             checkpoint_timeout_s=config.checkpoint_timeout_seconds,
             tolerable_failed_checkpoints=config.tolerable_failed_checkpoints,
             retained_checkpoints=config.retained_checkpoints, runner_id=runner_id)
+        self.coordinator.discard_listeners.append(self.sweep_superseded_dead_letters)
         self.validate_job()
         url = connect_url(config.spark_master)
         if url is not None:  # a Spark Connect server that does not answer: refused before anything is written
@@ -233,6 +234,14 @@ class RuntimeContext:
             self.echo(f"dead letters of epoch {kept.epoch}: removed {res.deleted_attempts} directory(ies) of "
                       f"checkpoint attempts that never completed and {res.deleted_files} file(s) of failed task "
                       f"attempts (checkpoint {md.checkpoint_id} counts its own)")
+
+    def sweep_superseded_dead_letters(self, discarded, retained) -> None:
+        """Retention discarded checkpoints: a discarded checkpoint of a rewound branch whose epoch a newer retained
+        checkpoint completed again with dead letters of its own leaves its dead letters behind (the sweep kept
+        them while it was a completed checkpoint). Sweep that epoch again for the newer checkpoint, so a reader
+        sees the epoch's dead records once. Main-line checkpoints (no newer checkpoint of their epoch) keep theirs."""
+        for z in superseding_checkpoints(discarded, retained):
+            self.sweep_dead_letters(z.metadata)
 
     def cleanup_sink_garbage(self, after: int | None = None, *, full: bool | None = None) -> None:
         """Delete staged sink output of aborted/crashed checkpoints. Spares completed checkpoints (their

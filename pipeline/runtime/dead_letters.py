@@ -25,6 +25,15 @@ restore of a checkpoint (recoverAndCommit-style: a kill in the middle is finishe
    checkpoint of a rewound branch: its own files stay as long as it is retained);
 4. the files the checkpoint lists are never deleted, so a kill at any point loses nothing.
 
+**A rewound branch.** Step 3 keeps the directory of a retained checkpoint of the same epoch (a restore or a
+rewind may still come back to it). When retention later discards it, nothing would list that epoch again, so
+its dead letters would stay beside the newer branch's: :func:`superseding_checkpoints` names, for the
+checkpoints retention discarded, the newer retained checkpoint of the same epoch with dead letters of its own,
+and the runtime sweeps that epoch again for it (``RuntimeContext.sweep_superseded_dead_letters``). A discarded
+main-line checkpoint (no newer checkpoint completed its epoch) keeps its dead letters: they are the epoch's
+only copy. A kill between the discard and that sweep leaves the old branch's files until the epoch is swept
+again (its next completion or restore).
+
 Source bad records need no sweep: their file names are a function of the split's position
 (``<source>/partition=<p>/<seq>-<row>.jsonl``), so a replay overwrites the same file. An operator's dead letters
 cannot be named that way: the key-group ranges in their names change when a job resumes at another parallelism.
@@ -38,7 +47,7 @@ from pipeline.faults import fault_point
 from pipeline.layout import checkpoint_id_of
 
 __all__ = ["DeadLetterFiles", "SweepResult", "dead_letter_name", "operator_dead_letter_prefix",
-           "epoch_dead_letter_prefix", "attempt_dead_letter_dir", "sweep_dead_letters", "files_of_reports",
+           "epoch_dead_letter_prefix", "attempt_dead_letter_dir", "sweep_dead_letters", "superseding_checkpoints", "files_of_reports",
            "EXTRA_KEY"]
 
 #: the ``_metadata`` ``extra`` key of :class:`DeadLetterFiles`
@@ -122,6 +131,26 @@ def sweep_dead_letters(fileio, dead_letter_root: str, job: str, checkpoint_id: i
                 attempts += 1
                 fault_point("dead_letter_sweep")
     return SweepResult(listed, files_n, attempts)
+
+
+def superseding_checkpoints(discarded: Sequence, retained: Sequence) -> list:
+    """The retained checkpoints whose epoch must be swept again after retention discarded ``discarded`` (both:
+    completed checkpoints with ``checkpoint_id``, ``epoch`` and ``metadata.extra``): for each discarded
+    checkpoint that counted dead letters, the newest retained checkpoint of the same epoch with a higher id that
+    counts dead letters too (a newer branch completed that epoch again). Each at most once, in id order."""
+    def counts(cp) -> bool:
+        return bool(DeadLetterFiles.from_extra(cp.metadata.extra or {}, cp.epoch).files)
+
+    newest: dict[int, object] = {}
+    for cp in sorted(retained, key=lambda c: c.checkpoint_id):
+        if counts(cp):
+            newest[cp.epoch] = cp
+    out: dict[int, object] = {}
+    for cp in discarded:
+        z = newest.get(cp.epoch)
+        if z is not None and z.checkpoint_id > cp.checkpoint_id and counts(cp):  # type: ignore[attr-defined]
+            out[z.checkpoint_id] = z  # type: ignore[attr-defined]
+    return [out[k] for k in sorted(out)]
 
 
 def files_of_reports(reports: Sequence) -> dict[str, list[str]]:

@@ -6,7 +6,8 @@ impressions in the dead-letter location must be exactly the oracle's late impres
 
 Default suite: one kill on file:// (the moto S3 case is opt-in with the full profile; ~2.5 min each on a loaded
 2-core machine). ``EPOCHAL_AD_CRASH_FULL=1``: every phase twice
-plus random-delay kills, per backend.
+plus random-delay kills, per backend. After the crashes, the job is rewound to an epoch with late data (a re-run)
+and re-processed: the rewound branch's dead letters must not stay beside the new branch's.
 """
 from __future__ import annotations
 
@@ -96,7 +97,23 @@ def _crash_and_recover(root: str, tmp_path, plan, seed: int) -> None:
         "campaign_impressions").committed_ids())
     stale = {e: sorted(set(c) - before) for e, c in _attempt_files(cfg0.dead_letter_root).items() if set(c) - before}
     # resume in-process at another parallelism (key groups re-assigned on restore) and run to the end
-    cfg = load_config(env={}, source_uri=src, checkpoint_uri=ckpt, sink_uri=sink, parallelism=3)
+    cfg = load_config(env={"PIPELINE_RETAINED_CHECKPOINTS": "20"}, source_uri=src, checkpoint_uri=ckpt,
+                      sink_uri=sink, parallelism=3)
+    runner = JobRunner(get_job("ad_clicks"), cfg, echo=lambda m: None)
+    rep = runner.run()
+    # a re-run of an earlier epoch with dead letters (an Airflow backfill with reprocessing): rewind and re-process
+    # that epoch while the old branch is retained (both branches' dead letters of the epoch stay: a restore may
+    # come back to the old one), then run to the end with 2 retained checkpoints, which discards the old branch:
+    # its dead letters of the re-run epoch must go with it (pipeline/runtime/dead_letters.py, "A rewound branch")
+    retained = {cp.epoch for cp in runner.coordinator.store.list()}
+    with_dead = sorted(int(e[len("epoch-"):]) for e in _attempt_files(cfg.dead_letter_root))
+    rewind_to = next((e for e in with_dead if e - 1 in retained and e < info["last_epoch"]), None)
+    assert rewind_to is not None, (with_dead, sorted(retained))
+    rewound = runner.process_epoch(rewind_to)
+    assert any("rewound to checkpoint" in m for m in rewound.messages), rewound.messages
+    assert len(_attempt_files(cfg.dead_letter_root)[f"epoch-{rewind_to}"]) == 2  # both branches, both retained
+    cfg = load_config(env={"PIPELINE_RETAINED_CHECKPOINTS": "2"}, source_uri=src, checkpoint_uri=ckpt,
+                      sink_uri=sink, parallelism=3)
     runner = JobRunner(get_job("ad_clicks"), cfg, echo=lambda m: None)
     rep = runner.run()
     last = runner.coordinator.store.latest()

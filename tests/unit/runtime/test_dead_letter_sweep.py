@@ -98,3 +98,56 @@ def test_metadata_round_trip():
     d = DeadLetterFiles(5, {"b": ("x",), "a": ("y", "z")})
     assert DeadLetterFiles.from_extra({"dead_letter_files": d.to_dict()}, 0) == d
     assert DeadLetterFiles.from_extra({}, 4) == DeadLetterFiles(4, {})
+
+
+def test_retention_removes_a_rewound_branchs_dead_letters_once_a_newer_branch_completed_the_epoch(local_root):
+    """Main line: checkpoints 1-3 (epochs 1-3). A rewind to checkpoint 1 re-completes epochs 2 and 3 as checkpoints
+    4 and 5. While checkpoints 2 and 3 are retained their dead letters stay (a restore may come back to them);
+    when retention discards them, the epoch is swept again for the newer checkpoint, so each epoch's location
+    holds one checkpoint's dead letters. Epoch 1 (main line, never re-completed) keeps its files."""
+    from pipeline.checkpoint.completed import CompletedCheckpoint
+    from pipeline.checkpoint.metadata import CheckpointMetadata
+    from pipeline.checkpoint.store import CompletedCheckpointStore
+    from pipeline.exceptions import ObjectNotFoundError
+    from pipeline.fileio import LocalFileIO, join_uri
+    from pipeline.runtime.dead_letters import superseding_checkpoints
+
+    fio, root = LocalFileIO(), local_root
+    job_root = join_uri(root, "checkpoints-root", JOB)
+    store = CompletedCheckpointStore(fio, job_root, retain=2)
+
+    def complete(cid: int, parent: int | None, epoch: int, dead: bool) -> CompletedCheckpoint:
+        files = _write(fio, root, epoch, cid, ["r0-kg-00000-00007.t0.parquet"]) if dead else []
+        extra = {"dead_letter_files": DeadLetterFiles(epoch, {UID: tuple(files)}).to_dict()} if dead else {}
+        md = CheckpointMetadata(job=JOB, checkpoint_id=cid, parent_id=parent, kind="checkpoint", epoch=epoch,
+                                barrier_time="t", checkpoint_mode="exactly_once", alignment="aligned",
+                                max_parallelism=8, parallelism=1, operators={}, extra=extra)
+        fio.write_bytes(join_uri(store.location_of(cid), "_metadata"), md.to_bytes(), if_none_match=True)
+        return CompletedCheckpoint(md, store.location_of(cid))
+
+    def completed(cid: int) -> bool:
+        try:
+            store.get(cid)
+            return True
+        except ObjectNotFoundError:
+            return False
+
+    swept: list[int] = []
+
+    def on_discarded(discarded, retained) -> None:
+        for z in superseding_checkpoints(discarded, retained):
+            swept.append(z.checkpoint_id)
+            sweep_dead_letters(fio, root, JOB, z.checkpoint_id,
+                               DeadLetterFiles.from_extra(z.metadata.extra, z.epoch), completed)
+
+    def dirs(epoch: int) -> set[str]:
+        prefix = epoch_dead_letter_prefix(root, JOB, UID, epoch)
+        return {u[len(prefix):].strip("/").split("/")[0] for u in _present(fio, root, epoch)}
+
+    for cid, parent, epoch in ((1, None, 1), (2, 1, 2), (3, 2, 3), (4, 1, 2), (5, 4, 3)):
+        store.add(complete(cid, parent, epoch, True), on_discarded=on_discarded)
+        if cid == 4:  # checkpoints 3 and 4 retained; 2 (epoch 2, rewound branch) discarded and superseded by 4
+            assert swept == [4] and dirs(2) == {"chk-4"} and dirs(3) == {"chk-3"} and dirs(1) == {"chk-1"}
+    store.add(complete(6, 5, 4, False), on_discarded=on_discarded)
+    assert swept == [4, 5]
+    assert (dirs(1), dirs(2), dirs(3)) == ({"chk-1"}, {"chk-4"}, {"chk-5"})
