@@ -74,8 +74,12 @@ class StandaloneCluster:
     """Master and ``workers`` workers on 127.0.0.1 (``spark://127.0.0.1:<port>``)."""
 
     def __init__(self, workers: int = 2, *, cores: int = 1, memory: str = "1200m", work_dir: str | Path | None = None,
-                 private_dirs: Sequence[str | Path] = (), start_timeout_s: float = 240.0) -> None:
+                 private_dirs: Sequence[str | Path] = (), start_timeout_s: float = 240.0,
+                 distinct_hosts: bool = False) -> None:
+        """``distinct_hosts``: worker i binds 127.0.0.<2+i> instead of 127.0.0.1, so Spark sees one host per worker
+        (it never launches a speculative copy of a task on a host where the task already runs)."""
         self.workers = workers
+        self.distinct_hosts = distinct_hosts
         self.cores = cores
         self.memory = memory
         self.private_dirs = [str(Path(p).resolve()) for p in private_dirs]
@@ -89,18 +93,22 @@ class StandaloneCluster:
     def master_url(self) -> str:
         return f"spark://127.0.0.1:{self.port}"
 
-    def _env(self) -> dict[str, str]:
+    def _env(self, host: str = "127.0.0.1") -> dict[str, str]:
         # a worker node knows nothing of the driver's AWS credentials or pipeline settings
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PIPELINE_", "EPOCHAL_"))}
-        env.update(SPARK_HOME=spark_home(), SPARK_LOCAL_IP="127.0.0.1", SPARK_LOCAL_HOSTNAME="localhost",
+        env.update(SPARK_HOME=spark_home(), SPARK_LOCAL_IP=host,
+                   SPARK_LOCAL_HOSTNAME="localhost" if host == "127.0.0.1" else host,
                    PYSPARK_PYTHON=os.environ.get("PYSPARK_PYTHON", sys.executable),
                    SPARK_NO_DAEMONIZE="1")
         return env
 
-    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
+    def worker_host(self, i: int) -> str:
+        return f"127.0.0.{2 + i}" if self.distinct_hosts else "127.0.0.1"
+
+    def _spawn(self, name: str, argv: list[str], host: str = "127.0.0.1") -> subprocess.Popen:
         log = open(self.work_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
         try:
-            p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self._env(),
+            p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self._env(host),
                                  cwd=str(self.work_dir), start_new_session=True)
         finally:
             log.close()
@@ -124,14 +132,14 @@ class StandaloneCluster:
         for i in range(self.workers):
             wdir = self.work_dir / f"worker-{i}"
             wdir.mkdir(exist_ok=True)
-            argv = [cls, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", str(self.cores),
+            argv = [cls, "org.apache.spark.deploy.worker.Worker", "--host", self.worker_host(i), "--cores", str(self.cores),
                     "--memory", self.memory, "--work-dir", str(wdir), "--webui-port", str(free_port()),
                     self.master_url]
             if self.private_dirs:
                 mounts = " && ".join(f"mkdir -p {shlex.quote(d)} && mount -t tmpfs epochal-worker-{i} {shlex.quote(d)}"
                                      for d in self.private_dirs)
                 argv = ["unshare", "-m", "--propagation", "private", "sh", "-c", f'{mounts} && exec "$@"', "sh", *argv]
-            self._spawn(f"worker-{i}", argv)
+            self._spawn(f"worker-{i}", argv, self.worker_host(i))
         deadline = time.monotonic() + self.start_timeout_s
         alive = 0
         while time.monotonic() < deadline:  # wait for the condition: every worker registered and ALIVE

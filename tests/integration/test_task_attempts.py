@@ -8,8 +8,11 @@ the oracle exactly, and every file a checkpoint or a committed sink entry refere
 Spark speculates only with a non-local master (``TaskSchedulerImpl`` starts its speculation thread only when the
 scheduler is not local): with ``local[2,4]`` the speculation case straggled and no second attempt ever ran (the
 checkpoint and sink directories held one attempt file per logical file). It is opt-in against a cluster:
-``EPOCHAL_SPECULATION_MASTER=spark://host:port`` (a standalone cluster whose workers share this disk). The
-default retry case proves that a second attempt wrote the same logical file.
+``EPOCHAL_SPECULATION_MASTER=spark://host:port`` (a standalone cluster whose workers share this disk) or
+``EPOCHAL_SPECULATION_MASTER=auto`` (the test starts a real two-worker standalone cluster on loopback,
+:class:`pipeline.testing.cluster.StandaloneCluster`, each worker on its own loopback address: Spark never runs a
+speculative copy on the host of the running attempt, so two workers on 127.0.0.1 never speculate). The default retry case proves that a second attempt wrote
+the same logical file.
 """
 from __future__ import annotations
 
@@ -51,6 +54,17 @@ def _files_of_two_attempts(fio, root: str) -> list[str]:
         "EPOCHAL_SPECULATION_MASTER=spark://... runs it on a cluster (the retry case covers two attempts writing "
         "the same logical file)"))])
 def test_attempts_stay_exactly_once_with_valid_checksums(tmp_path, fault, submit):
+    if submit and SPECULATION_MASTER == "auto":
+        from pipeline.testing.cluster import StandaloneCluster
+        # one host per worker: Spark never runs a speculative copy on a host where the task already runs
+        with StandaloneCluster(workers=2, memory="1200m", work_dir=tmp_path / "spark-cluster",
+                               distinct_hosts=True) as cluster:
+            _run_and_check(tmp_path, fault, submit, cluster.master_url)
+    else:
+        _run_and_check(tmp_path, fault, submit, SPECULATION_MASTER)
+
+
+def _run_and_check(tmp_path, fault: str, submit: str, master: str) -> None:
     src, ckpt, sink = ((tmp_path / d).as_uri() for d in ("src", "ckpt", "sink"))
     hot, totals = sensors.oracle(sensors.write(src, epochs=3, partitions=2, rows=200))
     env = {"PIPELINE_SOURCE_URI": src, "PIPELINE_CHECKPOINT_URI": ckpt, "PIPELINE_SINK_URI": sink,
@@ -58,7 +72,7 @@ def test_attempts_stay_exactly_once_with_valid_checksums(tmp_path, fault, submit
            "PIPELINE_RETAINED_CHECKPOINTS": "10", "EPOCHAL_ATTEMPT_FAULT": fault,
            "EPOCHAL_SPARK_LOG_LEVEL": "WARN", "EPOCHAL_DRIVER_MEMORY": "1g",
            # local[2,4]: two cores, up to 4 attempts per task (plain local[*] never retries a task)
-           "PIPELINE_SPARK_MASTER": SPECULATION_MASTER if submit else "local[2,4]"}
+           "PIPELINE_SPARK_MASTER": master if submit else "local[2,4]"}
     if submit:
         env["PYSPARK_SUBMIT_ARGS"] = submit
     r = run_job_process(["run", "--job", JOB, "--json"], env, timeout_s=900)
