@@ -164,7 +164,12 @@ def test_requests_outside_rounds_and_of_sink_clients_are_counted_or_said_not_to_
         bd = bootstrap(boot, epoch=base + 1)
         check_span("bootstrap", m, bd["s3_requests"])
         assert _reported(bd["s3_requests"]["executors"]).put > 0
-        print(f"iceberg run: driver {spent} executors {total}; export {out['s3_requests']}")
+        print(f"iceberg run: driver {spent} executors {total}")
+        for what, r in (("export", out), ("export_state", st_out), ("bootstrap", bd)):
+            print(f"{what}: driver {_reported(r['s3_requests']['driver'])}, executors "
+                  f"{_reported(r['s3_requests']['executors'])}")
+        print(f"validate_job: driver {_reported(res.figures['s3_requests']['driver'])} (+ the summary's PUT), "
+              f"executors {_reported(res.figures['s3_requests']['executors'])}")
     finally:
         if sc is not None:  # later tests of the session reach moto directly again
             forward_to_executors(sc, {**os.environ, **moto_server.env()})
