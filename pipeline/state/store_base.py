@@ -124,18 +124,16 @@ def _count_before(sorted_rows: pa.Table, key: str, kg: str, kg_last: pa.Scalar, 
     return int(pc.sum(mask.cast(pa.int64())).as_py() or 0)
 
 
-def _interleave(keep: pa.Table, now: pa.Table, key: str, kg: str, null_first: bool) -> pa.Table:
-    """``keep`` and ``now`` (each in the store's order, no key in both) as one table in the store's order: each
-    of ``now``'s rows placed by a vectorised binary search over ``keep``'s keys (O(len(now) log len(keep))), so
-    the kept rows are neither compared nor sorted."""
-    n, m = keep.num_rows, now.num_rows
-    if not m:
-        return keep
-    if not n:
-        return now
-    k_kg, k_key = keep[kg].combine_chunks(), keep[key].combine_chunks()
+def _interleave(t: pa.Table, kept: np.ndarray, now: pa.Table, key: str, kg: str, null_first: bool) -> pa.Table:
+    """The rows ``kept`` (indices, ascending) of batch ``t`` and the rows of ``now`` (each in the store's order, no
+    key in both) as one table in the store's order, with one ``take`` of all columns: each of ``now``'s rows is
+    placed by a vectorised binary search over the kept rows' key columns (O(len(now) log len(kept))), so the kept
+    rows are neither compared nor sorted, and their payload is copied once."""
+    n, m = len(kept), now.num_rows
+    idx_kept = pa.array(kept)
+    k_kg, k_key = t[kg].take(idx_kept).combine_chunks(), t[key].take(idx_kept).combine_chunks()
     lo, hi = np.zeros(m, np.int64), np.full(m, n, np.int64)
-    while True:
+    while n:
         active = lo < hi
         if not active.any():
             break
@@ -149,9 +147,9 @@ def _interleave(keep: pa.Table, now: pa.Table, key: str, kg: str, null_first: bo
     take = np.empty(n + m, np.int64)
     is_now = np.zeros(n + m, bool)
     is_now[slots] = True
-    take[is_now] = n + np.arange(m)
-    take[~is_now] = np.arange(n)
-    return pa.concat_tables([keep, now.select(keep.schema.names).cast(keep.schema)]).take(pa.array(take))
+    take[is_now] = t.num_rows + np.arange(m)
+    take[~is_now] = kept
+    return pa.concat_tables([t, now.select(t.schema.names).cast(t.schema)]).take(pa.array(take))
 
 
 def merged_base(fileio, chain: StateChain, round_delta: pa.Table, store: KeyedStateStore, checkpoint: str, *,
@@ -200,19 +198,24 @@ def merged_base(fileio, chain: StateChain, round_delta: pa.Table, store: KeyedSt
     # as they are, each changed key's rows now inserted where its key belongs
     for b in base.iter_batches(batch_size=batch_rows):
         t = _conform(pa.Table.from_batches([b]), schema, optional)
-        if len(value_set):
-            hit = pc.is_in(t[key], value_set=value_set)
-            hits = pa.concat_tables([hits, t.filter(hit)])
-            keep = t.filter(pc.invert(hit))
-        else:
-            keep = t
-        if keep.num_rows and changes.num_rows:  # the changed keys before this batch's last kept key: all seen
-            kg_last, key_last = keep[kg][-1], keep[key][-1]
+        if not len(value_set):
+            n += t.num_rows
+            yield from t.to_batches()
+            continue
+        hit = pc.is_in(t[key], value_set=value_set)
+        hits = pa.concat_tables([hits, t.filter(hit)])
+        kept = np.flatnonzero(~np.asarray(hit.to_numpy(zero_copy_only=False), dtype=bool))
+        keep = None
+        if len(kept) and changes.num_rows:  # the changed keys before this batch's last kept key: all seen
+            last = int(kept[-1])
+            kg_last, key_last = t[kg][last], t[key][last]
             upto = _count_before(changes, key, kg, kg_last, key_last, null_first)
             hit_upto = _count_before(hits, key, kg, kg_last, key_last, null_first)
             if upto or hit_upto:
-                keep = _interleave(keep, changed_rows(upto, hit_upto), key, kg, null_first)
+                keep = _interleave(t, kept, changed_rows(upto, hit_upto), key, kg, null_first)
                 changes, hits = changes.slice(upto), hits.slice(hit_upto)
+        if keep is None:
+            keep = t.take(pa.array(kept)) if len(kept) < t.num_rows else t
         n += keep.num_rows
         yield from keep.to_batches()
     del base
