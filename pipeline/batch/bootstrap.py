@@ -49,6 +49,7 @@ from pipeline.runtime.progress import last_data_epoch
 from pipeline.runtime.report_codec import to_batch
 from pipeline.runtime.routing import shuffle_to_subtasks, with_beacons
 from pipeline.runtime.savepoints import abort_pending, check_target
+from pipeline.runtime.task_requests import RequestSpan, counted_in_span
 from pipeline.source.contract import read_inventory
 from pipeline.source.positions import barrier_or_idle
 from pipeline.state.backend import KG_COLUMN, write_table
@@ -220,15 +221,23 @@ def _write_object(spark, df, *, kind: str, uid: str, name: str, key: str | None,
                 if kind == "state" else fh)
         yield to_batch([task_report(ReportKind(kind), uid, name, subtask, kgr, what, in_rows=t.num_rows)])
 
-    return collect_handles(shuffled.mapInArrow(task, HANDLE_DDL))
+    return collect_handles(shuffled.mapInArrow(counted_in_span(task), HANDLE_DDL))
 
 
 def bootstrap(runner, *, epoch: int | None = None, target: str | None = None,
               parallelism: int | None = None) -> dict:
     """Compute the job's state and output as of barrier ``epoch`` (default: the live epoch, the newest complete
     barrier) with the batch plan and write them as a savepoint, sink output committed (see module docstring).
-    Returns ``{"savepoint", "savepoint_id", "epoch", "objects": {obj: rows}, "seconds", "timings"}`` (``timings``:
-    seconds of the checks and the savepoint trigger, then of each object written in order)."""
+    Returns ``{"savepoint", "savepoint_id", "epoch", "objects": {obj: rows}, "seconds", "timings", "s3_requests"}``
+    (``timings``: seconds of the checks and the savepoint trigger, then of each object written in order;
+    ``s3_requests``: the bootstrap's S3 requests, the driver's and the executors',
+    :class:`~pipeline.runtime.task_requests.RequestSpan`)."""
+    with RequestSpan(runner.spark) as span:
+        out = _bootstrap(runner, epoch=epoch, target=target, parallelism=parallelism)
+    return {**out, "s3_requests": span.requests().to_dict()}
+
+
+def _bootstrap(runner, *, epoch: int | None, target: str | None, parallelism: int | None) -> dict:
     t0 = time.perf_counter()
     ctx, job = runner.ctx, runner.job
     # Step 1: validate (no side effect)

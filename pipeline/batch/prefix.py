@@ -38,6 +38,7 @@ from pipeline.exceptions import StorageError
 from pipeline.fileio import LocalFileIO, join_uri
 from pipeline.job import Job, SourceNode
 from pipeline.runtime.dataflow import schema_ddl
+from pipeline.runtime.task_requests import counted_in_span
 from pipeline.source._formats import CONTENT_ERRORS
 from pipeline.source.layout import SourceFile, list_source_files
 from pipeline.source.planner import Split
@@ -315,7 +316,7 @@ def source_dataframe(spark, runner, job: Job, source: SourceNode, prefix: Prefix
     if native:
         df = _native_frame(spark, source, native, prefix, read_schema)
         if splits:
-            df = df.unionByName(spark.range(0, n_tasks, 1, n_tasks).mapInArrow(read, schema_ddl(read_schema)))
+            df = df.unionByName(spark.range(0, n_tasks, 1, n_tasks).mapInArrow(counted_in_span(read), schema_ddl(read_schema)))
     else:
-        df = spark.range(0, n_tasks, 1, n_tasks).mapInArrow(read, schema_ddl(read_schema))
+        df = spark.range(0, n_tasks, 1, n_tasks).mapInArrow(counted_in_span(read), schema_ddl(read_schema))
     return df.select(*[F.lit(source.name).alias(c) if c == "_source" else df[c] for c in out_schema.names])

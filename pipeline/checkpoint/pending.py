@@ -333,7 +333,8 @@ class PendingCheckpoint:
                        rounds: int = 1, extra: Mapping[str, Any] | None = None,
                        s3_requests: StorageRequests | None = None,
                        executor_s3_requests: StorageRequests | None = None,
-                       executor_s3_requests_counting: RequestCounting | None = None) -> CheckpointMetadata:
+                       executor_s3_requests_counting: RequestCounting | None = None,
+                       sink_s3_requests_counting: Mapping[str, str] | None = None) -> CheckpointMetadata:
         """The ``_metadata`` this checkpoint would have if finalized now."""
         m = self.manifest
         acks = self.acknowledgements
@@ -368,7 +369,8 @@ class PendingCheckpoint:
             backlog=backlog or {}, dead_letters=dead_letters or {},
             subtasks=tuple(SubtaskStats.of(a, self.started_at * 1000.0) for a in acks),
             s3_requests=s3_requests, executor_s3_requests=executor_s3_requests,
-            executor_s3_requests_counting=executor_s3_requests_counting)
+            executor_s3_requests_counting=executor_s3_requests_counting,
+            sink_s3_requests_counting=sink_s3_requests_counting or {})
         return CheckpointMetadata(
             job=m.job, checkpoint_id=m.checkpoint_id, parent_id=m.parent_id, kind=m.kind, epoch=m.epoch,
             barrier_time=m.barrier_time, checkpoint_mode=m.checkpoint_mode, alignment=m.alignment,

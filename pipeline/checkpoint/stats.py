@@ -196,6 +196,10 @@ class CheckpointStats:
     # Connect: each operator task reported its worker's requests not reported before). None: not recorded (older
     # _metadata, whose counts were the approximate ones)
     executor_s3_requests_counting: RequestCounting | None = None
+    # per sink table: whether its S3 requests are in the counts above (its staging always is; its commit only when
+    # the format's client goes through Epochal's counted clients), e.g. "not counted (delta-rs ...)": never a
+    # silent omission (pipeline.sink.formats.sink_requests_counting). Empty: not recorded (older _metadata)
+    sink_s3_requests_counting: Mapping[str, str] = field(default_factory=FrozenDict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "subtasks", tuple(self.subtasks or ()))
@@ -208,6 +212,8 @@ class CheckpointStats:
         for name in ("duration_ms", "sync_ms", "async_ms", "alignment_ms"):
             object.__setattr__(self, name, float(getattr(self, name)))
         object.__setattr__(self, "operators", FrozenDict(self.operators or {}))
+        object.__setattr__(self, "sink_s3_requests_counting",
+                           FrozenDict({str(k): str(v) for k, v in (self.sink_s3_requests_counting or {}).items()}))
         object.__setattr__(self, "backlog", FrozenDict({str(k): int(v) for k, v in (self.backlog or {}).items()}))
         object.__setattr__(self, "dead_letters",
                            FrozenDict({str(k): int(v) for k, v in (self.dead_letters or {}).items()}))
@@ -230,7 +236,8 @@ class CheckpointStats:
                 "executor_s3_requests": None if self.executor_s3_requests is None
                 else self.executor_s3_requests.to_dict(),
                 "executor_s3_requests_counting": None if self.executor_s3_requests_counting is None
-                else self.executor_s3_requests_counting.value}
+                else self.executor_s3_requests_counting.value,
+                "sink_s3_requests_counting": dict(sorted(self.sink_s3_requests_counting.items()))}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "CheckpointStats":
@@ -248,4 +255,5 @@ class CheckpointStats:
                    executor_s3_requests=None if d.get("executor_s3_requests") is None
                    else StorageRequests.from_dict(d["executor_s3_requests"]),
                    executor_s3_requests_counting=None if d.get("executor_s3_requests_counting") is None
-                   else RequestCounting(d["executor_s3_requests_counting"]))
+                   else RequestCounting(d["executor_s3_requests_counting"]),
+                   sink_s3_requests_counting=d.get("sink_s3_requests_counting") or {})

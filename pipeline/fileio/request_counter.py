@@ -25,8 +25,10 @@ every task function of a round), each request is also recorded under the *attrib
 task hands what it recorded to a Spark accumulator: exact counts per round and epoch
 (:class:`RequestCounting` ``EXACT``). Without accumulators (Spark Connect) each operator task reports its worker's
 requests not yet reported (:func:`take_unreported`) with its handle rows instead (``APPROXIMATE``).
-Clients that do not go through :class:`S3FileIO` (``pyarrow_fs()``, the Iceberg and Delta writers' own clients)
-are not counted.
+Outside rounds (bootstrap, export, validation) a command counts its requests the same way
+(:class:`pipeline.runtime.task_requests.RequestSpan`). The Iceberg sink's commits go through :class:`S3FileIO`
+(:mod:`pipeline.sink.iceberg_io`); clients that do not (``pyarrow_fs()``, delta-rs's Rust client) are not
+counted, and the checkpoint stats say so per sink (``sink_s3_requests_counting``).
 """
 from __future__ import annotations
 

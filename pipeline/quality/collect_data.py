@@ -29,6 +29,7 @@ from pipeline.quality.normalize import (
     schema_signature,
     summarize,
 )
+from pipeline.runtime.task_requests import counted_in_span
 
 __all__ = ["DataCollector", "PER_KG_COLUMNS"]
 
@@ -166,7 +167,7 @@ class DataCollector(CollectorBase):
         src = spark.createDataFrame(spark.sparkContext.parallelize(ordered, len(slices)),
                                     "fid int, obj string, uri string, kg_lo int, kg_hi int, deltas string")
         with self.timer("spark_read"):
-            table = src.mapInArrow(task, SUMMARY_DDL).toArrow()
+            table = src.mapInArrow(counted_in_span(task), SUMMARY_DDL).toArrow()
         return self._summaries(table, names)
 
     def _local_pass(self, files):

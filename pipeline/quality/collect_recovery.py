@@ -16,6 +16,7 @@ from pipeline.quality.keygroups import key_groups, xxhash64
 from pipeline.quality.keygroups import key_groups as kgf
 from pipeline.quality.rowdiff import row_diff
 from pipeline.runtime.dataflow import schema_ddl
+from pipeline.runtime.task_requests import counted_in_span
 
 __all__ = ["RecoveryCollector"]
 
@@ -169,5 +170,5 @@ class RecoveryCollector(CollectorBase):
         spark = self.runner.spark
         ddl = schema_ddl(schema)
         df = spark.createDataFrame(spark.sparkContext.parallelize([(u,) for u in uris], max(1, min(len(uris), 8))),
-                                   "uri string").mapInArrow(task, ddl)
+                                   "uri string").mapInArrow(counted_in_span(task), ddl)
         return df.toArrow()

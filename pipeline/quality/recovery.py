@@ -32,6 +32,7 @@ from pipeline.quality.normalize import (
     key_group_filter,
     rows_task,
 )
+from pipeline.runtime.task_requests import counted_in_span
 
 __all__ = ["Recomputation", "BatchPlan", "plan_recomputation"]
 
@@ -89,7 +90,8 @@ class BatchPlan:
             cols = sorted({c for o in objs for c in specs[o].columns or self.columns[o]} | _needed(specs, objs))
             df = df.select(*[c for c in df.columns if c in cols])          # prune: only compared columns
             targets = [(specs[o], oids[o]) for o in objs]
-            parts.append(df.mapInArrow(rows_task(targets, max_parallelism=max_parallelism), SUMMARY_DDL))
+            parts.append(df.mapInArrow(counted_in_span(rows_task(targets, max_parallelism=max_parallelism)),
+                                        SUMMARY_DDL))
         for i, (_what, cdf) in enumerate(counts):       # the unique-violation counts ride in the same query
             parts.append(cdf.agg(F.count(F.lit(1)).alias("rows")).select(
                 *[(F.col("rows") if f.name == "rows" else F.lit("c") if f.name == "rec" else
@@ -138,7 +140,8 @@ class BatchPlan:
         """The expected rows of ``obj`` in key groups ``kgs``, filtered by the executors with the key groups of
         :func:`~pipeline.quality.normalize.normalize` (drill-down on failure only)."""
         df: Any = self.result.objects()[obj]
-        return df.mapInArrow(key_group_filter(key, max_parallelism, sorted(int(k) for k in kgs)), df.schema).toArrow()
+        return df.mapInArrow(counted_in_span(key_group_filter(key, max_parallelism, sorted(int(k) for k in kgs))),
+                             df.schema).toArrow()
 
     def release(self) -> None:
         self.result.release()

@@ -31,6 +31,7 @@ from pipeline.quality.docs_site import make_offline, publish_site, site_uri
 from pipeline.quality.replay import process_objects, replay_checkpoint
 from pipeline.quality.result import ExpectationOutcome, SuiteOutcome, ValidationResult
 from pipeline.quality.suites import SUITES, SuiteSpec
+from pipeline.runtime.task_requests import RequestSpan
 
 __all__ = ["validate_job", "validate_restored", "validate_after_epoch", "resolve_snapshot", "default_docs_dir",
            "validation_root"]
@@ -162,7 +163,19 @@ def validate_job(runner, checkpoint: str | int | None = None, *, mode: str = "fu
     model because of a ``process`` operator. ``None`` (default): on in ``full`` validations of a job that has
     ``process`` operators (costs one epoch), off otherwise (a restore point has no processed epoch to replay);
     ``True`` forces it, ``False`` skips it (those objects are then reported as not checked).
+
+    ``figures["s3_requests"]``: the validation's S3 requests up to its summary's write (that one PUT excluded),
+    the driver's and the executors' (:class:`~pipeline.runtime.task_requests.RequestSpan`; a Spark session
+    started by the validation is counted from its first task).
     """
+    with RequestSpan(session=lambda: runner.ctx.spark_session) as span:
+        return _validate_job(runner, span, checkpoint, mode=mode, areas=areas, store_results=store_results,
+                             build_docs=build_docs, docs_dir=docs_dir, engine=engine, replay=replay)
+
+
+def _validate_job(runner, span: RequestSpan, checkpoint: str | int | None, *, mode: str,
+                  areas: tuple[str, ...] | None, store_results: bool, build_docs: bool | None,
+                  docs_dir: str | None, engine: str, replay: bool | None) -> ValidationResult:
     t0 = time.perf_counter()
     eng.warm_up()
     snap = resolve_snapshot(runner, checkpoint)
@@ -225,6 +238,7 @@ def validate_job(runner, checkpoint: str | int | None = None, *, mode: str = "fu
             collected.messages.append(f"Data Docs not built: {e}")
         collected.timings["data_docs"] = time.perf_counter() - t_d
     md = snap.md
+    collected.figures["s3_requests"] = span.requests().to_dict()
     result = ValidationResult(
         job=runner.job.name, snapshot=snap.name, checkpoint_id=md.checkpoint_id, epoch=md.epoch,
         location=snap.location, mode=mode, success=success, suites=tuple(suites),

@@ -35,7 +35,7 @@ from pipeline.master import connect_url, probe_connect
 from pipeline.runtime.dead_letters import DeadLetterFiles, superseding_checkpoints, sweep_dead_letters
 from pipeline.runtime.keyed_ops import validate_keyed_ops
 from pipeline.runtime.session import get_spark, is_connect_session, ship_job_code
-from pipeline.sink.formats import open_sink_table, resolve_format
+from pipeline.sink.formats import open_sink_table, resolve_format, sink_requests_counting
 from pipeline.sink.table import CommittedTable
 from pipeline.sink.two_phase import TwoPhaseCommitSink
 
@@ -196,6 +196,11 @@ class RuntimeContext:
         s = next(s for s in self.job.sinks() if s.table == table)
         return open_sink_table(self.sink_fio, self.config, self.job.name, table, mode=s.mode, key=s.key,
                                fmt=resolve_format(table, s.format, self.config.sink_format))
+
+    def sink_requests_counting(self) -> dict[str, str]:
+        """Per sink table: whether its S3 requests are counted (``CheckpointStats.sink_s3_requests_counting``)."""
+        return {s.table: sink_requests_counting(resolve_format(s.table, s.format, self.config.sink_format),
+                                                self.config) for s in self.job.sinks()}
 
     def sink(self, sink: SinkNode) -> TwoPhaseCommitSink:
         return TwoPhaseCommitSink(self.table(sink.table), mode=sink.mode, key=list(sink.key))

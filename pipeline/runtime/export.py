@@ -38,6 +38,7 @@ from pipeline.fileio import file_io_for, join_uri
 from pipeline.fileio import file_io_for as fio_for
 from pipeline.fileio import join_uri as join
 from pipeline.runtime.dataflow import schema_ddl
+from pipeline.runtime.task_requests import RequestSpan, counted_in_span
 from pipeline.sink.open_table import OpenFormatTable
 from pipeline.state.backend import load_chain
 from pipeline.state.chain import StateChain
@@ -131,7 +132,7 @@ def _write_on_executors(df, target: str, token: str) -> list[WrittenFile]:
         if writer is not None:
             yield pa.RecordBatch.from_pydict({"uri": [uri], "rows": [rows], "bytes": [fio_for(uri).size(uri)]})
 
-    acks = df.mapInArrow(write, _ACK_DDL).collect()
+    acks = df.mapInArrow(counted_in_span(write), _ACK_DDL).collect()
     return [WrittenFile(r["uri"], int(r["rows"]), int(r["bytes"])) for r in acks]
 
 
@@ -162,7 +163,7 @@ def _write_on_driver(df, target: str, token: str) -> list[WrittenFile]:
         cur, rows = None, 0
 
     try:
-        for row in df.mapInArrow(serialise, _IPC_DDL).toLocalIterator():
+        for row in df.mapInArrow(counted_in_span(serialise), _IPC_DDL).toLocalIterator():
             batch = pa.ipc.open_stream(row["data"]).read_all()
             if cur is None or cur[0] != row["part"]:
                 finish()
@@ -263,7 +264,7 @@ def files_with_tag_dataframe(spark, files: Sequence[tuple[str, int]], schema: pa
                     t = t.append_column("_txn", pa.repeat(pa.scalar(txn, pa.int64()), t.num_rows))
                     yield from t.to_batches(max_chunksize=50_000)
 
-    return spark.range(0, n, 1, n).mapInArrow(read, schema_ddl(out_schema))
+    return spark.range(0, n, 1, n).mapInArrow(counted_in_span(read), schema_ddl(out_schema))
 
 
 def chains_dataframe(spark, handles, schema: pa.Schema, what: str):
@@ -285,7 +286,7 @@ def chains_dataframe(spark, handles, schema: pa.Schema, what: str):
                     t = t.append_column("_txn", pa.repeat(pa.scalar(sub, pa.int64()), t.num_rows))
                     yield from t.to_batches(max_chunksize=50_000)
 
-    return spark.range(0, n, 1, n).mapInArrow(read, schema_ddl(out_schema))
+    return spark.range(0, n, 1, n).mapInArrow(counted_in_span(read), schema_ddl(out_schema))
 
 
 def _describe(result: ExportResult) -> dict:
@@ -294,7 +295,14 @@ def _describe(result: ExportResult) -> dict:
 
 
 def export_table(spark, table, to: str) -> dict:
-    """``table``: a :class:`pipeline.sink.table.CommittedTable`. Upsert tables keep the newest row per key."""
+    """``table``: a :class:`pipeline.sink.table.CommittedTable`. Upsert tables keep the newest row per key.
+    ``s3_requests``: the export's S3 requests, the driver's and the executors' (:class:`RequestSpan`)."""
+    with RequestSpan(spark) as span:
+        out = _export_table(spark, table, to)
+    return {**out, "s3_requests": span.requests().to_dict()}
+
+
+def _export_table(spark, table, to: str) -> dict:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
     resolve_target(to)  # bad target -> ConfigError before any Spark work
@@ -330,7 +338,14 @@ def _export_open_table(spark, table, to: str) -> dict:
 
 
 def export_state(spark, snapshot, operator_uid: str, to: str) -> dict:
-    """One operator's state of a checkpoint/savepoint, all state names, with ``_state`` and ``_kg`` columns."""
+    """One operator's state of a checkpoint/savepoint, all state names, with ``_state`` and ``_kg`` columns;
+    ``s3_requests``: the export's S3 requests, the driver's and the executors' (:class:`RequestSpan`)."""
+    with RequestSpan(spark) as span:
+        out = _export_state(spark, snapshot, operator_uid, to)
+    return {**out, "s3_requests": span.requests().to_dict()}
+
+
+def _export_state(spark, snapshot, operator_uid: str, to: str) -> dict:
     from pyspark.sql import functions as F
     resolve_target(to)
     handles = [h for h in snapshot.metadata.operators[operator_uid] if h.file is not None]

@@ -126,6 +126,7 @@ class CheckpointFinalizer:
             pending, positions=positions, channel_state=ranges, sinks_full=full, backlog=backlog,
             dead_letters=dead_letters, rounds=last_round + 1, executor_s3_requests=executor_requests,
             executor_s3_requests_counting=executor_counting if executor_requests is not None else None,
+            sink_s3_requests_counting=ctx.sink_requests_counting(),
             extra={"records": records, "round_records": [r.records for r in results if r.round <= last_round]
                    + ([records] if not results or results[-1].round < last_round else []),
                    "alignment": alignment, "dropped": dict(sorted((dropped or {}).items())),

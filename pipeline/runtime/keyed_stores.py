@@ -125,8 +125,13 @@ class KeyedStores:
         snapshot it (a delta, or a base streamed from the store), record the new version; the handle."""
         schema = self.schemas[name]
         new = new.select(schema.names).cast(schema)
-        delta = _delta(old.select(schema.names).cast(schema), new, self.key)
-        net = _net_rows(delta)
+        old = old.select(schema.names).cast(schema)
+        if can_diff(schema):
+            delta = _delta(old, new, self.key)
+            net = _net_rows(delta)
+        else:  # nested columns (no changelog: every snapshot is a base, streamed from the store)
+            delta = new.schema.empty_table().append_column(OP_COLUMN, pa.array([], pa.int8()))
+            net = new.num_rows - old.num_rows
         st = self.stores[name]
         rows = st.rows + net
         st.apply(keys, new, rows=rows, expired_below_us=cutoff_us)

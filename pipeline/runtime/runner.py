@@ -50,6 +50,7 @@ from pipeline.runtime.results import RoundResult, RunReport
 from pipeline.runtime.round_executor import RoundExecutor
 from pipeline.runtime.savepoints import abort_pending, check_target
 from pipeline.runtime.spark_plan import SparkPlan
+from pipeline.runtime.task_requests import RequestSpan
 from pipeline.runtime.validation import RecoveryValidator, default_validator
 
 __all__ = ["JobRunner", "RoundResult", "RunReport", "Cursor"]
@@ -441,11 +442,17 @@ class JobRunner:
     def export(self, table: str, to_dir: str) -> dict:
         """Write the committed rows of a sink table (head lineage only) as Parquet into a local dir."""
         from pipeline.runtime.export import export_table  # pyarrow.parquet: only for the read side
-        return export_table(self.spark, self.ctx.table(table), to_dir)
+        with RequestSpan(self.spark) as span:  # the table's own reads included (an open format's metadata)
+            out = export_table(self.spark, self.ctx.table(table), to_dir)
+        return {**out, "s3_requests": span.requests().to_dict()}
 
     def export_state(self, checkpoint: str, operator_uid: str, to_dir: str) -> dict:
-        snap = self.load_snapshot(checkpoint)
-        if operator_uid not in snap.metadata.operators:
-            raise ConfigError(f"{snap.describe()} has no state for operator {operator_uid!r} "
-                              f"(operators: {sorted(snap.metadata.operators)})")
-        return export_state(self.spark, snap, operator_uid, to_dir)
+        """One operator's state of a checkpoint/savepoint as Parquet; ``s3_requests``: the command's S3 requests
+        (reading the snapshot's ``_metadata`` included)."""
+        with RequestSpan(self.spark) as span:
+            snap = self.load_snapshot(checkpoint)
+            if operator_uid not in snap.metadata.operators:
+                raise ConfigError(f"{snap.describe()} has no state for operator {operator_uid!r} "
+                                  f"(operators: {sorted(snap.metadata.operators)})")
+            out = export_state(self.spark, snap, operator_uid, to_dir)
+        return {**out, "s3_requests": span.requests().to_dict()}

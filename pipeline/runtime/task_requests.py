@@ -19,6 +19,11 @@ Semantics (Spark's accumulator rules, docs/state.md "S3 requests per epoch"):
   failure) is counted again (its requests were sent again and its output used);
 * a round that fails counts nowhere (its checkpoint fails); the next round starts a new difference.
 
+**Outside rounds** (bootstrap, export, validation): :class:`RequestSpan` counts one command's requests the same
+way: the driver's (the process counter's difference over the span) and the executors' (the task functions the
+command builds inside the span are wrapped by :func:`counted_in_span`, onto the span's own accumulator); the
+command reports them in its result (``s3_requests``: :meth:`SpanRequests.to_dict`).
+
 Spark Connect has no accumulators: :meth:`TaskRequestCounter.for_session` returns None, the task functions run
 unwrapped and each operator task reports its worker's requests not yet reported with its first report (the
 approximate count, :attr:`~pipeline.fileio.request_counter.RequestCounting.APPROXIMATE`).
@@ -34,10 +39,11 @@ from pipeline.fileio.request_counter import (
     StorageRequests,
     close_recording,
     open_recording,
+    request_counts,
 )
 from pipeline.runtime.session import is_connect_session
 
-__all__ = ["RoundRequests", "TaskRequestCounter", "counted"]
+__all__ = ["RequestSpan", "RoundRequests", "SpanRequests", "TaskRequestCounter", "counted", "counted_in_span"]
 
 _Counts = dict  # {epoch tag or None: (list, get, head, put, delete)}
 
@@ -128,11 +134,13 @@ class TaskRequestCounter:
 def counted(fn: Callable[[Iterator[Any]], Iterator[Any]],
             counter: "TaskRequestCounter | None") -> Callable[[Iterator[Any]], Iterator[Any]]:
     """``fn`` (a ``mapInArrow`` function), recording the S3 requests its worker sends while it runs and adding
-    them to ``counter``'s accumulator at its end (before PySpark sends the task's accumulator updates). ``counter``
-    None (Spark Connect): ``fn`` itself."""
-    if counter is None:
+    them to ``counter``'s accumulator at its end (before PySpark sends the task's accumulator updates), and to
+    the accumulators of the :class:`RequestSpan` s open on the driver when ``fn`` is wrapped (a command outside
+    rounds that runs rounds, e.g. a validation's replay). No accumulator at all (Spark Connect): ``fn`` itself."""
+    accs = ([counter.accumulator] if counter is not None else []) + [
+        c.accumulator for c in (span.counter for span in _SPANS) if c is not None]
+    if not accs:
         return fn
-    acc = counter.accumulator  # only the accumulator travels with the task function
 
     def task(batches: Iterator[Any]) -> Iterator[Any]:
         open_recording()
@@ -141,6 +149,85 @@ def counted(fn: Callable[[Iterator[Any]], Iterator[Any]],
         finally:
             recorded = close_recording()
             if recorded:
-                acc.add(recorded)
+                for acc in accs:
+                    acc.add(recorded)
 
     return task
+
+
+#: executors' requests without accumulators (Spark Connect): said so in the reports, never a silent zero
+NOT_COUNTED_CONNECT = "not counted (Spark Connect: no accumulators)"
+
+
+@dataclass(frozen=True, slots=True)
+class SpanRequests:
+    """The S3 requests of one command outside rounds (bootstrap, export, validation): the driver's and the
+    executors' (None: not counted, ``executor_counting`` says why)."""
+
+    driver: StorageRequests
+    executors: StorageRequests | None
+    executor_counting: str  # "exact" | NOT_COUNTED_CONNECT | "no executors" (no Spark session)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"driver": self.driver.to_dict(),
+                "executors": None if self.executors is None else self.executors.to_dict(),
+                "executor_counting": self.executor_counting}
+
+
+_SPANS: list["RequestSpan"] = []  # the driver's open spans (innermost last)
+
+
+class RequestSpan:
+    """Counts one command's S3 requests (a context manager on the driver; :meth:`requests` during or after it):
+    the driver's process counter's difference, and the requests of the executors' task functions wrapped while
+    the span is open (:func:`counted_in_span`, and every round's task function, :func:`counted`) onto an
+    accumulator of the span's own. ``spark``: the session, or ``session``: a callable giving it once a Spark task
+    is built (None while there is none: a command that may run without Spark, e.g. a local validation pass)."""
+
+    def __init__(self, spark: Any = None, *, session: Callable[[], Any] | None = None) -> None:
+        self._session = session if session is not None else (lambda: spark)
+        self._counter: TaskRequestCounter | None = None
+        self._connect = False
+        self._driver0 = request_counts()
+        self._result: SpanRequests | None = None
+
+    @property
+    def counter(self) -> "TaskRequestCounter | None":
+        """The span's accumulator (created on the session at first need; None without one, or on Connect)."""
+        if self._counter is None and not self._connect:
+            spark = self._session()
+            if spark is not None:
+                if is_connect_session(spark):
+                    self._connect = True
+                else:
+                    self._counter = TaskRequestCounter.for_session(spark)
+        return self._counter
+
+    def __enter__(self) -> "RequestSpan":
+        self._driver0 = request_counts()
+        _SPANS.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._result = self._now()
+        if self in _SPANS:
+            _SPANS.remove(self)
+
+    def _now(self) -> SpanRequests:
+        driver = request_counts() - self._driver0
+        counter = self.counter
+        if counter is not None:  # a fresh accumulator: everything in it is the span's
+            return SpanRequests(driver, counter.since({}).total, RequestCounting.EXACT.value)
+        if self._connect:
+            return SpanRequests(driver, None, NOT_COUNTED_CONNECT)
+        return SpanRequests(driver, StorageRequests(), "exact (no Spark session: no executor ran)")
+
+    def requests(self) -> SpanRequests:
+        """The span's requests (up to its end, or up to now while it is open)."""
+        return self._result if self._result is not None else self._now()
+
+
+def counted_in_span(fn: Callable[[Iterator[Any]], Iterator[Any]]) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """``fn`` (a task function built on the driver) counted onto the open :class:`RequestSpan` s' accumulators
+    (``fn`` itself outside a span, or without accumulators)."""
+    return counted(fn, None)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from pipeline.exceptions import ConfigError
 from pipeline.sink.delta import DeltaLakeTable
-from pipeline.sink.iceberg import IcebergTable
+from pipeline.sink.iceberg import IcebergTable, iceberg_commits_counted
 from pipeline.sink.table import CommittedTable
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -84,3 +84,21 @@ def open_sink_table(fileio: "FileIO", config: "PipelineConfig", job: str, table:
     if fmt is TableFormat.DELTA:
         return DeltaLakeTable(fileio, config, job, table, mode=mode, key=key)
     return CommittedTable(fileio, config.sink_uri, job, table)
+
+
+def sink_requests_counting(fmt: TableFormat, config: "PipelineConfig") -> str:
+    """Whether a sink table's S3 requests are in a checkpoint's counted requests
+    (``CheckpointStats.sink_s3_requests_counting``): the staged files are written by the executors through
+    Epochal's counted :class:`~pipeline.fileio.S3FileIO` in every format; the commit (on the driver) is counted
+    when the format's client goes through it too: Epochal's own format, Iceberg with the embedded catalog
+    (:mod:`pipeline.sink.iceberg_io`); never delta-rs (its Rust ``object_store`` client has no request hooks)."""
+    if not str(config.sink_uri).lower().startswith("s3://"):
+        return "not on S3"
+    if fmt is TableFormat.ICEBERG:
+        return ("counted (staging; commits through pyiceberg on Epochal's S3 client)"
+                if iceberg_commits_counted(config) else
+                "staging counted; commits not counted (pyiceberg's own S3 client: named catalog or "
+                "EPOCHAL_ICEBERG_COUNTED_IO=0)")
+    if fmt is TableFormat.DELTA:
+        return "staging counted; commits not counted (delta-rs: Rust object_store, no request hooks)"
+    return "counted (Epochal's S3 FileIO: staging and commits)"

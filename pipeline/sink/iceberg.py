@@ -37,7 +37,17 @@ if TYPE_CHECKING:  # pragma: no cover
     from pipeline.config import PipelineConfig
     from pipeline.fileio import FileIO
 
-__all__ = ["IcebergTable", "iceberg_catalog", "default_catalog_uri", "key_match_filter"]
+__all__ = ["IcebergTable", "iceberg_catalog", "default_catalog_uri", "key_match_filter", "iceberg_commits_counted"]
+
+#: the ``py-io-impl`` catalog property naming pyiceberg's file IO on Epochal's counted S3 client
+COUNTED_IO_IMPL = "pipeline.sink.iceberg_io.CountedPyArrowFileIO"
+
+
+def iceberg_commits_counted(config: "PipelineConfig") -> bool:
+    """Whether an Iceberg sink's commits go through Epochal's counted S3 client (:mod:`pipeline.sink.iceberg_io`):
+    the embedded catalog on an ``s3://`` sink root, unless ``EPOCHAL_ICEBERG_COUNTED_IO=0``."""
+    return (not config.iceberg_catalog and config.sink_uri.lower().startswith("s3://")
+            and os.environ.get("EPOCHAL_ICEBERG_COUNTED_IO", "1") != "0")
 
 _CATALOGS: dict[tuple, Any] = {}
 _LOCK = threading.Lock()
@@ -68,7 +78,8 @@ def iceberg_catalog(config: "PipelineConfig"):
     """The configured catalog (cached per process)."""
     name = config.iceberg_catalog
     uri = config.iceberg_catalog_uri or default_catalog_uri(config.sink_uri)
-    key = (name, uri, tuple(sorted(_s3_properties().items())))
+    counted = iceberg_commits_counted(config)
+    key = (name, uri, tuple(sorted(_s3_properties().items())), counted)
     with _LOCK:
         cat = _CATALOGS.get(key)
         if cat is None:
@@ -83,7 +94,8 @@ def iceberg_catalog(config: "PipelineConfig"):
                 from pyiceberg.catalog.sql import SqlCatalog
                 if uri.startswith("sqlite:///"):
                     Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-                cat = SqlCatalog("epochal", uri=uri, warehouse=config.sink_uri, **_s3_properties())
+                io = {"py-io-impl": COUNTED_IO_IMPL} if counted else {}  # commits counted (iceberg_io)
+                cat = SqlCatalog("epochal", uri=uri, warehouse=config.sink_uri, **_s3_properties(), **io)
             _CATALOGS[key] = cat
         return cat
 

@@ -4,8 +4,11 @@ key-group range), read and written per key, so a round costs what its input touc
 Layout of one store (all keys are bytes, RocksDB orders them bytewise):
 
 * ``d`` + key group (2 bytes, big-endian) + encoded user key -> every state row of that user key, serialized
-  (a pickled list of row tuples; temporal columns as their integer storage). So a key-group range is a range
-  scan, and the rows of a round's keys are one multi-get.
+  (a pickled list of row tuples; temporal columns as their integer storage), **in canonical order**
+  (:func:`within_key_order`: by the other sortable columns in schema order, nulls last, whatever order the rows
+  arrived in). So a key-group range is a range scan, the rows of a round's keys are one multi-get, and a scan
+  gives the same rows in the same order for the same logical state: a base written from the store has the same
+  bytes whatever order Spark's shuffle delivered the rows in (a retried task, several epochs per round).
 * ``t`` + time (8 bytes, order-preserving) + the ``d`` key's suffix -> empty: the **TTL index**. Rows whose time
   column is below a cutoff are found by a range scan of ``t`` up to the cutoff, never by scanning the state.
   Entries may be stale (their rows left for another reason); a stale entry only makes its key touched once more.
@@ -41,12 +44,14 @@ import pyarrow.parquet as pq
 
 from pipeline.checkpoint.handles import StateHandle
 from pipeline.exceptions import CorruptCheckpointError, StateStoreError
+from pipeline.state.attempts import sortable_type
 from pipeline.state.backend import read_verified
 from pipeline.state.chain import StateChain
 from pipeline.state.changelog import OP_COLUMN
 from pipeline.state.store_memory import store_options
 
-__all__ = ["KeyedStateStore", "StoreLocation", "encode_user_key", "open_here", "row_keys", "slice_rows", "store_root"]
+__all__ = ["KeyedStateStore", "StoreLocation", "encode_user_key", "open_here", "order_compatible_key", "row_keys",
+           "slice_rows", "store_root", "within_key_order"]
 
 _DATA = b"d"
 _DATA_END = b"e"
@@ -110,6 +115,45 @@ def encode_user_key(v: Any) -> bytes:
     return b"o" + repr(v).encode("utf-8")
 
 
+def order_compatible_key(t: pa.DataType) -> bool:
+    """Whether Arrow's sort order on a key column of type ``t`` is the store's order of its encoded keys
+    (:func:`encode_user_key`: integers below 2**63, strings and binary bytewise, booleans, temporal values as
+    their integers; nulls last, except for strings, where the null key comes first). Floats and decimals are not
+    (their encodings are not order-preserving)."""
+    return (pa.types.is_signed_integer(t) or pa.types.is_uint8(t) or pa.types.is_uint16(t) or pa.types.is_uint32(t)
+            or pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+            or pa.types.is_large_binary(t) or pa.types.is_boolean(t) or pa.types.is_temporal(t))
+
+
+def null_key_first(t: pa.DataType) -> bool:
+    """Whether the null key sorts before the other keys of type ``t`` in the store (``n`` < ``s``: strings)."""
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def within_key_order(schema: pa.Schema, key: str, kg_column: str) -> Callable[[tuple], Any]:
+    """The sort key of a key's rows in the store (a row: a tuple in ``schema`` order, temporal columns as their
+    integers): the sortable columns other than the key and the key group, in schema order, nulls last and NaN
+    before them (Arrow's canonical order, :func:`~pipeline.state.attempts.canonical_order`, restricted to one
+    key); rows equal in all of those are ordered by the ``repr`` of their other (nested) columns, so the order
+    is total on distinct rows."""
+    cols = [i for i, f in enumerate(schema) if f.name not in (key, kg_column) and sortable_type(f.type)]
+    rest = [i for i, f in enumerate(schema) if f.name not in (key, kg_column) and not sortable_type(f.type)]
+
+    def one(v: Any) -> tuple:
+        if v is None:
+            return (2, 0)
+        if v != v:  # NaN
+            return (1, 0)
+        return (0, v)
+
+    if rest:
+        return lambda r: (tuple(one(r[i]) for i in cols), tuple(repr(r[i]) for i in rest))
+    if len(cols) == 1:
+        c = cols[0]
+        return lambda r: one(r[c])
+    return lambda r: tuple(one(r[i]) for i in cols)
+
+
 def _time_bytes(us: int | None) -> bytes:
     return struct.pack(">Q", (_NULL_TIME if us is None else us) + _SIGN)
 
@@ -161,6 +205,7 @@ class KeyedStateStore:
         self._kg_i = self._names.index(kg_column)
         self._time_i = self._names.index(time_column) if time_column else None
         self.index_time = index_time
+        self._order = within_key_order(schema, key, kg_column)
         self._opts = opts = store_options()  # memory bounds: pipeline.state.store_memory
         os.makedirs(path, exist_ok=True)
         stale = _OPEN.pop(path, None)
@@ -308,6 +353,8 @@ class KeyedStateStore:
                 if s not in remaining:
                     raise StateStoreError(f"keyed state store {self.path}: rows of a key the round did not touch")
                 remaining.discard(s)
+                if len(g) > 1:
+                    g.sort(key=self._order)
                 wb.put(_DATA + s, pickle.dumps(g, protocol=pickle.HIGHEST_PROTOCOL))
                 self._index(wb, s, g)
             self._db.write(wb)
@@ -349,6 +396,8 @@ class KeyedStateStore:
                             f"(key {row[self._key_i]!r})") from None
                     net -= 1
             if held:
+                if len(held) > 1:
+                    held.sort(key=self._order)
                 wb.put(_DATA + s, pickle.dumps(held, protocol=pickle.HIGHEST_PROTOCOL))
                 self._index(wb, s, held)
             else:

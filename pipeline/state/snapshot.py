@@ -168,15 +168,36 @@ def parent_chain(parent: Sequence[StateHandle], kg_start: int, kg_end: int) -> S
     return StateChain.of(overlapping[0])
 
 
+#: rows per row group of a base streamed from a keyed store: fixed, so the file's bytes do not depend on how the
+#: rows were batched on the way (a scan of the store, a merge with the parent chain), only on the rows
+STREAMED_ROW_GROUP_ROWS = 16_384
+
+
 def _streamed_parquet(schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> bytes:
-    """Parquet bytes of ``batches`` written one at a time (the file is built without holding the table)."""
+    """Parquet bytes of ``batches`` written a row group at a time (the file is built without holding the table),
+    in row groups of :data:`STREAMED_ROW_GROUP_ROWS` rows whatever the batches' sizes: equal rows in equal order
+    give equal bytes."""
     import io
     buf = io.BytesIO()
+    n = STREAMED_ROW_GROUP_ROWS
+    pending: list[pa.RecordBatch] = []
+    held = 0
     with pq.ParquetWriter(buf, schema, compression="zstd", compression_level=1, use_dictionary=False,
                           write_statistics=[KG_COLUMN] if KG_COLUMN in schema.names else True) as w:
         for b in batches:
-            if b.num_rows:
-                w.write_batch(b)
+            if not b.num_rows:
+                continue
+            pending.append(b)
+            held += b.num_rows
+            if held >= n:
+                t = pa.Table.from_batches(pending, schema=schema)
+                full = (held // n) * n
+                w.write_table(t.slice(0, full).combine_chunks(), row_group_size=n)  # pages: not cut by chunks
+                rest = t.slice(full)
+                pending, held = rest.to_batches(), rest.num_rows
+                del t, rest
+        if held:
+            w.write_table(pa.Table.from_batches(pending, schema=schema).combine_chunks(), row_group_size=n)
     return buf.getvalue()
 
 

@@ -30,20 +30,23 @@ from __future__ import annotations
 import os
 from typing import Iterator, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.exceptions import StateStoreError
+from pipeline.state.attempts import sortable_type
 from pipeline.state.backend import read_verified
 from pipeline.state.chain import StateChain
 from pipeline.state.changelog import OP_COLUMN, apply_changelog
-from pipeline.state.keyed_store import KeyedStateStore
+from pipeline.state.keyed_store import KeyedStateStore, null_key_first, order_compatible_key
 
 __all__ = ["merged_base", "merge_memory_bytes"]
 
 _BATCH_BYTES = 16 << 20  # decoded bytes per base batch (the filter and the encoder hold a few copies)
 _MIN_ROWS, _MAX_ROWS = 1024, 131_072
+_VALID = "__key_valid"
 
 
 def merge_memory_bytes() -> int:
@@ -82,13 +85,83 @@ def _apply(old: pa.Table, deltas: list[pa.Table], key: str, *, what: str) -> pa.
     return pa.concat_tables(plain + [mixed.select(names)])
 
 
+def _store_order(t: pa.Table, key: str, kg: str, *, within: bool) -> pa.Table:
+    """``t`` in the keyed store's order (:mod:`pipeline.state.keyed_store`): key group, key (as the store orders
+    its encoded keys: nulls last, the null string key first) and, ``within``, each key's rows by the other
+    sortable columns (:func:`~pipeline.state.keyed_store.within_key_order`)."""
+    if t.num_rows < 2:
+        return t
+    keys: list[tuple[str, str]] = [(kg, "ascending")]
+    if null_key_first(t.schema.field(key).type):
+        t = t.append_column(_VALID, pc.is_valid(t[key]))
+        keys.append((_VALID, "ascending"))
+    keys.append((key, "ascending"))
+    if within:
+        keys += [(f.name, "ascending") for f in t.schema
+                 if f.name not in (kg, key, _VALID) and sortable_type(f.type)]
+    out = t.take(pc.sort_indices(t, sort_keys=keys))
+    return out.drop_columns([_VALID]) if _VALID in out.column_names else out
+
+
+def _less(a_kg, a_key, b_kg, b_key, null_first: bool):
+    """Row-wise: is key (``a_kg``, ``a_key``) before (``b_kg``, ``b_key``) in the store's order (keys differ)."""
+    if null_first:  # a null key before every other key of its group
+        key_lt = pc.fill_null(pc.less(a_key, b_key), False)
+        key_lt = pc.or_(key_lt, pc.and_(pc.is_null(a_key), pc.is_valid(b_key)))
+    else:  # a null key after every other key of its group
+        key_lt = pc.fill_null(pc.less(a_key, b_key), False)
+        key_lt = pc.or_(key_lt, pc.and_(pc.is_valid(a_key), pc.is_null(b_key)))
+    return pc.or_(pc.less(a_kg, b_kg), pc.and_(pc.equal(a_kg, b_kg), key_lt))
+
+
+def _count_before(sorted_rows: pa.Table, key: str, kg: str, kg_last: pa.Scalar, key_last: pa.Scalar,
+                  null_first: bool) -> int:
+    """How many rows of ``sorted_rows`` (in the store's order) have a key before (``kg_last``, ``key_last``)."""
+    if not sorted_rows.num_rows:
+        return 0
+    n = sorted_rows.num_rows
+    mask = _less(sorted_rows[kg], sorted_rows[key], pa.repeat(kg_last, n), pa.repeat(key_last, n), null_first)
+    return int(pc.sum(mask.cast(pa.int64())).as_py() or 0)
+
+
+def _interleave(t: pa.Table, kept: np.ndarray, now: pa.Table, key: str, kg: str, null_first: bool) -> pa.Table:
+    """The rows ``kept`` (indices, ascending) of batch ``t`` and the rows of ``now`` (each in the store's order, no
+    key in both) as one table in the store's order, with one ``take`` of all columns: each of ``now``'s rows is
+    placed by a vectorised binary search over the kept rows' key columns (O(len(now) log len(kept))), so the kept
+    rows are neither compared nor sorted, and their payload is copied once."""
+    n, m = len(kept), now.num_rows
+    idx_kept = pa.array(kept)
+    k_kg, k_key = t[kg].take(idx_kept).combine_chunks(), t[key].take(idx_kept).combine_chunks()
+    lo, hi = np.zeros(m, np.int64), np.full(m, n, np.int64)
+    while n:
+        active = lo < hi
+        if not active.any():
+            break
+        mid = np.minimum((lo + hi) // 2, n - 1)
+        idx = pa.array(mid)
+        below = np.asarray(_less(k_kg.take(idx), k_key.take(idx), now[kg], now[key], null_first)
+                           .to_numpy(zero_copy_only=False), dtype=bool)
+        lo = np.where(active & below, mid + 1, lo)
+        hi = np.where(active & ~below, mid, hi)
+    slots = lo + np.arange(m)  # now row j lands at its number of kept rows before it, plus j
+    take = np.empty(n + m, np.int64)
+    is_now = np.zeros(n + m, bool)
+    is_now[slots] = True
+    take[is_now] = t.num_rows + np.arange(m)
+    take[~is_now] = kept
+    return pa.concat_tables([t, now.select(t.schema.names).cast(t.schema)]).take(pa.array(take))
+
+
 def merged_base(fileio, chain: StateChain, round_delta: pa.Table, store: KeyedStateStore, checkpoint: str, *,
                 optional: Sequence[str] = (), memory_bytes: int | None = None) -> Iterator[pa.RecordBatch]:
     """The rows of ``chain`` (the parent snapshot's chain over exactly the store's range) with ``round_delta``
     (the round's changes, with ``_op``) applied, in batches: see the module docstring. ``store`` holds that state
     (its row count is checked against the merge's)."""
-    schema, key = store.schema, store.key
+    schema, key, kg = store.schema, store.key, store.kg_column
     budget = merge_memory_bytes() if memory_bytes is None else memory_bytes
+    if not order_compatible_key(schema.field(key).type):  # the merge could not keep the store's key order
+        yield from store.scan()
+        return
     # the deltas since the base: their keys are the changed keys
     delta_files = [pq.ParquetFile(pa.BufferReader(read_verified(fileio, fh, checkpoint))) for fh in chain.deltas]
     # the vectorised path holds the decoded deltas, the round's delta and a few copies of both (filters, concat)
@@ -102,28 +175,51 @@ def merged_base(fileio, chain: StateChain, round_delta: pa.Table, store: KeyedSt
     if round_delta.num_rows:
         deltas.append(_conform(round_delta, with_op, ()))
     key_type = schema.field(key).type
+    null_first = null_key_first(key_type)
     value_set = (pc.unique(pa.chunked_array([d[key] for d in deltas], type=key_type).combine_chunks())
                  if deltas else pa.array([], key_type))
+    # every change since the base, in the store's key order: consumed key range by key range below
+    changes = _store_order(pa.concat_tables(deltas), key, kg, within=False) if deltas else with_op.empty_table()
+    del deltas
     base = pq.ParquetFile(pa.BufferReader(read_verified(fileio, chain.base, checkpoint)))
     md = base.metadata
     per_row = max(1, _decoded_bytes(base) // max(1, md.num_rows))
     batch_rows = max(_MIN_ROWS, min(_MAX_ROWS, _BATCH_BYTES // per_row))
+    what = f"checkpoint {checkpoint}: state chain {chain.base.uri} (+{len(chain.deltas)} deltas), merged into a new base"
     n = 0
-    held: list[pa.Table] = []  # base rows of changed keys
+    hits = schema.empty_table()  # the base's rows of changed keys, seen and not yet merged (in the store's order)
+
+    def changed_rows(upto: int, hit_upto: int) -> pa.Table:
+        """The changed keys' rows now, for the first ``upto`` changes and ``hit_upto`` base rows of changed keys."""
+        return _store_order(_apply(hits.slice(0, hit_upto), [changes.slice(0, upto)], key, what=what), key, kg,
+                            within=True)
+
+    # one pass over the base (in the store's order, as every base the store writes): the rows of unchanged keys
+    # as they are, each changed key's rows now inserted where its key belongs
     for b in base.iter_batches(batch_size=batch_rows):
         t = _conform(pa.Table.from_batches([b]), schema, optional)
-        hit = pc.is_in(t[key], value_set=value_set) if len(value_set) else None
-        keep = t if hit is None else t.filter(pc.invert(hit))
-        if hit is not None:
-            held.append(t.filter(hit))
+        if not len(value_set):
+            n += t.num_rows
+            yield from t.to_batches()
+            continue
+        hit = pc.is_in(t[key], value_set=value_set)
+        hits = pa.concat_tables([hits, t.filter(hit)])
+        kept = np.flatnonzero(~np.asarray(hit.to_numpy(zero_copy_only=False), dtype=bool))
+        keep = None
+        if len(kept) and changes.num_rows:  # the changed keys before this batch's last kept key: all seen
+            last = int(kept[-1])
+            kg_last, key_last = t[kg][last], t[key][last]
+            upto = _count_before(changes, key, kg, kg_last, key_last, null_first)
+            hit_upto = _count_before(hits, key, kg, kg_last, key_last, null_first)
+            if upto or hit_upto:
+                keep = _interleave(t, kept, changed_rows(upto, hit_upto), key, kg, null_first)
+                changes, hits = changes.slice(upto), hits.slice(hit_upto)
+        if keep is None:
+            keep = t.take(pa.array(kept)) if len(kept) < t.num_rows else t
         n += keep.num_rows
         yield from keep.to_batches()
     del base
-    # the changed keys' rows now: the base's rows of those keys with the deltas applied
-    old = pa.concat_tables(held) if held else schema.empty_table()
-    now = _apply(old, deltas, key, what=f"checkpoint {checkpoint}: state chain {chain.base.uri} "
-                                        f"(+{len(chain.deltas)} deltas), merged into a new base")
-    del old, held, deltas
+    now = changed_rows(changes.num_rows, hits.num_rows)  # the changed keys after the base's last kept key
     for i in range(0, now.num_rows, batch_rows):
         part = now.slice(i, batch_rows)
         n += part.num_rows
