@@ -1,4 +1,4 @@
-"""Jobs of the bootstrap tests (never the demo): one bootstrap derives exactly, three it must refuse."""
+"""Jobs of the bootstrap tests (never the demo): the ones bootstrap derives exactly, three it must refuse."""
 from __future__ import annotations
 
 import pyarrow as pa
@@ -32,10 +32,34 @@ def unique_join() -> Job:
     return job
 
 
-def window_job() -> Job:
-    job = Job("bt_boot_window", max_parallelism=8)
-    job.source("lefts", LEFT, key="k").window(uid="win-grp", key="grp", event_time="_ingest_ts", size_seconds=60,
-                                              aggs={"n": ("count", None)}).sink("per_minute")
+def window_of_updates() -> Job:
+    """A window over an ``emit="update"`` window's changelog: the one window shape bootstrap refuses."""
+    job = Job("bt_boot_window_of_updates", max_parallelism=8)
+    w = job.source("lefts", LEFT, key="k").window(uid="win-grp", key="grp", event_time="_ingest_ts", size_seconds=60,
+                                                  aggs={"n": ("count", None)}, emit="update")
+    w.window(uid="win-of-win", key="grp", event_time="window_start", size_seconds=120,
+             aggs={"n": ("sum", "n")}).sink("per_2min")
+    return job
+
+
+def sensor_windows(name: str = "bt_boot_sensors") -> Job:
+    """Sensor readings (``tests/batch/state_jobs.py`` data: sensor ``k``, group ``g``, value ``v``, event time ``et``
+    up to 100 s behind arrival, partition 1 idle for one epoch): deduplicated per sensor (TTL 90 s) into ``firsts``;
+    sliding windows (60 s every 30 s, out-of-orderness 20 s, lateness 30 s, ``emit="final"``) per group over the
+    deduplicated readings; tumbling 120 s windows per sensor over the raw readings (out-of-orderness 10 s,
+    ``emit="update"`` into an upsert sink); late records of both are dead-lettered."""
+    from state_jobs import EVENTS
+    job = Job(name, max_parallelism=16)
+    ev = job.source("events", EVENTS)
+    firsts = ev.deduplicate(uid="dd", key="k", ttl_seconds=90)
+    firsts.sink("firsts")
+    firsts.window(uid="slide", key="g", event_time="et", size_seconds=60, slide_seconds=30,
+                  max_out_of_orderness_seconds=20, allowed_lateness_seconds=30,
+                  aggs={"n": ("count", None), "vs": ("sum", "v"), "vmax": ("max", "v"), "ks": ("count_distinct", "k")},
+                  emit="final").sink("wins")
+    ev.window(uid="tumble", key="k", event_time="et", size_seconds=120, max_out_of_orderness_seconds=10,
+              aggs={"n": ("count", None), "vs": ("sum", "v"), "vmin": ("min", "v")}, emit="update").sink(
+        "wins_u", mode="upsert")
     return job
 
 
