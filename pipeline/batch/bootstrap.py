@@ -11,14 +11,20 @@ barrier ``n`` and writes the result in exactly the format the runtime restores:
   (two-phase commit; Iceberg / Delta tables get the same commit as from an epoch);
 * ``_metadata`` (kind ``savepoint``) with barrier ``n`` as positions and barriers, and the source inventory.
 
+Windows: ``win`` (the on-time records of epochs ``<= n`` whose last window has not fired, with ``_epoch``) is
+keyed like any state; ``wm`` (the watermark table ``("", W(n))`` + ``(channel, M_c(n))``) is operator-wide and
+written as the runtime writes it: one file on subtask 0's handle, empty handles for the others
+(:func:`_write_operator_wide`). Late records of the epochs ``<= n`` are not dead-lettered (no side effects).
+
 ``epochal restore --from <savepoint>`` then makes it the job's restore point and ``epochal run`` continues with
 epoch ``n + 1``, exactly-once.
 
 Protocol (docs/batch.md "Bootstrap"):
 
 1. Validate, no side effect yet: the job is new (no completed checkpoint, no sink commit), every operator's
-   state and every sink is derivable exactly (``process`` user functions, window state, changelog sinks are
-   refused with :class:`~pipeline.exceptions.BootstrapRefusedError` naming the operator), the savepoint target
+   state and every sink is derivable exactly (``process`` user functions, operators reading a window's output,
+   changelog sinks are refused with :class:`~pipeline.exceptions.BootstrapRefusedError` naming the operator),
+   the savepoint target
    lies under ``PIPELINE_SAVEPOINT_PREFIXES``, the parallelism fits, barrier ``n`` is complete (no partition lags).
 2. Log barrier ``n`` in the write-ahead barrier log (the epochs after it are cut from there).
 3. Trigger a savepoint (claims the id, pending manifest).
