@@ -11,14 +11,20 @@ barrier ``n`` and writes the result in exactly the format the runtime restores:
   (two-phase commit; Iceberg / Delta tables get the same commit as from an epoch);
 * ``_metadata`` (kind ``savepoint``) with barrier ``n`` as positions and barriers, and the source inventory.
 
+Windows: ``win`` (the on-time records of epochs ``<= n`` whose last window has not fired, with ``_epoch``) is
+keyed like any state; ``wm`` (the watermark table ``("", W(n))`` + ``(channel, M_c(n))``) is operator-wide and
+written as the runtime writes it: one file on subtask 0's handle, empty handles for the others
+(:func:`_write_operator_wide`). Late records of the epochs ``<= n`` are not dead-lettered (no side effects).
+
 ``epochal restore --from <savepoint>`` then makes it the job's restore point and ``epochal run`` continues with
 epoch ``n + 1``, exactly-once.
 
 Protocol (docs/batch.md "Bootstrap"):
 
 1. Validate, no side effect yet: the job is new (no completed checkpoint, no sink commit), every operator's
-   state and every sink is derivable exactly (``process`` user functions, window state, changelog sinks are
-   refused with :class:`~pipeline.exceptions.BootstrapRefusedError` naming the operator), the savepoint target
+   state and every sink is derivable exactly (``process`` user functions, operators reading a window's output,
+   changelog sinks are refused with :class:`~pipeline.exceptions.BootstrapRefusedError` naming the operator),
+   the savepoint target
    lies under ``PIPELINE_SAVEPOINT_PREFIXES``, the parallelism fits, barrier ``n`` is complete (no partition lags).
 2. Log barrier ``n`` in the write-ahead barrier log (the epochs after it are cut from there).
 3. Trigger a savepoint (claims the id, pending manifest).
@@ -72,16 +78,26 @@ def refusal(job) -> str | None:
     """Why ``job`` cannot be bootstrapped exactly (one line naming the operator or table), or None.
 
     Only the operator kinds whose state the batch plan derives exactly are accepted: ``join`` (both sides,
-    ``_matched`` flags), ``aggregate`` (exact decimal sums) and ``deduplicate`` (held keys)."""
+    ``_matched`` flags), ``aggregate`` (exact decimal sums), ``deduplicate`` (held keys) and ``window`` (records
+    of unfired windows, watermark table) fed by a source, a join or a deduplicate. Refused: ``process`` (user
+    functions) and any operator reading a window's or an aggregate's output (a changelog whose rows depend on
+    firing and round boundaries: the batch plan does not carry their processing epochs)."""
     for op in job.operators():
         if isinstance(op, ProcessNode):
             return (f"job {job.name!r}: cannot bootstrap process {op.uid!r}: its state is built by a user "
                     "function the batch plan does not model; run the epochs instead")
-        if isinstance(op, WindowNode):
-            return (f"job {job.name!r}: cannot bootstrap window {op.uid!r}: window state (records of unfired "
-                    "windows, watermark) is not modelled by the batch plan; run the epochs instead")
-        if not isinstance(op, (JoinNode, AggregateNode, DedupNode)):
+        if not isinstance(op, (JoinNode, AggregateNode, DedupNode, WindowNode)):
             return f"job {job.name!r}: cannot bootstrap {type(op).__name__} {op.uid!r}: not modelled by the batch plan"
+        for inp in op.inputs:
+            up = job.nodes[job.chain_to(inp)[0]]
+            if isinstance(op, WindowNode) and isinstance(up, WindowNode):
+                return (f"job {job.name!r}: cannot bootstrap {type(op).__name__.removesuffix('Node').lower()} "
+                        f"{op.uid!r}: it reads the output of window {up.uid!r} (emit={up.emit!r}), whose epochs "
+                        "the batch plan does not model; run the epochs instead")
+            if isinstance(up, WindowNode) and not isinstance(op, AggregateNode):
+                return (f"job {job.name!r}: cannot bootstrap {type(op).__name__.removesuffix('Node').lower()} "
+                        f"{op.uid!r}: it reads the output of window {up.uid!r}, whose epochs the batch plan does not "
+                        "model; run the epochs instead")
     return None
 
 
@@ -173,6 +189,8 @@ def _objects(comp, res, job) -> list[tuple[str, str, str, object, str | None]]:
                 out.append(("state", op.uid, name, _exact_aggregate(comp, op), op.key))
             elif isinstance(op, DedupNode):
                 out.append(("state", op.uid, name, res.states[obj], op.key))   # the held keys (pipeline.batch.plan)
+            elif isinstance(op, WindowNode):   # win: keyed records of unfired windows; wm: the operator-wide
+                out.append(("state", op.uid, name, res.states[obj], op.key if name == "win" else None))  # table
     for s in job.sinks():
         if s.table not in res.sinks:
             raise BootstrapRefusedError(f"job {job.name!r}: cannot bootstrap sink {s.table!r} of "
@@ -191,6 +209,8 @@ def _write_object(spark, df, *, kind: str, uid: str, name: str, key: str | None,
     returns its report."""
     from pyspark.sql import functions as F
 
+    if kind == "state" and key is None:   # operator-wide state (a window's watermark table): subtask 0 writes
+        return _write_operator_wide(df, uid=uid, name=name, prefix=prefix, P=P, MP=MP)  # it, as the runtime does
     if key is not None:
         df = df.withColumn(KG_COLUMN, key_group_expr(key, MP))
         keyed = df.withColumn("_subtask", subtask_expr(KG_COLUMN, MP, P))
@@ -222,6 +242,29 @@ def _write_object(spark, df, *, kind: str, uid: str, name: str, key: str | None,
         yield to_batch([task_report(ReportKind(kind), uid, name, subtask, kgr, what, in_rows=t.num_rows)])
 
     return collect_handles(shuffled.mapInArrow(counted_in_span(task), HANDLE_DDL))
+
+
+def _write_operator_wide(df, *, uid: str, name: str, prefix: str, P: int, MP: int) -> list[TaskReport]:
+    """An operator-wide state (no key: a window's watermark table ``wm``) as the runtime snapshots it: the whole
+    table in one file ``<prefix>/<name>/<name>.parquet`` on subtask 0's handle, the other subtasks' handles empty
+    (every subtask reads all of them back on restore, whatever the parallelism). The table is small (one row per
+    watermark channel): one Spark task writes it."""
+    schema = arrow_schema_of(df)
+
+    def task(batches):
+        t = _collect(batches)
+        t = schema.empty_table() if t is None else t.select(schema.names).cast(schema)
+        kgr = range_for_subtask(MP, P, 0)
+        fh = write_table(file_io_for(prefix), f"{prefix}/{name}/{name}.parquet", t)
+        h = StateHandle(operator_uid=uid, subtask=0, kg_start=kgr.start, kg_end=kgr.end, name=name, file=fh)
+        yield to_batch([task_report(ReportKind.STATE, uid, name, 0, kgr, h, in_rows=t.num_rows)])
+
+    reports = collect_handles(df.coalesce(1).mapInArrow(task, HANDLE_DDL))
+    for sub in range(1, P):
+        kgr = range_for_subtask(MP, P, sub)
+        reports.append(task_report(ReportKind.STATE, uid, name, sub, kgr, StateHandle(
+            operator_uid=uid, subtask=sub, kg_start=kgr.start, kg_end=kgr.end, name=name, file=None)))
+    return reports
 
 
 def bootstrap(runner, *, epoch: int | None = None, target: str | None = None,
