@@ -25,10 +25,11 @@ Rules (``E`` = epoch length, ``end(k) = (k+1)E``, ``p(x)`` = processing epoch of
   A null key is one group (SQL ``GROUP BY``): its row is in the state and the sink exactly once.
 * What is not modelled is listed in :attr:`BatchResult.unchecked` (never skipped silently): an append sink
   of an aggregate (a changelog whose rows depend on round boundaries), an upsert sink of a non-aggregate,
-  operators fed by an aggregate, ``process`` nodes, and ``deduplicate`` fed by another operator in a lineage
-  with multi-round checkpoints or after an unaligned backlog drain (see docs/batch.md).
+  operators fed by an aggregate, ``process`` nodes, and ``deduplicate`` after an unaligned backlog drain or fed
+  by a window's or process's output in a lineage with multi-round checkpoints (see docs/batch.md).
 * ``deduplicate``: per key, a fold over processing rounds (see :meth:`_Compiler._dedup`,
-  :mod:`pipeline.batch.rounds`); state: the held keys alive at ``n``.
+  :mod:`pipeline.batch.rounds`; the round is carried through selects, joins and deduplicates); state: the held
+  keys alive at ``n``.
 * ``window`` (docs/windows.md): records with a key and an event time; per (channel, epoch) the highest event
   time, folded into ``W(m)`` exactly as the page defines it (running maximum per channel, minimum over the
   channels active in ``m``, minus the out-of-orderness, never decreasing); a (record, window) pair counts iff
@@ -415,11 +416,11 @@ class _Compiler:
             self.bad[nid] = f"deduplicate {op.uid} reads the changelog of {getattr(self.job.nodes[base], 'uid', base)}"
             return None
         n = self.prefix.epoch
-        if any(int(cp.metadata.extra.get("low_epoch", cp.metadata.epoch)) < cp.metadata.epoch
-               for cp in self.runner.coordinator.store.list() if cp.metadata.epoch <= n):
+        drains = [cp.metadata for cp in self.runner.coordinator.store.list() if cp.metadata.epoch <= n
+                  and int(cp.metadata.extra.get("low_epoch", cp.metadata.epoch)) < cp.metadata.epoch]
+        if drains:
             # a backlog drained by later (unaligned) checkpoints: rows of several epochs meet in one round
-            self.bad[nid] = (f"deduplicate {op.uid}: a checkpoint of this lineage drained a backlog of earlier epochs "
-                             "(the first row per key then follows the processing order; the batch rule, epoch order)")
+            self.bad[nid] = self._drain_reason(op, drains)
             return None
         rounds = self._rounds()
         multi = rounds.multi_round_epochs
@@ -482,6 +483,19 @@ class _Compiler:
                                & (F.col("__t") >= F.lit(self.prefix.end_us(self.prefix.ttl_epoch) - ttl)))
         self.result.states[f"state/{op.uid}/keys"] = held.select(key, "_ingest_ts")
         return out.drop("__t")
+
+    @staticmethod
+    def _drain_reason(op: DedupNode, drains: list) -> str:
+        """Why a deduplicate after an unaligned backlog drain is not checked (docs/batch.md "deduplicate")."""
+        which = ", ".join(f"chk-{md.checkpoint_id} (epoch {md.epoch}, low epoch {md.extra.get('low_epoch')})"
+                          for md in sorted(drains, key=lambda md: md.checkpoint_id)[:3])
+        more = f" and {len(drains) - 3} more" if len(drains) > 3 else ""
+        return (f"deduplicate {op.uid}: unaligned checkpoint(s) {which}{more} consumed rows of earlier epochs (a "
+                "backlog the barrier overtook). The runtime keeps the first row of a key in processing order, i.e. "
+                "by the checkpoint and round that read it; such a checkpoint's first round starts where the previous "
+                "one stopped reading, not at a barrier, and that position is recorded only in checkpoint metadata "
+                "that retention deletes, so the batch plan cannot reproduce the order. Its held keys, its output and "
+                "everything fed by it are not compared; the rest of the job is")
 
     def _with_rounds(self, df):
         """A source's rows with their round ``r(x)`` (:data:`ROUND`) when the lineage has multi-round checkpoints and
