@@ -25,10 +25,11 @@ Rules (``E`` = epoch length, ``end(k) = (k+1)E``, ``p(x)`` = processing epoch of
   A null key is one group (SQL ``GROUP BY``): its row is in the state and the sink exactly once.
 * What is not modelled is listed in :attr:`BatchResult.unchecked` (never skipped silently): an append sink
   of an aggregate (a changelog whose rows depend on round boundaries), an upsert sink of a non-aggregate,
-  operators fed by an aggregate, ``process`` nodes, and ``deduplicate`` fed by another operator in a lineage
-  with multi-round checkpoints or after an unaligned backlog drain (see docs/batch.md).
+  operators fed by an aggregate, ``process`` nodes, and ``deduplicate`` after an unaligned backlog drain or fed
+  by a window's or process's output in a lineage with multi-round checkpoints (see docs/batch.md).
 * ``deduplicate``: per key, a fold over processing rounds (see :meth:`_Compiler._dedup`,
-  :mod:`pipeline.batch.rounds`); state: the held keys alive at ``n``.
+  :mod:`pipeline.batch.rounds`; the round is carried through selects, joins and deduplicates); state: the held
+  keys alive at ``n``.
 * ``window`` (docs/windows.md): records with a key and an event time; per (channel, epoch) the highest event
   time, folded into ``W(m)`` exactly as the page defines it (running maximum per channel, minimum over the
   channels active in ``m``, minus the out-of-orderness, never decreasing); a (record, window) pair counts iff
@@ -44,12 +45,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pipeline.batch.prefix import PEPOCH, Prefix, source_dataframe
-from pipeline.batch.rounds import ROUND, RoundLog, read_round_log, round_task
+from pipeline.batch.rounds import ROUND, RoundLog, emitted_round, pair_round, read_round_log, round_task
 from pipeline.job import AggregateNode, DedupNode, Job, JoinNode, MapNode, SinkNode, SourceNode, WindowNode
 
 __all__ = ["BatchResult", "evaluate", "join_semantics"]
 
-INTERNAL = ("_source", "_partition", "_seq", "_row", PEPOCH)
+INTERNAL = ("_source", "_partition", "_seq", "_row", PEPOCH, ROUND)   # ROUND: only in multi-round lineages
 # the window state's documented columns (docs/windows.md "State after checkpoint n"): event time in µs, the epoch
 # the record was processed in, and the watermark table's operator row (channel "")
 WINDOW_EVENT_US, WINDOW_EPOCH, WATERMARK_ROW = "_event_us", "_epoch", ""
@@ -145,7 +146,7 @@ class _Compiler:
     def _build(self, nid: int):
         node = self.job.nodes[nid]
         if isinstance(node, SourceNode):  # read once, used by every object downstream
-            df = source_dataframe(self.spark, self.runner, self.job, node, self.prefix)
+            df = self._with_rounds(source_dataframe(self.spark, self.runner, self.job, node, self.prefix))
             return df if self._ranked_only(nid) else self._cache(df)
         if isinstance(node, MapNode):
             df = self.frame(node.parent)
@@ -234,11 +235,16 @@ class _Compiler:
             cond = cond & (F.least(F.col("__l__t"), F.col("__r__t")) >= (m + 1) * F.lit(E) - F.lit(ttl))
 
         def pick(c: str, outer_side: str | None = None):
-            if c == op.on or (c == "_ingest_ts" and c in lcols and c in rcols):
+            if c == "_ingest_ts" and c in lcols and c in rcols:   # a pair's: the later of the two (as the runtime)
+                return F.greatest(F.col(f"__l_{c}"), F.col(f"__r_{c}")).alias(c)
+            if c == op.on:
                 return F.coalesce(F.col(f"__l_{c}"), F.col(f"__r_{c}")).alias(c)
             return F.col(f"__l_{c}" if c in lcols else f"__r_{c}").alias(c)
 
-        pairs = lt.join(rt, cond, "inner").select(*[pick(c) for c in output], m.alias(PEPOCH))
+        rounds = ROUND in left.columns and ROUND in right.columns     # r(x) carried (multi-round lineage, dedup after)
+        rnd = [pair_round(F.col(f"__l_{PEPOCH}"), F.col(f"__l_{ROUND}"), F.col(f"__r_{PEPOCH}"),
+                          F.col(f"__r_{ROUND}")).alias(ROUND)] if rounds else []
+        pairs = lt.join(rt, cond, "inner").select(*[pick(c) for c in output], m.alias(PEPOCH), *rnd)
         out = pairs
         # state expires with the cutoff of the low watermark L of checkpoint n (n when the inputs are aligned)
         cutoff_n = self.prefix.end_us(self.prefix.ttl_epoch) - ttl if ttl is not None else None
@@ -256,7 +262,8 @@ class _Compiler:
                 else:
                     cols.append(F.lit(None).cast(other.schema[f"{'__r_' if side == 'left' else '__l_'}{c}"]
                                                  .dataType).alias(c))
-            out = out.unionByName(lonely.select(*cols, emitted_at.alias(PEPOCH)))
+            rnd = [emitted_round(emitted_at, F.col(f"{p}{PEPOCH}"), F.col(f"{p}{ROUND}")).alias(ROUND)] if rounds else []
+            out = out.unionByName(lonely.select(*cols, emitted_at.alias(PEPOCH), *rnd))
         # state at checkpoint n
         for name, mine, other, cols, leaves in (("left", lt, rt, lcols, unique in ("right", "both")),
                                                 ("right", rt, lt, rcols, unique in ("left", "both"))):
@@ -351,11 +358,14 @@ class _Compiler:
         def pick(c: str):
             if c == op.on:
                 return F.col("__k").alias(c)
-            if c == "_ingest_ts" and c in lcols and c in rcols:
-                return F.coalesce(F.col(f"__l_{c}"), F.col(f"__r_{c}")).alias(c)
+            if c == "_ingest_ts" and c in lcols and c in rcols:   # a pair's: the later of the two (as the runtime)
+                return F.greatest(F.col(f"__l_{c}"), F.col(f"__r_{c}")).alias(c)
             return F.col(f"__l_{c}" if c in lcols else f"__r_{c}").alias(c)
 
-        out = J.filter(F.col("__ok")).select(*[pick(c) for c in output], m.alias(PEPOCH))
+        rounds = ROUND in left.columns and ROUND in right.columns     # r(x) carried (multi-round lineage, dedup after)
+        rnd = [pair_round(F.col(f"__l_{PEPOCH}"), F.col(f"__l_{ROUND}"), F.col(f"__r_{PEPOCH}"),
+                          F.col(f"__r_{ROUND}")).alias(ROUND)] if rounds else []
+        out = J.filter(F.col("__ok")).select(*[pick(c) for c in output], m.alias(PEPOCH), *rnd)
         cutoff_n = self.prefix.end_us(self.prefix.ttl_epoch) - ttl if ttl is not None else None
         for side, p, q, present, mcols in (("left", "__l_", "__r_", lp, lcols), ("right", "__r_", "__l_", rp, rcols)):
             alone = J.filter(present & ~F.col("__ok"))
@@ -363,8 +373,9 @@ class _Compiler:
                 emitted_at = F.greatest(col(p, PEPOCH), F.floor((col(p, "_t") + F.lit(ttl)) / F.lit(E)).cast("long"))
                 cols = [col(p, c).alias(c) if c == op.on or c in mcols
                         else F.lit(None).cast(J.schema[f"{q}{c}"].dataType).alias(c) for c in output]
+                er = [emitted_round(emitted_at, col(p, PEPOCH), col(p, ROUND)).alias(ROUND)] if rounds else []
                 out = out.unionByName(alone.filter(col(p, "_t") < F.lit(cutoff_n))
-                                      .select(*cols, emitted_at.alias(PEPOCH)))
+                                      .select(*cols, emitted_at.alias(PEPOCH), *er))
             st = alone if cutoff_n is None else alone.filter(col(p, "_t") >= F.lit(cutoff_n))
             self.result.states[f"state/{op.uid}/{side}"] = st.select(*[col(p, c).alias(c) for c in mcols])
             # the runtime's ``_matched`` flag: matched rows left state (the partner side is unique)
@@ -405,11 +416,11 @@ class _Compiler:
             self.bad[nid] = f"deduplicate {op.uid} reads the changelog of {getattr(self.job.nodes[base], 'uid', base)}"
             return None
         n = self.prefix.epoch
-        if any(int(cp.metadata.extra.get("low_epoch", cp.metadata.epoch)) < cp.metadata.epoch
-               for cp in self.runner.coordinator.store.list() if cp.metadata.epoch <= n):
+        drains = [cp.metadata for cp in self.runner.coordinator.store.list() if cp.metadata.epoch <= n
+                  and int(cp.metadata.extra.get("low_epoch", cp.metadata.epoch)) < cp.metadata.epoch]
+        if drains:
             # a backlog drained by later (unaligned) checkpoints: rows of several epochs meet in one round
-            self.bad[nid] = (f"deduplicate {op.uid}: a checkpoint of this lineage drained a backlog of earlier epochs "
-                             "(the first row per key then follows the processing order; the batch rule, epoch order)")
+            self.bad[nid] = self._drain_reason(op, drains)
             return None
         rounds = self._rounds()
         multi = rounds.multi_round_epochs
@@ -421,16 +432,16 @@ class _Compiler:
                              "log (barriers/rounds/) has no entry for them (written before the round log existed): "
                              "the first row per key is decided per round")
             return None
-        if multi and not isinstance(self.job.nodes[base], SourceNode):
+        if multi and ROUND not in src.columns:
+            # the sources carry r(x) (:meth:`_with_rounds`), selects, joins and deduplicates pass it on; another
+            # operator between (a window's or a process's output) does not
             self.bad[nid] = (f"deduplicate {op.uid}: epochs {list(multi)} took several rounds, and the round in which "
-                             f"{getattr(self.job.nodes[base], 'uid', base)} emitted a row is not modelled (only rows "
-                             "read from a source carry their round)")
+                             f"{getattr(self.job.nodes[base], 'uid', base)} emitted a row is not modelled (rows of "
+                             "sources, selects, joins and deduplicates carry their round; this operator's do not)")
             return None
         from pyspark.sql import functions as F
-        if multi:
-            from pyspark.sql.types import LongType, StructField, StructType
-            src = src.mapInArrow(round_task(rounds), StructType([*src.schema.fields, StructField(ROUND, LongType())]))
-        else:
+        carried = ROUND in src.columns    # a deduplicate after this one needs r(x) too
+        if not multi:
             src = src.withColumn(ROUND, F.lit(0).cast("long"))
         ttl_s = op.ttl_seconds if op.ttl_seconds is not None else self.default_ttl
         ttl = ttl_s * 1_000_000 if ttl_s else None
@@ -461,7 +472,8 @@ class _Compiler:
                     held = int(cand["__t"].iloc[0])
             return pd.concat(keep) if keep else pdf.iloc[:0]
 
-        out = src.groupBy(key).applyInPandas(fold, schema=schema).drop(ROUND)
+        out = src.groupBy(key).applyInPandas(fold, schema=schema)
+        out = out if carried and multi else out.drop(ROUND)
         # held keys at n: a kept row with a key that was held when it passed (alive in its own epoch) and is still
         # alive at n (the cutoff of the low watermark L); at most one per key (a later row passes only once the
         # held one expired, and the cutoffs only grow)
@@ -471,6 +483,30 @@ class _Compiler:
                                & (F.col("__t") >= F.lit(self.prefix.end_us(self.prefix.ttl_epoch) - ttl)))
         self.result.states[f"state/{op.uid}/keys"] = held.select(key, "_ingest_ts")
         return out.drop("__t")
+
+    @staticmethod
+    def _drain_reason(op: DedupNode, drains: list) -> str:
+        """Why a deduplicate after an unaligned backlog drain is not checked (docs/batch.md "deduplicate")."""
+        which = ", ".join(f"chk-{md.checkpoint_id} (epoch {md.epoch}, low epoch {md.extra.get('low_epoch')})"
+                          for md in sorted(drains, key=lambda md: md.checkpoint_id)[:3])
+        more = f" and {len(drains) - 3} more" if len(drains) > 3 else ""
+        return (f"deduplicate {op.uid}: unaligned checkpoint(s) {which}{more} consumed rows of earlier epochs (a "
+                "backlog the barrier overtook). The runtime keeps the first row of a key in processing order, i.e. "
+                "by the checkpoint and round that read it; such a checkpoint's first round starts where the previous "
+                "one stopped reading, not at a barrier, and that position is recorded only in checkpoint metadata "
+                "that retention deletes, so the batch plan cannot reproduce the order. Its held keys, its output and "
+                "everything fed by it are not compared; the rest of the job is")
+
+    def _with_rounds(self, df):
+        """A source's rows with their round ``r(x)`` (:data:`ROUND`) when the lineage has multi-round checkpoints and
+        the job a deduplicate (the one operator whose result depends on round boundaries); ``df`` otherwise."""
+        if not any(isinstance(o, DedupNode) for o in self.job.operators()):
+            return df
+        rounds = self._rounds()
+        if not rounds.multi_round_epochs:
+            return df
+        from pyspark.sql.types import LongType, StructField, StructType
+        return df.mapInArrow(round_task(rounds), StructType([*df.schema.fields, StructField(ROUND, LongType())]))
 
     def _rounds(self) -> RoundLog:
         """The round log of the validated lineage (read once per plan)."""

@@ -15,6 +15,18 @@ no logged round took one round: ``r(x) = 0``.
 Only the operators whose result depends on round boundaries read it (``deduplicate``: "the first row of its
 key" is decided per round, docs/operators.md); everything else in the batch evaluation is a function of
 ``p(x)`` alone.
+
+**Rows an operator emits** (a dedup fed by a join's output): in an aligned lineage every round of checkpoint ``m``
+expires state with the same cutoff ``end(m) - ttl``, so a join emits
+
+* a pair ``(l, r)`` in the round its later row arrives: ``(p, r)`` of the pair = the larger of ``(p(l), r(l))``
+  and ``(p(r), r(r))`` (lexicographic; :func:`pair_round`);
+* an unmatched outer row either on arrival (it is already past its cutoff: its emission epoch
+  ``max(p(x), floor((t_x + ttl) / E))`` is ``p(x)``) in its own round ``r(x)``, or when it expires, in the first
+  round - round 0 - of the checkpoint of its emission epoch (:func:`emitted_round`);
+
+and a deduplicate passes a row on in the round it consumed it (its ``r`` is carried). The plan carries
+:data:`ROUND` beside ``_pepoch`` through selects, joins and deduplicates (docs/batch.md "deduplicate").
 """
 from __future__ import annotations
 
@@ -28,7 +40,7 @@ import numpy as np
 from pipeline.exceptions import StorageError
 from pipeline.layout import JobLayout
 
-__all__ = ["RoundLog", "read_round_log", "round_task", "ROUND"]
+__all__ = ["RoundLog", "read_round_log", "round_task", "pair_round", "emitted_round", "ROUND"]
 
 ROUND = "__round"          # the batch plan's column: r(x)
 _ROUND_FILE = re.compile(r"epoch-(\d+)-chk-(\d+)-r(\d+)\.json$")
@@ -125,3 +137,21 @@ def round_task(log: RoundLog):
                                              names=list(b.schema.names) + [ROUND])
 
     return task
+
+
+def pair_round(p_left, r_left, p_right, r_right):
+    """The round (a Spark column) in which a join emits the pair of rows with own epochs ``p_*`` and rounds
+    ``r_*``: the round of the later row, ``(p, r)`` compared lexicographically (the pair's epoch is the larger
+    ``p``)."""
+    from pyspark.sql import functions as F
+    return (F.when(p_left > p_right, r_left).when(p_right > p_left, r_right)
+            .otherwise(F.greatest(r_left, r_right)))
+
+
+def emitted_round(emitted_at, p_row, r_row):
+    """The round (a Spark column) in which a join emits an unmatched outer row of own epoch ``p_row`` and round
+    ``r_row`` at its emission epoch ``emitted_at``: on arrival (``emitted_at == p_row``: already past its cutoff)
+    in its own round, otherwise at expiry, in round 0 of the emission epoch's checkpoint (every round of an
+    aligned checkpoint expires with the same cutoff, so the first one does)."""
+    from pyspark.sql import functions as F
+    return F.when(emitted_at == p_row, r_row).otherwise(F.lit(0).cast("long"))

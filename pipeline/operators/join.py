@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.operators.ttl import ROW_EPOCH, expiry_epoch, pair_within_ttl
+from pipeline.operators.ttl import ROW_EPOCH, expiry_epoch, micros, pair_within_ttl
 
 __all__ = ["JoinType", "Uniqueness", "JoinResult", "MATCHED", "join_step", "with_matched"]
 
@@ -161,8 +161,9 @@ def _assemble(schema: pa.Schema, key: str, n: int, *, joined: pa.Table | None = 
         if joined is not None:
             if f.name == key:
                 c = joined[_K].cast(f.type)
-            elif f.name == "_ingest_ts":
-                c = pc.max_element_wise(joined["l:_ingest_ts"], joined["r:_ingest_ts"]).cast(f.type)
+            elif f.name == "_ingest_ts":   # the later of the two (as µs: no timestamp kernel for the maximum)
+                c = pc.max_element_wise(micros(joined["l:_ingest_ts"]), micros(joined["r:_ingest_ts"])).cast(
+                    pa.timestamp("us", tz="UTC")).cast(f.type)
             elif f.name == ROW_EPOCH and f"l:{ROW_EPOCH}" in joined.column_names:
                 c = pc.max_element_wise(joined[f"l:{ROW_EPOCH}"], joined[f"r:{ROW_EPOCH}"]).cast(f.type)
             elif f"l:{f.name}" in joined.column_names:

@@ -91,6 +91,9 @@ def collect(runner, snapshot: Snapshot, *, mode: str = "full", areas: tuple[str,
                 checksums[uri] = {"exists": False, "bytes": None, "sha256": None, "rows": None}
     if "metadata" in areas:
         c.metadata_datasets(checksums)
+    if "sink" in areas and mode != "epoch":
+        with c.timer("committed_rows"):
+            c.committed_rows_dataset()
     if data_needed:
         exp_per_group = None
         recomputed: set[str] | None = None

@@ -7,6 +7,8 @@ from typing import Any
 from pipeline.exceptions import SinkError, StorageError
 from pipeline.layout import snapshot_name
 from pipeline.quality.collect_base import CollectorBase, ordinal, records_frame
+from pipeline.quality.committed_rows import COLUMNS as COMMITTED_ROWS_COLUMNS
+from pipeline.quality.committed_rows import committed_rows
 from pipeline.quality.filestats import stat_files
 from pipeline.quality.jobspec import sink_obj, state_obj
 from pipeline.sink.table import CommittedTable
@@ -201,3 +203,20 @@ class MetadataCollector(CollectorBase):
             "table", "commit_id", "parent_id", "files", "rows", "commit_exists", "on_reader_lineage",
             "on_parent_chain", "checkpoint_known", "matches_checkpoint", "parent_matches"])
         self.out.datasets["committed_files"] = records_frame(committed, ["table", "commit_id", "uri", "sha256", "rows"])
+
+    def committed_rows_dataset(self) -> None:
+        """``committed_rows``: no row committed twice for one epoch on the lineage readers see
+        (:mod:`pipeline.quality.committed_rows`; reads only commits of an epoch committed more than once)."""
+        import pyarrow.parquet as pq
+
+        def read(uri: str):
+            with self.fio(uri).open_input(uri) as f:
+                return pq.read_table(f)
+
+        views = {t: info["view"] for t, info in self.tables.items() if not info["error"]}
+        res = committed_rows(views, {cid: int(cp.metadata.epoch) for cid, cp in self.known.items()}, read)
+        self.out.datasets["committed_rows"] = records_frame(res.records, COMMITTED_ROWS_COLUMNS)
+        self.out.examples["committed_duplicates"] = res.examples
+        self.out.figures["committed_rows_files_read"] = res.files_read
+        if res.unknown_epoch:
+            self.out.figures["committed_rows_not_compared"] = res.unknown_epoch

@@ -9,7 +9,7 @@ import pyarrow.compute as pc
 
 from pipeline.quality.collect_base import MAX_EXAMPLES
 
-__all__ = ["row_diff"]
+__all__ = ["row_diff", "row_overlap"]
 
 _NULL = "__isnull:"
 
@@ -78,3 +78,21 @@ def row_diff(actual: pa.Table, expected: pa.Table) -> dict:
             "missing_rows": ex_m, "extra_rows": ex_x, "extra_table": pa.table(
                 {c: pc.if_else(extra[_NULL + c], pa.scalar(None, extra[c].type), extra[c]) for c in cols}),
             "error": None}
+
+
+def row_overlap(later: pa.Table, earlier: pa.Table) -> dict:
+    """Rows of ``later`` that ``earlier`` holds too (multiset intersection over ``later``'s columns, floats in
+    cents, a null equal to a null): ``{"rows": how many, "examples": up to MAX_EXAMPLES of them, each with
+    ``_times`` (how often ``later`` repeats it)}``. Columns missing from ``earlier`` make every row differ."""
+    cols = [c for c in later.column_names if c != "_kg"]
+    if later.num_rows == 0 or earlier.num_rows == 0 or any(c not in earlier.column_names for c in cols):
+        return {"rows": 0, "examples": []}
+    both = cols + [_NULL + c for c in cols]
+    a = _comparable(later, cols).group_by(both).aggregate([([], "count_all")]).rename_columns(both + ["n_a"])
+    b = _comparable(earlier, cols).group_by(both).aggregate([([], "count_all")]).rename_columns(both + ["n_b"])
+    j = a.join(b, keys=both, join_type="inner")
+    n = pc.min_element_wise(j["n_a"], j["n_b"])
+    types = {c: later.schema.field(c).type for c in cols}
+    ex = [{**_readable(_restore_nulls(r, cols), types), "_times": int(k)}
+          for r, k in zip(j.slice(0, MAX_EXAMPLES).to_pylist(), n.slice(0, MAX_EXAMPLES).to_pylist())]
+    return {"rows": int(pc.sum(n).as_py() or 0), "examples": ex}

@@ -112,6 +112,13 @@ DATASETS: dict[str, dict[str, str]] = {
     },
     "committed_files": {"table": "sink table", "commit_id": "commit", "uri": "file", "sha256": "checksum",
                         "rows": "rows"},
+    "committed_rows": {
+        "table": "sink table", "commit_id": "commit (checkpoint id) readers see", "epoch": "epoch of its checkpoint",
+        "rows": "rows committed", "earlier_commits": "earlier commits of the same epoch on the lineage (a restore "
+        "point or savepoint re-completes the epoch it starts from)",
+        "duplicate_rows": "rows of this commit that an earlier commit of the same epoch holds (multiset, all "
+        "columns; null: not compared)",
+    },
     "state_files": {
         "object": "state/<uid>/<name>", "operator": "uid", "state": "state name", "subtask": "subtask",
         "kg_start": "first key group", "kg_end": "last key group (inclusive)", "uri": "state file (null: empty)",
@@ -250,6 +257,15 @@ SUITES: tuple[SuiteSpec, ...] = (
             _zero("dup_keys", "no duplicate key in committed output (e.g. order_id in paid_orders)",
                   "sink_duplicates"),
             _zero("null_keys", "committed rows have a key (an aggregate's NULL group is one key, held exactly once)"),
+        )),
+    SuiteSpec(
+        "epochal_committed_rows", "sink", "committed_rows", ("table", "commit_id", "epoch"),
+        "Row by row, no epoch's output is committed twice on the lineage readers see: a later commit of an epoch "
+        "(a restore point or savepoint re-completing it) holds no row an earlier commit of that epoch holds - "
+        "whatever parallelism split the rows into files, whatever the sink mode.",
+        (
+            _zero("duplicate_rows", "no row is committed twice for one epoch (the same rows in other files: a "
+                  "re-emission at another parallelism)", "committed_duplicates"),
         )),
     SuiteSpec(
         "epochal_sink_totals", "sink", "group_totals", ("aggregate", "group", "measure"),

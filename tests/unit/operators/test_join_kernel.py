@@ -178,3 +178,21 @@ def test_many_to_many_example():
     got, _, _, _ = run_kernel(lrows, rrows, ttl=None, how=JoinType.INNER, unique=Uniqueness.NONE, n_epochs=3,
                               rounds=[1], subtasks=1)
     assert sorted(got) == sorted([("a", 0, 1000), ("a", 0, 1001), ("a", 1, 1000), ("a", 1, 1001), ("b", 2, 1002)])
+
+
+def test_output_with_ingest_ts_carries_the_later_of_the_pair():
+    """``output=`` naming ``_ingest_ts`` (what a deduplicate after the join needs): a pair's is the later of its two
+    rows' (docs/operators.md "Column layout"); a lonely outer row keeps its own. (Timestamps have no arrow maximum
+    kernel: this used to raise ``ArrowNotImplementedError`` for every such join.)"""
+    ts = pa.timestamp("us", tz="UTC")
+    ls = pa.schema([("k", pa.string()), ("x", pa.int64()), ("_ingest_ts", ts)])
+    rs = pa.schema([("k", pa.string()), ("y", pa.int64()), ("_ingest_ts", ts)])
+    out_schema = pa.schema([("k", pa.string()), ("x", pa.int64()), ("y", pa.int64()), ("_ingest_ts", ts)])
+    left = pa.table({"k": ["a", "b"], "x": [1, 2], "_ingest_ts": pa.array([5_000_000, 1_000_000], pa.int64()).cast(ts)},
+                    schema=ls)
+    right = pa.table({"k": ["a"], "y": [7], "_ingest_ts": pa.array([3_000_000], pa.int64()).cast(ts)}, schema=rs)
+    res = join_step(ls.empty_table(), rs.empty_table(), left, right, key="k",
+                    cutoff=pa.scalar(2_000_000, ts), how=JoinType.LEFT, unique=Uniqueness.NONE,
+                    output_schema=out_schema)
+    got = {r["k"]: (r["y"], r["_ingest_ts"].timestamp()) for r in res.output.to_pylist()}
+    assert got == {"a": (7, 5.0), "b": (None, 1.0)}     # the pair: max(5 s, 3 s); b expired on arrival: its own
