@@ -105,7 +105,7 @@ def subtask_of(incoming: pa.Table | None) -> tuple[int, pa.Table | None]:
     inside a union (module docstring of ``runtime.routing``), so an input without a beacon fails the task instead of
     restoring the wrong key groups."""
     found = _beacons(incoming) if incoming is not None else None
-    if found is None:
+    if incoming is None or found is None:
         raise RuntimeError("keyed operator task received no subtask beacon: its input was not routed with "
                            "routing.route_by_key_group")
     where, flagged = found
