@@ -53,3 +53,13 @@ def test_route_by_key_group_puts_each_record_and_one_beacon_in_its_subtasks_part
             [(k or "", 0) for k in keys] + [(k or "", 1) for k in keys[::3]])
     with pytest.raises(ValueError, match="not a beacon"):
         beacon_subtask(0)
+
+
+@pytest.mark.spark
+def test_the_session_sends_arrow_batches_to_python_tasks_without_a_per_row_size_check():
+    """Spark 4 sizes the Arrow batch it builds for a Python task after every row unless the byte limit is exactly
+    Int.MaxValue (``BatchedPythonArrowInput.writeSizedBatch``); the batches still end at maxRecordsPerBatch rows."""
+    from pipeline.runtime.session import get_spark
+    conf = get_spark()._jsparkSession.sessionState().conf()
+    assert conf.arrowMaxBytesPerBatch() == 2**31 - 1
+    assert conf.arrowMaxRecordsPerBatch() == 50_000

@@ -12,8 +12,8 @@ import pytest
 from pipeline.runtime.operators import split_epochs, subtask_of
 from pipeline.runtime.round_params import EPOCH_TAG
 from pipeline.runtime.routing import BEACON
-from pipeline.state.backend import KG_COLUMN
 from pipeline.runtime.task_profile import PROFILE_ENV, profiled, summarize
+from pipeline.state.backend import KG_COLUMN
 
 pytestmark = pytest.mark.unit
 
