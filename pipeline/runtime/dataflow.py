@@ -22,7 +22,7 @@ from pipeline.exceptions import ConfigError
 from pipeline.fileio import file_io_for
 from pipeline.fileio.request_counter import attributed_to
 from pipeline.job import AggregateNode, Job, JoinNode, MapNode, SourceNode
-from pipeline.keygroups import key_group_expr, subtask_expr
+from pipeline.keygroups import key_group_expr
 from pipeline.operators.ttl import ROW_EPOCH
 from pipeline.runtime.operator_registry import builder_for, register_operator
 from pipeline.runtime.operators import (
@@ -36,7 +36,7 @@ from pipeline.runtime.operators import (
 )
 from pipeline.runtime.report_codec import from_table
 from pipeline.runtime.round_params import EPOCH_TAG, task_params
-from pipeline.runtime.routing import shuffle_to_subtasks, with_beacons
+from pipeline.runtime.routing import route_by_key_group
 from pipeline.runtime.task_profile import profiled
 from pipeline.runtime.task_requests import TaskRequestCounter, counted
 from pipeline.source.reader import META_FIELDS
@@ -300,8 +300,7 @@ def join_dataframe(spark, job: Job, op: JoinNode, resolve, io: OperatorIO):
     kg = key_group_expr(op.on, MP)
     l2 = left.withColumn("_side", F.lit(0).cast("byte")).withColumn("_kg", kg)
     r2 = right.withColumn("_side", F.lit(1).cast("byte")).withColumn("_kg", kg)
-    both = l2.unionByName(r2, allowMissingColumns=True).withColumn("_subtask", subtask_expr("_kg", MP, P))
-    shuffled = shuffle_to_subtasks(with_beacons(both, spark, P), spark, "_subtask", P)
+    shuffled = route_by_key_group(l2.unionByName(r2, allowMissingColumns=True), spark, "_kg", P, MP)
     joined = {**{f.name: f for f in lsch}, **{f.name: f for f in rsch}}
     # outer joins emit nulls for the other side: every output column is nullable
     out_schema = pa.schema([joined[c].with_nullable(True) for c in output])
@@ -352,8 +351,7 @@ def aggregate_dataframe(spark, job: Job, op: AggregateNode, resolve, io: Operato
             out_fields.append(fields[-1])
     state_schema = pa.schema(fields)
     out_schema = pa.schema(out_fields)
-    with_kg = src.withColumn("_kg", key_group_expr(op.key, MP)).withColumn("_subtask", subtask_expr("_kg", MP, P))
-    shuffled = shuffle_to_subtasks(with_beacons(with_kg, spark, P), spark, "_subtask", P)
+    shuffled = route_by_key_group(src.withColumn("_kg", key_group_expr(op.key, MP)), spark, "_kg", P, MP)
     spec = AggTaskSpec(op.uid, io.checkpoint, op.key, op.aggs, state_schema, P, MP, io.parent_handles,
                        io.state_prefix, io.output_prefix, io.output_name, io.file_tag, io.ack_prefix,
                        out_schema, tuple(io.prior_output))

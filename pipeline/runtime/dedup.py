@@ -14,7 +14,7 @@ from pipeline.exceptions import ConfigError
 from pipeline.faults import fault_point
 from pipeline.fileio import file_io_for
 from pipeline.job import DedupNode, Job
-from pipeline.keygroups import key_group_expr, range_for_subtask, subtask_expr
+from pipeline.keygroups import key_group_expr, range_for_subtask
 from pipeline.operators.dedup import dedup_step
 from pipeline.operators.ttl import ROW_EPOCH
 from pipeline.runtime.dataflow import OperatorIO, arrow_schema_of, drop_internal, schema_ddl
@@ -30,7 +30,7 @@ from pipeline.runtime.operators import (
     task_report,
 )
 from pipeline.runtime.round_params import EPOCH_TAG
-from pipeline.runtime.routing import shuffle_to_subtasks, with_beacons
+from pipeline.runtime.routing import route_by_key_group
 from pipeline.runtime.state_access import StateScope, StateSpec, open_state
 from pipeline.runtime.task_requests import counted
 from pipeline.state.backend import KG_COLUMN, write_table
@@ -128,8 +128,7 @@ def dedup_dataframe(spark, job: Job, op: DedupNode, resolve, io: OperatorIO):
         src = src.withColumn(ROW_EPOCH, F.lit(None).cast("long"))
     in_schema = arrow_schema_of(src.drop(*tag) if tag else src)
     user_schema = pa.schema([f for f in in_schema if f.name != ROW_EPOCH])
-    keyed = src.withColumn(KG_COLUMN, key_group_expr(op.key, MP)).withColumn("_subtask", subtask_expr(KG_COLUMN, MP, P))
-    shuffled = shuffle_to_subtasks(with_beacons(keyed, spark, P), spark, "_subtask", P)
+    shuffled = route_by_key_group(src.withColumn(KG_COLUMN, key_group_expr(op.key, MP)), spark, KG_COLUMN, P, MP)
     spec = DedupTaskSpec(op.uid, io.checkpoint, op.key, in_schema, P, MP, io.parent_handles, io.state_prefix,
                          io.output_prefix, io.output_name, io.file_tag, io.ttl_cutoff_us, io.ack_prefix,
                          ttl_us=io.ttl_us, epoch_us=io.epoch_us, epoch=io.epoch, user_schema=user_schema,

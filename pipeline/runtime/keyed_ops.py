@@ -43,7 +43,7 @@ from pipeline.runtime.operators import (
     task_report,
 )
 from pipeline.runtime.round_params import EPOCH_TAG
-from pipeline.runtime.routing import shuffle_to_subtasks, with_beacons
+from pipeline.runtime.routing import route_by_key_group, shuffle_to_subtasks, with_beacons
 from pipeline.runtime.state_access import StateScope, StateSpec, open_state
 from pipeline.runtime.task_requests import counted
 from pipeline.state.backend import KG_COLUMN, read_state, write_table
@@ -413,8 +413,7 @@ def process_dataframe(spark, job: Job, op: ProcessNode, resolve, io):
     in_schema = arrow_schema_of(df_user)
     # a tagged round (several epochs): the epoch rides along to the task, outside the user's rows
     df = df.select(*df_user.columns, EPOCH_TAG) if io.tagged else df_user
-    df = df.withColumn(KG_COLUMN, key_group_expr(op.key, MP)).withColumn("_subtask", subtask_expr(KG_COLUMN, MP, P))
-    shuffled = shuffle_to_subtasks(with_beacons(df, spark, P), spark, "_subtask", P)
+    shuffled = route_by_key_group(df.withColumn(KG_COLUMN, key_group_expr(op.key, MP)), spark, KG_COLUMN, P, MP)
     spec = ProcessTaskSpec(op.uid, io.checkpoint, op.key, op.fn, op.state_schema, op.output_schema, in_schema,
                            op.ttl_seconds, P, MP, io.parent_handles, io.state_prefix, io.output_prefix,
                            io.output_name, io.file_tag, io.ack_prefix, io.barrier_us)

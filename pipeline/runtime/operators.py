@@ -49,7 +49,7 @@ from pipeline.runtime.round_params import (
     operator_key,
     task_params,
 )
-from pipeline.runtime.routing import BEACON
+from pipeline.runtime.routing import BEACON, beacon_subtask
 from pipeline.runtime.state_access import StateScope, StateSpec, open_state
 from pipeline.runtime.task_profile import profiled
 from pipeline.source._formats import json_default
@@ -87,21 +87,36 @@ def carry_to_next_epoch(name: str, value: object) -> None:
         _CARRY[-1][name] = value
 
 
+def _beacons(incoming: pa.Table) -> tuple[pa.Array, bool] | None:
+    """(the positions of the beacon rows, whether they are flagged ``_beacon``) in a routed input; None: the input
+    carries no beacons. Routed by :func:`~pipeline.runtime.routing.route_by_key_group`: rows with a negative key
+    group; by :func:`~pipeline.runtime.routing.with_beacons`: rows flagged ``_beacon``."""
+    if BEACON in incoming.column_names:
+        return pc.indices_nonzero(pc.fill_null(incoming[BEACON], False)), True
+    if KG_COLUMN in incoming.column_names:
+        return pc.indices_nonzero(pc.fill_null(pc.less(incoming[KG_COLUMN], 0), False)), False
+    return None
+
+
 def subtask_of(incoming: pa.Table | None) -> tuple[int, pa.Table | None]:
-    """(this task's subtask, the incoming rows without the beacon) for an input shuffled with
-    :func:`~pipeline.runtime.routing.with_beacons`. Every keyed operator's input carries beacons: Spark's
-    partition id is not the subtask when the operator's tasks run inside a union (module docstring of
-    ``runtime.routing``), so an input without a beacon fails the task instead of restoring the wrong key groups."""
-    if incoming is None or BEACON not in incoming.column_names:
-        raise RuntimeError("keyed operator task received no subtask beacon: its input was not shuffled with "
-                           "routing.with_beacons")
-    where = pc.indices_nonzero(pc.fill_null(incoming[BEACON], False))
+    """(this task's subtask, the incoming rows without the beacon) for an input routed with
+    :func:`~pipeline.runtime.routing.route_by_key_group` (or :func:`~pipeline.runtime.routing.with_beacons`). Every
+    keyed operator's input carries beacons: Spark's partition id is not the subtask when the operator's tasks run
+    inside a union (module docstring of ``runtime.routing``), so an input without a beacon fails the task instead of
+    restoring the wrong key groups."""
+    found = _beacons(incoming) if incoming is not None else None
+    if incoming is None or found is None:
+        raise RuntimeError("keyed operator task received no subtask beacon: its input was not routed with "
+                           "routing.route_by_key_group")
+    where, flagged = found
     if len(where) != 1:
         raise RuntimeError(f"expected exactly one subtask beacon, got {len(where)}")
     i = where[0].as_py()
-    subtask = int(incoming["_subtask"][i].as_py())
+    subtask = int(incoming["_subtask"][i].as_py()) if flagged else beacon_subtask(int(incoming[KG_COLUMN][i].as_py()))
     # the rows around the beacon, zero-copy (slices, no filter over every column)
-    rest = pa.concat_tables([incoming.slice(0, i), incoming.slice(i + 1)]).drop_columns([BEACON])
+    rest = pa.concat_tables([incoming.slice(0, i), incoming.slice(i + 1)])
+    if flagged:
+        rest = rest.drop_columns([BEACON])
     return subtask, (rest if rest.num_rows else None)
 
 
@@ -242,8 +257,9 @@ def split_epochs(incoming: pa.Table | None) -> tuple[pa.Table | None, dict[int, 
         return None, {}, 0
     beacon = None
     data_rows = incoming.num_rows
-    if BEACON in incoming.column_names:  # routed with beacons (null tag): every epoch needs the beacon
-        where = pc.indices_nonzero(pc.fill_null(incoming[BEACON], False))
+    found = _beacons(incoming)
+    if found is not None:  # routed with beacons (null tag): every epoch needs the beacon
+        where = found[0]
         if len(where):
             beacon = incoming.take(where).drop_columns([EPOCH_TAG])
             data_rows -= len(where)

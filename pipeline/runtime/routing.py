@@ -9,10 +9,19 @@ A task must know its subtask even when it receives no records (it still restores
 downstream), Spark numbers the partitions of the union's inputs consecutively, so the operator's tasks may run
 as partitions ``P..2P-1``. :func:`with_beacons` adds one *beacon* row per subtask before the shuffle;
 the task reads its subtask from it (``runtime.operators.subtask_of``).
+
+Keyed operators route with :func:`route_by_key_group`: no routing columns travel at all. The beacon is a row whose
+key group is ``-1 - subtask`` (a record's key group is never negative), and the route is an expression of the
+shuffle itself, not a column: every column handed to the shuffle is written, read and converted to Arrow row by
+row (docs/performance.md). :func:`with_beacons` / :func:`shuffle_to_subtasks` (a ``_subtask`` column and a
+``_beacon`` flag) remain for inputs without a key group column (a window's watermark markers, batch bootstrap).
 """
 from __future__ import annotations
 
-__all__ = ["spark_hash_long", "routes", "route_column", "shuffle_to_subtasks", "with_beacons", "BEACON"]
+from pipeline.keygroups import subtask_expr
+
+__all__ = ["spark_hash_long", "routes", "route_column", "shuffle_to_subtasks", "with_beacons", "BEACON",
+           "route_by_key_group", "beacon_subtask"]
 
 BEACON = "_beacon"  # one row per subtask, so that a task knows its subtask even without data (with_beacons)
 
@@ -83,3 +92,25 @@ def with_beacons(df, spark, parallelism: int):
     beacons = spark.range(0, parallelism, 1, 1).select(F.col("id").cast("int").alias("_subtask"),
                                                        F.lit(True).alias(BEACON))
     return df.withColumn(BEACON, F.lit(None).cast("boolean")).unionByName(beacons, allowMissingColumns=True)
+
+
+def route_by_key_group(df, spark, kg_col: str, parallelism: int, max_parallelism: int):
+    """``df`` (records with their key group in ``kg_col``) plus one beacon row per subtask (``kg_col`` =
+    ``-1 - subtask``, every other column null), repartitioned so that partition i holds exactly subtask i's rows.
+    Unlike :func:`with_beacons` + :func:`shuffle_to_subtasks` it adds no column: the subtask and its route are
+    computed inside the shuffle's partitioning expression."""
+    from pyspark.sql import functions as F
+
+    kg = F.col(kg_col)
+    beacons = spark.range(0, parallelism, 1, 1).select((F.lit(-1) - F.col("id")).cast("int").alias(kg_col))
+    both = df.unionByName(beacons, allowMissingColumns=True)
+    subtask = F.when(kg < 0, F.lit(-1) - kg).otherwise(subtask_expr(kg_col, max_parallelism, parallelism))
+    route = F.element_at(F.array(*[F.lit(r).cast("long") for r in routes(parallelism)]), subtask.cast("int") + 1)
+    return both.repartition(parallelism, route)
+
+
+def beacon_subtask(kg: int) -> int:
+    """The subtask of a beacon row of :func:`route_by_key_group` (its key group, negative)."""
+    if kg >= 0:
+        raise ValueError(f"key group {kg} is a record's, not a beacon's")
+    return -1 - kg

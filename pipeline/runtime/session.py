@@ -36,6 +36,10 @@ SQL_CONF = {
     # partition i after our shuffle must be operator subtask i: no adaptive coalescing
     "spark.sql.adaptive.enabled": "false",
     "spark.sql.execution.arrow.maxRecordsPerBatch": "50000",
+    # no byte limit per Arrow batch towards the Python tasks (batches end at maxRecordsPerBatch rows, as in Spark
+    # 3.x): with any other value Spark 4 measures the batch being built after *every row* (ArrowWriter.sizeInBytes
+    # walks the struct of all columns), a quarter of the executors' JVM CPU on the 2M benchmark (docs/performance.md)
+    "spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1),
     "spark.sql.execution.pythonUDF.arrow.enabled": "true",
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
 }

@@ -141,9 +141,14 @@ def _tagged(make, uid, inputs, root, ttl_s, chained, monkeypatch):
 
 
 def _beaconed(inputs: list[pa.Table]) -> tuple[list[pa.Table], list[pa.Table]]:
-    """(tagged inputs, sequential inputs) with the subtask's beacon (routing.with_beacons): one row per subtask and
-    round, untagged - once in the tagged round, in every sequential round."""
+    """(tagged inputs, sequential inputs) with the subtask's beacon: one row per subtask and round, untagged - once
+    in the tagged round, in every sequential round. Keyed inputs (a ``_kg`` column, no ``_subtask``) as
+    routing.route_by_key_group sends them (the beacon's key group is -1 - subtask), else as routing.with_beacons."""
     schema = inputs[0].schema
+    if "_kg" in schema.names and "_subtask" not in schema.names:
+        beacon = pa.Table.from_pylist([{"_kg": -1}], schema=schema)
+        full = [pa.Table.from_pylist(t.to_pylist(), schema=schema) for t in inputs]
+        return [pa.concat_tables([beacon, full[0]])] + full[1:], [pa.concat_tables([beacon, t]) for t in full]
     if "_subtask" not in schema.names:
         schema = schema.append(pa.field("_subtask", pa.int32()))
     schema = schema.append(pa.field(BEACON, pa.bool_()))
@@ -265,16 +270,15 @@ def test_dedup_tagged_round_equals_sequential_rounds(tmp_path, monkeypatch, seed
         return make_dedup_task(DedupTaskSpec("d", "chk-?", "k", in_schema, 1, 8, {}, "", "", "", "", None,
                                              ttl_us=ttl_s * 1_000_000, epoch_us=E_US, user_schema=user))
 
-    schema = in_schema.append(pa.field("_kg", pa.int32())).append(pa.field("_subtask", pa.int32())).append(
-        pa.field(BEACON, pa.bool_())).append(pa.field(EPOCH_TAG, pa.int64()))
+    schema = in_schema.append(pa.field("_kg", pa.int32())).append(pa.field(EPOCH_TAG, pa.int64()))
     inputs = []
     for i in range(EPOCHS):
         e = FIRST + i
         rows = [{"k": (k := f"k{rnd.randint(0, 12)}"), "v": rnd.randint(0, 9), "_ingest_ts": e * E_US + rnd.randint(0, E_US - 1),
-                 ROW_EPOCH: e, "_kg": _kg(k), "_subtask": 0, BEACON: None, EPOCH_TAG: e}
+                 ROW_EPOCH: e, "_kg": _kg(k), EPOCH_TAG: e}
                 for _ in range(rnd.randint(0, 15))]
-        if i == 0:  # the subtask's beacon (routing.with_beacons): one per subtask, untagged
-            rows.insert(0, {"_subtask": 0, BEACON: True})
+        if i == 0:  # the subtask's beacon (routing.route_by_key_group): one per subtask, untagged
+            rows.insert(0, {"_kg": -1})
         inputs.append(pa.Table.from_pylist(rows, schema=schema))
     seq_inputs = [inputs[0]] + [pa.concat_tables([inputs[0].slice(0, 1), t]) for t in inputs[1:]]
     seq = _sequential(make, "d", seq_inputs, (tmp_path / "seq").as_uri(), ttl_s, chained, monkeypatch)
@@ -305,16 +309,15 @@ def test_process_tagged_round_equals_sequential_rounds(tmp_path, monkeypatch, se
         return make_process_task(ProcessTaskSpec("p", "chk-?", "k", _running_total, TOTALS, TOTALS, user, 120, 1, 8,
                                                  {}, "", "", "", ""))
 
-    schema = user.append(pa.field("_kg", pa.int32())).append(pa.field("_subtask", pa.int32())).append(
-        pa.field(BEACON, pa.bool_())).append(pa.field(EPOCH_TAG, pa.int64()))
+    schema = user.append(pa.field("_kg", pa.int32())).append(pa.field(EPOCH_TAG, pa.int64()))
     inputs = []
     for i in range(EPOCHS):
         e = FIRST + i
         rows = [{"k": (k := f"k{rnd.randint(0, 9)}"), "v": rnd.randint(1, 9),
-                 "_ingest_ts": e * E_US + rnd.randint(0, E_US - 1), "_kg": _kg(k), "_subtask": 0, EPOCH_TAG: e}
+                 "_ingest_ts": e * E_US + rnd.randint(0, E_US - 1), "_kg": _kg(k), EPOCH_TAG: e}
                 for _ in range(rnd.randint(0, 10))]
-        if i == 0:
-            rows.insert(0, {"_subtask": 0, BEACON: True})
+        if i == 0:  # the subtask's beacon (routing.route_by_key_group)
+            rows.insert(0, {"_kg": -1})
         inputs.append(pa.Table.from_pylist(rows, schema=schema))
     seq_inputs = [inputs[0]] + [pa.concat_tables([inputs[0].slice(0, 1), t]) for t in inputs[1:]]
     seq = _sequential(make, "p", seq_inputs, (tmp_path / "seq").as_uri(), None, False, monkeypatch)

@@ -1,7 +1,9 @@
-"""Routing values: our Murmur3 equals Spark's ``hash``, and each route lands in its own partition."""
+"""Routing values: our Murmur3 equals Spark's ``hash``, and each route lands in its own partition; routing by key
+group puts every record in its subtask's partition with exactly one beacon, and adds no column."""
 import pytest
 
-from pipeline.runtime.routing import routes, shuffle_to_subtasks, spark_hash_long
+from pipeline.keygroups import key_group_expr, subtask_for_key_group
+from pipeline.runtime.routing import beacon_subtask, route_by_key_group, routes, shuffle_to_subtasks, spark_hash_long
 
 
 def test_routes_are_distinct_and_cover_every_subtask():
@@ -25,3 +27,39 @@ def test_hash_and_routes_agree_with_spark():
         out = shuffle_to_subtasks(df, spark, "s", p).rdd.mapPartitionsWithIndex(
             lambda idx, it: [(idx, r["s"]) for r in it]).collect()
         assert sorted(out) == [(i, i) for i in range(p)], f"parallelism {p}: {out}"
+
+
+@pytest.mark.spark
+def test_route_by_key_group_puts_each_record_and_one_beacon_in_its_subtasks_partition():
+    from pipeline.runtime.session import get_spark
+    spark = get_spark()
+    keys = [f"k{i}" for i in range(300)] + [None]
+    for p, mp in ((1, 128), (2, 128), (3, 128), (4, 16), (7, 128)):
+        # two inputs unioned (as the join's sides), keyed by a string key: the partition ids of the union's inputs
+        # are consecutive, the routed output has exactly p partitions
+        left = spark.createDataFrame([(k, 0) for k in keys], "k string, side int")
+        right = spark.createDataFrame([(k, 1) for k in keys[::3]], "k string, side int")
+        both = left.unionByName(right).withColumn("_kg", key_group_expr("k", mp))
+        routed = route_by_key_group(both, spark, "_kg", p, mp)
+        assert routed.columns == ["k", "side", "_kg"]  # no routing column travels
+        assert routed.rdd.getNumPartitions() == p
+        out = routed.rdd.mapPartitionsWithIndex(lambda idx, it: [(idx, r["k"], r["side"], r["_kg"]) for r in it]).collect()
+        for idx in range(p):
+            mine = [o for o in out if o[0] == idx]
+            beacons = [o for o in mine if o[3] < 0]
+            assert [(b[1], b[2], beacon_subtask(b[3])) for b in beacons] == [(None, None, idx)], (p, idx, beacons)
+            assert all(subtask_for_key_group(mp, p, o[3]) == idx for o in mine if o[3] >= 0)
+        assert sorted((o[1] or "", o[2]) for o in out if o[3] >= 0) == sorted(
+            [(k or "", 0) for k in keys] + [(k or "", 1) for k in keys[::3]])
+    with pytest.raises(ValueError, match="not a beacon"):
+        beacon_subtask(0)
+
+
+@pytest.mark.spark
+def test_the_session_sends_arrow_batches_to_python_tasks_without_a_per_row_size_check():
+    """Spark 4 sizes the Arrow batch it builds for a Python task after every row unless the byte limit is exactly
+    Int.MaxValue (``BatchedPythonArrowInput.writeSizedBatch``); the batches still end at maxRecordsPerBatch rows."""
+    from pipeline.runtime.session import get_spark
+    conf = get_spark()._jsparkSession.sessionState().conf()
+    assert conf.arrowMaxBytesPerBatch() == 2**31 - 1
+    assert conf.arrowMaxRecordsPerBatch() == 50_000

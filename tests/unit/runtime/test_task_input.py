@@ -13,31 +13,47 @@ from pipeline.runtime.operators import split_epochs, subtask_of
 from pipeline.runtime.round_params import EPOCH_TAG
 from pipeline.runtime.routing import BEACON
 from pipeline.runtime.task_profile import PROFILE_ENV, profiled, summarize
+from pipeline.state.backend import KG_COLUMN
 
 pytestmark = pytest.mark.unit
 
 
-def _rows(rng: random.Random, n: int, epochs: list[int | None], beacon_at: int | None, subtask: int = 3) -> pa.Table:
-    rows = [{"k": f"k{rng.randrange(50)}", "v": i, EPOCH_TAG: rng.choice(epochs), BEACON: None, "_subtask": None}
-            for i in range(n)]
+def _rows(rng: random.Random, n: int, epochs: list[int | None], beacon_at: int | None, subtask: int = 3,
+          keyed: bool = False) -> pa.Table:
+    """Random rows of one subtask; ``keyed``: routed by key group (the beacon is the row with key group
+    ``-1 - subtask``, no flag column), else flagged ``_beacon`` with a ``_subtask`` column."""
+    if keyed:
+        rows = [{"k": f"k{rng.randrange(50)}", "v": i, EPOCH_TAG: rng.choice(epochs), KG_COLUMN: rng.randrange(128)}
+                for i in range(n)]
+        beacon = {"k": None, "v": None, EPOCH_TAG: None, KG_COLUMN: -1 - subtask}
+        schema = pa.schema([("k", pa.string()), ("v", pa.int64()), (EPOCH_TAG, pa.int64()), (KG_COLUMN, pa.int32())])
+    else:
+        rows = [{"k": f"k{rng.randrange(50)}", "v": i, EPOCH_TAG: rng.choice(epochs), BEACON: None, "_subtask": None}
+                for i in range(n)]
+        beacon = {"k": None, "v": None, EPOCH_TAG: None, BEACON: True, "_subtask": subtask}
+        schema = pa.schema([("k", pa.string()), ("v", pa.int64()), (EPOCH_TAG, pa.int64()), (BEACON, pa.bool_()),
+                            ("_subtask", pa.int32())])
     if beacon_at is not None:
-        rows.insert(beacon_at, {"k": None, "v": None, EPOCH_TAG: None, BEACON: True, "_subtask": subtask})
-    schema = pa.schema([("k", pa.string()), ("v", pa.int64()), (EPOCH_TAG, pa.int64()), (BEACON, pa.bool_()),
-                        ("_subtask", pa.int32())])
+        rows.insert(beacon_at, beacon)
     t = pa.Table.from_pylist(rows, schema=schema)
     cuts = sorted(rng.sample(range(1, max(2, t.num_rows)), min(3, max(0, t.num_rows - 1))))
     return pa.concat_tables([t.slice(a, b - a) for a, b in zip([0] + cuts, cuts + [t.num_rows])])  # chunked
 
 
+def _is_beacon(r: dict) -> bool:
+    return bool(r.get(BEACON)) or (r.get(KG_COLUMN) is not None and r[KG_COLUMN] < 0)
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["flagged", "keyed"])
 @pytest.mark.parametrize("seed", range(8))
-def test_split_epochs_is_the_per_epoch_filter(seed):
+def test_split_epochs_is_the_per_epoch_filter(seed, keyed):
     rng = random.Random(seed)
     n = rng.randrange(0, 300)
     epochs: list[int | None] = [7, 9, 8, 12] + ([None] if seed % 3 == 0 else [])
-    t = _rows(rng, n, epochs, beacon_at=rng.randrange(n + 1) if seed % 4 else None)
+    t = _rows(rng, n, epochs, beacon_at=rng.randrange(n + 1) if seed % 4 else None, keyed=keyed)
     beacon, parts, data_rows = split_epochs(t)
     rows = t.to_pylist()
-    data = [r for r in rows if not r[BEACON]]
+    data = [r for r in rows if not _is_beacon(r)]
     assert data_rows == len(data)
     for e in (7, 8, 9, 12):
         want = [{k: v for k, v in r.items() if k != EPOCH_TAG} for r in data if r[EPOCH_TAG] == e]
@@ -46,25 +62,28 @@ def test_split_epochs_is_the_per_epoch_filter(seed):
     assert set(parts) <= {7, 8, 9, 12}
     assert sum(p.num_rows for p in parts.values()) == sum(1 for r in data if r[EPOCH_TAG] is not None)
     if seed % 4:
-        assert beacon is not None and beacon.to_pylist() == [
-            {"k": None, "v": None, BEACON: True, "_subtask": 3}]
+        assert beacon is not None and beacon.to_pylist() == (
+            [{"k": None, "v": None, KG_COLUMN: -4}] if keyed else [{"k": None, "v": None, BEACON: True, "_subtask": 3}])
     else:
         assert beacon is None
     assert split_epochs(None) == (None, {}, 0)
 
 
+@pytest.mark.parametrize("keyed", [False, True], ids=["flagged", "keyed"])
 @pytest.mark.parametrize("seed", range(6))
-def test_subtask_of_takes_the_one_beacon_out(seed):
+def test_subtask_of_takes_the_one_beacon_out(seed, keyed):
     rng = random.Random(seed)
     n = rng.randrange(0, 200)
-    t = _rows(rng, n, [1], beacon_at=rng.randrange(n + 1), subtask=seed).drop_columns([EPOCH_TAG])
+    t = _rows(rng, n, [1], beacon_at=rng.randrange(n + 1), subtask=seed, keyed=keyed).drop_columns([EPOCH_TAG])
     subtask, rest = subtask_of(t)
     assert subtask == seed
-    want = [{k: v for k, v in r.items() if k != BEACON} for r in t.to_pylist() if not r[BEACON]]
+    want = [{k: v for k, v in r.items() if k != BEACON} for r in t.to_pylist() if not _is_beacon(r)]
     assert (rest.to_pylist() if rest is not None else []) == want
     two = pa.concat_tables([t, t])
     with pytest.raises(RuntimeError, match="exactly one subtask beacon, got 2"):
         subtask_of(two)
+    with pytest.raises(RuntimeError, match="no subtask beacon"):
+        subtask_of(t.drop_columns([BEACON, "_subtask"] if not keyed else [KG_COLUMN]))
 
 
 def test_task_profile_writes_a_profile_only_when_asked(tmp_path, monkeypatch):
