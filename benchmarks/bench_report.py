@@ -12,6 +12,14 @@ DOC_BEGIN = "<!-- bench:begin orders={orders} -->"
 DOC_END = "<!-- bench:end orders={orders} -->"
 
 
+def default_epochs_per_round() -> int:
+    """``PIPELINE_MAX_EPOCHS_PER_ROUND``'s default (pipeline/config.py), for a run that does not set it."""
+    from dataclasses import fields
+
+    from pipeline.config import PipelineConfig
+    return int(next(f.default for f in fields(PipelineConfig) if f.name == "max_epochs_per_round"))  # type: ignore[call-overload]
+
+
 # ----------------------------------------------------------------------------------------- report
 def table_lines(results: list[dict], events: int) -> list[str]:
     one = next((r for r in results if r["system"].startswith("one-shot")), None)
@@ -30,7 +38,7 @@ def table_lines(results: list[dict], events: int) -> list[str]:
 
 def epochal_lines(r: dict) -> list[str]:
     spark_rounds = r.get("spark_rounds") or r["rounds"]
-    k = os.environ.get("PIPELINE_MAX_EPOCHS_PER_ROUND", "1")
+    k = os.environ.get("PIPELINE_MAX_EPOCHS_PER_ROUND") or str(default_epochs_per_round())
     lines = [f"{r['system']}: {r['checkpoints']} checkpoints in {spark_rounds} Spark rounds "
              f"(PIPELINE_MAX_EPOCHS_PER_ROUND={k}); job {r['job_s']:.1f}s = rounds "
              f"{r['rounds_s']:.1f}s + planning/restore/cleanup between rounds {r['job_s'] - r['rounds_s']:.1f}s",

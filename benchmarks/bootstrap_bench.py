@@ -14,7 +14,8 @@ cased). Each phase runs in a fresh child process over the same sources, with its
   restore --from`` it (a checkpoint of the job: state re-snapshotted by the tasks); the restore's post-restore
   quality suites are timed apart (``restore_validate_s``);
 * **catch-up**: ``epochal run`` from scratch, a checkpoint per epoch, up to the same live epoch
-  (``--max-epochs-per-round K``: ``PIPELINE_MAX_EPOCHS_PER_ROUND``, K epochs of backlog per round).
+  (``--max-epochs-per-round K``: ``PIPELINE_MAX_EPOCHS_PER_ROUND``, K epochs of backlog per round; default 8, the
+  config's default; 1 for one epoch per round).
 
 ``job s`` excludes the Spark session start (timed apart as ``spark_start_s``); ``wall s`` is the child process;
 ``cpu s`` is the CPU time of the child's process tree (driver, JVM, Python workers) during ``job s``, and the
@@ -41,7 +42,7 @@ CLOCK = "2026-06-01T00:00:00Z"
 PHASES = ("oneshot", "bootstrap", "catchup")
 
 
-def _runner(root: Path, phase: str, parallelism: int, epochs_per_round: int = 1):
+def _runner(root: Path, phase: str, parallelism: int, epochs_per_round: int = 8):
     from pipeline.config import load_config
     from pipeline.jobs import get_job
     from pipeline.runtime.runner import JobRunner
@@ -61,7 +62,7 @@ def prepare(root: Path, epochs: int, partitions: int, orders: int) -> dict:
     return {"generate_s": round(time.perf_counter() - t, 1), "rows": s.rows}
 
 
-def measure(root: Path, phase: str, parallelism: int, epochs_per_round: int = 1) -> dict:
+def measure(root: Path, phase: str, parallelism: int, epochs_per_round: int = 8) -> dict:
     import shutil
     shutil.rmtree(root / phase, ignore_errors=True)
     r = _runner(root, phase, parallelism, epochs_per_round)
@@ -116,8 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--parallelism", type=int, default=2)
     ap.add_argument("--phases", default=",".join(PHASES))
-    ap.add_argument("--max-epochs-per-round", type=int, default=1,
-                    help="catch-up: PIPELINE_MAX_EPOCHS_PER_ROUND (epochs of backlog per round)")
+    ap.add_argument("--max-epochs-per-round", type=int, default=8,
+                    help="catch-up: PIPELINE_MAX_EPOCHS_PER_ROUND (epochs of backlog per round; default: the "
+                         "config's default, 8)")
     ap.add_argument("--measure", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--prepare", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)

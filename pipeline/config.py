@@ -33,8 +33,9 @@ class PipelineConfig:
     dead_letter_uri: str = ""  # default: <checkpoint_uri>/_dead_letter (records go to <root>/<job>/<source>/...)
     epoch_seconds: int = 60
     max_records_per_epoch: int = 1_000_000
-    # several waiting epochs per Spark round (epoch tagging, docs/performance.md); 1: one epoch per round
-    max_epochs_per_round: int = 1
+    # up to this many waiting epochs per Spark round, one checkpoint each (epoch tagging, docs/performance.md);
+    # one waiting epoch (a steady schedule) is one round whatever the value; 1: always one epoch per round
+    max_epochs_per_round: int = 8
     allowed_lateness_seconds: int = 0
     parallelism: int = 2
     max_parallelism: int = 128

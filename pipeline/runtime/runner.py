@@ -161,6 +161,7 @@ class JobRunner:
             ctx.echo(f"job {ctx.job.name}: no checkpoint yet: starting from the beginning of the sources")
         progress = RunProgress(epochs)
         done = 0
+        refused: set[str] = set()
         while epochs is None or done < epochs:
             summaries = planner.summaries(cursor)
             if until_epoch is not None:
@@ -177,7 +178,7 @@ class JobRunner:
                 ctx.echo(f"epoch {target} is not complete yet (a partition lags): stopping")
                 break
             targets = [(target, barriers)]
-            if group_refusal(ctx, cursor) is None:  # several waiting epochs in one round (epoch_groups)
+            if self._may_group(cursor, refused):  # several waiting epochs in one round (epoch_groups)
                 left = ctx.config.max_epochs_per_round - 1 if epochs is None else min(
                     ctx.config.max_epochs_per_round, epochs - done) - 1
                 targets += self._waiting_after(target, barriers, cursor, summaries, left, until_epoch)
@@ -208,6 +209,7 @@ class JobRunner:
             cursor = planner.rewind_cursor(epoch, report)
         report.restored_from = cursor.checkpoint_id
         progress = RunProgress(None)
+        refused: set[str] = set()
         while cursor.epoch is None or cursor.epoch < epoch:
             summaries = planner.summaries(cursor)
             if cursor.epoch is None:
@@ -220,7 +222,7 @@ class JobRunner:
                                       "partition lags (no row at/after the epoch end and the allowed lateness "
                                       "has not passed); retry later")
             targets = [(target, barriers)]
-            if group_refusal(ctx, cursor) is None:  # several waiting epochs in one round (epoch_groups)
+            if self._may_group(cursor, refused):  # several waiting epochs in one round (epoch_groups)
                 targets += self._waiting_after(target, barriers, cursor, summaries,
                                                ctx.config.max_epochs_per_round - 1, epoch)
             cursor, rounds, n = self.complete_epochs(cursor, targets, summaries, parallelism=parallelism)
@@ -229,6 +231,19 @@ class JobRunner:
                 ctx.echo(progress.epoch_done(t, sum(sum(r.records.values()) for r in rounds if r.epoch == t), epoch))
         ctx.cleanup_sink_garbage(after=report.restored_from)
         return report
+
+    def _may_group(self, cursor: Cursor, refused: set[str]) -> bool:
+        """Whether the round starting at ``cursor`` may carry several waiting epochs (epoch tagging). When
+        ``PIPELINE_MAX_EPOCHS_PER_ROUND`` asks for several but the job or mode cannot (epoch_groups.group_refusal),
+        the round carries one epoch and the reason is logged once per run (``refused``: the reasons logged)."""
+        reason = group_refusal(self.ctx, cursor)
+        if reason is None:
+            return True
+        if self.ctx.config.max_epochs_per_round > 1 and reason not in refused:
+            refused.add(reason)
+            self.ctx.echo(f"job {self.ctx.job.name}: one epoch per Spark round "
+                          f"(PIPELINE_MAX_EPOCHS_PER_ROUND={self.ctx.config.max_epochs_per_round} not used: {reason})")
+        return False
 
     def write_ahead_barriers(self, epoch: int) -> list[int] | None:
         """The Airflow ``trigger`` step for ``epoch``: log (write-ahead) the barrier of every epoch the job
