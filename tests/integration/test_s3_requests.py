@@ -23,56 +23,32 @@ fresh runner per epoch, epoch 3 against epoch 15 (~1.5 min).
 """
 from __future__ import annotations
 
-import io
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from urllib.parse import unquote
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from pipeline.config import load_config
 from pipeline.credentials import forward_to_executors
 from pipeline.fileio import S3FileIO
 from pipeline.fileio.request_counter import KINDS, RequestCounting, StorageRequests, request_counts
-from pipeline.job import Job
 from pipeline.runtime.runner import JobRunner
 from pipeline.testing.doubles import FakeClock
 from pipeline.testing.s3_faults import S3FaultProxy
+from tests.integration.s3_request_jobs import clicks_job, proxy_diff, write_clicks_epoch
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3]
 
-SCHEMA = pa.schema([pa.field("click_id", pa.string()), pa.field("user", pa.string()),
-                    pa.field("value", pa.int64()), pa.field("_ingest_ts", pa.timestamp("us", tz="UTC"))])
 T0 = datetime(2024, 5, 1, tzinfo=timezone.utc)
 ROWS = 10  # per file
 LONG = os.environ.get("EPOCHAL_S3_REQUESTS_LONG") == "1"
 
 
-def _job() -> Job:
-    job = Job("s3req_test", max_parallelism=8)
-    job.source("clicks", SCHEMA, key="click_id") \
-        .aggregate(uid="per-user", key="user", aggs={"n": ("count", None), "total": ("sum", "value")}) \
-        .sink("user_totals", mode="upsert", key=["user"])
-    return job
 
 
-def _write_epoch(fio: S3FileIO, src: str, e: int) -> None:
-    for p in range(2):
-        t = pa.table({"click_id": [f"{e}-{p}-{i}" for i in range(ROWS)], "user": [f"u{i % 4}" for i in range(ROWS)],
-                      "value": list(range(ROWS)),
-                      "_ingest_ts": [T0 + timedelta(seconds=60 * e + 5 * i) for i in range(ROWS)]}, schema=SCHEMA)
-        buf = io.BytesIO()
-        pq.write_table(t, buf)
-        fio.write_bytes(f"{src}/clicks/partition={p}/{e:08d}.parquet", buf.getvalue())
 
 
-def _kinds(before: dict, after: dict) -> StorageRequests:
-    """The requests a proxy saw between two readings of its counts (only the five kinds exist here)."""
-    diff = {k: after.get(k, 0) - before.get(k, 0) for k in set(after) | set(before)}
-    assert diff.get("other", 0) == 0, diff
-    return StorageRequests(**{k: diff.get(k, 0) for k in KINDS})
 
 
 def test_requests_per_epoch_are_exact_and_do_not_grow_with_history(s3_root, moto_server, monkeypatch):
@@ -81,7 +57,7 @@ def test_requests_per_epoch_are_exact_and_do_not_grow_with_history(s3_root, moto
     exec_proxy = S3FaultProxy(moto_server.endpoint_url, log=True).start()
     for k in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
         monkeypatch.setenv(k, driver_proxy.endpoint_url)
-    job, fio, src = _job(), S3FileIO(), f"{s3_root}/src"
+    job, fio, src = clicks_job("s3req_test"), S3FileIO(), f"{s3_root}/src"
     src_path = "/" + src[len("s3://"):] + "/"
     written = [0]
     clock = FakeClock(T0.timestamp())
@@ -108,7 +84,7 @@ def test_requests_per_epoch_are_exact_and_do_not_grow_with_history(s3_root, moto
         first = written[0]
         new_files = set()
         for e in range(first, first + epochs):
-            _write_epoch(fio, src, e)
+            write_clicks_epoch(fio, src, e, t0=T0, rows=ROWS, users=4, step_s=5)
             new_files |= {f"{src_path}clicks/partition={p}/{e:08d}.parquet" for p in range(2)}
         written[0] += epochs
         clock.t = T0.timestamp() + 60 * written[0] + 1
@@ -127,11 +103,11 @@ def test_requests_per_epoch_are_exact_and_do_not_grow_with_history(s3_root, moto
         assert all(st.executor_s3_requests_counting is RequestCounting.EXACT for st in stats), stats
         executors = [st.executor_s3_requests for st in stats]
         # exact: what each proxy saw is what was counted (the driver's counter; the run's checkpoint stats)
-        assert _kinds(d0, dict(driver_proxy.by_kind)) == spent, (d0, driver_proxy.by_kind, spent)
+        assert proxy_diff(d0, dict(driver_proxy.by_kind)) == spent, (d0, driver_proxy.by_kind, spent)
         total = StorageRequests()
         for x in executors:
             total = total + x
-        assert _kinds(e0, dict(exec_proxy.by_kind)) == total, (e0, exec_proxy.by_kind, executors)
+        assert proxy_diff(e0, dict(exec_proxy.by_kind)) == total, (e0, exec_proxy.by_kind, executors)
         # the executors read exactly the new source files, each with the same GETs
         src_gets: dict[str, int] = {}
         for kind, _method, path in (exec_proxy.log or [])[n0:]:

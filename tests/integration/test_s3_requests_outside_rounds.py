@@ -22,55 +22,32 @@ requests time out (not looked into).
 """
 from __future__ import annotations
 
-import io
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from pipeline.config import load_config
 from pipeline.credentials import forward_to_executors
 from pipeline.fileio import S3FileIO
-from pipeline.fileio.request_counter import KINDS, RequestCounting, StorageRequests, request_counts
-from pipeline.job import Job
+from pipeline.fileio.request_counter import RequestCounting, StorageRequests, request_counts
 from pipeline.runtime.runner import JobRunner
 from pipeline.testing.doubles import FakeClock
 from pipeline.testing.s3_faults import S3FaultProxy
+from tests.integration.s3_request_jobs import clicks_job, proxy_diff, write_clicks_epoch
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3,
               pytest.mark.skipif(os.environ.get("EPOCHAL_S3_REQUESTS_LONG") != "1",
                                  reason="opt-in: EPOCHAL_S3_REQUESTS_LONG=1 (~1-2 min)")]
 
-SCHEMA = pa.schema([pa.field("click_id", pa.string()), pa.field("user", pa.string()),
-                    pa.field("value", pa.int64()), pa.field("_ingest_ts", pa.timestamp("us", tz="UTC"))])
 T0 = datetime(2024, 6, 1, tzinfo=timezone.utc)
 ROWS = 12
 
 
-def _job(name: str, fmt: str) -> Job:
-    job = Job(name, max_parallelism=8)
-    job.source("clicks", SCHEMA, key="click_id") \
-        .aggregate(uid="per-user", key="user", aggs={"n": ("count", None), "total": ("sum", "value")}) \
-        .sink("user_totals", mode="upsert", key=["user"], format=fmt)
-    return job
 
 
-def _write_epoch(fio: S3FileIO, src: str, e: int) -> None:
-    for p in range(2):
-        t = pa.table({"click_id": [f"{e}-{p}-{i}" for i in range(ROWS)], "user": [f"u{i % 5}" for i in range(ROWS)],
-                      "value": list(range(ROWS)),
-                      "_ingest_ts": [T0 + timedelta(seconds=60 * e + 4 * i) for i in range(ROWS)]}, schema=SCHEMA)
-        buf = io.BytesIO()
-        pq.write_table(t, buf)
-        fio.write_bytes(f"{src}/clicks/partition={p}/{e:08d}.parquet", buf.getvalue())
 
 
-def _kinds(before: dict, after: dict) -> StorageRequests:
-    diff = {k: after.get(k, 0) - before.get(k, 0) for k in set(after) | set(before)}
-    assert diff.get("other", 0) == 0, diff
-    return StorageRequests(**{k: diff.get(k, 0) for k in KINDS})
 
 
 def _reported(d: dict | None) -> StorageRequests:
@@ -96,7 +73,7 @@ def test_requests_outside_rounds_and_of_sink_clients_are_counted_or_said_not_to_
         cfg = load_config(env={}, source_uri=src, checkpoint_uri=f"{s3_root}/{name}/ckpt",
                           sink_uri=f"{s3_root}/{name}/sink", parallelism=parallelism, epoch_seconds=60,
                           source_listing_window=1, state_max_deltas=2, retained_checkpoints=2)
-        r = JobRunner(_job(name, fmt), cfg, clock=clock, echo=lambda m: None)
+        r = JobRunner(clicks_job(name, fmt), cfg, clock=clock, echo=lambda m: None)
         r.finalizer.listeners.append(completed.append)
         if sc is None:  # the executors reach moto through their own proxy
             sc = r.ctx.spark.sparkContext
@@ -109,7 +86,7 @@ def test_requests_outside_rounds_and_of_sink_clients_are_counted_or_said_not_to_
 
     def seen(m: tuple[dict, dict, StorageRequests]) -> tuple[StorageRequests, StorageRequests, StorageRequests]:
         """(driver proxy, executors' proxy, driver counter) since ``m``."""
-        return (_kinds(m[0], dict(driver_proxy.by_kind)), _kinds(m[1], dict(exec_proxy.by_kind)),
+        return (proxy_diff(m[0], dict(driver_proxy.by_kind)), proxy_diff(m[1], dict(exec_proxy.by_kind)),
                 request_counts() - m[2])
 
     def check_span(what: str, m, reported: dict, *, driver_extra: StorageRequests | None = None) -> None:
@@ -121,7 +98,7 @@ def test_requests_outside_rounds_and_of_sink_clients_are_counted_or_said_not_to_
 
     try:
         for e in range(2):
-            _write_epoch(fio, src, e)
+            write_clicks_epoch(fio, src, e, t0=T0, rows=ROWS, users=5, step_s=4)
         clock.t = T0.timestamp() + 60 * 2 + 1
         # -- an Iceberg sink: its commits through Epochal's counted client --------------------------------------
         ice = runner("ice", "iceberg")
