@@ -186,8 +186,18 @@ class _Compiler:
             self.job.chain_to(op.right)[0]
 
     def _cache(self, df):
+        """Persist ``df`` for the plan's several readers, without the columnar compression of Spark's cache
+        (read by Spark when the cache is declared): building the compressed column buffers cost more CPU than
+        computing the join frame again (docs/batch.md, session 10 profile); the frame is read a few times from
+        memory, then released."""
         from pyspark import StorageLevel
-        df = df.persist(StorageLevel.MEMORY_AND_DISK)
+        key = "spark.sql.inMemoryColumnarStorage.compressed"
+        before = self.spark.conf.get(key, "true")
+        self.spark.conf.set(key, "false")
+        try:
+            df = df.persist(StorageLevel.MEMORY_AND_DISK)
+        finally:
+            self.spark.conf.set(key, before)
         self.result.cached.append(df)
         return df
 
@@ -291,28 +301,35 @@ class _Compiler:
 
     def _per_key(self, df, on: str, prefix: str = ""):
         """The first row per key of ``df`` (by processing epoch, ``_ingest_ts``, then position) and the number of
-        rows with that key (``<prefix>_n``), as ONE group-by: ``min`` of a struct that starts with the ordering
-        columns picks the whole first row (the position columns make it unique; without them the row's values
-        break ties, deterministically). No window function: a sort-based aggregate whose input order (by key) a
-        merge join on the key reuses. Columns: ``<prefix><c>`` for every column but the position columns (kept
-        as ``_partition``/``_seq``/``_row`` when ``prefix`` is empty), plus ``<prefix>_n`` (``__n`` without prefix)."""
+        rows with that key (``<prefix>_n``). One shuffle by the key and ONE sort by ``(xxhash64(key), key, order)``
+        (``order``: the ordering columns, then the other comparable columns - the position makes it unique; without
+        one the row's values break ties, deterministically), then ``row_number() = 1`` and ``count(*)`` over the
+        key's rows in the same window pass: codegen'd sort, no per-row struct (a ``min(struct(...))`` aggregate is
+        not codegen'd and cost as much again). The hash leads the sort so that the sort's 8-byte prefix tells keys
+        apart (keys sharing a long common prefix would otherwise be compared in full), and a merge join on
+        ``(hash, key)`` reuses the order. Columns: ``<prefix><c>`` for every column but the position columns (kept
+        as ``_partition``/``_seq``/``_row`` when ``prefix`` is empty), ``<prefix>_n`` (``__n`` without prefix) and,
+        with a prefix, ``<prefix>_h`` (the key's hash, for :meth:`_join_unique`)."""
+        from pyspark.sql import Window
         from pyspark.sql import functions as F
         order = [c for c in (PEPOCH, "_ingest_ts", "_partition", "_seq", "_row") if c in df.columns]
-        rest = [c for c in df.columns if c not in order and c not in (on, "_source")]
-        if all(_orderable(df.schema[c].dataType) for c in rest):
-            first = F.min(F.struct(*[F.col(c) for c in order + rest]))
-        else:   # a map column cannot be compared: first by the ordering only
-            first = F.min_by(F.struct(*[F.col(c) for c in order + rest]), F.struct(*[F.col(c) for c in order]))
-        # repartitioned by the key first: the sort-based aggregate then sorts once, after the shuffle (grouped
-        # directly, Spark would also sort every input partition for a partial aggregate that merges nothing)
+        # a map column cannot be compared: left out of the order (ties are then broken by the other columns)
+        rest = [c for c in df.columns if c not in order and c not in (on, "_source")
+                and _orderable(df.schema[c].dataType)]
         # a null key equals no key (SQL; the runtime never counts it as a repeat): each null-key row is its own
-        # group (``__nk``, null for every keyed row; grouping by it keeps the shuffle and the order by ``on``)
+        # group (``__nk``, null for every keyed row)
         nk = F.when(F.col(on).isNull(), F.monotonically_increasing_id())
-        g = (df.withColumn("__nk", nk).repartition(on).groupBy(on, "__nk")
-             .agg(first.alias("__s"), F.count(F.lit(1)).alias("__n")))
+        by = Window.partitionBy("__h", on, "__nk").orderBy(*[F.col(c).asc_nulls_first() for c in order + rest])
+        whole = by.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+        # shuffled by (hash, key): the window needs no other shuffle (null keys stay together; ``__nk`` only splits
+        # them into groups), and a join on (hash, key) finds both sides co-partitioned on all its keys
+        g = (df.withColumn("__h", F.xxhash64(F.col(on))).withColumn("__nk", nk).repartition("__h", on)
+             .withColumn("__rn", F.row_number().over(by)).withColumn("__n", F.count(F.lit(1)).over(whole))
+             .filter(F.col("__rn") == 1))
         drop = ("_source",) if not prefix else ("_source", "_partition", "_seq", "_row")
-        return g.select(*[(F.col(on) if c == on else F.col("__s").getField(c)).alias(f"{prefix}{c}")
-                          for c in df.columns if c not in drop], F.col("__n").alias(f"{prefix}_n" if prefix else "__n"))
+        return g.select(*[F.col(c).alias(f"{prefix}{c}") for c in df.columns if c not in drop],
+                        F.col("__n").alias(f"{prefix}_n" if prefix else "__n"),
+                        *([F.col("__h").alias(f"{prefix}_h")] if prefix else []))
 
     def _violations(self, op: JoinNode, side: str, df, n: str) -> None:
         """Report the rows violating ``unique=side``: ``n - 1`` per key with ``n`` rows (one row each, counted)."""
@@ -345,9 +362,10 @@ class _Compiler:
             ok = ok & (F.least(lt, rt) >= (m + 1) * F.lit(E) - F.lit(ttl))
         # cached narrow: the key once (``__k``), presence from the counts, ``t`` recomputed where it is read
         lk, rk = f"__l_{op.on}", f"__r_{op.on}"
-        J = L.join(R, F.col(lk) == F.col(rk), "full")
+        # on (hash, key): the merge join reuses the order the per-key frames come in (hash first)
+        J = L.join(R, (F.col("__l__h") == F.col("__r__h")) & (F.col(lk) == F.col(rk)), "full")
         J = self._cache(J.select(F.coalesce(F.col(lk), F.col(rk)).alias("__k"),
-                                 *[c for c in J.columns if c not in (lk, rk)], ok.alias("__ok")))
+                                 *[c for c in J.columns if c not in (lk, rk, "__l__h", "__r__h")], ok.alias("__ok")))
         self._violations(op, "left", J, "__l__n")
         self._violations(op, "right", J, "__r__n")
 
