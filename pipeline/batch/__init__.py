@@ -12,7 +12,8 @@ from pipeline.batch.plan import BatchResult, evaluate, join_semantics
 from pipeline.batch.prefix import Prefix, barrier_log
 from pipeline.exceptions import CheckpointError
 
-__all__ = ["Prefix", "BatchResult", "evaluate", "prefix_of", "write_batch", "join_semantics"]
+__all__ = ["Prefix", "BatchResult", "evaluate", "prefix_of", "consumed_positions", "lagging_partitions", "write_batch",
+           "join_semantics"]
 
 
 def prefix_of(runner, md) -> Prefix:
@@ -22,7 +23,35 @@ def prefix_of(runner, md) -> Prefix:
     low = md.extra.get("low_epoch")
     return Prefix(int(md.epoch), int(runner.config.epoch_seconds), barriers,
                   barrier_log(runner.ckpt_fio, runner.job_root, int(md.epoch)),
-                  low_epoch=None if low is None else int(low), checkpoint_id=int(md.checkpoint_id))
+                  low_epoch=None if low is None else int(low), checkpoint_id=int(md.checkpoint_id),
+                  consumed=consumed_positions(md))
+
+
+def consumed_positions(md) -> dict[str, dict[int, tuple[int, int]]] | None:
+    """Where the rows checkpoint ``md``'s state and committed output cover end, when that is not its barriers: an
+    exactly-once checkpoint with pending channel state (unaligned, a backlog) holds exactly the rows before its
+    restore positions (``positions``, the cut); the in-flight files and source ranges up to the barriers are
+    consumed by later checkpoints. None: the barriers (aligned; the at-least-once tracker, whose positions are
+    the barriers). Partitions without a barrier (lagging) are left to :func:`lagging_partitions`."""
+    if not md.channel_state or str(md.checkpoint_mode) == "at_least_once":
+        return None
+    out: dict[str, dict[int, tuple[int, int]]] = {}
+    for s, parts in md.barriers.items():
+        for p, b in parts.items():
+            pos = md.positions.get(s, {}).get(p, b)
+            out.setdefault(s, {})[int(p)] = min((int(pos.seq), int(pos.row)), (int(b.seq), int(b.row)))
+    return out
+
+
+def lagging_partitions(md) -> list[str]:
+    """``<source>/partition=<p>`` of checkpoint ``md`` whose barrier was not known when it completed (an open
+    channel-state range; unaligned checkpoints need not wait for a lagging partition): the rows of such a partition
+    the checkpoint consumed have no barrier to place them by, so the batch plan cannot model them."""
+    out = {f"{c.source}/partition={c.partition}" for c in md.channel_state
+           if c.file is None and c.source is not None and c.end is None}
+    out |= {f"{s}/partition={p}" for s, parts in md.positions.items() for p in parts
+            if p not in md.barriers.get(s, {})}
+    return sorted(out)
 
 
 def write_batch(runner, checkpoint: str | None, to_dir: str) -> dict:

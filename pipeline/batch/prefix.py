@@ -10,6 +10,10 @@ for rows that arrived in time, and later for rows of a partition that was idle w
 Rows are read with the runtime's source reader (same file listing, same bad-record rules), but bad records
 are only counted here, never written to the dead-letter location: the batch evaluation has no side effects.
 
+**Unaligned checkpoints with pending channel state** (``Prefix.consumed``): the rows before the checkpoint's restore
+positions, not its barriers - the rest of the pre-barrier data (in-flight files and source ranges) is consumed by
+later checkpoints, so it is in neither the checkpoint's state nor its committed output (docs/batch.md "Prefix").
+
 **Native reading.** A ``file://`` Parquet file whose footer shows every declared column with exactly the declared
 type (the runtime's reader then has nothing to cast, so its only bad-record rules are a null/empty key and a null
 ``_ingest_ts``) is read by Spark's own Parquet reader instead (:func:`native_files`): the positions come from the
@@ -76,6 +80,15 @@ class Prefix:
     low_epoch: int | None = None
     # the validated checkpoint's id: which logged rounds belong to its lineage (pipeline.batch.rounds); None: any
     checkpoint_id: int | None = None
+    # where the rows the checkpoint's state and committed output cover end, per partition, when that is before
+    # the barrier: an unaligned checkpoint's restore positions (``_metadata.positions``, the cut) while source
+    # ranges ``[positions, barriers)`` and in-flight files are pending (channel state, consumed by later
+    # checkpoints). None: the barriers. ``p(x)`` is still computed from the barriers.
+    consumed: Mapping[str, Mapping[int, tuple[int, int]]] | None = None
+
+    def stops(self, source: str) -> Mapping[int, tuple[int, int]]:
+        """Per partition of ``source``: the position before which rows are in the prefix (see ``consumed``)."""
+        return (self.consumed if self.consumed is not None else self.barriers).get(source, {})
 
     @property
     def ttl_epoch(self) -> int:
@@ -269,7 +282,7 @@ def _native_frame(spark, source: SourceNode, files: list[tuple[tuple, str]], pre
 def source_dataframe(spark, runner, job: Job, source: SourceNode, prefix: Prefix, *, max_tasks: int = 16):
     """The valid rows of ``source`` before checkpoint ``prefix.epoch``'s barriers, with the declared columns,
     the position columns (``_source``, ``_partition``, ``_seq``, ``_row``) and ``_pepoch``."""
-    stops = prefix.barriers.get(source.name, {})
+    stops = prefix.stops(source.name)
     native, splits = native_files(source, _files(runner, source, stops))
     reader = _CountingReader(source.schema, (source.key,) if source.key else (), "dead_letter",
                              "file:///nonexistent", job.name)

@@ -21,7 +21,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.batch import BatchResult, evaluate, prefix_of
+from pipeline.batch import BatchResult, evaluate, lagging_partitions, prefix_of
 from pipeline.quality.normalize import (
     MAX_MEASURES,
     SUMMARY_DDL,
@@ -165,11 +165,13 @@ def plan_recomputation(runner, md, object_names) -> BatchPlan:
     res = evaluate(runner, runner.job, prefix_of(runner, md))
     unchecked = dict(res.unchecked)
     messages = list(res.messages)
-    if md.channel_state:
-        for obj in list(res.states):
-            if obj.endswith(("/left", "/right")):
-                unchecked[obj] = ("unaligned checkpoint with in-flight channel state: part of the input before the "
-                                  "barrier is channel state, not operator state")
+    lagging = lagging_partitions(md)
+    if lagging:   # rows consumed from a partition without barrier n: no processing epoch to model them with
+        for obj in res.objects():
+            unchecked.setdefault(obj, (
+                f"unaligned checkpoint {md.checkpoint_id} completed while {', '.join(lagging)} lagged (barrier of "
+                f"epoch {md.epoch} unknown, open channel-state range): the rows it consumed from there cannot be "
+                "placed by the barrier log"))
     columns = {}
     frames: dict[str, Any] = res.objects()
     for obj, df in frames.items():
