@@ -34,8 +34,10 @@ class PipelineConfig:
     epoch_seconds: int = 60
     max_records_per_epoch: int = 1_000_000
     # up to this many waiting epochs per Spark round, one checkpoint each (epoch tagging, docs/performance.md);
-    # one waiting epoch (a steady schedule) is one round whatever the value; 1: always one epoch per round
-    max_epochs_per_round: int = 8
+    # one waiting epoch (a steady schedule) is one round whatever the value. Default 1: a tagged round holds k
+    # epochs of input in a task at once, so a job sized for its steady epochs could run out of memory when it
+    # catches up (measured: benchmarks/state_larger_than_memory.py, docs/performance.md); 8 for catch-up/backfill
+    max_epochs_per_round: int = 1
     allowed_lateness_seconds: int = 0
     parallelism: int = 2
     max_parallelism: int = 128

@@ -281,7 +281,7 @@ def test_alignment_modes_with_a_backlog_and_a_sigkill(tmp_path, burst_source, mo
     source = burst_source
     want = oracle(source, "inner")
     kw = {"unaligned": True} if mode == "unaligned" else {"checkpoint_mode": "at_least_once"}
-    cfg = _cfg(tmp_path, source, mode, max_records_per_epoch=60, **kw)
+    cfg = _cfg(tmp_path, source, mode, max_records_per_epoch=60, max_epochs_per_round=8, **kw)  # asks for tagging
     env = {**{k: v for k, v in cfg.as_env().items() if v != "None"}, "PIPELINE_EPOCH_SECONDS": str(E),
            "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]),
            "EPOCHAL_KILL_AT": "after_state_before_metadata:4"}
