@@ -98,15 +98,23 @@ def cmdline_of(pid: int) -> str:
         return ""
 
 
-def status_bytes(pid: int, field: str) -> int:
-    """``VmRSS`` / ``VmHWM`` (bytes) of ``pid``; 0 if it is gone."""
+def proc_kb_fields(pid: int, name: str, fields: tuple[str, ...]) -> dict[str, int]:
+    """The ``<field>: <n> kB`` lines of ``/proc/<pid>/<name>`` (``status``, ``smaps_rollup``) among ``fields``, in
+    bytes; {} if the process is gone."""
+    out: dict[str, int] = {}
     try:
-        for ln in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if ln.startswith(field + ":"):
-                return int(ln.split()[1]) * 1024
+        for ln in Path(f"/proc/{pid}/{name}").read_text().splitlines():
+            k, _, v = ln.partition(":")
+            if k in fields:
+                out[k] = int(v.split()[0]) * 1024
     except OSError:
         pass
-    return 0
+    return out
+
+
+def status_bytes(pid: int, field: str) -> int:
+    """``VmRSS`` / ``VmHWM`` (bytes) of ``pid``; 0 if it is gone."""
+    return proc_kb_fields(pid, "status", (field,)).get(field, 0)
 
 
 def peak_rss_by_role(root: int) -> dict[str, list[int]]:

@@ -35,7 +35,7 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from bench_common import process_tree
+from bench_common import proc_kb_fields, process_tree
 
 REPO = Path(__file__).resolve().parents[1]
 T0 = datetime(2024, 2, 1, tzinfo=timezone.utc)
@@ -124,28 +124,12 @@ def role_of(argv: list[bytes], parent_argv: list[bytes]) -> str | None:
 
 def _status(pid: int) -> dict[str, int]:
     """The memory fields of ``/proc/<pid>/status`` in bytes (VmRSS, VmHWM, RssAnon, RssFile, RssShmem)."""
-    out: dict[str, int] = {}
-    try:
-        for ln in Path(f"/proc/{pid}/status").read_text().splitlines():
-            k, _, v = ln.partition(":")
-            if k in ("VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem"):
-                out[k] = int(v.split()[0]) * 1024
-    except OSError:
-        pass
-    return out
+    return proc_kb_fields(pid, "status", ("VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem"))
 
 
 def smaps_rollup(pid: int) -> dict[str, int]:
     """Pss and the private (not shared with the daemon it was forked from) bytes of a process."""
-    out: dict[str, int] = {}
-    try:
-        for ln in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            k, _, v = ln.partition(":")
-            if k in ("Pss", "Private_Clean", "Private_Dirty", "Shared_Clean", "Shared_Dirty"):
-                out[k] = int(v.split()[0]) * 1024
-    except OSError:
-        pass
-    return out
+    return proc_kb_fields(pid, "smaps_rollup", ("Pss", "Private_Clean", "Private_Dirty", "Shared_Clean", "Shared_Dirty"))
 
 
 class Watchdog(threading.Thread):
