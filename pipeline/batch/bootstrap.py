@@ -90,14 +90,10 @@ def refusal(job) -> str | None:
             return f"job {job.name!r}: cannot bootstrap {type(op).__name__} {op.uid!r}: not modelled by the batch plan"
         for inp in op.inputs:
             up = job.nodes[job.chain_to(inp)[0]]
-            if isinstance(op, WindowNode) and isinstance(up, WindowNode):
+            if isinstance(up, WindowNode) and not isinstance(op, AggregateNode):
                 return (f"job {job.name!r}: cannot bootstrap {type(op).__name__.removesuffix('Node').lower()} "
                         f"{op.uid!r}: it reads the output of window {up.uid!r} (emit={up.emit!r}), whose epochs "
                         "the batch plan does not model; run the epochs instead")
-            if isinstance(up, WindowNode) and not isinstance(op, AggregateNode):
-                return (f"job {job.name!r}: cannot bootstrap {type(op).__name__.removesuffix('Node').lower()} "
-                        f"{op.uid!r}: it reads the output of window {up.uid!r}, whose epochs the batch plan does not "
-                        "model; run the epochs instead")
     return None
 
 

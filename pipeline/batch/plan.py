@@ -127,6 +127,16 @@ def _orderable(dt) -> bool:
     return True
 
 
+def _pair_round_columns(left, right) -> tuple[bool, list]:
+    """Whether both join inputs carry their round ``r(x)`` (a multi-round lineage with a deduplicate after), and
+    then the pair's round column (:func:`pair_round` over the ``__l_`` / ``__r_`` columns)."""
+    from pyspark.sql import functions as F
+    if not (ROUND in left.columns and ROUND in right.columns):
+        return False, []
+    return True, [pair_round(F.col(f"__l_{PEPOCH}"), F.col(f"__l_{ROUND}"), F.col(f"__r_{PEPOCH}"),
+                             F.col(f"__r_{ROUND}")).alias(ROUND)]
+
+
 class _Compiler:
     def __init__(self, spark, runner, job: Job, prefix: Prefix) -> None:
         self.spark, self.runner, self.job, self.prefix = spark, runner, job, prefix
@@ -251,9 +261,7 @@ class _Compiler:
                 return F.coalesce(F.col(f"__l_{c}"), F.col(f"__r_{c}")).alias(c)
             return F.col(f"__l_{c}" if c in lcols else f"__r_{c}").alias(c)
 
-        rounds = ROUND in left.columns and ROUND in right.columns     # r(x) carried (multi-round lineage, dedup after)
-        rnd = [pair_round(F.col(f"__l_{PEPOCH}"), F.col(f"__l_{ROUND}"), F.col(f"__r_{PEPOCH}"),
-                          F.col(f"__r_{ROUND}")).alias(ROUND)] if rounds else []
+        rounds, rnd = _pair_round_columns(left, right)
         pairs = lt.join(rt, cond, "inner").select(*[pick(c) for c in output], m.alias(PEPOCH), *rnd)
         out = pairs
         # state expires with the cutoff of the low watermark L of checkpoint n (n when the inputs are aligned)
@@ -380,9 +388,7 @@ class _Compiler:
                 return F.greatest(F.col(f"__l_{c}"), F.col(f"__r_{c}")).alias(c)
             return F.col(f"__l_{c}" if c in lcols else f"__r_{c}").alias(c)
 
-        rounds = ROUND in left.columns and ROUND in right.columns     # r(x) carried (multi-round lineage, dedup after)
-        rnd = [pair_round(F.col(f"__l_{PEPOCH}"), F.col(f"__l_{ROUND}"), F.col(f"__r_{PEPOCH}"),
-                          F.col(f"__r_{ROUND}")).alias(ROUND)] if rounds else []
+        rounds, rnd = _pair_round_columns(left, right)
         out = J.filter(F.col("__ok")).select(*[pick(c) for c in output], m.alias(PEPOCH), *rnd)
         cutoff_n = self.prefix.end_us(self.prefix.ttl_epoch) - ttl if ttl is not None else None
         for side, p, q, present, mcols in (("left", "__l_", "__r_", lp, lcols), ("right", "__r_", "__l_", rp, rcols)):

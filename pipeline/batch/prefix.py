@@ -326,10 +326,13 @@ def source_dataframe(spark, runner, job: Job, source: SourceNode, prefix: Prefix
                         yield from t.select(read_schema.names).cast(read_schema).to_batches()
 
     from pyspark.sql import functions as F
+    def runtime_read():   # the runtime's reader over ``splits``
+        return spark.range(0, n_tasks, 1, n_tasks).mapInArrow(counted_in_span(read), schema_ddl(read_schema))
+
     if native:
         df = _native_frame(spark, source, native, prefix, read_schema)
         if splits:
-            df = df.unionByName(spark.range(0, n_tasks, 1, n_tasks).mapInArrow(counted_in_span(read), schema_ddl(read_schema)))
+            df = df.unionByName(runtime_read())
     else:
-        df = spark.range(0, n_tasks, 1, n_tasks).mapInArrow(counted_in_span(read), schema_ddl(read_schema))
+        df = runtime_read()
     return df.select(*[F.lit(source.name).alias(c) if c == "_source" else df[c] for c in out_schema.names])

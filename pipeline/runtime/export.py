@@ -38,7 +38,7 @@ from pipeline.fileio import file_io_for, join_uri
 from pipeline.fileio import file_io_for as fio_for
 from pipeline.fileio import join_uri as join
 from pipeline.runtime.dataflow import schema_ddl
-from pipeline.runtime.task_requests import RequestSpan, counted_in_span
+from pipeline.runtime.task_requests import counted_in_span
 from pipeline.sink.open_table import OpenFormatTable
 from pipeline.state.backend import load_chain
 from pipeline.state.chain import StateChain
@@ -296,13 +296,8 @@ def _describe(result: ExportResult) -> dict:
 
 def export_table(spark, table, to: str) -> dict:
     """``table``: a :class:`pipeline.sink.table.CommittedTable`. Upsert tables keep the newest row per key.
-    ``s3_requests``: the export's S3 requests, the driver's and the executors' (:class:`RequestSpan`)."""
-    with RequestSpan(spark) as span:
-        out = _export_table(spark, table, to)
-    return {**out, "s3_requests": span.requests().to_dict()}
-
-
-def _export_table(spark, table, to: str) -> dict:
+    Its S3 requests are counted by the caller's :class:`~pipeline.runtime.task_requests.RequestSpan`
+    (``JobRunner.export``: the table's own reads included); the task functions are wrapped for it."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
     resolve_target(to)  # bad target -> ConfigError before any Spark work
@@ -338,14 +333,9 @@ def _export_open_table(spark, table, to: str) -> dict:
 
 
 def export_state(spark, snapshot, operator_uid: str, to: str) -> dict:
-    """One operator's state of a checkpoint/savepoint, all state names, with ``_state`` and ``_kg`` columns;
-    ``s3_requests``: the export's S3 requests, the driver's and the executors' (:class:`RequestSpan`)."""
-    with RequestSpan(spark) as span:
-        out = _export_state(spark, snapshot, operator_uid, to)
-    return {**out, "s3_requests": span.requests().to_dict()}
-
-
-def _export_state(spark, snapshot, operator_uid: str, to: str) -> dict:
+    """One operator's state of a checkpoint/savepoint, all state names, with ``_state`` and ``_kg`` columns.
+    Its S3 requests are counted by the caller's :class:`~pipeline.runtime.task_requests.RequestSpan`
+    (``JobRunner.export_state``: reading the snapshot's ``_metadata`` included)."""
     from pyspark.sql import functions as F
     resolve_target(to)
     handles = [h for h in snapshot.metadata.operators[operator_uid] if h.file is not None]
