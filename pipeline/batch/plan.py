@@ -45,8 +45,26 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pipeline.batch.prefix import PEPOCH, Prefix, source_dataframe
-from pipeline.batch.rounds import ROUND, RoundLog, emitted_round, pair_round, read_round_log, round_task
-from pipeline.job import AggregateNode, DedupNode, Job, JoinNode, MapNode, SinkNode, SourceNode, WindowNode
+from pipeline.batch.rounds import (
+    ROUND,
+    RoundLog,
+    emitted_round,
+    fired_round,
+    pair_round,
+    read_round_log,
+    round_task,
+)
+from pipeline.job import (
+    AggregateNode,
+    DedupNode,
+    Job,
+    JoinNode,
+    MapNode,
+    ProcessNode,
+    SinkNode,
+    SourceNode,
+    WindowNode,
+)
 
 __all__ = ["BatchResult", "evaluate", "join_semantics"]
 
@@ -433,11 +451,12 @@ class _Compiler:
         ``_ingest_ts``) still alive at ``n``."""
         src = self.frame(op.parent)
         if src is None:
-            self.bad[nid] = self.bad[op.parent]
+            self.bad[nid] = self._process_reason(op, op.parent) or self.bad[op.parent]
             return None
         base, _ = self.job.chain_to(op.parent)
-        if isinstance(self.job.nodes[base], (AggregateNode, WindowNode)):
-            self.bad[nid] = f"deduplicate {op.uid} reads the changelog of {getattr(self.job.nodes[base], 'uid', base)}"
+        base_node = self.job.nodes[base]
+        if isinstance(base_node, AggregateNode) or (isinstance(base_node, WindowNode) and base_node.emit == "update"):
+            self.bad[nid] = f"deduplicate {op.uid} reads the changelog of {getattr(base_node, 'uid', base)}"
             return None
         n = self.prefix.epoch
         drains = [cp.metadata for cp in self.runner.coordinator.store.list() if cp.metadata.epoch <= n
@@ -457,11 +476,12 @@ class _Compiler:
                              "the first row per key is decided per round")
             return None
         if multi and ROUND not in src.columns:
-            # the sources carry r(x) (:meth:`_with_rounds`), selects, joins and deduplicates pass it on; another
-            # operator between (a window's or a process's output) does not
+            # the sources carry r(x) (:meth:`_with_rounds`), selects, joins, deduplicates and final windows pass
+            # it on (a process's output is not computed at all: :meth:`_process_reason`); a safety net
             self.bad[nid] = (f"deduplicate {op.uid}: epochs {list(multi)} took several rounds, and the round in which "
                              f"{getattr(self.job.nodes[base], 'uid', base)} emitted a row is not modelled (rows of "
-                             "sources, selects, joins and deduplicates carry their round; this operator's do not)")
+                             "sources, selects, joins, deduplicates and final windows carry their round; this "
+                             "operator's do not)")
             return None
         from pyspark.sql import functions as F
         carried = ROUND in src.columns    # a deduplicate after this one needs r(x) too
@@ -508,6 +528,35 @@ class _Compiler:
         self.result.states[f"state/{op.uid}/keys"] = held.select(key, "_ingest_ts")
         return out.drop("__t")
 
+    def _process_reason(self, op: DedupNode, parent: int) -> str | None:
+        """Why a deduplicate fed (through joins, windows, deduplicates) by a ``process`` is not checked against the
+        batch evaluation, or None when no process feeds it."""
+        seen: set[int] = set()
+        todo, found = [parent], None
+        while todo and found is None:
+            base = self.job.chain_to(todo.pop())[0]
+            node = self.job.nodes[base]
+            if base in seen or isinstance(node, SourceNode):
+                continue
+            seen.add(base)
+            if isinstance(node, ProcessNode):
+                found = node
+            elif isinstance(node, JoinNode):
+                todo += [node.left, node.right]
+            elif isinstance(node, (AggregateNode, DedupNode, WindowNode)):
+                todo.append(node.parent)
+        if found is None:
+            return None
+        multi = self._rounds().multi_round_epochs
+        rounds = (f" Epochs {list(multi)} took several rounds: even the round in which a row reaches it is unknown, "
+                  "since process output rows do not correspond to input rows (one call may emit rows for any of its "
+                  "keys, or none)." if multi else "")
+        return (f"deduplicate {op.uid} is fed by process {found.uid}, whose output the batch evaluation does not "
+                "compute: it is defined only by the user's function, called once per subtask and round with that "
+                "round's rows of the subtask's key groups (docs/process.md), so it depends on round boundaries and "
+                f"parallelism and has no batch meaning.{rounds} Checked by replay of the validated epoch instead "
+                "(docs/batch.md \"process: determinism under replay\")")
+
     @staticmethod
     def _drain_reason(op: DedupNode, drains: list) -> str:
         """Why a deduplicate after an unaligned backlog drain is not checked (docs/batch.md "deduplicate")."""
@@ -521,13 +570,19 @@ class _Compiler:
                 "that retention deletes, so the batch plan cannot reproduce the order. Its held keys, its output and "
                 "everything fed by it are not compared; the rest of the job is")
 
+    def _rounds_if_needed(self) -> RoundLog | None:
+        """The round log when the lineage has multi-round checkpoints and the job a deduplicate (the one operator
+        whose result depends on round boundaries); None otherwise."""
+        if not any(isinstance(o, DedupNode) for o in self.job.operators()):
+            return None
+        rounds = self._rounds()
+        return rounds if rounds.multi_round_epochs else None
+
     def _with_rounds(self, df):
         """A source's rows with their round ``r(x)`` (:data:`ROUND`) when the lineage has multi-round checkpoints and
-        the job a deduplicate (the one operator whose result depends on round boundaries); ``df`` otherwise."""
-        if not any(isinstance(o, DedupNode) for o in self.job.operators()):
-            return df
-        rounds = self._rounds()
-        if not rounds.multi_round_epochs:
+        the job a deduplicate (:meth:`_rounds_if_needed`); ``df`` otherwise."""
+        rounds = self._rounds_if_needed()
+        if rounds is None:
             return df
         from pyspark.sql.types import LongType, StructField, StructType
         return df.mapInArrow(round_task(rounds), StructType([*df.schema.fields, StructField(ROUND, LongType())]))
@@ -620,7 +675,40 @@ class _Compiler:
             out = out if top is None else out.filter(F.col("__ws") + F.lit(S + L) <= F.lit(top))
             if top is None:
                 out = out.limit(0)
+            if self._flows_on(nid):
+                return self._window_flow(out, w_after, S + L)
         return out.drop("__ws")
+
+    def _flows_on(self, nid: int) -> bool:
+        """An operator reads node ``nid``'s output (through stateless steps), not only a sink."""
+        return any(self.job.chain_to(i)[0] == nid for o in self.job.operators()
+                   for i in ((o.left, o.right) if isinstance(o, JoinNode) else (o.parent,)))
+
+    def _window_flow(self, out, w_after: dict[int, int | None], reach: int):
+        """The fired windows as rows flowing on to another operator (docs/windows.md "Chaining and modes"): each
+        with its firing epoch ``f(w) = min {m : window_end + L <= W(m)}`` as ``_pepoch``, ``_ingest_ts`` =
+        ``end(f) - 1 µs`` (the runtime's) after the output columns and, in a lineage whose deduplicate needs rounds,
+        the round it fired in: the last round of checkpoint ``f`` (:func:`fired_round`). ``W`` never decreases, so
+        ``f`` is the epoch at whose step ``W`` first reaches ``window_end + L``: one broadcast interval table of
+        the watermark's steps (lo, hi] (a handful of rows), whatever the number of windows."""
+        from pyspark.sql import functions as F
+        E = self.prefix.epoch_us
+        log = self._rounds_if_needed()
+        steps: list[tuple[int, int, int, int]] = []
+        prev: int | None = None
+        for m in sorted(w_after):
+            w = w_after[m]
+            if m > self.prefix.epoch or w is None or (prev is not None and w <= prev):
+                continue
+            steps.append((-(2 ** 62) if prev is None else prev, w, m, fired_round(log, m) if log else 0))
+            prev = w
+        table = self.spark.createDataFrame(steps, "__lo long, __hi long, __f long, __fr long")
+        thr = F.col("__ws") + F.lit(reach)
+        fired = out.join(F.broadcast(table), (thr > F.col("__lo")) & (thr <= F.col("__hi")), "inner")
+        cols = [c for c in out.columns if c != "__ws"]
+        rnd = [F.col("__fr").alias(ROUND)] if log else []
+        return fired.select(*cols, F.expr(f"timestamp_micros((__f + 1) * {E} - 1)").alias("_ingest_ts"),
+                            F.col("__f").alias(PEPOCH), *rnd)
 
     def _window_state(self, op: WindowNode, recs, w_n: int | None, channel_max: dict[str, int]) -> None:
         """docs/windows.md "State after checkpoint n": ``win`` = the on-time records of epochs ``<= n`` whose last
@@ -662,6 +750,8 @@ class _Compiler:
             elif s.mode == "upsert" and not isinstance(parent, (AggregateNode, WindowNode)):
                 self.result.unchecked[obj] = "upsert sink of a non-aggregate: 'newest row per key' is not modelled"
             else:
+                if isinstance(parent, WindowNode) and "_ingest_ts" in df.columns:
+                    df = df.drop("_ingest_ts")   # only rows flowing on carry it (:meth:`_window_flow`), not the sink's
                 self.result.sinks[s.table] = _visible(df)
         for n in self.job.nodes:
             if not isinstance(n, (SourceNode, MapNode, JoinNode, AggregateNode, WindowNode, DedupNode, SinkNode)):

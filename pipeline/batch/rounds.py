@@ -25,7 +25,9 @@ expires state with the same cutoff ``end(m) - ttl``, so a join emits
   ``max(p(x), floor((t_x + ttl) / E))`` is ``p(x)``) in its own round ``r(x)``, or when it expires, in the first
   round - round 0 - of the checkpoint of its emission epoch (:func:`emitted_round`);
 
-and a deduplicate passes a row on in the round it consumed it (its ``r`` is carried). The plan carries
+and a deduplicate passes a row on in the round it consumed it (its ``r`` is carried). A window (``emit="final"``, the
+only window whose output an operator may read) fires in the round that completes the checkpoint of its firing epoch
+(docs/windows.md "Runtime"): the last logged round of that checkpoint (:func:`fired_round`). The plan carries
 :data:`ROUND` beside ``_pepoch`` through selects, joins and deduplicates (docs/batch.md "deduplicate").
 """
 from __future__ import annotations
@@ -40,7 +42,7 @@ import numpy as np
 from pipeline.exceptions import StorageError
 from pipeline.layout import JobLayout
 
-__all__ = ["RoundLog", "read_round_log", "round_task", "pair_round", "emitted_round", "ROUND"]
+__all__ = ["RoundLog", "read_round_log", "round_task", "pair_round", "emitted_round", "fired_round", "ROUND"]
 
 ROUND = "__round"          # the batch plan's column: r(x)
 _ROUND_FILE = re.compile(r"epoch-(\d+)-chk-(\d+)-r(\d+)\.json$")
@@ -155,3 +157,9 @@ def emitted_round(emitted_at, p_row, r_row):
     aligned checkpoint expires with the same cutoff, so the first one does)."""
     from pyspark.sql import functions as F
     return F.when(emitted_at == p_row, r_row).otherwise(F.lit(0).cast("long"))
+
+
+def fired_round(log: RoundLog, epoch: int) -> int:
+    """The round in which a window fires the windows of checkpoint ``epoch``: the round that completes the
+    checkpoint, i.e. the last one of its logged rounds (0 when it took a single round)."""
+    return len(log.starts.get(epoch, ()))
