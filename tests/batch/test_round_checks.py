@@ -32,7 +32,7 @@ _HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(_HERE))
 sys.path.insert(0, str(_HERE.parent / "quality"))
 
-from round_jobs import join_dedup_job, write_epoch  # noqa: E402
+from round_jobs import join_dedup_job, window_join_dedup_job, write_epoch, write_window_epochs  # noqa: E402
 
 FULL = os.environ.get("EPOCHAL_ROUND_CHECK") == "full"
 ON = FULL or os.environ.get("EPOCHAL_ROUND_CHECK") == "1"
@@ -41,23 +41,23 @@ RECOVERY = {"epochal_recovery_key_groups", "epochal_recovery_totals", "epochal_r
 JOB = "rc_join_dedup"
 
 
-def _runner(root: Path, **kw):
+def _runner(root: Path, job=None, **kw):
     from pipeline.config import load_config
     from pipeline.runtime.runner import JobRunner
     cfg = load_config(env={}, source_uri=(root / "src").as_uri(), checkpoint_uri=(root / "ckpt").as_uri(),
                       sink_uri=(root / "sink").as_uri(), clock_now=CLOCK, epoch_seconds=60, retained_checkpoints=20,
                       max_records_per_epoch=8, **kw)
-    return JobRunner(join_dedup_job(JOB), cfg, echo=lambda m: None)
+    return JobRunner(job if job is not None else join_dedup_job(JOB), cfg, echo=lambda m: None)
 
 
-def _validate(r, cid: int):
+def _validate(r, cid: int, objects=("state/dd/keys", "sink/firsts", "sink/counts", "state/j/left")):
     from pipeline.quality import validate_job
     v = validate_job(r, str(cid), build_docs=False, store_results=False)
     bad = [f"{s.suite}: " + "; ".join(f"{e.description} {list(e.examples)[:3]}" for e in s.expectations
                                       if not e.success) for s in v.suites if not s.success]
     assert not bad, f"chk-{cid}: {bad}\n{v.summary()}"
     assert v.figures.get("not_checked") == {}, v.figures.get("not_checked")
-    for obj in ("state/dd/keys", "sink/firsts", "sink/counts", "state/j/left"):
+    for obj in objects:
         assert obj in v.figures["recomputed"], (obj, v.figures["recomputed"])
     return v
 
@@ -163,6 +163,67 @@ def test_dedup_after_a_join_in_multi_round_checkpoints_is_checked(tmp_path):
                          for e in s.expectations if not e.success)
     assert missing and missing[0]["k"] == lost["k"], f"{lost}\n{allfail}\n{v.messages}"
     shutil.rmtree(tmp_path / "ckpt" / JOB / "validation", ignore_errors=True)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.skipif(not ON, reason="opt-in (EPOCHAL_ROUND_CHECK=1 or =full, ~2 min at load 15): the default suite's "
+                                   "budget")
+def test_dedup_fed_by_a_window_in_multi_round_checkpoints_is_checked(tmp_path):
+    """A final window's fired rows reach a join, whose pairs feed a deduplicate: the plan gives each fired row its
+    firing epoch, ``_ingest_ts`` = end of that epoch - 1 µs and the round that completes the checkpoint (the window
+    fires there), so the dedup's state and output are compared; with the firing round forced to 0 the same
+    validation fails on exactly the two rows the data was made for (``round_jobs.write_window_epochs``)."""
+    write_window_epochs(tmp_path / "src")
+    r = _runner(tmp_path, window_join_dedup_job(), parallelism=2)
+    assert r.run(2).completed
+    mds = sorted((cp.metadata for cp in r.coordinator.store.list()), key=lambda md: md.checkpoint_id)
+    assert [md.stats.rounds for md in mds] == [1, 2], [md.stats.rounds for md in mds]
+    last = mds[-1].checkpoint_id
+    v = _validate(r, last, ("state/wd/keys", "sink/wfirsts", "sink/windows", "state/wj/left", "state/w/win"))
+    assert v.figures["recomputed"]["sink/wfirsts"] == 1
+
+    import pipeline.batch.plan as plan
+    from pipeline.quality import validate_job
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(plan, "fired_round", lambda log, epoch: 0)
+        wrong = validate_job(r, str(last), build_docs=False, store_results=False)
+    assert not wrong.success
+    ex = [x for s in wrong.suites if s.suite == "epochal_recovery_key_groups" for e in s.expectations
+          if not e.success for x in e.examples]
+    got = {(x["object"], x.get("k"), x["_expected"], x["_actual"]) for x in ex if x["object"] == "sink/wfirsts"}
+    # the plan with round 0 expects kB's pair (fired-window row), the checkpoint holds kA's (the earlier one)
+    assert got == {("sink/wfirsts", "kB", 1, 0), ("sink/wfirsts", "kA", 0, 1)}, ex
+    assert {x["object"] for x in ex} == {"sink/wfirsts", "state/wd/keys"}, ex
+
+
+def test_window_firing_round_and_the_process_reason():
+    """No Spark: a window fires in the last logged round of its checkpoint (0 for a single round); a deduplicate fed
+    by a process through a join says why neither its rows nor their rounds are modelled, naming both operators; a
+    deduplicate of a source gets no such reason."""
+    import pyarrow as pa
+
+    from pipeline import Job
+    from pipeline.batch.plan import _Compiler
+    from pipeline.batch.rounds import RoundLog, fired_round
+    log = RoundLog({5: ({"a": {0: (0, 8)}}, {"a": {0: (0, 16)}}), 6: ()}, {5: 3, 6: 4})
+    assert (fired_round(log, 5), fired_round(log, 6), fired_round(log, 7)) == (2, 0, 0)
+
+    job = Job("rc_proc", max_parallelism=8)
+    sch = pa.schema([("k", pa.string()), ("g", pa.string()), ("_ingest_ts", pa.timestamp("us", tz="UTC"))])
+    b = job.source("b", sch)
+    p = job.source("a", sch).process(uid="pr", key="k", fn=lambda rows, st: (st, rows), state_schema=sch,
+                                     output_schema=sch)
+    p.join(b, on="k", uid="pj", output=("k", "g", "_ingest_ts")).deduplicate(uid="pd", key="g").sink("out")
+    b.deduplicate(uid="bd", key="g").sink("bout")
+    ops = {o.uid: o for o in job.operators()}
+    comp = _Compiler.__new__(_Compiler)
+    comp.job, comp._round_log = job, log
+    why = comp._process_reason(ops["pd"], ops["pd"].parent)
+    assert why is not None and why.startswith("deduplicate pd is fed by process pr, whose output the batch "
+                                              "evaluation does not compute"), why
+    assert "Epochs [5] took several rounds" in why and "replay" in why
+    assert comp._process_reason(ops["bd"], ops["bd"].parent) is None
 
 
 def test_a_dedup_after_an_unaligned_backlog_drain_is_reported_with_the_checkpoints_named():
