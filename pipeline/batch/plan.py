@@ -46,8 +46,11 @@ from dataclasses import dataclass, field
 
 from pipeline.batch.prefix import PEPOCH, Prefix, source_dataframe
 from pipeline.batch.rounds import (
+    CONSUMED,
+    CONSUMED_ROUND,
     ROUND,
     RoundLog,
+    consumption_task,
     emitted_round,
     fired_round,
     pair_round,
@@ -153,6 +156,35 @@ def _pair_round_columns(left, right) -> tuple[bool, list]:
         return False, []
     return True, [pair_round(F.col(f"__l_{PEPOCH}"), F.col(f"__l_{ROUND}"), F.col(f"__r_{PEPOCH}"),
                              F.col(f"__r_{ROUND}")).alias(ROUND)]
+
+
+def _sequential_fold(key: str, order: list[str], E: int, ttl: int | None):
+    """The deduplicate kernel's rule for one key, row by row in consumption order (checkpoint epoch, round, then within
+    the round ``p``, ``_ingest_ts`` and the other columns, as the kernel sorts; pipeline/operators/dedup.py): with
+    ``c_y = end(p(y)) - ttl``, a row with a null key or ``t < c_y`` passes and is not held; otherwise it is dropped iff
+    the held row has ``t_held >= c_y``, else it passes and is held. Expiry never decides (a round's cutoff
+    ``end(L) - ttl`` is at most every pending row's ``c_y``). ``__last`` marks the row held at the end."""
+    def fold(pdf):
+        import numpy as np
+        if pdf.empty:
+            return pdf
+        pdf = pdf.sort_values([CONSUMED, CONSUMED_ROUND, PEPOCH] + order, kind="mergesort")
+        keep = np.zeros(len(pdf), dtype=bool)
+        t = pdf["__t"].to_numpy()
+        p = pdf[PEPOCH].to_numpy()
+        null_key = pdf[key].isna().to_numpy()
+        held, at = None, -1
+        for i in range(len(pdf)):
+            c = (int(p[i]) + 1) * E - ttl if ttl is not None else None
+            if null_key[i] or (c is not None and t[i] < c):
+                keep[i] = True
+            elif held is None or (c is not None and held < c):
+                keep[i], held, at = True, int(t[i]), i
+        last = np.zeros(len(pdf), dtype=bool)
+        if at >= 0:
+            last[at] = True
+        return pdf.assign(__last=last)[keep]
+    return fold
 
 
 class _Compiler:
@@ -462,9 +494,13 @@ class _Compiler:
         drains = [cp.metadata for cp in self.runner.coordinator.store.list() if cp.metadata.epoch <= n
                   and int(cp.metadata.extra.get("low_epoch", cp.metadata.epoch)) < cp.metadata.epoch]
         if drains:
-            # a backlog drained by later (unaligned) checkpoints: rows of several epochs meet in one round
-            self.bad[nid] = self._drain_reason(op, drains)
-            return None
+            # a backlog drained by later (unaligned) checkpoints: rows of several epochs meet in one round, and the
+            # dedup follows the consumption order (checkpoint, round), which the round log records since session 11
+            why = self._drain_unmodelled(op, drains)
+            if why is not None:
+                self.bad[nid] = why
+                return None
+            src = self._drain_input(op, src)
         rounds = self._rounds()
         multi = rounds.multi_round_epochs
         missing = sorted({cp.metadata.epoch for cp in self.runner.coordinator.store.list()
@@ -492,7 +528,8 @@ class _Compiler:
         E = self.prefix.epoch_us
         key = op.key
         # the runtime's order: _ingest_ts, then the other (sortable) columns in column order
-        order = ["_ingest_ts"] + [c for c in src.columns if c not in (key, "_ingest_ts", ROUND) and c not in INTERNAL
+        order = ["_ingest_ts"] + [c for c in src.columns if c not in (key, "_ingest_ts", ROUND, CONSUMED, CONSUMED_ROUND)
+                                  and c not in INTERNAL
                                   and src.schema[c].dataType.typeName() not in ("array", "map", "struct")]
         src = src.withColumn("__t", F.expr("unix_micros(_ingest_ts)"))   # µs, whatever pandas makes of timestamps
         schema = src.schema
@@ -516,17 +553,95 @@ class _Compiler:
                     held = int(cand["__t"].iloc[0])
             return pd.concat(keep) if keep else pdf.iloc[:0]
 
+        drained = CONSUMED in src.columns
+        if drained:   # the kernel's sequential rule over the consumption order (docs/batch.md "deduplicate")
+            src = src.withColumn("__last", F.lit(False))
+            schema = src.schema
+            fold = _sequential_fold(key, order, E, ttl)
         out = src.groupBy(key).applyInPandas(fold, schema=schema)
         out = out if carried and multi else out.drop(ROUND)
+        if drained:
+            out = out.drop(CONSUMED, CONSUMED_ROUND)
         # held keys at n: a kept row with a key that was held when it passed (alive in its own epoch) and is still
         # alive at n (the cutoff of the low watermark L); at most one per key (a later row passes only once the
         # held one expired, and the cutoffs only grow)
         held = out.filter(F.col(key).isNotNull())
+        if drained:   # the kernel holds the last passed row of a key (replacing the one before)
+            held = held.filter(F.col("__last"))
+            out = out.drop("__last")
         if ttl is not None:
             held = held.filter((F.col("__t") >= (F.col(PEPOCH) + 1) * F.lit(E) - F.lit(ttl))
                                & (F.col("__t") >= F.lit(self.prefix.end_us(self.prefix.ttl_epoch) - ttl)))
         self.result.states[f"state/{op.uid}/keys"] = held.select(key, "_ingest_ts")
         return out.drop("__t")
+
+    def _drain_unmodelled(self, op: DedupNode, drains: list) -> str | None:
+        """Why a deduplicate in a lineage whose unaligned checkpoints drained a backlog cannot be checked, or None
+        when it can: fed by a source through stateless steps (it consumes a row in the round that reads it, parked
+        or not), every drain and every later checkpoint with its round 0 logged."""
+        base, _ = self.job.chain_to(op.parent)
+        node = self.job.nodes[base]
+        if not isinstance(node, SourceNode):
+            return (self._drain_reason(op, drains) + f". It is fed by {getattr(node, 'uid', base)}, not by a source: "
+                    "rows in flight at a join (parked by an unaligned snapshot, written as channel state) reach it in "
+                    "a later checkpoint than the one that read them, and which rows were parked is recorded only in "
+                    "the checkpoint's channel state, which retention deletes")
+        zero = self._rounds().zero
+        epochs = sorted({int(md.epoch) for md in drains})
+        first = min([m for m in zero if m <= self.prefix.epoch] + epochs)
+        unlogged = sorted(m for m in {*self.prefix.log, self.prefix.epoch, *epochs} if first <= m <= self.prefix.epoch
+                          and m not in zero)
+        if unlogged:
+            return (self._drain_reason(op, drains) + f". The checkpoints of epochs {unlogged[:5]}"
+                    + (f" and {len(unlogged) - 5} more" if len(unlogged) > 5 else "")
+                    + " have no logged round 0 (barriers/rounds/epoch-<m>-chk-<id>-r0.json, written since session 11)")
+        return None
+
+    def _read_positions(self) -> dict[str, dict[int, tuple[int, int]]] | None:
+        """Where the validated checkpoint had read each partition to (``positions``, with an in-flight range's start
+        instead: what a restore resumes reading at), when that is not the prefix's end: an unaligned snapshot parks
+        the rows its backlogged channels read in the snapshot round, which the join has not consumed (they are its
+        channel state) but an operator reading the source directly has."""
+        cid = self.prefix.checkpoint_id
+        md = next((cp.metadata for cp in self.runner.coordinator.store.list() if cp.checkpoint_id == cid), None)
+        if md is None or not md.channel_state:
+            return None
+        out = {s: {int(p): (int(pos.seq), int(pos.row)) for p, pos in parts.items()} for s, parts in md.positions.items()}
+        for c in md.channel_state:
+            if c.file is None and c.source is not None and c.partition is not None and c.start is not None:
+                out.setdefault(c.source, {})[int(c.partition)] = (int(c.start.seq), int(c.start.row))
+        return {s: {p: min(pos, self.prefix.barriers.get(s, {}).get(p, pos)) for p, pos in parts.items()}
+                for s, parts in out.items()}
+
+    def _drain_input(self, op: DedupNode, src):
+        """The deduplicate's input in a drained lineage: its source read up to the validated checkpoint's read
+        positions (:meth:`_read_positions`; the parked rows included), through its stateless steps, with the
+        consumption epoch and round of every row (:func:`consumption_task`)."""
+        from pyspark.sql.types import LongType, StructField, StructType
+        base, maps = self.job.chain_to(op.parent)
+        node = self.job.nodes[base]
+        assert isinstance(node, SourceNode)
+        read = self._read_positions()
+        if read is not None and dict(read.get(node.name, {})) != dict(self.prefix.stops(node.name)):
+            import dataclasses
+            df = self._with_rounds(source_dataframe(self.spark, self.runner, self.job, node,
+                                                    dataclasses.replace(self.prefix, consumed=read)))
+            for m in maps:
+                df = self._apply_map(df, m)
+            src = df
+        return src.mapInArrow(consumption_task(self._rounds()), StructType(
+            [*src.schema.fields, StructField(CONSUMED, LongType()), StructField(CONSUMED_ROUND, LongType())]))
+
+    @staticmethod
+    def _apply_map(df, node: MapNode):
+        """A filter or select over ``df`` as :meth:`_build` applies it (``_ingest_ts`` and internal columns kept)."""
+        if node.kind == "filter":
+            return df.filter(node.exprs[0])
+        exprs = list(node.exprs)
+        if "_ingest_ts" in df.columns and not any(e.strip().split()[-1] == "_ingest_ts" for e in exprs):
+            exprs.append("_ingest_ts")
+        exprs += [c for c in INTERNAL if c in df.columns]
+        return df.selectExpr(*exprs)
 
     def _process_reason(self, op: DedupNode, parent: int) -> str | None:
         """Why a deduplicate fed (through joins, windows, deduplicates) by a ``process`` is not checked against the

@@ -42,9 +42,11 @@ import numpy as np
 from pipeline.exceptions import StorageError
 from pipeline.layout import JobLayout
 
-__all__ = ["RoundLog", "read_round_log", "round_task", "pair_round", "emitted_round", "fired_round", "ROUND"]
+__all__ = ["RoundLog", "read_round_log", "round_task", "consumption_task", "pair_round", "emitted_round", "fired_round",
+           "ROUND", "CONSUMED", "CONSUMED_ROUND"]
 
 ROUND = "__round"          # the batch plan's column: r(x)
+CONSUMED, CONSUMED_ROUND = "__ce", "__cr"   # the epoch of the checkpoint that consumed a row, and its round
 _ROUND_FILE = re.compile(r"epoch-(\d+)-chk-(\d+)-r(\d+)\.json$")
 
 
@@ -55,6 +57,8 @@ class RoundLog:
 
     starts: Mapping[int, tuple[Mapping[str, Mapping[int, tuple[int, int]]], ...]] = field(default_factory=dict)
     checkpoints: Mapping[int, int] = field(default_factory=dict)
+    # round 0's starts of the unaligned checkpoints (logged since session 11): ``zero[m][source][partition]``
+    zero: Mapping[int, Mapping[str, Mapping[int, tuple[int, int]]]] = field(default_factory=dict)
 
     @property
     def multi_round_epochs(self) -> tuple[int, ...]:
@@ -98,6 +102,12 @@ def read_round_log(ckpt_fio, job_root: str, *, upto_epoch: int, upto_id: int | N
         found.setdefault(epoch, {}).setdefault(cid, {})[rnd] = f.uri
     starts: dict[int, tuple] = {}
     chosen: dict[int, int] = {}
+    zero: dict[int, dict] = {}
+
+    def doc_of(uri: str) -> dict:
+        doc = json.loads(ckpt_fio.read_bytes(uri))
+        return {s: {int(p): (int(v["seq"]), int(v["row"])) for p, v in parts.items()}
+                for s, parts in doc["starts"].items()}
     for epoch, by_id in found.items():
         cid = max(by_id)
         rounds = by_id[cid]
@@ -105,12 +115,12 @@ def read_round_log(ckpt_fio, job_root: str, *, upto_epoch: int, upto_id: int | N
         for k in range(1, max(rounds) + 1):
             if k not in rounds:   # a gap: the log of this checkpoint is incomplete; rounds after it are unusable
                 break
-            doc = json.loads(ckpt_fio.read_bytes(rounds[k]))
-            docs.append({s: {int(p): (int(v["seq"]), int(v["row"])) for p, v in parts.items()}
-                         for s, parts in doc["starts"].items()})
+            docs.append(doc_of(rounds[k]))
+        if 0 in rounds:
+            zero[epoch] = doc_of(rounds[0])
         starts[epoch] = tuple(docs)
         chosen[epoch] = cid
-    return RoundLog(starts, chosen)
+    return RoundLog(starts, chosen, zero)
 
 
 def round_task(log: RoundLog):
@@ -163,3 +173,50 @@ def fired_round(log: RoundLog, epoch: int) -> int:
     """The round in which a window fires the windows of checkpoint ``epoch``: the round that completes the
     checkpoint, i.e. the last one of its logged rounds (0 when it took a single round)."""
     return len(log.starts.get(epoch, ()))
+
+
+def consumption_task(log: RoundLog):
+    """The ``mapInArrow`` function appending :data:`CONSUMED` and :data:`CONSUMED_ROUND`: the epoch of the checkpoint
+    that consumed the row and the round in which it did, for a lineage whose unaligned checkpoints drained a backlog
+    (docs/batch.md "deduplicate"). Per source partition, the logged starts of every round of the checkpoints with a
+    logged round 0 (:attr:`RoundLog.zero`) are sorted by position; a row belongs to the last round starting at or
+    before it (a round that read nothing of the partition starts where the next one does, and the later wins). A row
+    before the first such start was consumed by an earlier checkpoint, which read its own epoch: ``(p(x), r(x))``
+    (``r`` from :data:`ROUND` when present, else 0)."""
+    import pyarrow as pa
+
+    table: dict[tuple[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    marks: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
+    for m, first in log.zero.items():
+        for k, doc in enumerate((first,) + tuple(log.starts.get(m, ()))):
+            for s, parts in doc.items():
+                for p, (seq, row) in parts.items():
+                    marks.setdefault((s, int(p)), []).append(((int(seq) << 32) + int(row), m, k))
+    for key, ms in marks.items():
+        ms.sort()
+        table[key] = (np.asarray([o for o, _, _ in ms], np.int64), np.asarray([m for _, m, _ in ms], np.int64),
+                      np.asarray([k for _, _, k in ms], np.int64))
+
+    def task(batches):
+        for b in batches:
+            n = b.num_rows
+            names = b.schema.names
+            ce = b.column(names.index("_pepoch")).to_numpy(zero_copy_only=False).astype(np.int64)
+            cr = (b.column(names.index(ROUND)).to_numpy(zero_copy_only=False).astype(np.int64) if ROUND in names
+                  else np.zeros(n, np.int64))
+            ce, cr = ce.copy(), cr.copy()
+            if n and table:
+                src = np.asarray(b.column(names.index("_source")).to_pylist(), dtype=object)
+                part = b.column(names.index("_partition")).to_numpy(zero_copy_only=False)
+                ords = ((b.column(names.index("_seq")).to_numpy(zero_copy_only=False).astype(np.int64) << 32)
+                        + b.column(names.index("_row")).to_numpy(zero_copy_only=False).astype(np.int64))
+                for (s, p), (starts, epochs, rounds) in table.items():
+                    sel = np.flatnonzero((src == s) & (part == p))
+                    if sel.size:
+                        i = np.searchsorted(starts, ords[sel], side="right") - 1
+                        hit = i >= 0
+                        ce[sel[hit]], cr[sel[hit]] = epochs[i[hit]], rounds[i[hit]]
+            yield pa.RecordBatch.from_arrays(list(b.columns) + [pa.array(ce, pa.int64()), pa.array(cr, pa.int64())],
+                                             names=list(names) + [CONSUMED, CONSUMED_ROUND])
+
+    return task

@@ -81,8 +81,8 @@ class BarrierLog:
         return out
 
     def log_round(self, epoch: int, checkpoint_id: int, rnd: int, starts: Mapping[tuple[str, str], Position]) -> None:
-        """Write-ahead: round ``rnd`` >= 1 of checkpoint ``checkpoint_id`` starts reading at ``starts``
-        (``{(source, partition): Position}``). Kept beside the barrier log, never deleted by retention: the batch
+        """Write-ahead: round ``rnd`` >= 1 of checkpoint ``checkpoint_id`` - or round 0 of an unaligned checkpoint
+        that processes a new epoch - starts reading at ``starts`` (``{(source, partition): Position}``). Kept beside the barrier log, never deleted by retention: the batch
         evaluation needs it for operators whose result depends on round boundaries (``deduplicate``'s "first row
         of its key" is decided per round, docs/batch.md). A re-run of the round writes the same document."""
         ctx = self.ctx

@@ -24,7 +24,7 @@ import json
 import time
 from typing import Sequence
 
-from pipeline.barriers.events import CheckpointType
+from pipeline.barriers.events import AlignmentLabel, CheckpointType
 from pipeline.checkpoint.failure import CheckpointFailureReason
 from pipeline.checkpoint.handles import ChannelStateHandle, Position, StateHandle
 from pipeline.checkpoint.report import ReportKind, TaskReport
@@ -149,6 +149,8 @@ class RoundExecutor:
             return NextStop(b, True) if b is not None else NextStop(end_position(summaries_of(ch)), False)
 
         rnd = 0
+        log_first_round = (config.unaligned and driver.label != AlignmentLabel.TRACKER
+                           and (cursor.epoch is None or cursor.epoch < epoch))   # not a re-completion
         # source-contract breaches found by this listing are counted in this checkpoint
         dead_letters: dict[str, int] = dict(getattr(ctx, "contract_dead_letters", {}) if summaries else {})
         if summaries:  # files in badly named folders dead-lettered by listings since the last checkpoint
@@ -196,7 +198,10 @@ class RoundExecutor:
                     "replayed_inflight_rows": replayed, "low_epoch": low}
             ctx.ckpt_fio.write_bytes(round_plan_uri(pending.location, rnd),
                                      (json.dumps(plan, indent=1) + "\n").encode(), if_none_match=True)
-            if rnd:  # the round log outlives the checkpoint (retention): the batch evaluation reads round boundaries
+            # the round log outlives the checkpoint (retention): the batch evaluation reads round boundaries; round 0
+            # too for an unaligned checkpoint processing a new epoch (it starts where the previous one stopped reading,
+            # not at a barrier: a deduplicate after a backlog drain follows that order, docs/batch.md)
+            if rnd or (log_first_round and kind == CheckpointType.CHECKPOINT):
                 self.barrier_log.log_round(epoch, pending.checkpoint_id, rnd, starts)
             rows = self.plan.process_round(pending, rnd, P, working, segments, epoch, parked=parked, staged=staged,
                                            complete=snap is not None, low_epoch=low, own_epochs=own_epochs)

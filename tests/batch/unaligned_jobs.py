@@ -62,3 +62,41 @@ def write_sources(root: Path, *, epochs: int = 5, clicks: int = 50, views: int =
                 cols["_ingest_ts"] = pa.array([r[2] for r in chunk], TS)
                 pq.write_table(pa.table(cols, schema=schema), d / f"{seq:08d}.parquet")
     return root
+
+
+# -- a deduplicate of a source whose backlog unaligned checkpoints drain ------------------------------------------
+UROWS = pa.schema([("g", pa.string()), ("v", pa.float64()), ("_ingest_ts", TS)])
+
+
+def drain_dedup_job(name: str = "ua_drain_dedup") -> Job:
+    """``ud``: ``deduplicate`` of source ``u`` by ``g`` (TTL 120 s, two epochs), into the append sink ``ufirsts``."""
+    job = Job(name, max_parallelism=16)
+    job.source("u", UROWS).deduplicate(uid="ud", key="g", ttl_seconds=120).sink("ufirsts")
+    return job
+
+
+def write_drain_sources(root: Path) -> Path:
+    """Partition 0: a burst of 30 rows in epoch 1 - 20 rows of keys of their own, then groups ``g0..g3`` (10 rows, 40-58
+    s into the epoch) - and one row in each of epochs 0, 2, 3; partition 1: a few rows every epoch 0-4, among them
+    ``g0..g3`` at 5-8 s into epoch 2. With at most 8 records per round and unaligned checkpoints, partition 1 reaches
+    each barrier in round 0 and the burst drains over the checkpoints of epochs 1-5: partition 1's ``g`` rows (own
+    epoch 2) are consumed before the burst's (own epoch 1), so the runtime passes them and drops the burst's (a held
+    row of epoch 2 covers an epoch-1 row: ``t >= end(1) - 120 s``); in own-epoch order the burst's would pass instead."""
+    us = 1_000_000
+    rows: dict[int, list[tuple[str, int]]] = {
+        0: [("a0", 10)] + [(f"f{i:02d}", E + 1 + i) for i in range(20)]
+           + [(f"g{i % 4}", E + 40 + 2 * i) for i in range(10)] + [("a2", 2 * E + 10), ("a3", 3 * E + 10)],
+        1: [("b0", 15), ("b1", 25), ("gA", E + 5), ("gB", E + 10)] + [(f"g{i}", 2 * E + 5 + i) for i in range(4)]
+           + [("b3", 3 * E + 5), ("b4", 4 * E + 5)],
+    }
+    for p, rs in rows.items():
+        d = root / "u" / f"partition={p}"
+        d.mkdir(parents=True, exist_ok=True)
+        by_epoch: dict[int, list] = {}
+        for g, s in rs:
+            by_epoch.setdefault(s // E, []).append((g, s))
+        for seq, (_e, chunk) in enumerate(sorted(by_epoch.items())):
+            pq.write_table(pa.table({"g": [g for g, _ in chunk], "v": [float(s) for _, s in chunk],
+                                     "_ingest_ts": pa.array([(T0 + s) * us for _, s in chunk], TS)}, schema=UROWS),
+                           d / f"{seq:08d}.parquet")
+    return root
