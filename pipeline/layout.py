@@ -7,7 +7,7 @@
       ids/<id:012d>                             # checkpoint id claims (fencing; create-only)
       barriers/epoch-<n>.json                   # the write-ahead barrier log
       barriers/rounds/epoch-<n>-chk-<id>-r<k>.json  # write-ahead round log: where round k >= 1 of a checkpoint
-                                                #   starts (only checkpoints that take several rounds)
+                                                #   starts (checkpoints that take several rounds; round 0 of unaligned ones)
       checkpoints/chk-<id>/
         _pending.json                           # pending manifest (written at trigger)
         _metadata                               # written last, create-only: the checkpoint exists

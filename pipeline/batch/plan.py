@@ -25,11 +25,12 @@ Rules (``E`` = epoch length, ``end(k) = (k+1)E``, ``p(x)`` = processing epoch of
   A null key is one group (SQL ``GROUP BY``): its row is in the state and the sink exactly once.
 * What is not modelled is listed in :attr:`BatchResult.unchecked` (never skipped silently): an append sink
   of an aggregate (a changelog whose rows depend on round boundaries), an upsert sink of a non-aggregate,
-  operators fed by an aggregate, ``process`` nodes, and ``deduplicate`` after an unaligned backlog drain or fed
-  by a window's or process's output in a lineage with multi-round checkpoints (see docs/batch.md).
+  operators fed by an aggregate, ``process`` nodes, and ``deduplicate`` fed by a join after an unaligned backlog
+  drain (or in a drained lineage without round-0 logs) or fed by a process's output (see docs/batch.md).
 * ``deduplicate``: per key, a fold over processing rounds (see :meth:`_Compiler._dedup`,
-  :mod:`pipeline.batch.rounds`; the round is carried through selects, joins and deduplicates); state: the held
-  keys alive at ``n``.
+  :mod:`pipeline.batch.rounds`; the round is carried through selects, joins, deduplicates and final windows' fired
+  rows), after an unaligned backlog drain over the consumption order (checkpoint, round) with the kernel's
+  sequential rule (:func:`_sequential_fold`); state: the held keys alive at ``n``.
 * ``window`` (docs/windows.md): records with a key and an event time; per (channel, epoch) the highest event
   time, folded into ``W(m)`` exactly as the page defines it (running maximum per channel, minimum over the
   channels active in ``m``, minus the out-of-orderness, never decreasing); a (record, window) pair counts iff

@@ -12,6 +12,10 @@ of the checkpoint that processed epoch ``m`` in the validated lineage: among the
 rewind gets a higher id; its rounds are cut the same way from the same barriers and settings). An epoch with
 no logged round took one round: ``r(x) = 0``.
 
+Round 0 of an unaligned checkpoint that processes a new epoch is logged too (``-r0.json``, session 11): it starts
+where the previous checkpoint stopped reading, not at a barrier, and after a backlog drain a deduplicate follows
+the *consumption* order (checkpoint, round) rather than ``(p(x), r(x))`` (:func:`consumption_task`).
+
 Only the operators whose result depends on round boundaries read it (``deduplicate``: "the first row of its
 key" is decided per round, docs/operators.md); everything else in the batch evaluation is a function of
 ``p(x)`` alone.

@@ -9,6 +9,7 @@ data of our own (``unaligned_jobs``): a join into an append sink and an aggregat
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from pathlib import Path
 
@@ -18,7 +19,7 @@ _HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(_HERE))
 sys.path.insert(0, str(_HERE.parent / "quality"))
 
-from unaligned_jobs import E, build, write_sources  # noqa: E402
+from unaligned_jobs import E, build, drain_dedup_job, write_drain_sources, write_sources  # noqa: E402
 
 from pipeline.batch import consumed_positions, lagging_partitions  # noqa: E402
 
@@ -99,3 +100,95 @@ def test_prefix_ends_at_the_restore_positions_only_for_pending_exactly_once_chan
     lag = ChannelStateHandle("j", 0, "right", source="b", partition="2", start=Position(0, 3), end=None)
     md = _md("exactly_once", [rng, lag], {"a": {"0": (0, 12), "1": (1, 9)}, "b": {"2": (0, 3)}}, bars)
     assert lagging_partitions(md) == ["b/partition=2"]
+
+
+def _failures(v) -> list[dict]:
+    return [x for s in v.suites if s.suite in RECOVERY for e in s.expectations if not e.success for x in e.examples]
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("EPOCHAL_ROUND_CHECK") not in ("1", "full"),
+                    reason="opt-in (EPOCHAL_ROUND_CHECK=1, ~3 min at load 14): the default suite's budget")
+def test_dedup_after_an_unaligned_backlog_drain_is_checked_in_consumption_order(tmp_path):
+    """A deduplicate of a source whose burst unaligned checkpoints drain over later epochs (``unaligned_jobs.
+    write_drain_sources``): the runtime logs round 0 of every unaligned checkpoint, the plan folds each key in
+    consumption order and reads the dedup's source up to the checkpoint's read positions (the rows an unaligned
+    snapshot parked were consumed by the dedup). A mid-drain checkpoint and the last one validate with nothing
+    unchecked; the last fails with the rows folded in own-epoch order (the burst's ``g`` rows expected instead of
+    partition 1's), the mid-drain one fails with the prefix ending at the cut (its parked rows missing)."""
+    import json
+
+    import pipeline.batch.plan as plan
+    from pipeline.config import load_config
+    from pipeline.quality import validate_job
+    from pipeline.runtime.runner import JobRunner
+
+    src = write_drain_sources(tmp_path / "src")
+    cfg = load_config(env={}, source_uri=src.as_uri(), checkpoint_uri=(tmp_path / "ckpt").as_uri(),
+                      sink_uri=(tmp_path / "sink").as_uri(), epoch_seconds=E, parallelism=1,
+                      retained_checkpoints=50, max_records_per_epoch=8, unaligned=True)
+    r = JobRunner(drain_dedup_job(), cfg, echo=lambda m: None)
+    r.run(epochs=6)
+    mds = sorted((c.metadata for c in r.coordinator.store.list()), key=lambda md: md.checkpoint_id)
+    logged = sorted((tmp_path / "ckpt" / "ua_drain_dedup" / "barriers" / "rounds").glob("*-r0.json"))
+    assert len(logged) == len(mds), logged                     # round 0 of every unaligned checkpoint
+    assert json.loads(logged[0].read_text())["round"] == 0
+    drains = [md for md in mds if int(md.extra["low_epoch"]) < md.epoch]
+    assert len(drains) >= 3, [(md.checkpoint_id, md.epoch, md.extra["low_epoch"]) for md in mds]
+    # a mid-drain checkpoint whose snapshot parked rows the dedup consumed: the cut is before the range's start
+    mid = next(md for md in drains for c in md.channel_state
+               if c.start is not None and (c.start.seq, c.start.row) > (md.positions["u"][c.partition].seq,
+                                                                         md.positions["u"][c.partition].row))
+    last = mds[-1]
+    for md in (mid, last):
+        v = validate_job(r, str(md.checkpoint_id), build_docs=False, store_results=False)
+        assert v.success, v.summary()
+        assert v.figures.get("not_checked") == {}, v.figures.get("not_checked")
+        assert {"state/ud/keys", "sink/ufirsts"} <= set(v.figures["recomputed"])
+
+    with pytest.MonkeyPatch.context() as mp:   # the consumption order not modelled: own-epoch order
+        def own_epoch_order(log):
+            import pyarrow as pa
+
+            def task(batches):
+                for b in batches:
+                    pe = b.column(b.schema.names.index("_pepoch")).cast(pa.int64())
+                    yield pa.RecordBatch.from_arrays(list(b.columns) + [pe, pa.array([0] * b.num_rows, pa.int64())],
+                                                     names=b.schema.names + [plan.CONSUMED, plan.CONSUMED_ROUND])
+            return task
+        mp.setattr(plan, "consumption_task", own_epoch_order)
+        v = validate_job(r, str(last.checkpoint_id), build_docs=False, store_results=False)
+    ex = _failures(v)
+    assert not v.success
+    want = {(x["g"], x["_expected"], x["_actual"]) for x in ex if x["object"] == "sink/ufirsts"}
+    assert {("g0", 1, 0), ("g0", 0, 1)} <= want, ex        # the burst's g0 expected, partition 1's present
+
+    with pytest.MonkeyPatch.context() as mp:   # the prefix at the cut: the parked rows the dedup consumed are missing
+        mp.setattr(plan._Compiler, "_read_positions", lambda self: None)
+        v = validate_job(r, str(mid.checkpoint_id), build_docs=False, store_results=False)
+    ex = _failures(v)
+    assert not v.success and any(x["object"] == "sink/ufirsts" and (x["_expected"], x["_actual"]) == (0, 1)
+                                 for x in ex), ex
+
+
+def test_consumption_order_from_the_round_log():
+    """No Spark: a row belongs to the last logged round starting at or before it (round 0 of unaligned checkpoints
+    included; a round that read nothing of the partition yields to the next); rows before every logged start keep
+    their own epoch and round."""
+    import pyarrow as pa
+
+    from pipeline.batch.rounds import CONSUMED, CONSUMED_ROUND, RoundLog, consumption_task
+    log = RoundLog(starts={5: ({"u": {0: (1, 4), 1: (2, 0)}},)}, checkpoints={4: 7, 5: 8, 6: 9},
+                   zero={4: {"u": {0: (1, 0), 1: (2, 0)}}, 5: {"u": {0: (1, 2), 1: (2, 0)}}, 6: {"u": {0: (1, 6),
+                                                                                                        1: (3, 0)}}})
+    rows = [(0, 0, 5, 3), (0, 1, 1, 4), (0, 1, 3, 4), (0, 1, 4, 4), (0, 1, 7, 4), (1, 2, 0, 5), (1, 2, 9, 5)]
+    b = pa.RecordBatch.from_pydict({"_source": ["u"] * len(rows), "_partition": [r[0] for r in rows],
+                                    "_seq": [r[1] for r in rows], "_row": [r[2] for r in rows],
+                                    "_pepoch": [r[3] for r in rows]})
+    out = pa.Table.from_batches(list(consumption_task(log)([b])))
+    got = list(zip(out[CONSUMED].to_pylist(), out[CONSUMED_ROUND].to_pylist()))
+    # (0,0,5): before every start of partition 0 -> own epoch 3, round 0; (1,1): round 0 of epoch 4; (1,3): round 0
+    # of epoch 5; (1,4): round 1 of epoch 5; (1,7): round 0 of epoch 6; partition 1 read nothing in rounds 0-1 of
+    # epoch 5 and epoch 4: (2,0) and (2,9) belong to the latest of the rounds starting at (2,0), round 1 of epoch 5
+    assert got == [(3, 0), (4, 0), (5, 0), (5, 1), (6, 0), (5, 1), (5, 1)], got
