@@ -72,7 +72,8 @@ from pipeline.job import (
 
 __all__ = ["BatchResult", "evaluate", "join_semantics"]
 
-INTERNAL = ("_source", "_partition", "_seq", "_row", PEPOCH, ROUND)   # ROUND: only in multi-round lineages
+INTERNAL = ("_source", "_partition", "_seq", "_row", PEPOCH, ROUND, "__parked")   # ROUND: only in multi-round lineages
+PARKED = "__parked"   # a row an unaligned snapshot parked at the join (read, consumed by everything but the join)
 # the window state's documented columns (docs/windows.md "State after checkpoint n"): event time in µs, the epoch
 # the record was processed in, and the watermark table's operator row (channel "")
 WINDOW_EVENT_US, WINDOW_EPOCH, WATERMARK_ROW = "_event_us", "_epoch", ""
@@ -149,6 +150,14 @@ def _orderable(dt) -> bool:
     return True
 
 
+def _unparked(df):
+    """A join's input without the rows the validated unaligned checkpoint parked at the join (its in-flight channel
+    state, consumed by the next checkpoint: :meth:`_Compiler._source_frame`)."""
+    if df is None or PARKED not in df.columns:
+        return df
+    return df.filter(~df[PARKED]).drop(PARKED)
+
+
 def _pair_round_columns(left, right) -> tuple[bool, list]:
     """Whether both join inputs carry their round ``r(x)`` (a multi-round lineage with a deduplicate after), and
     then the pair's round column (:func:`pair_round` over the ``__l_`` / ``__r_`` columns)."""
@@ -207,7 +216,7 @@ class _Compiler:
     def _build(self, nid: int):
         node = self.job.nodes[nid]
         if isinstance(node, SourceNode):  # read once, used by every object downstream
-            df = self._with_rounds(source_dataframe(self.spark, self.runner, self.job, node, self.prefix))
+            df = self._with_rounds(self._source_frame(node))
             return df if self._ranked_only(nid) else self._cache(df)
         if isinstance(node, MapNode):
             df = self.frame(node.parent)
@@ -269,7 +278,7 @@ class _Compiler:
         how, unique = join_semantics(op)
         inputs = []
         for inp in (op.left, op.right):
-            df = self.frame(inp)
+            df = _unparked(self.frame(inp))
             if df is None:
                 self.bad[nid] = self.bad[inp]
                 return None
@@ -574,7 +583,7 @@ class _Compiler:
             held = held.filter((F.col("__t") >= (F.col(PEPOCH) + 1) * F.lit(E) - F.lit(ttl))
                                & (F.col("__t") >= F.lit(self.prefix.end_us(self.prefix.ttl_epoch) - ttl)))
         self.result.states[f"state/{op.uid}/keys"] = held.select(key, "_ingest_ts")
-        return out.drop("__t")
+        return out.drop("__t", PARKED)   # its output reaches a join in the round it passed: never parked
 
     def _drain_unmodelled(self, op: DedupNode, drains: list) -> str | None:
         """Why a deduplicate in a lineage whose unaligned checkpoints drained a backlog cannot be checked, or None
@@ -603,46 +612,53 @@ class _Compiler:
         instead: what a restore resumes reading at), when that is not the prefix's end: an unaligned snapshot parks
         the rows its backlogged channels read in the snapshot round, which the join has not consumed (they are its
         channel state) but an operator reading the source directly has."""
+        if "_read_memo" in self.__dict__:   # one LIST of the store per plan, whatever the number of sources
+            return self.__dict__["_read_memo"]
         cid = self.prefix.checkpoint_id
-        md = next((cp.metadata for cp in self.runner.coordinator.store.list() if cp.checkpoint_id == cid), None)
+        md = None if cid is None else next((cp.metadata for cp in self.runner.coordinator.store.list()
+                                            if cp.checkpoint_id == cid), None)
+        self.__dict__["_read_memo"] = None
         if md is None or not md.channel_state:
             return None
         out = {s: {int(p): (int(pos.seq), int(pos.row)) for p, pos in parts.items()} for s, parts in md.positions.items()}
         for c in md.channel_state:
             if c.file is None and c.source is not None and c.partition is not None and c.start is not None:
                 out.setdefault(c.source, {})[int(c.partition)] = (int(c.start.seq), int(c.start.row))
-        return {s: {p: min(pos, self.prefix.barriers.get(s, {}).get(p, pos)) for p, pos in parts.items()}
+        read = {s: {p: min(pos, self.prefix.barriers.get(s, {}).get(p, pos)) for p, pos in parts.items()}
                 for s, parts in out.items()}
+        self.__dict__["_read_memo"] = read
+        return read
 
     def _drain_input(self, op: DedupNode, src):
-        """The deduplicate's input in a drained lineage: its source read up to the validated checkpoint's read
-        positions (:meth:`_read_positions`; the parked rows included), through its stateless steps, with the
-        consumption epoch and round of every row (:func:`consumption_task`)."""
+        """The deduplicate's input in a drained lineage (its source's rows up to the read positions, the parked ones
+        included: :meth:`_source_frame`) with the consumption epoch and round of every row
+        (:func:`consumption_task`)."""
         from pyspark.sql.types import LongType, StructField, StructType
-        base, maps = self.job.chain_to(op.parent)
-        node = self.job.nodes[base]
-        assert isinstance(node, SourceNode)
-        read = self._read_positions()
-        if read is not None and dict(read.get(node.name, {})) != dict(self.prefix.stops(node.name)):
-            import dataclasses
-            df = self._with_rounds(source_dataframe(self.spark, self.runner, self.job, node,
-                                                    dataclasses.replace(self.prefix, consumed=read)))
-            for m in maps:
-                df = self._apply_map(df, m)
-            src = df
         return src.mapInArrow(consumption_task(self._rounds()), StructType(
             [*src.schema.fields, StructField(CONSUMED, LongType()), StructField(CONSUMED_ROUND, LongType())]))
 
-    @staticmethod
-    def _apply_map(df, node: MapNode):
-        """A filter or select over ``df`` as :meth:`_build` applies it (``_ingest_ts`` and internal columns kept)."""
-        if node.kind == "filter":
-            return df.filter(node.exprs[0])
-        exprs = list(node.exprs)
-        if "_ingest_ts" in df.columns and not any(e.strip().split()[-1] == "_ingest_ts" for e in exprs):
-            exprs.append("_ingest_ts")
-        exprs += [c for c in INTERNAL if c in df.columns]
-        return df.selectExpr(*exprs)
+    def _source_frame(self, node: SourceNode):
+        """A source's prefix. When the validated unaligned checkpoint parked rows of this source (read in its snapshot
+        round on a backlogged channel: ``[positions, range start)``), they are read too and flagged :data:`PARKED`:
+        every operator reading the source directly consumed them (they are in its state and output), only the join
+        did not (they are its in-flight channel state, consumed by the next checkpoint), so :func:`_unparked` drops
+        them from a join's inputs. Otherwise the prefix as it is (``Prefix.stops``)."""
+        read = (self._read_positions() or {}).get(node.name, {})
+        cut = self.prefix.stops(node.name)
+        parked = {p: c for p, c in cut.items() if read.get(p, c) > c}
+        if not parked:
+            return source_dataframe(self.spark, self.runner, self.job, node, self.prefix)
+        import dataclasses
+
+        from pyspark.sql import functions as F
+        stops = {s: dict(self.prefix.stops(s)) for s in self.prefix.barriers}
+        stops[node.name] = {p: read.get(p, c) for p, c in cut.items()}
+        df = source_dataframe(self.spark, self.runner, self.job, node, dataclasses.replace(self.prefix, consumed=stops))
+        flag = F.lit(False)
+        for p, (seq, row) in parked.items():
+            flag = flag | ((F.col("_partition") == F.lit(p))
+                           & ((F.col("_seq") > F.lit(seq)) | ((F.col("_seq") == F.lit(seq)) & (F.col("_row") >= F.lit(row)))))
+        return df.withColumn(PARKED, flag)
 
     def _process_reason(self, op: DedupNode, parent: int) -> str | None:
         """Why a deduplicate fed (through joins, windows, deduplicates) by a ``process`` is not checked against the

@@ -69,9 +69,13 @@ UROWS = pa.schema([("g", pa.string()), ("v", pa.float64()), ("_ingest_ts", TS)])
 
 
 def drain_dedup_job(name: str = "ua_drain_dedup") -> Job:
-    """``ud``: ``deduplicate`` of source ``u`` by ``g`` (TTL 120 s, two epochs), into the append sink ``ufirsts``."""
+    """``ud``: ``deduplicate`` of source ``u`` by ``g`` (TTL 120 s, two epochs), into the append sink ``ufirsts``;
+    ``uc``: an aggregate of the same source (rows per ``g``) into the upsert sink ``ucounts`` - like the dedup, it
+    consumes the rows an unaligned snapshot parks (only a join does not)."""
     job = Job(name, max_parallelism=16)
-    job.source("u", UROWS).deduplicate(uid="ud", key="g", ttl_seconds=120).sink("ufirsts")
+    u = job.source("u", UROWS)
+    u.deduplicate(uid="ud", key="g", ttl_seconds=120).sink("ufirsts")
+    u.aggregate(uid="uc", key="g", aggs={"n": ("count", None)}).sink("ucounts", mode="upsert")
     return job
 
 
