@@ -72,8 +72,8 @@ from pipeline.job import (
 
 __all__ = ["BatchResult", "evaluate", "join_semantics"]
 
-INTERNAL = ("_source", "_partition", "_seq", "_row", PEPOCH, ROUND, "__parked")   # ROUND: only in multi-round lineages
 PARKED = "__parked"   # a row an unaligned snapshot parked at the join (read, consumed by everything but the join)
+INTERNAL = ("_source", "_partition", "_seq", "_row", PEPOCH, ROUND, PARKED)   # ROUND: only in multi-round lineages
 # the window state's documented columns (docs/windows.md "State after checkpoint n"): event time in µs, the epoch
 # the record was processed in, and the watermark table's operator row (channel "")
 WINDOW_EVENT_US, WINDOW_EPOCH, WATERMARK_ROW = "_event_us", "_epoch", ""
@@ -205,6 +205,7 @@ class _Compiler:
         self.result = BatchResult(prefix)
         self.default_ttl = runner.config.state_ttl_seconds
         self._round_log: RoundLog | None = None
+        self._read_memo: tuple[dict[str, dict[int, tuple[int, int]]] | None] | None = None   # _read_positions
 
     def frame(self, nid: int):
         if nid in self.bad:
@@ -612,12 +613,12 @@ class _Compiler:
         instead: what a restore resumes reading at), when that is not the prefix's end: an unaligned snapshot parks
         the rows its backlogged channels read in the snapshot round, which the join has not consumed (they are its
         channel state) but an operator reading the source directly has."""
-        if "_read_memo" in self.__dict__:   # one LIST of the store per plan, whatever the number of sources
-            return self.__dict__["_read_memo"]
+        if self._read_memo is not None:   # one LIST of the store per plan, whatever the number of sources
+            return self._read_memo[0]
         cid = self.prefix.checkpoint_id
         md = None if cid is None else next((cp.metadata for cp in self.runner.coordinator.store.list()
                                             if cp.checkpoint_id == cid), None)
-        self.__dict__["_read_memo"] = None
+        self._read_memo = (None,)
         if md is None or not md.channel_state:
             return None
         out = {s: {int(p): (int(pos.seq), int(pos.row)) for p, pos in parts.items()} for s, parts in md.positions.items()}
@@ -626,7 +627,7 @@ class _Compiler:
                 out.setdefault(c.source, {})[int(c.partition)] = (int(c.start.seq), int(c.start.row))
         read = {s: {p: min(pos, self.prefix.barriers.get(s, {}).get(p, pos)) for p, pos in parts.items()}
                 for s, parts in out.items()}
-        self.__dict__["_read_memo"] = read
+        self._read_memo = (read,)
         return read
 
     def _drain_input(self, op: DedupNode, src):
