@@ -21,7 +21,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.batch import BatchResult, evaluate, lagging_partitions, prefix_of
+from pipeline.batch import BatchResult, evaluate, prefix_of
 from pipeline.quality.normalize import (
     MAX_MEASURES,
     SUMMARY_DDL,
@@ -165,13 +165,6 @@ def plan_recomputation(runner, md, object_names) -> BatchPlan:
     res = evaluate(runner, runner.job, prefix_of(runner, md))
     unchecked = dict(res.unchecked)
     messages = list(res.messages)
-    lagging = lagging_partitions(md)
-    if lagging:   # rows consumed from a partition without barrier n: no processing epoch to model them with
-        for obj in res.objects():
-            unchecked.setdefault(obj, (
-                f"unaligned checkpoint {md.checkpoint_id} completed while {', '.join(lagging)} lagged (barrier of "
-                f"epoch {md.epoch} unknown, open channel-state range): the rows it consumed from there cannot be "
-                "placed by the barrier log"))
     columns = {}
     frames: dict[str, Any] = res.objects()
     for obj, df in frames.items():

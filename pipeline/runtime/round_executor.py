@@ -198,6 +198,9 @@ class RoundExecutor:
                                      (json.dumps(plan, indent=1) + "\n").encode(), if_none_match=True)
             if rnd:  # the round log outlives the checkpoint (retention): the batch evaluation reads round boundaries
                 self.barrier_log.log_round(epoch, pending.checkpoint_id, rnd, starts)
+            if snap is not None and any(b is None for parts in barriers.values() for b in parts.values()):
+                # epoch not logged (a partition lags): where this checkpoint stops reading, for the batch evaluation
+                self.barrier_log.log_lagged(epoch, pending.checkpoint_id, barriers, reached)
             rows = self.plan.process_round(pending, rnd, P, working, segments, epoch, parked=parked, staged=staged,
                                            complete=snap is not None, low_epoch=low, own_epochs=own_epochs)
             for uid, uris in files_of_reports([r for r in rows if r.kind is ReportKind.DEAD_LETTER]).items():
