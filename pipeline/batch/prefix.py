@@ -5,7 +5,10 @@ it are in the prefix) and the barrier positions of every earlier epoch from the 
 (``<checkpoint root>/<job>/barriers/epoch-<k>.json``). From those it tags each row ``x`` with its
 **processing epoch** ``p(x)``: the first logged epoch ``k`` whose barrier lies after ``x`` in its partition,
 i.e. the checkpoint in whose rounds the runtime consumed ``x``. ``p(x)`` is ``e(x) = floor(_ingest_ts / E)``
-for rows that arrived in time, and later for rows of a partition that was idle when its barrier was cut.
+for rows that arrived in time, and later for rows of a partition that was idle when its barrier was cut. An epoch
+an unaligned checkpoint completed while a partition lagged is not in the barrier log; the lag log
+(``barriers/lagged/``, :func:`lag_log`) says where that checkpoint stopped reading each partition, and those
+positions count as its barriers (the runtime tags what a checkpoint reads past every logged barrier with its epoch).
 
 Rows are read with the runtime's source reader (same file listing, same bad-record rules), but bad records
 are only counted here, never written to the dead-letter location: the batch evaluation has no side effects.
