@@ -219,3 +219,48 @@ def test_checkpoints_taken_while_a_partition_lagged_and_after_it_caught_up_valid
     assert not v.success
     assert any(x.get("object") == "state/lv/right" and (x["_expected"], x["_actual"]) == (1, 0)
                for x in failed_pairs(v)), v.summary()
+
+
+@pytest.mark.spark
+@pytest.mark.skipif(os.environ.get("EPOCHAL_LAG_CHECK", "") != "full",
+                    reason="opt-in: EPOCHAL_LAG_CHECK=full (a rewind and a rescale through a lag; ~3-5 min)")
+def test_a_rewind_through_a_lag_at_another_parallelism_validates(tmp_path):
+    """The lagging checkpoint of epoch 1 is restored at parallelism 2 (a restore point that replays its in-flight
+    rows) after epoch 2 was processed once; epoch 2 runs again, lagging, and the partition catches up. Epoch 2 then
+    has two lag records (the abandoned attempt's and the new one): every checkpoint of both branches validates with
+    nothing unchecked, each with the record of its own lineage (the newest id at most its own)."""
+    import datetime
+
+    import lag_jobs
+
+    from pipeline.config import load_config
+    from pipeline.quality import validate_job
+    from pipeline.runtime.runner import JobRunner
+
+    E, T0 = lag_jobs.E, lag_jobs.T0
+    src = lag_jobs.write_sources(tmp_path / "src")
+    clock = datetime.datetime.fromtimestamp(T0 + 5 * E + 30, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def cfg(P: int):
+        return load_config(env={}, source_uri=src.as_uri(), checkpoint_uri=(tmp_path / "ckpt").as_uri(),
+                           sink_uri=(tmp_path / "sink").as_uri(), epoch_seconds=E, parallelism=P,
+                           retained_checkpoints=50, unaligned=True, clock_now=clock, allowed_lateness_seconds=600)
+    JobRunner(lag_jobs.build(), cfg(1), echo=lambda m: None).run(epochs=2)
+    lag_jobs.write_stage(src, 1)
+    JobRunner(lag_jobs.build(), cfg(1), echo=lambda m: None).run(epochs=1)
+    JobRunner(lag_jobs.build(), cfg(2), echo=lambda m: None).restore("2", parallelism=2)
+    JobRunner(lag_jobs.build(), cfg(2), echo=lambda m: None).run(epochs=1)
+    lag_jobs.write_stage(src, 2)
+    r = JobRunner(lag_jobs.build(), cfg(2), echo=lambda m: None)
+    r.run()
+    k0 = T0 // E
+    lagged = sorted(p.name for p in (tmp_path / "ckpt" / "lag_ads" / "barriers" / "lagged").glob("*.json"))
+    assert lagged == [f"epoch-{k0 + 1}-chk-000000000002.json", f"epoch-{k0 + 2}-chk-000000000003.json",
+                      f"epoch-{k0 + 2}-chk-000000000005.json"]
+    cps = {c.checkpoint_id: c.metadata for c in r.coordinator.store.list()}
+    assert [(cps[i].parent_id, cps[i].epoch) for i in sorted(cps)] == [
+        (None, k0), (1, k0 + 1), (2, k0 + 2), (2, k0 + 1), (4, k0 + 2), (5, k0 + 3)]
+    for cid in sorted(cps):
+        v = validate_job(r, str(cid), build_docs=False, store_results=False)
+        assert v.success, v.summary()
+        assert v.figures.get("not_checked") == {}, (cid, v.figures.get("not_checked"))
