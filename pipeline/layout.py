@@ -8,6 +8,8 @@
       barriers/epoch-<n>.json                   # the write-ahead barrier log
       barriers/rounds/epoch-<n>-chk-<id>-r<k>.json  # write-ahead round log: where round k >= 1 of a checkpoint
                                                 #   starts (checkpoints that take several rounds; round 0 of unaligned ones)
+      barriers/lagged/epoch-<n>-chk-<id>.json   # where a checkpoint that completed while a partition lagged
+                                                #   (epoch n not logged) stopped reading each partition
       checkpoints/chk-<id>/
         _pending.json                           # pending manifest (written at trigger)
         _metadata                               # written last, create-only: the checkpoint exists
@@ -35,7 +37,7 @@ from dataclasses import dataclass
 from pipeline.fileio import join_uri
 
 __all__ = ["METADATA_FILE", "PENDING_FILE", "JOB_FILE", "CHECKPOINTS_DIR", "SAVEPOINTS_DIR", "BARRIERS_DIR",
-           "IDS_DIR", "VALIDATION_DIR", "ORCHESTRATION_DIR", "ROUNDS_DIR", "SINK_DATA_DIR", "SINK_COMMITS_DIR",
+           "IDS_DIR", "VALIDATION_DIR", "ORCHESTRATION_DIR", "ROUNDS_DIR", "LAGGED_DIR", "SINK_DATA_DIR", "SINK_COMMITS_DIR",
            "checkpoint_dir_name", "checkpoint_id_of", "savepoint_dir_name", "snapshot_name", "JobLayout",
            "round_dir", "round_plan_uri", "round_state_prefix", "round_acks_prefix", "channel_prefix",
            "id_claim_name", "sink_table_uri", "sink_staging_uri", "sink_commit_name"]
@@ -50,6 +52,7 @@ IDS_DIR = "ids"
 VALIDATION_DIR = "validation"
 ORCHESTRATION_DIR = "orchestration"
 ROUNDS_DIR = "rounds"
+LAGGED_DIR = "lagged"
 SINK_DATA_DIR = "data"
 SINK_COMMITS_DIR = "_commits"
 SHARED_DIR = "shared"
@@ -129,6 +132,15 @@ class JobLayout:
     def round_start(self, epoch: int, checkpoint_id: int, rnd: int) -> str:
         """Where round ``rnd`` (>= 1) of checkpoint ``checkpoint_id`` (epoch ``epoch``) starts reading."""
         return join_uri(self.root, BARRIERS_DIR, ROUNDS_DIR, f"epoch-{epoch}-chk-{checkpoint_id:012d}-r{rnd}.json")
+
+    def lag_log(self) -> str:
+        """``barriers/lagged/``: the lag log (see :meth:`lagged_read`)."""
+        return join_uri(self.root, BARRIERS_DIR, LAGGED_DIR)
+
+    def lagged_read(self, epoch: int, checkpoint_id: int) -> str:
+        """Where checkpoint ``checkpoint_id`` of epoch ``epoch``, which completed while a partition lagged (the
+        epoch is not in the barrier log), stopped reading each source partition."""
+        return join_uri(self.root, BARRIERS_DIR, LAGGED_DIR, f"epoch-{epoch}-chk-{checkpoint_id:012d}.json")
 
     def validation(self, snapshot: str | None = None) -> str:
         return join_uri(self.root, VALIDATION_DIR, snapshot) if snapshot else join_uri(self.root, VALIDATION_DIR)

@@ -9,7 +9,7 @@ See ``docs/batch.md`` for the rules.
 from __future__ import annotations
 
 from pipeline.batch.plan import BatchResult, evaluate, join_semantics
-from pipeline.batch.prefix import Prefix, barrier_log
+from pipeline.batch.prefix import Prefix, barrier_log, lag_log
 from pipeline.exceptions import CheckpointError
 
 __all__ = ["Prefix", "BatchResult", "evaluate", "prefix_of", "consumed_positions", "lagging_partitions", "write_batch",
@@ -21,8 +21,11 @@ def prefix_of(runner, md) -> Prefix:
     barriers = {s: {int(p): (int(pos.seq), int(pos.row)) for p, pos in parts.items()}
                 for s, parts in md.barriers.items()}
     low = md.extra.get("low_epoch")
-    return Prefix(int(md.epoch), int(runner.config.epoch_seconds), barriers,
-                  barrier_log(runner.ckpt_fio, runner.job_root, int(md.epoch)),
+    # epochs a checkpoint completed while a partition lagged are not in the barrier log: where those checkpoints
+    # stopped reading places their rows (docs/batch.md "Lagging partitions"); a logged epoch wins
+    log = {**lag_log(runner.ckpt_fio, runner.job_root, int(md.epoch), int(md.checkpoint_id)),
+           **barrier_log(runner.ckpt_fio, runner.job_root, int(md.epoch))}
+    return Prefix(int(md.epoch), int(runner.config.epoch_seconds), barriers, log,
                   low_epoch=None if low is None else int(low), checkpoint_id=int(md.checkpoint_id),
                   consumed=consumed_positions(md))
 
@@ -32,7 +35,8 @@ def consumed_positions(md) -> dict[str, dict[int, tuple[int, int]]] | None:
     exactly-once checkpoint with pending channel state (unaligned, a backlog) holds exactly the rows before its
     restore positions (``positions``, the cut); the in-flight files and source ranges up to the barriers are
     consumed by later checkpoints. None: the barriers (aligned; the at-least-once tracker, whose positions are
-    the barriers). Partitions without a barrier (lagging) are left to :func:`lagging_partitions`."""
+    the barriers). A partition without barrier n (lagging, :func:`lagging_partitions`) ends at its restore position
+    too: the rows the checkpoint consumed there are placed by the lag log (docs/batch.md "Lagging partitions")."""
     if not md.channel_state or str(md.checkpoint_mode) == "at_least_once":
         return None
     out: dict[str, dict[int, tuple[int, int]]] = {}
@@ -40,13 +44,17 @@ def consumed_positions(md) -> dict[str, dict[int, tuple[int, int]]] | None:
         for p, b in parts.items():
             pos = md.positions.get(s, {}).get(p, b)
             out.setdefault(s, {})[int(p)] = min((int(pos.seq), int(pos.row)), (int(b.seq), int(b.row)))
+    for s, parts in md.positions.items():   # a lagging partition (no barrier n): what it consumed ends at the cut
+        for p, pos in parts.items():
+            if p not in md.barriers.get(s, {}):
+                out.setdefault(s, {})[int(p)] = (int(pos.seq), int(pos.row))
     return out
 
 
 def lagging_partitions(md) -> list[str]:
     """``<source>/partition=<p>`` of checkpoint ``md`` whose barrier was not known when it completed (an open
-    channel-state range; unaligned checkpoints need not wait for a lagging partition): the rows of such a partition
-    the checkpoint consumed have no barrier to place them by, so the batch plan cannot model them."""
+    channel-state range; unaligned checkpoints need not wait for a lagging partition). The runtime tags the rows it
+    reads there with the checkpoint's epoch; the batch plan places them by the lag log (``prefix.lag_log``)."""
     out = {f"{c.source}/partition={c.partition}" for c in md.channel_state
            if c.file is None and c.source is not None and c.end is None}
     out |= {f"{s}/partition={p}" for s, parts in md.positions.items() for p in parts

@@ -93,6 +93,9 @@ class BatchResult:
     cached: list = field(default_factory=list)                   # persisted DataFrames (see release())
     matched: dict[str, object] = field(default_factory=dict)     # join states with the ``_matched`` flag
     frames: dict[int, object] = field(default_factory=dict)      # node id -> DataFrame (with internal columns)
+    # label in ``counts`` -> uid of the join whose ``unique`` declaration those rows violate (pipeline.quality.recovery:
+    # the plan's "first row per key" is the runtime's only when no key repeats on a unique side)
+    violations: dict[str, str] = field(default_factory=dict)
 
     def release(self) -> None:
         """Unpersist what the plan cached (sources read once, join outputs used twice)."""
@@ -403,8 +406,10 @@ class _Compiler:
     def _violations(self, op: JoinNode, side: str, df, n: str) -> None:
         """Report the rows violating ``unique=side``: ``n - 1`` per key with ``n`` rows (one row each, counted)."""
         from pyspark.sql import functions as F
-        self.result.counts[f"{op.uid}: {side} rows violating unique={side!r} (dead-lettered by the runtime)"] = \
+        label = f"{op.uid}: {side} rows violating unique={side!r} (dead-lettered by the runtime)"
+        self.result.counts[label] = \
             df.filter(F.col(n) > 1).select(F.explode(F.sequence(F.lit(2), F.col(n))).alias("__v"))
+        self.result.violations[label] = op.uid
 
     def _first_per_key(self, df, op: JoinNode, side: str):
         """One side declared unique, the other not: its first row per key (cached: the join, both state sides and

@@ -5,7 +5,10 @@ it are in the prefix) and the barrier positions of every earlier epoch from the 
 (``<checkpoint root>/<job>/barriers/epoch-<k>.json``). From those it tags each row ``x`` with its
 **processing epoch** ``p(x)``: the first logged epoch ``k`` whose barrier lies after ``x`` in its partition,
 i.e. the checkpoint in whose rounds the runtime consumed ``x``. ``p(x)`` is ``e(x) = floor(_ingest_ts / E)``
-for rows that arrived in time, and later for rows of a partition that was idle when its barrier was cut.
+for rows that arrived in time, and later for rows of a partition that was idle when its barrier was cut. An epoch
+an unaligned checkpoint completed while a partition lagged is not in the barrier log; the lag log
+(``barriers/lagged/``, :func:`lag_log`) says where that checkpoint stopped reading each partition, and those
+positions count as its barriers (the runtime tags what a checkpoint reads past every logged barrier with its epoch).
 
 Rows are read with the runtime's source reader (same file listing, same bad-record rules), but bad records
 are only counted here, never written to the dead-letter location: the batch evaluation has no side effects.
@@ -49,7 +52,7 @@ from pipeline.source.planner import Split
 from pipeline.source.reader import META_FIELDS, SplitReader
 from pipeline.source.summary import summarize_file
 
-__all__ = ["Prefix", "PEPOCH", "NATIVE_ENV", "ordinal", "barrier_log", "native_files", "native_type",
+__all__ = ["Prefix", "PEPOCH", "NATIVE_ENV", "ordinal", "processing_epochs", "barrier_log", "lag_log", "native_files", "native_type",
            "source_dataframe"]
 
 PEPOCH = "_pepoch"          # processing epoch of a row (see the module docstring)
@@ -106,10 +109,16 @@ class Prefix:
         """Per partition: increasing barrier ordinals and their epochs (``p(x)`` by ``searchsorted``)."""
         out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         epochs = sorted(k for k in self.log if k < self.epoch) + [self.epoch]
-        for p in self.barriers.get(source, {}):
+        parts = set(self.barriers.get(source, {})) | set(self.stops(source))
+        for k in epochs[:-1]:
+            parts |= set(self.log[k].get(source, {}))
+        for p in parts:
             ords, eps, best = [], [], -1
             for k in epochs:
-                pos = (self.barriers[source][p] if k == self.epoch else self.log[k].get(source, {}).get(p))
+                pos = (self.barriers.get(source, {}).get(p) if k == self.epoch
+                       else self.log[k].get(source, {}).get(p))
+                if pos is None and k == self.epoch:   # a lagging partition: its rows past every point are n's
+                    pos = (_BIG >> 32, 0)
                 if pos is None:
                     continue
                 o = max(best, ordinal(*pos))
@@ -118,6 +127,20 @@ class Prefix:
                 best = o
             out[int(p)] = (np.asarray(ords, np.int64), np.asarray(eps, np.int64))
         return out
+
+
+def processing_epochs(bar_o: np.ndarray, bar_e: np.ndarray, ords: np.ndarray, own: np.ndarray,
+                      last: int) -> np.ndarray:
+    """``p(x)`` of rows at ordinals ``ords`` with ``e(x) = own``, from one partition's :meth:`Prefix.lookup` entry
+    (``last`` = n). The native read computes the same in Spark SQL (``_native_frame``)."""
+    if len(bar_e) <= 1:      # no log (or only barrier n): e(x), capped at n
+        return np.minimum(own, last)
+    # the barrier log of earlier epochs (and the lag log) says where x was consumed
+    idx = np.searchsorted(bar_o, ords, side="right")
+    pe = np.where(idx < len(bar_e), bar_e[np.minimum(idx, len(bar_e) - 1)], last)
+    # before the first logged barrier k0: e(x), at most k0 (= k0 for a job that ran from its first epoch; e(x)
+    # for a job bootstrapped at k0, docs/batch.md)
+    return np.where(idx == 0, np.minimum(own, bar_e[0]), pe)
 
 
 def barrier_log(ckpt_fio, job_root: str, upto: int) -> dict[int, dict[str, dict[int, tuple[int, int]]]]:
@@ -135,6 +158,38 @@ def barrier_log(ckpt_fio, job_root: str, upto: int) -> dict[int, dict[str, dict[
         doc = json.loads(ckpt_fio.read_bytes(f.uri))
         out[int(m.group(1))] = {s: {int(p): (int(v["seq"]), int(v["row"])) for p, v in parts.items()}
                                 for s, parts in doc.get("barriers", {}).items()}
+    return out
+
+
+_LAG_FILE = re.compile(r"epoch-(\d+)-chk-(\d+)\.json$")
+
+
+def lag_log(ckpt_fio, job_root: str, upto: int, upto_id: int | None) -> dict[int, dict[str, dict[int, tuple[int, int]]]]:
+    """Per epoch ``m < upto`` that a checkpoint completed while a partition lagged (so ``m`` is not in the barrier
+    log): where that checkpoint stopped reading each partition (``barriers/lagged/epoch-<m>-chk-<id>.json``,
+    written by the runtime before the checkpoint's last round; ``BarrierLog.log_lagged``). The runtime tags the rows
+    a checkpoint of epoch ``m`` reads past every logged barrier with ``m`` (a lagging partition's, and an unlogged
+    epoch's), so these positions act as barriers of epoch ``m`` (docs/batch.md "Lagging partitions"). Among the
+    attempts of an epoch, the newest whose id is at most ``upto_id`` (the validated checkpoint's lineage, as the
+    round log); None: the newest."""
+    root = join_uri(job_root, "barriers", "lagged")
+    try:
+        files = ckpt_fio.list(root, recursive=False)
+    except StorageError:
+        return {}
+    chosen: dict[int, tuple[int, str]] = {}
+    for f in files:
+        m = _LAG_FILE.search(f.uri)
+        if not m or int(m.group(1)) >= upto or (upto_id is not None and int(m.group(2)) > upto_id):
+            continue
+        ep, cid = int(m.group(1)), int(m.group(2))
+        if ep not in chosen or cid > chosen[ep][0]:
+            chosen[ep] = (cid, f.uri)
+    out: dict[int, dict[str, dict[int, tuple[int, int]]]] = {}
+    for ep, (_cid, uri) in chosen.items():
+        doc = json.loads(ckpt_fio.read_bytes(uri))
+        out[ep] = {s: {int(p): (int(v["seq"]), int(v["row"])) for p, v in parts.items()}
+                   for s, parts in doc.get("read", {}).items()}
     return out
 
 
@@ -312,16 +367,9 @@ def source_dataframe(spark, runner, job: Job, source: SourceNode, prefix: Prefix
                         t = pa.Table.from_batches([rb])
                         ords = (t["_seq"].to_numpy().astype(np.int64) << 32) + t["_row"].to_numpy().astype(np.int64)
                         bar_o, bar_e = lookup.get(part, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
-                        idx = np.searchsorted(bar_o, ords, side="right")
                         ts = pc.cast(pc.cast(t["_ingest_ts"], pa.timestamp("us", tz="UTC")), pa.int64())
                         own = ts.to_numpy(zero_copy_only=False) // epoch_us       # e(x): no barrier logged
-                        if len(bar_e) > 1:      # the barrier log of earlier epochs says where x was consumed
-                            pe = np.where(idx < len(bar_e), bar_e[np.minimum(idx, len(bar_e) - 1)], last)
-                            # before the first logged barrier k0: e(x), at most k0 (= k0 for a job that ran
-                            # from its first epoch; e(x) for a job bootstrapped at k0, docs/batch.md)
-                            pe = np.where(idx == 0, np.minimum(own, bar_e[0]), pe)
-                        else:                   # no log (or only barrier n): e(x), capped at n
-                            pe = np.minimum(own, last)
+                        pe = processing_epochs(bar_o, bar_e, ords, own, last)
                         t = t.append_column(PEPOCH, pa.array(pe.astype(np.int64)))
                         yield from t.select(read_schema.names).cast(read_schema).to_batches()
 

@@ -126,6 +126,9 @@ class RecoveryCollector(CollectorBase):
         self.out.examples["conservation"] = [c for c in cons if c["accounted"] != c["input_rows"]]
         self.out.messages += rec.messages
         self.out.figures["recomputed"] = rec.stats
+        # objects the plan found undecidable only once it ran (keys repeated on a join's unique side)
+        nc = self.out.figures.setdefault("not_checked", {})
+        nc.update({o: why for o, why in rec.unchecked.items() if o not in nc})
 
     def actual_rows(self, obj: str, kgs: set[int], files) -> pa.Table:
         """The real rows of ``obj`` in key groups ``kgs`` (Spark reads and filters; only on failure)."""

@@ -21,7 +21,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.batch import BatchResult, evaluate, lagging_partitions, prefix_of
+from pipeline.batch import BatchResult, evaluate, prefix_of
 from pipeline.quality.normalize import (
     MAX_MEASURES,
     SUMMARY_DDL,
@@ -34,7 +34,7 @@ from pipeline.quality.normalize import (
 )
 from pipeline.runtime.task_requests import counted_in_span
 
-__all__ = ["Recomputation", "BatchPlan", "plan_recomputation"]
+__all__ = ["Recomputation", "BatchPlan", "plan_recomputation", "undecided_unique", "dependents_of_joins"]
 
 
 @dataclass
@@ -63,6 +63,9 @@ class BatchPlan:
     columns: dict[str, tuple[str, ...]]               # obj -> compared columns (the batch plan's)
     unchecked: dict[str, str]
     messages: list[str]
+    # join uid -> the objects its rows reach (its state, every operator and sink downstream): not checked when the
+    # plan finds keys repeated on a side declared unique (:func:`undecided_unique`)
+    dependents: dict[str, frozenset[str]] = field(default_factory=dict)
 
     def materialize(self, specs: Mapping[str, ObjectSpec], max_parallelism: int) -> Recomputation:
         """Run the plan and summarise its rows **where Spark computes them** (one query for every object, so the
@@ -127,14 +130,25 @@ class BatchPlan:
                      else pd.DataFrame(columns=["oid", "gkey", *mcols]))
         per_group.insert(0, "obj", per_group.pop("oid").map(names_of))
         c = side[side["rec"] == "c"]
+        found: dict[str, int] = {}
         for i, (what, _df) in enumerate(counts):
             n = int(c.loc[c["oid"] == i, "rows"].sum()) if len(c) else 0
             if n:
                 msgs.append(f"{what}: {n} (excluded from the expected rows)")
+                found[what] = n
+        unchecked = dict(self.unchecked)
+        for obj, why in undecided_unique(found, self.result.violations, self.dependents).items():
+            if obj in names:
+                unchecked[obj] = why
+                msgs.append(f"NOT CHECKED against the batch evaluation: {obj}: {why}")
+        names = [o for o in names if o not in unchecked]
+        per_kg = per_kg[per_kg["obj"].isin(names)]
+        per_group = per_group[per_group["obj"].isin(names)]
         stats = {o: int(per_kg.loc[per_kg["obj"] == o, "rows"].sum()) for o in names}
         cons = [{"source": f"rows of {obj}", "input_rows": n, "state": [obj] if obj.startswith("state/") else [],
                  "output": [obj] if obj.startswith("sink/") else []} for obj, n in sorted(stats.items())]
-        return Recomputation(per_kg.reset_index(drop=True), per_group.reset_index(drop=True), cons, messages=msgs, stats=stats, unchecked=dict(self.unchecked), timings=timings)
+        return Recomputation(per_kg.reset_index(drop=True), per_group.reset_index(drop=True), cons, messages=msgs,
+                             stats=stats, unchecked=unchecked, timings=timings)
 
     def rows(self, obj: str, kgs: set[int], max_parallelism: int, key: str | None) -> pa.Table:
         """The expected rows of ``obj`` in key groups ``kgs``, filtered by the executors with the key groups of
@@ -145,6 +159,58 @@ class BatchPlan:
 
     def release(self) -> None:
         self.result.release()
+
+
+def undecided_unique(found: Mapping[str, int], violations: Mapping[str, str],
+                     dependents: Mapping[str, frozenset[str]]) -> dict[str, str]:
+    """Objects whose expected rows depend on which row of a repeated key a ``unique`` join keeps, when the batch
+    evaluation found such keys (``found``: count label -> rows beyond the first of their key; ``violations``: label
+    -> join uid). The plan keeps the first row per key over the whole prefix (processing epoch, ``_ingest_ts``,
+    position); the runtime decides per round among the rows it holds (``join._duplicates``): a repeat is a violation
+    only while the first row is held (not after it expired or, on a side whose partner side is unique, left state
+    matched), a row of an earlier round wins over an older row read in a later round (multi-round checkpoints, an
+    unaligned backlog), and ties on ``_ingest_ts`` are broken by the other columns' values. With no repeated key
+    both keep every row; with repeats the plan cannot tell which row the runtime kept, so the join's state and
+    everything its rows reach are reported not checked (docs/batch.md "join")."""
+    out: dict[str, str] = {}
+    by_uid: dict[str, list[str]] = {}
+    for label, n in found.items():
+        uid = violations.get(label)
+        if uid is not None and n:
+            by_uid.setdefault(uid, []).append(f"{label.split(' (', 1)[0].split(': ', 1)[1]}: {n}")
+    for uid, what in sorted(by_uid.items()):
+        why = (f"join {uid!r} has keys repeated on a side declared unique ({'; '.join(what)}): the runtime keeps the "
+               "first row of a key per round among the rows it still holds, the batch evaluation the first over the "
+               "whole prefix, so which row was kept (and what it matched) is not derived")
+        for obj in sorted(dependents.get(uid, ())):
+            out.setdefault(obj, why)
+    return out
+
+
+def dependents_of_joins(job, objects) -> dict[str, frozenset[str]]:
+    """Per join uid: the objects among ``objects`` its rows reach - its own state, the state of every operator and
+    every sink downstream (node order is topological)."""
+    from pipeline.job import JoinNode, SinkNode
+    out: dict[str, frozenset[str]] = {}
+    for j, node in enumerate(job.nodes):
+        if not isinstance(node, JoinNode):
+            continue
+        reach = {j}
+        for i in range(j + 1, len(job.nodes)):
+            n = job.nodes[i]
+            ins = getattr(n, "inputs", None)
+            ins = ins if ins is not None else ((n.parent,) if hasattr(n, "parent") else ())
+            if any(x in reach for x in ins):
+                reach.add(i)
+        objs = set()
+        for i in reach:
+            n = job.nodes[i]
+            if isinstance(n, SinkNode):
+                objs.add(f"sink/{n.table}")
+            elif getattr(n, "uid", None):
+                objs |= {o for o in objects if o.startswith(f"state/{n.uid}/")}
+        out[node.uid] = frozenset(objs & set(objects))
+    return out
 
 
 def _needed(specs: Mapping[str, ObjectSpec], objs: list[str]) -> set[str]:
@@ -165,13 +231,6 @@ def plan_recomputation(runner, md, object_names) -> BatchPlan:
     res = evaluate(runner, runner.job, prefix_of(runner, md))
     unchecked = dict(res.unchecked)
     messages = list(res.messages)
-    lagging = lagging_partitions(md)
-    if lagging:   # rows consumed from a partition without barrier n: no processing epoch to model them with
-        for obj in res.objects():
-            unchecked.setdefault(obj, (
-                f"unaligned checkpoint {md.checkpoint_id} completed while {', '.join(lagging)} lagged (barrier of "
-                f"epoch {md.epoch} unknown, open channel-state range): the rows it consumed from there cannot be "
-                "placed by the barrier log"))
     columns = {}
     frames: dict[str, Any] = res.objects()
     for obj, df in frames.items():
@@ -185,4 +244,4 @@ def plan_recomputation(runner, md, object_names) -> BatchPlan:
         if obj not in columns and obj not in unchecked:
             unchecked[obj] = "the batch plan does not produce this object"
     messages += [f"NOT CHECKED against the batch evaluation: {o}: {why}" for o, why in sorted(unchecked.items())]
-    return BatchPlan(res, columns, unchecked, messages)
+    return BatchPlan(res, columns, unchecked, messages, dependents_of_joins(runner.job, set(columns)))

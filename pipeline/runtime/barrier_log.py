@@ -95,6 +95,28 @@ class BarrierLog:
         except ConditionalWriteError:  # a retry of this round in the same checkpoint: the plan is the same
             pass
 
+    def log_lagged(self, epoch: int, checkpoint_id: int, barriers: Barriers,
+                   reads: Mapping[tuple[str, str], Position]) -> None:
+        """Write-ahead, for a checkpoint that snapshots while a partition lags (epoch ``epoch`` is then not in the
+        barrier log): where it stops reading each channel (``reads``, after its last round) and the barriers it
+        knew. A lagging channel's rows past its last logged barrier get the epoch of the checkpoint that reads them
+        (:meth:`pipeline.runtime.input_epochs.InputEpochs.epoch_of`), and the rows of an unlogged epoch read by a
+        later checkpoint get that checkpoint's epoch: this record is how the batch evaluation places them
+        (``pipeline.batch.prefix.lag_log``). Kept beside the barrier log, never deleted by retention."""
+        ctx = self.ctx
+        doc = {"job": ctx.job.name, "epoch": epoch, "checkpoint_id": checkpoint_id,
+               "barriers": {s: {p: pos.to_dict() for p, pos in sorted(parts.items()) if pos is not None}
+                            for s, parts in sorted(barriers.items())},
+               "lagging": sorted(f"{s}/partition={p}" for s, parts in barriers.items()
+                                 for p, pos in parts.items() if pos is None),
+               "read": {s: {p: pos.to_dict() for (s2, p), pos in sorted(reads.items()) if s2 == s}
+                        for s in sorted({s for s, _ in reads})}}
+        try:
+            ctx.ckpt_fio.write_bytes(JobLayout(ctx.job_root).lagged_read(epoch, checkpoint_id),
+                                     (json.dumps(doc, indent=1) + "\n").encode(), if_none_match=True)
+        except ConditionalWriteError:  # a retry of the snapshot round in the same checkpoint: the same plan
+            pass
+
     def barriers_or_partial(self, epoch: int, summaries, cursor: Cursor) -> Barriers | None:
         """Barrier n positions (:meth:`barriers_for`); while a partition lags, None - except with checkpoints
         that are unaligned from the first barrier: they need not wait, so the barriers known so far (from the

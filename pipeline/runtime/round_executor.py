@@ -203,6 +203,9 @@ class RoundExecutor:
             # not at a barrier: a deduplicate after a backlog drain follows that order, docs/batch.md)
             if rnd or (log_first_round and kind == CheckpointType.CHECKPOINT):
                 self.barrier_log.log_round(epoch, pending.checkpoint_id, rnd, starts)
+            if snap is not None and any(b is None for parts in barriers.values() for b in parts.values()):
+                # epoch not logged (a partition lags): where this checkpoint stops reading, for the batch evaluation
+                self.barrier_log.log_lagged(epoch, pending.checkpoint_id, barriers, reached)
             rows = self.plan.process_round(pending, rnd, P, working, segments, epoch, parked=parked, staged=staged,
                                            complete=snap is not None, low_epoch=low, own_epochs=own_epochs)
             for uid, uris in files_of_reports([r for r in rows if r.kind is ReportKind.DEAD_LETTER]).items():

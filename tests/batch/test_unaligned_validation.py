@@ -87,7 +87,7 @@ def _md(mode: str, channel_state, positions, barriers):
 
 
 def test_prefix_ends_at_the_restore_positions_only_for_pending_exactly_once_channel_state():
-    """No Spark: which positions the batch plan's prefix ends at, and which partitions make it unmodellable."""
+    """No Spark: which positions the batch plan's prefix ends at, and which partitions lagged."""
     from pipeline.checkpoint.handles import ChannelStateHandle, Position
     bars = {"a": {"0": (1, 40), "1": (1, 9)}}
     rng = ChannelStateHandle("j", 0, "left", source="a", partition="0", start=Position(0, 30), end=Position(1, 40))
@@ -96,10 +96,12 @@ def test_prefix_ends_at_the_restore_positions_only_for_pending_exactly_once_chan
     # aligned (no channel state) and the at-least-once tracker: the barriers
     assert consumed_positions(_md("exactly_once", [], {"a": {"0": (1, 40), "1": (1, 9)}}, bars)) is None
     assert consumed_positions(_md("at_least_once", [rng], {"a": {"0": (1, 40), "1": (1, 9)}}, bars)) is None
-    # a lagging partition: open range, no barrier n
+    # a lagging partition: open range, no barrier n; what the checkpoint consumed of it ends at its restore position
+    # (docs/batch.md "Lagging partitions"; tests/batch/test_lag_validation.py)
     lag = ChannelStateHandle("j", 0, "right", source="b", partition="2", start=Position(0, 3), end=None)
     md = _md("exactly_once", [rng, lag], {"a": {"0": (0, 12), "1": (1, 9)}, "b": {"2": (0, 3)}}, bars)
     assert lagging_partitions(md) == ["b/partition=2"]
+    assert consumed_positions(md) == {"a": {0: (0, 12), 1: (1, 9)}, "b": {2: (0, 3)}}
 
 
 def _failures(v) -> list[dict]:
