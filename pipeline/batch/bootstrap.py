@@ -39,17 +39,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.barriers.events import CheckpointType
+from pipeline.batch.bootstrap_dead_letters import (
+    clear_operator_leftovers,
+    operator_dead_letter_frames,
+    source_splits,
+    write_operator_dead_letters,
+    write_source_dead_letters,
+)
 from pipeline.batch.plan import _Compiler, aggregate_columns
 from pipeline.batch.prefix import Prefix, barrier_log
 from pipeline.checkpoint.handles import StateHandle
 from pipeline.checkpoint.report import ReportKind, TaskReport
-from pipeline.exceptions import BootstrapRefusedError, CheckpointError, ConfigError
+from pipeline.exceptions import BootstrapRefusedError, CheckpointError, ConfigError, MalformedInputError
 from pipeline.fileio import file_io_for, join_uri
 from pipeline.job import AggregateNode, DedupNode, JoinNode, ProcessNode, WindowNode
 from pipeline.keygroups import key_group_expr, range_for_subtask, subtask_expr
 from pipeline.layout import round_state_prefix, sink_staging_uri
 from pipeline.runtime.cursor import Cursor
 from pipeline.runtime.dataflow import arrow_schema_of, collect_handles
+from pipeline.runtime.dead_letters import EXTRA_KEY as DEAD_LETTERS_KEY
+from pipeline.runtime.dead_letters import DeadLetterFiles
 from pipeline.runtime.operators import HANDLE_DDL, _collect, subtask_of, task_report
 from pipeline.runtime.progress import last_data_epoch
 from pipeline.runtime.report_codec import to_batch
@@ -286,10 +295,21 @@ def _bootstrap(runner, *, epoch: int | None, target: str | None, parallelism: in
     spark.conf.set("spark.sql.shuffle.partitions", str(P))
     tuples = {s: {int(p): (int(pos.seq), int(pos.row)) for p, pos in parts.items()}
               for s, parts in plan.barriers.items()}
-    comp = _Compiler(spark, runner, job, Prefix(n, int(runner.config.epoch_seconds), tuples,
-                                                barrier_log(runner.ckpt_fio, runner.job_root, n)))
+    logged = barrier_log(runner.ckpt_fio, runner.job_root, n)
+    comp = _Compiler(spark, runner, job, Prefix(n, int(runner.config.epoch_seconds), tuples, logged))
     res = comp.compile()
     objects = _objects(comp, res, job)
+    # the bad records of the epochs <= n (module pipeline.batch.bootstrap_dead_letters): under ``fail`` the job
+    # fails here, before any side effect, as its first epoch with a bad record would
+    splits = source_splits(runner, n, plan.barriers, summaries, logged)
+    dl_frames = operator_dead_letter_frames(comp, res, job)
+    if runner.config.bad_records == "fail":
+        try:
+            write_source_dead_letters(runner, splits)
+            _fail_on_operator_dead_letters(dl_frames, job.name, n)
+        except BaseException:
+            res.release()
+            raise
     # Step 2: barrier n, write-ahead (the runtime cuts epoch n + 1 from it)
     barriers = runner.barrier_log.barriers_for(n, summaries, Cursor())
     if barriers is None:  # pragma: no cover - checked in step 1, the listing has not changed since
@@ -316,14 +336,31 @@ def _bootstrap(runner, *, epoch: int | None, target: str | None, parallelism: in
             obj = f"state/{uid}/{name}" if kind == "state" else f"sink/{name}"
             figures[obj] = sum(r.rows for r in got)
             timings[obj] = round(time.perf_counter() - t1, 3)   # the first one also computes the cached plan
+        # the dead letters of the epochs <= n, where an epoch-by-epoch run leaves them
+        t1 = time.perf_counter()
+        dead_letters = {k: v for k, v in (getattr(ctx, "unexpected_dead_letters", None) or {}).items() if v}
+        op_files: dict[int, dict] = {}
+        if runner.config.bad_records == "dead_letter":
+            for s, k in write_source_dead_letters(runner, splits).items():
+                if k:
+                    dead_letters[s] = dead_letters.get(s, 0) + k
+            clear_operator_leftovers(runner, cid)
+            op_counts, op_files = write_operator_dead_letters(runner, dl_frames, cid)
+            dead_letters.update({k: v for k, v in op_counts.items() if v})
+        ctx.unexpected_dead_letters = {}
+        timings["dead_letters"] = round(time.perf_counter() - t1, 3)
+        dl_extra = DeadLetterFiles(n, {u: tuple(sorted(fs)) for u, fs in op_files.get(n, {}).items()})
         acks = [TaskReport(ReportKind.ACK, op.uid, s, "", mode="aligned") for op in job.operators() for s in range(P)]
         runner.coordinator.receive_acknowledge_reports(pending, rows + acks)
         # Step 5: _metadata last, then commit the sinks
         completed = runner.coordinator.complete(
             pending, positions=barriers, channel_state=[], sinks_full={s.table: False for s in job.sinks()},
-            backlog={}, dead_letters={}, rounds=1,
+            backlog={}, dead_letters=dead_letters, rounds=1,
             extra={"bootstrap": {"epoch": n, "batch_seconds": round(time.perf_counter() - t0, 3),
-                                 "objects": figures},
+                                 "objects": figures,
+                                 "dead_letter_files": {str(m): {u: sorted(fs) for u, fs in sorted(by.items())}
+                                                       for m, by in sorted(op_files.items())}},
+                   **({DEAD_LETTERS_KEY: dl_extra.to_dict()} if dl_extra.files else {}),
                    "source_files": read_inventory(getattr(ctx, "source_listing", {}), barriers,
                                                   getattr(ctx, "source_inventory_behind", {}))})
         ctx.recover_sinks(completed.metadata, restoring=False)
@@ -334,5 +371,17 @@ def _bootstrap(runner, *, epoch: int | None, target: str | None, parallelism: in
         res.release()
     runner.echo(f"bootstrapped job {job.name} at epoch {n} as savepoint {cid}: {completed.location}")
     return {"job": job.name, "savepoint": completed.location, "savepoint_id": cid, "epoch": n,
-            "parallelism": P, "objects": figures, "seconds": round(time.perf_counter() - t0, 3),
-            "timings": timings}
+            "parallelism": P, "objects": figures, "dead_letters": dead_letters,
+            "seconds": round(time.perf_counter() - t0, 3), "timings": timings}
+
+
+def _fail_on_operator_dead_letters(frames, job: str, n: int) -> None:
+    """Policy ``fail``: the first operator row the runtime would dead-letter in the epochs ``<= n`` fails the
+    bootstrap (before any side effect), as it would fail that epoch."""
+    for uid, kind, name, df in frames:
+        row = df.head(1)
+        if row:
+            what = (f"a {name} row repeats a key its unique declaration forbids" if kind == "join"
+                    else "a record is late or has a null key or event time")
+            raise MalformedInputError(f"job {job!r}: cannot bootstrap at epoch {n}: {kind} {uid!r} (epoch "
+                                      f"{row[0]['_pepoch']}): {what} (PIPELINE_BAD_RECORDS=fail fails that epoch)")
