@@ -134,6 +134,9 @@ def plan_bootstrap(runner, *, epoch: int | None = None, target: str | None = Non
         raise BootstrapRefusedError(why)
     if target is not None:
         target = check_target(target, config, job.name)
+        if runner.ckpt_fio.exists(join_uri(target, "_metadata")):
+            raise ConfigError(f"savepoint target {target} already holds a completed checkpoint or savepoint "
+                              "(_metadata); choose another target")
     P = parallelism or config.parallelism
     if P < 1 or P > runner.max_parallelism:
         raise ConfigError(f"parallelism {P} must be between 1 and the job's max parallelism {runner.max_parallelism}")
@@ -156,6 +159,10 @@ def plan_bootstrap(runner, *, epoch: int | None = None, target: str | None = Non
     if epoch is not None:
         if epoch < 0:
             raise ConfigError(f"--epoch {epoch}: must be >= 0")
+        first = runner.planner.first_epoch(summaries)
+        if first is not None and epoch < first:
+            raise ConfigError(f"--epoch {epoch}: before the first epoch with data ({first}) under "
+                              f"{config.source_uri}: a new job's first checkpoint is that epoch's or a later one")
         barriers, lag = _barriers(runner, epoch, summaries)
         if barriers is None:
             raise CheckpointError(f"job {job.name!r}: barrier {epoch} is not complete yet: {lag} lags (no row at/"
