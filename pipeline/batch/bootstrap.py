@@ -14,7 +14,12 @@ barrier ``n`` and writes the result in exactly the format the runtime restores:
 Windows: ``win`` (the on-time records of epochs ``<= n`` whose last window has not fired, with ``_epoch``) is
 keyed like any state; ``wm`` (the watermark table ``("", W(n))`` + ``(channel, M_c(n))``) is operator-wide and
 written as the runtime writes it: one file on subtask 0's handle, empty handles for the others
-(:func:`_write_operator_wide`). Late records of the epochs ``<= n`` are not dead-lettered (no side effects).
+(:func:`_write_operator_wide`). A window or join reading an ``emit="final"`` window's rows gets them with their
+firing epoch (:meth:`pipeline.batch.plan._Compiler._fire_epochs`).
+
+Dead letters: the bad records of the epochs ``<= n`` (source records, join ``unique`` violations, window late and
+null records) are written where an epoch-by-epoch run leaves them (:mod:`pipeline.batch.bootstrap_dead_letters`)
+and counted in the savepoint's stats.
 
 ``epochal restore --from <savepoint>`` then makes it the job's restore point and ``epochal run`` continues with
 epoch ``n + 1``, exactly-once.
@@ -22,13 +27,16 @@ epoch ``n + 1``, exactly-once.
 Protocol (docs/batch.md "Bootstrap"):
 
 1. Validate, no side effect yet: the job is new (no completed checkpoint, no sink commit), every operator's
-   state and every sink is derivable exactly (``process`` user functions, operators reading a window's output,
-   changelog sinks are refused with :class:`~pipeline.exceptions.BootstrapRefusedError` naming the operator),
-   the savepoint target
-   lies under ``PIPELINE_SAVEPOINT_PREFIXES``, the parallelism fits, barrier ``n`` is complete (no partition lags).
+   state and every sink is derivable exactly (``process`` user functions, operators other than aggregates reading an
+   ``emit="update"`` window's changelog, changelog sinks are refused with
+   :class:`~pipeline.exceptions.BootstrapRefusedError` naming the operator, why, and what to do instead), the
+   savepoint target lies under ``PIPELINE_SAVEPOINT_PREFIXES`` and holds no ``_metadata``, the parallelism fits,
+   barrier ``n`` is complete (no partition lags) and not before the first epoch with data; under
+   ``PIPELINE_BAD_RECORDS=fail`` no bad record lies before barrier ``n``.
 2. Log barrier ``n`` in the write-ahead barrier log (the epochs after it are cut from there).
 3. Trigger a savepoint (claims the id, pending manifest).
-4. One Spark job per state / sink object writes the files; their task reports are the acknowledgements.
+4. One Spark job per state / sink object writes the files; their task reports are the acknowledgements. Then the
+   dead letters of the epochs ``<= n``.
 5. Complete: ``_metadata`` last (conditional PUT), then commit the sinks. Any failure aborts the pending
    savepoint (only the files it wrote are deleted).
 """
@@ -83,26 +91,39 @@ class BootstrapPlan:
     messages: tuple[str, ...] = field(default_factory=tuple)
 
 
+#: what a user does instead of a refused bootstrap (one clause, appended to every refusal)
+CATCH_UP = ("catch up with `epochal run` instead (PIPELINE_MAX_EPOCHS_PER_ROUND=8 runs several epochs per round, "
+            "docs/batch.md \"Bootstrap\")")
+
+
 def refusal(job) -> str | None:
-    """Why ``job`` cannot be bootstrapped exactly (one line naming the operator or table), or None.
+    """Why ``job`` cannot be bootstrapped exactly (one line naming the operator, why, and what to do instead), or None.
 
     Only the operator kinds whose state the batch plan derives exactly are accepted: ``join`` (both sides,
     ``_matched`` flags), ``aggregate`` (exact decimal sums), ``deduplicate`` (held keys) and ``window`` (records
-    of unfired windows, watermark table) fed by a source, a join or a deduplicate. Refused: ``process`` (user
-    functions) and any operator reading a window's or an aggregate's output (a changelog whose rows depend on
-    firing and round boundaries: the batch plan does not carry their processing epochs)."""
+    of unfired windows, watermark table), fed by a source, a join, a deduplicate or an ``emit="final"`` window (its
+    fired windows' rows carry their firing epoch in the plan). Refused:
+
+    * ``process``: its state is whatever the user function builds from one epoch's rows at a time; the plan cannot
+      derive it without calling the function epoch by epoch, which is what ``run`` does;
+    * any operator other than an aggregate reading an ``emit="update"`` window's output: a changelog with one row per
+      window and epoch it changed in (the plan models the windows, not their intermediate updates);
+    * what the plan itself does not model (a deduplicate of a window's or an aggregate's output, an operator reading
+      an aggregate's changelog): refused by :func:`_objects` with the plan's reason."""
     for op in job.operators():
         if isinstance(op, ProcessNode):
-            return (f"job {job.name!r}: cannot bootstrap process {op.uid!r}: its state is built by a user "
-                    "function the batch plan does not model; run the epochs instead")
+            return (f"job {job.name!r}: cannot bootstrap process {op.uid!r}: its state is built by a user function "
+                    f"one epoch at a time, which the batch plan cannot derive without running the epochs; {CATCH_UP}")
         if not isinstance(op, (JoinNode, AggregateNode, DedupNode, WindowNode)):
-            return f"job {job.name!r}: cannot bootstrap {type(op).__name__} {op.uid!r}: not modelled by the batch plan"
+            return (f"job {job.name!r}: cannot bootstrap {type(op).__name__} {op.uid!r}: not modelled by the batch "
+                    f"plan; {CATCH_UP}")
         for inp in op.inputs:
             up = job.nodes[job.chain_to(inp)[0]]
-            if isinstance(up, WindowNode) and not isinstance(op, AggregateNode):
+            if isinstance(up, WindowNode) and up.emit == "update" and not isinstance(op, AggregateNode):
                 return (f"job {job.name!r}: cannot bootstrap {type(op).__name__.removesuffix('Node').lower()} "
-                        f"{op.uid!r}: it reads the output of window {up.uid!r} (emit={up.emit!r}), whose epochs "
-                        "the batch plan does not model; run the epochs instead")
+                        f"{op.uid!r}: it reads the changelog of window {up.uid!r} (emit='update': a row per window "
+                        f"and epoch it changed in, which the batch plan does not model; emit='final' bootstraps); "
+                        f"{CATCH_UP}")
     return None
 
 
@@ -192,7 +213,7 @@ def _objects(comp, res, job) -> list[tuple[str, str, str, object, str | None]]:
         nid = job.node_id(op)
         if comp.frame(nid) is None:
             raise BootstrapRefusedError(f"job {job.name!r}: cannot bootstrap {type(op).__name__} {op.uid!r}: "
-                                        f"{comp.bad[nid]}")
+                                        f"{comp.bad[nid]}; {CATCH_UP}")
         for name in job.state_names(op.uid):
             obj = f"state/{op.uid}/{name}"
             if isinstance(op, JoinNode):

@@ -279,12 +279,15 @@ def _window_dead_letters(comp, res, op: WindowNode):
     S, D = spec.size_us, spec.slide_us
     late = res.counts[f"{op.uid}: late records (dead-lettered by the runtime)"]
     last = F.floor(F.col("__t") / F.lit(D)).cast("long") * F.lit(D)
-    late = late.select(*cols, channel.alias(CHANNEL), F.timestamp_micros(last).alias("window_start"),
-                       F.timestamp_micros(last + F.lit(S)).alias("window_end"),
+    # a window over a window's rows: its input has window_start/window_end already (the runtime's Arrow table then
+    # holds the names twice; here the input's columns are kept and the late record's window is not added)
+    extra_late = [e.alias(n) for n, e in (("window_start", F.timestamp_micros(last)),
+                                          ("window_end", F.timestamp_micros(last + F.lit(S)))) if n not in cols]
+    extra_bad = [F.lit(None).cast("timestamp").alias(n) for n in ("window_start", "window_end") if n not in cols]
+    late = late.select(*cols, channel.alias(CHANNEL), *extra_late,
                        F.col("__wprev").alias("_watermark_us"), F.lit("late").alias("_reason"), PEPOCH)
     bad = src.filter(F.col(op.key).isNull() | F.col(op.event_time).isNull()).select(
-        *cols, channel.alias(CHANNEL), F.lit(None).cast("timestamp").alias("window_start"),
-        F.lit(None).cast("timestamp").alias("window_end"), F.lit(None).cast("long").alias("_watermark_us"),
+        *cols, channel.alias(CHANNEL), *extra_bad, F.lit(None).cast("long").alias("_watermark_us"),
         F.lit("null key or event time").alias("_reason"), PEPOCH)
     return late.unionByName(bad)
 

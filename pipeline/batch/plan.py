@@ -620,7 +620,33 @@ class _Compiler:
             out = out if top is None else out.filter(F.col("__ws") + F.lit(S + L) <= F.lit(top))
             if top is None:
                 out = out.limit(0)
+            out = self._fire_epochs(nid, out, w_after, S + L)
         return out.drop("__ws")
+
+    def _fire_epochs(self, nid: int, out, w_after: dict[int, int | None], end_plus_l: int):
+        """A fired window's processing epoch, for the operators other than an aggregate reading an ``emit="final"``
+        window's output (not for its sinks, bootstrap's window/join over a window): the first epoch ``m <= n`` with ``W(m) >= window_end + L`` (``W`` never decreases, so the epochs
+        where it rises are enough), and ``_ingest_ts`` = the end of that epoch minus 1 µs, as the runtime's rows
+        flowing on carry (docs/windows.md "Chaining")."""
+        from pyspark.sql import functions as F
+        readers = [o for o in self.job.operators() for i in ((o.left, o.right) if isinstance(o, JoinNode)
+                                                              else (o.parent,)) if self.job.chain_to(i)[0] == nid]
+        if not any(not isinstance(o, AggregateNode) for o in readers):   # totals need no epoch
+            return out
+        steps: list[tuple[int, int]] = []
+        for m in sorted(w_after):
+            x = w_after[m]
+            if m <= self.prefix.epoch and x is not None and (not steps or x > steps[-1][1]):
+                steps.append((m, x))
+        if not steps:
+            return out.withColumn(PEPOCH, F.lit(None).cast("long"))
+        arr = F.array(*[F.struct(F.lit(m).cast("long").alias("m"), F.lit(x).cast("long").alias("w"))
+                        for m, x in steps])
+        thr = F.col("__ws") + F.lit(end_plus_l)
+        fire = F.element_at(F.filter(arr, lambda s: s["w"] >= thr), 1)["m"]
+        E = self.prefix.epoch_us
+        out = out.withColumn(PEPOCH, fire)
+        return out.withColumn("_ingest_ts", F.timestamp_micros((F.col(PEPOCH) + 1) * F.lit(E) - 1))
 
     def _window_state(self, op: WindowNode, recs, w_n: int | None, channel_max: dict[str, int]) -> None:
         """docs/windows.md "State after checkpoint n": ``win`` = the on-time records of epochs ``<= n`` whose last
@@ -662,7 +688,9 @@ class _Compiler:
             elif s.mode == "upsert" and not isinstance(parent, (AggregateNode, WindowNode)):
                 self.result.unchecked[obj] = "upsert sink of a non-aggregate: 'newest row per key' is not modelled"
             else:
-                self.result.sinks[s.table] = _visible(df)
+                # a window's own rows carry ``_ingest_ts`` only for the operators reading them (:meth:`_fire_epochs`)
+                direct_window = isinstance(parent, WindowNode) and "_ingest_ts" in df.columns
+                self.result.sinks[s.table] = _visible(df.drop("_ingest_ts") if direct_window else df)
         for n in self.job.nodes:
             if not isinstance(n, (SourceNode, MapNode, JoinNode, AggregateNode, WindowNode, DedupNode, SinkNode)):
                 self.result.messages.append(f"not checked: {type(n).__name__} nodes are not modelled yet")

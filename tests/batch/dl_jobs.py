@@ -100,3 +100,18 @@ def write_epoch(root: Path, epoch: int) -> None:
     if epoch == 2:
         tags.append({"k": tags[0]["k"], "tag": "again", "_ingest_ts": T0 + epoch * E_US + 40 * SEC})
     _parquet(root / "tags" / "partition=0" / f"{epoch:08d}.parquet", tags, TAGS)
+
+
+def window_chain_job(name: str = "bt_boot_window_chain") -> Job:
+    """Operators reading an ``emit="final"`` window's output (the ``reads`` data above): a window over the window
+    (per group, 120 s over the 60 s windows' starts) and a join of the window rows with the raw readings (by group,
+    TTL 120 s)."""
+    job = Job(name, max_parallelism=8)
+    r = job.source("reads", READS, key="k")
+    w1 = r.window(uid="w1", key="g", event_time="et", size_seconds=60, max_out_of_orderness_seconds=20,
+                  aggs={"n": ("count", None), "vs": ("sum", "v")})
+    w1.sink("w1_out")
+    w1.window(uid="w2", key="g", event_time="window_start", size_seconds=120,
+              aggs={"n2": ("sum", "n"), "c": ("count", None)}).sink("w2_out")
+    w1.join(r.select("g", "k", "v AS rv"), on="g", uid="wj", ttl_seconds=120).sink("joined")
+    return job
