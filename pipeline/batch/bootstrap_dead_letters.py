@@ -139,17 +139,12 @@ def _clean_file(path: str, source: SourceNode) -> bool:
 
 def _suspect(source: SourceNode, splits: Sequence[Split]) -> list[Split]:
     """The splits of files that may hold a bad record (:func:`_clean_file`), one footer read per file."""
-    verdict: dict[str, bool] = {}
-    out = []
-    for s in splits:
-        if s.row_end is None or s.format != "parquet" or not s.uri.startswith("file:"):
-            out.append(s)
-            continue
-        if s.uri not in verdict:
-            verdict[s.uri] = _clean_file(LocalFileIO.path_of(s.uri), source)
-        if not verdict[s.uri]:
-            out.append(s)
-    return out
+    from concurrent.futures import ThreadPoolExecutor
+    local = sorted({s.uri for s in splits if s.row_end is not None and s.format == "parquet"
+                    and s.uri.startswith("file:")})
+    with ThreadPoolExecutor(8) as pool:
+        verdict = dict(zip(local, pool.map(lambda u: _clean_file(LocalFileIO.path_of(u), source), local)))
+    return [s for s in splits if not verdict.get(s.uri, False)]
 
 
 def write_source_dead_letters(runner, splits: Mapping[str, Sequence[Split]], *, max_tasks: int = 16) -> dict[str, int]:
@@ -240,6 +235,11 @@ def operator_dead_letter_frames(comp, res, job) -> list[tuple[str, str, str, obj
             _how, unique = join_semantics(op)
             for side, inp in (("left", op.left), ("right", op.right)):
                 if unique not in (side, "both"):
+                    continue
+                # the plan's count of this side's violations reads its cached per-key frame: no violation (the
+                # usual case), no pass over the input
+                counted = res.counts.get(f"{op.uid}: {side} rows violating unique={side!r} (dead-lettered by the runtime)")
+                if counted is not None and not counted.head(1):
                     continue
                 df = comp.frame(inp)
                 order = [c for c in (PEPOCH, "_ingest_ts", "_partition", "_seq", "_row") if c in df.columns]
