@@ -397,7 +397,16 @@ def test_bootstrap_validates_before_any_side_effect(tmp_path):
         bootstrap(r, epoch=FIRST + 1, parallelism=99)
     with pytest.raises(Exception, match="lags"):
         bootstrap(_runner(tmp_path, src, join_agg(), clock_now="2026-01-01T00:00:00Z"), epoch=FIRST + 10)
+    with pytest.raises(ConfigError, match=f"before the first epoch with data \\({FIRST}\\)"):
+        bootstrap(r, epoch=FIRST - 3)
     _nothing_written(tmp_path)
+    # a target that already holds a completed savepoint: refused naming it, before the barrier log is written
+    taken = tmp_path / "ckpt" / r.job.name / "savepoints" / "mine"
+    taken.mkdir(parents=True)
+    (taken / "_metadata").write_text("{}")
+    with pytest.raises(ConfigError, match=f"savepoint target {taken.as_uri()} already holds"):
+        bootstrap(r, epoch=FIRST + 1, target=taken.as_uri())
+    assert not any((tmp_path / "ckpt").glob("*/barriers/*"))
     # a job that already ran is not bootstrapped (its sinks and checkpoints would be shadowed)
     r.run(epochs=1)
     with pytest.raises(BootstrapRefusedError, match="already has completed checkpoints"):
