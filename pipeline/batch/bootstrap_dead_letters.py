@@ -37,21 +37,31 @@ by its own cuts; the records are the same.
 """
 from __future__ import annotations
 
+import hashlib
+import io
 import json
+from concurrent.futures import ThreadPoolExecutor
 from typing import Mapping, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
+from pipeline.batch.plan import INTERNAL, join_semantics
+from pipeline.batch.prefix import PEPOCH
 from pipeline.exceptions import StorageError
 from pipeline.fileio import LocalFileIO, file_io_for
 from pipeline.job import JoinNode, SourceNode, WindowNode
 from pipeline.layout import checkpoint_id_of
-from pipeline.runtime.dataflow import rethrow_task_error
+from pipeline.runtime.dataflow import arrow_schema_of, rethrow_task_error
 from pipeline.runtime.dead_letters import attempt_dead_letter_dir, operator_dead_letter_prefix
+from pipeline.runtime.keyed_ops import CHANNEL
 from pipeline.runtime.task_requests import counted_in_span
+from pipeline.source._formats import json_default
 from pipeline.source.planner import Split, plan_segment
 from pipeline.source.positions import Position, barrier_position, end_position
 from pipeline.source.reader import dead_letter_counts, make_split_reader
+from pipeline.windows.aggregate import EmitMode, WindowSpec
 
 __all__ = ["source_splits", "write_source_dead_letters", "clear_operator_leftovers", "operator_dead_letter_frames",
            "write_operator_dead_letters"]
@@ -112,7 +122,6 @@ def _clean_file(path: str, source: SourceNode) -> bool:
     """A local Parquet file that holds no bad record: every declared column once with exactly its type, and the
     statistics of every row group show no null key, no ``""`` key and no null ``_ingest_ts``. Anything unknown
     (no statistics, an unreadable footer): not clean."""
-    import pyarrow.parquet as pq
     try:
         pf = pq.ParquetFile(path)
         fs = pf.schema_arrow
@@ -139,7 +148,6 @@ def _clean_file(path: str, source: SourceNode) -> bool:
 
 def _suspect(source: SourceNode, splits: Sequence[Split]) -> list[Split]:
     """The splits of files that may hold a bad record (:func:`_clean_file`), one footer read per file."""
-    from concurrent.futures import ThreadPoolExecutor
     local = sorted({s.uri for s in splits if s.row_end is not None and s.format == "parquet"
                     and s.uri.startswith("file:")})
     with ThreadPoolExecutor(8) as pool:
@@ -186,7 +194,6 @@ def write_source_dead_letters(runner, splits: Mapping[str, Sequence[Split]], *, 
 
 # -- operators --------------------------------------------------------------------------------------------------
 def _dl_operators(job) -> list:
-    from pipeline.batch.plan import join_semantics
     return [op for op in job.operators() if isinstance(op, WindowNode)
             or (isinstance(op, JoinNode) and hasattr(op, "how") and join_semantics(op)[1] is not None)]
 
@@ -224,11 +231,9 @@ def clear_operator_leftovers(runner, checkpoint_id: int) -> int:
 def operator_dead_letter_frames(comp, res, job) -> list[tuple[str, str, str, object]]:
     """``(uid, kind, name, DataFrame)`` of the rows each operator dead-letters in the epochs ``<= n`` (kind
     ``join``: JSON lines of one side, ``window``: Parquet), each frame with the processing epoch in ``_pepoch``."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
+    from pyspark.sql import Window  # pyspark: only where a Spark plan is built
+    from pyspark.sql import functions as F  # pyspark: only where a Spark plan is built
 
-    from pipeline.batch.plan import INTERNAL, join_semantics
-    from pipeline.batch.prefix import PEPOCH
     out: list[tuple[str, str, str, object]] = []
     for op in _dl_operators(job):
         if isinstance(op, JoinNode):
@@ -258,12 +263,8 @@ def _window_dead_letters(comp, res, op: WindowNode):
     aggregated columns first, then the others, the source positions and the watermark channel ``_wm_channel``), then
     ``window_start``/``window_end`` (of the record's last window) and ``_watermark_us`` (``W(p - 1)``) of a late
     record (nulls for a record with a null key or event time), and ``_reason``."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # pyspark: only where a Spark plan is built
 
-    from pipeline.batch.plan import INTERNAL
-    from pipeline.batch.prefix import PEPOCH
-    from pipeline.runtime.keyed_ops import CHANNEL
-    from pipeline.windows.aggregate import EmitMode, WindowSpec
     SEC = 1_000_000
     spec = WindowSpec(op.key, op.event_time, op.size_seconds * SEC, op.slide_seconds * SEC,
                       op.max_out_of_orderness_seconds * SEC, op.allowed_lateness_seconds * SEC, op.aggs,
@@ -296,9 +297,6 @@ def write_operator_dead_letters(runner, frames, checkpoint_id: int) -> tuple[dic
     """Write the frames of :func:`operator_dead_letter_frames` in Spark tasks (each task one file per epoch and
     frame, under the savepoint's ``chk-<id>``). Returns the rows per ``operator=<uid>`` (the stats' key) and, per
     epoch, the files per operator uid."""
-    from pipeline.batch.prefix import PEPOCH
-    from pipeline.runtime.dataflow import arrow_schema_of
-    from pipeline.source._formats import json_default
     root, job = runner.dead_letter_root, runner.job.name
     counts: dict[str, int] = {}
     files: dict[int, dict[str, list[str]]] = {}
@@ -311,11 +309,7 @@ def write_operator_dead_letters(runner, frames, checkpoint_id: int) -> tuple[dic
         user = [f.name for f in schema if f.name != PEPOCH] + ([PEPOCH] if kind == "join" else [])
 
         def task(batches, uid=uid, kind=kind, name=name, prefix=prefix, schema=schema, user=user):
-            import hashlib
-
-            import pyarrow.compute as pc
-            import pyarrow.parquet as pq
-            from pyspark import TaskContext
+            from pyspark import TaskContext  # executor side
             part = TaskContext.get().partitionId()
             got = [b for b in batches if b.num_rows]
             rows = []
@@ -333,7 +327,6 @@ def write_operator_dead_letters(runner, frames, checkpoint_id: int) -> tuple[dic
                         data = ("\n".join(lines) + "\n").encode("utf-8")
                         uri = f"{d}/{name}-{_TAG}-{part:05d}.jsonl"
                     else:
-                        import io
                         buf = io.BytesIO()
                         pq.write_table(sub, buf)
                         data = buf.getvalue()
