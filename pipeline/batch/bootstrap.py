@@ -14,7 +14,12 @@ barrier ``n`` and writes the result in exactly the format the runtime restores:
 Windows: ``win`` (the on-time records of epochs ``<= n`` whose last window has not fired, with ``_epoch``) is
 keyed like any state; ``wm`` (the watermark table ``("", W(n))`` + ``(channel, M_c(n))``) is operator-wide and
 written as the runtime writes it: one file on subtask 0's handle, empty handles for the others
-(:func:`_write_operator_wide`). Late records of the epochs ``<= n`` are not dead-lettered (no side effects).
+(:func:`_write_operator_wide`). A window or join reading an ``emit="final"`` window's rows gets them with their
+firing epoch (:meth:`pipeline.batch.plan._Compiler._window_flow`).
+
+Dead letters: the bad records of the epochs ``<= n`` (source records, join ``unique`` violations, window late and
+null records) are written where an epoch-by-epoch run leaves them (:mod:`pipeline.batch.bootstrap_dead_letters`)
+and counted in the savepoint's stats.
 
 ``epochal restore --from <savepoint>`` then makes it the job's restore point and ``epochal run`` continues with
 epoch ``n + 1``, exactly-once.
@@ -22,13 +27,16 @@ epoch ``n + 1``, exactly-once.
 Protocol (docs/batch.md "Bootstrap"):
 
 1. Validate, no side effect yet: the job is new (no completed checkpoint, no sink commit), every operator's
-   state and every sink is derivable exactly (``process`` user functions, operators reading a window's output,
-   changelog sinks are refused with :class:`~pipeline.exceptions.BootstrapRefusedError` naming the operator),
-   the savepoint target
-   lies under ``PIPELINE_SAVEPOINT_PREFIXES``, the parallelism fits, barrier ``n`` is complete (no partition lags).
+   state and every sink is derivable exactly (``process`` user functions, operators other than aggregates reading an
+   ``emit="update"`` window's changelog, changelog sinks are refused with
+   :class:`~pipeline.exceptions.BootstrapRefusedError` naming the operator, why, and what to do instead), the
+   savepoint target lies under ``PIPELINE_SAVEPOINT_PREFIXES`` and holds no ``_metadata``, the parallelism fits,
+   barrier ``n`` is complete (no partition lags) and not before the first epoch with data; under
+   ``PIPELINE_BAD_RECORDS=fail`` no bad record lies before barrier ``n``.
 2. Log barrier ``n`` in the write-ahead barrier log (the epochs after it are cut from there).
 3. Trigger a savepoint (claims the id, pending manifest).
-4. One Spark job per state / sink object writes the files; their task reports are the acknowledgements.
+4. One Spark job per state / sink object writes the files; their task reports are the acknowledgements. Then the
+   dead letters of the epochs ``<= n``.
 5. Complete: ``_metadata`` last (conditional PUT), then commit the sinks. Any failure aborts the pending
    savepoint (only the files it wrote are deleted).
 """
@@ -39,17 +47,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.barriers.events import CheckpointType
+from pipeline.batch.bootstrap_dead_letters import (
+    clear_operator_leftovers,
+    operator_dead_letter_frames,
+    source_splits,
+    write_operator_dead_letters,
+    write_source_dead_letters,
+)
 from pipeline.batch.plan import _Compiler, aggregate_columns
 from pipeline.batch.prefix import Prefix, barrier_log
 from pipeline.checkpoint.handles import StateHandle
 from pipeline.checkpoint.report import ReportKind, TaskReport
-from pipeline.exceptions import BootstrapRefusedError, CheckpointError, ConfigError
+from pipeline.exceptions import BootstrapRefusedError, CheckpointError, ConfigError, MalformedInputError
 from pipeline.fileio import file_io_for, join_uri
 from pipeline.job import AggregateNode, DedupNode, JoinNode, ProcessNode, WindowNode
 from pipeline.keygroups import key_group_expr, range_for_subtask, subtask_expr
 from pipeline.layout import round_state_prefix, sink_staging_uri
 from pipeline.runtime.cursor import Cursor
 from pipeline.runtime.dataflow import arrow_schema_of, collect_handles
+from pipeline.runtime.dead_letters import EXTRA_KEY as DEAD_LETTERS_KEY
+from pipeline.runtime.dead_letters import DeadLetterFiles
 from pipeline.runtime.operators import HANDLE_DDL, _collect, subtask_of, task_report
 from pipeline.runtime.progress import last_data_epoch
 from pipeline.runtime.report_codec import to_batch
@@ -74,26 +91,39 @@ class BootstrapPlan:
     messages: tuple[str, ...] = field(default_factory=tuple)
 
 
+#: what a user does instead of a refused bootstrap (one clause, appended to every refusal)
+CATCH_UP = ("catch up with `epochal run` instead (PIPELINE_MAX_EPOCHS_PER_ROUND=8 runs several epochs per round, "
+            "docs/batch.md \"Bootstrap\")")
+
+
 def refusal(job) -> str | None:
-    """Why ``job`` cannot be bootstrapped exactly (one line naming the operator or table), or None.
+    """Why ``job`` cannot be bootstrapped exactly (one line naming the operator, why, and what to do instead), or None.
 
     Only the operator kinds whose state the batch plan derives exactly are accepted: ``join`` (both sides,
     ``_matched`` flags), ``aggregate`` (exact decimal sums), ``deduplicate`` (held keys) and ``window`` (records
-    of unfired windows, watermark table) fed by a source, a join or a deduplicate. Refused: ``process`` (user
-    functions) and any operator reading a window's or an aggregate's output (a changelog whose rows depend on
-    firing and round boundaries: the batch plan does not carry their processing epochs)."""
+    of unfired windows, watermark table), fed by a source, a join, a deduplicate or an ``emit="final"`` window (its
+    fired windows' rows carry their firing epoch in the plan). Refused:
+
+    * ``process``: its state is whatever the user function builds from one epoch's rows at a time; the plan cannot
+      derive it without calling the function epoch by epoch, which is what ``run`` does;
+    * any operator other than an aggregate reading an ``emit="update"`` window's output: a changelog with one row per
+      window and epoch it changed in (the plan models the windows, not their intermediate updates);
+    * what the plan itself does not model (a deduplicate of a window's or an aggregate's output, an operator reading
+      an aggregate's changelog): refused by :func:`_objects` with the plan's reason."""
     for op in job.operators():
         if isinstance(op, ProcessNode):
-            return (f"job {job.name!r}: cannot bootstrap process {op.uid!r}: its state is built by a user "
-                    "function the batch plan does not model; run the epochs instead")
+            return (f"job {job.name!r}: cannot bootstrap process {op.uid!r}: its state is built by a user function "
+                    f"one epoch at a time, which the batch plan cannot derive without running the epochs; {CATCH_UP}")
         if not isinstance(op, (JoinNode, AggregateNode, DedupNode, WindowNode)):
-            return f"job {job.name!r}: cannot bootstrap {type(op).__name__} {op.uid!r}: not modelled by the batch plan"
+            return (f"job {job.name!r}: cannot bootstrap {type(op).__name__} {op.uid!r}: not modelled by the batch "
+                    f"plan; {CATCH_UP}")
         for inp in op.inputs:
             up = job.nodes[job.chain_to(inp)[0]]
-            if isinstance(up, WindowNode) and not isinstance(op, AggregateNode):
+            if isinstance(up, WindowNode) and up.emit == "update" and not isinstance(op, AggregateNode):
                 return (f"job {job.name!r}: cannot bootstrap {type(op).__name__.removesuffix('Node').lower()} "
-                        f"{op.uid!r}: it reads the output of window {up.uid!r} (emit={up.emit!r}), whose epochs "
-                        "the batch plan does not model; run the epochs instead")
+                        f"{op.uid!r}: it reads the changelog of window {up.uid!r} (emit='update': a row per window "
+                        f"and epoch it changed in, which the batch plan does not model; emit='final' bootstraps); "
+                        f"{CATCH_UP}")
     return None
 
 
@@ -125,6 +155,9 @@ def plan_bootstrap(runner, *, epoch: int | None = None, target: str | None = Non
         raise BootstrapRefusedError(why)
     if target is not None:
         target = check_target(target, config, job.name)
+        if runner.ckpt_fio.exists(join_uri(target, "_metadata")):
+            raise ConfigError(f"savepoint target {target} already holds a completed checkpoint or savepoint "
+                              "(_metadata); choose another target")
     P = parallelism or config.parallelism
     if P < 1 or P > runner.max_parallelism:
         raise ConfigError(f"parallelism {P} must be between 1 and the job's max parallelism {runner.max_parallelism}")
@@ -147,6 +180,10 @@ def plan_bootstrap(runner, *, epoch: int | None = None, target: str | None = Non
     if epoch is not None:
         if epoch < 0:
             raise ConfigError(f"--epoch {epoch}: must be >= 0")
+        first = runner.planner.first_epoch(summaries)
+        if first is not None and epoch < first:
+            raise ConfigError(f"--epoch {epoch}: before the first epoch with data ({first}) under "
+                              f"{config.source_uri}: a new job's first checkpoint is that epoch's or a later one")
         barriers, lag = _barriers(runner, epoch, summaries)
         if barriers is None:
             raise CheckpointError(f"job {job.name!r}: barrier {epoch} is not complete yet: {lag} lags (no row at/"
@@ -176,7 +213,7 @@ def _objects(comp, res, job) -> list[tuple[str, str, str, object, str | None]]:
         nid = job.node_id(op)
         if comp.frame(nid) is None:
             raise BootstrapRefusedError(f"job {job.name!r}: cannot bootstrap {type(op).__name__} {op.uid!r}: "
-                                        f"{comp.bad[nid]}")
+                                        f"{comp.bad[nid]}; {CATCH_UP}")
         for name in job.state_names(op.uid):
             obj = f"state/{op.uid}/{name}"
             if isinstance(op, JoinNode):
@@ -286,10 +323,21 @@ def _bootstrap(runner, *, epoch: int | None, target: str | None, parallelism: in
     spark.conf.set("spark.sql.shuffle.partitions", str(P))
     tuples = {s: {int(p): (int(pos.seq), int(pos.row)) for p, pos in parts.items()}
               for s, parts in plan.barriers.items()}
-    comp = _Compiler(spark, runner, job, Prefix(n, int(runner.config.epoch_seconds), tuples,
-                                                barrier_log(runner.ckpt_fio, runner.job_root, n)))
+    logged = barrier_log(runner.ckpt_fio, runner.job_root, n)
+    comp = _Compiler(spark, runner, job, Prefix(n, int(runner.config.epoch_seconds), tuples, logged))
     res = comp.compile()
     objects = _objects(comp, res, job)
+    # the bad records of the epochs <= n (module pipeline.batch.bootstrap_dead_letters): under ``fail`` the job
+    # fails here, before any side effect, as its first epoch with a bad record would
+    splits = source_splits(runner, n, plan.barriers, summaries, logged)
+    dl_frames = operator_dead_letter_frames(comp, res, job)
+    if runner.config.bad_records == "fail":
+        try:
+            write_source_dead_letters(runner, splits)
+            _fail_on_operator_dead_letters(dl_frames, job.name, n)
+        except BaseException:
+            res.release()
+            raise
     # Step 2: barrier n, write-ahead (the runtime cuts epoch n + 1 from it)
     barriers = runner.barrier_log.barriers_for(n, summaries, Cursor())
     if barriers is None:  # pragma: no cover - checked in step 1, the listing has not changed since
@@ -316,14 +364,31 @@ def _bootstrap(runner, *, epoch: int | None, target: str | None, parallelism: in
             obj = f"state/{uid}/{name}" if kind == "state" else f"sink/{name}"
             figures[obj] = sum(r.rows for r in got)
             timings[obj] = round(time.perf_counter() - t1, 3)   # the first one also computes the cached plan
+        # the dead letters of the epochs <= n, where an epoch-by-epoch run leaves them
+        t1 = time.perf_counter()
+        dead_letters = {k: v for k, v in (getattr(ctx, "unexpected_dead_letters", None) or {}).items() if v}
+        op_files: dict[int, dict] = {}
+        if runner.config.bad_records == "dead_letter":
+            for s, k in write_source_dead_letters(runner, splits).items():
+                if k:
+                    dead_letters[s] = dead_letters.get(s, 0) + k
+            clear_operator_leftovers(runner, cid)
+            op_counts, op_files = write_operator_dead_letters(runner, dl_frames, cid)
+            dead_letters.update({k: v for k, v in op_counts.items() if v})
+        ctx.unexpected_dead_letters = {}
+        timings["dead_letters"] = round(time.perf_counter() - t1, 3)
+        dl_extra = DeadLetterFiles(n, {u: tuple(sorted(fs)) for u, fs in op_files.get(n, {}).items()})
         acks = [TaskReport(ReportKind.ACK, op.uid, s, "", mode="aligned") for op in job.operators() for s in range(P)]
         runner.coordinator.receive_acknowledge_reports(pending, rows + acks)
         # Step 5: _metadata last, then commit the sinks
         completed = runner.coordinator.complete(
             pending, positions=barriers, channel_state=[], sinks_full={s.table: False for s in job.sinks()},
-            backlog={}, dead_letters={}, rounds=1,
+            backlog={}, dead_letters=dead_letters, rounds=1,
             extra={"bootstrap": {"epoch": n, "batch_seconds": round(time.perf_counter() - t0, 3),
-                                 "objects": figures},
+                                 "objects": figures,
+                                 "dead_letter_files": {str(m): {u: sorted(fs) for u, fs in sorted(by.items())}
+                                                       for m, by in sorted(op_files.items())}},
+                   **({DEAD_LETTERS_KEY: dl_extra.to_dict()} if dl_extra.files else {}),
                    "source_files": read_inventory(getattr(ctx, "source_listing", {}), barriers,
                                                   getattr(ctx, "source_inventory_behind", {}))})
         ctx.recover_sinks(completed.metadata, restoring=False)
@@ -334,5 +399,17 @@ def _bootstrap(runner, *, epoch: int | None, target: str | None, parallelism: in
         res.release()
     runner.echo(f"bootstrapped job {job.name} at epoch {n} as savepoint {cid}: {completed.location}")
     return {"job": job.name, "savepoint": completed.location, "savepoint_id": cid, "epoch": n,
-            "parallelism": P, "objects": figures, "seconds": round(time.perf_counter() - t0, 3),
-            "timings": timings}
+            "parallelism": P, "objects": figures, "dead_letters": dead_letters,
+            "seconds": round(time.perf_counter() - t0, 3), "timings": timings}
+
+
+def _fail_on_operator_dead_letters(frames, job: str, n: int) -> None:
+    """Policy ``fail``: the first operator row the runtime would dead-letter in the epochs ``<= n`` fails the
+    bootstrap (before any side effect), as it would fail that epoch."""
+    for uid, kind, name, df in frames:
+        row = df.head(1)
+        if row:
+            what = (f"a {name} row repeats a key its unique declaration forbids" if kind == "join"
+                    else "a record is late or has a null key or event time")
+            raise MalformedInputError(f"job {job!r}: cannot bootstrap at epoch {n}: {kind} {uid!r} (epoch "
+                                      f"{row[0]['_pepoch']}): {what} (PIPELINE_BAD_RECORDS=fail fails that epoch)")

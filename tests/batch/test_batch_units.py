@@ -32,3 +32,34 @@ def test_processing_epoch_lookup_follows_the_barrier_log():
 def test_prefix_epoch_arithmetic():
     pre = Prefix(3, 60, {}, {})
     assert pre.end_us(3) == 4 * 60_000_000 and pre.epoch_us == 60_000_000
+
+
+def test_bootstrap_skips_only_parquet_files_whose_footer_proves_them_clean(tmp_path):
+    """Bootstrap's dead-letter pass reads again only the files that may hold a bad record: a Parquet footer with every
+    declared column of exactly its type and statistics without a null key, an empty-string key or a null
+    ``_ingest_ts`` proves a file clean; anything else (a null, an empty key, another type, no statistics) is read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipeline import Job
+    from pipeline.batch.bootstrap_dead_letters import _clean_file
+    ts = pa.timestamp("us", tz="UTC")
+    schema = pa.schema([("k", pa.string()), ("v", pa.float64()), ("_ingest_ts", ts)])
+    job = Job("units_dl")
+    job.source("s", schema, key="k")
+    src = job.sources()[0]
+
+    def write(name, k, v=(1.0, 2.0), t=(1, 2), typ=None, stats=True):
+        p = tmp_path / name
+        pq.write_table(pa.table({"k": pa.array(k, pa.string()), "v": pa.array(v, typ or pa.float64()),
+                                 "_ingest_ts": pa.array(t, pa.int64()).cast(ts)}), p, write_statistics=stats)
+        return str(p)
+
+    assert _clean_file(write("ok.parquet", ["a", "b"]), src)
+    assert not _clean_file(write("null_key.parquet", ["a", None]), src)
+    assert not _clean_file(write("empty_key.parquet", ["", "b"]), src)
+    assert not _clean_file(write("null_ts.parquet", ["a", "b"], t=(1, None)), src)
+    assert not _clean_file(write("int_v.parquet", ["a", "b"], v=(1, 2), typ=pa.int64()), src)
+    assert not _clean_file(write("no_stats.parquet", ["a", "b"], stats=False), src)
+    (tmp_path / "junk.parquet").write_bytes(b"not parquet")
+    assert not _clean_file(str(tmp_path / "junk.parquet"), src)

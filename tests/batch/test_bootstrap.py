@@ -227,6 +227,146 @@ def test_bootstrap_windows_then_restore_run_equals_epoch_by_epoch(tmp_path, back
         lap("batch plan + validate")
 
 
+def _dl_tree(r, upto: int | None = None) -> tuple[dict[str, bytes], dict[tuple, list[str]]]:
+    """The job's dead letters as a user finds them: every source dead-letter file (path -> bytes) and, per
+    ``(operator, epoch)``, the operator's dead-letter records (JSON lines without their ``checkpoint`` field, which
+    names the writing checkpoint; Parquet rows as JSON, plus the Parquet schema under ``("schema", operator,
+    epoch)``); operator epochs after ``upto`` left out."""
+    import json
+    base = Path(r.config.dead_letter_root.replace("file://", "")) / r.job.name
+    src: dict[str, bytes] = {}
+    ops: dict[tuple, list[str]] = {}
+    for f in sorted(p for p in base.rglob("*") if p.is_file()):
+        rel = f.relative_to(base)
+        if not rel.parts[0].startswith("operator="):
+            src[str(rel)] = f.read_bytes()
+            continue
+        ep = int(rel.parts[1].split("-")[1])
+        if upto is not None and ep > upto:
+            continue
+        if f.suffix == ".jsonl":
+            recs = [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
+            ops.setdefault((rel.parts[0], ep), []).extend(
+                json.dumps({k: v for k, v in x.items() if k != "checkpoint"}, sort_keys=True) for x in recs)
+        else:
+            t = pq.read_table(f)
+            ops.setdefault((rel.parts[0], ep), []).extend(json.dumps(x, sort_keys=True, default=str)
+                                                          for x in t.to_pylist())
+            ops.setdefault(("schema", rel.parts[0], ep), []).append(str(t.schema))
+    return src, {k: sorted(v) if k[0] != "schema" else sorted(set(v)) for k, v in ops.items()}
+
+
+def test_bootstrap_dead_letters_equal_epoch_by_epoch(tmp_path, monkeypatch):
+    """Bad records in several epochs (null/empty keys, a value that cannot be cast, a null ``_ingest_ts``, a file of
+    random bytes, files the barriers cut, a tag repeated against ``unique="right"``, late records and records
+    without a window key): a bootstrap at barrier k - after a bootstrap killed before its ``_metadata`` - leaves
+    the dead letters of the epochs <= k an epoch-by-epoch run leaves (source files name for name and byte for byte;
+    operator records per operator and epoch, no duplicate), counts them in the savepoint's stats, and after the
+    restore at another parallelism and the remaining epochs the whole dead-letter location equals the run's.
+    Default profile: no killed attempt first (~25 s quiet, ~70 s at load 13); EPOCHAL_BOOTSTRAP_FULL=1 adds it."""
+    import json
+
+    from dl_jobs import E_US as DL_E
+    from dl_jobs import T0 as DL_T0
+    from dl_jobs import dead_letter_job, write_epoch
+
+    from pipeline.batch import bootstrap as bmod
+    src = tmp_path / "src"
+    for m in range(4):
+        write_epoch(src, m)
+    k = DL_T0 // DL_E + 2
+    ref = _runner(tmp_path / "ref", src, dead_letter_job(), parallelism=2)
+    ref.run()
+    # a bootstrap killed between its dead letters and its _metadata (no abort: a SIGKILL runs none)
+    if FULL:
+        boot = _runner(tmp_path / "boot", src, dead_letter_job(), parallelism=2)
+
+        def killed(*a, **kw):
+            raise RuntimeError("killed before _metadata")
+        monkeypatch.setattr(bmod, "abort_pending", lambda coordinator, cause: None)
+        monkeypatch.setattr(boot.coordinator, "complete", killed)
+        with pytest.raises(RuntimeError, match="killed"):
+            bmod.bootstrap(boot, epoch=k)
+        monkeypatch.undo()
+        assert _dl_tree(boot)[1], "the killed attempt should have left operator dead letters"
+    boot = _runner(tmp_path / "boot", src, dead_letter_job(), parallelism=2)
+    d = bmod.bootstrap(boot, epoch=k)
+    ref_src, ref_ops = _dl_tree(ref, upto=k)
+    got_src, got_ops = _dl_tree(boot)
+    assert got_ops == ref_ops                            # every operator record of the epochs <= k, once
+    assert {kk[0] for kk in ref_ops if kk[0] != "schema"} == {"operator=jt", "operator=wl"}
+    assert len({kk[1] for kk in ref_ops if kk[0] == "operator=wl"}) == 3
+    assert got_src and all(ref_src.get(f) == b for f, b in got_src.items())   # the run's files, byte for byte
+    assert {f.split("/")[1] for f in got_src} == {"partition=0", "partition=1", "partition=2"}
+    # counted in the savepoint's stats, as the checkpoints of those epochs count them
+    want = {f"{o}": sum(len(v) for kk, v in got_ops.items() if kk[0] == o) for o in ("operator=jt", "operator=wl")}
+    want["reads"] = sum(len(b.splitlines()) for b in got_src.values())
+    st = boot.snapshot(d["savepoint"]).metadata.stats.dead_letters
+    assert {k2: v for k2, v in st.items() if v} == want == d["dead_letters"]
+    r2 = _runner(tmp_path / "boot", src, dead_letter_job(), parallelism=3)
+    r2.restore(d["savepoint"], parallelism=3, validate=False)
+    r2.run()
+    assert r2.snapshot().metadata.epoch == ref.snapshot().metadata.epoch
+    assert _sinks(r2) == _sinks(ref)
+    assert _dl_tree(r2) == _dl_tree(ref)                 # the whole location, every epoch
+    assert json.dumps(sorted(_dl_tree(ref)[0])) != "[]"
+
+
+def test_bootstrap_fail_policy_fails_before_any_side_effect(tmp_path):
+    """``PIPELINE_BAD_RECORDS=fail``: the first bad record of the epochs <= k fails the bootstrap, naming the file and
+    partition, before anything is written (as it would fail that epoch)."""
+    from dl_jobs import E_US as DL_E
+    from dl_jobs import T0 as DL_T0
+    from dl_jobs import dead_letter_job, write_epoch
+
+    from pipeline.batch.bootstrap import bootstrap
+    from pipeline.exceptions import MalformedInputError
+    src = tmp_path / "src"
+    for m in range(2):      # (epoch 2 has a file of random bytes, which the listing already refuses under fail)
+        write_epoch(src, m)
+    r = _runner(tmp_path, src, dead_letter_job(), parallelism=2, bad_records="fail")
+    with pytest.raises(MalformedInputError, match=r"malformed input in file://.*/reads/partition=[01]/00000001") as e:
+        bootstrap(r, epoch=DL_T0 // DL_E + 1)
+    assert "source reads, partition" in str(e.value) and "\n" not in str(e.value)
+    _nothing_written(tmp_path)
+    assert not (tmp_path / "ckpt" / "_dead_letter").exists()
+
+
+@pytest.mark.slow
+@_FULL_ONLY
+def test_bootstrap_operators_over_a_final_window_then_restore_run_equals_epoch_by_epoch(tmp_path):
+    """A window over an ``emit="final"`` window's rows and a join of those rows with a source (``dl_jobs.
+    window_chain_job``; data with late records, null groups, a file of random bytes): the fired windows' rows carry
+    their firing epoch and ``_ingest_ts`` (the end of that epoch minus 1 µs) in the batch plan. Bootstrap at k equals
+    the epoch-by-epoch run's checkpoint k (sinks, every state file); restored at parallelism 3 (the post-restore check
+    passes) and run on, it equals the run at the end (~130 s at load 14-18: full profile)."""
+    from dl_jobs import E_US as DL_E
+    from dl_jobs import T0 as DL_T0
+    from dl_jobs import window_chain_job, write_epoch
+
+    from pipeline.batch.bootstrap import bootstrap
+    src = tmp_path / "src"
+    for m in range(4):
+        write_epoch(src, m)
+    k = DL_T0 // DL_E + 2
+    ref = _runner(tmp_path / "ref", src, window_chain_job(), parallelism=2)
+    ref.run(epochs=3)
+    assert ref.snapshot().metadata.epoch == k
+    boot = _runner(tmp_path / "boot", src, window_chain_job(), parallelism=2)
+    d = bootstrap(boot, epoch=k)
+    assert all(d["objects"][o] for o in ("state/w2/win", "state/wj/left", "sink/w2_out", "sink/joined"))
+    assert _sinks(boot) == _sinks(ref)
+    _same_state(_state(ref), _state(boot, d["savepoint"]))
+    r2 = _runner(tmp_path / "boot", src, window_chain_job(), parallelism=3)
+    res = r2.restore(d["savepoint"], parallelism=3)
+    assert res["validation"]["success"], res["validation"]["summary"]
+    ref.run()
+    r2.run()
+    assert r2.snapshot().metadata.epoch == ref.snapshot().metadata.epoch
+    assert _sinks(r2) == _sinks(ref)
+    _same_state(_state(ref), _state(r2))
+
+
 def _nothing_written(root: Path) -> None:
     ck = root / "ckpt"
     assert not any((ck).glob("*/savepoints/*")) and not any(ck.glob("*/barriers/*"))
@@ -257,7 +397,16 @@ def test_bootstrap_validates_before_any_side_effect(tmp_path):
         bootstrap(r, epoch=FIRST + 1, parallelism=99)
     with pytest.raises(Exception, match="lags"):
         bootstrap(_runner(tmp_path, src, join_agg(), clock_now="2026-01-01T00:00:00Z"), epoch=FIRST + 10)
+    with pytest.raises(ConfigError, match=f"before the first epoch with data \\({FIRST}\\)"):
+        bootstrap(r, epoch=FIRST - 3)
     _nothing_written(tmp_path)
+    # a target that already holds a completed savepoint: refused naming it, before the barrier log is written
+    taken = tmp_path / "ckpt" / r.job.name / "savepoints" / "mine"
+    taken.mkdir(parents=True)
+    (taken / "_metadata").write_text("{}")
+    with pytest.raises(ConfigError, match=f"savepoint target {taken.as_uri()} already holds"):
+        bootstrap(r, epoch=FIRST + 1, target=taken.as_uri())
+    assert not any((tmp_path / "ckpt").glob("*/barriers/*"))
     # a job that already ran is not bootstrapped (its sinks and checkpoints would be shadowed)
     r.run(epochs=1)
     with pytest.raises(BootstrapRefusedError, match="already has completed checkpoints"):
