@@ -34,10 +34,13 @@ class PipelineConfig:
     epoch_seconds: int = 60
     max_records_per_epoch: int = 1_000_000
     # up to this many waiting epochs per Spark round, one checkpoint each (epoch tagging, docs/performance.md);
-    # one waiting epoch (a steady schedule) is one round whatever the value. Default 1: a tagged round holds k
-    # epochs of input in a task at once, so a job sized for its steady epochs could run out of memory when it
-    # catches up (measured: benchmarks/state_larger_than_memory.py, docs/performance.md); 8 for catch-up/backfill
-    max_epochs_per_round: int = 1
+    # one waiting epoch (a steady schedule) is one round whatever the value. A tagged round hands each task the
+    # input of all its epochs at once, so it is bounded by bytes too (next key)
+    max_epochs_per_round: int = 8
+    # a tagged round adds waiting epochs only while (their records x bytes per row) / parallelism stays within
+    # this many bytes per task; bytes per row per source are measured by the read tasks and recorded in every
+    # checkpoint (pipeline.runtime.round_bytes); no figure yet (a job's first round): one epoch. 0: no bound
+    max_task_bytes_per_round: int = 128 << 20
     allowed_lateness_seconds: int = 0
     parallelism: int = 2
     max_parallelism: int = 128
@@ -93,7 +96,7 @@ class PipelineConfig:
                 raise ConfigError(f"PIPELINE_{name.upper()}={getattr(self, name)}: must be >= 1")
         for name in ("allowed_lateness_seconds", "aligned_timeout_seconds", "tolerable_failed_checkpoints",
                      "state_ttl_seconds", "state_max_deltas", "state_max_delta_ratio", "source_listing_window",
-                     "source_full_listing_every"):
+                     "source_full_listing_every", "max_task_bytes_per_round"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"PIPELINE_{name.upper()}={getattr(self, name)}: must be >= 0")
         if self.parallelism > self.max_parallelism:

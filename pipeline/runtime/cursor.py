@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Iterable
 from pipeline.checkpoint.handles import ChannelStateHandle, FileHandle, Position, StateHandle
 from pipeline.checkpoint.metadata import CheckpointMetadata
 from pipeline.runtime.restore_guard import check_restore_point
+from pipeline.runtime.round_bytes import bytes_per_row_of
 
 if TYPE_CHECKING:
     from pipeline.runtime.context import RuntimeContext
@@ -38,6 +39,8 @@ class Cursor:
     low_epoch: int | None = None
     # the lowest own epoch of the in-flight channel state to replay (None: none, or not recorded: low_epoch)
     inflight_low_epoch: int | None = None
+    # bytes per row per source recorded by the checkpoint (pipeline.runtime.round_bytes); {}: none yet
+    bytes_per_row: dict[str, float] = field(default_factory=dict)
 
 
 def handles_by_name(handles: Iterable[StateHandle]) -> dict[str, list[StateHandle]]:
@@ -72,7 +75,8 @@ def cursor_from_metadata(md: CheckpointMetadata) -> Cursor:
     low_in = md.extra.get("inflight_low_epoch", low if inflight else None)
     return Cursor(md.checkpoint_id, md.epoch, positions, handles, inflight,
                   inventory=dict(md.extra.get("source_files") or {}), low_epoch=None if low is None else int(low),
-                  inflight_low_epoch=None if low_in is None else int(low_in))
+                  inflight_low_epoch=None if low_in is None else int(low_in),
+                  bytes_per_row=bytes_per_row_of(md.extra))
 
 
 def restore_cursor(ctx: RuntimeContext, report: RunReport | None = None) -> Cursor:

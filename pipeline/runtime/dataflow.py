@@ -35,6 +35,7 @@ from pipeline.runtime.operators import (
     make_join_task,
 )
 from pipeline.runtime.report_codec import from_table
+from pipeline.runtime.round_bytes import ReadBytesCounter, measured
 from pipeline.runtime.round_params import EPOCH_TAG, task_params
 from pipeline.runtime.routing import route_by_key_group
 from pipeline.runtime.task_profile import profiled
@@ -73,7 +74,8 @@ def _indexed_dataframe(spark, n_tasks: int):
 
 def split_dataframe(spark, n_tasks: int, source: SourceNode, reader_factory: Callable, params_key: str,
                     meta: Sequence[str] | None = None, carried: Mapping[str, Any] | None = None,
-                    row_epochs: bool = False, tagged: bool = False, requests: TaskRequestCounter | None = None):
+                    row_epochs: bool = False, tagged: bool = False, requests: TaskRequestCounter | None = None,
+                    read_bytes: ReadBytesCounter | None = None):
     """A DataFrame of one round's source records of ``source``, read on the executors by ``n_tasks`` tasks
     (each reads its splits through FileIO, so S3 needs nothing on the JVM).
 
@@ -87,7 +89,8 @@ def split_dataframe(spark, n_tasks: int, source: SourceNode, reader_factory: Cal
     :mod:`pipeline.runtime.input_epochs`; null for an untagged split). ``tagged`` (a round of several epochs):
     every record gets the epoch it is processed in (:data:`~pipeline.runtime.round_params.EPOCH_TAG`, the
     ``tag`` of its split dict). ``requests``: counts the tasks' S3 requests (:mod:`pipeline.runtime.task_requests`;
-    in a tagged round each run of splits is attributed to its epoch).
+    in a tagged round each run of splits is attributed to its epoch). ``read_bytes``: adds the rows and Arrow
+    bytes read to the round's figure (:mod:`pipeline.runtime.round_bytes`).
     """
     keep = [f for f in META_FIELDS if meta is None or f.name in meta]
     out_schema = pa.schema(list(source.schema) + keep)
@@ -130,8 +133,8 @@ def split_dataframe(spark, n_tasks: int, source: SourceNode, reader_factory: Cal
                             yield out
         release_memory()  # the worker runs other tasks next: what this one freed goes back to the OS
 
-    return _indexed_dataframe(spark, n_tasks).mapInArrow(counted(profiled(f"source-{name}", read), requests),
-                                                         schema_ddl(out_schema))
+    task = counted(profiled(f"source-{name}", measured(read, name, read_bytes)), requests)
+    return _indexed_dataframe(spark, n_tasks).mapInArrow(task, schema_ddl(out_schema))
 
 
 def files_dataframe(spark, uris: Sequence[str], schema: pa.Schema, max_tasks: int = 8,

@@ -41,6 +41,7 @@ from pipeline.runtime.cursor import Cursor, cursor_from_metadata
 from pipeline.runtime.dead_letters import EXTRA_KEY as DEAD_LETTERS_KEY
 from pipeline.runtime.dead_letters import DeadLetterFiles
 from pipeline.runtime.results import RoundResult
+from pipeline.runtime.round_bytes import EXTRA_KEY as BYTES_PER_ROW_KEY
 from pipeline.source.contract import read_inventory
 from pipeline.source.planner import count_rows
 
@@ -66,10 +67,13 @@ class CheckpointFinalizer:
                inflight_low_epoch: int | None = None,
                executor_requests: StorageRequests | None = None,
                dead_letter_files: Mapping[str, Sequence[str]] | None = None,
-               executor_counting: RequestCounting | None = None) -> tuple[Cursor, list[RoundResult]]:
+               executor_counting: RequestCounting | None = None,
+               bytes_per_row: Mapping[str, float] | None = None) -> tuple[Cursor, list[RoundResult]]:
         """Checkpoint n is snapshotted (``snap``): acknowledge the tasks' handles of round ``last_round``
         with the alignment metrics, write ``_metadata`` (last), commit the sinks. ``dead_letter_files``: per
-        operator, the dead-letter files of every round of n (recorded in ``_metadata``, the rest swept)."""
+        operator, the dead-letter files of every round of n (recorded in ``_metadata``, the rest swept).
+        ``bytes_per_row``: per source, the Arrow bytes per row the reads measured (recorded in ``_metadata``
+        ``extra``, :mod:`pipeline.runtime.round_bytes`: what bounds a later tagged round)."""
         ctx = self.ctx
         job = ctx.job
         cid, epoch = pending.checkpoint_id, pending.epoch
@@ -135,6 +139,7 @@ class CheckpointFinalizer:
                    # the lowest own epoch of the in-flight rows written as channel state (replayed first)
                    **({"inflight_low_epoch": int(inflight_low_epoch)} if inflight_low_epoch is not None else {}),
                    **({DEAD_LETTERS_KEY: dl_files.to_dict()} if dl_files.files else {}),
+                   **({BYTES_PER_ROW_KEY: dict(bytes_per_row)} if bytes_per_row else {}),
                    "source_files": (read_inventory(getattr(ctx, "source_listing", {}), positions,
                                                    getattr(ctx, "source_inventory_behind", {})) if summaries
                                     else working.inventory)})

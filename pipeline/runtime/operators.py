@@ -250,9 +250,12 @@ def epoch_tagged_task(plan_spec, step: Callable[..., Iterator[pa.RecordBatch]]):
 
 def split_epochs(incoming: pa.Table | None) -> tuple[pa.Table | None, dict[int, pa.Table], int]:
     """A tagged round's rows of one subtask split by :data:`~pipeline.runtime.round_params.EPOCH_TAG`:
-    (the beacon rows, {epoch: its rows in arrival order, without the tag}, the number of data rows). One stable
-    sort and one gather, then zero-copy slices (not one scan of all rows per epoch); data rows without a tag are
-    in no part (the caller counts them)."""
+    (the beacon rows, {epoch: its rows in arrival order, without the tag}, the number of data rows). Batch by
+    batch: a batch of one epoch goes to that epoch as it is (zero-copy: the rows come from the source stage in
+    runs of one epoch, so most batches are), a batch of several is sorted stably and sliced. No copy of the whole
+    input is made, so a task holds its input once (the bytes ``PIPELINE_MAX_TASK_BYTES_PER_ROUND`` bounds,
+    :mod:`pipeline.runtime.round_bytes`), not twice; data rows without a tag are in no part (the caller counts
+    them)."""
     if incoming is None or not incoming.num_rows:
         return None, {}, 0
     beacon = None
@@ -263,16 +266,28 @@ def split_epochs(incoming: pa.Table | None) -> tuple[pa.Table | None, dict[int, 
         if len(where):
             beacon = incoming.take(where).drop_columns([EPOCH_TAG])
             data_rows -= len(where)
-    tags = incoming[EPOCH_TAG]
-    tagged = len(tags) - tags.null_count
-    order = pc.sort_indices(tags).slice(0, tagged)  # stable (arrival order kept), nulls last
-    rows = incoming.take(order).drop_columns([EPOCH_TAG])
-    values = tags.take(order).to_numpy()
-    parts: dict[int, pa.Table] = {}
-    for e in np.unique(values):
-        lo, hi = np.searchsorted(values, e, "left"), np.searchsorted(values, e, "right")
-        parts[int(e)] = rows.slice(int(lo), int(hi - lo))
-    return beacon, parts, data_rows
+    keep = [i for i, n in enumerate(incoming.schema.names) if n != EPOCH_TAG]
+    schema = pa.schema([incoming.schema.field(i) for i in keep])
+    chunks: dict[int, list[pa.RecordBatch]] = {}
+    at = incoming.schema.get_field_index(EPOCH_TAG)
+    for batch in incoming.to_batches():
+        tags = batch.column(at)
+        tagged = len(tags) - tags.null_count
+        if not tagged:
+            continue
+        if not tags.null_count:
+            mm = pc.min_max(tags)
+            lo, hi = mm["min"].as_py(), mm["max"].as_py()
+            if lo == hi:
+                chunks.setdefault(int(lo), []).append(batch.select(keep))
+                continue
+        order = pc.sort_indices(tags).slice(0, tagged)  # stable (arrival order kept), nulls last
+        rows = batch.take(order).select(keep)
+        values = tags.take(order).to_numpy()
+        for e in np.unique(values):
+            lo, hi = np.searchsorted(values, e, "left"), np.searchsorted(values, e, "right")
+            chunks.setdefault(int(e), []).append(rows.slice(int(lo), int(hi - lo)))
+    return beacon, {e: pa.Table.from_batches(bs, schema) for e, bs in sorted(chunks.items())}, data_rows
 
 
 def run_epochs(plan_spec, step, entries: list[dict], batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -299,7 +314,7 @@ def _run_entries(plan_spec, step, entries: list[dict], beacon: pa.Table | None, 
         elif carried is not None:  # the state the previous epoch's body wrote (warm in this worker)
             spec = dataclasses.replace(spec, parent_handles=carried)
         epoch = int(entry["epoch"])
-        part = parts.get(epoch)
+        part = parts.pop(epoch, None)  # dropped after its epoch's body: the task holds less as the round goes on
         seen += part.num_rows if part is not None else 0
         if beacon is not None:
             part = beacon if part is None else pa.concat_tables([beacon, part])

@@ -41,6 +41,7 @@ from pipeline.runtime.epoch_groups import PlannedEpoch, group_refusal
 from pipeline.runtime.finalize import CheckpointFinalizer
 from pipeline.runtime.input_epochs import InputEpochs
 from pipeline.runtime.results import RoundResult
+from pipeline.runtime.round_bytes import ReadBytes, bytes_per_row_after, epochs_within_budget
 from pipeline.runtime.spark_plan import EpochWork, SparkPlan
 from pipeline.source.planner import plan_segments
 from pipeline.source.positions import barrier_position, end_position
@@ -162,6 +163,7 @@ class RoundExecutor:
         executor_requests = StorageRequests()  # the executors' S3 requests of this checkpoint's rounds (task_requests)
         counting = RequestCounting.EXACT        # approximate if any round's were (Spark Connect)
         last_rows: list[TaskReport] = []
+        read: ReadBytes | None = None  # rows and Arrow bytes the source reads of this checkpoint's rounds read
         while True:
             t0 = time.perf_counter()
             now = trigger_now if rnd == 0 else ctx.round_now()
@@ -172,7 +174,8 @@ class RoundExecutor:
                                              summaries, expected, P, last_round=rnd - 1, t0=t0,
                                              dropped=dropped, low_epoch=lows.get(rnd - 1, working.low_epoch),
                                              executor_requests=executor_requests, executor_counting=counting,
-                                             dead_letter_files=dl_files)
+                                             dead_letter_files=dl_files,
+                                             bytes_per_row=bytes_per_row_after(cursor.bytes_per_row, read))
             stops = driver.stops(starts, {ch: end_position(summaries_of(ch)) for ch in channels}, next_stop)
             segments = {}
             for src in job.sources():
@@ -211,6 +214,8 @@ class RoundExecutor:
             for uid, uris in files_of_reports([r for r in rows if r.kind is ReportKind.DEAD_LETTER]).items():
                 dl_files.setdefault(uid, []).extend(uris)
             executor_requests = executor_requests + self.plan.requests.total  # every task of the round's
+            if self.plan.read is not None:
+                read = self.plan.read if read is None else read + self.plan.read
             if self.plan.requests.counting is not RequestCounting.EXACT:
                 counting = self.plan.requests.counting
             for r in rows:  # operators' dead letters (e.g. a join's ``unique`` violated) and dropped rows
@@ -266,6 +271,7 @@ class RoundExecutor:
                                          expected, P, last_round=rnd, t0=t0, records=records, backlog=backlog,
                                          executor_requests=executor_requests, executor_counting=counting,
                                          dead_letter_files=dl_files,
+                                         bytes_per_row=bytes_per_row_after(cursor.bytes_per_row, read),
                                          dropped=dropped, low_epoch=low,
                                          inflight_low_epoch=min((own_epochs.epoch_at(ch, snap.cut[ch])
                                                                  for ch in snap.parked), default=None))
@@ -336,6 +342,13 @@ class RoundExecutor:
                       and all(seg.done for seg in seg_of.values()) and not any(backlog.values())
                       and own.low_watermark(starts) == epoch
                       and all(used.get(s, 0) + n <= config.max_records_per_epoch for s, n in records.items()))
+            if ok and out and config.max_task_bytes_per_round:  # the bytes a task would hold (round_bytes)
+                cut = epochs_within_budget([pe.records for pe in out] + [records], cursor.bytes_per_row, P,
+                                           config.max_task_bytes_per_round)
+                if cut.reason is not None:
+                    ok = False
+                    ctx.echo(f"job {job.name}: tagged round cut by bytes after epoch {out[-1].epoch} "
+                             f"({len(out)} of {len(targets[:cap])} waiting epochs): {cut.reason}")
             if not ok:
                 driver = before  # this epoch runs in a later round (of its own, or first of the next group)
                 break
@@ -382,11 +395,13 @@ class RoundExecutor:
                     "tagged_round": {"epochs": epochs, "checkpoints": ids}}
             ctx.ckpt_fio.write_bytes(round_plan_uri(pending.location, 0), (json.dumps(plan, indent=1) + "\n").encode(),
                                      if_none_match=True)
+        held = epochs_within_budget([pe.records for pe in planned], cursor.bytes_per_row, P, 0).task_bytes
         ctx.echo(f"checkpoints {ids[0]}..{ids[-1]} (epochs {epochs[0]}..{epochs[-1]}): one Spark round, "
-                 f"{len(epochs)} epochs")
+                 f"{len(epochs)} epochs" + (f", ~{held / 2**20:.1f} MiB of input per task" if held else ""))
         # Step 3: one Spark round over every epoch (records tagged with their epoch)
         work = [EpochWork(pending, pe.epoch, pe.segments, pe.own_epochs, pe.epoch) for pe, pending in zip(planned, pendings)]
         rows = self.plan.process_epochs(work, P, cursor)
+        figure = bytes_per_row_after(cursor.bytes_per_row, self.plan.read)  # recorded by every checkpoint of it
         requests = self.plan.requests  # exact per epoch (task_requests: work of no single epoch goes to the first)
         per_epoch = requests.per_epoch(epochs)
         # Step 4: finalise in epoch order (acks, _metadata, sink commit, listeners)
@@ -426,7 +441,8 @@ class RoundExecutor:
                                                  backlog=pe.backlog, dropped=dropped, low_epoch=pe.epoch,
                                                  dead_letter_files=files_of_reports(
                                                      [r for r in mine if r.kind is ReportKind.DEAD_LETTER]),
-                                                 executor_requests=per_epoch[i], executor_counting=requests.counting)
+                                                 executor_requests=per_epoch[i], executor_counting=requests.counting,
+                                                 bytes_per_row=figure)
             for res in results:
                 res.tagged_round = tuple(ids)
             out.extend(results)

@@ -54,6 +54,7 @@ from pipeline.runtime.dataflow import (
     task_count,
 )
 from pipeline.runtime.report_codec import from_ipc
+from pipeline.runtime.round_bytes import ReadBytes, ReadBytesCounter
 from pipeline.runtime.round_params import (
     ROUND_FIELDS,
     TAGGED_KEY,
@@ -91,6 +92,8 @@ class SparkPlan:
         self.plans: dict = {}   # round plans by shape (see steps)
         self._counters: dict[int, TaskRequestCounter | None] = {}  # by session (id): the plans' request counter
         self.requests = RoundRequests()  # the executors' S3 requests of the last round run (process_round/_epochs)
+        self._read_counters: dict[int, ReadBytesCounter | None] = {}  # by session (id): rows/bytes the reads read
+        self.read: ReadBytes | None = None  # what the last round's source reads read (None: not measured, Connect)
 
     def _counter(self) -> TaskRequestCounter | None:
         """The request counter of the session's plans (None: Spark Connect, no accumulators)."""
@@ -98,6 +101,13 @@ class SparkPlan:
         if id(spark) not in self._counters:
             self._counters[id(spark)] = TaskRequestCounter.for_session(spark)
         return self._counters[id(spark)]
+
+    def _read_counter(self) -> ReadBytesCounter | None:
+        """The session's counter of the rows and Arrow bytes the source reads read (None: Spark Connect)."""
+        spark = self.ctx.spark
+        if id(spark) not in self._read_counters:
+            self._read_counters[id(spark)] = ReadBytesCounter.for_session(spark)
+        return self._read_counters[id(spark)]
 
     def process_round(self, pending, rnd: int, P: int, cursor: Cursor, segments, epoch: int, *,
                       parked: frozenset = frozenset(), staged: dict | None = None,
@@ -142,6 +152,8 @@ class SparkPlan:
         rows: list[TaskReport] = []
         counter = self._counter()
         mark = counter.mark() if counter is not None else {}
+        reads = self._read_counter()
+        read_mark = reads.mark() if reads is not None else {}
         if is_connect_session(spark):  # the values inside the task functions: a plan of this round only
             rows = self._run(self._build(P, shape, parked, ios=ios, carried=values), fresh=None)
         else:
@@ -149,6 +161,7 @@ class SparkPlan:
                 rows = self._run(self.steps(P, shape, parked), fresh=lambda df: fresh_dataframe(spark, df))
         rows = self._chained_acks(rows, chained)
         self.requests = counter.since(mark) if counter is not None else RoundRequests.reported(rows)
+        self.read = reads.since(read_mark) if reads is not None else None
         return rows
 
     def _chained_acks(self, rows: list[TaskReport], chained: list[tuple[str, str]]) -> list[TaskReport]:
@@ -219,6 +232,8 @@ class SparkPlan:
             values[operator_key(op.uid)] = {TAGGED_KEY: entries}
         counter = self._counter()
         mark = counter.mark() if counter is not None else {}
+        reads = self._read_counter()
+        read_mark = reads.mark() if reads is not None else {}
         if is_connect_session(spark):  # no local properties: the task functions carry the values (round_params)
             with EmbeddedParams(values):
                 steps = self._build(P, shape, frozenset(), carried=values, tagged=True)
@@ -229,6 +244,7 @@ class SparkPlan:
                                  fresh=lambda df: fresh_dataframe(spark, df))
         rows = self._chained_acks(rows, chained)
         self.requests = counter.since(mark) if counter is not None else RoundRequests.reported(rows)
+        self.read = reads.since(read_mark) if reads is not None else None
         return rows
 
     @staticmethod
@@ -322,7 +338,7 @@ class SparkPlan:
                                                   if f.name.lower() in read or (park and f.name == "_partition")]
                 inputs[i] = split_dataframe(spark, tasks[node.name], node, factory, source_key(node.name), meta=meta,
                                             carried=carried, row_epochs=self.row_epochs(), tagged=tagged,
-                                            requests=self._counter())
+                                            requests=self._counter(), read_bytes=self._read_counter())
                 if park:
                     from pyspark.sql import functions as F  # pyspark: imported where Spark already runs
                     inputs[i] = inputs[i].withColumn("_park", F.col("_partition").isin(park))

@@ -86,6 +86,8 @@ def _run_and_check(tmp_path, fault: str, submit: str, master: str, tagged: bool)
         # checkpoint claim (shared state files of older claims are collected when a newer checkpoint completes).
         # One round per epoch faults the last epoch too; a tagged round faults only its first epoch's writes.
         env["PIPELINE_MAX_EPOCHS_PER_ROUND"] = "1"
+    else:  # the 3 epochs in one Spark round from the first on (no byte bound: a first round would carry one)
+        env["PIPELINE_MAX_TASK_BYTES_PER_ROUND"] = "0"
     if submit:
         env["PYSPARK_SUBMIT_ARGS"] = submit
     r = run_job_process(["run", "--job", JOB, "--json"], env, timeout_s=900)

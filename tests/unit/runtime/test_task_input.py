@@ -1,5 +1,6 @@
 """How an operator task takes its input apart (no Spark): the subtask beacon (``subtask_of``), a tagged round's rows
-split per epoch (``split_epochs``: one sort and zero-copy slices instead of one scan per epoch), and the opt-in
+split per epoch (``split_epochs``: batch by batch, a batch of one epoch kept as it is, a mixed one sorted and sliced;
+never a copy of the whole input), and the opt-in
 task profiler (``EPOCHAL_TASK_PROFILE``). Each is checked against the plain row-by-row meaning on random inputs."""
 from __future__ import annotations
 
@@ -67,6 +68,38 @@ def test_split_epochs_is_the_per_epoch_filter(seed, keyed):
     else:
         assert beacon is None
     assert split_epochs(None) == (None, {}, 0)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_split_epochs_keeps_batches_of_one_epoch_without_a_copy(seed):
+    """The rows come from the source stage in runs of one epoch (a tagged round's read tasks read the splits epoch by
+    epoch), so most batches hold one epoch: those are kept as they are (their buffers, not a copy: a task holds its
+    input once), the batches across a run boundary are sorted; the result is the per-epoch filter."""
+    rng = random.Random(100 + seed)
+    runs = []
+    for e in rng.sample([3, 4, 5, 6], 4) * 2:  # two map outputs' runs, interleaved by the shuffle read
+        n = rng.randrange(1, 60)
+        runs.append(pa.table({"k": [f"k{rng.randrange(9)}-{i}" for i in range(n)],
+                              EPOCH_TAG: pa.array([e] * n, pa.int64()), BEACON: pa.nulls(n, pa.bool_()),
+                              "_subtask": pa.nulls(n, pa.int32())}))
+    whole = pa.concat_tables(runs)
+    beacon_at = rng.randrange(whole.num_rows)
+    beacon = pa.table({"k": pa.nulls(1, pa.string()), EPOCH_TAG: pa.nulls(1, pa.int64()), BEACON: [True],
+                       "_subtask": pa.array([1], pa.int32())})
+    t = pa.concat_tables([whole.slice(0, beacon_at), beacon, whole.slice(beacon_at)])
+    cuts = sorted(rng.sample(range(1, t.num_rows), 4))  # batches across run boundaries too
+    t = pa.concat_tables([t.slice(a, b - a) for a, b in zip([0] + cuts, cuts + [t.num_rows])])
+    got_beacon, parts, data_rows = split_epochs(t)
+    rows = t.to_pylist()
+    assert data_rows == len(rows) - 1 and got_beacon.to_pylist() == [{"k": None, BEACON: True, "_subtask": 1}]
+    for e in (3, 4, 5, 6):
+        assert parts[e].to_pylist() == [{k: v for k, v in r.items() if k != EPOCH_TAG} for r in rows
+                                        if r[EPOCH_TAG] == e]
+    inputs = {b.column(0).buffers()[2].address for b in t.to_batches()}
+    kept = [b for p in parts.values() for b in p.to_batches() if b.column(0).buffers()[2].address in inputs]
+    single = [b for b in t.to_batches() if b.num_rows and b.column(EPOCH_TAG).null_count == 0
+              and len(set(b.column(EPOCH_TAG).to_pylist())) == 1]
+    assert single and len(kept) >= len(single)  # every batch of one epoch is kept without a copy
 
 
 @pytest.mark.parametrize("keyed", [False, True], ids=["flagged", "keyed"])
