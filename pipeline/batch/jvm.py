@@ -12,8 +12,8 @@ collected, not what it computes):
 * the serial collector (one process, a heap of a few hundred MB live): no concurrent G1 threads.
 
 :func:`use_batch_jvm_options` sets them in ``SPARK_SUBMIT_OPTS`` for the JVM this process is about to start. It does
-nothing when the variable is already set (an explicit choice wins), when a Spark JVM already runs in this process
-(it cannot change) or when ``EPOCHAL_BATCH_JVM_OPTS`` is set to empty (the JVM defaults). The epoch runtime
+nothing when the variable is already set (an explicit choice wins), when a Spark JVM already runs for this process
+(a session, or ``spark-submit`` started it: its options cannot change) or when ``EPOCHAL_BATCH_JVM_OPTS`` is set to empty (the JVM defaults). The epoch runtime
 (``epochal run``) is left alone: its process is long-lived (Airflow workers, ``run`` over many rounds) and its JVM
 runs one cached plan per round shape.
 """
@@ -34,7 +34,7 @@ def use_batch_jvm_options(env: MutableMapping[str, str] | None = None) -> str | 
     :data:`BATCH_JVM_OPTS`) unless it is set already or a Spark JVM already runs here. Returns the options the JVM
     will start with (None: left as they are)."""
     env = os.environ if env is None else env
-    if "SPARK_SUBMIT_OPTS" in env:
+    if "SPARK_SUBMIT_OPTS" in env or "PYSPARK_GATEWAY_PORT" in env:   # set by the user / launched by spark-submit
         return None
     try:
         from pyspark import SparkContext

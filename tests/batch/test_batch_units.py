@@ -44,6 +44,7 @@ def test_batch_jvm_options_are_set_once_for_a_fresh_jvm(monkeypatch):
     env: dict[str, str] = {}
     assert use_batch_jvm_options(env) == BATCH_JVM_OPTS and env["SPARK_SUBMIT_OPTS"] == BATCH_JVM_OPTS
     assert use_batch_jvm_options({"SPARK_SUBMIT_OPTS": "-Xss4m"}) is None        # an explicit choice wins
+    assert use_batch_jvm_options({"PYSPARK_GATEWAY_PORT": "4242"}) is None      # spark-submit started the JVM
     env = {"EPOCHAL_BATCH_JVM_OPTS": ""}
     assert use_batch_jvm_options(env) is None and "SPARK_SUBMIT_OPTS" not in env  # the JVM defaults
     env = {"EPOCHAL_BATCH_JVM_OPTS": "-XX:+UseSerialGC"}
