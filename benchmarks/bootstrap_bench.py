@@ -20,6 +20,9 @@ cased). Each phase runs in a fresh child process over the same sources, with its
 ``job s`` excludes the Spark session start (timed apart as ``spark_start_s``); ``wall s`` is the child process;
 ``cpu s`` is the CPU time of the child's process tree (driver, JVM, Python workers) during ``job s``, and the
 1-minute load average is printed at the start and end of every phase (the machine may be shared).
+The one-shot and bootstrap children start their JVM with the batch process's JIT/GC options, as ``epochal
+bootstrap`` / ``epochal batch`` do (:mod:`pipeline.batch.jvm`; ``EPOCHAL_BATCH_JVM_OPTS=`` empty: the JVM defaults;
+printed as ``jvm_opts``); catch-up runs with the runtime's (the JVM defaults).
 ``EPOCHAL_BATCH_NATIVE_READ=0`` in the environment makes the batch plan read every source through the runtime's
 reader (the A/B of docs/batch.md).
 Target (issue 10): bootstrap + restore within 1.2x of one-shot.
@@ -65,11 +68,15 @@ def prepare(root: Path, epochs: int, partitions: int, orders: int) -> dict:
 def measure(root: Path, phase: str, parallelism: int, epochs_per_round: int = 8) -> dict:
     import shutil
     shutil.rmtree(root / phase, ignore_errors=True)
+    jvm_opts = None
+    if phase in ("oneshot", "bootstrap"):   # what `epochal bootstrap` / `epochal batch` do in their own process
+        from pipeline.batch.jvm import use_batch_jvm_options
+        jvm_opts = use_batch_jvm_options()
     r = _runner(root, phase, parallelism, epochs_per_round)
     t = time.perf_counter()
     r.spark.range(1).count()   # session start, timed apart
     out: dict = {"phase": phase, "spark_start_s": round(time.perf_counter() - t, 2),
-                 "load_start": round(os.getloadavg()[0], 2)}
+                 "load_start": round(os.getloadavg()[0], 2), "jvm_opts": jvm_opts or os.environ.get("SPARK_SUBMIT_OPTS")}
     if phase == "catchup":
         out["epochs_per_round"] = epochs_per_round
     t = time.perf_counter()

@@ -178,6 +178,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 def _cmd_batch(args: argparse.Namespace) -> int:
     from pipeline.batch import write_batch
+    from pipeline.batch.jvm import use_batch_jvm_options
+    use_batch_jvm_options()   # a short-lived process: JIT/GC options for the one large plan (docs/batch.md)
     r = _runner(args)
     d = write_batch(r, args.checkpoint, args.to)
 
@@ -198,6 +200,8 @@ def _cmd_bootstrap(args: argparse.Namespace) -> int:
     target, parallelism = check_savepoint_target(args.target), check_parallelism(args.parallelism)
     if args.epoch is not None and args.epoch < 0:
         raise ConfigError(f"--epoch {args.epoch}: must be >= 0")
+    from pipeline.batch.jvm import use_batch_jvm_options
+    use_batch_jvm_options()   # a short-lived process: JIT/GC options for the one large plan (docs/batch.md)
     r = _runner(args)
     d = bootstrap(r, epoch=args.epoch, target=target, parallelism=parallelism)
 

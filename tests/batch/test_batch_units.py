@@ -63,3 +63,40 @@ def test_bootstrap_skips_only_parquet_files_whose_footer_proves_them_clean(tmp_p
     assert not _clean_file(write("no_stats.parquet", ["a", "b"], stats=False), src)
     (tmp_path / "junk.parquet").write_bytes(b"not parquet")
     assert not _clean_file(str(tmp_path / "junk.parquet"), src)
+
+
+def test_batch_jvm_options_are_set_once_for_a_fresh_jvm(monkeypatch):
+    """``epochal bootstrap`` / ``batch`` start their JVM with the batch options, unless the user chose
+    (``SPARK_SUBMIT_OPTS`` set, ``EPOCHAL_BATCH_JVM_OPTS=`` empty) or a JVM already runs in the process."""
+    from pyspark import SparkContext
+
+    from pipeline.batch.jvm import BATCH_JVM_OPTS, use_batch_jvm_options
+    monkeypatch.setattr(SparkContext, "_active_spark_context", None)
+    env: dict[str, str] = {}
+    assert use_batch_jvm_options(env) == BATCH_JVM_OPTS and env["SPARK_SUBMIT_OPTS"] == BATCH_JVM_OPTS
+    assert use_batch_jvm_options({"SPARK_SUBMIT_OPTS": "-Xss4m"}) is None        # an explicit choice wins
+    assert use_batch_jvm_options({"PYSPARK_GATEWAY_PORT": "4242"}) is None      # spark-submit started the JVM
+    env = {"EPOCHAL_BATCH_JVM_OPTS": ""}
+    assert use_batch_jvm_options(env) is None and "SPARK_SUBMIT_OPTS" not in env  # the JVM defaults
+    env = {"EPOCHAL_BATCH_JVM_OPTS": "-XX:+UseSerialGC"}
+    assert use_batch_jvm_options(env) == "-XX:+UseSerialGC" == env["SPARK_SUBMIT_OPTS"]
+    monkeypatch.setattr(SparkContext, "_active_spark_context", object())        # too late: the JVM runs
+    env = {}
+    assert use_batch_jvm_options(env) is None and env == {}
+
+
+def test_batch_jvm_options_are_accepted_by_this_jvm():
+    """An option the JVM does not know would stop every bootstrap before it starts: the JVM Spark runs on takes
+    them (``java <options> -version``)."""
+    import os
+    import shutil
+
+    from pipeline.batch.jvm import BATCH_JVM_OPTS
+    java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else shutil.which("java")
+    if java is None:
+        pytest.skip("no java on PATH (Spark tests need one)")
+    p = subprocess.run([java, *BATCH_JVM_OPTS.split(), "-XX:+PrintFlagsFinal", "-version"], capture_output=True,
+                       text=True)
+    assert p.returncode == 0, p.stderr
+    flags = {ln.split()[1]: ln.split()[3] for ln in p.stdout.splitlines() if len(ln.split()) >= 4 and ln.split()[2] == "="}
+    assert flags["UseSerialGC"] == "true" and flags["Tier4InvocationThreshold"] == "100000"

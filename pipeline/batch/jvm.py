@@ -1,0 +1,49 @@
+"""JVM options for a short-lived process that evaluates the batch plan (``epochal bootstrap``, ``epochal batch``).
+
+Such a process starts a Spark JVM, runs one large plan over the whole history and exits. In a fresh JVM most of
+its CPU was not the plan's work but the JVM warming up (docs/batch.md, session 11 profile of the 2M-order
+bootstrap, per JVM thread): the C2 JIT compiler's threads took ~21 CPU s, the executor tasks ~18, G1's threads ~6.
+Two HotSpot options cut that without changing any result (they decide when code is compiled and how memory is
+collected, not what it computes):
+
+* C2 compiles a method only after ~100k invocations (``Tier4*Threshold``, 10-20x the defaults): the C1-compiled
+  code runs meanwhile, and the C2 work goes to the few truly hot loops (JIT CPU 21 -> 10 s, the tasks' CPU
+  unchanged); ``-XX:TieredStopAtLevel=1`` (no C2 at all) was measured too and made the tasks slower (33 vs 18 CPU s);
+* the serial collector (one process, a heap of a few hundred MB live): no concurrent G1 threads.
+
+:func:`use_batch_jvm_options` sets them in ``SPARK_SUBMIT_OPTS`` for the JVM this process is about to start. It does
+nothing when the variable is already set (an explicit choice wins), when a Spark JVM already runs for this process
+(a session, or ``spark-submit`` started it: its options cannot change) or when ``EPOCHAL_BATCH_JVM_OPTS`` is set to empty (the JVM defaults). The epoch runtime
+(``epochal run``) is left alone: its process is long-lived (Airflow workers, ``run`` over many rounds) and its JVM
+runs one cached plan per round shape.
+"""
+from __future__ import annotations
+
+import os
+from typing import MutableMapping
+
+__all__ = ["BATCH_JVM_OPTS", "JVM_OPTS_ENV", "use_batch_jvm_options"]
+
+JVM_OPTS_ENV = "EPOCHAL_BATCH_JVM_OPTS"
+BATCH_JVM_OPTS = ("-XX:+UseSerialGC -XX:Tier4InvocationThreshold=100000 -XX:Tier4CompileThreshold=120000 "
+                  "-XX:Tier4BackEdgeThreshold=400000")
+
+
+def use_batch_jvm_options(env: MutableMapping[str, str] | None = None) -> str | None:
+    """Set ``SPARK_SUBMIT_OPTS`` to the batch process's JVM options (``EPOCHAL_BATCH_JVM_OPTS``, default
+    :data:`BATCH_JVM_OPTS`) unless it is set already or a Spark JVM already runs here. Returns the options the JVM
+    will start with (None: left as they are)."""
+    env = os.environ if env is None else env
+    if "SPARK_SUBMIT_OPTS" in env or "PYSPARK_GATEWAY_PORT" in env:   # set by the user / launched by spark-submit
+        return None
+    try:
+        from pyspark import SparkContext
+        if SparkContext._active_spark_context is not None:  # noqa: SLF001 - the JVM is already started
+            return None
+    except ImportError:  # pragma: no cover - pyspark is a dependency
+        pass
+    opts = env.get(JVM_OPTS_ENV, BATCH_JVM_OPTS).strip()
+    if not opts:
+        return None
+    env["SPARK_SUBMIT_OPTS"] = opts
+    return opts
