@@ -56,7 +56,7 @@ def _both() -> object:
 
 def _runner(tmp: Path, source: str, name: str, job=_both, **kw) -> JobRunner:
     # no byte bound: these tests compare the tagging mechanics from the first round on (a job's first round
-    # otherwise carries one epoch until bytes per row are known; that rule is tests/integration/test_round_bytes.py)
+    # otherwise carries one epoch until bytes per row are known; that rule is tests/integration/test_tagged_round_bytes.py)
     kw.setdefault("max_task_bytes_per_round", 0)
     return local_runner(job(), tmp, source, name, retained_checkpoints=20, **kw)
 

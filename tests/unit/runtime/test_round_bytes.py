@@ -1,7 +1,7 @@
 """The per-task byte budget of a tagged round (pipeline.runtime.round_bytes), without Spark: how many waiting epochs a
 round takes, the first round without a figure, the figure measured by a read task and recorded in a checkpoint's
 ``_metadata``, and read back from storage by a new process. The Spark side (a catch-up split into rounds by bytes) is
-tests/integration/test_round_bytes.py."""
+tests/integration/test_tagged_round_bytes.py."""
 from __future__ import annotations
 
 import json
