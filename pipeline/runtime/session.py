@@ -26,7 +26,8 @@ from pipeline.exceptions import ConfigError
 from pipeline.master import choose_master, connect_url, probe_connect
 from pipeline.runtime.jvm_logs import relay_jvm_stderr
 
-__all__ = ["get_spark", "stop_spark", "is_connect_session", "ship_job_code", "preimport_workers", "SQL_CONF"]
+__all__ = ["get_spark", "stop_spark", "is_connect_session", "ship_job_code", "preimport_workers", "SQL_CONF",
+           "local_shuffle_conf"]
 
 _SESSION = None
 
@@ -98,6 +99,8 @@ def get_spark(master: str | None = None, parallelism: int = 2, app: str = "epoch
          .config("spark.executorEnv.PYTHONPATH", os.pathsep.join(p for p in sys.path if p)))
     for k, v in SQL_CONF.items():
         b = b.config(k, v)
+    for k, v in local_shuffle_conf(choice.master).items():
+        b = b.config(k, v)
     if preimport_workers(choice.master, os.environ):  # task modules imported once per executor, not per worker
         b = b.config("spark.python.daemon.module", "pipeline.runtime.worker_daemon")
     b = b.config("spark.redaction.regex", REDACTION_REGEX)
@@ -115,6 +118,18 @@ def get_spark(master: str | None = None, parallelism: int = 2, app: str = "epoch
     _SESSION.sparkContext.setLogLevel(os.environ.get("EPOCHAL_SPARK_LOG_LEVEL", "ERROR"))
     _quiet_task_failures(_SESSION)
     return _SESSION
+
+
+def local_shuffle_conf(master: str | None) -> dict[str, str]:
+    """Spark settings for a local master's shuffles: no order-independent row checksum. Spark 4 (on by default)
+    hashes every shuffled row (XXH64 over the UnsafeRow) so that, when a map task is *retried*, the driver can tell
+    whether its output changed and re-run the consumer stages; a local master runs every task once (a failed task
+    fails the round, which Epochal replays from the write-ahead log), so the hash only costs CPU: 4% of the
+    executor threads' samples of the 2M benchmark at one epoch per round (docs/performance.md). A cluster keeps
+    Spark's default (its map outputs can be lost with an executor and recomputed)."""
+    if not master or not str(master).startswith("local"):
+        return {}
+    return {"spark.sql.shuffle.orderIndependentChecksum.enabled": "false"}
 
 
 def preimport_workers(master: str | None, env) -> bool:

@@ -63,3 +63,15 @@ def test_the_session_sends_arrow_batches_to_python_tasks_without_a_per_row_size_
     conf = get_spark()._jsparkSession.sessionState().conf()
     assert conf.arrowMaxBytesPerBatch() == 2**31 - 1
     assert conf.arrowMaxRecordsPerBatch() == 50_000
+
+
+@pytest.mark.spark
+def test_a_local_session_does_not_hash_every_shuffled_row_for_retries():
+    """Spark 4's order-independent shuffle checksum (an XXH64 of every shuffled row, to detect a retried map task
+    whose output changed) is off on a local master, whose tasks are never retried; a cluster master keeps it."""
+    from pipeline.runtime.session import get_spark, local_shuffle_conf
+    conf = get_spark()._jsparkSession.sessionState().conf()
+    assert conf.getConfString("spark.sql.shuffle.orderIndependentChecksum.enabled") == "false"
+    assert local_shuffle_conf("local[*]") and local_shuffle_conf("local[2]")
+    assert local_shuffle_conf("spark://h:7077") == {} and local_shuffle_conf("yarn") == {}
+    assert local_shuffle_conf(None) == {}
