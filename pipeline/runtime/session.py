@@ -129,7 +129,9 @@ def local_shuffle_conf(master: str | None) -> dict[str, str]:
     Spark's default (its map outputs can be lost with an executor and recomputed)."""
     if not master or not str(master).startswith("local"):
         return {}
-    return {"spark.sql.shuffle.orderIndependentChecksum.enabled": "false"}
+    # both: Spark computes the checksums when either is on (ShuffleExchangeExec.prepareShuffleDependency)
+    return {"spark.sql.shuffle.orderIndependentChecksum.enabled": "false",
+            "spark.sql.shuffle.orderIndependentChecksum.enableFullRetryOnMismatch": "false"}
 
 
 def preimport_workers(master: str | None, env) -> bool:

@@ -72,6 +72,8 @@ def test_a_local_session_does_not_hash_every_shuffled_row_for_retries():
     from pipeline.runtime.session import get_spark, local_shuffle_conf
     conf = get_spark()._jsparkSession.sessionState().conf()
     assert conf.getConfString("spark.sql.shuffle.orderIndependentChecksum.enabled") == "false"
+    # Spark computes the row checksums when either setting is on (ShuffleExchangeExec.prepareShuffleDependency)
+    assert conf.getConfString("spark.sql.shuffle.orderIndependentChecksum.enableFullRetryOnMismatch") == "false"
     assert local_shuffle_conf("local[*]") and local_shuffle_conf("local[2]")
     assert local_shuffle_conf("spark://h:7077") == {} and local_shuffle_conf("yarn") == {}
     assert local_shuffle_conf(None) == {}
