@@ -39,7 +39,8 @@ class PipelineConfig:
     max_epochs_per_round: int = 8
     # a tagged round adds waiting epochs only while (their records x bytes per row) / parallelism stays within
     # this many bytes per task; bytes per row per source are measured by the read tasks and recorded in every
-    # checkpoint (pipeline.runtime.round_bytes); no figure yet (a job's first round): one epoch. 0: no bound
+    # checkpoint (pipeline.runtime.round_bytes); before the first measurement, sampled from the round's first
+    # Parquet file (else one epoch). 0: no bound
     max_task_bytes_per_round: int = 128 << 20
     allowed_lateness_seconds: int = 0
     parallelism: int = 2

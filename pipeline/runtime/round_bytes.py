@@ -14,8 +14,12 @@ in Parquet and ~100 MB in Arrow). So the rounds measure them:
   source it read nothing of. A new process (an Airflow task, a CLI run after downtime) restores it with the
   checkpoint (:attr:`pipeline.runtime.cursor.Cursor.bytes_per_row`);
 * **used**: a tagged round adds waiting epochs only while the rows of its epochs x bytes per row / parallelism
-  stay within ``PIPELINE_MAX_TASK_BYTES_PER_ROUND`` (:func:`epochs_within_budget`); a job with no figure yet
-  (its first round, or a source never read) gets one epoch in that round, which records the figure.
+  stay within ``PIPELINE_MAX_TASK_BYTES_PER_ROUND`` (:func:`epochs_within_budget`);
+* **sampled** before any round measured it (a job's first round, a source never read, Spark Connect): the driver
+  decodes the first rows (at most :data:`SAMPLE_ROWS`) of the round's first Parquet file of that source into
+  Arrow, as the read tasks would (:func:`sampled_bytes_per_row`; 2-3 ranged reads, once per source and process).
+  The figure a checkpoint records is always the measured one. A source with no Parquet file to sample (JSON
+  Lines) or whose sample fails gets one epoch in that round, which records the figure.
 
 What the budget does not count, and why it need not (docs/performance.md, "Several epochs per Spark round"):
 
@@ -37,11 +41,16 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from pipeline.runtime.session import is_connect_session
 
-__all__ = ["EXTRA_KEY", "BudgetCut", "ReadBytes", "ReadBytesCounter", "epochs_within_budget", "measured",
-           "bytes_per_row_after", "bytes_per_row_of"]
+__all__ = ["EXTRA_KEY", "SAMPLE_ROWS", "BudgetCut", "ReadBytes", "ReadBytesCounter", "epochs_within_budget",
+           "measured", "bytes_per_row_after", "bytes_per_row_of", "sampled_bytes_per_row"]
 
 #: the ``_metadata`` ``extra`` key of the bytes per row per source a checkpoint records
 EXTRA_KEY = "source_bytes_per_row"
+#: at most this many rows of a file are decoded for a first figure (:func:`sampled_bytes_per_row`)
+SAMPLE_ROWS = 4096
+#: per row, the columns the read tasks add to the declared ones (``_source``, ``_partition``, ``_seq``, ``_row``
+#: and, in a tagged round, the epoch tag and row epoch): their Arrow bytes, the string's offset included
+_READER_COLUMNS_BYTES = 4 + 4 + 8 + 8 + 8 + 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,3 +195,29 @@ def epochs_within_budget(records: Sequence[Mapping[str, int]], bytes_per_row: Ma
 
 def _mib(n: int) -> str:
     return f"{n / 2**20:.1f} MiB"
+
+
+def sampled_bytes_per_row(fileio: Any, schema: Any, splits: Sequence[Any], *, rows: int = SAMPLE_ROWS
+                          ) -> float | None:
+    """A first bytes-per-row figure of a source no round has measured yet: the Arrow bytes per row of the first
+    ``rows`` rows of the first Parquet file among ``splits`` (a round's :class:`~pipeline.source.planner.Split`),
+    decoded as the read tasks decode them (the declared ``schema``'s columns the file has, dictionary pages
+    expanded), plus the columns the read tasks add. None when no split is a Parquet file with rows, or the file
+    cannot be read (the round then takes one epoch and measures). Reads only the footer and the first row group's
+    pages of those columns; writes nothing."""
+    import pyarrow.parquet as pq
+
+    for sp in splits:
+        if sp.format != "parquet" or not sp.rows:
+            continue
+        try:
+            with fileio.open_input(sp.uri) as f:
+                pf = pq.ParquetFile(f)
+                names = [n for n in schema.names if n in pf.schema_arrow.names]
+                batch = next(pf.iter_batches(batch_size=rows, columns=names), None)
+        except Exception:  # noqa: BLE001 - an unreadable file is the read tasks' to report (dead letters)
+            return None
+        if batch is None or batch.num_rows == 0:
+            continue
+        return batch.nbytes / batch.num_rows + _READER_COLUMNS_BYTES
+    return None

@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 import json
 import time
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from pipeline.barriers.events import AlignmentLabel, CheckpointType
 from pipeline.checkpoint.failure import CheckpointFailureReason
@@ -41,9 +41,9 @@ from pipeline.runtime.epoch_groups import PlannedEpoch, group_refusal
 from pipeline.runtime.finalize import CheckpointFinalizer
 from pipeline.runtime.input_epochs import InputEpochs
 from pipeline.runtime.results import RoundResult
-from pipeline.runtime.round_bytes import ReadBytes, bytes_per_row_after, epochs_within_budget
+from pipeline.runtime.round_bytes import ReadBytes, bytes_per_row_after, epochs_within_budget, sampled_bytes_per_row
 from pipeline.runtime.spark_plan import EpochWork, SparkPlan
-from pipeline.source.planner import plan_segments
+from pipeline.source.planner import Segment, plan_segments
 from pipeline.source.positions import barrier_position, end_position
 from pipeline.source.reader import dead_letter_counts
 
@@ -60,6 +60,24 @@ class RoundExecutor:
         self.plan = plan
         self.finalizer = finalizer
         self._logged: dict[int, dict | None] = {}   # barrier log entries read so far (immutable once logged)
+        self._sampled: dict[str, float | None] = {}  # first bytes-per-row figures sampled (bytes_per_row)
+
+    def bytes_per_row(self, cursor: Cursor, segments: Mapping[str, Mapping[int, Segment]]) -> dict[str, float]:
+        """The bytes per row a tagged round's budget uses (:mod:`pipeline.runtime.round_bytes`): the cursor's
+        (measured by earlier rounds, recorded by its checkpoint) and, for a source without one, a sample of the
+        first Parquet file of ``segments`` (a planned round's), taken once per source and process."""
+        figure = dict(cursor.bytes_per_row)
+        for src in self.ctx.job.sources():
+            if src.name in figure:
+                continue
+            if self._sampled.get(src.name) is None:
+                splits = [sp for seg in segments.get(src.name, {}).values() for sp in seg.splits]
+                if splits:
+                    self._sampled[src.name] = sampled_bytes_per_row(self.ctx.src_fio, src.schema, splits)
+            sampled = self._sampled.get(src.name)
+            if sampled is not None:
+                figure[src.name] = sampled
+        return figure
 
     def input_epochs(self, epoch: int, barriers: Barriers, floor: int) -> InputEpochs:
         """The own epochs of this checkpoint's input (:mod:`pipeline.runtime.input_epochs`): logged barriers of
@@ -343,7 +361,8 @@ class RoundExecutor:
                       and own.low_watermark(starts) == epoch
                       and all(used.get(s, 0) + n <= config.max_records_per_epoch for s, n in records.items()))
             if ok and out and config.max_task_bytes_per_round:  # the bytes a task would hold (round_bytes)
-                cut = epochs_within_budget([pe.records for pe in out] + [records], cursor.bytes_per_row, P,
+                cut = epochs_within_budget([pe.records for pe in out] + [records],
+                                           self.bytes_per_row(cursor, out[0].segments), P,
                                            config.max_task_bytes_per_round)
                 if cut.reason is not None:
                     ok = False
@@ -395,7 +414,8 @@ class RoundExecutor:
                     "tagged_round": {"epochs": epochs, "checkpoints": ids}}
             ctx.ckpt_fio.write_bytes(round_plan_uri(pending.location, 0), (json.dumps(plan, indent=1) + "\n").encode(),
                                      if_none_match=True)
-        held = epochs_within_budget([pe.records for pe in planned], cursor.bytes_per_row, P, 0).task_bytes
+        held = epochs_within_budget([pe.records for pe in planned], self.bytes_per_row(cursor, planned[0].segments),
+                                    P, 0).task_bytes
         ctx.echo(f"checkpoints {ids[0]}..{ids[-1]} (epochs {epochs[0]}..{epochs[-1]}): one Spark round, "
                  f"{len(epochs)} epochs" + (f", ~{held / 2**20:.1f} MiB of input per task" if held else ""))
         # Step 3: one Spark round over every epoch (records tagged with their epoch)

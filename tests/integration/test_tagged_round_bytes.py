@@ -2,10 +2,10 @@
 pipeline.runtime.round_bytes), with a real local Spark and a job of this test's own making: ``blobs`` (8 KB bodies,
 some blobs re-sent in a later epoch) -> deduplicate -> per-group count and body bytes -> upsert sink.
 
-Seven epochs wait. The first round has no bytes-per-row figure yet, so it takes one epoch and its checkpoint records
-the figure; from then on a round takes as many epochs as fit the budget (2 here, where 8 are allowed by count). A
-new runner (nothing in memory: the figure comes from the latest checkpoint's ``_metadata``) continues in rounds of 2
-at once. Every epoch completes its own checkpoint, and the committed totals equal the oracle (each blob counted
+Seven epochs wait. No round has measured the rows yet, so the first round's budget uses a figure sampled from its
+first Parquet file (round_bytes.sampled_bytes_per_row) and takes 2 epochs (8 are allowed by count); its checkpoints
+record the measured figure. A new runner (nothing in memory: the figure comes from the latest checkpoint's
+``_metadata``) continues in rounds of 2 at once. Every epoch completes its own checkpoint, and the committed totals equal the oracle (each blob counted
 exactly once). The no-Spark tests of the decision are tests/unit/runtime/test_round_bytes.py.
 """
 from __future__ import annotations
@@ -76,12 +76,11 @@ def test_a_catch_up_of_large_rows_is_split_into_rounds_by_bytes_one_checkpoint_p
     oracle = _write(tmp_path / "src")
     lines: list[str] = []
     first = _runner(tmp_path, lines).run(3)
-    # no figure yet: one epoch, whose checkpoint records it; then two epochs fit the budget
-    assert [r.tagged_round for r in first.completed] == [(), (2, 3), (2, 3)]
+    # nothing measured yet: the sampled figure lets two epochs into the first round; the third runs alone (run(3))
+    assert [r.tagged_round for r in first.completed] == [(1, 2), (1, 2), ()]
     assert [r.epoch for r in first.completed] == [int(T0.timestamp()) // 60 + e for e in range(3)]
     cut = [m for m in lines if "tagged round cut by bytes" in m]
-    assert len(cut) == 1 and "(1 of 3 waiting epochs)" in cut[0]  # the second round: 2 epochs were asked for
-    assert "no bytes-per-row figure of source 'blobs' yet (this round records it)" in cut[0]
+    assert len(cut) == 1 and "(2 of 3 waiting epochs)" in cut[0] and "3 epochs would hold" in cut[0]
 
     lines.clear()
     again = _runner(tmp_path, lines)  # a new runner: nothing in memory, the figure from the latest checkpoint

@@ -1,5 +1,5 @@
 """The per-task byte budget of a tagged round (pipeline.runtime.round_bytes), without Spark: how many waiting epochs a
-round takes, the first round without a figure, the figure measured by a read task and recorded in a checkpoint's
+round takes, the first round without a figure, the first figure sampled from a Parquet file, the figure measured by a read task and recorded in a checkpoint's
 ``_metadata``, and read back from storage by a new process. The Spark side (a catch-up split into rounds by bytes) is
 tests/integration/test_tagged_round_bytes.py."""
 from __future__ import annotations
@@ -26,7 +26,9 @@ from pipeline.runtime.round_bytes import (
     bytes_per_row_after,
     epochs_within_budget,
     measured,
+    sampled_bytes_per_row,
 )
+from pipeline.source.planner import Split
 
 pytestmark = pytest.mark.unit
 
@@ -121,3 +123,32 @@ def test_the_budget_key_is_documented_and_validated():
         load_config(env={"PIPELINE_MAX_TASK_BYTES_PER_ROUND": "-1"})
     readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
     assert "PIPELINE_MAX_TASK_BYTES_PER_ROUND" in readme
+
+
+def test_a_first_figure_is_sampled_from_the_rounds_first_parquet_file_as_the_read_tasks_decode_it(tmp_path: Path):
+    """A dictionary-encoded 2 KB payload is a few bytes per row on disk and ~2 KB in Arrow: the sample decodes it,
+    only the declared columns count, and a JSON Lines file, a split without rows or an unreadable file give no
+    figure (the round then takes one epoch and measures)."""
+    import pyarrow.parquet as pq
+
+    ts = pa.timestamp("us", tz="UTC")
+    payload = "x" * 2000
+    t = pa.table({"k": [f"k{i}" for i in range(10_000)], "payload": [payload] * 10_000,
+                  "extra": list(range(10_000)), "_ingest_ts": pa.array(list(range(10_000)), pa.int64()).cast(ts)})
+    path = tmp_path / "00000001.parquet"
+    pq.write_table(t, path, use_dictionary=True)
+    assert path.stat().st_size < 200_000  # 10k rows of 2 KB: the file does not tell the bytes
+    schema = pa.schema([("k", pa.string()), ("payload", pa.string()), ("_ingest_ts", ts)])
+    uri = path.as_uri()
+
+    def split(fmt="parquet", rows=10_000, u=uri):
+        return Split("s", 0, 1, u, fmt, 0, rows)
+
+    got = sampled_bytes_per_row(LocalFileIO(), schema, [split("jsonl"), split(rows=0), split()])
+    assert got is not None and 2000 + 8 + 8 < got < 2000 + 8 + 8 + 64   # payload, key, ts (+ the reader's columns)
+    assert sampled_bytes_per_row(LocalFileIO(), schema, [split("jsonl")]) is None
+    (tmp_path / "junk.parquet").write_bytes(b"not parquet")
+    assert sampled_bytes_per_row(LocalFileIO(), schema, [split(u=(tmp_path / "junk.parquet").as_uri())]) is None
+    # with the figure the budget decides at once: 50k such rows per epoch on 2 tasks is ~50 MiB per task and epoch
+    cut = epochs_within_budget([{"s": 50_000}] * 8, {"s": got}, 2, 128 * MIB)
+    assert cut.epochs == 2 and "3 epochs would hold" in (cut.reason or "")
