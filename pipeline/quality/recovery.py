@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.batch import BatchResult, evaluate, prefix_of
+from pipeline.job import JoinNode, SinkNode
 from pipeline.quality.normalize import (
     MAX_MEASURES,
     SUMMARY_DDL,
@@ -190,7 +191,6 @@ def undecided_unique(found: Mapping[str, int], violations: Mapping[str, str],
 def dependents_of_joins(job, objects) -> dict[str, frozenset[str]]:
     """Per join uid: the objects among ``objects`` its rows reach - its own state, the state of every operator and
     every sink downstream (node order is topological)."""
-    from pipeline.job import JoinNode, SinkNode
     out: dict[str, frozenset[str]] = {}
     for j, node in enumerate(job.nodes):
         if not isinstance(node, JoinNode):
