@@ -60,7 +60,7 @@ class RoundExecutor:
         self.plan = plan
         self.finalizer = finalizer
         self._logged: dict[int, dict | None] = {}   # barrier log entries read so far (immutable once logged)
-        self._sampled: dict[str, float | None] = {}  # first bytes-per-row figures sampled (bytes_per_row)
+        self._sampled: dict[str, float | None] = {}  # first bytes-per-row figures sampled (None: the sample failed)
 
     def bytes_per_row(self, cursor: Cursor, segments: Mapping[str, Mapping[int, Segment]]) -> dict[str, float]:
         """The bytes per row a tagged round's budget uses (:mod:`pipeline.runtime.round_bytes`): the cursor's
@@ -70,9 +70,9 @@ class RoundExecutor:
         for src in self.ctx.job.sources():
             if src.name in figure:
                 continue
-            if self._sampled.get(src.name) is None:
+            if src.name not in self._sampled:   # tried once per source and process, failed or not
                 splits = [sp for seg in segments.get(src.name, {}).values() for sp in seg.splits]
-                if splits:
+                if any(sp.format == "parquet" and sp.rows for sp in splits):
                     self._sampled[src.name] = sampled_bytes_per_row(self.ctx.src_fio, src.schema, splits)
             sampled = self._sampled.get(src.name)
             if sampled is not None:
