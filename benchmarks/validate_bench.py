@@ -59,6 +59,8 @@ def prepare(root: Path, epochs: int, partitions: int, orders: int, parallelism: 
 
 def measure(root: Path, parallelism: int, engine: str) -> dict:
     t0 = time.perf_counter()
+    from pipeline.batch.jvm import use_batch_jvm_options
+    jvm_opts = use_batch_jvm_options()   # what `epochal validate` does in its own process
     from pipeline.jobs import get_job
     from pipeline.quality import validate_after_epoch, validate_job
     from pipeline.runtime.runner import JobRunner
@@ -75,7 +77,8 @@ def measure(root: Path, parallelism: int, engine: str) -> dict:
     t = time.perf_counter()
     epoch = validate_after_epoch(runner, latest.metadata)
     epoch_s = time.perf_counter() - t
-    return {"engine": cold.figures.get("engine"), "snapshot": cold.snapshot, "cold_cpu_s": round(cold_cpu, 1),
+    return {"engine": cold.figures.get("engine"), "jvm_opts": jvm_opts or os.environ.get("SPARK_SUBMIT_OPTS"),
+            "snapshot": cold.snapshot, "cold_cpu_s": round(cold_cpu, 1),
             "cold_driver_cpu_s": round(driver_cpu, 1), "warm_cpu_s": round(warm_cpu, 1),
             "success": cold.success and warm.success, "evaluated": cold.evaluated,
             "cold_s": round(cold_total, 2), "cold_validate_s": round(cold.duration_s, 2),

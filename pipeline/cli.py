@@ -162,7 +162,9 @@ def _cmd_restore(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    from pipeline.batch.jvm import use_batch_jvm_options
     from pipeline.quality import validate_job
+    use_batch_jvm_options()   # a short-lived process: JIT/GC options for the batch plan it compares with (docs/batch.md)
     r = _runner(args)
     result = validate_job(r, args.checkpoint, replay=args.replay)
     _print(args, result.to_dict(), lambda d: result.summary())

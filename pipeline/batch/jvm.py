@@ -1,4 +1,5 @@
-"""JVM options for a short-lived process that evaluates the batch plan (``epochal bootstrap``, ``epochal batch``).
+"""JVM options for a short-lived process that evaluates the batch plan (``epochal bootstrap``, ``epochal batch``,
+``epochal validate``).
 
 Such a process starts a Spark JVM, runs one large plan over the whole history and exits. In a fresh JVM most of
 its CPU was not the plan's work but the JVM warming up (docs/batch.md, session 11 profile of the 2M-order
