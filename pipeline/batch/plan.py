@@ -399,7 +399,8 @@ class _Compiler:
             return self._join_unique(nid, op, left, right, lcols, rcols, output, ttl, how)
         fold = None
         if declared and unique in ("left", "right"):
-            ranked = self._first_per_key(left if unique == "left" else right, op, unique)
+            side = "left" if unique == "left" else "right"
+            ranked = self._first_per_key(left if side == "left" else right, op, side)
             keys, nk = self._repeated_keys(op, ranked, ["__n"], op.on)
             first = ranked.drop("__n")
             if keys is not None:   # the keys that repeat are folded by the kernel's rule, the others as before
@@ -411,11 +412,11 @@ class _Compiler:
                 self._decided_violations(op, fold)
                 first = ranked.filter(F.col("__n") <= 1).drop("__n")
                 ks = F.broadcast(keys) if nk <= 1_000_000 else keys
-                if unique == "left":
+                if side == "left":
                     right = right.join(ks, right[op.on] == ks["__rk"], "left_anti")
                 else:
                     left = left.join(ks, left[op.on] == ks["__rk"], "left_anti")
-            if unique == "left":
+            if side == "left":
                 left = first
             else:
                 right = first
