@@ -157,6 +157,12 @@ def _orderable(dt) -> bool:
     return True
 
 
+def _nested(dt) -> bool:
+    """The join kernel leaves such a column out of its order (``join._sortable``: nested types)."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+    return isinstance(dt, (ArrayType, MapType, StructType))
+
+
 def _unparked(df):
     """A join's input without the rows the validated unaligned checkpoint parked at the join (its in-flight channel
     state, consumed by the next checkpoint: :meth:`_Compiler._source_frame`)."""
@@ -208,22 +214,25 @@ FOLD_COLUMNS = ["__kind", "__lid", "__rid", "__m", "__rnd", "__matched"]
 FOLD_SCHEMA = "__kind string, __lid long, __rid long, __m long, __rnd long, __matched boolean"
 
 
-def _unique_fold(E: int, ttl: int | None, outer: tuple[bool, bool], unique: tuple[bool, bool], cutoff_n: int | None):
+def _unique_fold(E: int, ttl: int | None, outer: tuple[bool, bool], unique: tuple[bool, bool], cutoff_n: int | None,
+                 opaque: tuple[bool, bool] = (False, False)):
     """The join kernel's rule (pipeline/operators/join.py, docs/operators.md) for ONE key that repeats on a side
     declared unique, over both sides' rows of the key in consumption order: per round ``(p, r)`` (an aligned
     lineage: checkpoint ``p`` consumes the rows of epoch ``p``, every round with the cutoff ``c = end(p) - ttl``)
     1. held rows with ``t < c`` leave (an unmatched row of an outer side is emitted), new rows with ``t < c`` leave
     on arrival; 2. on a unique side, a live new row is a violation when a row of the key is still held, and among
-    the round's live new rows all but the first by ``_ingest_ts`` are; 3. new left rows meet every held or new
+    the round's live new rows all but the first by (``_ingest_ts``, ``__o``) are; 3. new left rows meet every held or new
     right row, held left rows the new right rows, a pair kept iff ``min(t_l, t_r) >= end(max(p_l, p_r)) - ttl``;
     4. paired rows are matched, and leave when the partner side is unique. After the last round, a row with
     ``t < cutoff_n`` has left (emitted when unmatched on an outer side); the others are the state.
 
-    Input columns ``__side`` (0 left, 1 right), ``__id``, ``__t`` (µs), ``_pepoch``, ``__rr`` (round). Output rows
-    (:data:`FOLD_SCHEMA`): ``pair`` (``__lid``, ``__rid``, ``__m`` = the pair's epoch, ``__rnd`` = its round),
-    ``lone`` / ``state`` / ``bad`` (one row: ``__lid`` or ``__rid``; ``__matched`` for state), or ONE ``tie`` row
-    when the first row of a round is decided by a tie on ``_ingest_ts`` (the runtime then orders by the other
-    columns' values: not derived here)."""
+    Input columns ``__side`` (0 left, 1 right), ``__id``, ``__t`` (µs), ``__o`` (the rank among the round's rows of
+    the key and side with the same ``_ingest_ts`` by the other comparable columns: the kernel's tie-break),
+    ``_pepoch``, ``__rr`` (round). Output rows (:data:`FOLD_SCHEMA`): ``pair`` (``__lid``, ``__rid``, ``__m`` = the
+    pair's epoch, ``__rnd`` = its round), ``lone`` / ``state`` / ``bad`` (one row: ``__lid`` or ``__rid``;
+    ``__matched`` for state), or ONE ``tie`` row when a round's first row ties with another on ``_ingest_ts`` and
+    every comparable column and the side has columns the kernel does not compare (``opaque``: nested; the kernel
+    then keeps the first to arrive, not derived here; rows equal in every column are interchangeable)."""
     def fold(pdf):
         out: list[tuple] = []
 
@@ -242,8 +251,9 @@ def _unique_fold(E: int, ttl: int | None, outer: tuple[bool, bool], unique: tupl
                     gone += [(s, h) for h in held[s] if h[1] < c]
                     held[s] = [h for h in held[s] if h[1] >= c]
                 rows = g[g["__side"] == s]
-                for i, t, pp in zip(rows["__id"].to_numpy(), rows["__t"].to_numpy(), rows[PEPOCH].to_numpy()):
-                    row = [int(i), int(t), int(pp), False]
+                for i, t, pp, o in zip(rows["__id"].to_numpy(), rows["__t"].to_numpy(), rows[PEPOCH].to_numpy(),
+                                       rows["__o"].to_numpy()):
+                    row = [int(i), int(t), int(pp), False, int(o)]
                     if c is not None and row[1] < c:
                         gone.append((s, row))
                     else:
@@ -252,8 +262,9 @@ def _unique_fold(E: int, ttl: int | None, outer: tuple[bool, bool], unique: tupl
                     if held[s]:
                         bad, new[s] = new[s], []
                     else:
-                        new[s].sort(key=lambda x: x[1])
-                        if len(new[s]) > 1 and new[s][0][1] == new[s][1][1]:
+                        new[s].sort(key=lambda x: (x[1], x[4]))
+                        if len(new[s]) > 1 and new[s][0][1] == new[s][1][1] and new[s][0][4] == new[s][1][4] \
+                                and opaque[s]:
                             return _fold_frame([("tie", None, None, int(p), int(r), False)])
                         bad, new[s] = new[s][1:], new[s][:1]
                     for b in bad:
@@ -673,8 +684,9 @@ class _Compiler:
             return why
         E = self.prefix.epoch_us
         ks = F.broadcast(keys) if nkeys <= 1_000_000 else keys
+        from pyspark.sql import Window
         multi = self._rounds().multi_round_epochs
-        rows = []
+        rows, opaque = [], []
         for df in (left, right):
             d = df.join(ks, df[op.on] == ks["__rk"], "left_semi")
             if ROUND in d.columns:
@@ -685,19 +697,30 @@ class _Compiler:
                 d = d.withColumnRenamed(ROUND, "__rr")
             else:
                 d = d.withColumn("__rr", F.lit(0).cast("long"))
+            # the kernel's order among a round's rows with equal ``_ingest_ts``: the other comparable columns in column
+            # order (join._duplicates; Spark orders strings by bytes and NaN above numbers, below nulls, as Arrow);
+            # ``__o`` ranks them, equal only for rows equal in every one of them
+            by = [c for c in d.columns if c not in INTERNAL and c not in (op.on, "_ingest_ts", "__rr")]
+            cmp = [c for c in by if _orderable(d.schema[c].dataType) and not _nested(d.schema[c].dataType)]
+            opaque.append(len(cmp) < len(by))
+            w = Window.partitionBy(op.on, PEPOCH, "__rr", "_ingest_ts").orderBy(
+                *([F.col(c).asc_nulls_last() for c in cmp] or [F.lit(0)]))
+            d = d.withColumn("__o", F.dense_rank().over(w).cast("long"))
             rows.append(self._cache(d.withColumn("__id", F.monotonically_increasing_id())))
         lr, rr = rows
         narrow = lambda d, s: d.select(F.col(op.on).alias("__k"), F.lit(s).alias("__side"), "__id",   # noqa: E731
-                                        F.expr("unix_micros(_ingest_ts)").alias("__t"), PEPOCH, "__rr")
+                                        F.expr("unix_micros(_ingest_ts)").alias("__t"), "__o", PEPOCH, "__rr")
         cutoff_n = self.prefix.end_us(self.prefix.ttl_epoch) - ttl if ttl is not None else None
         fold = _unique_fold(E, ttl, (how in ("left", "full"), how in ("right", "full")),
-                            (unique in ("left", "both"), unique in ("right", "both")), cutoff_n)
+                            (unique in ("left", "both"), unique in ("right", "both")), cutoff_n, (opaque[0], opaque[1]))
         res = self._cache(narrow(lr, 0).unionByName(narrow(rr, 1)).groupBy("__k").applyInPandas(fold, FOLD_SCHEMA))
         ties = res.filter(F.col("__kind") == "tie").select("__m", "__rnd").take(3)
         if ties:
             return (f"join {op.uid} has keys repeated on a side declared unique whose first row in a round is decided "
-                    f"by a tie on _ingest_ts (epoch, round: {[(int(t[0]), int(t[1])) for t in ties]}): the runtime "
-                    "then orders by the other columns' values, which the batch evaluation does not derive")
+                    f"by a tie on _ingest_ts and every comparable column (epoch, round: "
+                    f"{[(int(t[0]), int(t[1])) for t in ties]}): the rows differ only in nested columns, which the "
+                    "runtime does not compare either (it then keeps the first to arrive, which depends on the subtasks' "
+                    "order), so which row it kept is not derived")
         lt = lr.select(*[F.col(c).alias(f"__l_{c}") for c in lr.columns])
         rt = rr.select(*[F.col(c).alias(f"__r_{c}") for c in rr.columns])
         rounds = ROUND in left.columns and ROUND in right.columns

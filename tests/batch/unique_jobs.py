@@ -66,8 +66,8 @@ SHAPE_EPOCHS = 5       # epochs 0..4 (the rows of epoch 5 complete barrier 4)
 
 
 def write_shapes(root: Path, *, tie: bool = False) -> Path:
-    """The shapes' sources (``tie``: one more ask of ``k6`` in epoch 0 with ``a6``'s ``_ingest_ts`` - the kernel then
-    orders by the other columns' values, which the batch evaluation does not derive)."""
+    """The shapes' sources (``tie``: one more ask of ``k6`` in epoch 0's second round with ``a6``'s ``_ingest_ts`` - the
+    kernel then orders by the other columns in column order: ``ask`` "a6" < "a6t")."""
     us = 1_000_000
     asks = [list(f) for f in SHAPE_ASKS]
     if tie:
