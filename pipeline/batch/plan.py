@@ -17,8 +17,10 @@ Rules (``E`` = epoch length, ``end(k) = (k+1)E``, ``p(x)`` = processing epoch of
   checkpoint ``n``, ``n`` when they were aligned).
   State at ``n``: the rows with ``t_x >= c_L``, minus - on a side whose partner side is declared ``unique`` -
   the rows that matched (they left state). Rows violating a ``unique`` declaration are dead-lettered by the
-  runtime: the first row per key (by processing epoch, then ``_ingest_ts``) is kept here, and their number is
-  reported (a null key is no key: never a violation, never a match). Jobs built with the older join (no
+  runtime, which decides per round against the rows it still holds: keys with one row per unique side are computed
+  as above, the keys that repeat by a per-key fold of the kernel's rule over (epoch, round) (:func:`_unique_fold`,
+  :meth:`_Compiler._fold_repeats`); their number is reported (a null key is no key: never a violation, never a
+  match). Jobs built with the older join (no
   ``how``/``unique``: one match per key, both rows leave state) are evaluated as ``unique="both"``.
 * ``aggregate``: totals per key over all input rows (count = rows, sum, min, max; floating sums exact in
   ``decimal(38,9)``, then correctly rounded to double, like the runtime's state); an upsert sink holds them.
