@@ -243,8 +243,12 @@ def operator_dead_letter_frames(comp, res, job) -> list[tuple[str, str, str, obj
                     continue
                 # the plan's count of this side's violations reads its cached per-key frame: no violation (the
                 # usual case), no pass over the input
-                counted = res.counts.get(f"{op.uid}: {side} rows violating unique={side!r} (dead-lettered by the runtime)")
+                label = f"{op.uid}: {side} rows violating unique={side!r} (dead-lettered by the runtime)"
+                counted = res.counts.get(label)
                 if counted is not None and not counted.head(1):
+                    continue
+                if label in res.unique_dead:   # keys repeated on a unique side: the kernel's per-round choice
+                    out.append((op.uid, "join", side, res.unique_dead[label]))
                     continue
                 df = comp.frame(inp)
                 order = [c for c in (PEPOCH, "_ingest_ts", "_partition", "_seq", "_row") if c in df.columns]

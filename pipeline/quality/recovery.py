@@ -22,7 +22,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.batch import BatchResult, evaluate, prefix_of
-from pipeline.job import JoinNode, SinkNode
 from pipeline.quality.normalize import (
     MAX_MEASURES,
     SUMMARY_DDL,
@@ -35,7 +34,7 @@ from pipeline.quality.normalize import (
 )
 from pipeline.runtime.task_requests import counted_in_span
 
-__all__ = ["Recomputation", "BatchPlan", "plan_recomputation", "undecided_unique", "dependents_of_joins"]
+__all__ = ["Recomputation", "BatchPlan", "plan_recomputation"]
 
 
 @dataclass
@@ -64,9 +63,8 @@ class BatchPlan:
     columns: dict[str, tuple[str, ...]]               # obj -> compared columns (the batch plan's)
     unchecked: dict[str, str]
     messages: list[str]
-    # join uid -> the objects its rows reach (its state, every operator and sink downstream): not checked when the
-    # plan finds keys repeated on a side declared unique (:func:`undecided_unique`)
-    dependents: dict[str, frozenset[str]] = field(default_factory=dict)
+    # compiles the plan again with the fold for these joins (:meth:`materialize`, keys repeated on a unique side)
+    rebuild: Callable[[frozenset[str]], BatchPlan] | None = None
 
     def materialize(self, specs: Mapping[str, ObjectSpec], max_parallelism: int) -> Recomputation:
         """Run the plan and summarise its rows **where Spark computes them** (one query for every object, so the
@@ -137,11 +135,18 @@ class BatchPlan:
             if n:
                 msgs.append(f"{what}: {n} (excluded from the expected rows)")
                 found[what] = n
+        refold = frozenset(self.result.unfolded[w] for w in found if w in self.result.unfolded)
+        if refold and self.rebuild is not None:
+            # keys repeat on a unique side: compiled again with the kernel's per-round fold for those joins (the
+            # usual case, no repeat, runs the one query above and nothing else)
+            self.release()
+            again = self.rebuild(refold)
+            self.result, self.columns, self.unchecked, self.messages = (again.result, again.columns, again.unchecked,
+                                                                          again.messages)
+            rec = self.materialize(specs, max_parallelism)
+            rec.timings.update({f"first_pass_{k}": v for k, v in timings.items()})
+            return rec
         unchecked = dict(self.unchecked)
-        for obj, why in undecided_unique(found, self.result.violations, self.dependents).items():
-            if obj in names:
-                unchecked[obj] = why
-                msgs.append(f"NOT CHECKED against the batch evaluation: {obj}: {why}")
         names = [o for o in names if o not in unchecked]
         per_kg = per_kg[per_kg["obj"].isin(names)]
         per_group = per_group[per_group["obj"].isin(names)]
@@ -162,57 +167,6 @@ class BatchPlan:
         self.result.release()
 
 
-def undecided_unique(found: Mapping[str, int], violations: Mapping[str, str],
-                     dependents: Mapping[str, frozenset[str]]) -> dict[str, str]:
-    """Objects whose expected rows depend on which row of a repeated key a ``unique`` join keeps, when the batch
-    evaluation found such keys (``found``: count label -> rows beyond the first of their key; ``violations``: label
-    -> join uid). The plan keeps the first row per key over the whole prefix (processing epoch, ``_ingest_ts``,
-    position); the runtime decides per round among the rows it holds (``join._duplicates``): a repeat is a violation
-    only while the first row is held (not after it expired or, on a side whose partner side is unique, left state
-    matched), a row of an earlier round wins over an older row read in a later round (multi-round checkpoints, an
-    unaligned backlog), and ties on ``_ingest_ts`` are broken by the other columns' values. With no repeated key
-    both keep every row; with repeats the plan cannot tell which row the runtime kept, so the join's state and
-    everything its rows reach are reported not checked (docs/batch.md "join")."""
-    out: dict[str, str] = {}
-    by_uid: dict[str, list[str]] = {}
-    for label, n in found.items():
-        uid = violations.get(label)
-        if uid is not None and n:
-            by_uid.setdefault(uid, []).append(f"{label.split(' (', 1)[0].split(': ', 1)[1]}: {n}")
-    for uid, what in sorted(by_uid.items()):
-        why = (f"join {uid!r} has keys repeated on a side declared unique ({'; '.join(what)}): the runtime keeps the "
-               "first row of a key per round among the rows it still holds, the batch evaluation the first over the "
-               "whole prefix, so which row was kept (and what it matched) is not derived")
-        for obj in sorted(dependents.get(uid, ())):
-            out.setdefault(obj, why)
-    return out
-
-
-def dependents_of_joins(job, objects) -> dict[str, frozenset[str]]:
-    """Per join uid: the objects among ``objects`` its rows reach - its own state, the state of every operator and
-    every sink downstream (node order is topological)."""
-    out: dict[str, frozenset[str]] = {}
-    for j, node in enumerate(job.nodes):
-        if not isinstance(node, JoinNode):
-            continue
-        reach = {j}
-        for i in range(j + 1, len(job.nodes)):
-            n = job.nodes[i]
-            ins = getattr(n, "inputs", None)
-            ins = ins if ins is not None else ((n.parent,) if hasattr(n, "parent") else ())
-            if any(x in reach for x in ins):
-                reach.add(i)
-        objs = set()
-        for i in reach:
-            n = job.nodes[i]
-            if isinstance(n, SinkNode):
-                objs.add(f"sink/{n.table}")
-            elif getattr(n, "uid", None):
-                objs |= {o for o in objects if o.startswith(f"state/{n.uid}/")}
-        out[node.uid] = frozenset(objs & set(objects))
-    return out
-
-
 def _needed(specs: Mapping[str, ObjectSpec], objs: list[str]) -> set[str]:
     """Columns a spec reads besides the compared ones (key, group, measures)."""
     out: set[str] = set()
@@ -226,9 +180,11 @@ def _spark_type(f: pa.Field) -> str:
     return {pa.string(): "string", pa.int32(): "int", pa.int64(): "bigint"}.get(f.type, "array<bigint>")
 
 
-def plan_recomputation(runner, md, object_names) -> BatchPlan:
-    """Compile the batch plan of checkpoint metadata ``md`` (cheap: analysis only, nothing runs)."""
-    res = evaluate(runner, runner.job, prefix_of(runner, md))
+def plan_recomputation(runner, md, object_names, fold: frozenset[str] = frozenset()) -> BatchPlan:
+    """Compile the batch plan of checkpoint metadata ``md`` (cheap: analysis only, nothing runs; the joins in
+    ``fold`` look for keys repeated on a unique side at once, the others when :meth:`BatchPlan.materialize` finds
+    a violation)."""
+    res = evaluate(runner, runner.job, prefix_of(runner, md), fold=fold)
     unchecked = dict(res.unchecked)
     messages = list(res.messages)
     columns = {}
@@ -244,4 +200,5 @@ def plan_recomputation(runner, md, object_names) -> BatchPlan:
         if obj not in columns and obj not in unchecked:
             unchecked[obj] = "the batch plan does not produce this object"
     messages += [f"NOT CHECKED against the batch evaluation: {o}: {why}" for o, why in sorted(unchecked.items())]
-    return BatchPlan(res, columns, unchecked, messages, dependents_of_joins(runner.job, set(columns)))
+    return BatchPlan(res, columns, unchecked, messages,
+                     lambda more: plan_recomputation(runner, md, object_names, fold | more))

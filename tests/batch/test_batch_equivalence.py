@@ -245,13 +245,16 @@ def _read_positions(root: Path, source: str) -> pd.DataFrame:
 
 
 @pytest.mark.parametrize("how", ["full"])
-def test_unique_both_join_with_violations_equals_pandas_brute_force(tmp_path, how):
-    """``unique="both"`` over repeated keys (docs/batch.md): the first row per key and side (processing epoch,
-    ``_ingest_ts``, position) is kept, the others are counted as violations; output, lonely outer rows and both
-    state sides (matched rows left state on both sides) equal pandas."""
+def test_unique_both_join_with_violations_equals_the_kernel(tmp_path, how):
+    """``unique="both"`` over repeated keys (docs/batch.md "join"): the plan folds the repeated keys by the kernel's
+    per-round rule; its output, lonely outer rows, both state sides and violation counts equal the runtime's kernel
+    (``join_step``) run epoch by epoch over the same rows (one round per epoch: no round log)."""
     import dataclasses
 
+    import pyarrow as pa
+
     from pipeline.batch import Prefix, evaluate
+    from pipeline.operators.join import JoinType, Uniqueness, join_step
 
     generate(tmp_path / "src", seed=5, repeated=True, epochs=5)
     ttl = 150
@@ -263,24 +266,32 @@ def test_unique_both_join_with_violations_equals_pandas_brute_force(tmp_path, ho
     ends = {s: {p: (len(list((tmp_path / "src" / s / f"partition={p}").glob("*.parquet"))), 0) for p in (0, 1)}
             for s in ("lefts", "rights")}
     res = evaluate(_runner(tmp_path, job), job, Prefix(n, 60, ends, {}))
+    assert not res.unchecked, res.unchecked
     Rf = R[R["tag"] != "drop"].rename(columns={"tag": "rtag"})
+    ts = pa.timestamp("us", tz="UTC")
 
-    def first(df):   # p(x) = min(e(x), n) without a barrier log
-        return (df.assign(p=np.minimum(df["e"], n)).sort_values(["p", "t", "part", "seq", "row"])
-                .drop_duplicates("k", keep="first"))
-
-    Lf, Rff = first(L).assign(lid=lambda d: range(len(d))), first(Rf).assign(rid=lambda d: range(len(d)))
-    assert len(L) > len(Lf) and len(Rf) > len(Rff)     # the data has violations on both sides
-    pairs = Lf.merge(Rff, on="k", suffixes=("_l", "_r"))
-    m = np.maximum(pairs["p_l"], pairs["p_r"])
-    pairs = pairs[np.minimum(pairs["t_l"], pairs["t_r"]) >= (m + 1) * E_US - ttl * 1_000_000]
-    cutoff = (n + 1) * E_US - ttl * 1_000_000
-    rows = [pairs[["k", "grp", "x", "y", "rtag"]]]
-    lonely_l = Lf[~Lf["lid"].isin(pairs["lid"]) & (Lf["t"] < cutoff)]
-    lonely_r = Rff[~Rff["rid"].isin(pairs["rid"]) & (Rff["t"] < cutoff)]
-    rows.append(lonely_l[["k", "grp", "x"]].assign(y=np.nan, rtag=None))
-    rows.append(lonely_r[["k", "y", "rtag"]].assign(grp=None, x=np.nan))
-    exp = pd.concat(rows, ignore_index=True)[["k", "grp", "x", "y", "rtag"]]
+    def table(df, cols):   # the kernel's input: the stream's columns in order, then the own epoch p(x) = min(e, n)
+        t = pa.Table.from_pandas(df[cols + ["_ingest_ts"]], preserve_index=False)
+        t = t.set_column(t.schema.get_field_index("_ingest_ts"), "_ingest_ts", t["_ingest_ts"].cast(ts))
+        return t.append_column("_pepoch", pa.array(np.minimum(df["e"], n).astype("int64")))
+    lcols = [c for c in pq.read_schema(next((tmp_path / "src" / "lefts").glob("partition=*/*.parquet"))).names
+             if c != "_ingest_ts"]
+    out_schema = pa.schema([("k", pa.string()), ("grp", pa.string()), ("x", pa.float64()), ("y", pa.float64()),
+                            ("rtag", pa.string())])
+    lt, rt = table(L, lcols), table(Rf, ["k", "y", "rtag"])
+    st_l, st_r = lt.slice(0, 0), rt.slice(0, 0)
+    outs, bad = [], {"left": 0, "right": 0}
+    for m in range(int(min(L["e"].min(), R["e"].min())), n + 1):
+        nl = lt.filter(pa.compute.equal(lt["_pepoch"], m))
+        nr = rt.filter(pa.compute.equal(rt["_pepoch"], m))
+        step = join_step(st_l, st_r, nl, nr, key="k", cutoff=pa.scalar((m + 1) * E_US - ttl * 1_000_000, ts),
+                         how=JoinType(how), unique=Uniqueness.BOTH, output_schema=out_schema,
+                         ttl_us=ttl * 1_000_000, epoch_us=E_US)
+        st_l, st_r = step.left, step.right
+        outs.append(step.output)
+        bad["left"] += step.violations_left.num_rows
+        bad["right"] += step.violations_right.num_rows
+    exp = pa.concat_tables(outs).to_pandas()[["k", "grp", "x", "y", "rtag"]]
     got = res.sinks["pairs"].toPandas()[["k", "grp", "x", "y", "rtag"]]
 
     def canon(df):
@@ -288,15 +299,13 @@ def test_unique_both_join_with_violations_equals_pandas_brute_force(tmp_path, ho
                                                          else v) for v in r) for r in df.itertuples(index=False))
 
     assert canon(got) == canon(exp)
-    assert len(pairs) > 5 and len(lonely_l) and len(lonely_r)
-    left = Lf[(Lf["t"] >= cutoff) & ~Lf["lid"].isin(pairs["lid"])]
-    right = Rff[(Rff["t"] >= cutoff) & ~Rff["rid"].isin(pairs["rid"])]
+    assert (exp["y"].notna() & exp["x"].notna()).sum() > 5 and exp["y"].isna().any() and exp["x"].isna().any()
     got_l, got_r = res.states["state/lr-join/left"].toPandas(), res.states["state/lr-join/right"].toPandas()
-    assert sorted(zip(got_l["k"], got_l["x"])) == sorted(zip(left["k"], left["x"]))
-    assert sorted(zip(got_r["k"], got_r["y"])) == sorted(zip(right["k"], right["y"]))
-    assert len(left) + len(right) > 0
+    assert sorted(zip(got_l["k"], got_l["x"])) == sorted(zip(st_l["k"].to_pylist(), st_l["x"].to_pylist()))
+    assert sorted(zip(got_r["k"], got_r["y"])) == sorted(zip(st_r["k"].to_pylist(), st_r["y"].to_pylist()))
+    assert st_l.num_rows + st_r.num_rows > 0
     flagged = res.matched["state/lr-join/left"].toPandas()
-    assert len(flagged) == len(left) and not flagged["_matched"].any()
+    assert len(flagged) == st_l.num_rows and not flagged["_matched"].any()
     counts = {what.split(":")[1].split()[0]: df.count() for what, df in res.counts.items()}
-    assert counts == {"left": len(L) - len(Lf), "right": len(Rf) - len(Rff)}
+    assert counts == bad and bad["left"] and bad["right"]      # the data has violations on both sides
     res.release()

@@ -1,16 +1,8 @@
-"""A job of the unique-repeat validation test's own making (never the demo): a join with keys declared unique on
-both sides whose data repeats a key after its first pair left state, and an aggregate that does not depend on the
-join (docs/batch.md "join", ``unique=``).
-
-* ``ub``: ``asks`` inner-joins ``bids`` on ``k``, ``unique="both"`` (matched rows leave state on both sides), into
-  the append sink ``deals``;
-* ``bidsum``: an aggregate of ``bids`` by ``k`` (count, sum of ``w``) into the upsert sink ``bidsum``: none of its
-  rows pass through the join.
-
-Data (60 s epochs, one partition each, two files per source): every key has one ask and one bid in epoch 0 (they
-pair and leave state); key ``k1`` gets a second ask in epoch 1. The runtime decides a violation against the rows it
-holds: the second ask is no violation (its key left state), it is held, unmatched. The batch evaluation keeps the
-first ask of a key over the whole prefix and counts the second one as a violation.
+"""Jobs of the unique-repeat tests' own making (never the demo): ``asks`` joined with ``bids`` on ``k`` with a
+``unique`` declaration their data breaks in every way the kernel distinguishes (docs/batch.md "join", ``unique=``):
+a repeat after the key's first row paired (and left state when the partner side is unique), after it expired (TTL),
+while it is held, twice in one round, and in a later round of the same backlogged epoch with an older
+``_ingest_ts``; on the left and on the right. 60 s epochs, one partition per source, one file per epoch.
 """
 from __future__ import annotations
 
@@ -28,28 +20,63 @@ E = 60
 T0 = 1_790_200_000 // E * E
 
 
-def build() -> Job:
-    job = Job("uq_deals", max_parallelism=8)
+# -- shapes: every way a key repeats on a unique side (tests/batch/test_unique_repeats.py) -------------------------
+TTL_SHAPES = 150       # s: a row of epoch 0 at t < T0 + 30 s expires in epoch 2 (cutoff end(m) - ttl)
+
+
+def build_shapes(unique: str, how: str = "inner", name: str = "uq_shapes") -> Job:
+    """``asks`` ``how``-joins ``bids`` on ``k`` with ``unique``, TTL 150 s, into the append sink ``pairs``; an
+    aggregate of the pairs by ``k`` into the upsert sink ``per_k`` (downstream of the join: checked through it)."""
+    job = Job(name, max_parallelism=8)
     asks = job.source("asks", ASKS, key="k")
     bids = job.source("bids", BIDS, key="k")
-    asks.join(bids, on="k", uid="ub", unique="both", ttl_seconds=600).sink("deals")
-    bids.aggregate(uid="bidsum", key="k", aggs={"n": ("count", None), "w": ("sum", "w")}).sink(
-        "bidsum", mode="upsert")
+    pairs = asks.join(bids, on="k", uid="uj", how=how, unique=unique, ttl_seconds=TTL_SHAPES)
+    pairs.sink("pairs")
+    pairs.aggregate(uid="per_k", key="k", aggs={"n": ("count", None)}).sink("per_k", mode="upsert")
     return job
 
 
-def write_sources(root: Path, *, keys: int = 6) -> Path:
+# (name, key, value, seconds after T0) in file order; one file per epoch, partition 0. With max_records_per_epoch=4
+# an epoch of more than 4 rows of a source takes several rounds (rounds cut by position: 4 rows each).
+SHAPE_ASKS = [
+    # epoch 0, round 0: k4 twice in ONE round (the older _ingest_ts first, whatever the position)
+    [("a4a", "k4", 1.0, 20), ("a4b", "k4", 2.0, 12), ("a1", "k1", 3.0, 5), ("a2", "k2", 4.0, 6),
+     # round 1
+     ("a3", "k3", 5.0, 7), ("a5", "k5", 6.0, 8), ("a6", "k6", 7.0, 9)],
+    # epoch 1: k7 in round 0 (t 100) and again in round 1 with an OLDER t (70): the round decides, not t;
+    # k1 again after its first ask paired; k3 again while its first ask is held unmatched
+    [("a7a", "k7", 8.0, 100), ("a1r", "k1", 9.0, 65), ("a3r", "k3", 10.0, 66), ("f1", "f1", 0.0, 61),
+     ("f2", "f2", 0.0, 62), ("f3", "f3", 0.0, 63), ("a7b", "k7", 11.0, 70)],
+    [("a8", "k8", 12.0, 130)],                                             # epoch 2
+    # epoch 3: k2 again after its first ask expired (TTL); k3 a third time
+    [("a2r", "k2", 13.0, 190), ("a3s", "k3", 14.0, 200)],
+    [("a9", "k9", 15.0, 250)],                                             # epoch 4
+    [("a-end", "kz", 0.0, 301)],                                           # epoch 5: closes barrier 4
+]
+SHAPE_BIDS = [
+    [("b4a", "k4", 1.0, 25), ("b4b", "k4", 2.0, 22), ("b1", "k1", 3.0, 10), ("b5a", "k5", 4.0, 11),
+     ("b6", "k6", 5.0, 12)],
+    [("b5b", "k5", 6.0, 67), ("b7", "k7", 7.0, 101), ("b3", "k3", 8.0, 80)],
+    [("b8", "k8", 9.0, 131), ("b8r", "k8", 10.0, 135)],
+    [("b2", "k2", 11.0, 191), ("b1r", "k1", 12.0, 185)],
+    [("b9", "k9", 13.0, 251), ("b2r", "k2", 14.0, 252)],
+    [("b-end", "kz", 0.0, 301)],
+]
+SHAPE_EPOCHS = 5       # epochs 0..4 (the rows of epoch 5 complete barrier 4)
+
+
+def write_shapes(root: Path, *, tie: bool = False) -> Path:
+    """The shapes' sources (``tie``: one more ask of ``k6`` in epoch 0's second round with ``a6``'s ``_ingest_ts`` - the
+    kernel then orders by the other columns in column order: ``ask`` "a6" < "a6t")."""
     us = 1_000_000
-    asks0 = [(f"a{i}", f"k{i}", 1.0 + i, (T0 + 5 + 5 * i) * us) for i in range(keys)]
-    bids0 = [(f"b{i}", f"k{i}", 2.0 + i, (T0 + 7 + 5 * i) * us) for i in range(keys)]
-    asks1 = [("a-repeat", "k1", 9.5, (T0 + E + 10) * us), ("a-late", "k9", 3.0, (T0 + E + 20) * us),
-             ("a-end", "k8", 1.0, (T0 + 2 * E + 1) * us)]
-    bids1 = [("b-late", "k9", 4.0, (T0 + E + 25) * us), ("b-end", "k7", 1.0, (T0 + 2 * E + 1) * us)]
-    for name, schema, files in (("asks", ASKS, (asks0, asks1)), ("bids", BIDS, (bids0, bids1))):
+    asks = [list(f) for f in SHAPE_ASKS]
+    if tie:
+        asks[0].append(("a6t", "k6", 0.5, 9))
+    for name, schema, files in (("asks", ASKS, asks), ("bids", BIDS, SHAPE_BIDS)):
         d = root / name / "partition=0"
         d.mkdir(parents=True, exist_ok=True)
         for seq, rows in enumerate(files):
             cols = {n: [r[i] for r in rows] for i, n in enumerate(schema.names[:3])}
-            cols["_ingest_ts"] = pa.array([r[3] for r in rows], TS)
+            cols["_ingest_ts"] = pa.array([(T0 + r[3]) * us for r in rows], TS)
             pq.write_table(pa.table(cols, schema=schema), d / f"{seq:08d}.parquet")
     return root
