@@ -9,8 +9,13 @@ about two minutes). :func:`create_backfill` handles both:
 1. wait (a condition, polled) until no backfill of the DAG is running, saying which one and how many of
    its runs are unfinished;
 2. ``POST /api/v2/backfills``; a 409 (another backfill started meanwhile) goes back to step 1;
-3. a 503 / lock error: if the request did create the backfill (a running backfill with our dates and
-   runs exists), that backfill is ours; otherwise retry from step 1.
+3. a 503 / lock error: if the request did create the backfill (a backfill with our dates, newer than the newest
+   one before the request, exists - completed or not), that backfill is ours - but Airflow may have committed only some of its runs before the error (seen under load:
+   3 of 4 runs, then 503). The runs it should have created are known from a dry run before the request
+   (``POST /api/v2/backfills/dry_run``); the runs it did create are the backfill runs of those dates queued since
+   the backfill's ``created_at``. Every missing interval gets a backfill of its own, created (step 1) after the
+   partial one completes, so the epochs still run in order and no interval is silently skipped. A backfill with no
+   run at all is an orphan: retry from step 1.
 
 :func:`wait_backfills_complete` waits until every backfill of a DAG is complete. Both talk to Airflow's REST
 API with a user name and password (``POST /auth/token``); no Airflow import. CLI::
@@ -95,6 +100,19 @@ def active_backfills(client: AirflowRestClient, dag_id: str) -> list[dict]:
     return [b for b in d["backfills"] if not b.get("completed_at")]
 
 
+def _newest_backfill_id(client: AirflowRestClient, dag_id: str) -> int:
+    """The id of the DAG's newest backfill, completed or not (0: none yet)."""
+    d = client.get(f"/api/v2/backfills?dag_id={urllib.parse.quote(dag_id)}&order_by=-id&limit=1")
+    return max([int(b["id"]) for b in d.get("backfills", [])], default=0)
+
+
+def _backfills_since(client: AirflowRestClient, dag_id: str, newest: int) -> list[dict]:
+    """The DAG's backfills created after the one with id ``newest``, completed or not (the runs of a partly created
+    backfill may all have finished, and Airflow completed it, by the time its creator looks)."""
+    d = client.get(f"/api/v2/backfills?dag_id={urllib.parse.quote(dag_id)}&order_by=-id&limit=100")
+    return [b for b in d.get("backfills", []) if int(b["id"]) > newest]
+
+
 def _unfinished_backfill_runs(client: AirflowRestClient, dag_id: str) -> int:
     q = "&".join(f"state={s}" for s in UNFINISHED_RUN_STATES)
     d = client.get(f"/api/v2/dags/{urllib.parse.quote(dag_id)}/dagRuns?run_type=backfill&{q}&limit=1")
@@ -144,10 +162,60 @@ def _same_instant(a: str, b: str) -> bool:
     return _iso(a) == _iso(b)
 
 
+def _planned_dates(client: AirflowRestClient, body: dict, deadline: float, poll: float) -> list[str]:
+    """The logical dates the backfill ``body`` would create runs for (Airflow's dry run), as ISO instants."""
+    while True:
+        status, d = client.request("POST", "/api/v2/backfills/dry_run", body)
+        if status < 300:
+            return sorted(_iso(b["logical_date"]) for b in d.get("backfills", []) if b.get("logical_date"))
+        if status not in (500, 503) and "locked" not in str(d):
+            raise BackfillError(f"Airflow refused the dry run of the backfill of DAG {body['dag_id']} "
+                                f"({body['from_date']} .. {body['to_date']}): {status} {d}")
+        if time.monotonic() > deadline:
+            raise BackfillError(f"could not dry-run the backfill of DAG {body['dag_id']}: {status} {d}")
+        time.sleep(poll)
+
+
+def _created_dates(client: AirflowRestClient, backfill: dict, planned: list[str]) -> set[str]:
+    """The planned logical dates that have a backfill run queued since ``backfill`` was created (its runs: new or
+    cleared runs get ``queued_at`` = now, on the same server clock as the backfill's ``created_at``)."""
+    if not planned:
+        return set()
+    since = datetime.fromisoformat(str(backfill["created_at"]).replace("Z", "+00:00"))
+    got: set[str] = set()
+    offset = 0
+    while True:   # pages of 100 (Airflow's default maximum page size)
+        q = urllib.parse.urlencode({"run_type": "backfill", "logical_date_gte": planned[0],
+                                    "logical_date_lte": planned[-1], "limit": 100, "offset": offset,
+                                    "order_by": "logical_date"})
+        d = client.get(f"/api/v2/dags/{urllib.parse.quote(backfill['dag_id'])}/dagRuns?{q}")
+        runs = d.get("dag_runs", [])
+        for r in runs:
+            queued = r.get("queued_at")
+            if r.get("logical_date") and queued and \
+                    datetime.fromisoformat(str(queued).replace("Z", "+00:00")) >= since:
+                got.add(_iso(r["logical_date"]))
+        offset += len(runs)
+        if not runs or offset >= int(d.get("total_entries", 0)):
+            return got & set(planned)
+
+
+def _contiguous(planned: list[str], missing: set[str]) -> list[tuple[str, str]]:
+    """The missing dates as ``(first, last)`` ranges of consecutive planned dates, in order."""
+    out: list[tuple[str, str]] = []
+    last_i = -2
+    for i, d in enumerate(planned):
+        if d in missing:
+            out[-1:] = [(out[-1][0], d)] if out and last_i == i - 1 else [*out[-1:], (d, d)]
+            last_i = i
+    return out
+
+
 def create_backfill(client: AirflowRestClient, dag_id: str, from_date: str | datetime, to_date: str | datetime, *,
                     reprocess_behavior: str = "none", max_active_runs: int | None = None,
                     timeout: float = 1800.0, poll: float = 3.0, echo: Callable[[str], None] = print) -> dict:
-    """Create a backfill once every earlier backfill of the DAG is complete; returns Airflow's backfill."""
+    """Create a backfill once every earlier backfill of the DAG is complete; returns Airflow's backfill (with
+    ``"continued_by"``: the ids of the backfills created for intervals a partly created one missed, in order)."""
     if reprocess_behavior not in ("none", "failed", "completed"):
         raise ConfigError(f"--reprocess-behavior {reprocess_behavior!r}: expected none, failed or completed")
     body: dict[str, Any] = {"dag_id": dag_id, "from_date": _iso(from_date), "to_date": _iso(to_date),
@@ -159,6 +227,8 @@ def create_backfill(client: AirflowRestClient, dag_id: str, from_date: str | dat
     deadline = time.monotonic() + timeout
     while True:
         wait_backfills_complete(client, dag_id, timeout=max(1.0, deadline - time.monotonic()), poll=poll, echo=echo)
+        planned = _planned_dates(client, body, deadline, poll)
+        newest = _newest_backfill_id(client, dag_id)
         status, d = client.request("POST", "/api/v2/backfills", body)
         if status < 300:
             echo(f"epochal: created backfill {d['id']} of DAG {dag_id} ({body['from_date']} .. {body['to_date']}, "
@@ -167,11 +237,28 @@ def create_backfill(client: AirflowRestClient, dag_id: str, from_date: str | dat
         if status == 409:
             echo(f"epochal: another backfill of DAG {dag_id} started meanwhile; waiting for it")
         elif status in (500, 503) or "locked" in str(d):
-            mine = [b for b in active_backfills(client, dag_id)
+            mine = [b for b in _backfills_since(client, dag_id, newest)
                     if _same_instant(b["from_date"], body["from_date"]) and _same_instant(b["to_date"], body["to_date"])]
-            if mine and _unfinished_backfill_runs(client, dag_id):
-                echo(f"epochal: backfill {mine[0]['id']} was created although Airflow answered {status}; using it")
-                return mine[0]
+            got = _created_dates(client, mine[0], planned) if mine else set()
+            if got:
+                b = mine[0]
+                missing = set(planned) - got
+                if not missing:
+                    echo(f"epochal: backfill {b['id']} was created with all its {len(planned)} run(s) although "
+                         f"Airflow answered {status}; using it")
+                    return b
+                ranges = _contiguous(planned, missing)
+                echo(f"epochal: backfill {b['id']} was created with only {len(got)} of its {len(planned)} runs before "
+                     f"Airflow answered {status}; missing logical dates {sorted(missing)[:5]}"
+                     f"{' ...' if len(missing) > 5 else ''}: each missing range gets a backfill of its own once "
+                     f"backfill {b['id']} completes")
+                cont = []
+                for first, last in ranges:
+                    c = create_backfill(client, dag_id, first, last, reprocess_behavior=reprocess_behavior,
+                                        max_active_runs=max_active_runs,
+                                        timeout=max(1.0, deadline - time.monotonic()), poll=poll, echo=echo)
+                    cont += [c["id"], *c.get("continued_by", [])]
+                return {**b, "continued_by": cont}
             echo(f"epochal: creating the backfill failed transiently ({status}: {d}); retrying")
         else:
             raise BackfillError(f"Airflow refused the backfill of DAG {dag_id} ({body['from_date']} .. "
