@@ -1,8 +1,9 @@
 """Crash test: the demo job as a subprocess, SIGKILLed (whole process group) again and again across the
 checkpoint life cycle - while reading, while writing state, after state but before ``_metadata``, after
 ``_metadata`` but before the sink commit, and at random moments - resumed each time. At the end the
-exported ``paid_orders`` and ``merchant_revenue`` must equal an independent recomputation from the input
-files (pyarrow, not the project's code path) and no orphan file may remain.
+committed ``paid_orders`` and ``merchant_revenue`` (read through Epochal's commit log and through the Delta
+reader) must equal an independent recomputation from the input files (pyarrow, not the project's code path)
+and no orphan file may remain.
 
 Runs on file:// and on s3:// (a real moto S3 server on loopback).
 """
