@@ -110,7 +110,7 @@ class Instance:
                 return runs
             if time.monotonic() > deadline:
                 raise AssertionError(f"{what}: timed out; runs {[(r['logical_date'], r['state']) for r in runs]}")
-            time.sleep(1)  # a REST read; each wait ends within a second of the condition
+            time.sleep(3)
 
     def backfill(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
         """``airflow_standalone.sh backfill``: Epochal's backfill creation, which waits until the DAG's previous
@@ -158,7 +158,7 @@ def _instance(airflow_db_template, tmp_path_factory, extra_env: dict | None = No
         "EPOCHAL_AIRFLOW_HOME": str(home), "AIRFLOW_PORT": str(port), "PIPELINE_EPOCH_SECONDS": str(E),
         "EPOCHAL_DEMO_EPOCHS": "4", "EPOCHAL_DEMO_ORDERS_PER_EPOCH": "250", "EPOCHAL_DEMO_PARTITIONS": "2",
         "PIPELINE_PARALLELISM": "1", "EPOCHAL_START_DATE": (hour - timedelta(hours=4)).isoformat(),
-        "EPOCHAL_END_DATE": (hour - timedelta(hours=3)).isoformat(), "EPOCHAL_CATCHUP": "true", "EPOCHAL_POKE_SECONDS": "2", "EPOCHAL_DAG_RETRY_DELAY_SECONDS": "5",
+        "EPOCHAL_END_DATE": (hour - timedelta(hours=3)).isoformat(), "EPOCHAL_CATCHUP": "true", "EPOCHAL_POKE_SECONDS": "3", "EPOCHAL_DAG_RETRY_DELAY_SECONDS": "5",
         "EPOCHAL_READY_TIMEOUT": "300",
         **(extra_env or {}),
     })
