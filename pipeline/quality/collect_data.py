@@ -64,6 +64,13 @@ def _dup_examples_arrow(norm: pa.Table, limit: int = 20) -> list[dict]:
             for r in d.slice(0, limit).to_pylist()]
 
 
+def _local_small_bytes() -> int:
+    """Snapshots whose data files total at most this many bytes are summarised without Spark even when a session
+    runs (``EPOCHAL_QUALITY_LOCAL_SMALL_BYTES``, default 8 MiB; 0 = use the session): a Spark job's fixed cost
+    (scheduling, a Python worker per task) exceeds reading a few MB in the driver's threads."""
+    return int(os.environ.get("EPOCHAL_QUALITY_LOCAL_SMALL_BYTES", 8 * 1024 * 1024))
+
+
 def _local_max_bytes() -> int:
     """Snapshots whose data files total at most this many bytes are summarised without Spark when no Spark
     session is running yet (``EPOCHAL_QUALITY_LOCAL_MAX_BYTES``, default 256 MiB; 0 = always Spark)."""
@@ -123,7 +130,8 @@ class DataCollector(CollectorBase):
                     "dups": []}
         if engine == "auto":
             total = sum(self._size_hint.values())
-            engine = "spark" if (self.runner.spark_started or total > _local_max_bytes()) else "local"
+            engine = ("local" if total <= _local_small_bytes()
+                      else "spark" if (self.runner.spark_started or total > _local_max_bytes()) else "local")
         self.out.figures["engine"] = engine
         side, keys, dups, names = (self._spark_pass if engine == "spark" else self._local_pass)(files)
         side["obj"] = side["oid"].map(names)
