@@ -100,3 +100,54 @@ def test_batch_jvm_options_are_accepted_by_this_jvm():
     assert p.returncode == 0, p.stderr
     flags = {ln.split()[1]: ln.split()[3] for ln in p.stdout.splitlines() if len(ln.split()) >= 4 and ln.split()[2] == "="}
     assert flags["UseSerialGC"] == "true" and flags["Tier4InvocationThreshold"] == "100000"
+
+
+def test_bootstrap_writes_objects_after_the_first_side_by_side_and_waits_for_all_on_failure(monkeypatch):
+    """The first object's job runs alone (it builds the plan's cached frames), the others side by side; results come
+    back in the objects' order; when one fails every other job has finished before the first failure (in the
+    objects' order) is raised - the caller then aborts the pending savepoint with no job still writing."""
+    import threading
+    import time
+
+    from pipeline.batch.bootstrap import WRITE_THREADS_ENV, _run_jobs, write_threads
+    from pipeline.exceptions import ConfigError
+
+    events: list[tuple[str, str]] = []
+    running: set[str] = set()
+    most = [0]
+    lock = threading.Lock()
+
+    def job(name: str, seconds: float, fail: bool = False):
+        def run():
+            with lock:
+                events.append(("start", name))
+                running.add(name)
+                most[0] = max(most[0], len(running))
+            time.sleep(seconds)
+            with lock:
+                running.discard(name)
+                events.append(("end", name))
+            if fail:
+                raise RuntimeError(f"{name} failed")
+            return [name]
+        return run
+
+    got = _run_jobs([("a", job("a", 0.2)), ("b", job("b", 0.3)), ("c", job("c", 0.05)), ("d", job("d", 0.1))], 3)
+    assert [(o, r) for o, r, _s in got] == [("a", ["a"]), ("b", ["b"]), ("c", ["c"]), ("d", ["d"])]
+    assert events[:2] == [("start", "a"), ("end", "a")]      # the first alone
+    assert most[0] == 3 and all(s > 0 for _o, _r, s in got)   # the others side by side
+
+    events.clear()
+    with pytest.raises(RuntimeError, match="c failed"):
+        _run_jobs([("a", job("a", 0.0)), ("b", job("b", 0.3)), ("c", job("c", 0.0, fail=True)),
+                   ("d", job("d", 0.2, fail=True))], 3)
+    assert sorted(e for e in events if e[0] == "end") == [("end", n) for n in "abcd"]   # none left running
+    assert not running
+
+    events.clear()
+    assert [o for o, _r, _s in _run_jobs([("a", job("a", 0.0)), ("b", job("b", 0.0))], 1)] == ["a", "b"]
+    monkeypatch.setenv(WRITE_THREADS_ENV, "1")
+    assert write_threads() == 1
+    monkeypatch.setenv(WRITE_THREADS_ENV, "0")
+    with pytest.raises(ConfigError, match=WRITE_THREADS_ENV):
+        write_threads()
