@@ -14,7 +14,7 @@ barrier ``n`` and writes the result in exactly the format the runtime restores:
 Windows: ``win`` (the on-time records of epochs ``<= n`` whose last window has not fired, with ``_epoch``) is
 keyed like any state; ``wm`` (the watermark table ``("", W(n))`` + ``(channel, M_c(n))``) is operator-wide and
 written as the runtime writes it: one file on subtask 0's handle, empty handles for the others
-(:func:`_operator_wide_job`). A window or join reading an ``emit="final"`` window's rows gets them with their
+(:func:`_write_operator_wide`). A window or join reading an ``emit="final"`` window's rows gets them with their
 firing epoch (:meth:`pipeline.batch.plan._Compiler._window_flow`).
 
 Dead letters: the bad records of the epochs ``<= n`` (source records, join ``unique`` violations, window late and
@@ -35,19 +35,16 @@ Protocol (docs/batch.md "Bootstrap"):
    ``PIPELINE_BAD_RECORDS=fail`` no bad record lies before barrier ``n``.
 2. Log barrier ``n`` in the write-ahead barrier log (the epochs after it are cut from there).
 3. Trigger a savepoint (claims the id, pending manifest).
-4. One Spark job per state / sink object writes the files; their task reports are the acknowledgements (the first
-   object's job alone - it computes the frames the plan caches -, then the others from a few driver threads at the
-   same time, :func:`_run_jobs`). Then the dead letters of the epochs ``<= n``.
+4. One Spark job per state / sink object writes the files; their task reports are the acknowledgements. Then the
+   dead letters of the epochs ``<= n``.
 5. Complete: ``_metadata`` last (conditional PUT), then commit the sinks. Any failure aborts the pending
    savepoint (only the files it wrote are deleted).
 """
 from __future__ import annotations
 
-import os
 import time
-from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from pipeline.barriers.events import CheckpointType
 from pipeline.batch.bootstrap_dead_letters import (
@@ -238,16 +235,15 @@ def _objects(comp, res, job) -> list[tuple[str, str, str, object, str | None]]:
     return out
 
 
-def _object_job(spark, df, *, kind: str, uid: str, name: str, key: str | None, prefix: str, P: int, MP: int,
-                tag: str) -> Callable[[], list[TaskReport]]:
+def _write_object(spark, df, *, kind: str, uid: str, name: str, key: str | None, prefix: str, P: int, MP: int,
+                  tag: str) -> list[TaskReport]:
     """One Spark job: ``df`` routed to the subtask owning each row's key group; every subtask writes its file
     (state: ``<prefix>/<name>/kg-<start>-<end>.parquet`` with ``_kg``; output: ``<prefix>/part-<tag>-<sub>``) and
-    returns its report. Declared on the calling thread (the DataFrame, the task function counted in the open
-    :class:`~pipeline.runtime.task_requests.RequestSpan`), run by the returned callable (from any thread)."""
+    returns its report."""
     from pyspark.sql import functions as F
 
     if kind == "state" and key is None:   # operator-wide state (a window's watermark table): subtask 0 writes
-        return _operator_wide_job(df, uid=uid, name=name, prefix=prefix, P=P, MP=MP)  # it, as the runtime does
+        return _write_operator_wide(df, uid=uid, name=name, prefix=prefix, P=P, MP=MP)  # it, as the runtime does
     if key is not None:
         df = df.withColumn(KG_COLUMN, key_group_expr(key, MP))
         keyed = df.withColumn("_subtask", subtask_expr(KG_COLUMN, MP, P))
@@ -278,11 +274,10 @@ def _object_job(spark, df, *, kind: str, uid: str, name: str, key: str | None, p
                 if kind == "state" else fh)
         yield to_batch([task_report(ReportKind(kind), uid, name, subtask, kgr, what, in_rows=t.num_rows)])
 
-    job = shuffled.mapInArrow(counted_in_span(task), HANDLE_DDL)
-    return lambda: collect_handles(job)
+    return collect_handles(shuffled.mapInArrow(counted_in_span(task), HANDLE_DDL))
 
 
-def _operator_wide_job(df, *, uid: str, name: str, prefix: str, P: int, MP: int) -> Callable[[], list[TaskReport]]:
+def _write_operator_wide(df, *, uid: str, name: str, prefix: str, P: int, MP: int) -> list[TaskReport]:
     """An operator-wide state (no key: a window's watermark table ``wm``) as the runtime snapshots it: the whole
     table in one file ``<prefix>/<name>/<name>.parquet`` on subtask 0's handle, the other subtasks' handles empty
     (every subtask reads all of them back on restore, whatever the parallelism). The table is small (one row per
@@ -297,70 +292,12 @@ def _operator_wide_job(df, *, uid: str, name: str, prefix: str, P: int, MP: int)
         h = StateHandle(operator_uid=uid, subtask=0, kg_start=kgr.start, kg_end=kgr.end, name=name, file=fh)
         yield to_batch([task_report(ReportKind.STATE, uid, name, 0, kgr, h, in_rows=t.num_rows)])
 
-    job = df.coalesce(1).mapInArrow(task, HANDLE_DDL)
-
-    def run() -> list[TaskReport]:
-        reports = collect_handles(job)
-        for sub in range(1, P):
-            kgr = range_for_subtask(MP, P, sub)
-            reports.append(task_report(ReportKind.STATE, uid, name, sub, kgr, StateHandle(
-                operator_uid=uid, subtask=sub, kg_start=kgr.start, kg_end=kgr.end, name=name, file=None)))
-        return reports
-    return run
-
-
-#: Spark jobs writing the bootstrap's objects at the same time (``EPOCHAL_BOOTSTRAP_WRITE_THREADS``; 1: one after
-#: the other)
-WRITE_THREADS_ENV, WRITE_THREADS = "EPOCHAL_BOOTSTRAP_WRITE_THREADS", 3
-
-
-def write_threads() -> int:
-    """How many objects are written at the same time (:data:`WRITE_THREADS`, or the environment's choice)."""
-    raw = os.environ.get(WRITE_THREADS_ENV, "").strip()
-    if not raw:
-        return WRITE_THREADS
-    try:
-        n = int(raw)
-    except ValueError:
-        raise ConfigError(f"{WRITE_THREADS_ENV}={raw!r}: not an integer (objects written at the same time, >= 1)") \
-            from None
-    if n < 1:
-        raise ConfigError(f"{WRITE_THREADS_ENV}={n}: must be >= 1 (objects written at the same time)")
-    return n
-
-
-def _run_jobs(jobs: list[tuple[str, Callable[[], list[TaskReport]]]],
-              threads: int) -> list[tuple[str, list[TaskReport], float]]:
-    """Run the objects' Spark jobs: the first alone (it computes and caches the frames the plan shares, e.g. a join
-    frame every object reads), then the others from ``threads`` driver threads (Spark runs jobs submitted from
-    several threads side by side on the same cores: one job's last tasks no longer leave a core idle, and one
-    job's driver work - planning, the reports' Arrow - overlaps another's tasks). Returns ``(object, reports,
-    seconds)`` in the objects' order (``seconds``: the object's own job, overlapping the others'). When one fails,
-    the others are waited for (no job still writes once the caller aborts the pending savepoint and deletes its
-    files), then the first failure in the objects' order is raised."""
-    def timed(fn: Callable[[], list[TaskReport]]) -> tuple[list[TaskReport], float]:
-        t = time.perf_counter()
-        got = fn()
-        return got, round(time.perf_counter() - t, 3)
-
-    out: list[tuple[str, list[TaskReport], float]] = []
-    if not jobs:
-        return out
-    got, seconds = timed(jobs[0][1])   # the first one also computes the cached plan
-    out.append((jobs[0][0], got, seconds))
-    rest = jobs[1:]
-    if threads <= 1 or len(rest) <= 1:
-        for obj, fn in rest:
-            got, seconds = timed(fn)
-            out.append((obj, got, seconds))
-        return out
-    with ThreadPoolExecutor(min(threads, len(rest)), thread_name_prefix="bootstrap-write") as pool:
-        futures = [pool.submit(timed, fn) for _obj, fn in rest]
-        wait(futures)
-    for (obj, _fn), f in zip(rest, futures):
-        got, seconds = f.result()   # the first failure (in the objects' order) is raised
-        out.append((obj, got, seconds))
-    return out
+    reports = collect_handles(df.coalesce(1).mapInArrow(task, HANDLE_DDL))
+    for sub in range(1, P):
+        kgr = range_for_subtask(MP, P, sub)
+        reports.append(task_report(ReportKind.STATE, uid, name, sub, kgr, StateHandle(
+            operator_uid=uid, subtask=sub, kg_start=kgr.start, kg_end=kgr.end, name=name, file=None)))
+    return reports
 
 
 def bootstrap(runner, *, epoch: int | None = None, target: str | None = None,
@@ -418,17 +355,16 @@ def _bootstrap(runner, *, epoch: int | None, target: str | None, parallelism: in
         rows: list[TaskReport] = []
         figures: dict[str, int] = {}
         timings: dict[str, float] = {"plan": round(time.perf_counter() - t0, 3)}
-        jobs = []
         for kind, uid, name, df, key in objects:
             prefix = (round_state_prefix(loc, 0, uid) if kind == "state"
                       else sink_staging_uri(join_uri(ctx.sink_root, name), cid))
-            jobs.append((f"state/{uid}/{name}" if kind == "state" else f"sink/{name}",
-                         _object_job(spark, df, kind=kind, uid=uid, name=name, key=key, prefix=prefix, P=P, MP=MP,
-                                     tag="b0")))
-        for obj, got, seconds in _run_jobs(jobs, write_threads()):
+            t1 = time.perf_counter()
+            got = _write_object(spark, df, kind=kind, uid=uid, name=name, key=key, prefix=prefix, P=P, MP=MP,
+                                tag="b0")
             rows += got
+            obj = f"state/{uid}/{name}" if kind == "state" else f"sink/{name}"
             figures[obj] = sum(r.rows for r in got)
-            timings[obj] = seconds
+            timings[obj] = round(time.perf_counter() - t1, 3)   # the first one also computes the cached plan
         # the dead letters of the epochs <= n, where an epoch-by-epoch run leaves them
         t1 = time.perf_counter()
         dead_letters = {k: v for k, v in (getattr(ctx, "unexpected_dead_letters", None) or {}).items() if v}

@@ -255,7 +255,7 @@ def operator_dead_letter_frames(comp, res, job) -> list[tuple[str, str, str, obj
                 # the plan's count of this side's violations reads its cached per-key frame: no violation (the
                 # usual case), no pass over the input
                 counted = res.counts.get(f"{op.uid}: {side} rows violating unique={side!r} (dead-lettered by the runtime)")
-                if counted is not None and _empty(counted):
+                if counted is not None and not counted.head(1):
                     continue
                 df = comp.frame(inp)
                 order = [c for c in (PEPOCH, "_ingest_ts", "_partition", "_seq", "_row") if c in df.columns]
@@ -267,14 +267,6 @@ def operator_dead_letter_frames(comp, res, job) -> list[tuple[str, str, str, obj
         else:
             out.append((op.uid, "window", "late", _window_dead_letters(comp, res, op)))
     return out
-
-
-def _empty(df) -> bool:
-    """``df`` has no row, from ONE Spark job over all its partitions at once (a limit per partition, then a count).
-    Not ``head(1)``: it runs the first partition alone, then the others in a second job, so a frame it builds for a
-    cache (the plan's join frame, which every bootstrap object reads) would be built one partition after the other,
-    on one core."""
-    return df.limit(1).count() == 0
 
 
 def _window_dead_letters(comp, res, op: WindowNode):
