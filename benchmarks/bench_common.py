@@ -43,16 +43,17 @@ def write_oneshot(r, out_dir: Path) -> tuple[int, dict[str, int]]:
     rows written per object."""
     from pipeline.batch.bootstrap import plan_bootstrap
     from pipeline.batch.plan import evaluate
-    from pipeline.batch.prefix import Prefix, barrier_log
+    from pipeline.batch.prefix import Prefix, barrier_log, scan_settings
     plan, _ = plan_bootstrap(r)
     tuples = {s: {int(p): (pos.seq, pos.row) for p, pos in parts.items()} for s, parts in plan.barriers.items()}
     res = evaluate(r, r.job, Prefix(plan.epoch, int(r.config.epoch_seconds), tuples,
                                     barrier_log(r.ckpt_fio, r.job_root, plan.epoch)))
     rows = {}
-    for obj, df in sorted(res.objects().items()):
-        path = out_dir / obj
-        df.write.mode("overwrite").parquet(str(path))
-        rows[obj] = r.spark.read.parquet(str(path)).count()
+    with scan_settings(r.spark, plan.parallelism):   # as `epochal bootstrap` / `epochal batch` read the sources
+        for obj, df in sorted(res.objects().items()):
+            path = out_dir / obj
+            df.write.mode("overwrite").parquet(str(path))
+            rows[obj] = r.spark.read.parquet(str(path)).count()
     res.release()
     return plan.epoch, rows
 

@@ -23,6 +23,11 @@ cased). Each phase runs in a fresh child process over the same sources, with its
 The one-shot and bootstrap children start their JVM with the batch process's JIT/GC options, as ``epochal
 bootstrap`` / ``epochal batch`` do (:mod:`pipeline.batch.jvm`; ``EPOCHAL_BATCH_JVM_OPTS=`` empty: the JVM defaults;
 printed as ``jvm_opts``); catch-up runs with the runtime's (the JVM defaults).
+The one-shot reads the sources with the file splits ``epochal bootstrap`` / ``epochal batch`` use
+(:func:`pipeline.batch.prefix.scan_settings`). ``bootstrap_timings``: ``plan`` is everything before the objects are
+written (checks, listing, summaries, the compiled plan, the dead-letter checks - which build the cached join frame
+when a join declares ``unique``), then each object's own job, one after the other.
+``--epochs 192`` gives a long history of many small files (1,536 per source).
 ``EPOCHAL_BATCH_NATIVE_READ=0`` in the environment makes the batch plan read every source through the runtime's
 reader (the A/B of docs/batch.md).
 Target (issue 10): bootstrap + restore within 1.2x of one-shot.

@@ -9,7 +9,7 @@ See ``docs/batch.md`` for the rules.
 from __future__ import annotations
 
 from pipeline.batch.plan import BatchResult, evaluate, join_semantics
-from pipeline.batch.prefix import Prefix, barrier_log, lag_log
+from pipeline.batch.prefix import Prefix, barrier_log, lag_log, scan_settings
 from pipeline.exceptions import CheckpointError
 
 __all__ = ["Prefix", "BatchResult", "evaluate", "prefix_of", "consumed_positions", "lagging_partitions", "write_batch",
@@ -74,13 +74,14 @@ def write_batch(runner, checkpoint: str | None, to_dir: str) -> dict:
         raise CheckpointError(f"job {runner.job.name!r} has no completed checkpoint (nothing to evaluate)")
     res = evaluate(runner, runner.job, prefix_of(runner, cp.metadata))
     out = {}
-    for obj, df in sorted(res.objects().items()):
-        path = os.path.join(os.path.abspath(to_dir), obj)
-        shutil.rmtree(path, ignore_errors=True)
-        t = df.toArrow()  # type: ignore[attr-defined]
-        os.makedirs(path, exist_ok=True)
-        import pyarrow.parquet as pq
-        pq.write_table(t, os.path.join(path, "part-00000.parquet"))
-        out[obj] = t.num_rows
+    with scan_settings(runner.spark, runner.config.parallelism):
+        for obj, df in sorted(res.objects().items()):
+            path = os.path.join(os.path.abspath(to_dir), obj)
+            shutil.rmtree(path, ignore_errors=True)
+            t = df.toArrow()  # type: ignore[attr-defined]
+            os.makedirs(path, exist_ok=True)
+            import pyarrow.parquet as pq
+            pq.write_table(t, os.path.join(path, "part-00000.parquet"))
+            out[obj] = t.num_rows
     return {"checkpoint": cp.checkpoint_id, "epoch": cp.metadata.epoch, "to": os.path.abspath(to_dir),
             "objects": out, "unchecked": dict(res.unchecked), "messages": list(res.messages)}

@@ -55,7 +55,7 @@ from pipeline.batch.bootstrap_dead_letters import (
     write_source_dead_letters,
 )
 from pipeline.batch.plan import _Compiler, aggregate_columns
-from pipeline.batch.prefix import Prefix, barrier_log
+from pipeline.batch.prefix import Prefix, barrier_log, scan_settings
 from pipeline.checkpoint.handles import StateHandle
 from pipeline.checkpoint.report import ReportKind, TaskReport
 from pipeline.exceptions import BootstrapRefusedError, CheckpointError, ConfigError, MalformedInputError
@@ -308,7 +308,8 @@ def bootstrap(runner, *, epoch: int | None = None, target: str | None = None,
     (``timings``: seconds of the checks and the savepoint trigger, then of each object written in order;
     ``s3_requests``: the bootstrap's S3 requests, the driver's and the executors',
     :class:`~pipeline.runtime.task_requests.RequestSpan`)."""
-    with RequestSpan(runner.spark) as span:
+    P = parallelism or runner.config.parallelism
+    with RequestSpan(runner.spark) as span, scan_settings(runner.spark, P):
         out = _bootstrap(runner, epoch=epoch, target=target, parallelism=parallelism)
     return {**out, "s3_requests": span.requests().to_dict()}
 

@@ -59,7 +59,7 @@ from pipeline.runtime.keyed_ops import CHANNEL
 from pipeline.runtime.task_requests import counted_in_span
 from pipeline.source._formats import json_default
 from pipeline.source.planner import Split, plan_segment
-from pipeline.source.positions import Position, barrier_position, end_position
+from pipeline.source.positions import Position, barrier_position, end_position, ordered_summaries
 from pipeline.source.reader import dead_letter_counts, make_split_reader
 from pipeline.windows.aggregate import EmitMode, WindowSpec
 
@@ -82,11 +82,22 @@ def _cuts(ss, first: int, n: int, epochs, logged: Mapping[int, Position]) -> lis
             ks.update(range(first, n))
             break
         ks.update(range(max(first, epochs.epoch_of(s.min_ts)), min(n, epochs.epoch_of(s.max_ts) + 1)))
-    out = []
+    # barrier k's position never precedes barrier k - 1's (the first row at/after a later boundary is at/after the
+    # first row at/after an earlier one): each search starts at the previous barrier's file and stops at the first
+    # file whose known maximum reaches the boundary (it holds the row), so a long history costs files + epochs
+    # file visits, not files x epochs
+    ordered = ordered_summaries(ss)
+    out, i = [], 0
     for k in sorted(ks):
         pos = logged.get(k)
         if pos is None:
-            pos = barrier_position(ss, epochs.end_us(k)) or end_position(ss)
+            end = epochs.end_us(k)
+            j = next((j for j in range(i, len(ordered)) if not ordered[j].corrupt and ordered[j].rows
+                      and ordered[j].max_ts is not None and ordered[j].max_ts >= end), None)
+            found = barrier_position(ordered[i:] if j is None else ordered[i:j + 1], end)
+            if found is not None:
+                i = next(j for j in range(i, len(ordered)) if ordered[j].seq == found.seq)
+            pos = found or end_position(ss)
         out.append(pos)
     return out
 

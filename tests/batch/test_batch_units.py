@@ -100,3 +100,44 @@ def test_batch_jvm_options_are_accepted_by_this_jvm():
     assert p.returncode == 0, p.stderr
     flags = {ln.split()[1]: ln.split()[3] for ln in p.stdout.splitlines() if len(ln.split()) >= 4 and ln.split()[2] == "="}
     assert flags["UseSerialGC"] == "true" and flags["Tier4InvocationThreshold"] == "100000"
+
+
+def test_bootstrap_source_cuts_equal_a_barrier_search_from_the_first_file(tmp_path):
+    """The bootstrap's per-epoch file cuts (:func:`_cuts`) start each barrier search at the previous barrier's file;
+    they equal the runtime's rule searched from the partition's first file for every epoch, over files whose
+    ``_ingest_ts`` ranges overlap, go back in time, hold null timestamps, or are empty - and with logged barriers."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipeline.batch.bootstrap_dead_letters import _cuts
+    from pipeline.checkpoint.handles import Position
+    from pipeline.epochs import EpochClock
+    from pipeline.fileio import LocalFileIO
+    from pipeline.source.layout import list_source_files
+    from pipeline.source.positions import barrier_position, end_position
+    from pipeline.source.summary import summarize_files
+
+    E = 60_000_000
+    ts = pa.timestamp("us", tz="UTC")
+    files = [[10, 50, 70], [65, 130, 200], [5, 20], [None, 190, 250], [], [310, 330, 400], [245, 260], [430, 500],
+             [None, None], [600, 610]]   # seconds; each file's rows in order
+    d = tmp_path / "src" / "s" / "partition=0"
+    d.mkdir(parents=True)
+    for seq, secs in enumerate(files):
+        t = pa.array([None if x is None else x * 1_000_000 for x in secs], pa.int64()).cast(ts)
+        pq.write_table(pa.table({"k": pa.array([f"k{i}" for i in range(len(secs))], pa.string()), "_ingest_ts": t}),
+                       d / f"{seq:08d}.parquet", row_group_size=2)
+    listed = list_source_files(LocalFileIO(), (tmp_path / "src").as_uri(), "s", policy="dead_letter")
+    ss = summarize_files(listed[0])
+    epochs = EpochClock(60)
+    for first, n, logged in ((0, 11, {}), (0, 11, {3: Position(seq=2, row=0), 6: Position(seq=6, row=1)}),
+                             (2, 9, {}), (4, 5, {})):
+        got = _cuts(ss, first, n, epochs, logged)
+        ks = set(logged)
+        for s in ss:
+            if not s.corrupt and s.rows:
+                ks.update(range(first, n) if s.min_ts is None or s.max_ts is None else
+                          range(max(first, epochs.epoch_of(s.min_ts)), min(n, epochs.epoch_of(s.max_ts) + 1)))
+        want = [logged.get(k) or barrier_position(ss, (k + 1) * E) or end_position(ss) for k in sorted(ks)]
+        assert got == want, (first, n, logged)
+    assert len(_cuts(ss, 0, 11, epochs, {})) >= 9
