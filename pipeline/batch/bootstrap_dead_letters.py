@@ -47,7 +47,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.batch.plan import INTERNAL, join_semantics
+from pipeline.batch.plan import INTERNAL, join_semantics, violation_label
 from pipeline.batch.prefix import PEPOCH
 from pipeline.exceptions import StorageError
 from pipeline.fileio import LocalFileIO, file_io_for
@@ -254,7 +254,7 @@ def operator_dead_letter_frames(comp, res, job) -> list[tuple[str, str, str, obj
                     continue
                 # the plan's count of this side's violations reads its cached per-key frame: no violation (the
                 # usual case), no pass over the input
-                label = f"{op.uid}: {side} rows violating unique={side!r} (dead-lettered by the runtime)"
+                label = violation_label(op.uid, side)
                 counted = res.counts.get(label)
                 if counted is not None and not counted.head(1):
                     continue

@@ -73,7 +73,7 @@ from pipeline.job import (
     WindowNode,
 )
 
-__all__ = ["BatchResult", "evaluate", "join_semantics"]
+__all__ = ["BatchResult", "evaluate", "join_semantics", "violation_label"]
 
 PARKED = "__parked"   # a row an unaligned snapshot parked at the join (read, consumed by everything but the join)
 INTERNAL = ("_source", "_partition", "_seq", "_row", PEPOCH, ROUND, PARKED)   # ROUND: only in multi-round lineages
@@ -132,6 +132,12 @@ def aggregate_columns(src, op: AggregateNode, *, exact: bool) -> list:
         else:
             aggs.append((F.min if fn == "min" else F.max)(F.col(col)).alias(out))
     return aggs
+
+
+def violation_label(uid: str, side: str) -> str:
+    """The count label of the rows of join ``uid``'s ``side`` violating its ``unique`` declaration (``counts``,
+    ``unique_dead``, ``unfolded``; the validation messages show it)."""
+    return f"{uid}: {side} rows violating unique={side!r} (dead-lettered by the runtime)"
 
 
 def join_semantics(op: JoinNode) -> tuple[str, str | None]:
@@ -534,7 +540,7 @@ class _Compiler:
     def _violations(self, op: JoinNode, side: str, df, n: str) -> None:
         """Report the rows violating ``unique=side``: ``n - 1`` per key with ``n`` rows (one row each, counted)."""
         from pyspark.sql import functions as F
-        label = f"{op.uid}: {side} rows violating unique={side!r} (dead-lettered by the runtime)"
+        label = violation_label(op.uid, side)
         self.result.counts[label] = \
             df.filter(F.col(n) > 1).select(F.explode(F.sequence(F.lit(2), F.col(n))).alias("__v"))
 
@@ -630,7 +636,7 @@ class _Compiler:
         from pyspark.sql import functions as F
         if self.fold is not None and op.uid not in self.fold:
             for side in ("left", "right"):
-                label = f"{op.uid}: {side} rows violating unique={side!r} (dead-lettered by the runtime)"
+                label = violation_label(op.uid, side)
                 if label in self.result.counts:
                     self.result.unfolded[label] = op.uid
             return None, 0
@@ -767,14 +773,14 @@ class _Compiler:
         for side in ("left", "right"):
             if unique not in (side, "both"):
                 continue
-            label = f"{op.uid}: {side} rows violating unique={side!r} (dead-lettered by the runtime)"
+            label = violation_label(op.uid, side)
             self.result.counts[label] = got[f"bad/{side}"]
             self.result.unique_dead[label] = got[f"bad/{side}"]
 
     def _drop_violations(self, op: JoinNode) -> None:
         """A join whose repeated keys are not derived: no count (its objects are not checked)."""
         for side in ("left", "right"):
-            label = f"{op.uid}: {side} rows violating unique={side!r} (dead-lettered by the runtime)"
+            label = violation_label(op.uid, side)
             self.result.counts.pop(label, None)
 
     # -- aggregate -------------------------------------------------------------------------------------
