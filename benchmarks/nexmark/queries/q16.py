@@ -1,0 +1,29 @@
+"""Nexmark q16, channel statistics report: per channel and day, bids, bidders and auctions in three price ranges. Not expressible yet (see ``MISSING``)."""
+from __future__ import annotations
+
+from benchmarks.nexmark.queries import NotExpressible
+from pipeline import Job
+
+SINK = "q16"
+MISSING = ("filtered aggregates (FILTER (WHERE ...)), count_distinct in aggregate and an aggregate key of several columns (channel, day)")
+
+
+def job() -> Job:
+    raise NotExpressible(MISSING)
+
+
+def reference() -> str:
+    return """SELECT channel, strftime(date_time, '%Y-%m-%d') AS day, max(strftime(date_time, '%H:%M')) AS minute,
+                     count(*) AS total_bids,
+                     count(*) FILTER (WHERE price < 10000) AS rank1_bids,
+                     count(*) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_bids,
+                     count(*) FILTER (WHERE price >= 1000000) AS rank3_bids,
+                     count(DISTINCT bidder) AS total_bidders,
+                     count(DISTINCT bidder) FILTER (WHERE price < 10000) AS rank1_bidders,
+                     count(DISTINCT bidder) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_bidders,
+                     count(DISTINCT bidder) FILTER (WHERE price >= 1000000) AS rank3_bidders,
+                     count(DISTINCT auction) AS total_auctions,
+                     count(DISTINCT auction) FILTER (WHERE price < 10000) AS rank1_auctions,
+                     count(DISTINCT auction) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_auctions,
+                     count(DISTINCT auction) FILTER (WHERE price >= 1000000) AS rank3_auctions
+              FROM bid GROUP BY channel, strftime(date_time, '%Y-%m-%d')"""
