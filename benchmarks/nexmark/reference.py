@@ -74,4 +74,4 @@ def window_pairs(inp: str, *, key: str, event_time: str, size: int, slide: int |
 
 def run_reference(con, sql: str):
     """The reference's rows as an Arrow table."""
-    return con.execute(sql).fetch_arrow_table()
+    return con.execute(sql).to_arrow_table()
