@@ -25,10 +25,11 @@ def job() -> Job:
 
 
 def reference() -> str:
-    kw = dict(event_time="date_time", size=10, out_of_orderness=WATERMARK_DELAY_SECONDS)
+    def w(inp: str, key: str) -> str:
+        return window_pairs(inp, key=key, event_time="date_time", size=10, out_of_orderness=WATERMARK_DELAY_SECONDS)
     return f"""WITH P AS (SELECT id, max(name) AS name, window_start, window_end
-                          FROM {window_pairs('person', key='id', **kw)} GROUP BY id, window_start, window_end),
+                          FROM {w('person', 'id')} GROUP BY id, window_start, window_end),
                     A AS (SELECT DISTINCT seller, window_start, window_end
-                          FROM {window_pairs('auction', key='seller', **kw)})
+                          FROM {w('auction', 'seller')})
                SELECT P.id, P.name, P.window_start AS starttime
                FROM P JOIN A ON P.id = A.seller AND P.window_start = A.window_start AND P.window_end = A.window_end"""
