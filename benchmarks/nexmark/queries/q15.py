@@ -7,7 +7,6 @@ from pipeline import Job
 
 SINK = "q15"
 MISSING = ("count_distinct and filtered aggregates (FILTER (WHERE ...)) in aggregate"
-           ""
            "; a 1-day event-time window has count_distinct and avg but dead-letters late records, "
            "which GROUP BY day never drops")
 
