@@ -240,7 +240,7 @@ def markdown(results: list[QueryResult], meta: dict) -> str:
             lines.append(f"| {r.query} | - | not expressible yet: {r.detail} | - | - | - |")
             continue
         exact = ("yes" if r.status == "exact" else f"NO: {r.detail}") + (
-            f" ({r.kills_landed} kills, {r.output_rows:,} rows)" if r.status in ("exact", "NOT exact") else "")
+            f" ({r.kills_landed} kill{'' if r.kills_landed == 1 else 's'}, {r.output_rows:,} rows)" if r.status in ("exact", "NOT exact") else "")
         if r.status == "failed":
             exact = f"failed: {r.detail}"
         eps = f"{r.events_per_s:,}" if r.events_per_s else "-"
