@@ -143,15 +143,18 @@ def run_with_kills(q: str, env: dict[str, str], epochs: int, kills: int, rng: ra
             delay = rng.uniform(0.0, 4.0)
             kw = {"kill_when": lambda line: line == "EPOCHAL_PHASE reading", "kill_delay_s": delay}
             moment = f"{delay:.1f}s after the first read"
-        r = run_job_process(["run", "--job", _job_ref(q), "--epochs", str(per_run)], run_env, timeout_s=1800,
-                            cwd=str(REPO), **kw)
+        r = run_job_process(["run", "--job", _job_ref(q), "--epochs", str(per_run), "--json"], run_env,
+                            timeout_s=1800, cwd=str(REPO), **kw)
         res.runs += 1
         if r.returncode == -9:
             res.kills_landed += 1
             res.kill_moments.append(moment)
             log(f"  {q}: run {res.runs} SIGKILLed {moment} after {r.wall_s:.1f}s")
         elif r.returncode == 0:
-            log(f"  {q}: run {res.runs} completed {per_run} epoch(s) in {r.wall_s:.1f}s (kill {moment} did not land)")
+            done = json.loads(r.stdout).get("epochs_completed", [])
+            log(f"  {q}: run {res.runs} completed {len(done)} epoch(s) in {r.wall_s:.1f}s (kill {moment} did not land)")
+            if not done:  # the input is consumed: no kill can land any more
+                break
         else:
             return f"run failed (exit {r.returncode}): {_tail(r.stderr_lines)}"
     r = run_job_process(["run", "--job", _job_ref(q)], env, timeout_s=3600, cwd=str(REPO))
