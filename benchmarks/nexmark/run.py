@@ -253,6 +253,23 @@ def markdown(results: list[QueryResult], meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def combine(files: list[str], out: str | None) -> int:
+    """One table, in query order, from the ``--json`` outputs of runs over the same data (same events, rate,
+    seed): the load is the first run's before and the last run's after."""
+    docs = [json.loads(Path(f).read_text()) for f in files]
+    meta = dict(docs[0]["meta"], load_after=docs[-1]["meta"]["load_after"], date=docs[-1]["meta"]["date"])
+    for d in docs[1:]:
+        same = ("events", "rate", "partitions", "epoch_seconds", "kills")
+        if any(d["meta"][k] != meta[k] for k in same):
+            raise SystemExit(f"--combine: runs differ in {[k for k in same if d['meta'][k] != meta[k]]}")
+    byq = {r["query"]: QueryResult(**r) for d in docs for r in d["results"]}
+    table = markdown([byq[q] for q in QUERIES if q in byq], meta)
+    if out:
+        Path(out).write_text(table)
+    print(table)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", type=int, default=50_000)
@@ -271,7 +288,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", default=None, help="default: a temporary directory, removed at the end")
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     ap.add_argument("--markdown", default=None, metavar="FILE", help="write the results table here")
+    ap.add_argument("--combine", nargs="+", metavar="JSON", default=None,
+                    help="no run: one table from the --json outputs of several runs over the same data")
     args = ap.parse_args(argv)
+    if args.combine:
+        return combine(args.combine, args.markdown)
     queries = [q.strip() for q in args.queries.split(",") if q.strip()]
     unknown = [q for q in queries if q not in QUERIES]
     if unknown:
