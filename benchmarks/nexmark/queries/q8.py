@@ -19,7 +19,7 @@ def job() -> Job:
         uid="q8_seller_windows", key="seller", event_time="date_time", size_seconds=10,
         max_out_of_orderness_seconds=WATERMARK_DELAY_SECONDS, aggs={"auctions": ("count", None)}
     ).select("seller AS id", "window_start", "window_end")
-    (persons.join(sellers, on=["id", "window_start", "window_end"], uid="q8_join")  # type: ignore[arg-type]
+    (persons.join(sellers, on=["id", "window_start", "window_end"], uid="q8_join")
      .select("id", "name", "window_start AS starttime").sink(SINK))
     return j
 
