@@ -11,6 +11,8 @@ SINK = "q10"
 
 
 def job() -> Job:
+    # TODO(issue 28 item 3): Stream.sink has no partition_by yet; until it has, the runner reports q10 as
+    # "not expressible yet: a sink partitioned by columns". The job below is the query as written for it.
     if "partition_by" not in inspect.signature(Stream.sink).parameters:
         raise NotExpressible("a sink partitioned by columns (Stream.sink(..., partition_by=['dt', 'hm']))")
     j = Job("nexmark_q10")
