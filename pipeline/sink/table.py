@@ -22,7 +22,7 @@ from __future__ import annotations
 import builtins
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from pipeline.checkpoint.ack import AckResult
@@ -55,6 +55,9 @@ class CommitEntry:
     full: bool = False
     mode: str = "append"
     key: tuple[str, ...] = ()
+    #: the commit of a savepoint's sink transaction (not a checkpoint of ``checkpoints/``); not part of equality,
+    #: so an entry written before the flag existed and the same entry with it are the same commit
+    savepoint: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "files", tuple(self.files))
@@ -79,7 +82,7 @@ class CommitEntry:
     def to_dict(self) -> dict[str, Any]:
         return {"format": COMMIT_FORMAT, "table": self.table, "checkpoint_id": self.checkpoint_id,
                 "parent_id": self.parent_id, "files": [f.to_dict() for f in self.files], "full": self.full,
-                "mode": self.mode, "key": list(self.key)}
+                "mode": self.mode, "key": list(self.key), **({"savepoint": True} if self.savepoint else {})}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, indent=1) + "\n"
@@ -89,7 +92,8 @@ class CommitEntry:
         return cls(table=str(d["table"]), checkpoint_id=int(d["checkpoint_id"]),
                    parent_id=None if d.get("parent_id") is None else int(d["parent_id"]),
                    files=tuple(FileHandle.from_dict(f) for f in d.get("files", ())), full=bool(d.get("full", False)),
-                   mode=str(d.get("mode", "append")), key=tuple(d.get("key", ())))
+                   mode=str(d.get("mode", "append")), key=tuple(d.get("key", ())),
+                   savepoint=bool(d.get("savepoint", False)))
 
     @classmethod
     def from_json(cls, text: str | builtins.bytes, uri: str = "<memory>") -> "CommitEntry":

@@ -133,7 +133,8 @@ class TwoPhaseCommitSink:
             return None
         what = f"recovering checkpoint {metadata.checkpoint_id} of job '{metadata.job}'"
         entry = CommitEntry(table=self.name, checkpoint_id=metadata.checkpoint_id, parent_id=metadata.parent_id,
-                            files=handle.files, full=handle.full, mode=self.mode, key=self.key)
+                            files=handle.files, full=handle.full, mode=self.mode, key=self.key,
+                            savepoint=metadata.is_savepoint)
         existing = self.table.entry(metadata.checkpoint_id)
         if existing is None:
             self._check_files(handle.files, what)
