@@ -106,6 +106,16 @@ def _run_of(context: Mapping[str, Any], epoch_seconds: int):
                     run_type=str(getattr(rt, "value", rt) or "manual"))
 
 
+def _earlier_backfill_run(ti) -> tuple[str, str] | None:
+    """``(run_id, state)`` of the newest queued or running backfill run of an interval before this run's (the
+    previous run of each state: two look-ups, whatever the DAG's history), None if there is none."""
+    for state in ("running", "queued"):
+        prev = ti.get_previous_dagrun(state=state)
+        if prev is not None and str(getattr(prev.run_type, "value", prev.run_type)) == "backfill":
+            return str(prev.run_id), state
+    return None
+
+
 def _orchestrator(job_name: str):
     """Resolve S3 settings (connection or env) into this task process, then build the orchestrator."""
     from pipeline.orchestration.settings import apply_s3_settings, load_pipeline_config, resolve_s3_settings
@@ -264,7 +274,8 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
                 active = ti.get_ti_count(dag_id=run.dag_id, task_ids=EPOCH_RUNNER_TASKS, states=ACTIVE_TI_STATES)
                 reason = wait_reason(previous_state=prev_state, previous_run_type=prev_type,
                                      this_run_type=run.run_type, active_process_tasks=int(active),
-                                     active_operations=_ops_busy(ti, job.name))
+                                     active_operations=_ops_busy(ti, job.name),
+                                     earlier_backfill_run=_earlier_backfill_run(ti))
                 if reason:
                     log.info("epoch %s: waiting: %s", run.epoch, reason)
                 else:
