@@ -175,6 +175,7 @@ class SinkNode:
     mode: Literal["append", "upsert"]
     key: tuple[str, ...]
     format: str | None = None  # "iceberg" | "delta" | "epochal"; None: PIPELINE_SINK_FORMAT or the default
+    partition_by: tuple[str, ...] = ()  # partition columns (Hive-style directories; Delta/Iceberg partitions)
 
 
 Node = SourceNode | MapNode | UnionNode | JoinNode | AggregateNode | DedupNode | WindowNode | ProcessNode | SinkNode
@@ -315,11 +316,19 @@ class Stream:
         return self.job._add(ProcessNode(uid, self.node, key, fn, state_schema, output_schema, ttl_seconds))
 
     def sink(self, table: str, *, mode: Literal["append", "upsert"] = "append",
-             key: Sequence[str] | None = None, format: str | None = None) -> "Stream":
+             key: Sequence[str] | None = None, format: str | None = None,
+             partition_by: Sequence[str] | None = None) -> "Stream":
         """Two-phase-commit sink. ``format``: ``"iceberg"``, ``"delta"`` or ``"epochal"`` (see
-        ``docs/table-formats.md``); ``PIPELINE_SINK_FORMAT`` overrides it."""
+        ``docs/table-formats.md``); ``PIPELINE_SINK_FORMAT`` overrides it. ``partition_by``: columns whose values
+        partition the table (string, integer, boolean or date columns; Hive-style ``col=value`` directories, Delta
+        partition columns, Iceberg identity partitions)."""
         if mode not in ("append", "upsert"):
             raise ConfigError(f"sink {table!r}: mode must be append or upsert")
+        parts = tuple(partition_by or ())
+        if isinstance(partition_by, str) or len(set(parts)) != len(parts) or not all(
+                isinstance(c, str) and c and not c.startswith("_") for c in parts):
+            raise ConfigError(f"sink {table!r}: partition_by={partition_by!r}; name distinct columns of the stream "
+                              "(not internal ones)")
         parent = self.job.nodes[self.node]
         if mode == "upsert" and not key:
             if isinstance(parent, AggregateNode):
@@ -332,7 +341,7 @@ class Stream:
             raise ConfigError(f"sink table name {table!r} is invalid or used twice")
         if format is not None:
             format = TableFormat.parse(format, f"sink {table!r} format").value
-        return self.job._add(SinkNode(table, self.node, mode, tuple(key or ()), format))
+        return self.job._add(SinkNode(table, self.node, mode, tuple(key or ()), format, parts))
 
 
 @dataclass(eq=False)
@@ -401,11 +410,11 @@ class Job:
         return cur, list(reversed(maps))
 
     def operator_sink(self, node_id: int) -> SinkNode | None:
-        """The sink that operator ``node_id``'s own tasks write: the first sink reading it directly (None: not an
-        operator, or no such sink). Every other sink is written by a sink writer (pipeline.runtime.sink_writer)."""
+        """The sink that operator ``node_id``'s own tasks write: the first unpartitioned sink reading it directly
+        (None: not an operator, or no such sink). Every other sink is written by a sink writer (pipeline.runtime.sink_writer)."""
         if not is_operator(self.nodes[node_id]):
             return None
-        return next((s for s in self.sinks() if s.parent == node_id), None)
+        return next((s for s in self.sinks() if s.parent == node_id and not s.partition_by), None)
 
     def bases(self, node_id: int) -> frozenset[int]:
         """The sources and operators whose rows reach node ``node_id`` through stateless steps (maps, unions)."""

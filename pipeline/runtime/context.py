@@ -188,6 +188,7 @@ class RuntimeContext:
             raise ConfigError(f"job {self.job.name!r} has no sink table {table!r} (has {self.job.sink_tables()})")
         s = next(s for s in self.job.sinks() if s.table == table)
         return open_sink_table(self.sink_fio, self.config, self.job.name, table, mode=s.mode, key=s.key,
+                               partition_by=s.partition_by,
                                fmt=resolve_format(table, s.format, self.config.sink_format))
 
     def sink_requests_counting(self) -> dict[str, str]:

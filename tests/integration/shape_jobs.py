@@ -30,6 +30,8 @@ def stateless() -> Job:
     both = a.union(b.filter("g IS NOT NULL"))
     both.sink("all_events")
     both.select("k", "id", "v", "_ingest_ts").sink("latest_per_key", mode="upsert", key=["k"])
+    b.select("id", "k", "date_format(et, 'yyyy-MM-dd') AS dt", "date_format(et, 'HH:mm') AS hm").sink(
+        "views_by_minute", partition_by=["dt", "hm"])
     return job
 
 

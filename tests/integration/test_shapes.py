@@ -77,6 +77,15 @@ def test_stateless_pipeline_and_union_across_rounds_and_a_rescale(tmp_path, fmt)
     got = _export(r2, "latest_per_key", tmp_path)
     assert sorted(got.k) == sorted(union.k.unique())         # one row per key, each a row of that key
     assert all((union.id == r.id).any() and union[union.id == r.id].k.iloc[0] == r.k for r in got.itertuples())
+    # a table partitioned by date and minute: one directory per value, partitions in the table format
+    got = _export(r2, "views_by_minute", tmp_path)
+    want = views.assign(dt=views.et.dt.strftime("%Y-%m-%d"), hm=views.et.dt.strftime("%H:%M"))
+    assert _rows(got, ["id", "dt", "hm"]) == _rows(want, ["id", "dt", "hm"])
+    staged = [p for p in (tmp_path / "sink").rglob("views_by_minute/data/txn-*/dt=*/hm=*/*.parquet")]
+    assert staged and all(p.parent.name == "hm=" + p.parent.name[3:] for p in staged)
+    table = r2.table("views_by_minute")
+    if fmt != "epochal":
+        assert table.table_partition_columns() == ("dt", "hm")
     _validate_clean(r2)
 
 
