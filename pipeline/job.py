@@ -29,7 +29,7 @@ from pipeline.exceptions import ConfigError
 from pipeline.operators.join import JoinType, Uniqueness
 from pipeline.sink.formats import TableFormat
 
-__all__ = ["Job", "Stream", "SourceNode", "MapNode", "JoinNode", "AggregateNode", "DedupNode", "WindowNode",
+__all__ = ["Job", "Stream", "SourceNode", "MapNode", "UnionNode", "JoinNode", "AggregateNode", "DedupNode", "WindowNode",
            "ProcessNode", "SinkNode", "is_operator",
            "AGG_FUNCTIONS", "WINDOW_AGG_FUNCTIONS", "JOIN_TYPES", "INTERNAL_COLUMNS"]
 
@@ -54,6 +54,15 @@ class MapNode:
     parent: int
     kind: Literal["filter", "select"]
     exprs: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class UnionNode:
+    """``Stream.union``: the rows of every parent stream, as one stream (SQL ``UNION ALL``; stateless). The parents
+    have the same columns (names and types; matched by name). Each row keeps its own event time, ``_ingest_ts`` and
+    source position, so barriers, alignment and watermark channels are those of its inputs (docs/operators.md)."""
+
+    parents: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +173,7 @@ class SinkNode:
     format: str | None = None  # "iceberg" | "delta" | "epochal"; None: PIPELINE_SINK_FORMAT or the default
 
 
-Node = SourceNode | MapNode | JoinNode | AggregateNode | DedupNode | WindowNode | ProcessNode | SinkNode
+Node = SourceNode | MapNode | UnionNode | JoinNode | AggregateNode | DedupNode | WindowNode | ProcessNode | SinkNode
 StatefulNode = JoinNode | AggregateNode | DedupNode | WindowNode | ProcessNode
 
 
@@ -188,6 +197,21 @@ class Stream:
         if not exprs:
             raise ConfigError("select() needs at least one expression")
         return self.job._add(MapNode(self.node, "select", tuple(exprs)))
+
+    def union(self, *others: "Stream") -> "Stream":
+        """The rows of this stream and of ``others`` as one stream (SQL ``UNION ALL``). Every stream must have the
+        same columns (names and types, matched by name); a difference is a configuration error naming it. Stateless:
+        no ``uid``. Barriers, alignment and watermarks: docs/operators.md ("union")."""
+        if not others:
+            raise ConfigError("union() needs at least one other stream")
+        for o in others:
+            if not isinstance(o, Stream) or o.job is not self.job:
+                raise ConfigError("union(): every stream must be a Stream of the same job")
+        parents = (self.node,) + tuple(o.node for o in others)
+        if len(set(parents)) != len(parents):
+            raise ConfigError("union(): a stream is listed twice (union a stream with itself through a select)")
+        self.job.check_union_schemas(parents)
+        return self.job._add(UnionNode(parents))
 
     def join(self, other: "Stream", *, on: str, uid: str, how: str = "inner", unique: str | None = None,
              ttl_seconds: int | None = None, output: Sequence[str] | None = None) -> "Stream":
@@ -362,6 +386,67 @@ class Job:
             cur = self.nodes[cur].parent  # type: ignore[union-attr]
         return cur, list(reversed(maps))
 
+    def operator_sink(self, node_id: int) -> SinkNode | None:
+        """The sink that operator ``node_id``'s own tasks write: the first sink reading it directly (None: not an
+        operator, or no such sink). Every other sink is written by a sink writer (pipeline.runtime.sink_writer)."""
+        if not is_operator(self.nodes[node_id]):
+            return None
+        return next((s for s in self.sinks() if s.parent == node_id), None)
+
+    def bases(self, node_id: int) -> frozenset[int]:
+        """The sources and operators whose rows reach node ``node_id`` through stateless steps (maps, unions)."""
+        base, _maps = self.chain_to(node_id)
+        node = self.nodes[base]
+        if isinstance(node, UnionNode):
+            return frozenset().union(*(self.bases(p) for p in node.parents))
+        return frozenset((base,))
+
+    def ingest_shown(self, node_id: int) -> bool:
+        """Whether a sink reading node ``node_id`` (not an operator) shows ``_ingest_ts``: the runtime carries it
+        through every select for event-time bookkeeping, but a select that does not name it hides it from the
+        sink; a source shows it (it is in the source schema); an operator shows what its output has."""
+        node = self.nodes[node_id]
+        if isinstance(node, MapNode):
+            if node.kind == "select":
+                return any(_output_name(e) == "_ingest_ts" for e in node.exprs)
+            return self.ingest_shown(node.parent)
+        if isinstance(node, UnionNode):
+            return all(self.ingest_shown(p) for p in node.parents)
+        return True
+
+    def static_schema(self, node_id: int) -> pa.Schema | None:
+        """The schema of node ``node_id``'s rows when the job graph alone decides it (sources, filters, unions and
+        selects of plain columns of a known schema), else None (Spark decides it when the plan is built)."""
+        node = self.nodes[node_id]
+        if isinstance(node, SourceNode):
+            return node.schema
+        if isinstance(node, UnionNode):
+            return self.static_schema(node.parents[0])
+        if isinstance(node, MapNode):
+            parent = self.static_schema(node.parent)
+            if parent is None or node.kind == "filter":
+                return parent
+            fields = []
+            for e in node.exprs:
+                m = _PLAIN_SELECT.match(e)
+                if m is None or m.group(1) not in parent.names:
+                    return None
+                fields.append(parent.field(m.group(1)).with_name(m.group(2) or m.group(1)))
+            if "_ingest_ts" in parent.names and "_ingest_ts" not in [f.name for f in fields]:
+                fields.append(parent.field("_ingest_ts"))
+            return pa.schema(fields)
+        return None
+
+    def check_union_schemas(self, parents: Sequence[int]) -> None:
+        """Refuse a union whose inputs' schemas differ, where the job graph alone decides them (the rest is checked
+        when the plan is built, before the first checkpoint is claimed)."""
+        known = [(p, self.static_schema(p)) for p in parents]
+        known = [(p, s) for p, s in known if s is not None]
+        for p, s in known[1:]:
+            diff = schema_difference(known[0][1], s)  # type: ignore[arg-type]
+            if diff:
+                raise ConfigError(f"union of node {known[0][0]} and node {p}: the schemas differ: {diff}")
+
     def columns_read(self, node_id: int) -> frozenset[str] | None:
         """Columns of node ``node_id``'s output that its stateful consumers may read (lower-cased), or None
         for "possibly all of them". Conservative: a column counts as read when its name appears as a word
@@ -369,6 +454,11 @@ class Job:
         consumer aggregate; a join reading the rows unselected, or a ``*``, reads them all."""
         import re
         read: set[str] = {"_ingest_ts"}  # carried through every select (event-time bookkeeping)
+        for n in self.nodes:  # a union, or a sink its operator does not write, reads the rows whole
+            ins = n.parents if isinstance(n, UnionNode) else (n.parent,) if isinstance(n, SinkNode) else ()
+            for i in ins:
+                if self.chain_to(i)[0] == node_id and (isinstance(n, UnionNode) or self.operator_sink(i) is not n):
+                    return None
         for op in self.operators():
             for i in op.inputs:
                 base, maps = self.chain_to(i)
@@ -403,3 +493,28 @@ class Job:
 
     def state_names(self, uid: str) -> tuple[str, ...]:
         return type(self.operator(uid)).STATE_NAMES
+
+
+_PLAIN_SELECT = re.compile(r"^\s*`?([A-Za-z_][A-Za-z0-9_]*)`?(?:\s+(?:AS\s+)?`?([A-Za-z_][A-Za-z0-9_]*)`?)?\s*$",
+                           re.IGNORECASE)
+
+
+def _output_name(expr: str) -> str:
+    """The output column name of a select expression as far as the text tells (``a AS b`` -> b, ``t.a`` -> a)."""
+    return expr.strip().split()[-1].strip("`").split(".")[-1]
+
+
+def schema_difference(a: pa.Schema, b: pa.Schema) -> str:
+    """A one-line description of how two schemas differ (by column name and type; order is ignored), '' if not."""
+    ta = {f.name: f.type for f in a}
+    tb = {f.name: f.type for f in b}
+    parts = []
+    only_a, only_b = [n for n in ta if n not in tb], [n for n in tb if n not in ta]
+    if only_a:
+        parts.append(f"only the first has {only_a}")
+    if only_b:
+        parts.append(f"only the second has {only_b}")
+    for n in ta:
+        if n in tb and ta[n] != tb[n]:
+            parts.append(f"column {n!r} is {ta[n]} in the first, {tb[n]} in the second")
+    return "; ".join(parts)

@@ -21,7 +21,7 @@ from pipeline.checkpoint.report import TaskReport
 from pipeline.exceptions import ConfigError
 from pipeline.fileio import file_io_for
 from pipeline.fileio.request_counter import attributed_to
-from pipeline.job import AggregateNode, Job, JoinNode, MapNode, SourceNode
+from pipeline.job import AggregateNode, Job, JoinNode, MapNode, SourceNode, UnionNode, schema_difference
 from pipeline.keygroups import key_group_expr
 from pipeline.operators.ttl import ROW_EPOCH
 from pipeline.runtime.operator_registry import builder_for, register_operator
@@ -252,13 +252,36 @@ def operator_dataframe(spark, job: Job, op, inputs: dict[int, object], io: Opera
     """
 
     def resolve(node_id: int, prepare: Callable | None = None):
-        """The DataFrame of node ``node_id``'s input chain; ``prepare(base_id, df)`` (optional) runs on the
-        base (source or operator output) before the stateless steps (a window tags watermark channels)."""
+        """The DataFrame of node ``node_id``'s input chain; ``prepare(base_id, df)`` (optional) runs on each
+        base (source or operator output) before the stateless steps (a window tags watermark channels). A union
+        is the union of its inputs' chains, matched by column name (each row keeps its own position, epoch and
+        watermark channel)."""
         base, maps = job.chain_to(node_id)
-        df = inputs[base] if prepare is None else prepare(base, inputs[base])
+        node = job.nodes[base]
+        if isinstance(node, UnionNode):
+            parts = [resolve(p, prepare) for p in node.parents]
+            check_union(job, base, parts)
+            df = parts[0]
+            for d in parts[1:]:
+                df = df.unionByName(d, allowMissingColumns=True)
+        else:
+            df = inputs[base] if prepare is None else prepare(base, inputs[base])
         return apply_maps(df, maps)
 
     return builder_for(op)(spark, job, op, resolve, io)
+
+
+def check_union(job: Job, nid: int, parts: Sequence) -> None:
+    """Refuse a union whose inputs' user columns differ (names or types), naming the difference (checked when
+    the plan is built, before the round's first side effect)."""
+    schemas = [arrow_schema_of(d.select(*[c for c in d.columns if c not in _INTERNAL and c != "_park"]))
+               for d in parts]
+    node = job.nodes[nid]
+    for p, sch in zip(node.parents[1:], schemas[1:]):  # type: ignore[union-attr]
+        diff = schema_difference(schemas[0], sch)
+        if diff:
+            raise ConfigError(f"job {job.name!r}: union (node {nid}) of node {node.parents[0]} and node "  # type: ignore[union-attr]
+                              f"{p}: the schemas differ: {diff}")
 
 
 def drop_internal(df):
