@@ -31,13 +31,16 @@ from pipeline.sink.formats import TableFormat
 
 __all__ = ["Job", "Stream", "SourceNode", "MapNode", "UnionNode", "JoinNode", "AggregateNode", "DedupNode", "WindowNode",
            "ProcessNode", "SinkNode", "is_operator",
-           "AGG_FUNCTIONS", "WINDOW_AGG_FUNCTIONS", "JOIN_TYPES", "INTERNAL_COLUMNS"]
+           "AGG_FUNCTIONS", "WINDOW_AGG_FUNCTIONS", "JOIN_TYPES", "INTERNAL_COLUMNS", "JOIN_KEY", "join_key_sql",
+           "join_output"]
 
 AGG_FUNCTIONS = ("count", "sum", "min", "max")
 WINDOW_AGG_FUNCTIONS = AGG_FUNCTIONS + ("avg", "count_distinct")
 JOIN_TYPES = tuple(t.value for t in JoinType)  # the public API's strings for ``how``
 _UNIQUENESS = (None,) + tuple(u.value for u in Uniqueness)
 INTERNAL_COLUMNS = ("_ingest_ts",)
+#: the column a join on several keys is keyed by (state and routing): see :func:`join_key_sql`
+JOIN_KEY = "__join_key"
 _UID = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{0,63}$")
 
 
@@ -79,6 +82,7 @@ class JoinNode:
     output: tuple[str, ...] | None  # column order of the joined rows; None: key, left, right
     how: JoinType = JoinType.INNER           # inner | left | right | full (a string is coerced)
     unique: Uniqueness = Uniqueness.NONE     # none | left | right | both: sides whose keys are declared unique
+    keys: tuple[str, ...] = ()               # join keys of several columns (then ``on`` is JOIN_KEY, see join_key_sql)
 
     def __post_init__(self) -> None:  # coerced once: the rest of the package sees the enums
         object.__setattr__(self, "how", JoinType(self.how))
@@ -217,9 +221,11 @@ class Stream:
         self.job.check_union_schemas(parents)
         return self.job._add(UnionNode(parents))
 
-    def join(self, other: "Stream", *, on: str, uid: str, how: str = "inner", unique: str | None = None,
-             ttl_seconds: int | None = None, output: Sequence[str] | None = None) -> "Stream":
-        """Stream-stream equi-join on column ``on``. ``how``: inner, left, right, full (an unmatched outer row is
+    def join(self, other: "Stream", *, on: str | Sequence[str], uid: str, how: str = "inner",
+             unique: str | None = None, ttl_seconds: int | None = None,
+             output: Sequence[str] | None = None) -> "Stream":
+        """Stream-stream equi-join on column ``on`` (or on several columns: ``on=["id", "window_start"]``; a row with
+        a null in any key column matches nothing, as in SQL). ``how``: inner, left, right, full (an unmatched outer row is
         emitted with nulls when it expires from state). ``unique``: None, "left", "right" or "both" declares
         keys unique on that side, so matched rows of the other side leave state; a violating row goes to the
         dead-letter location (or fails the epoch, ``PIPELINE_BAD_RECORDS=fail``)."""
@@ -231,9 +237,17 @@ class Stream:
             raise ConfigError(f"join {uid!r}: unique={unique!r}; use None, 'left', 'right' or 'both'")
         if ttl_seconds is not None and ttl_seconds < 0:
             raise ConfigError(f"join {uid!r}: ttl_seconds must be >= 0 (0: no expiry)")
-        return self.job._add(JoinNode(self.job._uid(uid), self.node, other.node, on, ttl_seconds,
+        cols = (on,) if isinstance(on, str) else tuple(on)
+        if not cols or not all(isinstance(c, str) and c for c in cols) or len(set(cols)) != len(cols):
+            raise ConfigError(f"join {uid!r}: on={on!r}; name one key column or a list of distinct columns")
+        if JOIN_KEY in cols or "_ingest_ts" in cols:
+            raise ConfigError(f"join {uid!r}: {JOIN_KEY!r} and '_ingest_ts' cannot be join keys")
+        key, keys = (cols[0], ()) if len(cols) == 1 else (JOIN_KEY, cols)
+        if output is not None and JOIN_KEY in output:
+            raise ConfigError(f"join {uid!r}: output cannot name the internal key column {JOIN_KEY!r}")
+        return self.job._add(JoinNode(self.job._uid(uid), self.node, other.node, key, ttl_seconds,
                                       tuple(output) if output else None, JoinType(how),
-                                      Uniqueness(unique or "none")))
+                                      Uniqueness(unique or "none"), keys))
 
     def deduplicate(self, *, uid: str, key: str, ttl_seconds: int | None = None) -> "Stream":
         """The first row per ``key`` passes; a later row is dropped (and counted) while the kept row is held,
@@ -529,3 +543,22 @@ def schema_difference(a: pa.Schema, b: pa.Schema) -> str:
         if n in tb and ta[n] != tb[n]:
             parts.append(f"column {n!r} is {ta[n]} in the first, {tb[n]} in the second")
     return "; ".join(parts)
+
+
+def join_key_sql(keys: Sequence[str]) -> str:
+    """The Spark SQL expression of a join's key on several columns: the JSON of the key columns as a struct (one
+    string, equal exactly when every key value is equal), null when any key column is null (SQL: no match)."""
+    cols = ", ".join(f"`{k}`" for k in keys)
+    nulls = " OR ".join(f"`{k}` IS NULL" for k in keys)
+    return f"CASE WHEN {nulls} THEN NULL ELSE to_json(struct({cols})) END"
+
+
+def join_output(op: JoinNode, lcols: Sequence[str], rcols: Sequence[str]) -> list[str]:
+    """A join's output columns: ``op.output``, else the key column(s), the left's other columns, the right's other
+    columns (``_ingest_ts`` and the internal key column of a join on several keys excluded)."""
+    if op.output:
+        return list(op.output)
+    keys = list(op.keys) if op.keys else [op.on]
+    skip = set(keys) | {op.on, "_ingest_ts", JOIN_KEY}
+    out = keys + [c for c in lcols if c not in skip]
+    return out + [c for c in rcols if c not in skip and c not in out]

@@ -72,6 +72,8 @@ from pipeline.job import (
     SourceNode,
     UnionNode,
     WindowNode,
+    join_key_sql,
+    join_output,
 )
 
 __all__ = ["BatchResult", "evaluate", "join_semantics", "violation_label"]
@@ -416,12 +418,13 @@ class _Compiler:
                                                          and base_node.emit == "update"):
                 self.bad[nid] = f"join {op.uid} reads the changelog of {base_node.uid}"
                 return None
+            if op.keys:  # several key columns: keyed by one column computed from them, as the runtime does
+                df = df.withColumn(op.on, F.expr(join_key_sql(op.keys)))
             inputs.append(df)
         left, right = inputs
         lcols = [c for c in left.columns if c not in INTERNAL]
         rcols = [c for c in right.columns if c not in INTERNAL]
-        output = list(op.output or [op.on] + [c for c in lcols if c not in (op.on, "_ingest_ts")]
-                      + [c for c in rcols if c not in (op.on, "_ingest_ts")])
+        output = join_output(op, lcols, rcols)
         ttl_s = op.ttl_seconds if op.ttl_seconds is not None else self.default_ttl
         ttl = ttl_s * 1_000_000 if ttl_s else None
         declared = hasattr(op, "how")
