@@ -35,9 +35,6 @@ def test_the_tutorial_page_parses():
         assert fn in src
 
 
-@pytest.mark.xfail(strict=True, reason="stateless jobs on main (b47494b) fail at the first checkpoint trigger: "
-                   "'checkpoint 1: no tasks to acknowledge' (PendingManifest needs an acknowledging task; a job without "
-                   "operators has none). Remove this mark when it passes.")
 def test_tutorial_stateless_pipeline(clean_env: Path):
     runner = tutorial.run_sections(clean_env, ["Before you start", "Some input", "1. A stateless pipeline"])
     assert (clean_env / "epochal-tutorial" / "out" / "big_orders").is_dir()
