@@ -196,9 +196,13 @@ class Stream:
     node: int
 
     def filter(self, condition: str) -> "Stream":
+        """Rows for which the Spark SQL boolean expression ``condition`` holds (e.g. ``"amount > 100"``). Stateless;
+        runs inside Spark's optimiser."""
         return self.job._add(MapNode(self.node, "filter", (condition,)))
 
     def select(self, *exprs: str) -> "Stream":
+        """A projection: Spark SQL expressions, ``AS`` for names (``"amount AS paid_amount"``). Stateless;
+        ``_ingest_ts`` is carried through automatically."""
         if not exprs:
             raise ConfigError("select() needs at least one expression")
         return self.job._add(MapNode(self.node, "select", tuple(exprs)))
@@ -254,6 +258,9 @@ class Stream:
         return self.job._add(DedupNode(self.job._uid(uid), self.node, key, ttl_seconds))
 
     def aggregate(self, *, uid: str, key: str, aggs: Mapping[str, tuple[str, str | None]]) -> "Stream":
+        """Running keyed aggregate: ``aggs`` maps an output column to ``(function, input column)`` with function
+        ``count`` (input ``None``), ``sum``, ``min`` or ``max``. Emits the new totals of every key that changed
+        in an epoch (an upsert stream: sink it with ``mode="upsert"``). A null key is one group, as in SQL."""
         spec = []
         for out, (fn, col) in aggs.items():
             if fn not in AGG_FUNCTIONS:
@@ -369,6 +376,10 @@ class Job:
 
     def source(self, name: str, schema: pa.Schema, *, key: str | None = None,
                format: Literal["auto", "parquet", "jsonl"] = "auto") -> Stream:
+        """A source log ``<source root>/<name>/partition=<p>/<seq:08d>.parquet`` (or ``.jsonl``). ``schema`` must
+        contain ``_ingest_ts`` (UTC timestamp, non-decreasing within a partition). A row whose ``key`` is null or
+        empty, or that does not fit the schema, is bad input: dead-lettered (or the epoch fails,
+        ``PIPELINE_BAD_RECORDS=fail``)."""
         if "_ingest_ts" not in schema.names:
             raise ConfigError(f"source {name!r}: schema must contain _ingest_ts")
         if key is not None and key not in schema.names:
