@@ -22,6 +22,7 @@ from __future__ import annotations
 import builtins
 import json
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
@@ -108,6 +109,15 @@ class CommitEntry:
             raise SinkError(f"unreadable sink commit entry {uri}: {e!r}") from e
 
 
+_ATTEMPT = re.compile(r"^(.*)\.t\d+(\.[^./]+)?$")
+
+
+def _logical_name(uri: str) -> str | None:
+    """``.../part-00003.parquet`` of an attempt file ``.../part-00003.t<attempt id>.parquet`` (None: no attempt id)."""
+    m = _ATTEMPT.match(uri)
+    return None if m is None else m.group(1) + (m.group(2) or "")
+
+
 def _txn_id(name: str) -> int | None:
     if name.startswith("txn-") and name[4:].isdigit():
         return int(name[4:])
@@ -165,6 +175,28 @@ class CommittedTable:
         log.info("table %s: committed checkpoint %d (%d files, parent %s)", self.table, entry.checkpoint_id,
                  len(entry.files), entry.parent_id)
         return AckResult.SUCCESS
+
+    def remove_other_attempts(self, entry: CommitEntry) -> int:
+        """Delete the files that *other* task attempts wrote beside the files ``entry`` references (a failed attempt
+        before its retry, the losing copy of a speculative task: ``part-00003.t<attempt id>.parquet`` for a
+        referenced ``part-00003.t<other id>.parquet``) in the directories of ``entry``'s files. Only such files:
+        nothing another entry could reference. One listing per directory; returns the number deleted."""
+        kept = {f.uri for f in entry.files}
+        logical = {n for n in (_logical_name(u) for u in kept) if n is not None}
+        if not logical:
+            return 0
+        deleted = 0
+        for d in sorted({u.rsplit("/", 1)[0] for u in kept}):
+            for fi in self.fileio.list(d):
+                if fi.uri not in kept and _logical_name(fi.uri) in logical:
+                    try:
+                        self.fileio.delete(fi.uri)
+                    except ObjectNotFoundError:
+                        continue
+                    deleted += 1
+                    log.info("table %s: deleted %s, written by a task attempt checkpoint %d did not keep", self.table,
+                             fi.uri, entry.checkpoint_id)
+        return deleted
 
     def _read_entry(self, uri: str) -> CommitEntry:
         return CommitEntry.from_json(self.fileio.read_bytes(uri), uri)
