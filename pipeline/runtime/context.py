@@ -138,6 +138,9 @@ class RuntimeContext:
         spark = get_spark(self.config.spark_master, self.config.parallelism)
         if is_connect_session(spark):
             ship_job_code(self.job)
+            # the server's executors use their own S3 settings: unusable ones fail here, before the first write
+            from pipeline.master import probe_executor_storage
+            probe_executor_storage(spark, self.job_root, self.config.spark_master)
         self.spark_start_s = time.monotonic() - t0
         return spark
 
