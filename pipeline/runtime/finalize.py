@@ -181,8 +181,9 @@ class CheckpointFinalizer:
             extra = (f", {snap.mode}, alignment {snap.alignment_ms:.0f} ms"
                      + (f", in-flight {alignment['inflight_bytes']} bytes + {len(ranges)} source range(s)"
                         if snap.ranges or chan_rows else ""))
-        ctx.echo(f"checkpoint {cid} completed: epoch {epoch}, records {records}, "
-                 f"state {state_bytes} bytes, rounds {last_round + 1}{extra}")
+        if pending.kind == CheckpointType.CHECKPOINT:  # a savepoint is announced once, by its caller, with its place
+            ctx.echo(f"checkpoint {cid} completed: epoch {epoch}, records {records}, "
+                     f"state {state_bytes} bytes, rounds {last_round + 1}{extra}")
         nxt = cursor_from_metadata(md)
         # continuing in this process: read on from where the rounds got (the tracker's restore point is
         # barrier n, but this state has consumed up to here), replay what is parked, keep the handler
