@@ -215,6 +215,19 @@ def _empty_state(dag_id: str) -> str:
             "itself.</div>")
 
 
+def render_not_found_page(job: str, cid: int, kind: str, why: str, checkpoints: list[int],
+                          savepoints: list[int]) -> str:
+    """An unknown checkpoint/savepoint id: what was asked, a way back to the job's history, the ids there are
+    (the page lives at ``/jobs/<job>/<kind>s/<id>``, so the links are relative to that folder)."""
+    def links(ids: list[int], folder: str) -> str:
+        return ", ".join(f"<a href='../{folder}/{i}'>{i}</a>" for i in ids) or "none"
+    body = (f"<h1>No {_e(kind)} {cid} of job {_e(job)}</h1><p>{_e(why)}</p>"
+            f"<p><a href='../'>&larr; Back to the checkpoint history of {_e(job)}</a></p>"
+            f"<p>Retained checkpoints: {links(sorted(checkpoints), 'checkpoints')}</p>"
+            f"<p>Savepoints: {links(sorted(savepoints), 'savepoints')}</p>")
+    return _page(f"Epochal: no {kind} {cid} of {job}", body)
+
+
 def render_detail_page(job: str, d: dict) -> str:
     s = d["summary"]
     kv = [("Status", f"<span class='s-{_e(s['status'])}'>{_e(s['status'])}</span>"), ("Type", _e(s["kind"])),
@@ -405,10 +418,16 @@ def create_app(*, backend: "_Backend | None" = None, authenticate: Callable | No
     async def _detail(job: str, cid: int, kind: str, request: Request):
         if (resp := await _check(request, job, html_page=True)) is not None:
             return resp
+        h = be.history(job)
         try:
-            d = be.history(job).detail(cid, kind=kind)
+            d = h.detail(cid, kind=kind)
         except ObjectNotFoundError as e:
-            return _err(e)
+            try:
+                retained = ([r.checkpoint_id for r in h.checkpoints() if r.status == "COMPLETED"],
+                            [r.checkpoint_id for r in h.savepoints()]) if h.exists() else ([], [])
+            except EpochalError:
+                retained = ([], [])
+            return HTMLResponse(render_not_found_page(job, cid, kind, str(e), *retained), status_code=404)
         return HTMLResponse(render_detail_page(job, d))
 
     @app.get("/jobs/{job}/checkpoints/{checkpoint_id}", response_class=HTMLResponse)

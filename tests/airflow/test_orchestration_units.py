@@ -322,3 +322,26 @@ def test_data_docs_served_per_job_offline_behind_login(app_client, tmp_path):
     assert r.status_code == 200 and "No data-quality results yet" in r.text
     # linked from the job page and every checkpoint page
     assert "href='data-docs/'" in client.get("/jobs/orders_payments/").text
+
+
+def test_unknown_checkpoint_id_page_has_a_way_back_and_the_retained_ids(app_client, tmp_path):
+    """Issue 34, item 10 (part): an unknown checkpoint id is a page (404) with a link back to the job's history and
+    the ids that exist, not a bare "Not found"."""
+    from pipeline.checkpoint.coordinator import CheckpointCoordinator
+    from pipeline.fileio import LocalFileIO
+    client, _ = app_client
+    client.cookies.set("_token", "reader")
+    r = client.get("/jobs/orders_payments/checkpoints/99")
+    assert r.status_code == 404 and "Back to the checkpoint history of orders_payments" in r.text, r.text
+    assert "href='../'" in r.text and "Retained checkpoints: none" in r.text
+    coord = CheckpointCoordinator(LocalFileIO(), (tmp_path / "chk").as_uri(), "orders_payments")
+    parent = None
+    for _ in range(2):
+        p = coord.trigger(epoch=1, barrier_time="2026-01-01T00:01:00Z", expected_tasks={"op": 1}, parent_id=parent,
+                          max_parallelism=128, parallelism=1)
+        coord.acknowledge_task(p, "op", 0)
+        parent = coord.complete(p).checkpoint_id
+    r = client.get("/jobs/orders_payments/checkpoints/99")
+    assert r.status_code == 404
+    assert "<a href='../checkpoints/1'>1</a>, <a href='../checkpoints/2'>2</a>" in r.text, r.text
+    assert client.get("/jobs/orders_payments/checkpoints/2").status_code == 200
