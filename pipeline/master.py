@@ -155,7 +155,7 @@ def _storage_probe_task(uri: str, budget_s: str):
         old = os.environ.get("PIPELINE_S3_RETRY_SECONDS")
         os.environ["PIPELINE_S3_RETRY_SECONDS"] = budget_s  # a worker is reused: put it back below
         try:
-            from pipeline.fileio import file_io_for
+            from pipeline.fileio import file_io_for  # executor side: imported in the Spark task that runs it
             file_io_for(uri).exists(uri.rstrip("/") + "/job.json")
             err = ""
         except Exception as e:  # noqa: BLE001 - reported to the driver as text
