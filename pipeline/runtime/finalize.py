@@ -59,6 +59,9 @@ class CheckpointFinalizer:
         self.ctx = ctx
         self.listeners: list[CheckpointListener] = listeners if listeners is not None else []
         self.last_location: str | None = None
+        #: ``run --follow`` sets it: every completed checkpoint's line (and RoundResult) carries its latency, the
+        #: time from the end of its epoch to the checkpoint's completion (sinks committed) on the round clock
+        self.measure_latency = False
 
     def finish(self, pending, snap, working: Cursor, rows: list[TaskReport], staged: dict[str, list[TaskReport]],
                results: list[RoundResult],
@@ -181,6 +184,9 @@ class CheckpointFinalizer:
             extra = (f", {snap.mode}, alignment {snap.alignment_ms:.0f} ms"
                      + (f", in-flight {alignment['inflight_bytes']} bytes + {len(ranges)} source range(s)"
                         if snap.ranges or chan_rows else ""))
+        if self.measure_latency and pending.kind == CheckpointType.CHECKPOINT:
+            latency = results[-1].latency_s = ctx.round_now() - ctx.epochs.end_us(epoch) / 1e6
+            extra += f", latency {latency:.1f} s (epoch end -> complete)"
         ctx.echo(f"checkpoint {cid} completed: epoch {epoch}, records {records}, "
                  f"state {state_bytes} bytes, rounds {last_round + 1}{extra}")
         nxt = cursor_from_metadata(md)
