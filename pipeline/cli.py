@@ -158,7 +158,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _follow(args: argparse.Namespace, parallelism: int | None) -> int:
     from pipeline.inputs import check_savepoint_target
-    from pipeline.runtime.follow import FollowOptions, StopRequest
+    from pipeline.runtime.follow import Follower, FollowOptions, StopRequest
     # usage errors before any side effect (exit 2)
     opts = FollowOptions(epochs=args.epochs, until_epoch=args.until_epoch, parallelism=parallelism,
                          poll_seconds=args.poll_seconds, max_idle_seconds=args.max_idle_seconds,
@@ -167,7 +167,7 @@ def _follow(args: argparse.Namespace, parallelism: int | None) -> int:
     stop = StopRequest()
     stop.install()  # from here on a signal is a graceful stop (the follower installs it again after Spark starts)
     try:
-        rep = _runner(args).follow(opts, stop)
+        rep = Follower(_runner(args), opts, stop).run()
     except KeyboardInterrupt as e:  # a second signal: stopped at once (the next run resumes)
         print(f"epochal: follow of job {args.job} stopped at once ({e or 'interrupted'}); the next run resumes "
               "from the latest completed checkpoint", file=sys.stderr)

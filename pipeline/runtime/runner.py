@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import Callable, Mapping
 
 from pipeline.barriers.events import CheckpointType
 from pipeline.checkpoint.completed import CompletedCheckpoint
@@ -54,9 +54,6 @@ from pipeline.runtime.savepoints import abort_pending, check_target
 from pipeline.runtime.spark_plan import SparkPlan
 from pipeline.runtime.task_requests import RequestSpan
 from pipeline.runtime.validation import RecoveryValidator, default_validator
-
-if TYPE_CHECKING:
-    from pipeline.runtime.follow import FollowOptions, FollowReport, StopRequest
 
 __all__ = ["JobRunner", "RoundResult", "RunReport", "Cursor"]
 
@@ -233,13 +230,6 @@ class JobRunner:
         if self._may_group(cursor, refused):  # several waiting epochs in one round (epoch_groups)
             targets += self._waiting_after(target, barriers, cursor, summaries, limit - 1, until_epoch)
         return NextWork(WorkStatus.READY, summaries, epoch=target, targets=targets)
-
-    def follow(self, options: FollowOptions | None = None, stop: StopRequest | None = None) -> FollowReport:
-        """``run --follow``: keep running, completing each epoch as soon as its barrier rule allows, until a stop
-        (a signal, or a bound of ``options``); see :class:`pipeline.runtime.follow.Follower`. Returns its
-        :class:`~pipeline.runtime.follow.FollowReport`."""
-        from pipeline.runtime.follow import Follower, FollowOptions
-        return Follower(self, options or FollowOptions(), stop).run()
 
     def process_epoch(self, epoch: int, *, parallelism: int | None = None) -> RunReport:
         """Make the job's latest checkpoint be the state after ``epoch`` (an Airflow data interval).
