@@ -306,7 +306,7 @@ class Follower:
             self.runner.ctx.echo(f"{line()} (no checkpoint for {format_duration(idle)})")
 
     def _drained_line(self, cursor) -> str:
-        at = (f"checkpoint {cursor.checkpoint_id} (epoch {cursor.epoch})" if cursor.checkpoint_id is not None
+        at = (f"latest checkpoint {cursor.checkpoint_id}, epoch {cursor.epoch}" if cursor.checkpoint_id is not None
               else "no checkpoint yet")
         return f"waiting for new source files: every record is read ({at})"
 
