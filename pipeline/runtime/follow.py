@@ -8,7 +8,8 @@ the cursor carried in memory - and loops:
 1. Decide: list the sources (incrementally, :mod:`pipeline.runtime.epoch_planner`; file summaries are cached per
    process) and ask :meth:`~pipeline.runtime.runner.JobRunner.next_work` what to do, exactly as ``run`` does.
 2. Complete: epochs whose barriers are known are completed at once (one checkpoint each; several waiting epochs
-   may share a round, as in ``run``). Every checkpoint line carries its latency: from the end of its epoch to the
+   may share a round, as in ``run``, except in the first round: it carries one epoch, so that the first checkpoint
+   comes early). Every checkpoint line carries its latency: from the end of its epoch to the
    checkpoint's completion (sinks committed), on the job's clock.
 3. Wait: nothing unread, or the next epoch cannot close yet because a partition lags. The barrier rule (DESIGN.md,
    "Epochs") closes epoch n when every partition has a row with ``_ingest_ts >=`` its end, or once the clock passes
@@ -257,7 +258,9 @@ class Follower:
                 return f"{stop.reason}"
             if opts.epochs is not None and done >= opts.epochs:
                 return f"--epochs {opts.epochs} completed"
-            limit = max_k if opts.epochs is None else min(max_k, opts.epochs - done)
+            # the first round carries one epoch: its fixed cost (Python workers, plan analysis) is paid with the least
+            # work, so the first checkpoint comes early; later rounds catch up several waiting epochs at a time
+            limit = 1 if not report.rounds else max_k if opts.epochs is None else min(max_k, opts.epochs - done)
             work = runner.next_work(cursor, refused, limit=limit, until_epoch=opts.until_epoch)
             status = work.status
             if status is WorkStatus.REACHED:
