@@ -16,7 +16,8 @@ the cursor carried in memory - and loops:
    the end plus ``PIPELINE_ALLOWED_LATENESS_SECONDS`` for a partition without one (idle). So the follower sleeps
    until the earlier of that deadline (on the job's clock: a fixed ``PIPELINE_CLOCK_NOW`` never reaches it, and
    then only data closes epochs) and the next poll of the sources (``poll_seconds``), then decides again. It says
-   what it waits for when that changes, and every ``heartbeat_seconds`` while it keeps waiting.
+   what it waits for when that changes, and every ``heartbeat_seconds`` while it keeps waiting; while a round runs,
+   every ``round_progress_seconds`` how long it has run and the tasks of its active Spark stages (:class:`RoundWatch`).
 4. Stop: SIGTERM or SIGINT (:class:`StopRequest`) only set a flag, checked between rounds: the running round
    and its checkpoints complete (a commit is never interrupted), then the loop ends. A second signal stops at
    once (``KeyboardInterrupt``: the running checkpoint stays pending and the next run resumes from the latest
@@ -33,6 +34,7 @@ import os
 import select
 import signal
 import statistics
+import threading
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -41,9 +43,10 @@ from typing import Any, Callable
 from pipeline.exceptions import ConfigError
 from pipeline.runtime.progress import RunProgress, format_duration, last_data_epoch
 from pipeline.runtime.runner import JobRunner, WorkStatus
+from pipeline.runtime.session import is_connect_session
 from pipeline.source.positions import barrier_or_idle
 
-__all__ = ["FollowOptions", "FollowReport", "Follower", "StopRequest", "default_poll_seconds"]
+__all__ = ["FollowOptions", "FollowReport", "Follower", "RoundWatch", "StopRequest", "default_poll_seconds"]
 
 
 def default_poll_seconds(epoch_seconds: int) -> float:
@@ -64,6 +67,7 @@ class FollowOptions:
     stop_with_savepoint: bool = False      # take a savepoint before exiting
     savepoint_target: str | None = None
     heartbeat_seconds: float = 30.0        # a progress line this often while waiting
+    round_progress_seconds: float = 15.0   # ... and while a round runs
 
     def __post_init__(self) -> None:
         for name in ("epochs", "until_epoch"):
@@ -148,6 +152,43 @@ class StopRequest:
                 os.close(fd)
             except OSError:
                 pass
+
+
+class RoundWatch:
+    """Progress lines while a round runs (a daemon thread): every ``every_s`` seconds, how long the round has run
+    and, in a classic Spark session, the tasks of its active stages (Spark's status tracker; Spark Connect has none).
+    No ETA: a round's stages differ too much in cost for one to be honest."""
+
+    def __init__(self, ctx, what: str, every_s: float) -> None:
+        self.ctx, self.what, self.every_s = ctx, what, every_s
+        self._done = threading.Event()
+        self._t0 = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="epochal-round-watch", daemon=True)
+
+    def __enter__(self) -> "RoundWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join(5)
+
+    def _tasks(self) -> str:
+        spark = self.ctx.spark_session
+        if spark is None or is_connect_session(spark):
+            return ""
+        try:
+            tracker = spark.sparkContext.statusTracker()
+            stages = [tracker.getStageInfo(i) for i in sorted(tracker.getActiveStageIds())]
+        except Exception:  # noqa: BLE001 - a progress line must never fail the round
+            return ""
+        parts = [f"stage {st.stageId}: {st.numCompletedTasks} of {st.numTasks} tasks done"
+                 + (f", {st.numActiveTasks} running" if st.numActiveTasks else "") for st in stages if st is not None]
+        return ("; " + "; ".join(parts)) if parts else ""
+
+    def _run(self) -> None:
+        while not self._done.wait(self.every_s):
+            self.ctx.echo(f"{self.what}: running for {format_duration(time.monotonic() - self._t0)}{self._tasks()}")
 
 
 @dataclass
@@ -266,8 +307,11 @@ class Follower:
             if status is WorkStatus.REACHED:
                 return f"--until-epoch {opts.until_epoch} completed"
             if status is WorkStatus.READY:
-                cursor, rounds, n = runner.complete_epochs(cursor, work.targets, work.summaries,
-                                                           parallelism=opts.parallelism)
+                eps = [t for t, _b in work.targets]
+                what = f"round of epoch {eps[0]}" if len(eps) == 1 else f"round of epochs {eps[0]}..{eps[-1]}"
+                with RoundWatch(ctx, what, opts.round_progress_seconds):
+                    cursor, rounds, n = runner.complete_epochs(cursor, work.targets, work.summaries,
+                                                               parallelism=opts.parallelism)
                 report.rounds += len({r.tagged_round or (r.checkpoint_id, r.round) for r in rounds})
                 last = last_data_epoch(work.summaries, ctx.epochs.epoch_of)
                 for t, _b in work.targets[:n]:
@@ -325,5 +369,5 @@ class Follower:
         shown = ", ".join(lagging[:4]) + (f" and {len(lagging) - 4} more" if len(lagging) > 4 else "")
         when = (f"or at {ctx.epochs.iso(end + lateness)} on the job's clock (in {format_duration(deadline_s)})"
                 if deadline_s > 0 else "")
-        return (f"waiting for epoch {epoch} (ends {ctx.epochs.iso(end)}) to close: {shown or 'a partition'} "
-                f"has no row at or after its end yet; it closes when they deliver one {when}").rstrip()
+        return (f"waiting for epoch {epoch} (ends {ctx.epochs.iso(end)}) to close: no row at or after its end yet in "
+                f"{shown or 'a partition'}; it closes when each delivers one{', ' + when if when else ''}")
