@@ -289,9 +289,9 @@ class Follower:
 
     def _loop(self, cursor, report: FollowReport) -> str:
         runner, ctx, opts, stop = self.runner, self.runner.ctx, self.options, self.stop
-        progress = RunProgress(opts.epochs)
+        progress = RunProgress(opts.epochs, warmup=True)
         refused: set[str] = set()
-        done = 0
+        done, warm = 0, False
         last_activity = self._mono()
         max_k = ctx.config.max_epochs_per_round
         while True:
@@ -321,6 +321,9 @@ class Follower:
                     if fin:
                         report.add(fin[-1].checkpoint_id, t, recs, fin[-1].latency_s)
                     ctx.echo(progress.epoch_done(t, recs, last))
+                if report.rounds and not warm:  # the first round's start-up costs left out of the time left
+                    progress.mark_warm()
+                    warm = True
                 last_activity = self._mono()
                 self._said = None
                 continue

@@ -42,9 +42,17 @@ class RunProgress:
     started: float = field(default=0.0)
     done: int = 0
     events: int = 0
+    #: no time left until :meth:`mark_warm` (``run --follow``: the first round carries the start-up costs)
+    warmup: bool = False
 
     def __post_init__(self) -> None:
         self.started = self.clock()
+
+    def mark_warm(self) -> None:
+        """The warm-up is over (``run --follow`` calls it after its first round, whose JVM, worker and plan start-up
+        costs many later epochs' worth): time left is estimated from the epochs done after this point only (and
+        not at all before one is), so the estimate is not inflated by the start-up."""
+        self._warm = (self.clock(), self.done)
 
     def epoch_done(self, epoch: int, events: int, last_epoch: int | None) -> str:
         """Count one completed epoch and return the progress line."""
@@ -60,7 +68,14 @@ class RunProgress:
         line = (f"progress: {self.done}{total} epochs done"
                 + (f" ({left} left)" if left is not None else "")
                 + f", {self.events:,} events in {format_duration(elapsed)} = {rate:,.0f} events/s")
-        if left:
+        warm = getattr(self, "_warm", None)
+        if self.warmup and warm is None:
+            pass
+        elif left and warm is not None:
+            since = self.done - warm[1]
+            if since:
+                line += f", about {format_duration((self.clock() - warm[0]) / since * left)} left"
+        elif left:
             line += f", about {format_duration(elapsed / self.done * left)} left"
         elif left == 0:
             line += ", nothing left"
