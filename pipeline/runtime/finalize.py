@@ -40,6 +40,7 @@ from pipeline.runtime.context import RuntimeContext
 from pipeline.runtime.cursor import Cursor, cursor_from_metadata
 from pipeline.runtime.dead_letters import EXTRA_KEY as DEAD_LETTERS_KEY
 from pipeline.runtime.dead_letters import DeadLetterFiles
+from pipeline.runtime.progress import format_seconds
 from pipeline.runtime.results import RoundResult
 from pipeline.runtime.round_bytes import EXTRA_KEY as BYTES_PER_ROW_KEY
 from pipeline.runtime.writer_nodes import is_writer_uid
@@ -186,7 +187,7 @@ class CheckpointFinalizer:
                         if snap.ranges or chan_rows else ""))
         if self.measure_latency and pending.kind == CheckpointType.CHECKPOINT:
             latency = results[-1].latency_s = ctx.round_now() - ctx.epochs.end_us(epoch) / 1e6
-            extra += f", latency {latency:.1f} s (epoch end -> complete)"
+            extra += f", latency {format_seconds(latency)} (epoch end -> complete)"
         ctx.echo(f"checkpoint {cid} completed: epoch {epoch}, records {records}, "
                  f"state {state_bytes} bytes, rounds {last_round + 1}{extra}")
         nxt = cursor_from_metadata(md)

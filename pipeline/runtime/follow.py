@@ -41,7 +41,7 @@ from functools import partial
 from typing import Any, Callable
 
 from pipeline.exceptions import ConfigError
-from pipeline.runtime.progress import RunProgress, format_duration, last_data_epoch
+from pipeline.runtime.progress import RunProgress, format_duration, format_seconds, last_data_epoch
 from pipeline.runtime.runner import JobRunner, WorkStatus
 from pipeline.runtime.session import is_connect_session
 from pipeline.source.positions import barrier_or_idle
@@ -234,7 +234,7 @@ class FollowReport:
         line = (f"job {self.job}: follow stopped ({self.stopped}) after {format_duration(self.wall_s)}; {start}; "
                 f"{done}; records {self.records:,}")
         if lat:
-            line += f"; latency median {lat['median']:.1f} s, max {lat['max']:.1f} s"
+            line += f"; latency median {format_seconds(lat['median'])}, max {format_seconds(lat['max'])}"
         if self.savepoint:
             line += f"; savepoint {self.savepoint}"
         return line

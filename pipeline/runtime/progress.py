@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-__all__ = ["RunProgress", "last_data_epoch", "format_duration"]
+__all__ = ["RunProgress", "last_data_epoch", "format_duration", "format_seconds"]
 
 
 def last_data_epoch(summaries: Mapping, epoch_of: Callable[[int], int]) -> int | None:
@@ -31,6 +31,12 @@ def format_duration(seconds: float) -> str:
     if s < 3600:
         return f"{s // 60} min {s % 60:02d} s"
     return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+def format_seconds(seconds: float) -> str:
+    """Short durations with a tenth of a second (a checkpoint's latency), longer ones as :func:`format_duration`
+    (the latency of an epoch of the past, in a catch-up)."""
+    return f"{seconds:.1f} s" if abs(seconds) < 60 else format_duration(seconds)
 
 
 @dataclass

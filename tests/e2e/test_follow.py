@@ -36,7 +36,7 @@ from pipeline.testing.jobproc import JobProcess  # noqa: E402
 pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.slow]
 
 FOLLOW = ["run", "--follow", "--job", "follow_jobs:clicks_job", "--poll-seconds", "0.2"]
-COMPLETED = re.compile(r"checkpoint (\d+) completed: epoch (\d+), .*latency (-?[\d.]+) s \(epoch end -> complete\)")
+COMPLETED = re.compile(r"checkpoint (\d+) completed: epoch (\d+), .*latency (.+) \(epoch end -> complete\)")
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
