@@ -185,11 +185,12 @@ class CheckpointFinalizer:
             extra = (f", {snap.mode}, alignment {snap.alignment_ms:.0f} ms"
                      + (f", in-flight {alignment['inflight_bytes']} bytes + {len(ranges)} source range(s)"
                         if snap.ranges or chan_rows else ""))
-        if self.measure_latency and pending.kind == CheckpointType.CHECKPOINT:
-            latency = results[-1].latency_s = ctx.round_now() - ctx.epochs.end_us(epoch) / 1e6
-            extra += f", latency {format_seconds(latency)} (epoch end -> complete)"
-        ctx.echo(f"checkpoint {cid} completed: epoch {epoch}, records {records}, "
-                 f"state {state_bytes} bytes, rounds {last_round + 1}{extra}")
+        if pending.kind == CheckpointType.CHECKPOINT:  # a savepoint is announced once, by its caller, with its place
+            if self.measure_latency:
+                latency = results[-1].latency_s = ctx.round_now() - ctx.epochs.end_us(epoch) / 1e6
+                extra += f", latency {format_seconds(latency)} (epoch end -> complete)"
+            ctx.echo(f"checkpoint {cid} completed: epoch {epoch}, records {records}, "
+                     f"state {state_bytes} bytes, rounds {last_round + 1}{extra}")
         nxt = cursor_from_metadata(md)
         # continuing in this process: read on from where the rounds got (the tracker's restore point is
         # barrier n, but this state has consumed up to here), replay what is parked, keep the handler
