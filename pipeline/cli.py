@@ -41,7 +41,22 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--epochs", type=int, default=None, help="epochs to complete (default: all available)")
     p.add_argument("--until-epoch", type=int, default=None, help="complete every epoch up to this one")
-    p.add_argument("--parallelism", type=int, default=None)
+    p.add_argument("--parallelism", type=int, default=None,
+                   help="operator subtasks from this run on (default: the checkpoint's, else PIPELINE_PARALLELISM)")
+    p.add_argument("--follow", action="store_true",
+                   help="keep running: complete each epoch as soon as its barrier rule allows (Spark, workers and "
+                        "state stay warm), one line per checkpoint with its latency; SIGTERM or Ctrl-C stops after "
+                        "the running checkpoint (docs/how-to/follow.md)")
+    p.add_argument("--poll-seconds", type=float, default=None, metavar="S",
+                   help="with --follow: how often to list the sources for new files while waiting "
+                        "(default: a tenth of the epoch, between 0.5 and 10 s)")
+    p.add_argument("--max-idle-seconds", type=float, default=None, metavar="S",
+                   help="with --follow: stop (exit 0) after this long without a completed checkpoint")
+    p.add_argument("--stop-with-savepoint", action="store_true",
+                   help="with --follow: when stopping (signal, --max-idle-seconds, --epochs, --until-epoch), take "
+                        "an aligned savepoint of the last checkpoint first and print its location")
+    p.add_argument("--target", default=None,
+                   help="with --stop-with-savepoint: savepoint directory URI (default <job>/savepoints/)")
 
     cp = sub.add_parser("checkpoints", help="list or inspect checkpoints")
     csub = cp.add_subparsers(dest="action", required=True, parser_class=_Parser)
@@ -57,9 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("restore", help="restore the job from a checkpoint id or a savepoint URI")
     _common(p)
-    p.add_argument("--from", dest="from_", required=True, metavar="ID|URI")
-    p.add_argument("--parallelism", type=int, default=None)
-    p.add_argument("--allow-non-restored-state", action="store_true")
+    p.add_argument("--from", dest="from_", required=True, metavar="ID|URI",
+                   help="a retained checkpoint id or a savepoint URI")
+    p.add_argument("--parallelism", type=int, default=None,
+                   help="operator subtasks after the restore (key groups are redistributed)")
+    p.add_argument("--allow-non-restored-state", action="store_true",
+                   help="restore even if the snapshot has state of operators the job no longer has")
 
     p = sub.add_parser("validate", help="run the Great Expectations suites; non-zero exit on failure")
     _common(p)
@@ -70,8 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("export", help="write the committed rows of a sink table as Parquet")
     _common(p)
-    p.add_argument("--table", required=True)
-    p.add_argument("--to", required=True, metavar="DIR")
+    p.add_argument("--table", required=True, help="sink table name")
+    p.add_argument("--to", required=True, metavar="DIR", help="output directory (a path, file:// or s3://)")
 
     p = sub.add_parser("batch", help="evaluate the job as one Spark batch query over a checkpoint's source prefix "
                        "and write every sink table and operator state it implies as Parquet")
@@ -85,13 +103,13 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--epoch", type=int, default=None, help="barrier of this epoch (default: the newest complete one)")
     p.add_argument("--target", default=None, help="savepoint directory URI (default <job>/savepoints/)")
-    p.add_argument("--parallelism", type=int, default=None)
+    p.add_argument("--parallelism", type=int, default=None, help="subtasks the savepoint's state is written for")
 
     p = sub.add_parser("state", help="write one operator's state of a checkpoint as Parquet")
     _common(p)
     p.add_argument("--checkpoint", required=True, help="checkpoint id or savepoint URI")
     p.add_argument("--operator", required=True, help="operator uid")
-    p.add_argument("--to", required=True, metavar="DIR")
+    p.add_argument("--to", required=True, metavar="DIR", help="output directory (a path, file:// or s3://)")
     return ap
 
 
@@ -116,6 +134,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.epochs is not None and args.epochs < 0:
         raise ConfigError("--epochs must be >= 0")
     parallelism = check_parallelism(args.parallelism)  # --parallelism 0 used to run nothing and exit 0
+    if args.follow:
+        return _follow(args, parallelism)
+    for flag in ("poll_seconds", "max_idle_seconds", "target"):
+        if getattr(args, flag) is not None:
+            raise ConfigError(f"--{flag.replace('_', '-')} needs --follow")
+    if args.stop_with_savepoint:
+        raise ConfigError("--stop-with-savepoint needs --follow")
     r = _runner(args)
     rep = r.run(args.epochs, until_epoch=args.until_epoch, parallelism=parallelism)
     d = rep.to_dict()
@@ -128,6 +153,28 @@ def _cmd_run(args: argparse.Namespace) -> int:
         lines += [f"  {m}" for m in d["messages"]]
         return "\n".join(lines)
     _print(args, d, human)
+    return 0
+
+
+def _follow(args: argparse.Namespace, parallelism: int | None) -> int:
+    from pipeline.inputs import check_savepoint_target
+    from pipeline.runtime.follow import Follower, FollowOptions, StopRequest
+    # usage errors before any side effect (exit 2)
+    opts = FollowOptions(epochs=args.epochs, until_epoch=args.until_epoch, parallelism=parallelism,
+                         poll_seconds=args.poll_seconds, max_idle_seconds=args.max_idle_seconds,
+                         stop_with_savepoint=args.stop_with_savepoint,
+                         savepoint_target=check_savepoint_target(args.target))
+    stop = StopRequest()
+    stop.install()  # from here on a signal is a graceful stop (the follower installs it again after Spark starts)
+    try:
+        rep = Follower(_runner(args), opts, stop).run()
+    except KeyboardInterrupt as e:  # a second signal: stopped at once (the next run resumes)
+        print(f"epochal: follow of job {args.job} stopped at once ({e or 'interrupted'}); the next run resumes "
+              "from the latest completed checkpoint", file=sys.stderr)
+        return 130
+    finally:
+        stop.close()
+    _print(args, rep.to_dict(), lambda d: rep.summary())
     return 0
 
 

@@ -175,6 +175,7 @@ class SinkNode:
     mode: Literal["append", "upsert"]
     key: tuple[str, ...]
     format: str | None = None  # "iceberg" | "delta" | "epochal"; None: PIPELINE_SINK_FORMAT or the default
+    partition_by: tuple[str, ...] = ()  # partition columns (Hive-style directories; Delta/Iceberg partitions)
 
 
 Node = SourceNode | MapNode | UnionNode | JoinNode | AggregateNode | DedupNode | WindowNode | ProcessNode | SinkNode
@@ -195,9 +196,13 @@ class Stream:
     node: int
 
     def filter(self, condition: str) -> "Stream":
+        """Rows for which the Spark SQL boolean expression ``condition`` holds (e.g. ``"amount > 100"``). Stateless;
+        runs inside Spark's optimiser."""
         return self.job._add(MapNode(self.node, "filter", (condition,)))
 
     def select(self, *exprs: str) -> "Stream":
+        """A projection: Spark SQL expressions, ``AS`` for names (``"amount AS paid_amount"``). Stateless;
+        ``_ingest_ts`` is carried through automatically."""
         if not exprs:
             raise ConfigError("select() needs at least one expression")
         return self.job._add(MapNode(self.node, "select", tuple(exprs)))
@@ -253,6 +258,9 @@ class Stream:
         return self.job._add(DedupNode(self.job._uid(uid), self.node, key, ttl_seconds))
 
     def aggregate(self, *, uid: str, key: str, aggs: Mapping[str, tuple[str, str | None]]) -> "Stream":
+        """Running keyed aggregate: ``aggs`` maps an output column to ``(function, input column)`` with function
+        ``count`` (input ``None``), ``sum``, ``min`` or ``max``. Emits the new totals of every key that changed
+        in an epoch (an upsert stream: sink it with ``mode="upsert"``). A null key is one group, as in SQL."""
         spec = []
         for out, (fn, col) in aggs.items():
             if fn not in AGG_FUNCTIONS:
@@ -315,11 +323,19 @@ class Stream:
         return self.job._add(ProcessNode(uid, self.node, key, fn, state_schema, output_schema, ttl_seconds))
 
     def sink(self, table: str, *, mode: Literal["append", "upsert"] = "append",
-             key: Sequence[str] | None = None, format: str | None = None) -> "Stream":
+             key: Sequence[str] | None = None, format: str | None = None,
+             partition_by: Sequence[str] | None = None) -> "Stream":
         """Two-phase-commit sink. ``format``: ``"iceberg"``, ``"delta"`` or ``"epochal"`` (see
-        ``docs/table-formats.md``); ``PIPELINE_SINK_FORMAT`` overrides it."""
+        ``docs/table-formats.md``); ``PIPELINE_SINK_FORMAT`` overrides it. ``partition_by``: columns whose values
+        partition the table (string, integer, boolean or date columns; Hive-style ``col=value`` directories, Delta
+        partition columns, Iceberg identity partitions)."""
         if mode not in ("append", "upsert"):
             raise ConfigError(f"sink {table!r}: mode must be append or upsert")
+        parts = tuple(partition_by or ())
+        if isinstance(partition_by, str) or len(set(parts)) != len(parts) or not all(
+                isinstance(c, str) and c and not c.startswith("_") for c in parts):
+            raise ConfigError(f"sink {table!r}: partition_by={partition_by!r}; name distinct columns of the stream "
+                              "(not internal ones)")
         parent = self.job.nodes[self.node]
         if mode == "upsert" and not key:
             if isinstance(parent, AggregateNode):
@@ -332,7 +348,7 @@ class Stream:
             raise ConfigError(f"sink table name {table!r} is invalid or used twice")
         if format is not None:
             format = TableFormat.parse(format, f"sink {table!r} format").value
-        return self.job._add(SinkNode(table, self.node, mode, tuple(key or ()), format))
+        return self.job._add(SinkNode(table, self.node, mode, tuple(key or ()), format, parts))
 
 
 @dataclass(eq=False)
@@ -360,6 +376,10 @@ class Job:
 
     def source(self, name: str, schema: pa.Schema, *, key: str | None = None,
                format: Literal["auto", "parquet", "jsonl"] = "auto") -> Stream:
+        """A source log ``<source root>/<name>/partition=<p>/<seq:08d>.parquet`` (or ``.jsonl``). ``schema`` must
+        contain ``_ingest_ts`` (UTC timestamp, non-decreasing within a partition). A row whose ``key`` is null or
+        empty, or that does not fit the schema, is bad input: dead-lettered (or the epoch fails,
+        ``PIPELINE_BAD_RECORDS=fail``)."""
         if "_ingest_ts" not in schema.names:
             raise ConfigError(f"source {name!r}: schema must contain _ingest_ts")
         if key is not None and key not in schema.names:
@@ -401,11 +421,11 @@ class Job:
         return cur, list(reversed(maps))
 
     def operator_sink(self, node_id: int) -> SinkNode | None:
-        """The sink that operator ``node_id``'s own tasks write: the first sink reading it directly (None: not an
-        operator, or no such sink). Every other sink is written by a sink writer (pipeline.runtime.sink_writer)."""
+        """The sink that operator ``node_id``'s own tasks write: the first unpartitioned sink reading it directly
+        (None: not an operator, or no such sink). Every other sink is written by a sink writer (pipeline.runtime.sink_writer)."""
         if not is_operator(self.nodes[node_id]):
             return None
-        return next((s for s in self.sinks() if s.parent == node_id), None)
+        return next((s for s in self.sinks() if s.parent == node_id and not s.partition_by), None)
 
     def bases(self, node_id: int) -> frozenset[int]:
         """The sources and operators whose rows reach node ``node_id`` through stateless steps (maps, unions)."""

@@ -45,6 +45,7 @@ from pipeline.runtime.round_params import EPOCH_TAG
 from pipeline.runtime.routing import route_by_key_group
 from pipeline.runtime.task_requests import counted
 from pipeline.runtime.writer_nodes import WRITER_PREFIX, SinkWriterNode, is_writer_uid, sink_writers
+from pipeline.sink.partitions import check_partition_types, partition_dir
 from pipeline.state.backend import KG_COLUMN, read_files, write_table
 
 __all__ = ["SinkWriterNode", "WRITER_PREFIX", "sink_writers", "is_writer_uid", "UPSERT_ORDER", "make_writer_task"]
@@ -73,6 +74,7 @@ class WriterTaskSpec:
     epoch: int = 0
     ack_prefix: str | None = None
     parent_handles: dict[str, Sequence[StateHandle]] = field(default_factory=dict)
+    partition_by: tuple[str, ...] = ()   # plan-time: one file per combination of these columns' values
 
 
 def _task_index() -> int:
@@ -116,12 +118,31 @@ def merge_prior(prior: pa.Table, new: pa.Table, key: Sequence[str]) -> pa.Table:
     return both.filter(pc.is_in(both[_ORDER], value_set=last)).drop_columns([_ORDER, marker])
 
 
+def _partitions(rows: pa.Table, columns: Sequence[str]) -> list[tuple[str, pa.Table]]:
+    """``rows`` split by the values of the partition ``columns``: ``[("c1=v1/c2=v2/", rows), ...]`` (one ``("",
+    rows)`` for an unpartitioned sink)."""
+    if not columns:
+        return [("", rows)]
+    combos = rows.select(list(columns)).group_by(list(columns), use_threads=False).aggregate([]).to_pylist()
+    out = []
+    for combo in combos:
+        mask = None
+        for c in columns:
+            v = combo[c]
+            m = pc.is_null(rows[c]) if v is None else pc.fill_null(pc.equal(rows[c], pa.scalar(v, rows[c].type)),
+                                                                   False)
+            mask = m if mask is None else pc.and_(mask, m)
+        out.append((partition_dir(columns, [combo[c] for c in columns]) + "/", rows.filter(mask)))
+    return out
+
+
 def make_writer_task(spec: WriterTaskSpec):
     upsert = spec.mode == "upsert"
 
     def step(spec: WriterTaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         fault_point("reading")
         t0 = time.perf_counter()
+        parts = spec.partition_by
         incoming = _collect(batches)
         if upsert:
             subtask, incoming = subtask_of(incoming)
@@ -141,12 +162,14 @@ def make_writer_task(spec: WriterTaskSpec):
             prior = read_files(fio, [f for s, f in spec.prior_output if s == subtask], spec.out_schema,
                                spec.checkpoint)
             out = merge_prior(prior, out if out is not None else spec.out_schema.empty_table(), spec.key)
-        ofh = None
+        written: list[FileHandle | None] = []
+        name = f"part-{spec.file_tag}-{subtask:05d}.parquet"
         if out is not None and out.num_rows:
-            ofh = write_table(fio, f"{spec.output_prefix}/part-{spec.file_tag}-{subtask:05d}.parquet", out)
+            for sub, rows in _partitions(out, parts):
+                written.append(write_table(fio, f"{spec.output_prefix}/{sub}{name}", rows))
         ms = (time.perf_counter() - t0) * 1000
-        reports: list[TaskReport] = [task_report(ReportKind.OUTPUT, spec.uid, spec.output_name, subtask, kgr, ofh,
-                                                 sync_ms=ms, in_rows=n)]
+        reports: list[TaskReport] = [task_report(ReportKind.OUTPUT, spec.uid, spec.output_name, subtask, kgr, fh,
+                                                 sync_ms=ms, in_rows=n) for fh in written or [None]]
         yield from emit_handles(reports, None, spec.out_schema, fio, None, subtask)
 
     return epoch_tagged_task(spec, step)
@@ -179,6 +202,7 @@ def writer_dataframe(spark, job: Job, node: SinkWriterNode, resolve, io: Operato
         if missing:
             raise ConfigError(f"sink {s.table!r}: upsert key {missing} is not a column of its stream (has {cols})")
     out_schema = arrow_schema_of(df.select(*cols))
+    check_partition_types(s.table, out_schema, s.partition_by)
     tag = [EPOCH_TAG] if io.tagged and EPOCH_TAG in df.columns else []
     order: tuple[str, ...] = ()
     if s.mode == "upsert":
@@ -190,5 +214,5 @@ def writer_dataframe(spark, job: Job, node: SinkWriterNode, resolve, io: Operato
         df = df.select(*cols, *tag)
     spec = WriterTaskSpec(node.uid, io.checkpoint, s.table, s.mode, tuple(s.key), out_schema, order, io.parallelism,
                           io.max_parallelism, io.output_prefix, io.output_name, io.file_tag, tuple(io.prior_output),
-                          io.epoch)
+                          io.epoch, partition_by=tuple(s.partition_by))
     return df.mapInArrow(counted(make_writer_task(spec), io.requests), handle_ddl(io)), out_schema

@@ -22,14 +22,22 @@ EVENTS = pa.schema([("id", pa.int64()), ("k", pa.string()), ("g", pa.string()), 
 
 
 def stateless() -> Job:
-    """source -> filter -> select -> sink; two sources -> union -> sink; an upsert sink of the union."""
+    """source -> filter -> select -> sink; two sources -> union -> sink; upsert sinks of the union; tables
+    partitioned by date and minute. Every sink format appears with append and upsert (``PIPELINE_SINK_FORMAT``
+    overrides them all)."""
     job = Job("shapes_stateless", max_parallelism=16)
     a = job.source("clicks", EVENTS)
     b = job.source("views", EVENTS)
-    a.filter("v > 0").select("id", "k", "v * 100 AS cents").sink("big_clicks")
+    a.filter("v > 0").select("id", "k", "v * 100 AS cents").sink("big_clicks", format="delta")
     both = a.union(b.filter("g IS NOT NULL"))
-    both.sink("all_events")
-    both.select("k", "id", "v", "_ingest_ts").sink("latest_per_key", mode="upsert", key=["k"])
+    both.sink("all_events", format="iceberg")
+    latest = both.select("k", "id", "v", "_ingest_ts")
+    latest.sink("latest_per_key", mode="upsert", key=["k"], format="delta")
+    latest.sink("latest_per_key_ice", mode="upsert", key=["k"], format="iceberg")
+    latest.sink("latest_per_key_own", mode="upsert", key=["k"], format="epochal")
+    by_minute = b.select("id", "k", "date_format(et, 'yyyy-MM-dd') AS dt", "date_format(et, 'HH:mm') AS hm")
+    by_minute.sink("views_by_minute", partition_by=["dt", "hm"], format="iceberg")
+    by_minute.sink("views_by_minute_d", partition_by=["dt", "hm"], format="delta")
     return job
 
 
