@@ -234,7 +234,7 @@ def run_query(q: str, *, data: dict, work: Path, roots_for: Callable[[str], dict
 def markdown(results: list[QueryResult], meta: dict) -> str:
     lines = [f"Nexmark on Epochal: {meta['events']:,} events ({meta['rows']}), rate {meta['rate']:g}/s of event time, "
              f"{meta['partitions']} partitions, {meta['epochs']} epochs of {meta['epoch_seconds']} s, "
-             f"{meta['kills']} SIGKILLs per query, parallelism {meta['parallelism']}, {meta['cores']} cores, "
+             f"{meta['kills']} SIGKILL{'' if meta['kills'] == 1 else 's'} per query, parallelism {meta['parallelism']}, {meta['cores']} cores, "
              f"load before {meta['load_before']}, after {meta['load_after']} ({meta['date']})", "",
              "| query | runs | exact after kills | events/s | events/s per core | SSS peer events/s |",
              "|---|---|---|---|---|---|"]
