@@ -959,6 +959,8 @@ class _Compiler:
         buckets = _fold_buckets(self.spark)
         out = (src.withColumn("__b", F.pmod(F.xxhash64(F.col(key)), F.lit(buckets)))
                .groupBy("__b").applyInPandas(_drop_bucket(fold), schema=schema))
+        # read by its state object and by what it feeds (a window's watermark pass, a join, a sink): folded once
+        out = self._cache(out)
         out = out if carried and multi else out.drop(ROUND)
         if drained:
             out = out.drop(CONSUMED, CONSUMED_ROUND)
