@@ -228,10 +228,18 @@ _COMMANDS = {"run": _cmd_run, "checkpoints": _cmd_checkpoints, "savepoint": _cmd
              "batch": _cmd_batch, "bootstrap": _cmd_bootstrap}
 
 
+# commands that log what they do every 10 s and end with a one-line summary with the time (docs/quality.md)
+LONG_COMMANDS = frozenset({"validate", "restore", "savepoint", "bootstrap", "batch", "export"})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
     try:
+        if args.command in LONG_COMMANDS:
+            from pipeline.runtime.progress import Heartbeat
+            with Heartbeat(args.command, lambda m: print(m, file=sys.stderr, flush=True)):
+                return _COMMANDS[args.command](args)
         return _COMMANDS[args.command](args)
     except ConfigError as e:
         print(f"epochal: configuration error: {e}", file=sys.stderr)

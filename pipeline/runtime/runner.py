@@ -457,6 +457,9 @@ class JobRunner:
     def export(self, table: str, to_dir: str) -> dict:
         """Write the committed rows of a sink table (head lineage only) as Parquet into a local dir."""
         from pipeline.runtime.export import export_table  # pyarrow.parquet: only for the read side
+        if table not in self.job.sink_tables():   # decided by the job graph: refused before Spark starts
+            raise ConfigError(f"job {self.job.name!r} has no sink table {table!r} (its tables: "
+                              f"{', '.join(self.job.sink_tables())})")
         with RequestSpan(self.spark) as span:  # the table's own reads included (an open format's metadata)
             out = export_table(self.spark, self.ctx.table(table), to_dir)
         return {**out, "s3_requests": span.requests().to_dict()}
