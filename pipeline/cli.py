@@ -60,6 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--from", dest="from_", required=True, metavar="ID|URI")
     p.add_argument("--parallelism", type=int, default=None)
     p.add_argument("--allow-non-restored-state", action="store_true")
+    p.add_argument("--validate", choices=("full", "cheap", "none"), default=None,
+                   help="what to check after the restore: full (every suite, the comparison with the batch meaning "
+                        "over the source prefix included; about one Spark batch over the prefix), cheap (the restored "
+                        "files, lineage, commits, state and sink keys: no source read) or none. Default: "
+                        "EPOCHAL_RESTORE_VALIDATE, else full")
 
     p = sub.add_parser("validate", help="run the Great Expectations suites; non-zero exit on failure")
     _common(p)
@@ -154,9 +159,12 @@ def _cmd_savepoint(args: argparse.Namespace) -> int:
 
 def _cmd_restore(args: argparse.Namespace) -> int:
     from pipeline.inputs import check_parallelism, check_snapshot_ref
+    from pipeline.runtime.validation import restore_validation
     from_, parallelism = check_snapshot_ref(args.from_), check_parallelism(args.parallelism)
+    level = restore_validation(args.validate)
     r = _runner(args)
-    d = r.restore(from_, parallelism=parallelism, allow_non_restored_state=args.allow_non_restored_state)
+    d = r.restore(from_, parallelism=parallelism, allow_non_restored_state=args.allow_non_restored_state,
+                  validate=level)
     _print(args, d, lambda d: f"restored {d['job']} from {d['from']} as checkpoint {d['checkpoint_id']}")
     return 0
 

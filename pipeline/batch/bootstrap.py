@@ -63,12 +63,12 @@ from pipeline.fileio import file_io_for, join_uri
 from pipeline.job import AggregateNode, DedupNode, JoinNode, ProcessNode, WindowNode
 from pipeline.keygroups import key_group_expr, range_for_subtask, subtask_expr
 from pipeline.layout import round_state_prefix, sink_staging_uri
+from pipeline.runtime import progress
 from pipeline.runtime.cursor import Cursor
 from pipeline.runtime.dataflow import arrow_schema_of, collect_handles
 from pipeline.runtime.dead_letters import EXTRA_KEY as DEAD_LETTERS_KEY
 from pipeline.runtime.dead_letters import DeadLetterFiles
 from pipeline.runtime.operators import HANDLE_DDL, _collect, subtask_of, task_report
-from pipeline.runtime import progress
 from pipeline.runtime.progress import last_data_epoch
 from pipeline.runtime.report_codec import to_batch
 from pipeline.runtime.routing import shuffle_to_subtasks, with_beacons

@@ -326,12 +326,16 @@ def _replay(runner, snap, collected, mode: str, areas: tuple[str, ...], replay: 
 
 
 def validate_restored(runner, result: Mapping[str, Any], *, docs_dir: str | None = None) -> ValidationResult:
-    """Validate the restore point a ``JobRunner.restore`` just created (``result`` is its return value).
+    """Validate the restore point a ``JobRunner.restore`` just created (``result`` is its return value; its
+    ``validate`` entry, ``full`` by default or ``cheap``, chooses the suites).
 
     Raises ValidationError (with the summary) when a suite fails, so the restore task fails.
     """
     cid = result.get("checkpoint_id") if isinstance(result, Mapping) else None
-    v = validate_job(runner, None if cid is None else str(cid), mode="restore", docs_dir=docs_dir)
+    level = str(result.get("validate") or "full") if isinstance(result, Mapping) else "full"
+    # cheap: the restored files, lineage, commits, state and sink keys - no source read, no batch plan
+    areas = ("metadata", "state", "sink") if level == "cheap" else None
+    v = validate_job(runner, None if cid is None else str(cid), mode="restore", areas=areas, docs_dir=docs_dir)
     runner.echo(v.summary())
     if not v.success:
         raise ValidationError(f"restore of job {runner.job.name!r} from {result.get('from')} failed validation:\n"

@@ -38,6 +38,7 @@ from pipeline.exceptions import CheckpointError, ConfigError, IncompatibleStateE
 from pipeline.fileio import file_io_for
 from pipeline.job import AggregateNode, DedupNode, Job, JoinNode, ProcessNode, WindowNode
 from pipeline.layout import METADATA_FILE
+from pipeline.runtime import progress
 from pipeline.runtime.barrier_log import BarrierLog, Barriers
 from pipeline.runtime.context import RuntimeContext
 from pipeline.runtime.cursor import Cursor, cursor_from_metadata, restore_cursor
@@ -51,7 +52,7 @@ from pipeline.runtime.round_executor import RoundExecutor
 from pipeline.runtime.savepoints import abort_pending, check_target
 from pipeline.runtime.spark_plan import SparkPlan
 from pipeline.runtime.task_requests import RequestSpan
-from pipeline.runtime.validation import RecoveryValidator, default_validator
+from pipeline.runtime.validation import RecoveryValidator, default_validator, restore_validation
 
 __all__ = ["JobRunner", "RoundResult", "RunReport", "Cursor"]
 
@@ -402,12 +403,14 @@ class JobRunner:
         return loc
 
     def restore(self, from_: str, *, parallelism: int | None = None,
-                allow_non_restored_state: bool = False, validate: bool = True) -> dict:
+                allow_non_restored_state: bool = False, validate: bool | str = True) -> dict:
         """Make checkpoint/savepoint ``from_`` the job's restore point (NO_CLAIM: its files are copied,
         never referenced, so later checkpoints never delete or modify them). Parallelism may change;
         key groups are redistributed and max parallelism stays fixed. Then the Great Expectations suites
-        validate the restored checkpoint (``validate=False`` skips that); a failure raises
+        validate the restored checkpoint: ``validate`` is ``"full"``, ``"cheap"`` or ``"none"`` (``True``: the default,
+        ``EPOCHAL_RESTORE_VALIDATE`` or ``full``; ``False``: none; docs/quality.md "After a restore"); a failure raises
         :class:`~pipeline.exceptions.ValidationError`."""
+        level = restore_validation(validate)   # a bad level is refused before any side effect
         snap = self.load_snapshot(from_)
         md = snap.metadata
         if md.job != self.job.name:
@@ -444,9 +447,12 @@ class JobRunner:
         result = {"job": self.job.name, "from": str(from_), "checkpoint_id": cid, "epoch": md.epoch,
                   "parallelism": parallelism or self.config.parallelism, "dropped_operators": unknown,
                   "location": self.last_location}
-        if validate:
-            vr = self.validator("restore(validate=True)").after_restore(self, result)
-            result["validation"] = {"success": vr.success, "summary": vr.summary()}
+        if level != "none":
+            progress.step(f"validating the restored checkpoint ({level})")
+            vr = self.validator(f"restore(validate={level!r})").after_restore(self, {**result, "validate": level})
+            result["validation"] = {"level": level, "success": vr.success, "summary": vr.summary()}
+        else:
+            result["validation"] = {"level": "none", "success": None, "summary": "not validated (--validate none)"}
         return result
 
     # ----------------------------------------------------------------------------------- read side
