@@ -1140,6 +1140,9 @@ class _Compiler:
                    if isinstance(base_node, SourceNode) else F.lit(f"op:{getattr(base_node, 'uid', base)}"))
         recs = (src.filter(F.col(op.key).isNotNull() & F.col(op.event_time).isNotNull())
                 .withColumn("__t", F.expr(f"unix_micros(`{op.event_time}`)")).withColumn("__ch", channel))
+        # records with no key or no event time are dead-lettered too (docs/windows.md): counted, compared with disk
+        self.result.counts[f"{op.uid}: records without a key or an event time (dead-lettered by the runtime)"] = \
+            src.filter(F.col(op.key).isNull() | F.col(op.event_time).isNull())
         # W(m) for every epoch with records: M_c(m) = running max per channel, min over the active channels
         maxima = sorted((int(r[0]), str(r[1]), int(r[2])) for r in recs.groupBy(PEPOCH, "__ch")
                         .agg(F.max("__t")).collect())
