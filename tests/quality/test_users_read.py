@@ -42,7 +42,7 @@ def iot(tmp_path_factory):
     generate(str(root / "src"), events=1200, epochs=EPOCHS, partitions=2, seed=3)
     r = _runner(root)
     rep = r.run()
-    assert len(rep.completed) == EPOCHS, rep.to_dict()
+    assert len(rep.completed) >= EPOCHS, rep.to_dict()
     return root, r
 
 
@@ -81,18 +81,26 @@ def test_clean_dedup_job_validates_and_what_users_read_is_compared(iot):
 def test_changed_value_deleted_row_and_deleted_dead_letters_fail(iot):
     root, r = iot
     # 1. the Iceberg upsert table (the update window's): one value changed in a data file of its current snapshot
+    # (an upsert commit rewrites the files holding updated keys: those exist only in the table, never in Epochal's
+    # commit log, whose checksums therefore cannot see them; the staged files both share)
+    from pipeline.sink.table import CommittedTable
     ice = r.ctx.table("device_minutes")
-    f = ice.current_files()[0]
-    before = _swap(f, lambda t: t.set_column(t.schema.get_field_index("readings"), "readings",
-                                             pc.add(t["readings"], pa.scalar(1, t.schema.field("readings").type))))
-    try:
-        v = _validate(r)
-        bad = _failed(v)
-        assert "epochal_users_read" in bad, v.summary()
-        assert any(u.get("object") == "table/device_minutes" for o in bad["epochal_users_read"]
-                   for u in o.unexpected_rows), v.summary()
-    finally:
-        _put(f, before)
+    own = {f.uri for f in CommittedTable.committed_files(ice)}
+    files = ice.current_files()
+    table_only = [f for f in files if f not in own]
+    assert table_only, files
+    for f in (table_only[0], next(f for f in files if f in own)):
+        before = _swap(f, lambda t: t.set_column(t.schema.get_field_index("readings"), "readings",
+                                                 pc.add(t["readings"], pa.scalar(1, t.schema.field("readings").type))))
+        try:
+            v = _validate(r)
+            bad = _failed(v)
+            assert not v.success and "device_minutes" in v.summary(), v.summary()
+            if f in table_only:   # only the table read through its format shows it
+                assert any(u.get("object") == "table/device_minutes" for o in bad["epochal_users_read"]
+                           for u in o.unexpected_rows), v.summary()
+        finally:
+            _put(f, before)
     # 2. a row deleted from a data file of a Delta table's current version (the join's append sink)
     delta = r.ctx.table("acked_readings")
     f = next(u for u in delta.current_files() if pq.read_metadata(u[len("file://"):]).num_rows > 1)
