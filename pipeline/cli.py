@@ -41,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--epochs", type=int, default=None, help="epochs to complete (default: all available)")
     p.add_argument("--until-epoch", type=int, default=None, help="complete every epoch up to this one")
-    p.add_argument("--parallelism", type=int, default=None)
+    p.add_argument("--parallelism", type=int, default=None,
+                   help="operator subtasks from this run on (default: the checkpoint's, else PIPELINE_PARALLELISM)")
 
     cp = sub.add_parser("checkpoints", help="list or inspect checkpoints")
     csub = cp.add_subparsers(dest="action", required=True, parser_class=_Parser)
@@ -57,9 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("restore", help="restore the job from a checkpoint id or a savepoint URI")
     _common(p)
-    p.add_argument("--from", dest="from_", required=True, metavar="ID|URI")
-    p.add_argument("--parallelism", type=int, default=None)
-    p.add_argument("--allow-non-restored-state", action="store_true")
+    p.add_argument("--from", dest="from_", required=True, metavar="ID|URI",
+                   help="a retained checkpoint id or a savepoint URI")
+    p.add_argument("--parallelism", type=int, default=None,
+                   help="operator subtasks after the restore (key groups are redistributed)")
+    p.add_argument("--allow-non-restored-state", action="store_true",
+                   help="restore even if the snapshot has state of operators the job no longer has")
     p.add_argument("--validate", choices=("full", "cheap", "none"), default=None,
                    help="what to check after the restore: full (every suite, the comparison with the batch meaning "
                         "over the source prefix included; about one Spark batch over the prefix), cheap (the restored "
@@ -75,8 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("export", help="write the committed rows of a sink table as Parquet")
     _common(p)
-    p.add_argument("--table", required=True)
-    p.add_argument("--to", required=True, metavar="DIR")
+    p.add_argument("--table", required=True, help="sink table name")
+    p.add_argument("--to", required=True, metavar="DIR", help="output directory (a path, file:// or s3://)")
 
     p = sub.add_parser("batch", help="evaluate the job as one Spark batch query over a checkpoint's source prefix "
                        "and write every sink table and operator state it implies as Parquet")
@@ -90,13 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--epoch", type=int, default=None, help="barrier of this epoch (default: the newest complete one)")
     p.add_argument("--target", default=None, help="savepoint directory URI (default <job>/savepoints/)")
-    p.add_argument("--parallelism", type=int, default=None)
+    p.add_argument("--parallelism", type=int, default=None, help="subtasks the savepoint's state is written for")
 
     p = sub.add_parser("state", help="write one operator's state of a checkpoint as Parquet")
     _common(p)
     p.add_argument("--checkpoint", required=True, help="checkpoint id or savepoint URI")
     p.add_argument("--operator", required=True, help="operator uid")
-    p.add_argument("--to", required=True, metavar="DIR")
+    p.add_argument("--to", required=True, metavar="DIR", help="output directory (a path, file:// or s3://)")
     return ap
 
 

@@ -1,7 +1,8 @@
 """Pipeline configuration: environment variables, optionally a ``--config`` YAML with the same keys.
 
-Precedence: explicit overrides > environment > YAML file > defaults. Every key is documented in the
-README; invalid values raise :class:`~pipeline.exceptions.ConfigError` (CLI exit code 2).
+Precedence: explicit overrides > environment > YAML file > defaults. Every key is documented by the
+attribute docstring under its field (the docs' configuration reference is generated from them); invalid values
+raise :class:`~pipeline.exceptions.ConfigError` (CLI exit code 2).
 """
 from __future__ import annotations
 
@@ -28,47 +29,80 @@ class PipelineConfig:
     """All knobs of a pipeline run. Field ``x`` is read from ``PIPELINE_X``."""
 
     source_uri: str = (_DEFAULT_ROOT / "sources").as_uri()
+    """Source root (``file://`` or ``s3://``): ``<root>/<source>/partition=<p>/<seq:08d>.parquet``."""
     checkpoint_uri: str = (_DEFAULT_ROOT / "checkpoints").as_uri()
+    """Checkpoint root: ``<root>/<job>/`` holds ``job.json``, checkpoints, shared state files and savepoints."""
     sink_uri: str = (_DEFAULT_ROOT / "sinks").as_uri()
-    dead_letter_uri: str = ""  # default: <checkpoint_uri>/_dead_letter (records go to <root>/<job>/<source>/...)
+    """Sink root: ``<root>/<job>/<table>/``."""
+    dead_letter_uri: str = ""
+    """Dead-letter root; empty: ``<checkpoint root>/_dead_letter``. Bad input goes to
+    ``<root>/<job>/<source>/partition=<p>/...``, operators' dead letters to ``<root>/<job>/operator=<uid>/...``."""
     epoch_seconds: int = 60
+    """Epoch length in seconds of ``_ingest_ts`` time; match the DAG's schedule."""
     max_records_per_epoch: int = 1_000_000
-    # up to this many waiting epochs per Spark round, one checkpoint each (epoch tagging, docs/performance.md);
-    # one waiting epoch (a steady schedule) is one round whatever the value. A tagged round hands each task the
-    # input of all its epochs at once, so it is bounded by bytes too (next key)
+    """Records per input per round; the rest is backlog, drained by later rounds."""
     max_epochs_per_round: int = 8
-    # a tagged round adds waiting epochs only while (their records x bytes per row) / parallelism stays within
-    # this many bytes per task; bytes per row per source are measured by the read tasks and recorded in every
-    # checkpoint (pipeline.runtime.round_bytes); before the first measurement, sampled from the round's first
-    # Parquet file (else one epoch). 0: no bound
+    """Waiting epochs one Spark round may complete (catch-up, backfill, a run after downtime), one checkpoint each,
+    in order (epoch tagging: aligned exactly-once jobs). One waiting epoch (a steady schedule) is one round whatever
+    the value; other modes run one epoch per round and say why once per run. ``1``: always one epoch per round."""
     max_task_bytes_per_round: int = 128 << 20
+    """Input bytes one task of a tagged round may hold: a round adds waiting epochs only while (their records x bytes
+    per row) / parallelism stays within it. Bytes per row are measured by the read tasks and recorded in every
+    checkpoint; before the first measurement they are sampled from the round's first Parquet file (else one epoch).
+    Size it at a fraction of a Python worker's memory. ``0``: no bound."""
     allowed_lateness_seconds: int = 0
+    """How long after an epoch's end a partition without data may lag before it counts as idle."""
     parallelism: int = 2
+    """Operator subtasks (Spark partitions); may change on restore."""
     max_parallelism: int = 128
+    """Key groups; fixed when the job is created (stored in ``job.json``)."""
     checkpoint_mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE  # a str is coerced
+    """``exactly_once`` or ``at_least_once`` (the tracker: never blocks, may count records twice after a restore)."""
     unaligned: bool = False
+    """Unaligned checkpoints (exactly-once only): snapshot at the first barrier, in-flight data as channel state."""
     aligned_timeout_seconds: float = 0.0
+    """With ``PIPELINE_UNALIGNED=true``: aligned until this timeout, then unaligned; ``0``: unaligned at once."""
     checkpoint_timeout_seconds: float = 600.0
+    """A pending checkpoint older than this is aborted (``CHECKPOINT_EXPIRED``)."""
     tolerable_failed_checkpoints: int = 0
+    """Consecutive checkpoint failures tolerated before the job fails."""
     retained_checkpoints: int = 3
+    """Completed checkpoints kept; older ones are subsumed and deleted (savepoints never are)."""
     bad_records: str = "dead_letter"
-    # incremental source listing (docs/state.md, "S3 requests per epoch"): per partition, list only from this many
-    # already-read files behind the position on (late/changed files among them are detected every epoch) ...
+    """``dead_letter`` (counted in the checkpoint stats) or ``fail``: the epoch fails naming file and partition."""
     source_listing_window: int = 16
-    # ... and list everything (all files checked against the read inventory) on every N-th checkpoint; 0: never
+    """Incremental source listing: per partition, list from this many already-read files behind the position on
+    (late or changed files among them are detected every epoch)."""
     source_full_listing_every: int = 50
+    """Every N-th checkpoint lists whole partitions and checks every file against the read inventory; ``0``: never."""
     state_ttl_seconds: int = 24 * 3600
-    state_incremental: bool = True  # incremental (changelog) state snapshots in <job>/shared/ (docs/state.md)
-    state_max_deltas: int = 10  # a state chain holds at most this many deltas before a full base is written
-    state_max_delta_ratio: float = 0.5  # ... and its deltas at most this fraction of the base's bytes
-    state_backend: str = "heap"  # heap | rocksdb: keyed state in the task's memory, or in an executor-local store
+    """Default state TTL of joins (and of operators without their own ``ttl_seconds``), in ``_ingest_ts`` time."""
+    state_incremental: bool = True
+    """Incremental state snapshots: a base plus changelog deltas in ``<job>/shared/``; on a local file system with
+    small state ``false`` is faster."""
+    state_max_deltas: int = 10
+    """Deltas a state chain may hold before a full base is written again (bounds a restore)."""
+    state_max_delta_ratio: float = 0.5
+    """... and their bytes, as a fraction of the base's."""
+    state_backend: str = "heap"
+    """``heap``: each task holds its key-group range's state in memory; ``rocksdb``: an executor-local RocksDB store
+    per state and range, read and written per touched key (state larger than memory)."""
     validate_after_epoch: bool = False
-    spark_master: str = ""  # empty: the launcher's / an existing session's master, else local[*]
-    sink_format: str = ""  # "" | iceberg | delta | epochal | <table>=<format>,... (overrides the job API)
-    iceberg_catalog: str = ""  # "" = embedded SQLite catalog; else a pyiceberg catalog name (REST/Glue/Hive/...)
-    iceberg_catalog_uri: str = ""  # embedded catalog's SQLAlchemy URI; default <sink root>/_iceberg_catalog.db
-    savepoint_prefixes: str = ""  # comma-separated URI prefixes for savepoint --target; "" = <ckpt>/<job>/savepoints
-    clock_now: str = ""  # ISO-8601 UTC; empty = wall clock. Lets tests and replays control the clock.
+    """Run the cheap quality subset after each checkpoint."""
+    spark_master: str = ""
+    """Any Spark master URL or a Spark Connect server ``sc://host:port``; empty: the launcher's or an existing
+    session's master, else ``local[*]``."""
+    sink_format: str = ""
+    """``delta``, ``iceberg`` or ``epochal`` for every sink, or ``table=format,...``; overrides the job API; empty:
+    the job's choice."""
+    iceberg_catalog: str = ""
+    """Empty: an embedded SQLite catalog; else a pyiceberg catalog name (REST, Glue, Hive, ...)."""
+    iceberg_catalog_uri: str = ""
+    """The embedded catalog's SQLAlchemy URI; empty: ``<sink root>/_iceberg_catalog.db``."""
+    savepoint_prefixes: str = ""
+    """Comma-separated URI prefixes ``savepoint --target`` may write under; empty: ``<checkpoint root>/<job>/savepoints``."""
+    clock_now: str = ""
+    """A fixed ISO-8601 UTC "now" for tests and replays; empty: the wall clock."""
 
     def __post_init__(self) -> None:
         for name in ("source_uri", "checkpoint_uri", "sink_uri"):

@@ -29,15 +29,18 @@ from pipeline.exceptions import ConfigError
 from pipeline.operators.join import JoinType, Uniqueness
 from pipeline.sink.formats import TableFormat
 
-__all__ = ["Job", "Stream", "SourceNode", "MapNode", "JoinNode", "AggregateNode", "DedupNode", "WindowNode",
+__all__ = ["Job", "Stream", "SourceNode", "MapNode", "UnionNode", "JoinNode", "AggregateNode", "DedupNode", "WindowNode",
            "ProcessNode", "SinkNode", "is_operator",
-           "AGG_FUNCTIONS", "WINDOW_AGG_FUNCTIONS", "JOIN_TYPES", "INTERNAL_COLUMNS"]
+           "AGG_FUNCTIONS", "WINDOW_AGG_FUNCTIONS", "JOIN_TYPES", "INTERNAL_COLUMNS", "JOIN_KEY", "join_key_sql",
+           "join_output"]
 
 AGG_FUNCTIONS = ("count", "sum", "min", "max")
 WINDOW_AGG_FUNCTIONS = AGG_FUNCTIONS + ("avg", "count_distinct")
 JOIN_TYPES = tuple(t.value for t in JoinType)  # the public API's strings for ``how``
 _UNIQUENESS = (None,) + tuple(u.value for u in Uniqueness)
 INTERNAL_COLUMNS = ("_ingest_ts",)
+#: the column a join on several keys is keyed by (state and routing): see :func:`join_key_sql`
+JOIN_KEY = "__join_key"
 _UID = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{0,63}$")
 
 
@@ -57,6 +60,15 @@ class MapNode:
 
 
 @dataclass(frozen=True, slots=True)
+class UnionNode:
+    """``Stream.union``: the rows of every parent stream, as one stream (SQL ``UNION ALL``; stateless). The parents
+    have the same columns (names and types; matched by name). Each row keeps its own event time, ``_ingest_ts`` and
+    source position, so barriers, alignment and watermark channels are those of its inputs (docs/operators.md)."""
+
+    parents: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class JoinNode:
     """Stream-stream equi-join: every pair of rows with equal keys, once, while the older is within the TTL
     (see ``docs/operators.md``). Each side is held in keyed state until TTL expiry (or, with ``unique``,
@@ -70,6 +82,7 @@ class JoinNode:
     output: tuple[str, ...] | None  # column order of the joined rows; None: key, left, right
     how: JoinType = JoinType.INNER           # inner | left | right | full (a string is coerced)
     unique: Uniqueness = Uniqueness.NONE     # none | left | right | both: sides whose keys are declared unique
+    keys: tuple[str, ...] = ()               # join keys of several columns (then ``on`` is JOIN_KEY, see join_key_sql)
 
     def __post_init__(self) -> None:  # coerced once: the rest of the package sees the enums
         object.__setattr__(self, "how", JoinType(self.how))
@@ -162,9 +175,10 @@ class SinkNode:
     mode: Literal["append", "upsert"]
     key: tuple[str, ...]
     format: str | None = None  # "iceberg" | "delta" | "epochal"; None: PIPELINE_SINK_FORMAT or the default
+    partition_by: tuple[str, ...] = ()  # partition columns (Hive-style directories; Delta/Iceberg partitions)
 
 
-Node = SourceNode | MapNode | JoinNode | AggregateNode | DedupNode | WindowNode | ProcessNode | SinkNode
+Node = SourceNode | MapNode | UnionNode | JoinNode | AggregateNode | DedupNode | WindowNode | ProcessNode | SinkNode
 StatefulNode = JoinNode | AggregateNode | DedupNode | WindowNode | ProcessNode
 
 
@@ -182,16 +196,37 @@ class Stream:
     node: int
 
     def filter(self, condition: str) -> "Stream":
+        """Rows for which the Spark SQL boolean expression ``condition`` holds (e.g. ``"amount > 100"``). Stateless;
+        runs inside Spark's optimiser."""
         return self.job._add(MapNode(self.node, "filter", (condition,)))
 
     def select(self, *exprs: str) -> "Stream":
+        """A projection: Spark SQL expressions, ``AS`` for names (``"amount AS paid_amount"``). Stateless;
+        ``_ingest_ts`` is carried through automatically."""
         if not exprs:
             raise ConfigError("select() needs at least one expression")
         return self.job._add(MapNode(self.node, "select", tuple(exprs)))
 
-    def join(self, other: "Stream", *, on: str, uid: str, how: str = "inner", unique: str | None = None,
-             ttl_seconds: int | None = None, output: Sequence[str] | None = None) -> "Stream":
-        """Stream-stream equi-join on column ``on``. ``how``: inner, left, right, full (an unmatched outer row is
+    def union(self, *others: "Stream") -> "Stream":
+        """The rows of this stream and of ``others`` as one stream (SQL ``UNION ALL``). Every stream must have the
+        same columns (names and types, matched by name); a difference is a configuration error naming it. Stateless:
+        no ``uid``. Barriers, alignment and watermarks: docs/operators.md ("union")."""
+        if not others:
+            raise ConfigError("union() needs at least one other stream")
+        for o in others:
+            if not isinstance(o, Stream) or o.job is not self.job:
+                raise ConfigError("union(): every stream must be a Stream of the same job")
+        parents = (self.node,) + tuple(o.node for o in others)
+        if len(set(parents)) != len(parents):
+            raise ConfigError("union(): a stream is listed twice (union a stream with itself through a select)")
+        self.job.check_union_schemas(parents)
+        return self.job._add(UnionNode(parents))
+
+    def join(self, other: "Stream", *, on: str | Sequence[str], uid: str, how: str = "inner",
+             unique: str | None = None, ttl_seconds: int | None = None,
+             output: Sequence[str] | None = None) -> "Stream":
+        """Stream-stream equi-join on column ``on`` (or on several columns: ``on=["id", "window_start"]``; a row with
+        a null in any key column matches nothing, as in SQL). ``how``: inner, left, right, full (an unmatched outer row is
         emitted with nulls when it expires from state). ``unique``: None, "left", "right" or "both" declares
         keys unique on that side, so matched rows of the other side leave state; a violating row goes to the
         dead-letter location (or fails the epoch, ``PIPELINE_BAD_RECORDS=fail``)."""
@@ -203,9 +238,17 @@ class Stream:
             raise ConfigError(f"join {uid!r}: unique={unique!r}; use None, 'left', 'right' or 'both'")
         if ttl_seconds is not None and ttl_seconds < 0:
             raise ConfigError(f"join {uid!r}: ttl_seconds must be >= 0 (0: no expiry)")
-        return self.job._add(JoinNode(self.job._uid(uid), self.node, other.node, on, ttl_seconds,
+        cols = (on,) if isinstance(on, str) else tuple(on)
+        if not cols or not all(isinstance(c, str) and c for c in cols) or len(set(cols)) != len(cols):
+            raise ConfigError(f"join {uid!r}: on={on!r}; name one key column or a list of distinct columns")
+        if JOIN_KEY in cols or "_ingest_ts" in cols:
+            raise ConfigError(f"join {uid!r}: {JOIN_KEY!r} and '_ingest_ts' cannot be join keys")
+        key, keys = (cols[0], ()) if len(cols) == 1 else (JOIN_KEY, cols)
+        if output is not None and JOIN_KEY in output:
+            raise ConfigError(f"join {uid!r}: output cannot name the internal key column {JOIN_KEY!r}")
+        return self.job._add(JoinNode(self.job._uid(uid), self.node, other.node, key, ttl_seconds,
                                       tuple(output) if output else None, JoinType(how),
-                                      Uniqueness(unique or "none")))
+                                      Uniqueness(unique or "none"), keys))
 
     def deduplicate(self, *, uid: str, key: str, ttl_seconds: int | None = None) -> "Stream":
         """The first row per ``key`` passes; a later row is dropped (and counted) while the kept row is held,
@@ -215,6 +258,9 @@ class Stream:
         return self.job._add(DedupNode(self.job._uid(uid), self.node, key, ttl_seconds))
 
     def aggregate(self, *, uid: str, key: str, aggs: Mapping[str, tuple[str, str | None]]) -> "Stream":
+        """Running keyed aggregate: ``aggs`` maps an output column to ``(function, input column)`` with function
+        ``count`` (input ``None``), ``sum``, ``min`` or ``max``. Emits the new totals of every key that changed
+        in an epoch (an upsert stream: sink it with ``mode="upsert"``). A null key is one group, as in SQL."""
         spec = []
         for out, (fn, col) in aggs.items():
             if fn not in AGG_FUNCTIONS:
@@ -277,11 +323,19 @@ class Stream:
         return self.job._add(ProcessNode(uid, self.node, key, fn, state_schema, output_schema, ttl_seconds))
 
     def sink(self, table: str, *, mode: Literal["append", "upsert"] = "append",
-             key: Sequence[str] | None = None, format: str | None = None) -> "Stream":
+             key: Sequence[str] | None = None, format: str | None = None,
+             partition_by: Sequence[str] | None = None) -> "Stream":
         """Two-phase-commit sink. ``format``: ``"iceberg"``, ``"delta"`` or ``"epochal"`` (see
-        ``docs/table-formats.md``); ``PIPELINE_SINK_FORMAT`` overrides it."""
+        ``docs/table-formats.md``); ``PIPELINE_SINK_FORMAT`` overrides it. ``partition_by``: columns whose values
+        partition the table (string, integer, boolean or date columns; Hive-style ``col=value`` directories, Delta
+        partition columns, Iceberg identity partitions)."""
         if mode not in ("append", "upsert"):
             raise ConfigError(f"sink {table!r}: mode must be append or upsert")
+        parts = tuple(partition_by or ())
+        if isinstance(partition_by, str) or len(set(parts)) != len(parts) or not all(
+                isinstance(c, str) and c and not c.startswith("_") for c in parts):
+            raise ConfigError(f"sink {table!r}: partition_by={partition_by!r}; name distinct columns of the stream "
+                              "(not internal ones)")
         parent = self.job.nodes[self.node]
         if mode == "upsert" and not key:
             if isinstance(parent, AggregateNode):
@@ -294,7 +348,7 @@ class Stream:
             raise ConfigError(f"sink table name {table!r} is invalid or used twice")
         if format is not None:
             format = TableFormat.parse(format, f"sink {table!r} format").value
-        return self.job._add(SinkNode(table, self.node, mode, tuple(key or ()), format))
+        return self.job._add(SinkNode(table, self.node, mode, tuple(key or ()), format, parts))
 
 
 @dataclass(eq=False)
@@ -322,6 +376,10 @@ class Job:
 
     def source(self, name: str, schema: pa.Schema, *, key: str | None = None,
                format: Literal["auto", "parquet", "jsonl"] = "auto") -> Stream:
+        """A source log ``<source root>/<name>/partition=<p>/<seq:08d>.parquet`` (or ``.jsonl``). ``schema`` must
+        contain ``_ingest_ts`` (UTC timestamp, non-decreasing within a partition). A row whose ``key`` is null or
+        empty, or that does not fit the schema, is bad input: dead-lettered (or the epoch fails,
+        ``PIPELINE_BAD_RECORDS=fail``)."""
         if "_ingest_ts" not in schema.names:
             raise ConfigError(f"source {name!r}: schema must contain _ingest_ts")
         if key is not None and key not in schema.names:
@@ -362,6 +420,67 @@ class Job:
             cur = self.nodes[cur].parent  # type: ignore[union-attr]
         return cur, list(reversed(maps))
 
+    def operator_sink(self, node_id: int) -> SinkNode | None:
+        """The sink that operator ``node_id``'s own tasks write: the first unpartitioned sink reading it directly
+        (None: not an operator, or no such sink). Every other sink is written by a sink writer (pipeline.runtime.sink_writer)."""
+        if not is_operator(self.nodes[node_id]):
+            return None
+        return next((s for s in self.sinks() if s.parent == node_id and not s.partition_by), None)
+
+    def bases(self, node_id: int) -> frozenset[int]:
+        """The sources and operators whose rows reach node ``node_id`` through stateless steps (maps, unions)."""
+        base, _maps = self.chain_to(node_id)
+        node = self.nodes[base]
+        if isinstance(node, UnionNode):
+            return frozenset().union(*(self.bases(p) for p in node.parents))
+        return frozenset((base,))
+
+    def ingest_shown(self, node_id: int) -> bool:
+        """Whether a sink reading node ``node_id`` (not an operator) shows ``_ingest_ts``: the runtime carries it
+        through every select for event-time bookkeeping, but a select that does not name it hides it from the
+        sink; a source shows it (it is in the source schema); an operator shows what its output has."""
+        node = self.nodes[node_id]
+        if isinstance(node, MapNode):
+            if node.kind == "select":
+                return any(_output_name(e) == "_ingest_ts" for e in node.exprs)
+            return self.ingest_shown(node.parent)
+        if isinstance(node, UnionNode):
+            return all(self.ingest_shown(p) for p in node.parents)
+        return True
+
+    def static_schema(self, node_id: int) -> pa.Schema | None:
+        """The schema of node ``node_id``'s rows when the job graph alone decides it (sources, filters, unions and
+        selects of plain columns of a known schema), else None (Spark decides it when the plan is built)."""
+        node = self.nodes[node_id]
+        if isinstance(node, SourceNode):
+            return node.schema
+        if isinstance(node, UnionNode):
+            return self.static_schema(node.parents[0])
+        if isinstance(node, MapNode):
+            parent = self.static_schema(node.parent)
+            if parent is None or node.kind == "filter":
+                return parent
+            fields = []
+            for e in node.exprs:
+                m = _PLAIN_SELECT.match(e)
+                if m is None or m.group(1) not in parent.names:
+                    return None
+                fields.append(parent.field(m.group(1)).with_name(m.group(2) or m.group(1)))
+            if "_ingest_ts" in parent.names and "_ingest_ts" not in [f.name for f in fields]:
+                fields.append(parent.field("_ingest_ts"))
+            return pa.schema(fields)
+        return None
+
+    def check_union_schemas(self, parents: Sequence[int]) -> None:
+        """Refuse a union whose inputs' schemas differ, where the job graph alone decides them (the rest is checked
+        when the plan is built, before the first checkpoint is claimed)."""
+        known = [(p, self.static_schema(p)) for p in parents]
+        known = [(p, s) for p, s in known if s is not None]
+        for p, s in known[1:]:
+            diff = schema_difference(known[0][1], s)  # type: ignore[arg-type]
+            if diff:
+                raise ConfigError(f"union of node {known[0][0]} and node {p}: the schemas differ: {diff}")
+
     def columns_read(self, node_id: int) -> frozenset[str] | None:
         """Columns of node ``node_id``'s output that its stateful consumers may read (lower-cased), or None
         for "possibly all of them". Conservative: a column counts as read when its name appears as a word
@@ -369,6 +488,11 @@ class Job:
         consumer aggregate; a join reading the rows unselected, or a ``*``, reads them all."""
         import re
         read: set[str] = {"_ingest_ts"}  # carried through every select (event-time bookkeeping)
+        for n in self.nodes:  # a union, or a sink its operator does not write, reads the rows whole
+            ins = n.parents if isinstance(n, UnionNode) else (n.parent,) if isinstance(n, SinkNode) else ()
+            for i in ins:
+                if self.chain_to(i)[0] == node_id and (isinstance(n, UnionNode) or self.operator_sink(i) is not n):
+                    return None
         for op in self.operators():
             for i in op.inputs:
                 base, maps = self.chain_to(i)
@@ -403,3 +527,47 @@ class Job:
 
     def state_names(self, uid: str) -> tuple[str, ...]:
         return type(self.operator(uid)).STATE_NAMES
+
+
+_PLAIN_SELECT = re.compile(r"^\s*`?([A-Za-z_][A-Za-z0-9_]*)`?(?:\s+(?:AS\s+)?`?([A-Za-z_][A-Za-z0-9_]*)`?)?\s*$",
+                           re.IGNORECASE)
+
+
+def _output_name(expr: str) -> str:
+    """The output column name of a select expression as far as the text tells (``a AS b`` -> b, ``t.a`` -> a)."""
+    return expr.strip().split()[-1].strip("`").split(".")[-1]
+
+
+def schema_difference(a: pa.Schema, b: pa.Schema) -> str:
+    """A one-line description of how two schemas differ (by column name and type; order is ignored), '' if not."""
+    ta = {f.name: f.type for f in a}
+    tb = {f.name: f.type for f in b}
+    parts = []
+    only_a, only_b = [n for n in ta if n not in tb], [n for n in tb if n not in ta]
+    if only_a:
+        parts.append(f"only the first has {only_a}")
+    if only_b:
+        parts.append(f"only the second has {only_b}")
+    for n in ta:
+        if n in tb and ta[n] != tb[n]:
+            parts.append(f"column {n!r} is {ta[n]} in the first, {tb[n]} in the second")
+    return "; ".join(parts)
+
+
+def join_key_sql(keys: Sequence[str]) -> str:
+    """The Spark SQL expression of a join's key on several columns: the JSON of the key columns as a struct (one
+    string, equal exactly when every key value is equal), null when any key column is null (SQL: no match)."""
+    cols = ", ".join(f"`{k}`" for k in keys)
+    nulls = " OR ".join(f"`{k}` IS NULL" for k in keys)
+    return f"CASE WHEN {nulls} THEN NULL ELSE to_json(struct({cols})) END"
+
+
+def join_output(op: JoinNode, lcols: Sequence[str], rcols: Sequence[str]) -> list[str]:
+    """A join's output columns: ``op.output``, else the key column(s), the left's other columns, the right's other
+    columns (``_ingest_ts`` and the internal key column of a join on several keys excluded)."""
+    if op.output:
+        return list(op.output)
+    keys = list(op.keys) if op.keys else [op.on]
+    skip = set(keys) | {op.on, "_ingest_ts", JOIN_KEY}
+    out = keys + [c for c in lcols if c not in skip]
+    return out + [c for c in rcols if c not in skip and c not in out]

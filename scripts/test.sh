@@ -15,6 +15,6 @@ export PATH="$ROOT/.venv/bin:$PATH"
 export PYSPARK_PYTHON="$ROOT/.venv/bin/python"
 # static checks first (config in pyproject.toml): ruff (pyflakes, pycodestyle, isort, bugbear) and mypy
 echo "[test] ruff check + mypy..." >&2
-.venv/bin/python -m ruff check pipeline tests dags plugins include benchmarks
+.venv/bin/python -m ruff check pipeline tests dags plugins include benchmarks docs/hooks
 .venv/bin/python -m mypy
 exec .venv/bin/python -m pytest "$@"

@@ -18,7 +18,7 @@ JVM options of the suite's Spark drivers (``SPARK_SUBMIT_OPTS``, read by ``spark
 in-process session, the jobs run as subprocesses, Airflow's tasks and the Spark Connect server): the C1 compiler
 only and the serial collector (``EPOCHAL_TEST_JVM_OPTS``). A test's JVM lives seconds to minutes on tiny data; the
 C2 compiler and G1's threads spent the CPU the test needed (one job subprocess: 65-72 s with the defaults against
-33-39 s at load 14-22 on 2 cores, notes in README "Tests and their profiles"). Semantics are untouched. An explicit
+33-39 s at load 14-22 on 2 cores, notes in docs/development/tests.md). Semantics are untouched. An explicit
 ``SPARK_SUBMIT_OPTS`` wins; ``EPOCHAL_TEST_JVM_OPTS=`` (empty) keeps the JVM's defaults.
 """
 from __future__ import annotations

@@ -74,6 +74,7 @@ from pipeline.runtime.report_codec import to_batch
 from pipeline.runtime.routing import shuffle_to_subtasks, with_beacons
 from pipeline.runtime.savepoints import abort_pending, check_target
 from pipeline.runtime.task_requests import RequestSpan, counted_in_span
+from pipeline.runtime.writer_nodes import WRITER_PREFIX, is_writer_uid
 from pipeline.source.contract import read_inventory
 from pipeline.source.positions import barrier_or_idle
 from pipeline.state.backend import KG_COLUMN, write_table
@@ -230,7 +231,9 @@ def _objects(comp, res, job) -> list[tuple[str, str, str, object, str | None]]:
             raise BootstrapRefusedError(f"job {job.name!r}: cannot bootstrap sink {s.table!r} of "
                                         f"{getattr(job.nodes[s.parent], 'uid', s.parent)!r}: "
                                         f"{res.unchecked.get(f'sink/{s.table}', 'not modelled by the batch plan')}")
-        out.append(("output", job.nodes[s.parent].uid, s.table, res.sinks[s.table], None))
+        writer = job.operator_sink(s.parent) is not s   # staged by a sink writer (pipeline.runtime.sink_writer)
+        out.append(("output", f"{WRITER_PREFIX}{s.table}" if writer else job.nodes[s.parent].uid, s.table,
+                    res.sinks[s.table], None))
     for m in res.messages:
         raise BootstrapRefusedError(f"job {job.name!r}: cannot bootstrap: {m}")
     return out
@@ -389,11 +392,16 @@ def _bootstrap(runner, plan: BootstrapPlan, summaries, t0: float) -> dict:
         timings["dead_letters"] = round(time.perf_counter() - t1, 3)
         dl_extra = DeadLetterFiles(n, {u: tuple(sorted(fs)) for u, fs in op_files.get(n, {}).items()})
         acks = [TaskReport(ReportKind.ACK, op.uid, s, "", mode="aligned") for op in job.operators() for s in range(P)]
+        writer_files: dict[str, list] = {}   # sink writers' files: in _metadata's sinks, not acknowledgements
+        for r in rows:
+            if is_writer_uid(r.operator_uid) and r.file is not None:
+                writer_files.setdefault(r.name, []).append(r.file)
+        rows = [r for r in rows if not is_writer_uid(r.operator_uid)]
         runner.coordinator.receive_acknowledge_reports(pending, rows + acks)
         # Step 5: _metadata last, then commit the sinks
         completed = runner.coordinator.complete(
             pending, positions=barriers, channel_state=[], sinks_full={s.table: False for s in job.sinks()},
-            backlog={}, dead_letters=dead_letters, rounds=1,
+            backlog={}, dead_letters=dead_letters, rounds=1, writer_files=writer_files,
             extra={"bootstrap": {"epoch": n, "batch_seconds": round(time.perf_counter() - t0, 3),
                                  "objects": figures,
                                  "dead_letter_files": {str(m): {u: sorted(fs) for u, fs in sorted(by.items())}

@@ -70,7 +70,10 @@ from pipeline.job import (
     ProcessNode,
     SinkNode,
     SourceNode,
+    UnionNode,
     WindowNode,
+    join_key_sql,
+    join_output,
 )
 
 __all__ = ["BatchResult", "evaluate", "join_semantics", "violation_label"]
@@ -435,6 +438,16 @@ class _Compiler:
                 exprs.append("_ingest_ts")
             exprs += [c for c in INTERNAL if c in df.columns]
             return df.selectExpr(*exprs)
+        if isinstance(node, UnionNode):  # UNION ALL by column name (each row keeps its epoch, round, position)
+            parts = [self.frame(p) for p in node.parents]
+            bad = [self.bad[p] for p, d in zip(node.parents, parts) if d is None]
+            if bad:
+                self.bad[nid] = bad[0]
+                return None
+            df = parts[0]
+            for d in parts[1:]:
+                df = df.unionByName(d, allowMissingColumns=True)
+            return df
         if isinstance(node, JoinNode):
             return self._join(nid, node)
         if isinstance(node, AggregateNode):
@@ -493,12 +506,13 @@ class _Compiler:
                                                          and base_node.emit == "update"):
                 self.bad[nid] = f"join {op.uid} reads the changelog of {base_node.uid}"
                 return None
+            if op.keys:  # several key columns: keyed by one column computed from them, as the runtime does
+                df = df.withColumn(op.on, F.expr(join_key_sql(op.keys)))
             inputs.append(df)
         left, right = inputs
         lcols = [c for c in left.columns if c not in INTERNAL]
         rcols = [c for c in right.columns if c not in INTERNAL]
-        output = list(op.output or [op.on] + [c for c in lcols if c not in (op.on, "_ingest_ts")]
-                      + [c for c in rcols if c not in (op.on, "_ingest_ts")])
+        output = join_output(op, lcols, rcols)
         ttl_s = op.ttl_seconds if op.ttl_seconds is not None else self.default_ttl
         ttl = ttl_s * 1_000_000 if ttl_s else None
         declared = hasattr(op, "how")
@@ -1097,7 +1111,8 @@ class _Compiler:
     def _rounds_if_needed(self) -> RoundLog | None:
         """The round log when the lineage has multi-round checkpoints and the job a deduplicate (the one operator
         whose result depends on round boundaries); None otherwise."""
-        if not any(isinstance(o, DedupNode) for o in self.job.operators()):
+        if not any(isinstance(o, DedupNode) for o in self.job.operators()) and not any(
+                s.mode == "upsert" and self.job.operator_sink(s.parent) is not s for s in self.job.sinks()):
             return None
         rounds = self._rounds()
         return rounds if rounds.multi_round_epochs else None
@@ -1271,6 +1286,10 @@ class _Compiler:
             df = self.frame(s.parent)
             if df is None:
                 self.result.unchecked[obj] = self.bad[s.parent]
+            elif self.job.operator_sink(s.parent) is not s:  # a sink writer's (pipeline.runtime.sink_writer)
+                why = self._writer_sink(s, df)
+                if why is not None:
+                    self.result.unchecked[obj] = why
             elif isinstance(parent, AggregateNode) and s.mode == "append":
                 self.result.unchecked[obj] = ("append sink of an aggregate: a changelog whose rows depend on round "
                                               "boundaries (its upsert view is checked through the aggregate state)")
@@ -1281,9 +1300,44 @@ class _Compiler:
                     df = df.drop("_ingest_ts")   # only rows flowing on carry it (:meth:`_window_flow`), not the sink's
                 self.result.sinks[s.table] = _visible(df)
         for n in self.job.nodes:
-            if not isinstance(n, (SourceNode, MapNode, JoinNode, AggregateNode, WindowNode, DedupNode, SinkNode)):
+            if not isinstance(n, (SourceNode, MapNode, UnionNode, JoinNode, AggregateNode, WindowNode, DedupNode,
+                                  SinkNode)):
                 self.result.messages.append(f"not checked: {type(n).__name__} nodes are not modelled yet")
         return self.result
+
+
+    def _writer_sink(self, s: SinkNode, df) -> str | None:
+        """The batch meaning of a sink written by a sink writer (stateless steps after sources, unions or an
+        operator): its rows (append), or per key the last row in the writer's order (upsert: processing epoch,
+        round, ``_ingest_ts``, source position, then the other columns; pipeline.runtime.sink_writer). Returns why
+        it is not modelled, or None when :attr:`BatchResult.sinks` holds it."""
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+        bases = [self.job.nodes[b] for b in self.job.bases(s.parent)]
+        updating = [b for b in bases if isinstance(b, AggregateNode) or (isinstance(b, WindowNode) and b.emit == "update")]
+        shown = self.job.ingest_shown(s.parent)
+        cols = [c for c in df.columns if c not in INTERNAL and (c != "_ingest_ts" or shown)]
+        if s.mode == "append":
+            if updating:
+                return ("append sink of an updating stream (a running aggregate or an update window): a changelog "
+                        "whose rows depend on round boundaries")
+            self.result.sinks[s.table] = df.select(*cols)
+            return None
+        if updating:
+            _base, maps = self.job.chain_to(s.parent)
+            if len(bases) != 1 or any(m.kind == "filter" for m in maps):
+                return ("upsert sink of an updating stream behind a filter or a union: which updates pass depends on "
+                        "round boundaries")
+            self.result.sinks[s.table] = df.select(*cols)   # the latest totals, mapped
+            return None
+        if not all(isinstance(b, SourceNode) for b in bases):
+            return "upsert sink of an operator's append stream: 'newest row per key' is not modelled"
+        order = [c for c in (PEPOCH, ROUND, "_ingest_ts", "_source", "_partition", "_seq", "_row") if c in df.columns]
+        rest = [c for c in cols if c not in order and c not in s.key and _orderable(df.schema[c].dataType)]
+        w = Window.partitionBy(*[F.col(k) for k in s.key]).orderBy(*[F.col(c).desc() for c in order + rest])
+        self.result.sinks[s.table] = (df.withColumn("__last", F.row_number().over(w)).filter("__last = 1")
+                                      .select(*cols))
+        return None
 
 
 def evaluate(runner, job: Job, prefix: Prefix, spark=None, fold: frozenset[str] | None = None) -> BatchResult:

@@ -95,8 +95,7 @@ class PendingManifest:
         tasks = tuple(sorted({(str(u), int(s)) for u, s in self.expected_tasks}))
         if len(tasks) != len(tuple(self.expected_tasks)):
             raise ValueError(f"checkpoint {self.checkpoint_id}: duplicate expected tasks")
-        if not tasks:
-            raise ValueError(f"checkpoint {self.checkpoint_id}: no tasks to acknowledge")
+        # no tasks: a job without stateful operators (its sink writers' files are in _metadata, not in acks)
         set_ = object.__setattr__
         set_(self, "expected_tasks", tasks)
         set_(self, "positions", _positions(self.positions))
@@ -334,8 +333,10 @@ class PendingCheckpoint:
                        s3_requests: StorageRequests | None = None,
                        executor_s3_requests: StorageRequests | None = None,
                        executor_s3_requests_counting: RequestCounting | None = None,
-                       sink_s3_requests_counting: Mapping[str, str] | None = None) -> CheckpointMetadata:
-        """The ``_metadata`` this checkpoint would have if finalized now."""
+                       sink_s3_requests_counting: Mapping[str, str] | None = None,
+                       writer_files: Mapping[str, Sequence[FileHandle]] | None = None) -> CheckpointMetadata:
+        """The ``_metadata`` this checkpoint would have if finalized now. ``writer_files``: per sink table, the files
+        its stateless sink writer staged (no keyed state, so not an acknowledging task of the checkpoint)."""
         m = self.manifest
         acks = self.acknowledgements
         subtasks: dict[str, int] = {}
@@ -349,6 +350,8 @@ class PendingCheckpoint:
         for a in acks:
             for table, files in a.sink_files.items():
                 sink_files.setdefault(table, []).extend(files)
+        for table, written in (writer_files or {}).items():
+            sink_files.setdefault(table, []).extend(written)
         full = dict(sinks_full or {})
         unknown = set(full) - set(sink_files)
         if unknown:

@@ -225,7 +225,7 @@ class DataCollector(CollectorBase):
             if spec is not None and spec.key and uris:
                 try:
                     t = pq.read_table(pa.BufferReader(self.fio(uris[0]).read_bytes(uris[0])))
-                    keys = pc.cast(t[spec.key], pa.string())
+                    keys = t[spec.key]
                     hit = np.nonzero(xxhash64(keys) == khash)[0]
                     if len(hit):
                         ex["key"] = keys[int(hit[0])].as_py()

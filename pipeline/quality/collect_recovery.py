@@ -83,7 +83,7 @@ class RecoveryCollector(CollectorBase):
                         continue
                     exp_table = exp["rows"](obj, set(kgs))       # the executors filter the key groups
                     spec = self.objects.specs[obj]
-                    exp_key = (pc.cast(exp_table[spec.key], pa.string()) if spec.key is not None
+                    exp_key = (exp_table[spec.key] if spec.key is not None
                                else pa.nulls(exp_table.num_rows, pa.string()))
                     exp_kg = np.mod(xxhash64(exp_key), np.int64(self.mp))
                     for kg in kgs:
@@ -135,7 +135,7 @@ class RecoveryCollector(CollectorBase):
         if obj in self.upsert_tables:
             t = self.upsert_tables[obj]
             spec = self.objects.specs[obj]
-            kg = key_groups(pc.cast(t[spec.key], pa.string()), self.mp) if t.num_rows else np.zeros(0, np.int32)
+            kg = key_groups(t[spec.key], self.mp) if t.num_rows else np.zeros(0, np.int32)
             return t.append_column("__kg", pa.array(kg, pa.int32())).filter(pa.array(np.isin(kg, list(kgs))))
         uris = [u for _, o, u, *_ in files if o == obj]
         readable = [u for u in uris if self.data_file_records.get(u, {}).get("schema")]

@@ -27,7 +27,9 @@ from pipeline.job import (
     ProcessNode,
     SinkNode,
     SourceNode,
+    UnionNode,
     WindowNode,
+    join_output,
 )
 from pipeline.quality.normalize import NullKey, ObjectSpec, schema_signature
 
@@ -70,6 +72,8 @@ def node_schema(job: Job, node_id: int) -> pa.Schema | None:
     node = job.nodes[node_id]
     if isinstance(node, SourceNode):
         return node.schema
+    if isinstance(node, UnionNode):
+        return node_schema(job, node.parents[0])
     if isinstance(node, MapNode):
         parent = node_schema(job, node.parent)
         if parent is None:
@@ -80,8 +84,7 @@ def node_schema(job: Job, node_id: int) -> pa.Schema | None:
         if left is None or right is None:
             return None
         fields = {**{f.name: f for f in left}, **{f.name: f for f in right}}
-        output = node.output or tuple([node.on] + [c for c in left.names if c not in (node.on, _INGEST)]
-                                      + [c for c in right.names if c not in (node.on, _INGEST)])
+        output = join_output(node, left.names, right.names)
         if any(c not in fields for c in output):
             return None
         return pa.schema([fields[c] for c in output])
@@ -109,6 +112,8 @@ def node_schema(job: Job, node_id: int) -> pa.Schema | None:
 def _state_schema(job: Job, op, name: str) -> pa.Schema | None:
     if isinstance(op, JoinNode):
         side = node_schema(job, op.left if name == "left" else op.right)
+        if side is not None and op.keys:  # a join on several columns is keyed by one computed column
+            side = side.append(pa.field(op.on, pa.string()))
         # the rows' own epochs (docs/operators.md, TTL), then the matched flag
         return None if side is None else side.append(_KG).append(pa.field("_pepoch", pa.int64())).append(
             pa.field("_matched", pa.bool_()))
@@ -203,6 +208,9 @@ def job_objects(job: Job, default_ttl_seconds: int | None) -> JobObjects:
         parent = job.nodes[sink.parent]
         o = sink_obj(sink.table)
         sch = node_schema(job, sink.parent)
+        if sch is not None and job.operator_sink(sink.parent) is not sink and not job.ingest_shown(sink.parent) \
+                and "_ingest_ts" in sch.names:  # a sink writer hides the _ingest_ts that no select named
+            sch = sch.remove(sch.get_field_index("_ingest_ts"))
         schemas[o] = schema_signature(sch) if sch is not None else None
         if isinstance(parent, AggregateNode) and sink.mode == "upsert":
             measures = tuple((out, out) for out, fn, _ in parent.aggs if fn in ("count", "sum"))
@@ -227,8 +235,8 @@ def job_objects(job: Job, default_ttl_seconds: int | None) -> JobObjects:
                         break
             # an outer join emits a key twice when its row expired unmatched and a partner arrived later (too late
             # to pair: it is emitted alone when it expires in turn), even with unique keys on both sides
-            specs[o] = ObjectSpec(o, "sink", parent.on, group, measures, agg_uid,
-                                  unique_key=_join_unique(parent) == "both"
+            specs[o] = ObjectSpec(o, "sink", parent.keys[0] if parent.keys else parent.on, group, measures, agg_uid,
+                                  unique_key=_join_unique(parent) == "both" and not parent.keys
                                   and getattr(parent, "how", "inner") == "inner", null_key=NullKey.NO_KEY)
         else:
             key = tuple(sink.key) if sink.mode == "upsert" else ()

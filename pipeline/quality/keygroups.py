@@ -103,11 +103,49 @@ def _hash_fixed(buf: _Buffer, starts: np.ndarray, length: int, seed: int) -> np.
     return h
 
 
+def _xxhash64_fixed(arr: pa.Array, width: int, seed: int) -> np.ndarray:
+    """Spark's ``hashLong`` (``width`` 8: longs, timestamps as µs, doubles as their bits) or ``hashInt`` (4: ints,
+    shorts, bytes, booleans, dates as days) of a fixed-width array: XXH64 of the little-endian value."""
+    n = len(arr)
+    out = np.full(n, seed & _M64, dtype=np.uint64)
+    valid = ~np.asarray(arr.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    dtype = {8: "<i8", 4: "<i4"}[width]
+    vals = np.asarray(arr.fill_null(0).to_numpy(zero_copy_only=False)).astype(dtype)
+    buf = _Buffer(vals.view(np.uint8))
+    idx = np.nonzero(valid)[0]
+    if len(idx):
+        out[idx] = _hash_fixed(buf, (idx * width).astype(np.int64), width, seed)
+    return out.view(np.int64)
+
+
+def _fixed_form(arr: pa.Array) -> tuple[pa.Array, int] | None:
+    """``arr`` as the integers Spark hashes and their width, for non-string key types (None: hashed as text)."""
+    t = arr.type
+    if pa.types.is_int64(t) or pa.types.is_uint32(t):
+        return arr.cast(pa.int64()), 8
+    if pa.types.is_integer(t) and t.bit_width <= 32:
+        return arr.cast(pa.int32()), 4
+    if pa.types.is_boolean(t):
+        return arr.cast(pa.int32()), 4
+    if pa.types.is_timestamp(t):
+        return arr.cast(pa.timestamp("us", tz=t.tz)).view(pa.int64()), 8
+    if pa.types.is_date32(t):
+        return arr.view(pa.int32()), 4
+    if pa.types.is_float64(t):
+        return pa.array(np.asarray(arr.fill_null(0.0).to_numpy(zero_copy_only=False), np.float64).view(np.int64),
+                        mask=np.asarray(arr.is_null().to_numpy(zero_copy_only=False), bool)), 8
+    return None
+
+
 def xxhash64(keys: pa.Array | pa.ChunkedArray | list, seed: int = SPARK_SEED) -> np.ndarray:
-    """Spark-compatible ``xxhash64`` of string keys as int64 (nulls hash to ``seed``, as in Spark)."""
+    """Spark-compatible ``xxhash64`` of keys as int64 (nulls hash to ``seed``, as in Spark): strings over their
+    UTF-8 bytes, integers, booleans, dates, timestamps and doubles as Spark's ``hashInt``/``hashLong``."""
     arr = keys if isinstance(keys, (pa.Array, pa.ChunkedArray)) else pa.array(keys, pa.string())
     if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks() if arr.num_chunks else pa.array([], pa.string())
+        arr = arr.combine_chunks() if arr.num_chunks else pa.array([], arr.type)
+    fixed = _fixed_form(arr)
+    if fixed is not None:
+        return _xxhash64_fixed(fixed[0], fixed[1], seed)
     arr = arr.cast(pa.large_string())
     n = len(arr)
     out = np.full(n, seed & _M64, dtype=np.uint64)

@@ -185,7 +185,8 @@ def normalize(table: pa.Table, spec: ObjectSpec, *, fid: int = -1, kg_lo: int | 
         null_val += np.asarray(v.is_null().to_numpy(zero_copy_only=False), dtype=np.int32)
         fp_ts += np.mod(pc.fill_null(v, 0).to_numpy(zero_copy_only=False).astype(np.int64), TS_MOD)
     if spec.key is not None and spec.key in table.column_names:
-        key = pc.cast(_as_array(table[spec.key]), pa.string())
+        typed = _as_array(table[spec.key])   # hashed as Spark hashes its type (the runtime's key groups)
+        key = pc.cast(typed, pa.string())
         if spec.null_key is NullKey.INVALID:
             null_key = pc.fill_null(pc.or_(pc.is_null(key), pc.equal(key, "")), True)
             null_key = np.asarray(null_key.to_numpy(zero_copy_only=False), dtype=np.int32)
@@ -194,9 +195,9 @@ def normalize(table: pa.Table, spec: ObjectSpec, *, fid: int = -1, kg_lo: int | 
         else:  # GROUP: every row is keyed; the null key hashes like Spark's xxhash64(NULL) (the seed): one key
             null_key = np.zeros(n, dtype=np.int32)
     else:
-        key = pa.nulls(n, pa.string())
+        typed = key = pa.nulls(n, pa.string())
         null_key = np.zeros(n, dtype=np.int32)
-    khash = xxhash64(key)
+    khash = xxhash64(typed)
     # strings: one hash per column (a different seed per column, so swapped values change the sum)
     fp_str = zeros.copy()
     for i, c in enumerate(sorted(strings)):
@@ -437,13 +438,13 @@ def rows_task(targets: list[tuple[ObjectSpec, int]], *, max_parallelism: int, ch
 
 
 def key_group_filter(key: str | None, max_parallelism: int, kgs: list[int]):
-    """The ``mapInArrow`` function keeping the rows whose key group (as :func:`normalize` computes it: XXH64 of
-    the key as a string, a keyless row's null key included) is in ``kgs``."""
+    """The ``mapInArrow`` function keeping the rows whose key group (as :func:`normalize` computes it: Spark's XXH64
+    of the key, a keyless row's null key included) is in ``kgs``."""
     wanted = np.asarray(kgs, dtype=np.int64)
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
-            k = (pc.cast(b.column(b.schema.get_field_index(key)), pa.string()) if key is not None
+            k = (b.column(b.schema.get_field_index(key)) if key is not None
                  else pa.nulls(b.num_rows, pa.string()))
             kg = np.mod(xxhash64(k), np.int64(max_parallelism))
             sel = np.isin(kg, wanted)

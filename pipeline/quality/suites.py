@@ -227,8 +227,9 @@ SUITES: tuple[SuiteSpec, ...] = (
         (
             ExpectationSpec("ExpectColumnValuesToBeUnique", {"column": "uri"},
                             "no file is committed by two commits readers see"),
-            ExpectationSpec("ExpectColumnValuesToBeUnique", {"column": "sha256"},
-                            "no output content is committed twice (same bytes under another name)"),
+            ExpectationSpec("ExpectCompoundColumnsToBeUnique", {"column_list": ["table", "sha256"]},
+                            "no output content is committed twice to a table (same bytes under another name; two "
+                            "tables may hold the same rows)"),
         ), per_epoch=True),
     # --------------------------------------------------------------------------------------- state
     SuiteSpec(

@@ -35,6 +35,7 @@ from pipeline.master import connect_url, probe_connect
 from pipeline.runtime.dead_letters import DeadLetterFiles, superseding_checkpoints, sweep_dead_letters
 from pipeline.runtime.keyed_ops import validate_keyed_ops
 from pipeline.runtime.session import get_spark, is_connect_session, ship_job_code
+from pipeline.runtime.writer_nodes import sink_writers
 from pipeline.sink.formats import open_sink_table, resolve_format, sink_requests_counting
 from pipeline.sink.table import CommittedTable
 from pipeline.sink.two_phase import TwoPhaseCommitSink
@@ -87,14 +88,9 @@ class RuntimeContext:
 
     # ------------------------------------------------------------------------------------------ setup
     def validate_job(self) -> None:
-        ops = {id(o) for o in self.job.operators()}
-        for s in self.job.sinks():
-            parent = self.job.nodes[s.parent]
-            if id(parent) not in ops:
-                raise ConfigError(f"job {self.job.name!r}: sink {s.table!r} must consume a stateful operator's "
-                                  "output directly (put select/filter before the operator)")
-        if not self.job.operators():
-            raise ConfigError(f"job {self.job.name!r} has no stateful operator")
+        if not self.job.sinks() and not self.job.operators():
+            raise ConfigError(f"job {self.job.name!r} has neither a sink nor a stateful operator: it computes nothing "
+                              "that could be seen")
         validate_keyed_ops(self.job, self.config)
         joins = [o for o in self.job.operators() if isinstance(o, JoinNode)]
         if self.config.checkpoint_mode == CheckpointingMode.AT_LEAST_ONCE or self.config.unaligned:
@@ -180,13 +176,10 @@ class RuntimeContext:
 
     # ------------------------------------------------------------------------------------ job graph
     def consumers(self, nid: int) -> list:
-        """Stateful operators that read the output of node ``nid`` (through stateless steps)."""
-        out = []
-        for op in self.job.operators():
-            ins = op.inputs
-            if any(self.job.chain_to(i)[0] == nid for i in ins):
-                out.append(op)
-        return out
+        """Stateful operators and sink writers (:mod:`pipeline.runtime.sink_writer`) that read the output of node
+        ``nid`` (through stateless steps: maps and unions)."""
+        return [op for op in [*self.job.operators(), *sink_writers(self.job)]
+                if any(nid in self.job.bases(i) for i in op.inputs)]
 
     # ---------------------------------------------------------------------------------------- sinks
     def table(self, table: str) -> CommittedTable:
@@ -195,6 +188,7 @@ class RuntimeContext:
             raise ConfigError(f"job {self.job.name!r} has no sink table {table!r} (has {self.job.sink_tables()})")
         s = next(s for s in self.job.sinks() if s.table == table)
         return open_sink_table(self.sink_fio, self.config, self.job.name, table, mode=s.mode, key=s.key,
+                               partition_by=s.partition_by,
                                fmt=resolve_format(table, s.format, self.config.sink_format))
 
     def sink_requests_counting(self) -> dict[str, str]:

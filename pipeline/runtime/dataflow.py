@@ -21,7 +21,17 @@ from pipeline.checkpoint.report import TaskReport
 from pipeline.exceptions import ConfigError
 from pipeline.fileio import file_io_for
 from pipeline.fileio.request_counter import attributed_to
-from pipeline.job import AggregateNode, Job, JoinNode, MapNode, SourceNode
+from pipeline.job import (
+    AggregateNode,
+    Job,
+    JoinNode,
+    MapNode,
+    SourceNode,
+    UnionNode,
+    join_key_sql,
+    join_output,
+    schema_difference,
+)
 from pipeline.keygroups import key_group_expr
 from pipeline.operators.ttl import ROW_EPOCH
 from pipeline.runtime.operator_registry import builder_for, register_operator
@@ -252,13 +262,36 @@ def operator_dataframe(spark, job: Job, op, inputs: dict[int, object], io: Opera
     """
 
     def resolve(node_id: int, prepare: Callable | None = None):
-        """The DataFrame of node ``node_id``'s input chain; ``prepare(base_id, df)`` (optional) runs on the
-        base (source or operator output) before the stateless steps (a window tags watermark channels)."""
+        """The DataFrame of node ``node_id``'s input chain; ``prepare(base_id, df)`` (optional) runs on each
+        base (source or operator output) before the stateless steps (a window tags watermark channels). A union
+        is the union of its inputs' chains, matched by column name (each row keeps its own position, epoch and
+        watermark channel)."""
         base, maps = job.chain_to(node_id)
-        df = inputs[base] if prepare is None else prepare(base, inputs[base])
+        node = job.nodes[base]
+        if isinstance(node, UnionNode):
+            parts = [resolve(p, prepare) for p in node.parents]
+            check_union(job, base, parts)
+            df = parts[0]
+            for d in parts[1:]:
+                df = df.unionByName(d, allowMissingColumns=True)
+        else:
+            df = inputs[base] if prepare is None else prepare(base, inputs[base])
         return apply_maps(df, maps)
 
     return builder_for(op)(spark, job, op, resolve, io)
+
+
+def check_union(job: Job, nid: int, parts: Sequence) -> None:
+    """Refuse a union whose inputs' user columns differ (names or types), naming the difference (checked when
+    the plan is built, before the round's first side effect)."""
+    schemas = [arrow_schema_of(d.select(*[c for c in d.columns if c not in _INTERNAL and c != "_park"]))
+               for d in parts]
+    node = job.nodes[nid]
+    for p, sch in zip(node.parents[1:], schemas[1:]):  # type: ignore[union-attr]
+        diff = schema_difference(schemas[0], sch)
+        if diff:
+            raise ConfigError(f"job {job.name!r}: union (node {nid}) of node {node.parents[0]} and node "  # type: ignore[union-attr]
+                              f"{p}: the schemas differ: {diff}")
 
 
 def drop_internal(df):
@@ -274,6 +307,13 @@ def join_dataframe(spark, job: Job, op: JoinNode, resolve, io: OperatorIO):
     from pyspark.sql import functions as F
     P, MP = io.parallelism, io.max_parallelism
     left, right = resolve(op.left), resolve(op.right)
+    if op.keys:  # several key columns: keyed by one column computed from them (pipeline.job.join_key_sql)
+        for side, d in (("left", left), ("right", right)):
+            missing = [k for k in op.keys if k not in d.columns]
+            if missing:
+                raise ConfigError(f"join {op.uid}: {side} input lacks key columns {missing}")
+        left = left.withColumn(op.on, F.expr(join_key_sql(op.keys)))
+        right = right.withColumn(op.on, F.expr(join_key_sql(op.keys)))
     for side, d in (("left", left), ("right", right)):
         if op.on not in d.columns or "_ingest_ts" not in d.columns:
             raise ConfigError(f"join {op.uid}: {side} input needs columns {op.on!r} and _ingest_ts, has "
@@ -290,12 +330,11 @@ def join_dataframe(spark, job: Job, op: JoinNode, resolve, io: OperatorIO):
     def extra(d):  # routing flags that ride along: unaligned parking, a tagged round's epoch
         return [c for c in ("_park", EPOCH_TAG) if c in d.columns and (c != EPOCH_TAG or io.tagged)]
     left, right = left.select(*lcols, own_epoch(left), *extra(left)), right.select(*rcols, own_epoch(right), *extra(right))
-    clash = (set(lcols) & set(rcols)) - {op.on, "_ingest_ts"}
+    clash = (set(lcols) & set(rcols)) - {op.on, "_ingest_ts", *op.keys}
     if clash:
         raise ConfigError(f"join {op.uid}: both inputs have columns {sorted(clash)}; rename them on one side "
                           f"with select() (e.g. select('{sorted(clash)[0]} AS right_{sorted(clash)[0]}', ...))")
-    output = op.output or tuple([op.on] + [c for c in lcols if c not in (op.on, "_ingest_ts")]
-                                + [c for c in rcols if c not in (op.on, "_ingest_ts")])
+    output = tuple(join_output(op, lcols, rcols))
     unknown = [c for c in output if c not in lcols and c not in rcols]
     if unknown:
         raise ConfigError(f"join {op.uid}: output columns {unknown} are in neither input "

@@ -66,8 +66,6 @@ def group_refusal(ctx: RuntimeContext, cursor: Cursor) -> str | None:
     others = [op.uid for op in ctx.job.operators() if not isinstance(op, TAGGED_OPERATORS)]
     if others:
         return f"operators {others} run one epoch per round"
-    if not ctx.job.operators():
-        return "no stateful operator"
     if cursor.inflight:
         return "in-flight channel state to replay"
     if ctx.spark_session is None:

@@ -42,6 +42,7 @@ from pipeline.runtime.dead_letters import EXTRA_KEY as DEAD_LETTERS_KEY
 from pipeline.runtime.dead_letters import DeadLetterFiles
 from pipeline.runtime.results import RoundResult
 from pipeline.runtime.round_bytes import EXTRA_KEY as BYTES_PER_ROW_KEY
+from pipeline.runtime.writer_nodes import is_writer_uid
 from pipeline.source.contract import read_inventory
 from pipeline.source.planner import count_rows
 
@@ -84,8 +85,13 @@ class CheckpointFinalizer:
 
         # Step 1: acknowledge - the snapshot round's handles of every subtask, alignment metrics at the join
         joins = [o.uid for o in job.operators() if isinstance(o, JoinNode)]
-        align_uid = joins[0] if joins else job.operator_uids()[0]
+        align_uid = joins[0] if joins else (job.operator_uids() or [""])[0]
         chan_rows = [r for r in rows if r.kind is ReportKind.CHANNEL]
+        # the files of stateless sink writers: in _metadata's sinks, not acknowledgements of operator tasks
+        writer_files: dict[str, list] = {}
+        for t in staged:
+            writer_files[t] = [r.file for r in staged[t] if is_writer_uid(r.operator_uid) and r.file is not None]
+        staged = {t: [r for r in rs if not is_writer_uid(r.operator_uid)] for t, rs in staged.items()}
         acks = [TaskReport(ReportKind.ACK, uid, sub, "", mode=snap.mode,
                            **({"alignment_ms": snap.alignment_ms, "start_delay_ms": snap.start_delay_ms}
                               if uid == align_uid else {}))
@@ -129,6 +135,7 @@ class CheckpointFinalizer:
         completed = ctx.coordinator.complete(
             pending, positions=positions, channel_state=ranges, sinks_full=full, backlog=backlog,
             dead_letters=dead_letters, rounds=last_round + 1, executor_s3_requests=executor_requests,
+            writer_files={t: fs for t, fs in writer_files.items() if fs},
             executor_s3_requests_counting=executor_counting if executor_requests is not None else None,
             sink_s3_requests_counting=ctx.sink_requests_counting(),
             extra={"records": records, "round_records": [r.records for r in results if r.round <= last_round]

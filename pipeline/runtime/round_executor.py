@@ -140,8 +140,9 @@ class RoundExecutor:
         driver.begin(epoch, {ch: barriers[ch[0]][ch[1]] for ch in channels}, trigger_now)
         results: list[RoundResult] = []
         staged: dict[str, list[TaskReport]] = {t: [] for t in job.sink_tables()}  # OUTPUT reports per table
-        merged_upserts = {s.table for s in job.sinks()
-                          if s.mode == "upsert" and isinstance(job.nodes[s.parent], AggregateNode)}
+        merged_upserts = {s.table for s in job.sinks()   # the aggregate or the sink writer merges earlier rounds
+                          if s.mode == "upsert" and (isinstance(job.nodes[s.parent], AggregateNode)
+                                                     or job.operator_sink(s.parent) is not s)}
         working = Cursor(cursor.checkpoint_id, cursor.epoch, {s: dict(p) for s, p in cursor.positions.items()},
                          cursor.handles, {u: list(h) for u, h in cursor.inflight.items()}, driver,
                          inventory=cursor.inventory, materialize=cursor.materialize, low_epoch=cursor.low_epoch,

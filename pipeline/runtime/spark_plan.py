@@ -26,7 +26,6 @@ from typing import Any, Sequence
 
 from pipeline.barriers.events import CheckpointType
 from pipeline.checkpoint.report import ReportKind, TaskReport
-from pipeline.exceptions import ConfigError
 from pipeline.faults import fault_point
 from pipeline.fileio import join_uri
 from pipeline.job import AggregateNode, DedupNode, JoinNode, SourceNode
@@ -43,6 +42,7 @@ from pipeline.layout import (
 # the built-in operators register their builders (pipeline.runtime.operator_registry) when imported
 from pipeline.runtime import dedup as _dedup_operator  # noqa: F401
 from pipeline.runtime import keyed_ops as _keyed_operators  # noqa: F401
+from pipeline.runtime import sink_writer as _sink_writer  # noqa: F401
 from pipeline.runtime.context import RuntimeContext
 from pipeline.runtime.cursor import Cursor, files_by_channel
 from pipeline.runtime.dataflow import (
@@ -66,6 +66,7 @@ from pipeline.runtime.round_params import (
 )
 from pipeline.runtime.session import is_connect_session
 from pipeline.runtime.task_requests import RoundRequests, TaskRequestCounter
+from pipeline.runtime.writer_nodes import SinkWriterNode, sink_writers
 from pipeline.source.reader import META_FIELDS, make_split_reader
 from pipeline.state.materialization import MaterializationPolicy
 from pipeline.state.snapshot import SnapshotOptions
@@ -197,7 +198,8 @@ class SparkPlan:
                                           if parked and isinstance(op, JoinNode) else None),
                           prior_output=tuple((r.subtask, r.file) for r in (staged or {}).get(sinks[0].table, ())
                                              if r.file is not None)
-                          if sinks and sinks[0].mode == "upsert" and isinstance(op, AggregateNode) else (),
+                          if sinks and sinks[0].mode == "upsert" and isinstance(op, (AggregateNode, SinkWriterNode))
+                          else (),
                           epoch=epoch, barrier_us=ctx.epochs.end_us(epoch), complete=complete,
                           replayed=cursor.epoch is not None and cursor.epoch >= epoch,
                           snapshot=self.snapshot_options(pending, rnd, op.uid, cursor).to_params())
@@ -282,15 +284,21 @@ class SparkPlan:
         return s * 1_000_000 if s else None
 
     def _topology(self) -> list[tuple]:
-        """``[(operator, its sinks, its consumers)]`` in topological order."""
+        """``[(operator or sink writer, its sinks, its consumers)]`` in topological order: each operator with the
+        sink its own tasks write (:meth:`pipeline.job.Job.operator_sink`), each sink writer
+        (:mod:`pipeline.runtime.sink_writer`) after the nodes it reads."""
         ctx = self.ctx
-        out = []
-        for op in ctx.job.operators():
-            nid = ctx.job.node_id(op)
-            sinks = [s for s in ctx.job.sinks() if s.parent == nid]
-            if len(sinks) > 1:
-                raise ConfigError(f"operator {op.uid}: at most one sink may consume it directly")
-            out.append((op, sinks, ctx.consumers(nid)))
+        job = ctx.job
+        order: list[tuple[int, int, Any]] = [(job.node_id(op), 0, op) for op in job.operators()]
+        order += [(w.parent, 1, w) for w in sink_writers(job)]   # after its parent (node order is topological)
+        out: list[tuple] = []
+        for _nid, _w, op in sorted(order, key=lambda t: (t[0], t[1])):
+            if isinstance(op, SinkWriterNode):
+                out.append((op, [op.sink], []))
+                continue
+            nid = job.node_id(op)
+            own = job.operator_sink(nid)
+            out.append((op, [own] if own is not None else [], ctx.consumers(nid)))
         return out
 
     def snapshot_options(self, pending, rnd: int, uid: str, cursor: Cursor) -> SnapshotOptions:
@@ -344,7 +352,6 @@ class SparkPlan:
                     inputs[i] = inputs[i].withColumn("_park", F.col("_partition").isin(park))
         steps = []
         for op, sinks, consumers in self._topology():
-            nid = ctx.job.node_id(op)
             # placeholders: the tasks take this round's values from the local property of the operator
             io = OperatorIO(checkpoint=checkpoint_dir_name("?"), parallelism=P, max_parallelism=ctx.max_parallelism,
                             parent_handles={}, state_prefix="", output_prefix="", output_name="", file_tag="",
@@ -358,6 +365,6 @@ class SparkPlan:
             for s in sinks:  # open table formats: create the table, or refuse an incompatible schema change
                 getattr(ctx.table(s.table), "prepare", lambda _schema: None)(_schema)
             if consumers:
-                inputs[nid] = df
+                inputs[ctx.job.node_id(op)] = df
             steps.append((op, sinks, consumers, df))
         return steps

@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from pipeline.exceptions import SinkError
 from pipeline.sink.open_table import MARK_CHECKPOINT, MARK_EMPTY, MARK_JOB, OpenFormatTable
+from pipeline.sink.partitions import partition_values
 from pipeline.sink.table import CommitEntry
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -54,8 +55,8 @@ class DeltaLakeTable(OpenFormatTable):
     format_name = "Delta"
 
     def __init__(self, fileio: "FileIO", config: "PipelineConfig", job: str, table: str, *, mode: str = "append",
-                 key: Sequence[str] = ()) -> None:
-        super().__init__(fileio, config, job, table, mode=mode, key=key)
+                 key: Sequence[str] = (), partition_by: Sequence[str] = ()) -> None:
+        super().__init__(fileio, config, job, table, mode=mode, key=key, partition_by=partition_by)
         self.storage_options = delta_storage_options(self.table_uri)
         self.location = self.table_uri if self.table_uri.startswith("s3://") else self.table_uri[len("file://"):]
         self.app_id = f"epochal:{job}:{table}"
@@ -91,12 +92,16 @@ class DeltaLakeTable(OpenFormatTable):
         from deltalake import DeltaTable
         try:
             DeltaTable.create(self.location, schema, mode="ignore", storage_options=self.storage_options,
+                              partition_by=list(self.partition_by) or None,
                               name=self.table, description=f"Epochal sink {self.table} of job {self.job}")
         except Exception as e:  # delta-rs raises plain Python errors
             raise SinkError(f"{self.what}: cannot create the table: {e}") from e
 
     def table_schema(self) -> pa.Schema:
         return pa.schema(self._dt().schema().to_arrow())
+
+    def table_partition_columns(self) -> tuple[str, ...]:
+        return tuple(self._dt().metadata().partition_columns)
 
     def add_columns(self, fields: list[pa.Field]) -> None:
         from deltalake import Field, Schema
@@ -149,7 +154,8 @@ class DeltaLakeTable(OpenFormatTable):
         for f in entry.files:
             if not f.uri.startswith(root):
                 raise SinkError(f"{self.what}: staged file {f.uri} is outside the table root {root}")
-            actions.append(AddAction(f.uri[len(root):], f.bytes, {}, now, True, json.dumps({"numRecords": f.rows})))
+            actions.append(AddAction(f.uri[len(root):], f.bytes, partition_values(f.uri, self.partition_by), now, True,
+                                     json.dumps({"numRecords": f.rows})))
         self._dt().create_write_transaction(actions, "append", schema,
                                            commit_properties=self._props(entry.checkpoint_id, entry.parent_id))
 

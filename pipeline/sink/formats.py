@@ -77,12 +77,13 @@ def resolve_format(table: str, job_format: "str | TableFormat | None", override:
 
 
 def open_sink_table(fileio: "FileIO", config: "PipelineConfig", job: str, table: str, *, mode: str = "append",
-                    key: tuple[str, ...] = (), fmt: TableFormat = DEFAULT_FORMAT) -> "CommittedTable":
+                    key: tuple[str, ...] = (), fmt: TableFormat = DEFAULT_FORMAT,
+                    partition_by: tuple[str, ...] = ()) -> "CommittedTable":
     """The sink table object of ``fmt`` (a :class:`CommittedTable`, or a subclass for an open format)."""
     if fmt is TableFormat.ICEBERG:
-        return IcebergTable(fileio, config, job, table, mode=mode, key=key)
+        return IcebergTable(fileio, config, job, table, mode=mode, key=key, partition_by=partition_by)
     if fmt is TableFormat.DELTA:
-        return DeltaLakeTable(fileio, config, job, table, mode=mode, key=key)
+        return DeltaLakeTable(fileio, config, job, table, mode=mode, key=key, partition_by=partition_by)
     return CommittedTable(fileio, config.sink_uri, job, table)
 
 

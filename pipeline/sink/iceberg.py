@@ -122,8 +122,8 @@ class IcebergTable(OpenFormatTable):
     format_name = "Iceberg"
 
     def __init__(self, fileio: "FileIO", config: "PipelineConfig", job: str, table: str, *, mode: str = "append",
-                 key: Sequence[str] = ()) -> None:
-        super().__init__(fileio, config, job, table, mode=mode, key=key)
+                 key: Sequence[str] = (), partition_by: Sequence[str] = ()) -> None:
+        super().__init__(fileio, config, job, table, mode=mode, key=key, partition_by=partition_by)
         self.identifier = (job, table)
 
     @property
@@ -141,10 +141,19 @@ class IcebergTable(OpenFormatTable):
         self.catalog.create_namespace_if_not_exists(self.job)
         from pyiceberg.exceptions import TableAlreadyExistsError
         try:
-            self.catalog.create_table(self.identifier, schema=schema, location=self.table_uri,
-                                      properties={MARK_JOB: self.job})
+            tbl = self.catalog.create_table(self.identifier, schema=schema, location=self.table_uri,
+                                            properties={MARK_JOB: self.job})
         except TableAlreadyExistsError:
-            pass
+            return
+        if self.partition_by:  # identity partitions: each staged file holds one value per partition column
+            with tbl.update_spec() as upd:
+                for c in self.partition_by:
+                    upd.add_identity(c)
+
+    def table_partition_columns(self) -> tuple[str, ...]:
+        tbl = self._tbl()
+        schema = tbl.schema()
+        return tuple(schema.find_column_name(f.source_id) for f in tbl.spec().fields)
 
     def table_schema(self) -> pa.Schema:
         return self._tbl().schema().as_arrow()

@@ -80,11 +80,12 @@ class OpenFormatTable(CommittedTable):
     format_name = "open"
 
     def __init__(self, fileio: "FileIO", config: "PipelineConfig", job: str, table: str, *, mode: str = "append",
-                 key: Sequence[str] = ()) -> None:
+                 key: Sequence[str] = (), partition_by: Sequence[str] = ()) -> None:
         super().__init__(fileio, config.sink_uri, job, table)
         self.config = config
         self.mode = mode
         self.key = tuple(key)
+        self.partition_by = tuple(partition_by)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.table_uri})"
@@ -155,10 +156,19 @@ class OpenFormatTable(CommittedTable):
             self.create(schema)
             log.info("%s: created", self.what)
             return
+        have = self.table_partition_columns()
+        if have != self.partition_by:
+            raise IncompatibleSinkSchemaError(
+                f"{self.what}: the table is partitioned by {list(have)}, the job's sink by {list(self.partition_by)} "
+                "(write to a new table or migrate it)")
         added = check_schema(self.what, self.table_schema(), schema)
         if added:
             self.add_columns(added)
             log.info("%s: added nullable column(s) %s", self.what, [f.name for f in added])
+
+    def table_partition_columns(self) -> tuple[str, ...]:
+        """The existing table's partition columns (identity partitions), in order."""
+        return ()
 
     def _file_schema(self, entry: CommitEntry) -> pa.Schema | None:
         if not entry.files:

@@ -16,6 +16,7 @@ import signal
 import textwrap
 from pathlib import Path
 
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -55,6 +56,7 @@ JOB_MODULE = textwrap.dedent('''
         readings.filter("celsius >= 30").aggregate(uid="hot_per_sensor", key="sensor",
                                                    aggs={"hot_n": ("count", None), "hot_max": ("max", "celsius")}
                                                    ).sink("hot", mode="upsert")
+        readings.filter("celsius >= 30").select("sensor", "celsius").sink("hot_readings")  # a sink writer
         return job
 ''')
 
@@ -111,7 +113,7 @@ def test_connect_runs_exactly_once_through_crashes(connect_server, tmp_path, s3_
 
     # 3. export through Connect and compare with the oracle
     out = {}
-    for table in ("running", "hot"):
+    for table in ("running", "hot", "hot_readings"):
         dest = tmp_path / "export" / table
         e = run_job_process(["export", *job, "--table", table, "--to", dest.as_uri(), "--json"], env, timeout_s=600)
         assert e.returncode == 0, "\n".join(e.stderr_lines[-30:])
@@ -120,6 +122,10 @@ def test_connect_runs_exactly_once_through_crashes(connect_server, tmp_path, s3_
     got_hot = sorted((r.sensor, int(r.hot_n), int(r.hot_max)) for r in out["hot"].itertuples())
     assert got_running == [(s, n, total) for s, n, total, _peak in totals]
     assert got_hot == hot
+    # a stateless sink (filter -> select -> sink) on Connect: every hot reading once
+    assert list(out["hot_readings"].columns) == ["sensor", "celsius"]
+    want = sorted(zip(*[rows.filter(pc.greater_equal(rows["celsius"], 30))[c].to_pylist() for c in ("sensor", "celsius")]))
+    assert sorted(zip(out["hot_readings"].sensor, out["hot_readings"].celsius)) == want
 
 
 def test_connect_session_has_no_spark_context_and_needs_no_user_module(connect_server, monkeypatch):

@@ -44,6 +44,37 @@ def test_xxhash64_matches_spark_on_random_strings():
     assert list(xxhash64(pa.array(keys))) == got
 
 
+@pytest.mark.spark
+def test_xxhash64_matches_spark_on_non_string_keys():
+    """Keys of other types (a window or join keyed by a long id) hash as Spark's hashInt/hashLong: the state
+    checks file their rows under the runtime's key groups (they used to hash the text and report false misfilings)."""
+    import datetime
+    import random
+
+    from pyspark.sql import functions as F
+
+    from pipeline.runtime.session import get_spark
+    rnd = random.Random(5)
+    n = 300
+    utc = datetime.timezone.utc
+    t = pa.table({
+        "l": pa.array([None if i % 17 == 0 else rnd.randint(-2**62, 2**62) for i in range(n)], pa.int64()),
+        "i": pa.array([None if i % 13 == 0 else rnd.randint(-2**31, 2**31 - 1) for i in range(n)], pa.int32()),
+        "b": pa.array([None if i % 11 == 0 else rnd.random() < 0.5 for i in range(n)]),
+        "d": pa.array([None if i % 7 == 0 else rnd.uniform(-1e9, 1e9) for i in range(n)]),
+        "t": pa.array([None if i % 5 == 0 else datetime.datetime(2026, 1, 1, tzinfo=utc)
+                       + datetime.timedelta(microseconds=rnd.randint(0, 10**12)) for i in range(n)],
+                      pa.timestamp("us", tz="UTC")),
+        "dt": pa.array([None if i % 9 == 0 else datetime.date(2000, 1, 1) + datetime.timedelta(days=rnd.randint(0, 20000))
+                        for i in range(n)], pa.date32())})
+    df = get_spark().createDataFrame(t)
+    for c in t.column_names:
+        got = [r[0] for r in df.select(F.xxhash64(F.col(c))).collect()]
+        assert list(xxhash64(t[c])) == got, c
+        assert list(key_groups(t[c], 128)) == [r[0] for r in df.select(
+            F.pmod(F.xxhash64(F.col(c)), F.lit(128)).cast("int")).collect()], c
+
+
 def _table(order_ids, amounts):
     return pa.table({"order_id": pa.array(order_ids, pa.string()), "merchant_id": pa.array(["m1"] * len(order_ids)),
                      "order_amount": pa.array(amounts, pa.float64()),
