@@ -68,7 +68,9 @@ STEP_LABELS = {"metadata_load": "reading checkpoint metadata and commit logs",
                "local_read": "reading the checkpoint's files", "keys": "counting keys",
                "upsert_read": "reading upsert sinks", "committed_rows": "comparing committed rows",
                "recompute_wait": "waiting for the batch evaluation over the source prefix",
-               "metadata_files": "checking referenced files"}
+               "metadata_files": "checking referenced files",
+               "open_tables": "reading the Delta/Iceberg tables through their formats",
+               "dead_letters": "counting the dead letters on disk"}
 
 
 class Timer:

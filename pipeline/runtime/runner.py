@@ -384,13 +384,16 @@ class JobRunner:
         ``target`` must lie under an allowed savepoint prefix (:mod:`pipeline.runtime.savepoints`)."""
         if target is not None:
             target = check_target(target, self.config, self.job.name)
+        progress.step("starting Spark")
         self.ctx.require_spark()
+        progress.step("reading the latest checkpoint")
         cursor = self.restore_cursor()
         if cursor.checkpoint_id is None:
             raise CheckpointError(f"job {self.job.name!r} has no completed checkpoint to take a savepoint of "
                                   f"(under {self.job_root}); run some epochs first")
         assert cursor.epoch is not None  # a completed checkpoint has an epoch
         barriers = {s: dict(p) for s, p in cursor.positions.items()}
+        progress.step("writing the savepoint (an aligned round: the tasks copy their key groups' state)")
         try:
             _, results = self.complete_epoch(cursor, cursor.epoch, barriers, {}, parallelism=parallelism,
                                              kind=CheckpointType.SAVEPOINT, location=target)
@@ -424,7 +427,9 @@ class JobRunner:
             raise IncompatibleStateError(
                 f"{snap.describe()} has state for operator uids {unknown} that job {self.job.name!r} does not have "
                 f"(job operators: {self.job.operator_uids()}); pass allow_non_restored_state to drop it")
+        progress.step("verifying the snapshot's files")
         snap.verify(file_io_for(snap.location))
+        progress.step("starting Spark")
         self.ctx.require_spark()
         # recoverAndCommit, as every restore does: a snapshot whose process was killed between its _metadata
         # and its sink commit is committed now (idempotent), or the restored lineage would hang off a parent
@@ -436,6 +441,7 @@ class JobRunner:
         cursor.materialize = True  # NO_CLAIM: the restored checkpoint writes every state whole (docs/state.md)
         self.coordinator.mark_known(self.coordinator.store.ids())
         barriers = {s: dict(p) for s, p in cursor.positions.items()}
+        progress.step("writing the restore point (the tasks load and write their key groups' state)")
         try:
             _, results = self.complete_epoch(cursor, md.epoch, barriers, {}, parallelism=parallelism)
         except BaseException as e:
@@ -466,6 +472,7 @@ class JobRunner:
         if table not in self.job.sink_tables():   # decided by the job graph: refused before Spark starts
             raise ConfigError(f"job {self.job.name!r} has no sink table {table!r} (its tables: "
                               f"{', '.join(self.job.sink_tables())})")
+        progress.step(f"exporting table {table}")
         with RequestSpan(self.spark) as span:  # the table's own reads included (an open format's metadata)
             out = export_table(self.spark, self.ctx.table(table), to_dir)
         return {**out, "s3_requests": span.requests().to_dict()}
