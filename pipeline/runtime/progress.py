@@ -99,7 +99,8 @@ def _spark_tasks() -> str | None:
 @dataclass
 class Heartbeat:
     """Logs ``<command>: <step> [(<done> of <total> <unit>)], <Spark stages>, <elapsed>`` every ``every`` seconds
-    while the command runs (a daemon thread), and a one-line summary with the time at the end. Library code reports
+    while the command runs (a daemon thread), and a one-line summary with the time at the end (not after a refusal, a
+    :class:`~pipeline.exceptions.ConfigError`: its error line is the one line). Library code reports
     its steps with :func:`step` / :func:`advance`, which do nothing when no command is running."""
 
     command: str
@@ -162,6 +163,10 @@ class Heartbeat:
         with _LOCK:
             if self in _ACTIVE:
                 _ACTIVE.remove(self)
+        from pipeline.exceptions import ConfigError
+        if exc_type is not None and (issubclass(exc_type, ConfigError) or (self.current == "starting"
+                                                                          and not self.steps)):
+            return   # a refusal (usage, configuration, the job graph, nothing to work on): its error line says it all
         try:
             self.echo(self.summary(exc_type is None, "" if exc_type is None else f"{exc_type.__name__}"))
         except Exception:  # noqa: BLE001

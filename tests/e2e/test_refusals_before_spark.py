@@ -49,6 +49,7 @@ def test_refused_before_a_jvm_starts(tmp_path, args, code, needle):
         assert p.returncode == code, p.stderr
     msg = [ln for ln in p.stderr.splitlines() if ln.startswith("epochal:")]
     assert len(msg) == 1 and needle in msg[0], p.stderr
+    assert " FAILED in " not in p.stderr, p.stderr   # a refusal is one line, no progress summary
     # no JVM: neither Spark's log lines nor the gateway error of a java that is not there
     for sign in ("log4j", "JAVA_GATEWAY", "Java gateway", "no-java-here", "SparkContext"):
         assert sign not in p.stderr, p.stderr

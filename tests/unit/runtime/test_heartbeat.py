@@ -32,5 +32,17 @@ def test_failure_summary():
     lines: list[str] = []
     with pytest.raises(RuntimeError):
         with Heartbeat("restore", lines.append, every=3600):
+            progress.step("writing the restore point")
             raise RuntimeError("x")
     assert lines[-1].startswith("restore: FAILED in ") and "RuntimeError" in lines[-1]
+    # a refusal before any step, or a ConfigError, is its own one line: no summary
+    lines.clear()
+    with pytest.raises(RuntimeError):
+        with Heartbeat("validate", lines.append, every=3600):
+            raise RuntimeError("no checkpoint")
+    from pipeline.exceptions import ConfigError
+    with pytest.raises(ConfigError):
+        with Heartbeat("bootstrap", lines.append, every=3600):
+            progress.step("checking the job")
+            raise ConfigError("refused")
+    assert lines == []
