@@ -43,6 +43,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--until-epoch", type=int, default=None, help="complete every epoch up to this one")
     p.add_argument("--parallelism", type=int, default=None,
                    help="operator subtasks from this run on (default: the checkpoint's, else PIPELINE_PARALLELISM)")
+    p.add_argument("--follow", action="store_true",
+                   help="keep running: complete each epoch as soon as its barrier rule allows (Spark, workers and "
+                        "state stay warm), one line per checkpoint with its latency; SIGTERM or Ctrl-C stops after "
+                        "the running checkpoint (docs/how-to/follow.md)")
+    p.add_argument("--poll-seconds", type=float, default=None, metavar="S",
+                   help="with --follow: how often to list the sources for new files while waiting "
+                        "(default: a tenth of the epoch, between 0.5 and 10 s)")
+    p.add_argument("--max-idle-seconds", type=float, default=None, metavar="S",
+                   help="with --follow: stop (exit 0) after this long without a completed checkpoint")
+    p.add_argument("--stop-with-savepoint", action="store_true",
+                   help="with --follow: when stopping (signal, --max-idle-seconds, --epochs, --until-epoch), take "
+                        "an aligned savepoint of the last checkpoint first and print its location")
+    p.add_argument("--target", default=None,
+                   help="with --stop-with-savepoint: savepoint directory URI (default <job>/savepoints/)")
 
     cp = sub.add_parser("checkpoints", help="list or inspect checkpoints")
     csub = cp.add_subparsers(dest="action", required=True, parser_class=_Parser)
@@ -125,6 +139,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.epochs is not None and args.epochs < 0:
         raise ConfigError("--epochs must be >= 0")
     parallelism = check_parallelism(args.parallelism)  # --parallelism 0 used to run nothing and exit 0
+    if args.follow:
+        return _follow(args, parallelism)
+    for flag in ("poll_seconds", "max_idle_seconds", "target"):
+        if getattr(args, flag) is not None:
+            raise ConfigError(f"--{flag.replace('_', '-')} needs --follow")
+    if args.stop_with_savepoint:
+        raise ConfigError("--stop-with-savepoint needs --follow")
     r = _runner(args)
     rep = r.run(args.epochs, until_epoch=args.until_epoch, parallelism=parallelism)
     d = rep.to_dict()
@@ -137,6 +158,28 @@ def _cmd_run(args: argparse.Namespace) -> int:
         lines += [f"  {m}" for m in d["messages"]]
         return "\n".join(lines)
     _print(args, d, human)
+    return 0
+
+
+def _follow(args: argparse.Namespace, parallelism: int | None) -> int:
+    from pipeline.inputs import check_savepoint_target
+    from pipeline.runtime.follow import Follower, FollowOptions, StopRequest
+    # usage errors before any side effect (exit 2)
+    opts = FollowOptions(epochs=args.epochs, until_epoch=args.until_epoch, parallelism=parallelism,
+                         poll_seconds=args.poll_seconds, max_idle_seconds=args.max_idle_seconds,
+                         stop_with_savepoint=args.stop_with_savepoint,
+                         savepoint_target=check_savepoint_target(args.target))
+    stop = StopRequest()
+    stop.install()  # from here on a signal is a graceful stop (the follower installs it again after Spark starts)
+    try:
+        rep = Follower(_runner(args), opts, stop).run()
+    except KeyboardInterrupt as e:  # a second signal: stopped at once (the next run resumes)
+        print(f"epochal: follow of job {args.job} stopped at once ({e or 'interrupted'}); the next run resumes "
+              "from the latest completed checkpoint", file=sys.stderr)
+        return 130
+    finally:
+        stop.close()
+    _print(args, rep.to_dict(), lambda d: rep.summary())
     return 0
 
 

@@ -24,6 +24,7 @@ from typing import Mapping
 from pipeline.exceptions import ConfigError
 
 __all__ = ["MasterSource", "MasterChoice", "choose_master", "check_master_usable", "is_connect", "connect_url",
+           "probe_executor_storage",
            "connect_endpoint", "probe_connect", "DEFAULT_MASTER"]
 
 DEFAULT_MASTER = "local[*]"
@@ -141,3 +142,50 @@ def probe_connect(url: str) -> None:
         raise ConfigError(f"Spark Connect server {url} is not reachable ({e}); start it (scripts/connect_server.sh, "
                           "or the docker-compose service spark-connect) or fix PIPELINE_SPARK_MASTER; see "
                           "docs/deployment.md") from None
+
+
+def _storage_probe_task(uri: str, budget_s: str):
+    """The executor side of :func:`probe_executor_storage`: one read of ``uri``'s storage (a listing of at most a
+    key under it) with a short retry budget; yields one row ``error`` ("" when S3 answered)."""
+    def task(batches):
+        import pyarrow as pa
+
+        for _ in batches:
+            pass
+        old = os.environ.get("PIPELINE_S3_RETRY_SECONDS")
+        os.environ["PIPELINE_S3_RETRY_SECONDS"] = budget_s  # a worker is reused: put it back below
+        try:
+            from pipeline.fileio import file_io_for  # executor side: imported in the Spark task that runs it
+            file_io_for(uri).exists(uri.rstrip("/") + "/job.json")
+            err = ""
+        except Exception as e:  # noqa: BLE001 - reported to the driver as text
+            err = f"{type(e).__name__}: {' '.join(str(e).split())[:400]}"
+        finally:
+            if old is None:
+                os.environ.pop("PIPELINE_S3_RETRY_SECONDS", None)
+            else:
+                os.environ["PIPELINE_S3_RETRY_SECONDS"] = old
+        yield pa.RecordBatch.from_pydict({"error": [err]})
+    return task
+
+
+def probe_executor_storage(spark, uri: str, master: str | None) -> None:
+    """Fail with a :class:`ConfigError` unless Spark's executors can reach the storage of ``uri`` (an ``s3://``
+    job root; ``file://`` is not probed). For a Spark Connect server: its executors use **their own** S3 settings
+    (docs/deployment.md), and on a cluster (``scripts/connect_server.sh --master spark://...``) those are the
+    workers', not the server shell's. Checked when the session opens, before a barrier log entry or a checkpoint
+    id is written (issue 34, item 6). ``EPOCHAL_EXECUTOR_S3_PROBE_SECONDS`` (default 15): the probe's
+    S3 retry budget."""
+    if not str(uri).startswith("s3://"):
+        return
+    budget = os.environ.get("EPOCHAL_EXECUTOR_S3_PROBE_SECONDS", "15")
+    rows = (spark.range(1, numPartitions=1).mapInArrow(_storage_probe_task(str(uri), budget), "error string")
+            .collect())
+    errors = [r["error"] for r in rows if r["error"]]
+    if errors:
+        raise ConfigError(
+            f"the Spark executors of {master or 'the Spark session'} cannot reach S3 at {uri}: {errors[0]}. "
+            "A Spark Connect server's executors use their own S3 settings, never the client's: for a server on a "
+            "local master the AWS_* environment of scripts/connect_server.sh; for --master spark://... the "
+            "environment of each worker (AWS_* exported before start-worker.sh), an instance profile or IRSA "
+            "(docs/deployment.md). No checkpoint id was claimed")

@@ -15,17 +15,23 @@ Knobs (environment, read at every call, so Spark's Python workers see them too):
 
 Each retry is logged (``WARNING pipeline.storage_retry: ... retry k in x s``). Non-transient errors
 (404, 403, 412 ...) are never retried here.
+
+Open table formats (delta-rs, pyiceberg over pyarrow's S3 filesystem) do their own S3 requests and report failures
+as plain ``OSError`` text (``Generic S3 error ... error reading a body from connection``; ``AWS Error
+NETWORK_CONNECTION ...``). :func:`is_transient_table_error` recognises the transient ones from that text, and
+:class:`~pipeline.sink.open_table.OpenFormatTable` retries a whole table commit with it (its steps are idempotent).
 """
 from __future__ import annotations
 
 import logging
 import os
 import random
+import re
 import time
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
-__all__ = ["RetryPolicy", "is_transient", "with_retries"]
+__all__ = ["RetryPolicy", "is_transient", "is_transient_table_error", "one_line", "with_retries"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -76,9 +82,58 @@ def is_transient(exc: BaseException) -> bool:
     return False
 
 
+# what an S3 failure of a table format library looks like (its message is all there is): the library's S3 layer...
+_TABLE_S3_MARKERS = ("s3 error", "aws error", "object_store", "objectstore", "s3://")
+# ...and a transient cause (a cut body, a dropped/refused connection, a timeout, 5xx / throttling)
+_TABLE_TRANSIENT_MARKERS = ("error sending request", "timed out", "timeout", "connection", "body error",
+                            "error reading a body", "end of file before message length", "error decoding response",
+                            "response body", "broken pipe", "reset by peer", "slowdown", "slow down", "slow_down",
+                            "serviceunavailable", "service unavailable", "service_unavailable", "internalerror",
+                            "internal error", "internal_failure", "network_connection", "throttl", "status: 500",
+                            "status: 502", "status: 503", "status: 504", "503 service", "500 internal",
+                            "502 bad gateway", "504 gateway", "incomplete")
+# never transient, whatever else the text says
+_TABLE_PERMANENT_MARKERS = ("403", "forbidden", "access denied", "accessdenied", "invalidaccesskeyid",
+                            "signaturedoesnotmatch", "nosuchbucket", "no such bucket", "already exists",
+                            "precondition", "version mismatch", "commitfailed", "conflict")
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """An error's text on one line: no terminal colours (delta-rs adds them), no tree arrows, at most ``limit``
+    characters."""
+    text = _ANSI.sub("", str(exc)).replace("\u21b3", " ")
+    return " ".join(text.split())[:limit]
+
+
+def is_transient_table_error(exc: BaseException) -> bool:
+    """True for a transient S3 failure reported by a table format library (delta-rs, pyiceberg/pyarrow):
+    :func:`is_transient`, or an error whose text names the S3 layer and a transient cause (see the module
+    docstring). Auth errors, missing buckets and commit conflicts are never transient."""
+    if is_transient(exc):
+        return True
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        text = str(e).lower()
+        if any(m in text for m in _TABLE_PERMANENT_MARKERS):
+            return False
+        if any(m in text for m in _TABLE_S3_MARKERS) and any(m in text for m in _TABLE_TRANSIENT_MARKERS):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
 def with_retries(fn: Callable[[], T], what: str, policy: RetryPolicy | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> T:
-    """``fn()``, retried on transient failures within the policy's time budget; the last error otherwise."""
+                 sleep: Callable[[float], None] = time.sleep, *,
+                 transient: Callable[[BaseException], bool] = is_transient,
+                 before_retry: Callable[[], None] | None = None) -> T:
+    """``fn()``, retried on transient failures within the policy's time budget; the last error otherwise.
+    ``transient`` classifies a failure (default :func:`is_transient`); ``before_retry`` runs before each retry
+    (e.g. to drop a client's cached view of the table)."""
     policy = policy or RetryPolicy.from_env()
     start = time.monotonic()
     k = 0
@@ -86,7 +141,7 @@ def with_retries(fn: Callable[[], T], what: str, policy: RetryPolicy | None = No
         try:
             return fn()
         except Exception as e:  # noqa: BLE001 - classified below
-            if not is_transient(e):
+            if not transient(e):
                 raise
             delay = min(policy.max_backoff_s, policy.base_s * (2 ** k)) * (0.5 + random.random() / 2)
             spent = time.monotonic() - start
@@ -96,5 +151,7 @@ def with_retries(fn: Callable[[], T], what: str, policy: RetryPolicy | None = No
                 raise
             k += 1
             log.warning("%s: transient failure (%s: %s); retry %d in %.2f s", what, type(e).__name__,
-                        str(e)[:200], k, delay)
+                        one_line(e), k, delay)
             sleep(delay)
+            if before_retry is not None:
+                before_retry()

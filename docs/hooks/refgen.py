@@ -26,6 +26,8 @@ CONFIG_PY = REPO / "pipeline" / "config.py"
 # Variables read outside PipelineConfig: documented here (a test fails when the package reads one not listed).
 # Keys: variable -> doc line. "(internal)" marks test / benchmark / fault-injection switches.
 OTHER_SETTINGS: dict[str, str] = {
+    "EPOCHAL_EXECUTOR_S3_PROBE_SECONDS": "(Spark Connect on a cluster) how long the probe of the executors' S3 "
+                                         "access may take before the run is refused (default 15)",
     "PIPELINE_STATE_CACHE_DIR": "(executors) local directory of the warm state cache; default "
                                 "`$TMPDIR/epochal-state-cache`",
     "PIPELINE_STATE_CACHE_MAX_BYTES": "(executors) size bound of the warm state cache",

@@ -37,11 +37,20 @@ def get_job(name: str) -> Job:
     if ":" in name:
         import importlib
         mod, _, fn = name.partition(":")
-        if not mod or not fn:
-            raise ConfigError(f"--job {name!r}: use module:function (a function returning a pipeline.Job)")
+        # a dotted module path of identifiers and one function name: '../x:y', '.x:y', 'a b:c' and 'x:y:z' are
+        # refused here as configuration errors, not handed to importlib (relative imports raise TypeError there)
+        if not all(part.isidentifier() for part in mod.split(".")) or not fn.isidentifier():
+            raise ConfigError(f"--job {name!r}: use module:function, an absolute dotted module path on PYTHONPATH "
+                              f"and a function name (a function returning a pipeline.Job)")
         try:
-            factory = getattr(importlib.import_module(mod), fn)
-        except (ImportError, AttributeError) as e:
+            module = importlib.import_module(mod)
+        except ImportError as e:
+            raise ConfigError(f"cannot load job {name!r}: {e}") from None
+        except Exception as e:  # the user's module failed at import: say which, no traceback
+            raise ConfigError(f"cannot load job {name!r}: importing {mod} failed: {type(e).__name__}: {e}") from None
+        try:
+            factory = getattr(module, fn)
+        except AttributeError as e:
             raise ConfigError(f"cannot load job {name!r}: {e}") from None
         if isinstance(factory, Job):
             return factory

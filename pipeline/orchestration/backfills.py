@@ -15,7 +15,9 @@ about two minutes). :func:`create_backfill` handles both:
    (``POST /api/v2/backfills/dry_run``); the runs it did create are the backfill runs of those dates queued since
    the backfill's ``created_at``. Every missing interval gets a backfill of its own, created (step 1) after the
    partial one completes, so the epochs still run in order and no interval is silently skipped. A backfill with no
-   run at all is an orphan: retry from step 1.
+   run at all is an orphan: wait until Airflow completes it (it is named as ours, not as "still running" someone
+   else's), look at its runs again (runs that became visible meanwhile make it ours, as above), and only if it still
+   has none retry from step 1.
 
 :func:`wait_backfills_complete` waits until every backfill of a DAG is complete. Both talk to Airflow's REST
 API with a user name and password (``POST /auth/token``); no Airflow import. CLI::
@@ -127,17 +129,27 @@ def _describe(b: dict, unfinished: int) -> str:
 
 
 def wait_backfills_complete(client: AirflowRestClient, dag_id: str, *, timeout: float = 1800.0, poll: float = 3.0,
-                            echo: Callable[[str], None] = print) -> None:
-    """Wait until no backfill of ``dag_id`` is running (Airflow allows one at a time)."""
+                            echo: Callable[[str], None] = print, orphan: int | None = None) -> None:
+    """Wait until no backfill of ``dag_id`` is running (Airflow allows one at a time). ``orphan``: the id of the
+    backfill our own failed request left without runs; it is named as such, not as someone else's running backfill
+    that the next one queues behind."""
     deadline = time.monotonic() + timeout
     last = None
     while True:
         active = active_backfills(client, dag_id)
         if not active:
             return
-        msg = _describe(active[0], _unfinished_backfill_runs(client, dag_id))
+        if orphan is not None and int(active[0]["id"]) == orphan:
+            b = active[0]
+            msg = (f"backfill {b['id']} of DAG {b['dag_id']} ({b['from_date']} .. {b['to_date']}), left without runs "
+                   "by our request that Airflow failed, is not completed yet (Airflow completes such a backfill "
+                   "within about 2.5 min)")
+            tail = "waiting for that, then checking it again before retrying the request"
+        else:
+            msg = _describe(active[0], _unfinished_backfill_runs(client, dag_id))
+            tail = "waiting for it to complete before creating the next"
         if msg != last:
-            echo(f"epochal: {msg}; waiting for it to complete before creating the next")
+            echo(f"epochal: {msg}; {tail}")
             last = msg
         if time.monotonic() > deadline:
             raise BackfillError(f"{msg}; still not complete after {timeout:.0f} s (Airflow allows one running "
@@ -225,8 +237,41 @@ def create_backfill(client: AirflowRestClient, dag_id: str, from_date: str | dat
             raise ConfigError(f"--max-active-runs {max_active_runs}: expected at least 1")
         body["max_active_runs"] = int(max_active_runs)
     deadline = time.monotonic() + timeout
+
+    def ours(b: dict, got: set[str], planned: list[str], status: int | str) -> dict:
+        """Backfill ``b``, created by our request although Airflow answered ``status``, with the runs ``got``."""
+        missing = set(planned) - got
+        if not missing:
+            echo(f"epochal: backfill {b['id']} was created with all its {len(planned)} run(s) although "
+                 f"Airflow answered {status}; using it")
+            return b
+        ranges = _contiguous(planned, missing)
+        echo(f"epochal: backfill {b['id']} was created with only {len(got)} of its {len(planned)} runs before "
+             f"Airflow answered {status}; missing logical dates {sorted(missing)[:5]}"
+             f"{' ...' if len(missing) > 5 else ''}: each missing range gets a backfill of its own once "
+             f"backfill {b['id']} completes")
+        cont = []
+        for first, last in ranges:
+            c = create_backfill(client, dag_id, first, last, reprocess_behavior=reprocess_behavior,
+                                max_active_runs=max_active_runs,
+                                timeout=max(1.0, deadline - time.monotonic()), poll=poll, echo=echo)
+            cont += [c["id"], *c.get("continued_by", [])]
+        return {**b, "continued_by": cont}
+
+    # a backfill our failed request left without (visible) runs: (backfill, planned dates, status of the answer)
+    orphan: tuple[dict, list[str], int] | None = None
     while True:
-        wait_backfills_complete(client, dag_id, timeout=max(1.0, deadline - time.monotonic()), poll=poll, echo=echo)
+        wait_backfills_complete(client, dag_id, timeout=max(1.0, deadline - time.monotonic()), poll=poll, echo=echo,
+                                orphan=None if orphan is None else int(orphan[0]["id"]))
+        if orphan is not None:
+            # issue 34, item 9: the runs of the backfill our failed request created may have become visible while
+            # it completed; then it is ours (its epochs ran), and creating the backfill again would run them twice
+            b, planned, status = orphan
+            got = _created_dates(client, b, planned)
+            if got:
+                return ours(b, got, planned, status)
+            echo(f"epochal: backfill {b['id']} completed without runs; creating the backfill again")
+            orphan = None
         planned = _planned_dates(client, body, deadline, poll)
         newest = _newest_backfill_id(client, dag_id)
         status, d = client.request("POST", "/api/v2/backfills", body)
@@ -241,25 +286,15 @@ def create_backfill(client: AirflowRestClient, dag_id: str, from_date: str | dat
                     if _same_instant(b["from_date"], body["from_date"]) and _same_instant(b["to_date"], body["to_date"])]
             got = _created_dates(client, mine[0], planned) if mine else set()
             if got:
-                b = mine[0]
-                missing = set(planned) - got
-                if not missing:
-                    echo(f"epochal: backfill {b['id']} was created with all its {len(planned)} run(s) although "
-                         f"Airflow answered {status}; using it")
-                    return b
-                ranges = _contiguous(planned, missing)
-                echo(f"epochal: backfill {b['id']} was created with only {len(got)} of its {len(planned)} runs before "
-                     f"Airflow answered {status}; missing logical dates {sorted(missing)[:5]}"
-                     f"{' ...' if len(missing) > 5 else ''}: each missing range gets a backfill of its own once "
-                     f"backfill {b['id']} completes")
-                cont = []
-                for first, last in ranges:
-                    c = create_backfill(client, dag_id, first, last, reprocess_behavior=reprocess_behavior,
-                                        max_active_runs=max_active_runs,
-                                        timeout=max(1.0, deadline - time.monotonic()), poll=poll, echo=echo)
-                    cont += [c["id"], *c.get("continued_by", [])]
-                return {**b, "continued_by": cont}
-            echo(f"epochal: creating the backfill failed transiently ({status}: {d}); retrying")
+                return ours(mine[0], got, planned, status)
+            if mine:
+                orphan = (mine[0], planned, status)
+                echo(f"epochal: Airflow answered {status} ({d}) and left backfill {mine[0]['id']} without runs; "
+                     f"once Airflow completes it, it is checked again, and the backfill is created again only if "
+                     "it still has no run")
+            else:
+                echo(f"epochal: creating the backfill failed transiently ({status}: {d}); no backfill was created; "
+                     "retrying")
         else:
             raise BackfillError(f"Airflow refused the backfill of DAG {dag_id} ({body['from_date']} .. "
                                 f"{body['to_date']}): {status} {d}")

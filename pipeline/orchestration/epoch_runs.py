@@ -65,20 +65,30 @@ class EpochRun:
 
 
 def wait_reason(*, previous_state: str | None, previous_run_type: str | None, this_run_type: str,
-                active_process_tasks: int, active_operations: int) -> str | None:
+                active_process_tasks: int, active_operations: int,
+                earlier_backfill_run: tuple[str, str] | None = None) -> str | None:
     """Why an epoch run must wait before it triggers (None: it may go).
 
-    * the DAG run of the previous interval is still running (or is a queued run of the same backfill):
-      epochs are processed in order however runs were created (scheduler, manual, backfill - which
-      Airflow runs in parallel by default);
+    * the DAG run of the previous interval is still running, or is a queued backfill run: epochs are processed
+      in order however runs were created (scheduler, manual, backfill - which Airflow runs in parallel by
+      default, outside the DAG's ``max_active_runs``, so waiting for it never deadlocks);
+    * ``earlier_backfill_run`` (``(run_id, state)``): a backfill run of an earlier interval is queued or running.
+      A scheduled or manual run never overtakes it: it would process that run's epochs first (a catch-up), and
+      the backfill run would then rewind and process them again (issue 34, item 7: one epoch three times);
     * another run of this DAG is processing (its ``process``/``commit`` task is active): one runner at a
       time (two would be fenced anyway: one of them would fail and retry);
     * a savepoint or restore of the job is in progress.
     """
     if previous_state == "running":
         return "the DAG run of the previous interval is still running"
-    if previous_state == "queued" and previous_run_type == "backfill" and this_run_type == "backfill":
-        return "the DAG run of the previous interval (same backfill) has not run yet"
+    if previous_state == "queued" and previous_run_type == "backfill":
+        return ("the DAG run of the previous interval (a backfill run) has not run yet" if this_run_type == "backfill"
+                else "the DAG run of the previous interval is a backfill run that has not run yet: a "
+                     f"{this_run_type} run never overtakes a backfill")
+    if earlier_backfill_run is not None:
+        rid, state = earlier_backfill_run
+        return (f"backfill run {rid} of an earlier interval is {state}: epochs are processed in interval order, "
+                f"a {this_run_type} run never overtakes a backfill (unpause or cancel the backfill if it is stuck)")
     if active_process_tasks:
         return f"another run of this DAG is processing ({active_process_tasks} active process/commit task(s))"
     if active_operations:

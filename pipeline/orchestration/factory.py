@@ -34,7 +34,7 @@ import logging
 import os
 import time
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from pipeline.orchestration.exclusion import (
     ACTIVE_TI_STATES,
@@ -104,6 +104,16 @@ def _run_of(context: Mapping[str, Any], epoch_seconds: int):
     return EpochRun(dag_id=dr.dag_id, run_id=dr.run_id, epoch=epoch, clear_number=int(getattr(dr, "clear_number", 0) or 0),
                     try_number=int(getattr(ti, "try_number", 1) or 1),
                     run_type=str(getattr(rt, "value", rt) or "manual"))
+
+
+def _earlier_backfill_run(ti) -> tuple[str, str] | None:
+    """``(run_id, state)`` of the newest queued or running backfill run of an interval before this run's (the
+    previous run of each state: two look-ups, whatever the DAG's history), None if there is none."""
+    for state in ("running", "queued"):
+        prev = ti.get_previous_dagrun(state=state)
+        if prev is not None and str(getattr(prev.run_type, "value", prev.run_type)) == "backfill":
+            return str(prev.run_id), state
+    return None
 
 
 def _orchestrator(job_name: str):
@@ -177,7 +187,8 @@ def _wait_until_job_free(ti, job_name: str, other_dag: str, other_task: str, pok
         reason = _operation_wait_reason(ti, job_name, other_dag, other_task)
         if reason is None:
             return
-        log.info("waiting: %s", reason)
+        log.info("job %s: waiting before the first side effect: %s; checking again every %.0f s, for up to %.0f s",
+                 job_name, reason, poke, timeout)
         if time.monotonic() > deadline:
             from pipeline.exceptions import CheckpointError
             raise CheckpointError(f"job {job_name}: still busy after {timeout:.0f} s: {reason}")
@@ -269,7 +280,8 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
                 active = ti.get_ti_count(dag_id=run.dag_id, task_ids=EPOCH_RUNNER_TASKS, states=ACTIVE_TI_STATES)
                 reason = wait_reason(previous_state=prev_state, previous_run_type=prev_type,
                                      this_run_type=run.run_type, active_process_tasks=int(active),
-                                     active_operations=_ops_busy(ti, job.name))
+                                     active_operations=_ops_busy(ti, job.name),
+                                     earlier_backfill_run=_earlier_backfill_run(ti))
                 if reason:
                     log.info("epoch %s: waiting: %s", run.epoch, reason)
                 else:
@@ -368,20 +380,43 @@ def _validate_step(orch, checkpoint_id: int):
     return res
 
 
-def _wait_for_epoch_runs(job_name: str, poke: float, timeout: float, other_dag: str, other_task: str):
+def _savepoint_params(job_name: str, params: Mapping[str, Any]) -> str | None:
+    """The savepoint DAG's params, checked without touching the job: the target's form and its containment
+    (``PIPELINE_SAVEPOINT_PREFIXES``, symlinks resolved). ConfigError on a user error."""
+    from pipeline.inputs import check_savepoint_target
+    target = check_savepoint_target(params.get("target"))
+    if target is not None:
+        from pipeline.orchestration.settings import load_pipeline_config
+        from pipeline.runtime.savepoints import check_target
+        check_target(target, load_pipeline_config(), job_name)
+    return target
+
+
+def _restore_params(job_name: str, params: Mapping[str, Any]) -> tuple[str, int | None]:
+    """The restore DAG's params, checked without touching the job: ``from`` and ``parallelism``."""
+    from pipeline.inputs import check_parallelism, check_snapshot_ref
+    return check_snapshot_ref(params.get("from")), check_parallelism(params.get("parallelism"))
+
+
+def _wait_for_epoch_runs(job_name: str, poke: float, timeout: float, other_dag: str, other_task: str,
+                         operation: str, check_params: Callable[[str, Mapping[str, Any]], Any]):
     from airflow.sdk import PokeReturnValue, task
     wait_window = _env_float("EPOCHAL_TRIGGER_WAIT_SECONDS", 60)
 
     @task.sensor(task_id="wait_for_epoch_runs", mode="reschedule", poke_interval=poke, timeout=timeout, retries=5,
-                 doc_md="Wait until no epoch run of the job is processing (one runner at a time).")
+                 doc_md="Check the params, then wait until no epoch run of the job is processing (one runner at a "
+                        "time). Bad params fail here at once, before any wait.")
     def wait_for_epoch_runs(**context):
         ti = context["ti"]
+        with _fail_fast_on_user_errors():  # issue 34, item 8: a typo must not wait an hour for running epochs
+            check_params(job_name, context.get("params") or {})
         deadline = time.monotonic() + wait_window
         while True:
             reason = _operation_wait_reason(ti, job_name, other_dag, other_task)
             if reason is None:
                 return PokeReturnValue(is_done=True)
-            log.info("waiting: %s", reason)
+            log.info("%s of job %s (params checked) waits before touching the job: %s; checking again every "
+                     "%.0f s, for up to %.0f s", operation, job_name, reason, poke, timeout)
             if time.monotonic() + poke > deadline:
                 return PokeReturnValue(is_done=False)
             time.sleep(poke)
@@ -417,15 +452,15 @@ def build_savepoint_dag(job_name: str, *, dag_id: str | None = None, doc_md: str
                                           description="Stop the job (skip epoch runs) until it is restored"),
         },
     ) as dag:
-        waited = _wait_for_epoch_runs(job.name, poke, 3600, restore_dag_id(job.name), "restore")
+        waited = _wait_for_epoch_runs(job.name, poke, 3600, restore_dag_id(job.name), "restore", "savepoint",
+                                      _savepoint_params)
 
         @task(task_id="savepoint", doc_md="Take the savepoint; its location is logged and pushed to XCom.")
         def savepoint(**context):
             params = context["params"]
             dr = context["dag_run"]
-            from pipeline.inputs import check_savepoint_target
             with _fail_fast_on_user_errors():
-                target = check_savepoint_target(params.get("target"))  # before waiting or touching the job
+                target = _savepoint_params(job_name, params)  # before waiting or touching the job
             _wait_until_job_free(context["ti"], job.name, restore_dag_id(job.name), "restore", poke, 3600)
             orch = _orchestrator(job_name)
             with _fail_fast_on_user_errors():
@@ -469,16 +504,16 @@ def build_restore_dag(job_name: str, *, dag_id: str | None = None, doc_md: str |
                                               description="Drop state of operators the job no longer has"),
         },
     ) as dag:
-        waited = _wait_for_epoch_runs(job.name, poke, 3600, savepoint_dag_id(job.name), "savepoint")
+        waited = _wait_for_epoch_runs(job.name, poke, 3600, savepoint_dag_id(job.name), "savepoint", "restore",
+                                      _restore_params)
 
         @task(task_id="restore", doc_md="Restore (NO_CLAIM): the snapshot's files are copied, never referenced.")
         def restore(**context):
             params = context["params"]
             dr = context["dag_run"]
             from pipeline.exceptions import ObjectNotFoundError
-            from pipeline.inputs import check_parallelism, check_snapshot_ref
             with _fail_fast_on_user_errors():  # before waiting or touching the job
-                from_, par = check_snapshot_ref(params.get("from")), check_parallelism(params.get("parallelism"))
+                from_, par = _restore_params(job_name, params)
             _wait_until_job_free(context["ti"], job.name, savepoint_dag_id(job.name), "savepoint", poke, 3600)
             orch = _orchestrator(job_name)
             with _fail_fast_on_user_errors(ObjectNotFoundError):  # no such checkpoint / savepoint

@@ -143,9 +143,14 @@ def _requests_cell(row: dict) -> str:
     return f"{sum(req.values())}" + (f"<br><small>{kinds}</small>" if kinds else "") + executors
 
 
+#: what the pages say for a job whose epoch DAG this Airflow does not have (it runs by the CLI or elsewhere)
+NO_DAG = "<span class='sub'>no epoch DAG in this Airflow</span>"
+
+
 def render_index_page(jobs: list[dict]) -> str:
     rows = "".join(
-        f"<tr><td><a href='jobs/{quote(j['job'])}/'>{_e(j['job'])}</a></td><td>{_e(j.get('dag_id'))}</td>"
+        f"<tr><td><a href='jobs/{quote(j['job'])}/'>{_e(j['job'])}</a></td>"
+        f"<td>{_e(j['dag_id']) if j.get('dag_id') else NO_DAG}</td>"
         f"<td class='num'>{_e(j.get('checkpoints'))}</td><td class='num'>{_e(j.get('head'))}</td></tr>"
         for j in jobs)
     body = ("<h1>Epochal checkpoints</h1><div class='sub'>Jobs with checkpoints under the configured "
@@ -183,7 +188,7 @@ def _history_table(rows: list[dict], link: str, head: int | None) -> str:
     return "".join(out)
 
 
-def render_job_page(job: str, dag_id: str, checkpoints: list[dict], savepoints: list[dict],
+def render_job_page(job: str, dag_id: str | None, checkpoints: list[dict], savepoints: list[dict],
                     head: int | None, control: dict, info: dict, *, config_rows: list[tuple[str, str]] | None = None,
                     refresh: int = 0) -> str:
     completed = sum(1 for r in checkpoints if r["status"] == "COMPLETED")
@@ -192,13 +197,16 @@ def render_job_page(job: str, dag_id: str, checkpoints: list[dict], savepoints: 
     if control.get("stopped"):
         warn = (f"<div class='warn'>Job stopped with savepoint <code>{_e(control.get('stopped_savepoint'))}</code>"
                 " - epoch runs are skipped until the job is restored.</div>")
-    runs = f"<a href='../../../dags/{quote(dag_id)}/runs' target='_top'>Airflow runs of {_e(dag_id)}</a>"
+    runs = (f" &middot; <a href='../../../dags/{quote(dag_id)}/runs' target='_top'>Airflow runs of {_e(dag_id)}</a>"
+            if dag_id else "")
     auto = (f"auto-refresh every {refresh} s (<a href='?refresh=0'>stop</a>)" if refresh
             else f"<a href='?refresh={REFRESH_SECONDS}'>auto-refresh</a>")
     body = (f"<h1>Checkpoint history: {_e(job)}</h1>"
-            f"<div class='sub'>Epoch DAG <code>{_e(dag_id)}</code> &middot; {completed} completed, {pending} pending"
+            + (f"<div class='sub'>Epoch DAG <code>{_e(dag_id)}</code>" if dag_id
+               else "<div class='sub'>No epoch DAG in this Airflow")
+            + f" &middot; {completed} completed, {pending} pending"
             f" &middot; max parallelism {_e(info.get('max_parallelism'))} &middot; latest checkpoint {_e(head)}"
-            f" &middot; {runs} &middot; <a href='data-docs/'>Data Docs</a> &middot; {auto} &middot; "
+            f"{runs} &middot; <a href='data-docs/'>Data Docs</a> &middot; {auto} &middot; "
             f"<a href='../../'>all jobs</a></div>{warn}"
             + (_summary_html(checkpoints, savepoints, head) if checkpoints else "")
             + "<h2>Checkpoints</h2>" + (_history_table(checkpoints, "checkpoints", head) if checkpoints
@@ -209,10 +217,26 @@ def render_job_page(job: str, dag_id: str, checkpoints: list[dict], savepoints: 
     return _page(f"Checkpoints {job}", body, refresh=refresh)
 
 
-def _empty_state(dag_id: str) -> str:
+def _empty_state(dag_id: str | None) -> str:
+    if not dag_id:
+        return ("<div class='warn'>No checkpoint yet. This Airflow has no epoch DAG for this job: run it with "
+                "<code>epochal run</code>; the first completed epoch appears here.</div>")
     return (f"<div class='warn'>No checkpoint yet. Turn on and trigger the epoch DAG <code>{_e(dag_id)}</code> "
             "(or run <code>epochal run</code>); the first completed epoch appears here. This page refreshes "
             "itself.</div>")
+
+
+def render_not_found_page(job: str, cid: int, kind: str, why: str, checkpoints: list[int],
+                          savepoints: list[int]) -> str:
+    """An unknown checkpoint/savepoint id: what was asked, a way back to the job's history, the ids there are
+    (the page lives at ``/jobs/<job>/<kind>s/<id>``, so the links are relative to that folder)."""
+    def links(ids: list[int], folder: str) -> str:
+        return ", ".join(f"<a href='../{folder}/{i}'>{i}</a>" for i in ids) or "none"
+    body = (f"<h1>No {_e(kind)} {cid} of job {_e(job)}</h1><p>{_e(why)}</p>"
+            f"<p><a href='../'>&larr; Back to the checkpoint history of {_e(job)}</a></p>"
+            f"<p>Retained checkpoints: {links(sorted(checkpoints), 'checkpoints')}</p>"
+            f"<p>Savepoints: {links(sorted(savepoints), 'savepoints')}</p>")
+    return _page(f"Epochal: no {kind} {cid} of {job}", body)
 
 
 def render_detail_page(job: str, d: dict) -> str:
@@ -285,9 +309,32 @@ class _Backend:
     """Resolves config, S3 settings and FileIO in the api-server process (lazily, per request)."""
 
     def __init__(self, config_loader: Callable[[], Any] | None = None,
-                 s3_resolver: Callable[[], Any] | None = None) -> None:
+                 s3_resolver: Callable[[], Any] | None = None,
+                 dag_ids_loader: Callable[[], set[str] | None] | None = None) -> None:
         self._config_loader = config_loader
         self._s3_resolver = s3_resolver
+        self._dag_ids_loader = dag_ids_loader
+
+    def dag_ids(self) -> set[str] | None:
+        """The DAG ids this Airflow knows (not stale); None when that cannot be told (then every job is shown
+        with its epoch DAG, as before)."""
+        if self._dag_ids_loader is not None:
+            return self._dag_ids_loader()
+        try:
+            from airflow.models.dag import DagModel
+            from airflow.utils.session import create_session
+            from sqlalchemy import select
+            with create_session() as session:
+                return set(session.scalars(select(DagModel.dag_id).where(DagModel.is_stale.is_(False))))
+        except Exception as e:  # noqa: BLE001 - outside Airflow, or another Airflow version: unknown
+            log.debug("epochal plugin: cannot list Airflow's DAGs: %s", e)
+            return None
+
+    def epoch_dag(self, job: str, known: set[str] | None = None) -> str | None:
+        """The job's epoch DAG id if this Airflow has it (or cannot tell), else None."""
+        dag = epoch_dag_id(job)
+        known = self.dag_ids() if known is None else known
+        return dag if known is None or dag in known else None
 
     def config(self):
         if self._config_loader is not None:
@@ -367,10 +414,12 @@ def create_app(*, backend: "_Backend | None" = None, authenticate: Callable | No
 
     def _jobs_payload() -> list[dict]:
         out = []
+        known = be.dag_ids()
         for job in be.jobs():
             h = be.history(job)
             rows = h.checkpoints() if h.exists() else []
-            out.append({"job": job, "dag_id": epoch_dag_id(job), "checkpoints": sum(r.status == "COMPLETED" for r in rows),
+            out.append({"job": job, "dag_id": be.epoch_dag(job, known),
+                        "checkpoints": sum(r.status == "COMPLETED" for r in rows),
                         "head": h.head_id() if rows else None})
         return out
 
@@ -391,10 +440,10 @@ def create_app(*, backend: "_Backend | None" = None, authenticate: Callable | No
         except ValueError:
             refresh = REFRESH_SECONDS
         if not h.exists():  # before the first checkpoint: an empty state, not "Not found"
-            return HTMLResponse(render_job_page(job, epoch_dag_id(job), [], [], None, {}, {},
+            return HTMLResponse(render_job_page(job, be.epoch_dag(job), [], [], None, {}, {},
                                                 config_rows=configuration(cfg, {}), refresh=refresh or REFRESH_SECONDS))
         info = h.job_info()
-        return HTMLResponse(render_job_page(job, epoch_dag_id(job), [r.to_dict() for r in h.checkpoints()],
+        return HTMLResponse(render_job_page(job, be.epoch_dag(job), [r.to_dict() for r in h.checkpoints()],
                                             [r.to_dict() for r in h.savepoints()], h.head_id(), h.control(),
                                             info, config_rows=configuration(cfg, info), refresh=refresh))
 
@@ -405,10 +454,16 @@ def create_app(*, backend: "_Backend | None" = None, authenticate: Callable | No
     async def _detail(job: str, cid: int, kind: str, request: Request):
         if (resp := await _check(request, job, html_page=True)) is not None:
             return resp
+        h = be.history(job)
         try:
-            d = be.history(job).detail(cid, kind=kind)
+            d = h.detail(cid, kind=kind)
         except ObjectNotFoundError as e:
-            return _err(e)
+            try:
+                retained = ([r.checkpoint_id for r in h.checkpoints() if r.status == "COMPLETED"],
+                            [r.checkpoint_id for r in h.savepoints()]) if h.exists() else ([], [])
+            except EpochalError:
+                retained = ([], [])
+            return HTMLResponse(render_not_found_page(job, cid, kind, str(e), *retained), status_code=404)
         return HTMLResponse(render_detail_page(job, d))
 
     @app.get("/jobs/{job}/checkpoints/{checkpoint_id}", response_class=HTMLResponse)

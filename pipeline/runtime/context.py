@@ -31,7 +31,7 @@ from pipeline.exceptions import (
 from pipeline.fileio import file_io_for, join_uri
 from pipeline.job import Job, JoinNode, SinkNode, SourceNode
 from pipeline.layout import JobLayout
-from pipeline.master import connect_url, probe_connect
+from pipeline.master import connect_url, probe_connect, probe_executor_storage
 from pipeline.runtime.dead_letters import DeadLetterFiles, superseding_checkpoints, sweep_dead_letters
 from pipeline.runtime.keyed_ops import validate_keyed_ops
 from pipeline.runtime.session import get_spark, is_connect_session, ship_job_code
@@ -138,6 +138,8 @@ class RuntimeContext:
         spark = get_spark(self.config.spark_master, self.config.parallelism)
         if is_connect_session(spark):
             ship_job_code(self.job)
+            # the server's executors use their own S3 settings: unusable ones fail here, before the first write
+            probe_executor_storage(spark, self.job_root, self.config.spark_master)
         self.spark_start_s = time.monotonic() - t0
         return spark
 

@@ -40,6 +40,7 @@ from pipeline.runtime.context import RuntimeContext
 from pipeline.runtime.cursor import Cursor, cursor_from_metadata
 from pipeline.runtime.dead_letters import EXTRA_KEY as DEAD_LETTERS_KEY
 from pipeline.runtime.dead_letters import DeadLetterFiles
+from pipeline.runtime.progress import format_seconds
 from pipeline.runtime.results import RoundResult
 from pipeline.runtime.round_bytes import EXTRA_KEY as BYTES_PER_ROW_KEY
 from pipeline.runtime.writer_nodes import is_writer_uid
@@ -59,6 +60,9 @@ class CheckpointFinalizer:
         self.ctx = ctx
         self.listeners: list[CheckpointListener] = listeners if listeners is not None else []
         self.last_location: str | None = None
+        #: ``run --follow`` sets it: every completed checkpoint's line (and RoundResult) carries its latency, the
+        #: time from the end of its epoch to the checkpoint's completion (sinks committed) on the round clock
+        self.measure_latency = False
 
     def finish(self, pending, snap, working: Cursor, rows: list[TaskReport], staged: dict[str, list[TaskReport]],
                results: list[RoundResult],
@@ -181,8 +185,12 @@ class CheckpointFinalizer:
             extra = (f", {snap.mode}, alignment {snap.alignment_ms:.0f} ms"
                      + (f", in-flight {alignment['inflight_bytes']} bytes + {len(ranges)} source range(s)"
                         if snap.ranges or chan_rows else ""))
-        ctx.echo(f"checkpoint {cid} completed: epoch {epoch}, records {records}, "
-                 f"state {state_bytes} bytes, rounds {last_round + 1}{extra}")
+        if pending.kind == CheckpointType.CHECKPOINT:  # a savepoint is announced once, by its caller, with its place
+            if self.measure_latency:
+                latency = results[-1].latency_s = ctx.round_now() - ctx.epochs.end_us(epoch) / 1e6
+                extra += f", latency {format_seconds(latency)} (epoch end -> complete)"
+            ctx.echo(f"checkpoint {cid} completed: epoch {epoch}, records {records}, "
+                     f"state {state_bytes} bytes, rounds {last_round + 1}{extra}")
         nxt = cursor_from_metadata(md)
         # continuing in this process: read on from where the rounds got (the tracker's restore point is
         # barrier n, but this state has consumed up to here), replay what is parked, keep the handler

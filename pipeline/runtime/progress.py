@@ -15,7 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-__all__ = ["RunProgress", "last_data_epoch", "format_duration", "Heartbeat", "step", "advance", "HEARTBEAT_SECONDS"]
+__all__ = ["RunProgress", "last_data_epoch", "format_duration", "format_seconds", "Heartbeat", "step", "advance",
+           "HEARTBEAT_SECONDS"]
 
 
 def last_data_epoch(summaries: Mapping, epoch_of: Callable[[int], int]) -> int | None:
@@ -34,6 +35,12 @@ def format_duration(seconds: float) -> str:
     return f"{s // 3600} h {s % 3600 // 60:02d} min"
 
 
+def format_seconds(seconds: float) -> str:
+    """Short durations with a tenth of a second (a checkpoint's latency), longer ones as :func:`format_duration`
+    (the latency of an epoch of the past, in a catch-up)."""
+    return f"{seconds:.1f} s" if abs(seconds) < 60 else format_duration(seconds)
+
+
 @dataclass
 class RunProgress:
     """Progress of one ``run``: ``requested`` epochs (None: all there are)."""
@@ -43,9 +50,17 @@ class RunProgress:
     started: float = field(default=0.0)
     done: int = 0
     events: int = 0
+    #: no time left until :meth:`mark_warm` (``run --follow``: the first round carries the start-up costs)
+    warmup: bool = False
 
     def __post_init__(self) -> None:
         self.started = self.clock()
+
+    def mark_warm(self) -> None:
+        """The warm-up is over (``run --follow`` calls it after its first round, whose JVM, worker and plan start-up
+        costs many later epochs' worth): time left is estimated from the epochs done after this point only (and
+        not at all before one is), so the estimate is not inflated by the start-up."""
+        self._warm = (self.clock(), self.done)
 
     def epoch_done(self, epoch: int, events: int, last_epoch: int | None) -> str:
         """Count one completed epoch and return the progress line."""
@@ -61,7 +76,14 @@ class RunProgress:
         line = (f"progress: {self.done}{total} epochs done"
                 + (f" ({left} left)" if left is not None else "")
                 + f", {self.events:,} events in {format_duration(elapsed)} = {rate:,.0f} events/s")
-        if left:
+        warm = getattr(self, "_warm", None)
+        if self.warmup and warm is None:
+            pass
+        elif left and warm is not None:
+            since = self.done - warm[1]
+            if since:
+                line += f", about {format_duration((self.clock() - warm[0]) / since * left)} left"
+        elif left:
             line += f", about {format_duration(elapsed / self.done * left)} left"
         elif left == 0:
             line += ", nothing left"

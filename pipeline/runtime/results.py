@@ -20,6 +20,8 @@ class RoundResult:
     snapshot_s: float = 0.0        # state snapshot writes in the tasks (per operator the slowest subtask, summed)
     # a tagged round (several epochs per Spark round): the checkpoints its Spark job completed; () for one epoch
     tagged_round: tuple[int, ...] = ()
+    # ``run --follow``: seconds from the end of the epoch to the checkpoint's completion (None: not measured)
+    latency_s: float | None = None
 
 
 @dataclass

@@ -83,6 +83,8 @@ class RoundExecutor:
         """The own epochs of this checkpoint's input (:mod:`pipeline.runtime.input_epochs`): logged barriers of
         the epochs ``floor .. epoch - 1`` and barrier ``epoch``."""
         logged: dict[int, dict] = {}
+        for k in [k for k in self._logged if k < floor]:  # bounded in a long-lived process (run --follow); a rewind
+            del self._logged[k]                           # below the floor reads them again (they never change)
         for k in range(max(0, floor), epoch):
             if k not in self._logged:
                 self._logged[k] = self.barrier_log.logged(k)

@@ -27,7 +27,9 @@ The runner is a thin facade; each concept has its module:
 """
 from __future__ import annotations
 
-from typing import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Callable, Mapping
 
 from pipeline.barriers.events import CheckpointType
 from pipeline.checkpoint.completed import CompletedCheckpoint
@@ -71,6 +73,26 @@ def _require_backend_support(job: Job, config: PipelineConfig) -> None:
                           f"unsupported operator(s): {', '.join(bad)} (use PIPELINE_STATE_BACKEND=heap)")
 
 _Cursor = Cursor  # the name before the split into modules
+
+
+class WorkStatus(Enum):
+    """What :meth:`JobRunner.next_work` found to do."""
+
+    READY = "ready"        # epochs to complete now (NextWork.targets)
+    DRAINED = "drained"    # no unread record in the sources
+    LAGGING = "lagging"    # the next epoch cannot close yet: a partition lags (NextWork.epoch)
+    REACHED = "reached"    # every epoch up to ``until_epoch`` is complete
+
+
+@dataclass(frozen=True)
+class NextWork:
+    """The next step of ``run``: its status, the source listing it was decided on, the epoch it is about, and
+    (READY) the epochs to complete in one round with their barriers."""
+
+    status: WorkStatus
+    summaries: Mapping
+    epoch: int | None = None
+    targets: list[tuple[int, Barriers]] = field(default_factory=list)
 
 
 class JobRunner:
@@ -148,7 +170,7 @@ class JobRunner:
         """Resume from the latest completed checkpoint and complete up to ``epochs`` more epochs (or all
         epochs up to ``until_epoch``), in as many rounds as that takes. Stops early when no complete
         epoch is left to process."""
-        ctx, planner = self.ctx, self.planner
+        ctx = self.ctx
         ctx.start_spark()  # classic: started now; Spark Connect: opened while the restore reads, joined before a write
         report = RunReport(ctx.job.name, None)
         cursor = self.restore_cursor(report)
@@ -164,33 +186,51 @@ class JobRunner:
         done = 0
         refused: set[str] = set()
         while epochs is None or done < epochs:
-            summaries = planner.summaries(cursor)
-            if until_epoch is not None:
-                target = until_epoch if cursor.epoch is None else cursor.epoch + 1
-                if cursor.epoch is not None and target > until_epoch:
-                    break
-            elif planner.unread(cursor, summaries) == 0:
+            limit = (ctx.config.max_epochs_per_round if epochs is None
+                     else min(ctx.config.max_epochs_per_round, epochs - done))
+            work = self.next_work(cursor, refused, limit=limit, until_epoch=until_epoch)
+            if work.status is WorkStatus.DRAINED:
                 ctx.echo("no unread records left: stopping")
                 break
-            else:
-                target = planner.next_run_target(cursor, summaries)
-            barriers = self.barrier_log.barriers_or_partial(target, summaries, cursor)
-            if barriers is None:
-                ctx.echo(f"epoch {target} is not complete yet (a partition lags): stopping")
+            if work.status is WorkStatus.LAGGING:
+                ctx.echo(f"epoch {work.epoch} is not complete yet (a partition lags): stopping")
                 break
-            targets = [(target, barriers)]
-            if self._may_group(cursor, refused):  # several waiting epochs in one round (epoch_groups)
-                left = ctx.config.max_epochs_per_round - 1 if epochs is None else min(
-                    ctx.config.max_epochs_per_round, epochs - done) - 1
-                targets += self._waiting_after(target, barriers, cursor, summaries, left, until_epoch)
-            cursor, rounds, n = self.complete_epochs(cursor, targets, summaries, parallelism=parallelism)
+            if work.status is WorkStatus.REACHED:
+                break
+            cursor, rounds, n = self.complete_epochs(cursor, work.targets, work.summaries, parallelism=parallelism)
             report.rounds.extend(rounds)
-            for t, _b in targets[:n]:
+            for t, _b in work.targets[:n]:
                 done += 1
                 ctx.echo(progress.epoch_done(t, sum(sum(r.records.values()) for r in rounds if r.epoch == t),
-                                             last_data_epoch(summaries, ctx.epochs.epoch_of)))
+                                             last_data_epoch(work.summaries, ctx.epochs.epoch_of)))
         ctx.cleanup_sink_garbage(after=restored)  # staging of checkpoints aborted by earlier crashes: now unprotected
         return report
+
+    def next_work(self, cursor: Cursor, refused: set[str], *, limit: int,
+                  until_epoch: int | None = None) -> NextWork:
+        """What ``run`` (and ``run --follow``) does next from ``cursor``: list the sources and choose the epoch to
+        complete - the epoch after the cursor's, or the earliest with unread rows (``until_epoch``: every epoch up
+        to it, in order) - with its barriers (logged write-ahead when new) and, when the round may carry several
+        (:meth:`_may_group`), up to ``limit - 1`` waiting epochs after it. Or why there is nothing to do now: no
+        unread record (``DRAINED``), the epoch cannot close yet because a partition lags (``LAGGING``), or
+        ``until_epoch`` is complete (``REACHED``)."""
+        planner = self.planner
+        summaries = planner.summaries(cursor)
+        if until_epoch is not None:
+            target = until_epoch if cursor.epoch is None else cursor.epoch + 1
+            if cursor.epoch is not None and target > until_epoch:
+                return NextWork(WorkStatus.REACHED, summaries)
+        elif planner.unread(cursor, summaries) == 0:
+            return NextWork(WorkStatus.DRAINED, summaries)
+        else:
+            target = planner.next_run_target(cursor, summaries)
+        barriers = self.barrier_log.barriers_or_partial(target, summaries, cursor)
+        if barriers is None:
+            return NextWork(WorkStatus.LAGGING, summaries, epoch=target)
+        targets = [(target, barriers)]
+        if self._may_group(cursor, refused):  # several waiting epochs in one round (epoch_groups)
+            targets += self._waiting_after(target, barriers, cursor, summaries, limit - 1, until_epoch)
+        return NextWork(WorkStatus.READY, summaries, epoch=target, targets=targets)
 
     def process_epoch(self, epoch: int, *, parallelism: int | None = None) -> RunReport:
         """Make the job's latest checkpoint be the state after ``epoch`` (an Airflow data interval).

@@ -5,8 +5,9 @@ command-line whim. ``PIPELINE_SAVEPOINT_PREFIXES`` is a comma-separated list of 
 URI prefixes a ``--target`` must lie under; empty (the default) allows only the job's own savepoints
 directory ``<checkpoint root>/<job>/savepoints/``. Targets are normalised first (``..`` segments of a
 ``file://`` path are resolved; an ``s3://`` key with ``.``/``..`` segments is refused), so
-``file:///<root>/../../elsewhere`` and ``s3://other-bucket/x`` are refused unless configured. The check
-runs before any side effect: no checkpoint id is claimed, nothing is written, nothing pending is aborted.
+``file:///<root>/../../elsewhere`` and ``s3://other-bucket/x`` are refused unless configured. A ``file://``
+target is also checked after resolving symlinks (of the target and of the prefixes): a symlink inside an allowed
+prefix that points outside it is refused like the path it points to. The check runs before any side effect: no checkpoint id is claimed, nothing is written, nothing pending is aborted.
 
 A savepoint that fails after its trigger is aborted at once (:func:`abort_pending`): only the files it
 wrote are deleted (see :class:`~pipeline.checkpoint.pending.PendingCheckpoint`), never what the target
@@ -14,6 +15,7 @@ held before.
 """
 from __future__ import annotations
 
+import os
 import posixpath
 from urllib.parse import unquote, urlsplit
 
@@ -63,9 +65,30 @@ def check_target(target: str, config, job: str) -> str:
             if norm == p:
                 raise ConfigError(f"savepoint target {target!r} is the savepoint prefix itself; "
                                   f"choose a sub-directory of {p}")
+            _check_resolved(target, norm, prefixes)
             return norm
     raise ConfigError(f"savepoint target {target!r} (normalised {norm}) is outside the allowed savepoint "
                       f"prefixes {prefixes}; set PIPELINE_SAVEPOINT_PREFIXES to allow it")
+
+
+def _resolved(uri: str) -> str:
+    """A file:// URI with every symlink of its existing part resolved (the rest kept as it is)."""
+    return "file://" + os.path.realpath(uri[len("file://"):]).rstrip("/")
+
+
+def _check_resolved(target: str, norm: str, prefixes: list[str]) -> None:
+    """A file:// target whose real path (symlinks resolved) is not under a prefix's real path is refused: a
+    symlink inside an allowed prefix must not carry the savepoint outside it."""
+    if not norm.startswith("file://"):
+        return  # s3:// has no symlinks
+    real = _resolved(norm)
+    for p in prefixes:
+        if p.startswith("file://"):
+            rp = _resolved(p)
+            if real.startswith(rp + "/"):
+                return
+    raise ConfigError(f"savepoint target {target!r} resolves (following symlinks) to {real}, outside the allowed "
+                      f"savepoint prefixes {prefixes}; set PIPELINE_SAVEPOINT_PREFIXES to allow it")
 
 
 def abort_pending(coordinator, cause: BaseException) -> None:

@@ -82,6 +82,9 @@ class DeltaLakeTable(OpenFormatTable):
         return CommitProperties(custom_metadata=self.markers(checkpoint_id, parent_id), app_transactions=apps)
 
     # -- OpenFormatTable ---------------------------------------------------------------------------
+    def refresh(self) -> None:
+        self._latest = None  # a failed update_incremental/commit may have left it half-updated: load it again
+
     def exists(self) -> bool:
         from deltalake import DeltaTable
         if self._latest is not None:

@@ -28,6 +28,7 @@ from pipeline.checkpoint.ack import AckResult
 from pipeline.exceptions import IncompatibleSinkSchemaError, SinkError
 from pipeline.faults import fault_point
 from pipeline.sink.table import CommitEntry, CommittedTable
+from pipeline.storage_retry import is_transient_table_error, one_line, with_retries
 
 if TYPE_CHECKING:  # pragma: no cover
     from pipeline.config import PipelineConfig
@@ -186,10 +187,30 @@ class OpenFormatTable(CommittedTable):
         return pa.concat_tables(parts, promote_options="default")
 
     # -- commit ------------------------------------------------------------------------------------
+    def refresh(self) -> None:
+        """Drop any cached view of the table (before a commit is retried after a transient failure)."""
+
     def commit(self, entry: CommitEntry) -> AckResult:
         # Step 1: Epochal's own lineage index
         logged = super().commit(entry)
         fault_point("after_commit_log_before_table_commit")
+        # Steps 2-5 do their own S3 requests (delta-rs, pyiceberg), outside Epochal's retried FileIO. They are
+        # idempotent (step 2 sees what already landed), so a transient S3 failure re-runs them, logged, within
+        # PIPELINE_S3_RETRY_SECONDS, like Epochal's own storage calls (issue 34, item 2)
+        what = f"{self.what}: commit of checkpoint {entry.checkpoint_id}"
+        try:
+            return with_retries(lambda: self._commit_table(entry, logged), what,
+                                transient=is_transient_table_error, before_retry=self.refresh)
+        except Exception as e:
+            if not is_transient_table_error(e):
+                raise
+            first = one_line(e)
+            raise SinkError(f"{what} failed: S3 kept failing within PIPELINE_S3_RETRY_SECONDS "
+                            f"({type(e).__name__}: {first}); the checkpoint is complete and its commit log entry "
+                            "written, so the next run or restore commits it to the table (recoverAndCommit)") from e
+
+    def _commit_table(self, entry: CommitEntry, logged: AckResult) -> AckResult:
+        """Steps 2-5 of :meth:`commit` (idempotent)."""
         n, p = entry.checkpoint_id, entry.parent_id
         file_schema = self._file_schema(entry)
         if not self.exists():

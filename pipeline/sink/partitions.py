@@ -17,6 +17,8 @@ from typing import Any, Sequence
 
 import pyarrow as pa
 
+from pipeline.exceptions import ConfigError
+
 __all__ = ["NULL_PARTITION", "partition_value", "partition_dir", "partition_values", "check_partition_types"]
 
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
@@ -75,7 +77,6 @@ def partition_values(uri: str, columns: Sequence[str]) -> dict[str, str | None]:
 
 def check_partition_types(table: str, schema: pa.Schema, columns: Sequence[str]) -> None:
     """Refuse partition columns that are missing or of a type without a stable text form."""
-    from pipeline.exceptions import ConfigError
     for c in columns:
         if c not in schema.names:
             raise ConfigError(f"sink {table!r}: partition column {c!r} is not a column of its stream "

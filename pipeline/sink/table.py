@@ -22,7 +22,8 @@ from __future__ import annotations
 import builtins
 import json
 import logging
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from pipeline.checkpoint.ack import AckResult
@@ -55,6 +56,9 @@ class CommitEntry:
     full: bool = False
     mode: str = "append"
     key: tuple[str, ...] = ()
+    #: the commit of a savepoint's sink transaction (not a checkpoint of ``checkpoints/``); not part of equality,
+    #: so an entry written before the flag existed and the same entry with it are the same commit
+    savepoint: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "files", tuple(self.files))
@@ -79,7 +83,7 @@ class CommitEntry:
     def to_dict(self) -> dict[str, Any]:
         return {"format": COMMIT_FORMAT, "table": self.table, "checkpoint_id": self.checkpoint_id,
                 "parent_id": self.parent_id, "files": [f.to_dict() for f in self.files], "full": self.full,
-                "mode": self.mode, "key": list(self.key)}
+                "mode": self.mode, "key": list(self.key), **({"savepoint": True} if self.savepoint else {})}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, indent=1) + "\n"
@@ -89,7 +93,8 @@ class CommitEntry:
         return cls(table=str(d["table"]), checkpoint_id=int(d["checkpoint_id"]),
                    parent_id=None if d.get("parent_id") is None else int(d["parent_id"]),
                    files=tuple(FileHandle.from_dict(f) for f in d.get("files", ())), full=bool(d.get("full", False)),
-                   mode=str(d.get("mode", "append")), key=tuple(d.get("key", ())))
+                   mode=str(d.get("mode", "append")), key=tuple(d.get("key", ())),
+                   savepoint=bool(d.get("savepoint", False)))
 
     @classmethod
     def from_json(cls, text: str | builtins.bytes, uri: str = "<memory>") -> "CommitEntry":
@@ -102,6 +107,15 @@ class CommitEntry:
             raise
         except (ValueError, KeyError, TypeError) as e:
             raise SinkError(f"unreadable sink commit entry {uri}: {e!r}") from e
+
+
+_ATTEMPT = re.compile(r"^(.*)\.t\d+(\.[^./]+)?$")
+
+
+def _logical_name(uri: str) -> str | None:
+    """``.../part-00003.parquet`` of an attempt file ``.../part-00003.t<attempt id>.parquet`` (None: no attempt id)."""
+    m = _ATTEMPT.match(uri)
+    return None if m is None else m.group(1) + (m.group(2) or "")
 
 
 def _txn_id(name: str) -> int | None:
@@ -161,6 +175,28 @@ class CommittedTable:
         log.info("table %s: committed checkpoint %d (%d files, parent %s)", self.table, entry.checkpoint_id,
                  len(entry.files), entry.parent_id)
         return AckResult.SUCCESS
+
+    def remove_other_attempts(self, entry: CommitEntry) -> int:
+        """Delete the files that *other* task attempts wrote beside the files ``entry`` references (a failed attempt
+        before its retry, the losing copy of a speculative task: ``part-00003.t<attempt id>.parquet`` for a
+        referenced ``part-00003.t<other id>.parquet``) in the directories of ``entry``'s files. Only such files:
+        nothing another entry could reference. One listing per directory; returns the number deleted."""
+        kept = {f.uri for f in entry.files}
+        logical = {n for n in (_logical_name(u) for u in kept) if n is not None}
+        if not logical:
+            return 0
+        deleted = 0
+        for d in sorted({u.rsplit("/", 1)[0] for u in kept}):
+            for fi in self.fileio.list(d):
+                if fi.uri not in kept and _logical_name(fi.uri) in logical:
+                    try:
+                        self.fileio.delete(fi.uri)
+                    except ObjectNotFoundError:
+                        continue
+                    deleted += 1
+                    log.info("table %s: deleted %s, written by a task attempt checkpoint %d did not keep", self.table,
+                             fi.uri, entry.checkpoint_id)
+        return deleted
 
     def _read_entry(self, uri: str) -> CommitEntry:
         return CommitEntry.from_json(self.fileio.read_bytes(uri), uri)

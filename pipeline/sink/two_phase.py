@@ -81,7 +81,18 @@ class TwoPhaseCommitSink:
                             files=txn.files, full=txn.full, mode=self.mode, key=self.key)
         result = self.table.commit(entry)
         txn.commit()
+        self._remove_other_attempts(entry)
         return result
+
+    def _remove_other_attempts(self, entry: CommitEntry) -> None:
+        """Files of task attempts Spark did not keep (a failed attempt before its retry, the losing speculative
+        copy) sit beside the committed ones in ``txn-<n>/`` and nothing references them: removed once n is
+        committed (issue 34, item 5). Garbage only: a failure is logged, the commit stands."""
+        try:
+            self.table.remove_other_attempts(entry)
+        except StorageError as e:
+            log.warning("table %s: could not remove the files of other task attempts of checkpoint %d: %s",
+                        self.name, entry.checkpoint_id, e)
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> dict[int, AckResult]:
         """Commit every pre-committed transaction with id <= ``checkpoint_id``, oldest first."""
@@ -133,7 +144,8 @@ class TwoPhaseCommitSink:
             return None
         what = f"recovering checkpoint {metadata.checkpoint_id} of job '{metadata.job}'"
         entry = CommitEntry(table=self.name, checkpoint_id=metadata.checkpoint_id, parent_id=metadata.parent_id,
-                            files=handle.files, full=handle.full, mode=self.mode, key=self.key)
+                            files=handle.files, full=handle.full, mode=self.mode, key=self.key,
+                            savepoint=metadata.is_savepoint)
         existing = self.table.entry(metadata.checkpoint_id)
         if existing is None:
             self._check_files(handle.files, what)
@@ -141,6 +153,7 @@ class TwoPhaseCommitSink:
         txn = self._txns.get(metadata.checkpoint_id)
         if txn is not None and txn.state is TransactionState.PRE_COMMITTED:
             txn.commit()
+        self._remove_other_attempts(entry)
         if result is AckResult.SUCCESS:
             if restoring:  # only a restore re-commits; the normal path is notifyCheckpointComplete
                 log.info("table %s: re-committed checkpoint %d on restore", self.name, metadata.checkpoint_id)

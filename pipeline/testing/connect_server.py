@@ -3,7 +3,10 @@
 Used by the tests and by ``scripts/connect_server.sh`` (the embedded long-lived Spark that Airflow tasks and CLI
 runs connect to with ``PIPELINE_SPARK_MASTER=sc://127.0.0.1:<port>``). The server's Python workers run the venv's
 interpreter with the repository on ``PYTHONPATH`` (they import ``pipeline``); S3 credentials and endpoint come from
-the server's own environment (``env``), as for any shared Connect server.
+the server's own environment (``env``), as for any shared Connect server - with a local master. With a cluster
+master (``spark://...``) the executors run on the workers, with the workers' environment: they need their own
+``AWS_*`` settings (or an instance profile / IRSA); :func:`pipeline.master.probe_executor_storage` refuses a run
+whose executors cannot reach S3 before anything is written.
 
     with SparkConnectServer(master="local[2,4]", env=moto.env()) as server:
         os.environ["PIPELINE_SPARK_MASTER"] = server.url

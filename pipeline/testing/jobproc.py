@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
-__all__ = ["JobProcessResult", "run_job_process"]
+__all__ = ["JobProcess", "JobProcessResult", "run_job_process"]
 
 
 @dataclass
@@ -29,6 +29,113 @@ class JobProcessResult:
     wall_s: float = 0.0
 
 
+def _job_env(env: Mapping[str, str] | None) -> dict[str, str]:
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    full_env.setdefault("PYSPARK_PYTHON", sys.executable)
+    full_env["EPOCHAL_PHASE_MARKERS"] = "1"
+    full_env["EPOCHAL_KILL_SCOPE"] = "group"  # the child is a session leader: a kill takes the whole job
+    return full_env
+
+
+class JobProcess:
+    """``python -m pipeline <args>`` running in the background (its own session, as :func:`run_job_process`
+    starts it), for a caller that acts while it runs - writes source files, sends signals - and waits for
+    conditions on its stderr lines (:meth:`wait_for`), never for a fixed time. Use as a context manager: leaving
+    it kills whatever of the process group is still alive."""
+
+    def __init__(self, args: Sequence[str], env: Mapping[str, str] | None = None, *, cwd: str | None = None,
+                 echo: Callable[[str], None] | None = None) -> None:
+        self.args = list(args)
+        self.t0 = time.time()
+        self.lines: list[str] = []
+        self._cond = threading.Condition()
+        self._echo = echo
+        self.proc = subprocess.Popen([sys.executable, "-m", "pipeline", *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, env=_job_env(env), cwd=cwd,
+                                     start_new_session=True)
+        self._out: list[str] = []
+        self._t_out = threading.Thread(target=lambda: self._out.append(self.proc.stdout.read()),  # type: ignore[union-attr]
+                                       daemon=True)
+        self._t_out.start()
+        self._t_err = threading.Thread(target=self._read_stderr, daemon=True)
+        self._t_err.start()
+
+    def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            line = line.rstrip("\n")
+            with self._cond:
+                self.lines.append(line)
+                self._cond.notify_all()
+            if self._echo and not line.startswith("EPOCHAL_PHASE") and "WARN" not in line[:40]:
+                self._echo(line)
+        with self._cond:
+            self._cond.notify_all()
+
+    def mark(self) -> int:
+        """The number of stderr lines so far (``wait_for(..., after=mark)`` looks at later lines only)."""
+        with self._cond:
+            return len(self.lines)
+
+    def wait_for(self, pred: Callable[[str], bool], *, count: int = 1, after: int = 0,
+                 timeout_s: float = 600.0) -> str:
+        """Block until ``count`` stderr lines (from line ``after`` on) satisfy ``pred`` (returns the ``count``-th);
+        raises TimeoutError (with the log's tail) after ``timeout_s``, or RuntimeError if the process ends first."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while True:
+                hits = [ln for ln in self.lines[after:] if pred(ln)]
+                if len(hits) >= count:
+                    return hits[count - 1]
+                if self.proc.poll() is not None and not self._t_err.is_alive():
+                    raise RuntimeError(f"process ended (exit {self.proc.returncode}) before the condition:\n"
+                                       + self.log()[-4000:])
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"no such line after {timeout_s} s:\n" + self.log()[-4000:])
+                self._cond.wait(min(left, 1.0))
+
+    def send(self, sig: int) -> None:
+        """Send ``sig`` to the job's driver process only (as a supervisor stopping it does)."""
+        self.proc.send_signal(sig)
+
+    def kill_group(self) -> None:
+        """SIGKILL the whole process group (driver, JVM, workers: a lost machine)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def wait(self, timeout_s: float = 600.0) -> int:
+        """Wait for the process to exit (SIGKILL of the group after ``timeout_s``); returns its exit code."""
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill_group()
+            self.proc.wait()
+        self._t_err.join(10)
+        self._t_out.join(10)
+        return self.proc.returncode
+
+    @property
+    def stdout(self) -> str:
+        return "".join(self._out)
+
+    def log(self) -> str:
+        with self._cond:
+            return "\n".join(self.lines) + ("\n" + self.stdout if self.stdout else "")
+
+    def __enter__(self) -> "JobProcess":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:
+            self.kill_group()
+        self.wait(60)
+        self.kill_group()  # whatever of the group survived the driver (the JVM, python workers)
+
+
 def run_job_process(args: Sequence[str], env: Mapping[str, str] | None = None, *,
                     kill_when: Callable[[str], bool] | None = None, kill_delay_s: float = 0.0,
                     echo: Callable[[str], None] | None = None, timeout_s: float = 1800.0,
@@ -36,11 +143,7 @@ def run_job_process(args: Sequence[str], env: Mapping[str, str] | None = None, *
     """Run ``python -m pipeline <args>``; if ``kill_when(line)`` is true for a stderr line, SIGKILL the
     whole process group ``kill_delay_s`` seconds later. ``on_line`` sees every stderr line (phase markers
     included), e.g. to start an S3 outage at a phase."""
-    full_env = dict(os.environ)
-    full_env.update(env or {})
-    full_env.setdefault("PYSPARK_PYTHON", sys.executable)
-    full_env["EPOCHAL_PHASE_MARKERS"] = "1"
-    full_env["EPOCHAL_KILL_SCOPE"] = "group"  # the child is a session leader: a kill takes the whole job
+    full_env = _job_env(env)
     t0 = time.time()
     proc = subprocess.Popen([sys.executable, "-m", "pipeline", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=full_env, cwd=cwd, start_new_session=True)

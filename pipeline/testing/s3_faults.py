@@ -26,15 +26,19 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import json
+import os
 import random
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
-__all__ = ["S3FaultProxy", "FAULT_KINDS", "request_kind"]
+__all__ = ["S3FaultProxy", "ProxyProcess", "FAULT_KINDS", "request_kind"]
 
 FAULT_KINDS = ("slowdown", "error500", "drop", "cut_body", "lost_put")
 _HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "upgrade", "trailer"}
@@ -78,7 +82,7 @@ class S3FaultProxy:
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._outage_until = 0.0
-        self._forced: list[str] = []
+        self._forced: list[tuple[str, str | None, str | None]] = []  # (fault, request kind, path substring)
         self.injected: Counter[str] = Counter()
         self.by_kind: Counter[str] = Counter()
         self.requests = 0
@@ -130,14 +134,37 @@ class S3FaultProxy:
                 except OSError:
                     pass
 
+            def _control(self) -> None:
+                """``/__faults__/...``: the proxy's own control API (a proxy in another process, see
+                :class:`ProxyProcess`); never forwarded."""
+                u = urlsplit(self.path)
+                q = {k: v[-1] for k, v in parse_qs(u.query).items()}
+                if u.path == "/__faults__/fail_next":
+                    proxy.fail_next(q["kind"], int(q.get("n", "1")), request=q.get("request"),
+                                    path_contains=q.get("path_contains"))
+                elif u.path == "/__faults__/outage":
+                    proxy.outage(float(q["seconds"]))
+                elif u.path == "/__faults__/clear":
+                    proxy.clear()
+                elif u.path == "/__faults__/rate":
+                    proxy.set_rate(float(q["rate"]))
+                elif u.path != "/__faults__/stats":
+                    return self._send(404, [], b"unknown control path")
+                with proxy._lock:
+                    stats = {"injected": dict(proxy.injected), "by_kind": dict(proxy.by_kind),
+                             "requests": proxy.requests, "pending": len(proxy._forced)}
+                self._send(200, [("Content-Type", "application/json")], json.dumps(stats).encode())
+
             def _proxy(self) -> None:
                 body = self._body()
+                if self.path.startswith("/__faults__/"):
+                    return self._control()
                 with proxy._lock:
                     kind = request_kind(self.command, self.path)
                     proxy.by_kind[kind] += 1
                     if proxy.log is not None:
                         proxy.log.append((kind, self.command, self.path))
-                fault = proxy._choose(self.command)
+                fault = proxy._choose(self.command, self.path)
                 if fault in ("slowdown", "outage503"):
                     return self._send(503, [("Content-Type", "application/xml")],
                                       _error_xml("SlowDown", "Please reduce your request rate."))
@@ -172,15 +199,17 @@ class S3FaultProxy:
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}"
 
-    def _choose(self, method: str) -> str | None:
+    def _choose(self, method: str, path: str = "") -> str | None:
         with self._lock:
             self.requests += 1
             if time.monotonic() < self._outage_until:
                 kind = "outage503" if self._rng.random() < 0.5 else "outage_drop"
                 self.injected[kind] += 1
                 return kind
-            for i, kind in enumerate(self._forced):
-                if (kind != "cut_body" or method == "GET") and (kind != "lost_put" or method == "PUT"):
+            for i, (kind, rkind, part) in enumerate(self._forced):
+                if ((kind != "cut_body" or method == "GET") and (kind != "lost_put" or method == "PUT")
+                        and (rkind is None or request_kind(method, path) == rkind)
+                        and (part is None or part in unquote(path))):
                     del self._forced[i]
                     self.injected[kind] += 1
                     return kind
@@ -194,12 +223,20 @@ class S3FaultProxy:
             self.injected[kind] += 1
             return kind
 
-    def fail_next(self, kind: str, n: int = 1) -> None:
-        """Inject ``kind`` into the next ``n`` eligible requests (GETs for cut_body, PUTs for lost_put)."""
+    def fail_next(self, kind: str, n: int = 1, *, request: str | None = None, path_contains: str | None = None) -> None:
+        """Inject ``kind`` into the next ``n`` eligible requests (GETs for cut_body, PUTs for lost_put); ``request``:
+        only requests of that kind (``list``, ``get``, ``put`` ...: :func:`request_kind`); ``path_contains``: only
+        requests whose (URL-decoded) path and query contain it, e.g. ``"_delta_log"``."""
         if kind not in FAULT_KINDS:
             raise ValueError(f"unknown fault kind {kind!r}; known: {FAULT_KINDS}")
         with self._lock:
-            self._forced.extend([kind] * n)
+            self._forced.extend([(kind, request, path_contains)] * n)
+
+    def clear(self) -> None:
+        """Forget the faults ``fail_next`` asked for that have not been injected yet, and end an outage."""
+        with self._lock:
+            self._forced.clear()
+            self._outage_until = 0.0
 
     def outage(self, seconds: float) -> None:
         """From now on, for ``seconds``, every request fails (503 or a dropped connection)."""
@@ -221,6 +258,82 @@ class S3FaultProxy:
 
     def __enter__(self) -> "S3FaultProxy":
         return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class ProxyProcess:
+    """An :class:`S3FaultProxy` in a child process, controlled over its ``/__faults__/`` HTTP API.
+
+    For clients that block the GIL while they wait for S3 (delta-rs calls do): an in-process proxy thread could
+    never answer them. ``fail_next``/``outage``/``set_rate`` and ``injected``/``by_kind`` as on the proxy itself."""
+
+    def __init__(self, upstream: str, *, seed: int = 0, startup_timeout: float = 60.0) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "pipeline.testing.s3_faults", "--upstream", upstream,
+                                      "--rate", "0", "--seed", str(seed), "--port", "0"],
+                                     stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().strip()  # the child prints its endpoint once it listens
+        if not line.startswith("http://"):
+            self.stop()
+            raise RuntimeError(f"the fault proxy did not start (exit code {self.proc.poll()}, first line {line!r})")
+        self.endpoint_url = line
+
+    def _call(self, path: str) -> dict:
+        u = urlsplit(self.endpoint_url)
+        conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or 80, timeout=30)
+        try:
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            data = resp.read()
+        finally:
+            conn.close()
+        if resp.status != 200:
+            raise RuntimeError(f"fault proxy control {path}: {resp.status} {data[:200]!r}")
+        return json.loads(data)
+
+    def fail_next(self, kind: str, n: int = 1, *, request: str | None = None, path_contains: str | None = None) -> None:
+        q = f"kind={quote(kind)}&n={n}"
+        if request is not None:
+            q += f"&request={quote(request)}"
+        if path_contains is not None:
+            q += f"&path_contains={quote(path_contains)}"
+        self._call(f"/__faults__/fail_next?{q}")
+
+    def outage(self, seconds: float) -> None:
+        self._call(f"/__faults__/outage?seconds={float(seconds)}")
+
+    def set_rate(self, rate: float) -> None:
+        self._call(f"/__faults__/rate?rate={float(rate)}")
+
+    def clear(self) -> None:
+        self._call("/__faults__/clear")
+
+    def stats(self) -> dict:
+        return self._call("/__faults__/stats")
+
+    @property
+    def injected(self) -> Counter[str]:
+        return Counter(self.stats()["injected"])
+
+    @property
+    def by_kind(self) -> Counter[str]:
+        return Counter(self.stats()["by_kind"])
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+    def __enter__(self) -> "ProxyProcess":
+        return self
 
     def __exit__(self, *exc) -> None:
         self.stop()

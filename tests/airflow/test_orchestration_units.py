@@ -332,3 +332,59 @@ def test_data_docs_served_per_job_offline_behind_login(app_client, tmp_path):
     assert r.status_code == 200 and "No data-quality results yet" in r.text
     # linked from the job page and every checkpoint page
     assert "href='data-docs/'" in client.get("/jobs/orders_payments/").text
+
+
+def test_unknown_checkpoint_id_page_has_a_way_back_and_the_retained_ids(app_client, tmp_path):
+    """Issue 34, item 10 (part): an unknown checkpoint id is a page (404) with a link back to the job's history and
+    the ids that exist, not a bare "Not found"."""
+    from pipeline.checkpoint.coordinator import CheckpointCoordinator
+    from pipeline.fileio import LocalFileIO
+    client, _ = app_client
+    client.cookies.set("_token", "reader")
+    r = client.get("/jobs/orders_payments/checkpoints/99")
+    assert r.status_code == 404 and "Back to the checkpoint history of orders_payments" in r.text, r.text
+    assert "href='../'" in r.text and "Retained checkpoints: none" in r.text
+    coord = CheckpointCoordinator(LocalFileIO(), (tmp_path / "chk").as_uri(), "orders_payments")
+    parent = None
+    for _ in range(2):
+        p = coord.trigger(epoch=1, barrier_time="2026-01-01T00:01:00Z", expected_tasks={"op": 1}, parent_id=parent,
+                          max_parallelism=128, parallelism=1)
+        coord.acknowledge_task(p, "op", 0)
+        parent = coord.complete(p).checkpoint_id
+    r = client.get("/jobs/orders_payments/checkpoints/99")
+    assert r.status_code == 404
+    assert "<a href='../checkpoints/1'>1</a>, <a href='../checkpoints/2'>2</a>" in r.text, r.text
+    assert client.get("/jobs/orders_payments/checkpoints/2").status_code == 200
+
+
+def test_jobs_without_a_dag_in_this_airflow_are_not_listed_with_one(tmp_path):
+    """Issue 34, item 10 (part): a job with checkpoints under the root but no epoch DAG in this Airflow (run by the
+    CLI, or by another Airflow) is not shown with a DAG column and an "Airflow runs" link that lead nowhere."""
+    from fastapi.testclient import TestClient
+
+    from pipeline.config import PipelineConfig
+    from pipeline.orchestration.ui import _Backend, create_app
+    root = tmp_path / "chk"
+    for job in ("orders_payments", "cli_only"):
+        (root / job).mkdir(parents=True)
+        (root / job / "job.json").write_text(json.dumps({"job": job, "max_parallelism": 8}))
+    cfg = PipelineConfig(checkpoint_uri=root.as_uri(), source_uri=(tmp_path / "s").as_uri(),
+                         sink_uri=(tmp_path / "o").as_uri())
+
+    async def authenticate(request):
+        return "reader"
+
+    app = create_app(backend=_Backend(config_loader=lambda: cfg, dag_ids_loader=lambda: {"epochal_orders_payments"}),
+                     authenticate=authenticate, authorize=lambda user, dag_id: True,
+                     login_url=lambda nxt: f"/auth/login?next={nxt}")
+    client = TestClient(app, follow_redirects=False)
+    r = client.get("/")
+    assert r.status_code == 200
+    row = {line.split("</a>")[0].rsplit(">", 1)[-1]: line for line in r.text.split("<tr>") if "jobs/" in line}
+    assert "epochal_orders_payments" in row["orders_payments"], row
+    assert "epochal_cli_only" not in r.text and "no epoch DAG in this Airflow" in row["cli_only"], row
+    page = client.get("/jobs/cli_only/").text
+    assert "No epoch DAG in this Airflow" in page and "dags/epochal_cli_only" not in page, page
+    assert "epochal run" in page
+    page = client.get("/jobs/orders_payments/").text
+    assert "dags/epochal_orders_payments/runs" in page

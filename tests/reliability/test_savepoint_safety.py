@@ -98,3 +98,49 @@ def test_unfinished_savepoint_dirs_are_cleaned_later(any_root):
     coord.cleanup_garbage()
     assert fio.list(killed) == []
     assert len(fio.list(done)) == 3 and len(fio.list(mine)) == 2
+
+
+@pytest.mark.unit
+def test_a_symlink_inside_the_prefix_pointing_outside_is_refused_before_anything_is_written(tmp_path):
+    """Issue 34, item 1: the target is checked after resolving symlinks. ``savepoints/escape`` is a symlink to a
+    directory outside every allowed prefix: lexically inside, really outside. Refused (exit 2) by the check and
+    by ``JobRunner.savepoint`` before any side effect: nothing written outside, no checkpoint id claimed."""
+    from pipeline.jobs import get_job
+    from pipeline.runtime.runner import JobRunner
+
+    ck = (tmp_path / "ckpt").as_uri()
+    cfg = load_config(env={}, checkpoint_uri=ck, source_uri=(tmp_path / "src").as_uri(),
+                      sink_uri=(tmp_path / "sink").as_uri())
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    sp_dir = tmp_path / "ckpt" / "orders_payments" / "savepoints"
+    sp_dir.mkdir(parents=True)
+    (sp_dir / "escape").symlink_to(outside, target_is_directory=True)
+    (sp_dir / "dangling").symlink_to(tmp_path / "outside-not-yet", target_is_directory=True)
+    (sp_dir / "inner").mkdir()
+    (sp_dir / "alias").symlink_to(sp_dir / "inner", target_is_directory=True)  # inside -> inside: fine
+    base = f"{ck}/orders_payments/savepoints"
+    for bad in (f"{base}/escape", f"{base}/escape/sp1", f"{base}/dangling/sp1"):
+        with pytest.raises(ConfigError, match="symlinks"):
+            check_target(bad, cfg, "orders_payments")
+    assert check_target(f"{base}/alias/sp1", cfg, "orders_payments") == f"{base}/alias/sp1"
+    # a checkpoint root reached through a symlink (e.g. /tmp -> /private/tmp) is not "outside" itself
+    (tmp_path / "ckpt-link").symlink_to(tmp_path / "ckpt", target_is_directory=True)
+    ck_link = (tmp_path / "ckpt-link").as_uri()
+    cfg_link = load_config(env={}, checkpoint_uri=ck_link)
+    assert check_target(f"{ck_link}/orders_payments/savepoints/sp1", cfg_link, "orders_payments")
+    with pytest.raises(ConfigError, match="symlinks"):
+        check_target(f"{ck_link}/orders_payments/savepoints/escape/sp1", cfg_link, "orders_payments")
+    # an allowed prefix of PIPELINE_SAVEPOINT_PREFIXES with a symlink in it: the same rule
+    backups = tmp_path / "backups"
+    backups.mkdir()
+    (backups / "out").symlink_to(outside, target_is_directory=True)
+    cfg2 = load_config(env={"PIPELINE_SAVEPOINT_PREFIXES": backups.as_uri()}, checkpoint_uri=ck)
+    with pytest.raises(ConfigError, match="symlinks"):
+        check_target(f"{backups.as_uri()}/out/sp1", cfg2, "orders_payments")
+
+    runner = JobRunner(get_job("orders_payments"), cfg)
+    with pytest.raises(ConfigError, match="symlinks"):
+        runner.savepoint(f"{base}/escape/sp1")
+    assert list(outside.iterdir()) == []
+    assert runner.ctx.coordinator.counter.latest_claimed() is None

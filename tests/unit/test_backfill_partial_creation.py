@@ -36,10 +36,18 @@ def _parse(s: str) -> datetime:
 
 class FakeAirflow:
     """Backfills and backfill runs of one DAG with hourly runs. ``fail_after``: the first creation commits the
-    backfill row and that many runs, then answers 503 (None: no failure)."""
+    backfill row and that many runs, then answers 503 (None: no failure). ``orphan_polls``: a backfill without runs
+    is completed by the housekeeping only after that many listings of the backfills (a real Airflow: about 2.5 min).
+    ``hidden_polls``: the runs the failing creation committed show in the run listing only after that many listings
+    of the backfills (they were not visible yet when the 503 came back)."""
 
-    def __init__(self, fail_after: int | None) -> None:
+    def __init__(self, fail_after: int | None, *, orphan_polls: int = 0, hidden_polls: int = 0) -> None:
         self.fail_after = fail_after
+        self.orphan_polls = orphan_polls
+        self.hidden_polls = hidden_polls
+        self.listings = 0
+        self.hidden_until: dict[str, int] = {}   # logical date -> listings after which the run is visible
+        self.created_at_listing: dict[int, int] = {}
         self.backfills: list[dict] = []
         self.runs: dict[str, dict] = {}          # logical date -> run
         self.created: list[tuple[int, str]] = []  # (backfill id, logical date) in creation order
@@ -62,9 +70,14 @@ class FakeAirflow:
             if u.path == "/auth/token":
                 return 201, {"access_token": "t"}
             if u.path == "/api/v2/backfills" and method == "GET":
+                self.listings += 1
                 for b in self.backfills:   # the scheduler's housekeeping: a backfill whose runs are done completes
-                    if b["completed_at"] is None and all(self.runs[d]["state"] == "success"
-                                                         for (i, d) in self.created if i == b["id"]):
+                    mine = [d for (i, d) in self.created if i == b["id"]]
+                    if mine and any(self.listings < self.hidden_until.get(d, 0) for d in mine):
+                        continue
+                    if not mine and self.listings - self.created_at_listing[b["id"]] < self.orphan_polls:
+                        continue
+                    if b["completed_at"] is None and all(self.runs[d]["state"] == "success" for d in mine):
                         b["completed_at"] = self.now()
                 bs = sorted(self.backfills, key=lambda b: -b["id"]) if q.get("order_by") == ["-id"] else self.backfills
                 lim = int(q.get("limit", ["100"])[0])
@@ -80,6 +93,7 @@ class FakeAirflow:
                 b = {"id": len(self.backfills) + 1, "dag_id": DAG, "from_date": body["from_date"],
                      "to_date": body["to_date"], "created_at": self.now(), "completed_at": None}
                 self.backfills.append(b)
+                self.created_at_listing[b["id"]] = self.listings
                 planned = self.planned(body)
                 fail = self.fail_after is not None and self.posts == 1
                 for h in planned[:self.fail_after] if fail else planned:
@@ -87,12 +101,16 @@ class FakeAirflow:
                     self.runs[_z(h)] = {"logical_date": _z(h), "queued_at": self.now(), "state": "success",
                                         "run_type": "backfill"}
                     self.created.append((b["id"], _z(h)))
+                    if fail and self.hidden_polls:
+                        self.hidden_until[_z(h)] = self.listings + self.hidden_polls
                 if fail:
                     return 503, {"detail": "Database is locked. Backfill creation is not supported on SQLite"}
                 return 200, b
             if u.path == f"/api/v2/dags/{DAG}/dagRuns":
-                lo, hi = _parse(q["logical_date_gte"][0]), _parse(q["logical_date_lte"][0])
+                lo = _parse(q["logical_date_gte"][0]) if "logical_date_gte" in q else HOURS[0]
+                hi = _parse(q["logical_date_lte"][0]) if "logical_date_lte" in q else HOURS[-1]
                 rs = [r for d, r in sorted(self.runs.items()) if lo <= _parse(d) <= hi
+                      and self.listings >= self.hidden_until.get(d, 0)
                       and (q.get("run_type") is None or r["run_type"] in q["run_type"])
                       and (q.get("state") is None or r["state"] in q["state"])]
                 off, lim = int(q.get("offset", ["0"])[0]), int(q.get("limit", ["100"])[0])
@@ -102,8 +120,8 @@ class FakeAirflow:
 
 @pytest.fixture()
 def fake():
-    def serve(fail_after):
-        f = FakeAirflow(fail_after)
+    def serve(fail_after, **kw):
+        f = FakeAirflow(fail_after, **kw)
 
         class H(BaseHTTPRequestHandler):
             def _do(self, method):
@@ -162,3 +180,34 @@ def test_orphan_backfill_without_runs_is_retried_whole(fake):
     b = create_backfill(client, DAG, _z(HOURS[0]), _z(HOURS[-1]), poll=0.01, timeout=30, echo=lambda m: None)
     assert b["id"] == 2 and f.posts == 2   # the orphan (no run) completed, then the whole backfill again
     assert [(i, d) for i, d in f.created] == [(2, _z(h)) for h in HOURS]
+
+
+def test_orphan_is_named_as_ours_not_as_a_running_backfill_then_retried(fake):
+    """Issue 34, item 9: after a 503 that left an orphan (a backfill row without runs), the wrapper used to say
+    "creating the backfill failed transiently; retrying", then "backfill 1 ... is still running ...; waiting for it
+    to complete before creating the next", then "created backfill 2": three messages that contradict each other.
+    Now every message names backfill 1 as the one our failed request left, and says what happens next."""
+    f, client = fake(0, orphan_polls=3)
+    said: list[str] = []
+    b = create_backfill(client, DAG, _z(HOURS[0]), _z(HOURS[-1]), poll=0.01, timeout=30, echo=said.append)
+    assert b["id"] == 2 and f.posts == 2
+    assert [(i, d) for i, d in f.created] == [(2, _z(h)) for h in HOURS]
+    assert not any("still running" in m or "before creating the next" in m for m in said), said
+    assert not any("failed transiently" in m for m in said), said
+    assert "left backfill 1 without runs" in said[0], said
+    assert any("backfill 1" in m and "left without runs by our request" in m for m in said), said
+    assert any("backfill 1 completed without runs; creating the backfill again" in m for m in said), said
+    assert said[-1].startswith("epochal: created backfill 2"), said
+
+
+def test_runs_that_show_up_late_make_the_backfill_ours_not_a_second_one(fake):
+    """The 503'd request did create all runs, but they were not in the run listing yet when the wrapper looked.
+    Creating the backfill again would run every interval twice (and the wrapper said "created" after "waiting");
+    the backfill is looked at again once it completes, and used."""
+    f, client = fake(4, hidden_polls=3)
+    said: list[str] = []
+    b = create_backfill(client, DAG, _z(HOURS[0]), _z(HOURS[-1]), poll=0.01, timeout=30, echo=said.append)
+    assert b["id"] == 1 and f.posts == 1 and "continued_by" not in b, said
+    assert [(i, d) for i, d in f.created] == [(1, _z(h)) for h in HOURS]
+    assert not any("created backfill" in m for m in said), said
+    assert "all its 4 run(s) although Airflow answered 503" in said[-1], said

@@ -32,3 +32,13 @@ def test_last_data_epoch_and_durations():
     assert last_data_epoch(summaries, lambda us: us // 3_600_000_000) == 2
     assert last_data_epoch({}, lambda us: us) is None
     assert format_duration(75) == "1 min 15 s" and format_duration(7300) == "2 h 01 min"
+
+
+def test_after_a_warm_up_the_time_left_counts_the_epochs_after_it_only():
+    t = [0.0]
+    p = RunProgress(None, clock=lambda: t[0], warmup=True)
+    t[0] = 30.0  # the first round: start-up costs, no estimate
+    assert p.epoch_done(100, 10, last_epoch=110).endswith("= 0 events/s")
+    p.mark_warm()
+    t[0] = 32.0  # then 2 s per epoch: 8 left -> 16 s, not 8 x 16 s
+    assert p.epoch_done(101, 10, last_epoch=109).endswith("about 16 s left")

@@ -131,3 +131,35 @@ def test_cleanup_spares_open_transactions(setup):
 def test_upsert_sink_needs_a_key(local_root):
     with pytest.raises(ValueError, match="needs a key"):
         TwoPhaseCommitSink(CommittedTable(LocalFileIO(), local_root, "job", "rev"), mode="upsert")
+
+
+@pytest.mark.parametrize("restore", [False, True], ids=["commit", "restore"])
+def test_files_of_attempts_spark_did_not_keep_are_removed_on_commit(setup, restore):
+    """Issue 34, item 5: a losing speculative attempt (or a failed attempt before its retry) wrote
+    ``part-00000.t<its id>.parquet`` beside the kept attempt's file in ``txn-<n>/``. No handle references it; it
+    used to stay in the committed directory for good. The commit (and the re-commit of a restore) removes it, and
+    nothing else: not the kept files, not a file without an attempt id, not another subtask's file."""
+    fio, sink, coord = setup
+    p = coord.trigger(epoch=1, barrier_time="t", expected_tasks={"map": 2}, parent_id=None, max_parallelism=2,
+                      parallelism=2, sink_tables=["out"])
+    n = p.checkpoint_id
+    txn = sink.begin_transaction(n)
+    d = sink.table.staging_uri(n)
+    loser = write_part(fio, f"{d}/part-00000.t7.parquet", ["a", "b"])     # the straggler, same bytes
+    kept = [write_part(fio, f"{d}/part-00000.t12.parquet", ["a", "b"]),  # the speculative copy Spark kept
+            write_part(fio, f"{d}/part-00001.t8.parquet", ["c"])]
+    failed = write_part(fio, f"{d}/part-00001.t3.parquet", ["c"])        # a failed first attempt of subtask 1
+    other = write_part(fio, f"{d}/part-00002.parquet", ["z"])             # no attempt id: not an attempt's file
+    for i, f in enumerate(kept):
+        coord.acknowledge_task(p, "map", i, sink_files={"out": [f]})
+    sink.pre_commit(txn, kept, verify=True)
+    completed = coord.complete(p)
+    if restore:  # killed before the sink commit: the restore commits it
+        fresh = TwoPhaseCommitSink(CommittedTable(fio, sink.table.table_uri.rsplit("/", 2)[0], "job", "out"))
+        assert fresh.recover_and_commit(completed.metadata) is AckResult.SUCCESS
+    else:
+        assert sink.notify_checkpoint_complete(n) == {n: AckResult.SUCCESS}
+    left = sorted(f.uri for f in fio.list(d))
+    assert left == sorted([*(f.uri for f in kept), other.uri]), left
+    assert not fio.exists(loser.uri) and not fio.exists(failed.uri)
+    assert sorted(sink.table.read().column("id").to_pylist()) == ["a", "b", "c"]
