@@ -78,6 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="operator subtasks after the restore (key groups are redistributed)")
     p.add_argument("--allow-non-restored-state", action="store_true",
                    help="restore even if the snapshot has state of operators the job no longer has")
+    p.add_argument("--validate", choices=("full", "cheap", "none"), default=None,
+                   help="what to check after the restore: full (every suite, the comparison with the batch meaning "
+                        "over the source prefix included; about one Spark batch over the prefix), cheap (the restored "
+                        "files, lineage, commits, state and sink keys: no source read) or none. Default: "
+                        "EPOCHAL_RESTORE_VALIDATE, else full")
 
     p = sub.add_parser("validate", help="run the Great Expectations suites; non-zero exit on failure")
     _common(p)
@@ -201,9 +206,12 @@ def _cmd_savepoint(args: argparse.Namespace) -> int:
 
 def _cmd_restore(args: argparse.Namespace) -> int:
     from pipeline.inputs import check_parallelism, check_snapshot_ref
+    from pipeline.runtime.validation import restore_validation
     from_, parallelism = check_snapshot_ref(args.from_), check_parallelism(args.parallelism)
+    level = restore_validation(args.validate)
     r = _runner(args)
-    d = r.restore(from_, parallelism=parallelism, allow_non_restored_state=args.allow_non_restored_state)
+    d = r.restore(from_, parallelism=parallelism, allow_non_restored_state=args.allow_non_restored_state,
+                  validate=level)
     _print(args, d, lambda d: f"restored {d['job']} from {d['from']} as checkpoint {d['checkpoint_id']}")
     return 0
 
@@ -275,10 +283,18 @@ _COMMANDS = {"run": _cmd_run, "checkpoints": _cmd_checkpoints, "savepoint": _cmd
              "batch": _cmd_batch, "bootstrap": _cmd_bootstrap}
 
 
+# commands that log what they do every 10 s and end with a one-line summary with the time (docs/quality.md)
+LONG_COMMANDS = frozenset({"validate", "restore", "savepoint", "bootstrap", "batch", "export"})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
     try:
+        if args.command in LONG_COMMANDS:
+            from pipeline.runtime.progress import Heartbeat
+            with Heartbeat(args.command, lambda m: print(m, file=sys.stderr, flush=True)):
+                return _COMMANDS[args.command](args)
         return _COMMANDS[args.command](args)
     except ConfigError as e:
         print(f"epochal: configuration error: {e}", file=sys.stderr)

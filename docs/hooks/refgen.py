@@ -61,6 +61,7 @@ OTHER_SETTINGS: dict[str, str] = {
     "EPOCHAL_CONNECT_TIMEOUT": "seconds to wait for a Spark Connect server",
     "EPOCHAL_QUALITY_LOCAL_MAX_BYTES": "quality suites: sink tables up to this size are read on the driver",
     "EPOCHAL_QUALITY_LOCAL_SMALL_BYTES": "quality suites: threshold of the small-table fast path",
+    "EPOCHAL_RESTORE_VALIDATE": "what a restore validates: full (default), cheap or none (docs/quality.md)",
     "EPOCHAL_DATA_DOCS_DIR": "where Great Expectations Data Docs are rendered",
     "EPOCHAL_FUSED_EPOCH": "Airflow: `trigger >> epoch` (process, commit and validate in one task)",
     "EPOCHAL_SPARK_CONNECT": "Airflow: the tasks use a long-lived Spark Connect server",

@@ -72,10 +72,14 @@ def write_batch(runner, checkpoint: str | None, to_dir: str) -> dict:
     cp = runner.snapshot(checkpoint)
     if cp is None:
         raise CheckpointError(f"job {runner.job.name!r} has no completed checkpoint (nothing to evaluate)")
+    from pipeline.runtime import progress
+    progress.step("compiling the batch plan (Spark starts here)")
     res = evaluate(runner, runner.job, prefix_of(runner, cp.metadata))
     out = {}
+    objects = sorted(res.objects().items())
     with scan_settings(runner.spark, runner.config.parallelism):
-        for obj, df in sorted(res.objects().items()):
+        progress.step("evaluating and writing objects", total=len(objects), unit="objects")
+        for obj, df in objects:
             path = os.path.join(os.path.abspath(to_dir), obj)
             shutil.rmtree(path, ignore_errors=True)
             t = df.toArrow()  # type: ignore[attr-defined]
@@ -83,5 +87,6 @@ def write_batch(runner, checkpoint: str | None, to_dir: str) -> dict:
             import pyarrow.parquet as pq
             pq.write_table(t, os.path.join(path, "part-00000.parquet"))
             out[obj] = t.num_rows
+            progress.advance(1)
     return {"checkpoint": cp.checkpoint_id, "epoch": cp.metadata.epoch, "to": os.path.abspath(to_dir),
             "objects": out, "unchecked": dict(res.unchecked), "messages": list(res.messages)}

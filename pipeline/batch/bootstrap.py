@@ -63,6 +63,7 @@ from pipeline.fileio import file_io_for, join_uri
 from pipeline.job import AggregateNode, DedupNode, JoinNode, ProcessNode, WindowNode
 from pipeline.keygroups import key_group_expr, range_for_subtask, subtask_expr
 from pipeline.layout import round_state_prefix, sink_staging_uri
+from pipeline.runtime import progress
 from pipeline.runtime.cursor import Cursor
 from pipeline.runtime.dataflow import arrow_schema_of, collect_handles
 from pipeline.runtime.dead_letters import EXTRA_KEY as DEAD_LETTERS_KEY
@@ -312,16 +313,21 @@ def bootstrap(runner, *, epoch: int | None = None, target: str | None = None,
     ``s3_requests``: the bootstrap's S3 requests, the driver's and the executors',
     :class:`~pipeline.runtime.task_requests.RequestSpan`)."""
     P = parallelism or runner.config.parallelism
-    with RequestSpan(runner.spark) as span, scan_settings(runner.spark, P):
-        out = _bootstrap(runner, epoch=epoch, target=target, parallelism=parallelism)
+    t0 = time.perf_counter()
+    with RequestSpan(session=lambda: runner.ctx.spark_session) as span:
+        # Step 1: validate (no side effect, and no JVM: every refusal the job graph, the configuration or the storage
+        # decides comes before Spark starts)
+        progress.step("checking the job, the target and the sources")
+        plan, summaries = plan_bootstrap(runner, epoch=epoch, target=target, parallelism=parallelism)
+        progress.step("starting Spark")
+        with scan_settings(runner.spark, P):
+            out = _bootstrap(runner, plan, summaries, t0)
     return {**out, "s3_requests": span.requests().to_dict()}
 
 
-def _bootstrap(runner, *, epoch: int | None, target: str | None, parallelism: int | None) -> dict:
-    t0 = time.perf_counter()
+def _bootstrap(runner, plan: BootstrapPlan, summaries, t0: float) -> dict:
     ctx, job = runner.ctx, runner.job
-    # Step 1: validate (no side effect)
-    plan, summaries = plan_bootstrap(runner, epoch=epoch, target=target, parallelism=parallelism)
+    progress.step("compiling the batch plan")
     n, P, MP = plan.epoch, plan.parallelism, runner.max_parallelism
     spark = runner.spark
     spark.conf.set("spark.sql.shuffle.partitions", str(P))
@@ -358,6 +364,7 @@ def _bootstrap(runner, *, epoch: int | None, target: str | None, parallelism: in
         rows: list[TaskReport] = []
         figures: dict[str, int] = {}
         timings: dict[str, float] = {"plan": round(time.perf_counter() - t0, 3)}
+        progress.step("writing state and staged output", total=len(objects), unit="objects")
         for kind, uid, name, df, key in objects:
             prefix = (round_state_prefix(loc, 0, uid) if kind == "state"
                       else sink_staging_uri(join_uri(ctx.sink_root, name), cid))
@@ -368,7 +375,9 @@ def _bootstrap(runner, *, epoch: int | None, target: str | None, parallelism: in
             obj = f"state/{uid}/{name}" if kind == "state" else f"sink/{name}"
             figures[obj] = sum(r.rows for r in got)
             timings[obj] = round(time.perf_counter() - t1, 3)   # the first one also computes the cached plan
+            progress.advance(1)
         # the dead letters of the epochs <= n, where an epoch-by-epoch run leaves them
+        progress.step("writing dead letters")
         t1 = time.perf_counter()
         dead_letters = {k: v for k, v in (getattr(ctx, "unexpected_dead_letters", None) or {}).items() if v}
         op_files: dict[int, dict] = {}

@@ -202,22 +202,110 @@ def _sequential_fold(key: str, order: list[str], E: int, ttl: int | None):
         import numpy as np
         if pdf.empty:
             return pdf
-        pdf = pdf.sort_values([CONSUMED, CONSUMED_ROUND, PEPOCH] + order, kind="mergesort")
+        # the rows of many keys (a bucket of them): by key, then the consumption order; the rule restarts per key
+        pdf = pdf.assign(__kid=_key_ids(pdf, key)).sort_values(["__kid", CONSUMED, CONSUMED_ROUND, PEPOCH] + order,
+                                                                 kind="mergesort")
         keep = np.zeros(len(pdf), dtype=bool)
+        last = np.zeros(len(pdf), dtype=bool)
         t = pdf["__t"].to_numpy()
         p = pdf[PEPOCH].to_numpy()
-        null_key = pdf[key].isna().to_numpy()
-        held, at = None, -1
+        kid = pdf["__kid"].to_numpy()
+        null_key = kid < 0
+        held, at, cur = None, -1, None
+        # a per-row loop, only in a lineage whose unaligned checkpoints drained a backlog (docs/batch.md)
         for i in range(len(pdf)):
+            if kid[i] != cur:
+                if at >= 0:
+                    last[at] = True
+                held, at, cur = None, -1, kid[i]
             c = (int(p[i]) + 1) * E - ttl if ttl is not None else None
             if null_key[i] or (c is not None and t[i] < c):
                 keep[i] = True
             elif held is None or (c is not None and held < c):
                 keep[i], held, at = True, int(t[i]), i
-        last = np.zeros(len(pdf), dtype=bool)
         if at >= 0:
             last[at] = True
-        return pdf.assign(__last=last)[keep]
+        return pdf.assign(__last=last).drop(columns=["__kid"])[keep]
+    return fold
+
+
+def _fold_buckets(spark) -> int:
+    """How many groups a per-key fold is computed in (one pandas call each): the shuffle's partitions, at least 2."""
+    try:
+        return max(2, int(spark.conf.get("spark.sql.shuffle.partitions", "8")))
+    except (TypeError, ValueError):
+        return 8
+
+
+def _drop_bucket(fold):
+    """``fold`` over a group of :meth:`_Compiler._dedup`'s buckets, without the bucket column ``__b``."""
+    def run(pdf):
+        return fold(pdf.drop(columns=["__b"]))
+    return run
+
+
+def _key_ids(pdf, key: str):
+    """A dense id per distinct non-null key of ``pdf[key]`` (-1 for a null key), vectorised (pandas hashing)."""
+    import numpy as np
+    return pdf.groupby(key, sort=False, dropna=True).ngroup().to_numpy(dtype=np.int64)
+
+
+def dedup_fold(key: str, order: list[str], E: int, ttl: int | None):
+    """The deduplicate kernel's rule (docs/operators.md "Deduplicate") over the rows of MANY keys at once, vectorised
+    with NumPy: per key in the order (``_pepoch``, round ``__round``), with ``c_m = end(m) - ttl``, a row with a null
+    key or ``t < c_m`` passes and is not held; otherwise the first row of the round by ``order`` (the round's
+    *leader*) passes iff no held row has ``t_held >= c_m``, and is held; the others are dropped.
+
+    A key's first leader passes. After a passed leader with ``t``, the held row expires for every round of an epoch
+    ``m >= T = floor((t + ttl) / E)`` (``t < c_m``), and only then: the next passed leader is the key's first leader of
+    an epoch ``>= T`` (found with one ``searchsorted`` for every leader), and the passed leaders are the chains from
+    each key's first leader - walked for all keys at once, one vectorised step per chain link (at most the number of
+    epochs a key's rows span, 1 with one row per key). No Python per key or per row. Input: rows with ``__t`` (µs),
+    ``_pepoch``, ``__round``; output: the passed rows, same columns."""
+    def fold(pdf):
+        import numpy as np
+        if pdf.empty:
+            return pdf
+        t = pdf["__t"].to_numpy(dtype=np.int64)
+        m = pdf[PEPOCH].to_numpy(dtype=np.int64)
+        kid = _key_ids(pdf, key)
+        live = kid >= 0
+        if ttl is not None:
+            live &= t >= (m + 1) * E - ttl
+        keep = ~live
+        idx = np.flatnonzero(live)
+        if idx.size:
+            cand = pdf.iloc[idx].assign(__kid=kid[idx], __pos=idx)
+            cand = cand.sort_values(["__kid", PEPOCH, ROUND] + order, kind="mergesort", na_position="last")
+            ck = cand["__kid"].to_numpy(np.int64)
+            cm = cand[PEPOCH].to_numpy(np.int64)
+            cr = cand[ROUND].to_numpy(np.int64)
+            pos = cand["__pos"].to_numpy(np.int64)
+            lead = np.ones(len(cand), dtype=bool)
+            lead[1:] = (ck[1:] != ck[:-1]) | (cm[1:] != cm[:-1]) | (cr[1:] != cr[:-1])
+            lk, lm, lpos = ck[lead], cm[lead], pos[lead]
+            first = np.ones(lk.size, dtype=bool)
+            first[1:] = lk[1:] != lk[:-1]
+            if ttl is None:
+                keep[lpos[first]] = True          # held forever: a key's first leader only
+            else:
+                lt = t[lpos]
+                base = int(lm.min())
+                span = int(lm.max()) - base + 2
+                comp = lk * span + (lm - base)    # sorted: the leaders are in (key, epoch, round) order
+                target = lk * span + np.clip((lt + ttl) // E - base, 0, span - 1)
+                nxt = np.searchsorted(comp, target, side="left")
+                ok = nxt < lk.size
+                ok[ok] = lk[nxt[ok]] == lk[ok]
+                nxt = np.where(ok, nxt, -1)
+                passed = np.zeros(lk.size, dtype=bool)
+                frontier = np.flatnonzero(first)
+                while frontier.size:
+                    passed[frontier] = True
+                    frontier = nxt[frontier]
+                    frontier = frontier[frontier >= 0]
+                keep[lpos[passed]] = True
+        return pdf[keep]
     return fold
 
 
@@ -873,31 +961,20 @@ class _Compiler:
         src = src.withColumn("__t", F.expr("unix_micros(_ingest_ts)"))   # µs, whatever pandas makes of timestamps
         schema = src.schema
 
-        def fold(pdf):
-            import pandas as pd
-            if pdf.empty:
-                return pdf
-            keep = []
-            held: int | None = None
-            for (m, _r), g in pdf.groupby([PEPOCH, ROUND], sort=True):
-                c = (int(m) + 1) * E - ttl if ttl is not None else None
-                null_key = g[key].isna()
-                live = ~null_key if c is None else (~null_key & (g["__t"] >= c))
-                keep.append(g[~live])
-                if held is not None and c is not None and held < c:
-                    held = None
-                cand = g[live].sort_values(order, kind="mergesort")
-                if len(cand) and held is None:
-                    keep.append(cand.iloc[:1])
-                    held = int(cand["__t"].iloc[0])
-            return pd.concat(keep) if keep else pdf.iloc[:0]
-
         drained = CONSUMED in src.columns
         if drained:   # the kernel's sequential rule over the consumption order (docs/batch.md "deduplicate")
             src = src.withColumn("__last", F.lit(False))
             schema = src.schema
             fold = _sequential_fold(key, order, E, ttl)
-        out = src.groupBy(key).applyInPandas(fold, schema=schema)
+        else:
+            fold = dedup_fold(key, order, E, ttl)
+        # ONE pandas call per bucket of keys (a hash of the key), never one per key: with one key per row a call per
+        # key cost ~1 ms of Python each (docs/quality.md "Cost model")
+        buckets = _fold_buckets(self.spark)
+        out = (src.withColumn("__b", F.pmod(F.xxhash64(F.col(key)), F.lit(buckets)))
+               .groupBy("__b").applyInPandas(_drop_bucket(fold), schema=schema))
+        # read by its state object and by what it feeds (a window's watermark pass, a join, a sink): folded once
+        out = self._cache(out)
         out = out if carried and multi else out.drop(ROUND)
         if drained:
             out = out.drop(CONSUMED, CONSUMED_ROUND)
@@ -1078,6 +1155,9 @@ class _Compiler:
                    if isinstance(base_node, SourceNode) else F.lit(f"op:{getattr(base_node, 'uid', base)}"))
         recs = (src.filter(F.col(op.key).isNotNull() & F.col(op.event_time).isNotNull())
                 .withColumn("__t", F.expr(f"unix_micros(`{op.event_time}`)")).withColumn("__ch", channel))
+        # records with no key or no event time are dead-lettered too (docs/windows.md): counted, compared with disk
+        self.result.counts[f"{op.uid}: records without a key or an event time (dead-lettered by the runtime)"] = \
+            src.filter(F.col(op.key).isNull() | F.col(op.event_time).isNull())
         # W(m) for every epoch with records: M_c(m) = running max per channel, min over the active channels
         maxima = sorted((int(r[0]), str(r[1]), int(r[2])) for r in recs.groupBy(PEPOCH, "__ch")
                         .agg(F.max("__t")).collect())

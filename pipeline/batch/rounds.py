@@ -127,6 +127,27 @@ def read_round_log(ckpt_fio, job_root: str, *, upto_epoch: int, upto_id: int | N
     return RoundLog(starts, chosen, zero)
 
 
+def _segments(*cols):
+    """The row indices of each distinct combination of ``cols`` (equal-length arrays): one sort of the rows, then one
+    slice per combination - O(rows log rows) whatever the number of logged (source, partition, epoch) entries, where
+    a mask per entry cost O(rows x entries) with many multi-round epochs."""
+    n = len(cols[0])
+    codes = [np.unique(np.asarray(c, dtype=object) if c.dtype == object else c, return_inverse=True) for c in cols]
+    code = np.zeros(n, np.int64)
+    for values, inv in codes:
+        code = code * len(values) + inv.reshape(-1).astype(np.int64)
+    order = np.argsort(code, kind="stable")
+    cuts = np.flatnonzero(np.diff(code[order])) + 1
+    for seg in np.split(order, cuts):
+        if seg.size:
+            first = seg[0]
+            yield tuple(_py(values[inv.reshape(-1)[first]]) for values, inv in codes), seg
+
+
+def _py(v):
+    return v.item() if isinstance(v, np.generic) else v
+
+
 def round_task(log: RoundLog):
     """The ``mapInArrow`` function appending :data:`ROUND` (``r(x)``) to rows with the position columns
     (``_source``, ``_partition``, ``_seq``, ``_row``) and ``_pepoch``."""
@@ -145,9 +166,9 @@ def round_task(log: RoundLog):
                 ords = ((b.column(b.schema.get_field_index("_seq")).to_numpy(zero_copy_only=False).astype(np.int64)
                          << 32) + b.column(b.schema.get_field_index("_row")).to_numpy(zero_copy_only=False)
                         .astype(np.int64))
-                for (s, p, m), starts in table.items():
-                    sel = (src == s) & (part == p) & (pe == m)
-                    if sel.any():
+                for (s, p, m), sel in _segments(src, part, pe):
+                    starts = table.get((s, p, m))
+                    if starts is not None:
                         r[sel] = np.searchsorted(starts, ords[sel], side="right")
             yield pa.RecordBatch.from_arrays(list(b.columns) + [pa.array(r, pa.int64())],
                                              names=list(b.schema.names) + [ROUND])
@@ -214,8 +235,10 @@ def consumption_task(log: RoundLog):
                 part = b.column(names.index("_partition")).to_numpy(zero_copy_only=False)
                 ords = ((b.column(names.index("_seq")).to_numpy(zero_copy_only=False).astype(np.int64) << 32)
                         + b.column(names.index("_row")).to_numpy(zero_copy_only=False).astype(np.int64))
-                for (s, p), (starts, epochs, rounds) in table.items():
-                    sel = np.flatnonzero((src == s) & (part == p))
+                for (s, p), sel in _segments(src, part):
+                    if (s, p) not in table:
+                        continue
+                    starts, epochs, rounds = table[(s, p)]
                     if sel.size:
                         i = np.searchsorted(starts, ords[sel], side="right") - 1
                         hit = i >= 0

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 __all__ = ["EpochActivity", "OperationActivity", "epoch_wait_reason", "operation_wait_reason",
            "ACTIVE_TI_STATES", "WAITING_TRIGGER_STATES", "PENDING_RUN_STATES", "EPOCH_WORK_TASKS",
-           "EPOCH_RUNNER_TASKS"]
+           "EPOCH_RUNNER_TASKS", "restore_runs_holding"]
 
 # task instance states in which a task holds (or is about to hold) the job
 ACTIVE_TI_STATES = ["scheduled", "queued", "running", "up_for_retry", "up_for_reschedule", "restarting",
@@ -66,6 +66,13 @@ def operation_wait_reason(job: str, epochs: EpochActivity, *, other_operation_ta
     if other_operation_tasks:
         return f"another savepoint/restore of job {job} is in progress"
     return None
+
+
+def restore_runs_holding(pending_runs: int, validating: int) -> int:
+    """Restore DAG runs that hold the epoch runs back: the queued or running ones minus those whose ``validate`` task
+    is active (it starts only after the restore succeeded; the validation reads the restored checkpoint and never
+    writes the job's state, so epochs may run meanwhile)."""
+    return max(0, int(pending_runs) - int(validating))
 
 
 def epoch_wait_reason(job: str, operations: OperationActivity) -> str | None:

@@ -154,9 +154,15 @@ def _fail_fast_on_user_errors(*extra: type[BaseException]):
 
 
 def _ops_busy(ti, job_name: str) -> int:
-    """Savepoint/restore DAG runs of the job that are queued or running (they go first)."""
-    return int(ti.get_dr_count(dag_id=savepoint_dag_id(job_name), states=PENDING_RUN_STATES)
-               + ti.get_dr_count(dag_id=restore_dag_id(job_name), states=PENDING_RUN_STATES))
+    """Savepoint/restore DAG runs of the job that are queued or running (they go first) - except a restore run that
+    is only validating: its ``validate`` task starts once the restore succeeded, and the epoch runs go on from the
+    restored checkpoint meanwhile (the proof never holds them back; docs/quality.md "After a restore")."""
+    from pipeline.orchestration.exclusion import restore_runs_holding
+    restores = int(ti.get_dr_count(dag_id=restore_dag_id(job_name), states=PENDING_RUN_STATES))
+    validating = int(ti.get_ti_count(dag_id=restore_dag_id(job_name), task_ids=["validate"],
+                                     states=ACTIVE_TI_STATES)) if restores else 0
+    return int(ti.get_dr_count(dag_id=savepoint_dag_id(job_name), states=PENDING_RUN_STATES)) + \
+        restore_runs_holding(restores, validating)
 
 
 def _epoch_activity(ti, job_name: str):
@@ -515,7 +521,9 @@ def build_restore_dag(job_name: str, *, dag_id: str | None = None, doc_md: str |
                                     allow_non_restored_state=bool(params.get("allow_non_restored_state")),
                                     by=f"airflow:{dr.dag_id}/{dr.run_id}")
 
-        @task(task_id="validate", retries=0, doc_md="Data-quality suites on the restored checkpoint.")
+        @task(task_id="validate", retries=0, doc_md="Data-quality suites on the restored checkpoint (its own task: the "
+              "epoch runs continue from the restored checkpoint while it runs; EPOCHAL_RESTORE_VALIDATE chooses "
+              "full, cheap or none).")
         def validate(restored: dict, **context):
             orch = _orchestrator(job_name)
             return orch.validate_restore(int(restored["checkpoint_id"]))

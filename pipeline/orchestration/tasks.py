@@ -420,7 +420,12 @@ class Orchestrator:
     def validate_restore(self, checkpoint_id: int) -> dict[str, Any]:
         """The data-quality suites on a restored checkpoint; raises ValidationError on failure."""
         from pipeline.orchestration.quality import validate_checkpoint
-        outcome = validate_checkpoint(self.runner, checkpoint_id, mode="restore")
+        from pipeline.runtime.validation import restore_validation
+        level = restore_validation(None)   # EPOCHAL_RESTORE_VALIDATE (default full)
+        if level == "none":
+            self.echo(f"validation of restored checkpoint {checkpoint_id} skipped (EPOCHAL_RESTORE_VALIDATE=none)")
+            return {"success": None, "summary": "not validated", "level": "none"}
+        outcome = validate_checkpoint(self.runner, checkpoint_id, mode="restore" if level == "full" else "cheap")
         self.echo(outcome.summary)
         self._echo_data_docs()
         if not outcome.success:

@@ -22,11 +22,15 @@ import threading
 import time
 from typing import Any
 
+import pandas as pd
+
 from pipeline.quality.collect_base import DRILL_KGS, Collected, Snapshot, ordinal
 from pipeline.quality.collect_data import DataCollector
 from pipeline.quality.collect_metadata import MetadataCollector
 from pipeline.quality.collect_recovery import RecoveryCollector
 from pipeline.quality.recovery import plan_recomputation
+from pipeline.quality.users_read import COLUMNS as USERS_READ_COLUMNS
+from pipeline.quality.users_read import dead_letter_rows, open_table_rows
 
 __all__ = ["Snapshot", "Collected", "collect", "ordinal"]
 
@@ -91,9 +95,15 @@ def collect(runner, snapshot: Snapshot, *, mode: str = "full", areas: tuple[str,
                 checksums[uri] = {"exists": False, "bytes": None, "sha256": None, "rows": None}
     if "metadata" in areas:
         c.metadata_datasets(checksums)
+    users_rows: list[dict] = []
     if "sink" in areas and mode != "epoch":
         with c.timer("committed_rows"):
             c.committed_rows_dataset()
+        with c.timer("open_tables"):
+            rows, ex, msgs = open_table_rows(runner)
+        users_rows += rows
+        c.out.examples["users_read"] = ex
+        c.out.messages.extend(msgs)
     if data_needed:
         exp_per_group = None
         recomputed: set[str] | None = None
@@ -109,7 +119,21 @@ def collect(runner, snapshot: Snapshot, *, mode: str = "full", areas: tuple[str,
                 exp_per_group = exp["per_group"]
                 recomputed = set(exp["rec"].objects)
                 c.recovery_datasets(exp, files)    # (drill-down re-reads the plan's cached sources)
+                with c.timer("dead_letters"):
+                    users_rows += _dead_letters(runner, c.md, exp["rec"])
         c.out.datasets["group_totals"] = c.group_totals(exp_per_group, recomputed)
+        if "sink" in areas and mode != "epoch":
+            c.out.datasets["users_read"] = pd.DataFrame(users_rows, columns=USERS_READ_COLUMNS)
     if plan is not None:
         plan.release()
     return c.out
+
+
+def _dead_letters(runner, md, rec) -> list[dict]:
+    """The dead letters on disk vs the batch evaluation's counts, per operator the plan counts them for (a window's
+    late and unassignable records, a join's ``unique`` violations; :mod:`pipeline.quality.users_read`)."""
+    expected: dict[str, int] = {}
+    for label, n in (getattr(rec, "counts", None) or {}).items():
+        uid = label.split(": ", 1)[0]
+        expected[uid] = expected.get(uid, 0) + int(n)
+    return dead_letter_rows(runner, md, expected, sorted(expected))

@@ -61,11 +61,25 @@ class Collected:
     figures: dict[str, Any] = field(default_factory=dict)
 
 
+# what the progress lines call the collector's timed steps (pipeline.runtime.progress)
+STEP_LABELS = {"metadata_load": "reading checkpoint metadata and commit logs",
+               "batch_plan": "compiling the batch plan (Spark starts here)",
+               "spark_session": "starting Spark", "spark_read": "reading the checkpoint's files on Spark",
+               "local_read": "reading the checkpoint's files", "keys": "counting keys",
+               "upsert_read": "reading upsert sinks", "committed_rows": "comparing committed rows",
+               "recompute_wait": "waiting for the batch evaluation over the source prefix",
+               "metadata_files": "checking referenced files",
+               "open_tables": "reading the Delta/Iceberg tables through their formats",
+               "dead_letters": "counting the dead letters on disk"}
+
+
 class Timer:
     def __init__(self, out: dict[str, float], name: str) -> None:
         self.out, self.name = out, name
 
     def __enter__(self):
+        from pipeline.runtime import progress
+        progress.step(STEP_LABELS.get(self.name, self.name.replace("_", " ")))
         self.t = time.perf_counter()
         return self
 

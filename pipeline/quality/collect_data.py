@@ -11,7 +11,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.quality.collect_base import MAX_EXAMPLES, CollectorBase, records_frame
+from pipeline.quality.collect_base import MAX_EXAMPLES, STEP_LABELS, CollectorBase, records_frame
 from pipeline.quality.filestats import stat_file
 from pipeline.quality.jobspec import sink_obj, state_obj
 from pipeline.quality.keygroups import xxhash64
@@ -29,6 +29,7 @@ from pipeline.quality.normalize import (
     schema_signature,
     summarize,
 )
+from pipeline.runtime import progress
 from pipeline.runtime.task_requests import counted_in_span
 
 __all__ = ["DataCollector", "PER_KG_COLUMNS"]
@@ -190,9 +191,12 @@ class DataCollector(CollectorBase):
                                            schema=pa.schema([("fid", pa.int64()), ("obj", pa.string()),
                                                              ("uri", pa.string()), ("kg_lo", pa.int64()),
                                                              ("kg_hi", pa.int64()), ("deltas", pa.string())]))
-            return list(task(iter([b])))
+            out = list(task(iter([b])))
+            progress.advance(len(sl))
+            return out
 
         with self.timer("local_read"):
+            progress.step(STEP_LABELS["local_read"], total=len(files), unit="files")
             with ThreadPoolExecutor(max_workers=len(slices)) as pool:
                 batches = [b for part in pool.map(run, slices) for b in part]
             table = pa.Table.from_batches(batches, schema=SUMMARY_SCHEMA) if batches else SUMMARY_SCHEMA.empty_table()

@@ -49,6 +49,8 @@ class Recomputation:
     stats: dict = field(default_factory=dict)         # obj -> expected rows
     unchecked: dict[str, str] = field(default_factory=dict)   # obj -> why it is not checked
     timings: dict[str, float] = field(default_factory=dict)
+    # the plan's counts of dead-lettered records (label -> rows; every label the plan counts, 0 included)
+    counts: dict[str, int] = field(default_factory=dict)
 
     @property
     def objects(self) -> set[str]:
@@ -153,8 +155,9 @@ class BatchPlan:
         stats = {o: int(per_kg.loc[per_kg["obj"] == o, "rows"].sum()) for o in names}
         cons = [{"source": f"rows of {obj}", "input_rows": n, "state": [obj] if obj.startswith("state/") else [],
                  "output": [obj] if obj.startswith("sink/") else []} for obj, n in sorted(stats.items())]
+        all_counts = {what: int(found.get(what, 0)) for what, _df in counts}
         return Recomputation(per_kg.reset_index(drop=True), per_group.reset_index(drop=True), cons, messages=msgs,
-                             stats=stats, unchecked=unchecked, timings=timings)
+                             stats=stats, unchecked=unchecked, timings=timings, counts=all_counts)
 
     def rows(self, obj: str, kgs: set[int], max_parallelism: int, key: str | None) -> pa.Table:
         """The expected rows of ``obj`` in key groups ``kgs``, filtered by the executors with the key groups of

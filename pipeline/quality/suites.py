@@ -163,6 +163,14 @@ DATASETS: dict[str, dict[str, str]] = {
         "in_state": "rows waiting in operator state", "in_output": "rows that reached the output",
         "accounted": "in_state + in_output",
     },
+    "users_read": {
+        "object": "table/<t> (a Delta or Iceberg sink) or dead_letters/<operator uid>",
+        "kind": "DeltaLakeTable, IcebergTable or dead letters", "version": "the table version read",
+        "rows_expected": "rows of Epochal's commit log (tables) or of the batch evaluation (dead letters)",
+        "rows_actual": "rows read through the table format, or dead-lettered rows on disk",
+        "only_expected": "expected rows the reader does not see", "only_actual": "rows the reader sees that are "
+        "not expected",
+    },
     "replay": {
         "object": "state/<operator uid>/<state name> or sink/<table> that depends on a process operator",
         "rows_checkpoint": "rows of the object in checkpoint n",
@@ -311,6 +319,16 @@ SUITES: tuple[SuiteSpec, ...] = (
         (
             _equal("accounted", "input_rows", "input records are conserved (in state + in output == read)",
                    "conservation"),
+        )),
+    SuiteSpec(
+        "epochal_users_read", "sink", "users_read", ("object",),
+        "What users read equals what the job committed: each Delta/Iceberg sink's current version, read through its "
+        "format as any engine reads it, holds exactly the committed rows (row by row, every column); each "
+        "operator's dead letters on disk are as many as the batch evaluation dead-letters.",
+        (
+            _zero("only_expected", "no committed row (or dead letter) is missing from what readers see", "users_read"),
+            _zero("only_actual", "readers see no row that was not committed (changed or added rows)", "users_read"),
+            _equal("rows_expected", "rows_actual", "readers see as many rows as were committed", "users_read"),
         )),
     SuiteSpec(
         "epochal_replay_determinism", "recovery", "replay", ("object",),

@@ -31,6 +31,7 @@ from pipeline.quality.docs_site import make_offline, publish_site, site_uri
 from pipeline.quality.replay import process_objects, replay_checkpoint
 from pipeline.quality.result import ExpectationOutcome, SuiteOutcome, ValidationResult
 from pipeline.quality.suites import SUITES, SuiteSpec
+from pipeline.runtime import progress
 from pipeline.runtime.task_requests import RequestSpan
 
 __all__ = ["validate_job", "validate_restored", "validate_after_epoch", "resolve_snapshot", "default_docs_dir",
@@ -183,6 +184,7 @@ def _validate_job(runner, span: RequestSpan, checkpoint: str | int | None, *, mo
         areas = ("metadata",) if mode == "epoch" else ALL_AREAS
     collected = collect(runner, snap, mode="epoch" if mode == "epoch" else "full", areas=areas, engine=engine)
     replayed = _replay(runner, snap, collected, mode, areas, replay)
+    progress.step("running the Great Expectations suites")
     t_ge = time.perf_counter()
     gx = eng.engine()
     collected.timings["gx_setup"] = time.perf_counter() - t_ge
@@ -227,6 +229,7 @@ def _validate_job(runner, span: RequestSpan, checkpoint: str | int | None, *, mo
     if build_docs is None:
         build_docs = mode != "epoch"
     if build_docs:
+        progress.step("building Data Docs")
         t_d = time.perf_counter()
         try:
             history = _previous_results(runner, snap.name, DOCS_HISTORY) if store_results else []
@@ -276,6 +279,7 @@ def _replay(runner, snap, collected, mode: str, areas: tuple[str, ...], replay: 
     def is_tainted(obj: str) -> bool:
         return any(obj == t or obj.startswith(t + "/") for t in tainted)
 
+    progress.step("replaying the validated epoch (determinism of process operators)")
     t0 = time.perf_counter()
     res = replay_checkpoint(runner, snap.completed)
     collected.timings["replay"] = time.perf_counter() - t0
@@ -322,12 +326,16 @@ def _replay(runner, snap, collected, mode: str, areas: tuple[str, ...], replay: 
 
 
 def validate_restored(runner, result: Mapping[str, Any], *, docs_dir: str | None = None) -> ValidationResult:
-    """Validate the restore point a ``JobRunner.restore`` just created (``result`` is its return value).
+    """Validate the restore point a ``JobRunner.restore`` just created (``result`` is its return value; its
+    ``validate`` entry, ``full`` by default or ``cheap``, chooses the suites).
 
     Raises ValidationError (with the summary) when a suite fails, so the restore task fails.
     """
     cid = result.get("checkpoint_id") if isinstance(result, Mapping) else None
-    v = validate_job(runner, None if cid is None else str(cid), mode="restore", docs_dir=docs_dir)
+    level = str(result.get("validate") or "full") if isinstance(result, Mapping) else "full"
+    # cheap: the restored files, lineage, commits, state and sink keys - no source read, no batch plan
+    areas = ("metadata", "state", "sink") if level == "cheap" else None
+    v = validate_job(runner, None if cid is None else str(cid), mode="restore", areas=areas, docs_dir=docs_dir)
     runner.echo(v.summary())
     if not v.success:
         raise ValidationError(f"restore of job {runner.job.name!r} from {result.get('from')} failed validation:\n"

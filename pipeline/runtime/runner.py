@@ -40,6 +40,7 @@ from pipeline.exceptions import CheckpointError, ConfigError, IncompatibleStateE
 from pipeline.fileio import file_io_for
 from pipeline.job import AggregateNode, DedupNode, Job, JoinNode, ProcessNode, WindowNode
 from pipeline.layout import METADATA_FILE
+from pipeline.runtime import progress
 from pipeline.runtime.barrier_log import BarrierLog, Barriers
 from pipeline.runtime.context import RuntimeContext
 from pipeline.runtime.cursor import Cursor, cursor_from_metadata, restore_cursor
@@ -53,7 +54,7 @@ from pipeline.runtime.round_executor import RoundExecutor
 from pipeline.runtime.savepoints import abort_pending, check_target
 from pipeline.runtime.spark_plan import SparkPlan
 from pipeline.runtime.task_requests import RequestSpan
-from pipeline.runtime.validation import RecoveryValidator, default_validator
+from pipeline.runtime.validation import RecoveryValidator, default_validator, restore_validation
 
 __all__ = ["JobRunner", "RoundResult", "RunReport", "Cursor"]
 
@@ -423,13 +424,16 @@ class JobRunner:
         ``target`` must lie under an allowed savepoint prefix (:mod:`pipeline.runtime.savepoints`)."""
         if target is not None:
             target = check_target(target, self.config, self.job.name)
+        progress.step("starting Spark")
         self.ctx.require_spark()
+        progress.step("reading the latest checkpoint")
         cursor = self.restore_cursor()
         if cursor.checkpoint_id is None:
             raise CheckpointError(f"job {self.job.name!r} has no completed checkpoint to take a savepoint of "
                                   f"(under {self.job_root}); run some epochs first")
         assert cursor.epoch is not None  # a completed checkpoint has an epoch
         barriers = {s: dict(p) for s, p in cursor.positions.items()}
+        progress.step("writing the savepoint (an aligned round: the tasks copy their key groups' state)")
         try:
             _, results = self.complete_epoch(cursor, cursor.epoch, barriers, {}, parallelism=parallelism,
                                              kind=CheckpointType.SAVEPOINT, location=target)
@@ -442,12 +446,14 @@ class JobRunner:
         return loc
 
     def restore(self, from_: str, *, parallelism: int | None = None,
-                allow_non_restored_state: bool = False, validate: bool = True) -> dict:
+                allow_non_restored_state: bool = False, validate: bool | str = True) -> dict:
         """Make checkpoint/savepoint ``from_`` the job's restore point (NO_CLAIM: its files are copied,
         never referenced, so later checkpoints never delete or modify them). Parallelism may change;
         key groups are redistributed and max parallelism stays fixed. Then the Great Expectations suites
-        validate the restored checkpoint (``validate=False`` skips that); a failure raises
+        validate the restored checkpoint: ``validate`` is ``"full"``, ``"cheap"`` or ``"none"`` (``True``: the default,
+        ``EPOCHAL_RESTORE_VALIDATE`` or ``full``; ``False``: none; docs/quality.md "After a restore"); a failure raises
         :class:`~pipeline.exceptions.ValidationError`."""
+        level = restore_validation(validate)   # a bad level is refused before any side effect
         snap = self.load_snapshot(from_)
         md = snap.metadata
         if md.job != self.job.name:
@@ -461,7 +467,9 @@ class JobRunner:
             raise IncompatibleStateError(
                 f"{snap.describe()} has state for operator uids {unknown} that job {self.job.name!r} does not have "
                 f"(job operators: {self.job.operator_uids()}); pass allow_non_restored_state to drop it")
+        progress.step("verifying the snapshot's files")
         snap.verify(file_io_for(snap.location))
+        progress.step("starting Spark")
         self.ctx.require_spark()
         # recoverAndCommit, as every restore does: a snapshot whose process was killed between its _metadata
         # and its sink commit is committed now (idempotent), or the restored lineage would hang off a parent
@@ -473,6 +481,7 @@ class JobRunner:
         cursor.materialize = True  # NO_CLAIM: the restored checkpoint writes every state whole (docs/state.md)
         self.coordinator.mark_known(self.coordinator.store.ids())
         barriers = {s: dict(p) for s, p in cursor.positions.items()}
+        progress.step("writing the restore point (the tasks load and write their key groups' state)")
         try:
             _, results = self.complete_epoch(cursor, md.epoch, barriers, {}, parallelism=parallelism)
         except BaseException as e:
@@ -484,9 +493,12 @@ class JobRunner:
         result = {"job": self.job.name, "from": str(from_), "checkpoint_id": cid, "epoch": md.epoch,
                   "parallelism": parallelism or self.config.parallelism, "dropped_operators": unknown,
                   "location": self.last_location}
-        if validate:
-            vr = self.validator("restore(validate=True)").after_restore(self, result)
-            result["validation"] = {"success": vr.success, "summary": vr.summary()}
+        if level != "none":
+            progress.step(f"validating the restored checkpoint ({level})")
+            vr = self.validator(f"restore(validate={level!r})").after_restore(self, {**result, "validate": level})
+            result["validation"] = {"level": level, "success": vr.success, "summary": vr.summary()}
+        else:
+            result["validation"] = {"level": "none", "success": None, "summary": "not validated (--validate none)"}
         return result
 
     # ----------------------------------------------------------------------------------- read side
@@ -497,6 +509,10 @@ class JobRunner:
     def export(self, table: str, to_dir: str) -> dict:
         """Write the committed rows of a sink table (head lineage only) as Parquet into a local dir."""
         from pipeline.runtime.export import export_table  # pyarrow.parquet: only for the read side
+        if table not in self.job.sink_tables():   # decided by the job graph: refused before Spark starts
+            raise ConfigError(f"job {self.job.name!r} has no sink table {table!r} (its tables: "
+                              f"{', '.join(self.job.sink_tables())})")
+        progress.step(f"exporting table {table}")
         with RequestSpan(self.spark) as span:  # the table's own reads included (an open format's metadata)
             out = export_table(self.spark, self.ctx.table(table), to_dir)
         return {**out, "s3_requests": span.requests().to_dict()}

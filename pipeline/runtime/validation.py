@@ -19,7 +19,15 @@ from typing import Any, Mapping, Protocol, runtime_checkable
 from pipeline.checkpoint.metadata import CheckpointMetadata
 from pipeline.exceptions import ConfigError
 
-__all__ = ["RecoveryValidator", "ValidationOutcome", "set_default_validator", "default_validator"]
+__all__ = ["RecoveryValidator", "ValidationOutcome", "set_default_validator", "default_validator",
+           "RESTORE_VALIDATION", "restore_validation"]
+
+# what ``restore`` validates (docs/quality.md "After a restore"): ``full`` every suite, the recovery comparison with the
+# batch evaluation over the source prefix included (about one Spark batch over the prefix); ``cheap`` the metadata,
+# state and sink suites (the restored files, checksums, lineage, commits, keys: no source read, no batch plan);
+# ``none`` nothing (validate separately, e.g. the restore DAG's own validate task)
+RESTORE_VALIDATION = ("full", "cheap", "none")
+RESTORE_VALIDATE_ENV = "EPOCHAL_RESTORE_VALIDATE"
 
 
 @runtime_checkable
@@ -57,3 +65,18 @@ def default_validator(why: str) -> RecoveryValidator:
         raise ConfigError(f"{why} needs a validator, and none is registered: pass JobRunner(..., validator=...) or "
                           "import pipeline.quality (pipeline.quality.QualityValidator)")
     return _DEFAULT
+
+
+def restore_validation(value: bool | str | None = None) -> str:
+    """The validation level of a restore: ``True``/None -> ``EPOCHAL_RESTORE_VALIDATE`` (default ``full``),
+    ``False`` -> ``none``, or one of :data:`RESTORE_VALIDATION`."""
+    import os
+    if value is None or value is True:
+        value = os.environ.get(RESTORE_VALIDATE_ENV, "").strip() or "full"
+    elif value is False:
+        value = "none"
+    level = str(value).strip().lower()
+    if level not in RESTORE_VALIDATION:
+        raise ConfigError(f"restore validation {value!r}: use one of {', '.join(RESTORE_VALIDATION)} "
+                          f"({RESTORE_VALIDATE_ENV} or --validate)")
+    return level

@@ -243,6 +243,16 @@ def test_operations_and_epochs_never_wait_for_each_other():
     assert "savepoint or restore of job j" in epoch_wait_reason("j", OperationActivity(pending_runs=1))
 
 
+def test_a_restore_that_only_validates_does_not_hold_the_epochs():
+    """The restore DAG validates in its own task: once that task is active, the restore is done and the epoch runs go
+    on from the restored checkpoint (issue 29: restore does not hang behind the proof)."""
+    from pipeline.orchestration.exclusion import restore_runs_holding
+    assert restore_runs_holding(1, 0) == 1      # restoring (or waiting to): epochs wait
+    assert restore_runs_holding(1, 1) == 0      # validating: epochs go
+    assert restore_runs_holding(0, 0) == 0
+    assert restore_runs_holding(0, 1) == 0      # never negative
+
+
 def _cp(cid, parent, status="COMPLETED", **kw):
     return {"checkpoint_id": cid, "kind": "checkpoint", "status": status, "epoch": cid, "barrier_time": f"T{cid}",
             "trigger_time": None, "duration_ms": kw.get("d"), "state_bytes": kw.get("b"), "sink_bytes": 0,
