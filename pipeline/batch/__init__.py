@@ -11,6 +11,7 @@ from __future__ import annotations
 from pipeline.batch.plan import BatchResult, evaluate, join_semantics
 from pipeline.batch.prefix import Prefix, barrier_log, lag_log, scan_settings
 from pipeline.exceptions import CheckpointError
+from pipeline.runtime import progress
 
 __all__ = ["Prefix", "BatchResult", "evaluate", "prefix_of", "consumed_positions", "lagging_partitions", "write_batch",
            "join_semantics"]
@@ -72,7 +73,6 @@ def write_batch(runner, checkpoint: str | None, to_dir: str) -> dict:
     cp = runner.snapshot(checkpoint)
     if cp is None:
         raise CheckpointError(f"job {runner.job.name!r} has no completed checkpoint (nothing to evaluate)")
-    from pipeline.runtime import progress
     progress.step("compiling the batch plan (Spark starts here)")
     res = evaluate(runner, runner.job, prefix_of(runner, cp.metadata))
     out = {}

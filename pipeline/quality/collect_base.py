@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from pipeline.fileio import file_io_for
 from pipeline.quality.jobspec import JobObjects, job_objects
+from pipeline.runtime import progress
 
 __all__ = ["Snapshot", "Collected", "CollectorBase", "Timer", "MAX_EXAMPLES", "iso_us", "ordinal", "records_frame"]
 
@@ -78,7 +79,6 @@ class Timer:
         self.out, self.name = out, name
 
     def __enter__(self):
-        from pipeline.runtime import progress
         progress.step(STEP_LABELS.get(self.name, self.name.replace("_", " ")))
         self.t = time.perf_counter()
         return self

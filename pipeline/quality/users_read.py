@@ -26,6 +26,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipeline.fileio import file_io_for
+from pipeline.runtime.dead_letters import operator_dead_letter_prefix
+from pipeline.sink.table import CommittedTable
+
 __all__ = ["open_table_rows", "dead_letter_rows", "row_hashes", "COLUMNS"]
 
 COLUMNS = ["object", "kind", "version", "rows_expected", "rows_actual", "only_expected", "only_actual"]
@@ -82,7 +86,6 @@ def _diff(expected: pa.Table, actual: pa.Table, cols: list[str]) -> tuple[int, i
 def open_table_rows(runner) -> tuple[list[dict], list[dict], list[str]]:
     """One dataset row per Delta/Iceberg sink: its current version read through the format vs the commit log's
     rows; example rows of the differences; messages."""
-    from pipeline.sink.table import CommittedTable
     rows, examples, messages = [], [], []
     for s in runner.job.sinks():
         tbl = runner.ctx.table(s.table)
@@ -132,8 +135,6 @@ def dead_letter_rows(runner, md, expected: Mapping[str, int], uids: list[str]) -
     """One dataset row per operator ``uids`` that dead-letters records: the rows of its files on disk for the
     epochs ``<=`` the validated one (per epoch the attempt directory of the newest checkpoint at most the validated
     one, as the sweep leaves it) vs ``expected[uid]`` (the batch evaluation's count)."""
-    from pipeline.fileio import file_io_for
-    from pipeline.runtime.dead_letters import operator_dead_letter_prefix
     root = getattr(runner.ctx, "dead_letter_root", None)
     if not root:
         return []

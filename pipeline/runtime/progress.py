@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
+from pipeline.exceptions import ConfigError
+
 __all__ = ["RunProgress", "last_data_epoch", "format_duration", "format_seconds", "Heartbeat", "step", "advance",
            "HEARTBEAT_SECONDS"]
 
@@ -185,7 +187,6 @@ class Heartbeat:
         with _LOCK:
             if self in _ACTIVE:
                 _ACTIVE.remove(self)
-        from pipeline.exceptions import ConfigError
         if exc_type is not None and (issubclass(exc_type, ConfigError) or (self.current == "starting"
                                                                           and not self.steps)):
             return   # a refusal (usage, configuration, the job graph, nothing to work on): its error line says it all

@@ -346,8 +346,14 @@ def test_restore_user_error_fails_once_before_any_side_effect(tl, conf, message)
     restore = tl.dags["orders_payments_restore"]
     assert restore.get_task("restore").retries >= 1
     dr, tis = run_dag(restore, conf={"parallelism": None, **conf})
-    assert tis["restore"][0] == "failed" and tis["restore"][1] == 1, tis
-    log = _task_log(restore.dag_id, dr.run_id, "restore")
+    # the guard sensor checks the parameters before it waits (issue 34 item 8); what only the task can check
+    # (the checkpoint exists) fails the task
+    failed = [t for t, v in tis.items() if v[0] == "failed"]
+    assert len(failed) == 1 and tis[failed[0]][1] == 1, tis
+    assert failed[0] in ("wait_for_epoch_runs", "restore"), tis
+    if failed[0] != "restore":
+        assert tis["restore"][0] == "upstream_failed", tis
+    log = _task_log(restore.dag_id, dr.run_id, failed[0])
     assert log is None or message in log, log
     assert (_claimed(tl), _control(tl), tl.store().latest().checkpoint_id) == (claimed, control, head)
 
@@ -356,7 +362,9 @@ def test_savepoint_bad_target_fails_once_and_claims_nothing(tl, capsys):
     claimed = _claimed(tl)
     dag = tl.dags["orders_payments_savepoint"]
     dr, tis = run_dag(dag, conf={"target": "/data/sp", "stop_after_savepoint": False})
-    assert tis["savepoint"][0] == "failed" and tis["savepoint"][1] == 1, tis
+    # refused by the guard sensor before it waits for the epoch runs (issue 34 item 8): once, no retry
+    assert tis["wait_for_epoch_runs"][0] == "failed" and tis["wait_for_epoch_runs"][1] == 1, tis
+    assert tis["savepoint"][0] == "upstream_failed", tis
     # the CLI checks the target before it builds the runner: exit 2, one line, no id claimed
     from pipeline.cli import main
     assert main(["savepoint", "--job", "orders_payments", "--target", "/data/sp"]) == 2
