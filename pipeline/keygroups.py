@@ -8,6 +8,7 @@ subtask ``kg * p // max_parallelism``. Rescaling only changes which subtask read
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 __all__ = ["KeyGroupRange", "range_for_subtask", "subtask_for_key_group", "key_group_expr", "subtask_expr"]
 
@@ -45,10 +46,11 @@ def subtask_for_key_group(max_parallelism: int, parallelism: int, kg: int) -> in
     return kg * parallelism // max_parallelism
 
 
-def key_group_expr(key_col: str, max_parallelism: int):
-    """Spark Column computing the key group of ``key_col``."""
+def key_group_expr(key_col: str | Sequence[str], max_parallelism: int):
+    """Spark Column computing the key group of ``key_col`` (a column, or several: an upsert sink's key)."""
     from pyspark.sql import functions as F
-    return F.pmod(F.xxhash64(F.col(key_col)), F.lit(max_parallelism)).cast("int")
+    cols = [key_col] if isinstance(key_col, str) else list(key_col)
+    return F.pmod(F.xxhash64(*[F.col(c) for c in cols]), F.lit(max_parallelism)).cast("int")
 
 
 def subtask_expr(kg_col: str, max_parallelism: int, parallelism: int):

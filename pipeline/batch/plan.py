@@ -169,7 +169,7 @@ def _orderable(dt) -> bool:
 
 
 def _nested(dt) -> bool:
-    """The join kernel leaves such a column out of its order (``join._sortable``: nested types)."""
+    """The join kernel leaves such a column out of its order (``join.sortable``: nested types)."""
     from pyspark.sql.types import ArrayType, MapType, StructType
     return isinstance(dt, (ArrayType, MapType, StructType))
 

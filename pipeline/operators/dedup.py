@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipeline.operators.join import sortable
 from pipeline.operators.ttl import ROW_EPOCH, micros, own_cutoff
 
 __all__ = ["DedupResult", "dedup_step"]
@@ -38,10 +39,6 @@ class DedupResult:
     dropped: int
     expired: int
     expired_keys: pa.Array | pa.ChunkedArray | None = None   # keys of the rows expired this round
-
-
-def _sortable(t: pa.DataType) -> bool:
-    return not (pa.types.is_nested(t) or pa.types.is_dictionary(t))
 
 
 def dedup_step(state: pa.Table, new: pa.Table, *, key: str, cutoff, state_columns: list[str],
@@ -77,7 +74,7 @@ def dedup_step(state: pa.Table, new: pa.Table, *, key: str, cutoff, state_column
     order = [(key, "ascending")] + ([(ROW_EPOCH, "ascending")] if ROW_EPOCH in new.column_names else []) + [
         ("_ingest_ts", "ascending")] + [
         (c, "ascending") for c in new.column_names if c not in (key, "_ingest_ts", ROW_EPOCH)
-        and _sortable(new.schema.field(c).type)] + [("__i", "ascending")]
+        and sortable(new.schema.field(c).type)] + [("__i", "ascending")]
     live_np = np.asarray(live.to_numpy(zero_copy_only=False), dtype=bool)
     ranked = new.append_column("__i", idx).filter(live)
     perm = pc.sort_indices(ranked, sort_keys=order)

@@ -122,7 +122,7 @@ def _duplicates(new: pa.Table, held: pa.Table, key: str) -> tuple[pa.Table, pa.T
         cand = new.append_column("__i", idx).filter(pc.and_(in_dup, pc.invert(bad)))
         order = [(key, "ascending"), ("_ingest_ts", "ascending")] + [
             (c, "ascending") for c in new.column_names if c not in (key, "_ingest_ts", MATCHED, "__i")
-            and _sortable(new.schema.field(c).type)] + [("__i", "ascending")]
+            and sortable(new.schema.field(c).type)] + [("__i", "ascending")]
         cand = cand.sort_by(order)
         first = cand.group_by(key, use_threads=False).aggregate([("__i", "first")])
         keep_dup = pc.is_in(idx, value_set=first["__i_first"])
@@ -130,7 +130,9 @@ def _duplicates(new: pa.Table, held: pa.Table, key: str) -> tuple[pa.Table, pa.T
     return new.filter(pc.invert(bad)), new.filter(bad)
 
 
-def _sortable(t: pa.DataType) -> bool:
+def sortable(t: pa.DataType) -> bool:
+    """Whether the kernels (join, deduplicate, sink writer) order rows by a column of type ``t``: every type but
+    nested and dictionary ones."""
     return not (pa.types.is_nested(t) or pa.types.is_dictionary(t))
 
 

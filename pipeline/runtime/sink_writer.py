@@ -37,8 +37,9 @@ from pipeline.exceptions import ConfigError
 from pipeline.faults import fault_point
 from pipeline.fileio import file_io_for
 from pipeline.job import Job
-from pipeline.keygroups import KeyGroupRange, range_for_subtask
-from pipeline.runtime.dataflow import OperatorIO, arrow_schema_of, handle_ddl
+from pipeline.keygroups import KeyGroupRange, key_group_expr, range_for_subtask
+from pipeline.operators.join import sortable
+from pipeline.runtime.dataflow import _INTERNAL, OperatorIO, arrow_schema_of, handle_ddl
 from pipeline.runtime.operator_registry import register_operator
 from pipeline.runtime.operators import _collect, emit_handles, epoch_tagged_task, subtask_of, task_report
 from pipeline.runtime.round_params import EPOCH_TAG
@@ -89,7 +90,7 @@ def last_per_key(rows: pa.Table, key: Sequence[str], order: Sequence[str]) -> pa
     if rows.num_rows < 2:
         return rows
     rest = [c for c in rows.column_names if c not in order and c not in key
-            and _sortable(rows.schema.field(c).type)]
+            and sortable(rows.schema.field(c).type)]
     t = rows.append_column(_ORDER, pa.array(range(rows.num_rows), pa.int64()))
     sort = [(c, "ascending", "at_start") for c in list(order) + rest] + [(_ORDER, "ascending", "at_start")]
     idx = pc.sort_indices(t, sort_keys=sort)
@@ -97,10 +98,6 @@ def last_per_key(rows: pa.Table, key: Sequence[str], order: Sequence[str]) -> pa
     t = t.set_column(t.schema.get_field_index(_ORDER), _ORDER, pa.array(range(t.num_rows), pa.int64()))
     last = t.group_by(list(key), use_threads=False).aggregate([(_ORDER, "max")])[f"{_ORDER}_max"]
     return t.filter(pc.is_in(t[_ORDER], value_set=last)).drop_columns([_ORDER])
-
-
-def _sortable(t: pa.DataType) -> bool:
-    return not (pa.types.is_nested(t) or pa.types.is_dictionary(t))
 
 
 def merge_prior(prior: pa.Table, new: pa.Table, key: Sequence[str]) -> pa.Table:
@@ -175,12 +172,6 @@ def make_writer_task(spec: WriterTaskSpec):
     return epoch_tagged_task(spec, step)
 
 
-def sink_key_group(key: Sequence[str], max_parallelism: int):
-    """Spark Column: the key group of an upsert sink's key (one or several columns)."""
-    from pyspark.sql import functions as F
-    return F.pmod(F.xxhash64(*[F.col(k) for k in key]), F.lit(max_parallelism)).cast("int")
-
-
 def visible_columns(job: Job, parent: int, columns: Sequence[str], internal: frozenset[str]) -> list[str]:
     """The sink's columns among ``columns`` (the parent chain's DataFrame): the user's, ``_ingest_ts`` only when
     the stream shows it (:meth:`pipeline.job.Job.ingest_shown`)."""
@@ -191,7 +182,6 @@ def visible_columns(job: Job, parent: int, columns: Sequence[str], internal: fro
 @register_operator(SinkWriterNode)
 def writer_dataframe(spark, job: Job, node: SinkWriterNode, resolve, io: OperatorIO):
     """The (lazy) DataFrame of a sink writer: its tasks' reports, and the sink's schema."""
-    from pipeline.runtime.dataflow import _INTERNAL  # the runtime's own columns (never user data)
     s = node.sink
     df = resolve(node.parent)
     cols = visible_columns(job, node.parent, df.columns, _INTERNAL | {"_park"})
@@ -208,7 +198,7 @@ def writer_dataframe(spark, job: Job, node: SinkWriterNode, resolve, io: Operato
     if s.mode == "upsert":
         order = tuple(c for c in UPSERT_ORDER if c in df.columns)
         extra = [c for c in order if c not in cols]
-        df = df.select(*cols, *extra, *tag).withColumn(KG_COLUMN, sink_key_group(s.key, io.max_parallelism))
+        df = df.select(*cols, *extra, *tag).withColumn(KG_COLUMN, key_group_expr(s.key, io.max_parallelism))
         df = route_by_key_group(df, spark, KG_COLUMN, io.parallelism, io.max_parallelism)
     else:
         df = df.select(*cols, *tag)
