@@ -18,33 +18,29 @@ from pipeline.testing.jobproc import run_job_process
 from pipeline.testing.shipping import oracle, write_sources
 from pipeline.testing.table_readers import read_in_child
 
-pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.slow, pytest.mark.table_formats]
-FULL = pytest.mark.skipif(not os.environ.get("EPOCHAL_TABLE_FORMATS_FULL"),
-                          reason="~5 min per case: EPOCHAL_TABLE_FORMATS_FULL=1 (docs/table-formats.md)")
+pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.slow, pytest.mark.table_formats,
+              pytest.mark.skipif(not os.environ.get("EPOCHAL_TABLE_FORMATS_FULL"),
+                                 reason="~5 min per case: EPOCHAL_TABLE_FORMATS_FULL=1 (docs/table-formats.md)")]
 
 JOB = "pipeline.testing.shipping:build_job"
 KILLS = ["after_metadata_before_commit", "after_commit_log_before_table_commit", "writing_state",
          "after_commit_log_before_table_commit", "after_state_before_metadata", "after_metadata_before_commit"]
 
 
-def _crash_and_check(fmt: str, root: str, tmp_path: Path, kills: list[str] | None = None,
-                     run_args: tuple[str, ...] = ("--epochs", "1"), epochs: int | None = None) -> None:
-    """``kills``: one run per kill spec (``point:n``, the n-th time the point is reached in that run);
-    ``run_args``: what each killed run processes (default one epoch per run and round)."""
-    kills = [f"{p}:1" for p in KILLS] if kills is None else kills
+def _crash_and_check(fmt: str, root: str, tmp_path: Path) -> None:
     src = tmp_path / "src"
-    write_sources(src, epochs=epochs or len(kills) + 2, per_epoch=30)
+    write_sources(src, epochs=len(KILLS) + 2, per_epoch=30)
     env = {"PIPELINE_SOURCE_URI": src.as_uri(), "PIPELINE_CHECKPOINT_URI": f"{root}/ckpt",
            "PIPELINE_SINK_URI": f"{root}/sink", "PIPELINE_PARALLELISM": "2", "PIPELINE_EPOCH_SECONDS": "60",
            "PIPELINE_CLOCK_NOW": "2026-01-02T00:00:00Z", "PIPELINE_SINK_FORMAT": fmt,
            "PIPELINE_ICEBERG_CATALOG_URI": f"sqlite:///{tmp_path}/catalog.db",
            "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")])}
     killed = 0
-    for point in kills:
-        r = run_job_process(["run", "--job", JOB, *run_args], {**env, "EPOCHAL_KILL_AT": point})
+    for point in KILLS:
+        r = run_job_process(["run", "--job", JOB, "--epochs", "1"], {**env, "EPOCHAL_KILL_AT": f"{point}:1"})
         assert r.returncode in (0, -9), f"{point}: exit {r.returncode}\n" + "\n".join(r.stderr_lines[-30:])
         killed += r.returncode == -9
-    assert killed >= len(kills) - 1, f"only {killed} runs were killed"
+    assert killed >= len(KILLS) - 1, f"only {killed} runs were killed"
     final = run_job_process(["run", "--job", JOB], env)
     assert final.returncode == 0, "\n".join(final.stderr_lines[-30:])
     os.environ.update({k: v for k, v in env.items() if k.startswith("PIPELINE_")})
@@ -66,13 +62,11 @@ def _crash_and_check(fmt: str, root: str, tmp_path: Path, kills: list[str] | Non
         pd.testing.assert_frame_equal(got, exp.reset_index(drop=True), check_dtype=False)
 
 
-@FULL
 @pytest.mark.parametrize("fmt", ["iceberg", "delta"])
 def test_format_crash_recovery_local(tmp_path, fmt):
     _crash_and_check(fmt, (tmp_path / "store").as_uri(), tmp_path)
 
 
-@FULL
 @pytest.mark.s3
 @pytest.mark.parametrize("fmt", ["iceberg", "delta"])
 def test_format_crash_recovery_s3(tmp_path, fmt):
@@ -80,13 +74,3 @@ def test_format_crash_recovery_s3(tmp_path, fmt):
     from pipeline.testing.moto_server import moto_s3_process
     with moto_s3_process(buckets=["crash-formats"]):
         _crash_and_check(fmt, f"s3://crash-formats/{tmp_path.name}", tmp_path)
-
-
-def test_kills_inside_a_round_of_several_epochs_delta(tmp_path):
-    """The default profile: the job runs as it does by default (several epochs per round, up to 8) and is
-    SIGKILLed inside such a round: between Epochal's commit log entry and the Delta commit of the 2nd epoch's
-    first table (3rd time the point is reached: the 1st epoch commits two tables), then, resumed, between the
-    ``_metadata`` and the commit of the 2nd checkpoint of the next round; resumed again, the Delta tables equal
-    the oracle (read by DuckDB)."""
-    _crash_and_check("delta", (tmp_path / "store").as_uri(), tmp_path, epochs=8, run_args=(),
-                     kills=["after_commit_log_before_table_commit:3", "after_metadata_before_commit:2"])
