@@ -248,12 +248,19 @@ class RuntimeContext:
         """Delete staged sink output of aborted/crashed checkpoints. Spares completed checkpoints (their
         commit may still be recovered) and the newest claimed id (a runner may still be working on it).
 
-        ``after`` (the restored checkpoint id): only the staging of ids claimed after it is looked at
-        (:meth:`~pipeline.sink.table.CommittedTable.recent_garbage`, O(ids since), not O(all commits ever)).
+        ``after`` (the restored checkpoint id): only the staging of ids claimed after it, or after the oldest
+        retained checkpoint's parent if that is lower (the ids of a run killed before its own sweep), is looked
+        at (:meth:`~pipeline.sink.table.CommittedTable.recent_garbage`, O(ids since), not O(all commits ever)).
         ``full`` (default: when ``after`` is None) sweeps every ``data/txn-*`` dir of the table."""
         full = after is None if full is None else full
         protect: set[int] = set(self.coordinator.store.ids())
         newest = self.coordinator.counter.latest_claimed()
+        if after is not None and protect:
+            # ids claimed by a run killed before its end-of-run sweep lie in the gaps of the retained lineage
+            # (restored 4, the killed run's round claimed 5..7, a later run's checkpoints 8, 9 have parents 4, 8):
+            # sweep from the oldest retained checkpoint's parent, not only after the restored one
+            parent = self.coordinator.store.get(min(protect)).metadata.parent_id
+            after = min(after, min(protect) - 1 if parent is None else parent)
         for sink in self.job.sinks():
             try:
                 n = self.table(sink.table).cleanup(protect=protect, protect_from_id=newest, after=after, full=full)

@@ -327,6 +327,9 @@ def test_real_scheduler_rest_api_and_backfills(airflow):
     assert any(s["location"] == loc for s in hist["savepoints"])
 
 
+@pytest.mark.skipif(not os.environ.get("EPOCHAL_AIRFLOW_FULL"),
+                    reason="opt-in (~3 min): EPOCHAL_AIRFLOW_FULL=1; by default the ordering of operations and "
+                           "epoch runs is tested in tests/airflow/test_orchestration_units.py")
 def test_real_scheduler_restore_while_epochs_run(airflow):
     """A restore triggered while a backfill's epoch runs are processing waits for the started epoch, goes
     before the epochs not yet started, and nothing fails, retries or is fenced; output stays exactly-once."""

@@ -23,16 +23,23 @@ from pipeline.testing.jobproc import run_job_process
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.slow]
 
-# Default (CI) profile: each named phase once plus 1 external kill at a random delay (5 per backend); more
-# external kills at random delays after the same two phase markers land at the same phases (the kill loop,
-# tests/reliability/test_kill_loop.py, kills at random moments of its own job too).
-# The full profile, EPOCHAL_CRASH_ROUNDS=2, kills each phase twice plus 4 external kills (12 per backend):
+# Default (CI) profile: each named phase once plus 1 external kill at a random delay (6 per backend). The phases
+# before ``_metadata`` are hit in runs of one epoch; the two after it (``_metadata`` -> sink commit, and Epochal's
+# commit log entry -> the Delta table commit) inside a round of several epochs, as ``run`` works by default: the
+# 2nd checkpoint of the round, and the 2nd epoch's first table (the 3rd time the point is reached: the demo job
+# has two Delta sinks). External kills at random delays after the same phase markers land at the same phases
+# (the kill loop, tests/reliability/test_kill_loop.py, kills at random moments of its own job too).
+# The full profile, EPOCHAL_CRASH_ROUNDS=2, kills each phase twice plus 4 external kills (14 per backend):
 #   EPOCHAL_CRASH_ROUNDS=2 .venv/bin/python -m pytest tests/e2e/test_crash_recovery.py
 ROUNDS = int(os.environ.get("EPOCHAL_CRASH_ROUNDS", "1"))
-PHASES = ["reading", "writing_state", "after_state_before_metadata", "after_metadata_before_commit"]
+PHASES = ["reading", "writing_state", "after_state_before_metadata", "after_metadata_before_commit",
+          "after_commit_log_before_table_commit"]
+# kill spec (point:n) of each phase, and the epochs its run may process (None: one epoch per run)
+IN_ROUND = {"after_metadata_before_commit": ("after_metadata_before_commit:2", 3),
+            "after_commit_log_before_table_commit": ("after_commit_log_before_table_commit:3", 3)}
 EXTERNAL = 1 if ROUNDS == 1 else 2 * ROUNDS  # external kills at random delays
 KILLS = len(PHASES) * ROUNDS + EXTERNAL
-EPOCHS = KILLS + 2       # every killed run gets at most one epoch further, so N kills need more epochs than that
+EPOCHS = 2 * KILLS + 2   # a killed run gets at most two epochs further (one in a round), so N kills need more
 # SIGKILLs that must actually land, per storage backend: every deterministic one (a random one may miss)
 MIN_KILLS = max(len(PHASES) * ROUNDS, KILLS - 1 - ROUNDS)
 
@@ -155,10 +162,13 @@ def _crash_and_recover(root: str, tmp_path, kills: list[tuple[str, float | None]
            "PIPELINE_PARALLELISM": "2", "PIPELINE_RETAINED_CHECKPOINTS": "2"}
     log = []
     for point, delay in kills:
-        if delay is None:  # deterministic: SIGKILL from inside the first time the phase is reached
-            r = run_job_process(["run", "--job", "orders_payments", "--epochs", "1"],
-                                {**env, "EPOCHAL_KILL_AT": f"{point}:1"})
-            what = f"{point}:1"
+        if delay is None:  # deterministic: SIGKILL from inside, the first time the phase is reached in a
+            # one-epoch run, or at the IN_ROUND hit inside a round of several epochs
+            what, epochs = IN_ROUND.get(point, (f"{point}:1", 1))
+            r = run_job_process(["run", "--job", "orders_payments", "--epochs", str(epochs)],
+                                {**env, "EPOCHAL_KILL_AT": what})
+            if epochs > 1:
+                assert any(f"one Spark round, {epochs} epochs" in line for line in r.stderr_lines), r.stderr_lines[-30:]
         else:  # external SIGKILL of the whole process group, a random delay after a phase marker
             r = run_job_process(["run", "--job", "orders_payments", "--epochs", "1"], env,
                                 kill_when=lambda line, p=point: line == f"EPOCHAL_PHASE {p}", kill_delay_s=delay)
@@ -182,7 +192,8 @@ def _crash_and_recover(root: str, tmp_path, kills: list[tuple[str, float | None]
         assert got_paid.num_rows == exp_paid.num_rows, (how, got_paid.num_rows, exp_paid.num_rows, log, rep)
         assert _norm_paid(got_paid) == _norm_paid(exp_paid), how
         assert _norm_rev(got_rev) == _norm_rev(exp_rev), how
-    assert _orphans(ckpt, sink, "orders_payments") == []
+    orphans = _orphans(ckpt, sink, "orders_payments")
+    assert orphans == [], (orphans, log)
     # every checkpoint id strictly increased across all the restarts
     ids = sorted(int(f.split("/")[1][4:]) for f in _all_files(f"{ckpt}/orders_payments")
                  if re.fullmatch(r"checkpoints/chk-\d+/_metadata", f))

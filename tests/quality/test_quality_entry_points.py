@@ -63,18 +63,20 @@ print(json.dumps({"dag_id": d.dag_id, "tags": sorted(d.tags), "params": list(d.p
 
 @pytest.mark.spark
 @pytest.mark.slow
-def test_the_quality_task_shows_the_summary_once(good_deployment, caplog):
-    """The Airflow quality task echoes the validation summary into its log; validate_job does not log it again."""
+def test_the_quality_task_shows_the_summary_once(good_deployment, caplog, monkeypatch):
+    """The Airflow restore DAG's validate task echoes the validation summary into its log; validate_job does not
+    log it again (the cheap level: the check is about the logging, not the suites)."""
     import logging
 
     from conftest import make_runner
 
     from pipeline.orchestration.tasks import Orchestrator
+    monkeypatch.setenv("EPOCHAL_RESTORE_VALIDATE", "cheap")
     runner = make_runner(good_deployment)
     echoed: list[str] = []
     orch = Orchestrator("orders_payments", runner.config, echo=echoed.append, runner_factory=lambda: runner)
     with caplog.at_level(logging.INFO):
-        out = orch.quality("3")
+        out = orch.validate_restore(3)
     assert out["success"] is True, out
     shown = [m for m in echoed if "Data quality of job" in m]
     logged = [r for r in caplog.records if r.levelno >= logging.INFO and "Data quality of job" in r.getMessage()]
