@@ -56,6 +56,7 @@ LAGGED_DIR = "lagged"
 SINK_DATA_DIR = "data"
 SINK_COMMITS_DIR = "_commits"
 SHARED_DIR = "shared"
+RESTORES_DIR = "restores"
 _CHK = "chk-"
 
 
@@ -83,6 +84,11 @@ def snapshot_name(checkpoint_id: int, *, savepoint: bool) -> str:
 
 def id_claim_name(checkpoint_id: int) -> str:
     return f"{checkpoint_id:012d}"
+
+
+def restore_event_name(at: str, seq: int) -> str:
+    """``<UTC time, sortable>-<seq>.json``: one restore or rewind event in ``<job root>/restores/``."""
+    return f"{at.replace(':', '').replace('-', '')}-{int(seq):06d}.json"
 
 
 def sink_commit_name(checkpoint_id: int) -> str:
@@ -222,3 +228,4 @@ def sink_staging_uri(table_uri: str, checkpoint_id: int) -> str:
 
 
 __all__ += ["SHARED_DIR", "shared_state_uri", "shared_writer_id", "metadata_uri", "pending_uri", "round_unused_prefix", "sink_data_uri", "sink_commits_uri"]
+__all__ += ["RESTORES_DIR", "restore_event_name"]

@@ -1,9 +1,11 @@
 """Flink-style summaries of a job's checkpoint history (pure functions over history rows, as dicts).
 
-* :func:`counts` - completed, failed (with a recorded reason: declined, expired, fenced), in progress /
-  aborted (no ``_metadata``), corrupt, savepoints;
-* :func:`summary` - min / avg / max of end-to-end duration, state size and alignment time over completed
-  checkpoints (Flink's "Summary" tab);
+* :func:`counts` - triggered (every id ever claimed), completed, failed (with a recorded reason: declined,
+  expired, fenced), in progress / aborted (no ``_metadata``), corrupt, savepoints, restored and rewound (from the
+  restore log, :mod:`pipeline.checkpoint.restores`);
+* :func:`summary` - min / avg / max and the 50th, 90th and 99th percentiles of end-to-end duration, state size
+  and alignment time over completed checkpoints (Flink's "Summary" tab);
+* :func:`latest_failed` - the newest failed checkpoint and its reason;
 * :func:`lineage` - the head's lineage (parent links), the latest restore (a checkpoint whose parent is a
   savepoint or not the previous completed checkpoint) and the checkpoints a restore or rewind **abandoned**
   (completed, newer than the fork point, not on the head's lineage);
@@ -16,22 +18,46 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-__all__ = ["counts", "summary", "lineage", "configuration"]
+__all__ = ["counts", "summary", "lineage", "configuration", "latest_failed", "percentile"]
 
 
-def counts(checkpoints: Iterable[Mapping[str, Any]], savepoints: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+def counts(checkpoints: Iterable[Mapping[str, Any]], savepoints: Iterable[Mapping[str, Any]], *,
+           restores: Iterable[Mapping[str, Any]] = (), triggered: int | None = None) -> dict[str, int]:
+    """``triggered``: the newest claimed checkpoint id (ids are claimed once, from 1), or the rows' count."""
     rows = list(checkpoints)
-    return {"completed": sum(r["status"] == "COMPLETED" for r in rows),
+    events = list(restores)
+    return {"triggered": max(triggered or 0, max((int(r["checkpoint_id"]) for r in rows), default=0)),
+            "restored": sum(e.get("kind") == "restore" for e in events),
+            "rewound": sum(e.get("kind") == "rewind" for e in events),
+            "completed": sum(r["status"] == "COMPLETED" for r in rows),
             "failed": sum(r["status"] == "FAILED" for r in rows),
             "in_progress_or_aborted": sum(r["status"] == "PENDING" for r in rows),
             "corrupt": sum(r["status"] == "CORRUPT" for r in rows),
             "savepoints": sum(1 for _ in savepoints)}
 
 
+def percentile(values: list[float], q: float) -> float | None:
+    """The ``q``-th percentile (0-100) by linear interpolation between the closest ranks (None: no values)."""
+    if not values:
+        return None
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
 def _mma(values: list[float]) -> dict[str, float | None]:
     if not values:
-        return {"min": None, "avg": None, "max": None}
-    return {"min": min(values), "avg": sum(values) / len(values), "max": max(values)}
+        return {"min": None, "avg": None, "max": None, "p50": None, "p90": None, "p99": None}
+    return {"min": min(values), "avg": sum(values) / len(values), "max": max(values),
+            "p50": percentile(values, 50), "p90": percentile(values, 90), "p99": percentile(values, 99)}
+
+
+def latest_failed(checkpoints: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The newest FAILED checkpoint row (its ``problem`` is the recorded reason), or None."""
+    failed = [r for r in checkpoints if r["status"] == "FAILED"]
+    return max(failed, key=lambda r: int(r["checkpoint_id"])) if failed else None
 
 
 def summary(checkpoints: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, float | None]]:

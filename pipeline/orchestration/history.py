@@ -14,7 +14,9 @@ from typing import Any, Mapping
 from pipeline.checkpoint.completed import CompletedCheckpoint
 from pipeline.checkpoint.failed import FailedCheckpointLog
 from pipeline.checkpoint.history import CheckpointRow, row_from_metadata
+from pipeline.checkpoint.ids import CheckpointIdCounter
 from pipeline.checkpoint.pending import PendingManifest
+from pipeline.checkpoint.restores import RestoreLog
 from pipeline.checkpoint.store import CheckpointDirStatus, CompletedCheckpointStore
 from pipeline.exceptions import CheckpointError, ObjectNotFoundError, StorageError
 from pipeline.fileio import FileIO, join_uri
@@ -101,6 +103,20 @@ class CheckpointHistory:
             return FailedCheckpointLog(self.fileio, self.job_root).list()
         except StorageError:
             return []
+
+    def restores(self) -> list[dict]:
+        """Recorded restores and rewinds, newest first (:mod:`pipeline.checkpoint.restores`)."""
+        try:
+            return [e.to_dict() for e in RestoreLog(self.fileio, self.job_root).list()]
+        except StorageError:
+            return []
+
+    def triggered(self) -> int | None:
+        """The newest claimed checkpoint id: how many checkpoints were ever triggered (ids are claimed from 1)."""
+        try:
+            return CheckpointIdCounter(self.fileio, self.job_root).latest_claimed()
+        except StorageError:
+            return None
 
     def _savepoint_locations(self) -> list[str]:
         locs = [join_uri(self.store.savepoints_uri, n) for n in self.fileio.list_dirs(self.store.savepoints_uri)]

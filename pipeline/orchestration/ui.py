@@ -27,7 +27,7 @@ from urllib.parse import quote
 from pipeline.exceptions import EpochalError, ObjectNotFoundError
 from pipeline.fileio import file_io_for, join_uri
 from pipeline.jobs import job_names
-from pipeline.orchestration.checkpoint_stats import configuration, counts, lineage, summary
+from pipeline.orchestration.checkpoint_stats import configuration, counts, latest_failed, lineage, summary
 from pipeline.orchestration.history import CheckpointHistory, list_jobs
 from pipeline.orchestration.names import data_docs_url, epoch_dag_id
 from pipeline.orchestration.settings import airflow_server_connection, load_pipeline_config, resolve_s3_settings
@@ -87,35 +87,71 @@ def _stat_cell(v: Any, fmt: Callable[[Any], str]) -> str:
     return fmt(v) if v is not None else "-"
 
 
-def _summary_html(checkpoints: list[dict], savepoints: list[dict], head: int | None) -> str:
-    c = counts(checkpoints, savepoints)
+def _restore_text(e: dict) -> str:
+    """One restore or rewind, named for what it was (a rewind is not a restore)."""
+    src = ("the start of the sources" if e.get("from_id") is None else
+           f"{_e(e.get('from_kind'))} " + (f"<a href='checkpoints/{_e(e['from_id'])}'>{_e(e['from_id'])}</a>"
+                                           if e.get("from_kind") == "checkpoint" else _e(e["from_id"]))
+           + (f" (epoch {_e(e['from_epoch'])})" if e.get("from_epoch") is not None else ""))
+    if e.get("kind") == "rewind":
+        what = f"rewound to {src} to re-run epoch {_e(e.get('rerun_epoch'))}"
+    else:
+        what = (f"restored from {src}" + (f" as checkpoint <a href='checkpoints/{_e(e['checkpoint_id'])}'>"
+                                          f"{_e(e['checkpoint_id'])}</a>" if e.get("checkpoint_id") else "")
+                + (f" at parallelism {_e(e['parallelism'])}" if e.get("parallelism") else ""))
+    return what + (f" <code>{_e(e['from_location'])}</code>" if e.get("from_kind") == "savepoint"
+                   and e.get("from_location") else "")
+
+
+def _restores_html(restores: list[dict]) -> str:
+    if not restores:
+        return ""
+    rows = "".join(f"<tr><td>{_e(e.get('at'))}</td><td>{_e(e.get('kind'))}</td><td>{_restore_text(e)}</td><td>"
+                   + (", ".join(f"<a href='checkpoints/{i}'>{i}</a>" for i in e.get("abandoned") or ()) or "none")
+                   + "</td></tr>" for e in restores)
+    return ("<h2>Restores and rewinds</h2><table><tr><th>Time (UTC)</th><th>Kind</th><th>What</th>"
+            f"<th>Abandoned checkpoints</th></tr>{rows}</table>")
+
+
+def _summary_html(checkpoints: list[dict], savepoints: list[dict], head: int | None,
+                  restores: list[dict] | None = None, triggered: int | None = None) -> str:
+    restores = restores or []
+    c = counts(checkpoints, savepoints, restores=restores, triggered=triggered)
     sm = summary(checkpoints)
     lin = lineage(checkpoints, savepoints, head)
     rows = "".join(
-        f"<tr><td>{label}</td><td class='num'>{_stat_cell(sm[k]['min'], f)}</td>"
-        f"<td class='num'>{_stat_cell(sm[k]['avg'], f)}</td><td class='num'>{_stat_cell(sm[k]['max'], f)}</td></tr>"
+        f"<tr><td>{label}</td>" + "".join(f"<td class='num'>{_stat_cell(sm[k][q], f)}</td>"
+                                          for q in ("min", "avg", "max", "p50", "p90", "p99")) + "</tr>"
         for label, k, f in (("End-to-end duration", "duration_ms", _ms),
                             ("Checkpointed data size", "checkpointed_bytes", _bytes),
                             ("Full state size", "state_bytes", _bytes),
                             ("Sink output staged", "sink_bytes", _bytes), ("Alignment time", "alignment_ms", _ms)))
     r = lin["latest_restore"]
-    if r:
+    if restores:   # the restore log names what happened (a rewind is not a restore)
+        restore = f"{_e(restores[0].get('at'))}: {_restore_text(restores[0])}"
+    elif r:
         restore = (f"checkpoint <a href='checkpoints/{r['checkpoint_id']}'>{r['checkpoint_id']}</a> (epoch "
-                   f"{_e(r['epoch'])}) restored from {_e(r['from_kind'])} {_e(r['from_id'])}"
+                   f"{_e(r['epoch'])}) continues from {_e(r['from_kind'])} {_e(r['from_id'])}"
                    + (f" <code>{_e(r['from_location'])}</code>" if r.get("from_location") else ""))
     else:
         restore = "none (the job was never restored or rewound)"
     abandoned = (", ".join(f"<a href='checkpoints/{i}'>{i}</a>" for i in lin["abandoned"])
                  + " (completed, but not on the latest checkpoint's lineage: a restore or rewind left them)"
                  ) if lin["abandoned"] else "none"
+    lf = latest_failed(checkpoints)
+    failed = (f"<a href='checkpoints/{lf['checkpoint_id']}'>{lf['checkpoint_id']}</a>: {_e(lf.get('problem'))}"
+              if lf else "none")
     return ("<h2>Overview</h2><table class='kv'>"
-            f"<tr><td>Counts</td><td>completed {c['completed']} &middot; failed {c['failed']} &middot; in progress "
-            f"or aborted {c['in_progress_or_aborted']} &middot; corrupt {c['corrupt']} &middot; savepoints "
-            f"{c['savepoints']}</td></tr>"
-            f"<tr><td>Latest restore</td><td>{restore}</td></tr>"
+            f"<tr><td>Counts</td><td>triggered {c['triggered']} &middot; completed {c['completed']} &middot; failed "
+            f"{c['failed']} &middot; in progress or aborted {c['in_progress_or_aborted']} &middot; corrupt "
+            f"{c['corrupt']} &middot; savepoints {c['savepoints']} &middot; restored {c['restored']} &middot; "
+            f"rewound {c['rewound']}</td></tr>"
+            f"<tr><td>Latest restore or rewind</td><td>{restore}</td></tr>"
+            f"<tr><td>Latest failed checkpoint</td><td>{failed}</td></tr>"
             f"<tr><td>Abandoned branch</td><td>{abandoned}</td></tr></table>"
             "<h2>Summary (completed checkpoints)</h2><table><tr><th></th><th class='num'>Minimum</th>"
-            f"<th class='num'>Average</th><th class='num'>Maximum</th></tr>{rows}</table>")
+            "<th class='num'>Average</th><th class='num'>Maximum</th><th class='num'>p50</th>"
+            f"<th class='num'>p90</th><th class='num'>p99</th></tr>{rows}</table>" + _restores_html(restores))
 
 
 def _config_html(config_rows: list[tuple[str, str]]) -> str:
@@ -190,7 +226,7 @@ def _history_table(rows: list[dict], link: str, head: int | None) -> str:
 
 def render_job_page(job: str, dag_id: str | None, checkpoints: list[dict], savepoints: list[dict],
                     head: int | None, control: dict, info: dict, *, config_rows: list[tuple[str, str]] | None = None,
-                    refresh: int = 0) -> str:
+                    refresh: int = 0, restores: list[dict] | None = None, triggered: int | None = None) -> str:
     completed = sum(1 for r in checkpoints if r["status"] == "COMPLETED")
     pending = sum(1 for r in checkpoints if r["status"] == "PENDING")
     warn = ""
@@ -208,7 +244,7 @@ def render_job_page(job: str, dag_id: str | None, checkpoints: list[dict], savep
             f" &middot; max parallelism {_e(info.get('max_parallelism'))} &middot; latest checkpoint {_e(head)}"
             f"{runs} &middot; <a href='data-docs/'>Data Docs</a> &middot; {auto} &middot; "
             f"<a href='../../'>all jobs</a></div>{warn}"
-            + (_summary_html(checkpoints, savepoints, head) if checkpoints else "")
+            + (_summary_html(checkpoints, savepoints, head, restores, triggered) if checkpoints else "")
             + "<h2>Checkpoints</h2>" + (_history_table(checkpoints, "checkpoints", head) if checkpoints
                                         else _empty_state(dag_id))
             + "<h2>Savepoints</h2>" + (_history_table(savepoints, "savepoints", None) if savepoints
@@ -237,6 +273,30 @@ def render_not_found_page(job: str, cid: int, kind: str, why: str, checkpoints: 
             f"<p>Retained checkpoints: {links(sorted(checkpoints), 'checkpoints')}</p>"
             f"<p>Savepoints: {links(sorted(savepoints), 'savepoints')}</p>")
     return _page(f"Epochal: no {kind} {cid} of {job}", body)
+
+
+_SUBTASK_STATS = (("Acknowledged (after trigger)", "ack_ms", _ms), ("Sync", "sync_ms", _ms),
+                  ("Async", "async_ms", _ms), ("Alignment", "alignment_ms", _ms),
+                  ("Start delay", "start_delay_ms", _ms), ("State size", "state_bytes", _bytes))
+
+
+def _subtask_summary_html(subtasks: list[dict]) -> str:
+    """Per operator, minimum / average / maximum over its subtasks (Flink's per-operator summary)."""
+    by_op: dict[str, list[dict]] = {}
+    for t in subtasks:
+        by_op.setdefault(str(t.get("uid")), []).append(t)
+    if not by_op:
+        return ""
+    rows = []
+    for uid, ts in by_op.items():
+        for label, key, fmt in _SUBTASK_STATS:
+            vals = [float(t[key]) for t in ts if t.get(key) is not None]
+            if not vals:
+                continue
+            rows.append(f"<tr><td>{_e(uid)}</td><td>{label}</td><td class='num'>{fmt(min(vals))}</td>"
+                        f"<td class='num'>{fmt(sum(vals) / len(vals))}</td><td class='num'>{fmt(max(vals))}</td></tr>")
+    return ("<h2>Per operator over its subtasks</h2><table><tr><th>Operator</th><th></th><th class='num'>Minimum</th>"
+            "<th class='num'>Average</th><th class='num'>Maximum</th></tr>" + "".join(rows) + "</table>")
 
 
 def render_detail_page(job: str, d: dict) -> str:
@@ -269,6 +329,7 @@ def render_detail_page(job: str, d: dict) -> str:
         f"<td class='num'>{_ms(t['alignment_ms'])}</td><td class='num'>{_ms(t['start_delay_ms'])}</td>"
         f"<td class='num'>{_bytes(t['state_bytes'])}</td><td class='num'>{t['state_rows']}</td>"
         f"<td class='num'>{t['in_rows']}</td></tr>" for t in d.get("subtasks", []))
+    per_op = _subtask_summary_html(d.get("subtasks", []))
     srcs = "".join(f"<tr><td>{_e(x['source'])}</td><td class='num'>{_e(x['partition'])}</td>"
                    f"<td class='num'>{_e(x['position'])}</td><td class='num'>{_e(x['barrier'])}</td>"
                    f"<td class='num'>{_e(d.get('backlog', {}).get(x['source'], ''))}</td></tr>"
@@ -293,7 +354,7 @@ def render_detail_page(job: str, d: dict) -> str:
             "<th class='num'>Alignment</th><th class='num'>Start delay</th><th class='num'>State size</th>"
             "<th class='num'>State rows</th><th class='num'>Records in</th></tr>"
             + (subs or "<tr><td colspan=10>- (not recorded by this checkpoint)</td></tr>")
-            + "</table><h2>Sources: restore position and barrier per partition (file seq:row)</h2><table><tr>"
+            + "</table>" + per_op + "<h2>Sources: restore position and barrier per partition (file seq:row)</h2><table><tr>"
             "<th>Source</th><th class='num'>Partition</th><th class='num'>Position</th><th class='num'>Barrier</th>"
             "<th class='num'>Backlog (source)</th></tr>" + (srcs or "<tr><td colspan=5>-</td></tr>") + "</table>"
             f"<div class='sub'>Dead letters: {dl}</div>"
@@ -445,7 +506,8 @@ def create_app(*, backend: "_Backend | None" = None, authenticate: Callable | No
         info = h.job_info()
         return HTMLResponse(render_job_page(job, be.epoch_dag(job), [r.to_dict() for r in h.checkpoints()],
                                             [r.to_dict() for r in h.savepoints()], h.head_id(), h.control(),
-                                            info, config_rows=configuration(cfg, info), refresh=refresh))
+                                            info, config_rows=configuration(cfg, info), refresh=refresh,
+                                            restores=h.restores(), triggered=h.triggered()))
 
     @app.get("/jobs/{job}", include_in_schema=False)
     async def job_page_noslash(job: str, request: Request):
@@ -517,8 +579,11 @@ def create_app(*, backend: "_Backend | None" = None, authenticate: Callable | No
         await _check(request, job, html_page=False)
         h = be.history(job)
         cps, sps, head = [r.to_dict() for r in h.checkpoints()], [r.to_dict() for r in h.savepoints()], h.head_id()
+        restores = h.restores()
         return JSONResponse({"job": job, "head": head, "control": h.control(), "checkpoints": cps,
-                             "savepoints": sps, "counts": counts(cps, sps), "summary": summary(cps),
+                             "savepoints": sps, "restores": restores,
+                             "counts": counts(cps, sps, restores=restores, triggered=h.triggered()),
+                             "summary": summary(cps), "latest_failed": latest_failed(cps),
                              "lineage": lineage(cps, sps, head)})
 
     @app.get("/api/jobs/{job}/checkpoints/{checkpoint_id}")

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from pipeline.checkpoint.handles import Position
+from pipeline.checkpoint.restores import RestoreEvent, RestoreLog, utc_now
 from pipeline.exceptions import CheckpointError
 from pipeline.fileio.s3 import list_page_size
 from pipeline.runtime.context import RuntimeContext
@@ -132,6 +133,10 @@ class EpochPlanner:
             ctx.echo(f"rewind: re-processing from {c.describe()} (epoch {c.epoch}) to re-run epoch {epoch}")
             report.messages.append(f"rewound to checkpoint {c.checkpoint_id} (epoch {c.epoch})")
             ctx.coordinator.mark_known(store.ids())
+            RestoreLog(ctx.ckpt_fio, ctx.job_root).record(RestoreEvent(
+                kind="rewind", at=utc_now(), from_kind="checkpoint", from_id=c.checkpoint_id, from_epoch=c.epoch,
+                from_location=c.location, rerun_epoch=epoch,
+                abandoned=tuple(i for i in store.ids() if i > c.checkpoint_id)))
             return cursor_from_metadata(c.metadata)
         first_ids = store.ids()
         earliest = min((c.epoch for c in store.list()), default=None)
@@ -141,6 +146,9 @@ class EpochPlanner:
             ctx.echo(f"rewind: epoch {epoch} is the job's first epoch: re-processing from the start")
             report.messages.append("rewound to the start of the sources")
             ctx.coordinator.mark_known(first_ids)
+            RestoreLog(ctx.ckpt_fio, ctx.job_root).record(RestoreEvent(
+                kind="rewind", at=utc_now(), from_kind="start", from_id=None, from_epoch=None, from_location=None,
+                rerun_epoch=epoch, abandoned=tuple(first_ids)))
             return Cursor()
         raise CheckpointError(
             f"job {ctx.job.name!r}: cannot re-run epoch {epoch}: no retained checkpoint before it (retained "

@@ -34,6 +34,7 @@ from typing import Callable, Mapping
 from pipeline.barriers.events import CheckpointType
 from pipeline.checkpoint.completed import CompletedCheckpoint
 from pipeline.checkpoint.metadata import CheckpointMetadata
+from pipeline.checkpoint.restores import RestoreEvent, RestoreLog, utc_now
 from pipeline.clock import Clock
 from pipeline.config import PipelineConfig
 from pipeline.exceptions import CheckpointError, ConfigError, IncompatibleStateError, MalformedInputError
@@ -492,6 +493,11 @@ class JobRunner:
             abort_pending(self.coordinator, e)
             raise
         cid = results[-1].checkpoint_id
+        RestoreLog(self.ctx.ckpt_fio, self.ctx.job_root).record(RestoreEvent(
+            kind="restore", at=utc_now(), from_kind=md.kind, from_id=md.checkpoint_id, from_epoch=md.epoch,
+            from_location=snap.location, checkpoint_id=cid, parallelism=parallelism or self.config.parallelism,
+            abandoned=tuple(i for i in self.coordinator.store.ids()
+                            if i != cid and (md.kind != "checkpoint" or i > md.checkpoint_id))))
         self.echo(f"restored {snap.describe()} as checkpoint {cid} (parallelism "
                   f"{parallelism or self.config.parallelism}, epoch {md.epoch})")
         result = {"job": self.job.name, "from": str(from_), "checkpoint_id": cid, "epoch": md.epoch,

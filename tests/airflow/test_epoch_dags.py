@@ -42,6 +42,12 @@ class Timeline:
         self.sinks = f"{root}/sinks"
         self.dags: dict[str, object] = {}
 
+    def restores(self) -> list:
+        """The job's restore log (every restore and rewind, newest first)."""
+        from pipeline.checkpoint.restores import RestoreLog
+        from pipeline.fileio import file_io_for, join_uri
+        return RestoreLog(file_io_for(self.checkpoints), join_uri(self.checkpoints, "orders_payments")).list()
+
     def store(self):
         from pipeline.checkpoint.store import CompletedCheckpointStore
         from pipeline.fileio import file_io_for, join_uri
@@ -216,6 +222,9 @@ def test_rerun_of_completed_interval_rewinds_and_stays_exactly_once(tl):
     assert p["rewound_to"] == by_epoch[FIRST]           # restored the checkpoint just before the interval
     assert p["epochs"] == [FIRST + 1, FIRST + 2, FIRST + 3]  # re-processed, then forward to where it was
     assert p["forwarded_to"] == head_before.epoch
+    ev = tl.restores()[0]   # recorded, and named a rewind (not a restore)
+    assert (ev.kind, ev.from_id, ev.rerun_epoch) == ("rewind", by_epoch[FIRST], FIRST + 1), ev
+    assert set(ev.abandoned) == {c for e, c in by_epoch.items() if e > FIRST}, ev
     head = tl.store().latest()
     assert head.epoch == head_before.epoch and head.checkpoint_id > head_before.checkpoint_id
     md = tl.assert_exactly_once()
@@ -253,6 +262,9 @@ def test_savepoint_stop_restore_other_parallelism(tl):
                                                      "validate": "success"}, tis
     restored = tis["restore"][2]["return_value"]
     assert restored["parallelism"] == 4 and restored["epoch"] == head.epoch
+    ev = tl.restores()[0]
+    assert (ev.kind, ev.from_kind, ev.from_location, ev.checkpoint_id, ev.parallelism) == (
+        "restore", "savepoint", loc, restored["checkpoint_id"], 4), ev
     assert tis["validate"][2]["return_value"]["success"] is True
     rmd = tl.store().get(restored["checkpoint_id"]).metadata
     assert rmd.parallelism == 4 and rmd.max_parallelism == head.metadata.max_parallelism

@@ -201,6 +201,17 @@ def test_history_table_rendering():
         "dead_letters": {}})
     assert "Acknowledgements per operator" in detail and "paid_orders_join" in detail and "3:0" in detail
     assert "href='../data-docs/'" in detail
+    sub = {"uid": "paid_orders_join", "alignment_ms": 0.0, "start_delay_ms": 1.0, "state_rows": 3, "in_rows": 5}
+    subtasks = [{**sub, "subtask": 0, "ack_ms": 100.0, "sync_ms": 10.0, "async_ms": 4.0, "state_bytes": 1024},
+                {**sub, "subtask": 1, "ack_ms": 300.0, "sync_ms": 30.0, "async_ms": 2.0, "state_bytes": 3072}]
+    detail = render_detail_page("orders_payments", {"summary": row, "operators": [op], "subtasks": subtasks,
+                                                    "state": [], "sources": [], "sinks": [], "backlog": {},
+                                                    "dead_letters": {}})
+    # per operator, min / avg / max over its subtasks
+    assert "Per operator over its subtasks" in detail
+    assert ("<td>Acknowledged (after trigger)</td><td class='num'>100 ms</td><td class='num'>200 ms</td>"
+            "<td class='num'>300 ms</td>") in detail
+    assert "<td>State size</td><td class='num'>1.0 KiB</td><td class='num'>2.0 KiB</td><td class='num'>3.0 KiB" in detail
 
 
 @pytest.mark.airflow
@@ -267,10 +278,15 @@ def test_checkpoint_stats_counts_summary_restore_and_abandoned_branch():
            _cp(4, 3, d=400, b=40, a=6), _cp(6, 5, d=500, b=50, a=0), _cp(7, 6, d=600, b=60, a=0),
            _cp(8, 7, status="PENDING")]
     sps = [{**_cp(5, 3), "kind": "savepoint"}]
-    assert counts(cps, sps) == {"completed": 6, "failed": 0, "in_progress_or_aborted": 1, "corrupt": 0,
-                                "savepoints": 1}
+    assert counts(cps, sps) == {"triggered": 8, "restored": 0, "rewound": 0, "completed": 6, "failed": 0,
+                                "in_progress_or_aborted": 1, "corrupt": 0, "savepoints": 1}
+    events = [{"kind": "rewind"}, {"kind": "restore"}, {"kind": "restore"}]
+    c = counts(cps, sps, restores=events, triggered=11)   # ids 9..11 were claimed and aborted, records gone
+    assert (c["triggered"], c["restored"], c["rewound"]) == (11, 2, 1)
     sm = summary(cps)
-    assert sm["duration_ms"] == {"min": 100.0, "avg": 350.0, "max": 600.0}
+    # percentiles by linear interpolation over 100..600: p50 between 300 and 400, p90 between 500 and 600
+    assert sm["duration_ms"] == {"min": 100.0, "avg": 350.0, "max": 600.0, "p50": 350.0, "p90": 550.0,
+                                 "p99": 595.0}
     assert sm["state_bytes"]["max"] == 60.0 and sm["alignment_ms"]["min"] == 0.0
     lin = lineage(cps, sps, 7)
     assert lin["lineage"] == [7, 6]
@@ -293,6 +309,7 @@ def test_job_page_overview_config_refresh_and_empty_state():
     html = render_job_page("j", "epochal_j", [_cp(2, 1, d=300, b=2048, a=4), _cp(1, None, d=100, b=1024, a=0)], [],
                            2, {}, {"max_parallelism": 64}, config_rows=cfg_rows, refresh=15)
     for text in ("Summary (completed checkpoints)", "Minimum", "Average", "200 ms", "1.5 KiB", "Latest restore",
+                 "p90", "Latest failed checkpoint", "triggered 2",
                  "Abandoned branch", "Configuration", "exactly_once", "64", "http-equiv='refresh' content='15'",
                  "T2", "dags/epochal_j/runs"):
         assert text in html, text
@@ -388,3 +405,35 @@ def test_jobs_without_a_dag_in_this_airflow_are_not_listed_with_one(tmp_path):
     assert "epochal run" in page
     page = client.get("/jobs/orders_payments/").text
     assert "dags/epochal_orders_payments/runs" in page
+
+
+def test_restore_log_names_restores_and_rewinds_and_the_page_lists_every_one(tmp_path):
+    """Every restore and rewind is kept (time, source, what it abandoned) and named for what it was: a rewind is not
+    "restored from checkpoint N"; the newest failed checkpoint shows with its reason."""
+    from pipeline.checkpoint.restores import RestoreEvent, RestoreLog
+    from pipeline.fileio import file_io_for
+    from pipeline.orchestration.ui import render_job_page
+    root = tmp_path.as_uri()
+    log = RestoreLog(file_io_for(root), f"{root}/j", keep=3)
+    log.record(RestoreEvent(kind="restore", at="2026-11-28T10:00:00.000Z", from_kind="savepoint", from_id=5,
+                            from_epoch=3, from_location="s3://x/savepoints/sp-5", abandoned=(4,), checkpoint_id=6,
+                            parallelism=4))
+    log.record(RestoreEvent(kind="rewind", at="2026-11-28T11:00:00.000Z", from_kind="checkpoint", from_id=6,
+                            from_epoch=6, from_location="s3://x/chk-6", abandoned=(7,), rerun_epoch=7))
+    events = log.list()
+    assert [e.kind for e in events] == ["rewind", "restore"]   # newest first
+    assert events[0].describe().endswith("rewound to checkpoint 6 (epoch 6) to re-run epoch 7; abandoned "
+                                         "checkpoints [7]")
+    assert "restored from savepoint 5 (epoch 3) as checkpoint 6 at parallelism 4" in events[1].describe()
+    for i in range(3):   # the newest `keep` are kept
+        log.record(RestoreEvent(kind="rewind", at=f"2026-11-28T12:0{i}:00.000Z", from_kind="start", from_id=None,
+                                from_epoch=None, from_location=None, abandoned=(), rerun_epoch=1))
+    assert len(log.list()) == 3 and log.list()[-1].at == "2026-11-28T12:00:00.000Z"
+    failed = {**_cp(9, 8, status="FAILED"), "problem": "declined: task 3 of op join failed"}
+    html = render_job_page("j", "epochal_j", [failed, _cp(8, 6, d=100), _cp(6, 5, d=100)], [], 8, {}, {},
+                           restores=[e.to_dict() for e in events], triggered=9)
+    assert "Restores and rewinds" in html and "rewound to checkpoint <a href='checkpoints/6'>6</a>" in html
+    assert "restored from savepoint 5" in html and "as checkpoint <a href='checkpoints/6'>6</a>" in html
+    assert "restored from checkpoint 6" not in html, "a rewind is named as a rewind"
+    assert "triggered 9" in html and "restored 1" in html and "rewound 1" in html
+    assert "declined: task 3 of op join failed" in html
