@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.barriers.events import CheckpointType
+from pipeline.batch.aggregates import aggregate_frames, modelled_here
 from pipeline.batch.bootstrap_dead_letters import (
     clear_operator_leftovers,
     operator_dead_letter_frames,
@@ -205,6 +206,8 @@ def plan_bootstrap(runner, *, epoch: int | None = None, target: str | None = Non
 def _exact_aggregate(comp, op):
     """The aggregate's state as the runtime keeps it: floating sums as exact decimal(38,9)."""
     src = comp.frame(op.parent)
+    if modelled_here(op):  # avg, count_distinct, FILTER (pipeline/batch/aggregates.py)
+        return aggregate_frames(src, op)[0]
     return src.groupBy(op.key).agg(*aggregate_columns(src, op, exact=True))
 
 

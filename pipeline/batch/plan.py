@@ -48,6 +48,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.batch.aggregates import aggregate_frames, modelled_here, window_agg_exprs
 from pipeline.batch.prefix import PEPOCH, Prefix, source_dataframe
 from pipeline.batch.rounds import (
     CONSUMED,
@@ -75,6 +76,7 @@ from pipeline.job import (
     join_key_sql,
     join_output,
 )
+from pipeline.operators.aggregate_functions import mask_sql, masked_aggs
 
 __all__ = ["BatchResult", "evaluate", "join_semantics", "violation_label"]
 
@@ -896,6 +898,10 @@ class _Compiler:
         if isinstance(base_node, AggregateNode) or (isinstance(base_node, WindowNode) and base_node.emit == "update"):
             self.bad[nid] = f"aggregate {op.uid} reads the changelog of {base_node.uid}"
             return None
+        if modelled_here(op):  # avg, count_distinct, FILTER: state columns and output (pipeline/batch/aggregates.py)
+            state, totals = aggregate_frames(src, op)
+            self.result.states[f"state/{op.uid}/agg"] = state
+            return totals
         totals = src.groupBy(op.key).agg(*aggregate_columns(src, op, exact=False))
         self.result.states[f"state/{op.uid}/agg"] = totals
         return totals
@@ -1155,6 +1161,8 @@ class _Compiler:
                    if isinstance(base_node, SourceNode) else F.lit(f"op:{getattr(base_node, 'uid', base)}"))
         recs = (src.filter(F.col(op.key).isNotNull() & F.col(op.event_time).isNotNull())
                 .withColumn("__t", F.expr(f"unix_micros(`{op.event_time}`)")).withColumn("__ch", channel))
+        if op.filters:  # the state keeps a filtered aggregate's masked input (docs/operators.md "Aggregate")
+            recs = recs.selectExpr("*", *[f"{sql} AS `{name}`" for name, sql in mask_sql(op.aggs, op.filters)])
         # records with no key or no event time are dead-lettered too (docs/windows.md): counted, compared with disk
         self.result.counts[f"{op.uid}: records without a key or an event time (dead-lettered by the runtime)"] = \
             src.filter(F.col(op.key).isNull() | F.col(op.event_time).isNull())
@@ -1190,7 +1198,7 @@ class _Compiler:
             & (F.floor(F.col("__t") / F.lit(D)).cast("long") * F.lit(D) + F.lit(S + L) <= F.col("__wprev")))
         self.result.counts[f"{op.uid}: late records (dead-lettered by the runtime)"] = late
         aggs = []
-        for out, fn, col in op.aggs:
+        for out, fn, col in (() if op.filters else op.aggs):   # FILTER: pipeline/batch/aggregates.py
             if fn == "count":
                 aggs.append(F.count(F.lit(1)).alias(out))
             elif fn == "count_distinct":
@@ -1205,7 +1213,7 @@ class _Compiler:
                     aggs.append((total.cast("double") / F.count(F.col(col)).cast("double")).alias(out))
             else:
                 aggs.append((F.min if fn == "min" else F.max)(F.col(col)).alias(out))
-        by_window = pairs.groupBy(op.key, "__ws").agg(*aggs)
+        by_window = pairs.groupBy(op.key, "__ws").agg(*(window_agg_exprs(src, op) if op.filters else aggs))
         names = [out for out, _, _ in op.aggs]
         out = by_window.select(op.key, F.expr("timestamp_micros(__ws)").alias("window_start"),
                                F.expr(f"timestamp_micros(__ws + {S})").alias("window_end"), *names,
@@ -1261,7 +1269,7 @@ class _Compiler:
         SEC = 1_000_000
         S, D, L = op.size_seconds * SEC, op.slide_seconds * SEC, op.allowed_lateness_seconds * SEC
         inputs: list[str] = []
-        for _out, fn, col in op.aggs:
+        for _out, fn, col in masked_aggs(op.aggs, op.filters):
             if fn != "count" and col is not None and col not in inputs and col != op.key:
                 inputs.append(col)
         held = recs if w_n is None else recs.filter(

@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 from pipeline.exceptions import AggregateOverflowError, ConfigError
 
 __all__ = ["FUNCTIONS", "EXTENDED", "SUM_SUFFIX", "COUNT_SUFFIX", "SET_SUFFIX", "MASK_PREFIX", "EXACT_SUM",
-           "parse_aggs", "needs_extended_kernel", "masked_aggs", "mask_sql", "state_fields", "output_fields",
+           "parse_aggs", "needs_extended_kernel", "run_round", "masked_aggs", "mask_sql", "state_fields", "output_fields",
            "AggregateStep", "aggregate_step", "KG"]
 
 FUNCTIONS = ("count", "sum", "min", "max", "avg", "count_distinct")
@@ -57,8 +57,9 @@ def parse_aggs(owner: str, aggs: Mapping[str, tuple], allowed: tuple[str, ...] =
             raise ConfigError(f"{owner}: unknown function {fn!r} for {out!r} (use {allowed})")
         if fn != "count" and not col:
             raise ConfigError(f"{owner}: {fn}() of {out!r} needs an input column")
-        if not isinstance(out, str) or not out or out.startswith("_"):
-            raise ConfigError(f"{owner}: aggregate name {out!r} must be a non-empty name not starting with '_'")
+        if not isinstance(out, str) or not out or out.startswith(MASK_PREFIX):
+            raise ConfigError(f"{owner}: aggregate name {out!r} must be a non-empty name not starting with "
+                              f"{MASK_PREFIX!r}")
         if len(call) == 3 and call[2] is not None:
             where = call[2]
             if not isinstance(where, str) or not where.strip():
@@ -295,3 +296,14 @@ def aggregate_step(key: str, aggs, state_schema: pa.Schema, output_schema: pa.Sc
         out_cols.append(pc.cast(c, f.type))
     output = pa.table(out_cols, schema=output_schema)
     return AggregateStep(new_state, output, pa.table({key: partial_t[key]}))
+
+
+def run_round(spec, state_schema: pa.Schema, state: pa.Table, incoming: pa.Table | None
+              ) -> tuple[pa.Table, pa.Table | None, pa.Table | None, int]:
+    """The runtime's call (``pipeline.runtime.operators.make_agg_task``, ``AggTaskSpec``): (new state, output rows,
+    touched keys, input rows) of one round, as its built-in step returns them."""
+    if incoming is None or incoming.num_rows == 0:
+        return state, None, None, 0
+    res = aggregate_step(spec.key, spec.aggs, state_schema, spec.out_schema, state, incoming,
+                         where=f"operator {spec.uid!r} (checkpoint {spec.checkpoint})")
+    return res.state, res.output, res.touched, incoming.num_rows
