@@ -49,7 +49,7 @@ def parse_aggs(owner: str, aggs: Mapping[str, tuple], allowed: tuple[str, ...] =
     spec: list[Agg] = []
     filters: list[tuple[str, str]] = []
     for out, call in aggs.items():
-        if not isinstance(call, tuple) or len(call) not in (2, 3):
+        if not isinstance(call, (tuple, list)) or len(call) not in (2, 3):
             raise ConfigError(f"{owner}: {out!r} must be (function, column) or (function, column, where), "
                               f"got {call!r}")
         fn, col = call[0], call[1]
