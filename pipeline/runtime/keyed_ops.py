@@ -29,7 +29,7 @@ from pipeline.faults import fault_point
 from pipeline.fileio import file_io_for
 from pipeline.job import Job, ProcessNode, WindowNode
 from pipeline.keygroups import key_group_expr, range_for_subtask, subtask_expr
-from pipeline.operators.aggregate_functions import mask_sql, masked_aggs
+from pipeline.operators.aggregate_functions import MASK_PREFIX, mask_sql, masked_aggs
 from pipeline.process_op import TOUCHED, process_step
 from pipeline.runtime.dataflow import arrow_schema_of, handle_ddl, schema_ddl, with_tag
 from pipeline.runtime.dead_letters import attempt_dead_letter_dir, dead_letter_name, operator_dead_letter_prefix
@@ -134,6 +134,7 @@ def _write_dead_letters(fio, prefix: str, name: str, late: pa.Table, bad: pa.Tab
         return None
     t = pa.concat_tables(parts, promote_options="permissive")
     drop = [c for c in (KG_COLUMN, "_subtask", MARKER) if c in t.column_names]
+    drop += [c for c in t.column_names if c.startswith(MASK_PREFIX)]  # a filtered aggregate's masked input
     return write_table(fio, f"{prefix}/{name}.parquet", t.drop_columns(drop))
 
 
