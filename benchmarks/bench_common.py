@@ -41,9 +41,9 @@ def write_oneshot(r, out_dir: Path) -> tuple[int, dict[str, int]]:
     """The one-shot recompute: the job's batch plan (``pipeline.batch``) over its whole history up to the live
     epoch, every sink table and state object written as Parquet under ``out_dir``. Returns the epoch and the
     rows written per object."""
-    from pipeline.batch.bootstrap import plan_bootstrap
-    from pipeline.batch.plan import evaluate
-    from pipeline.batch.prefix import Prefix, barrier_log, scan_settings
+    from pipeline.batch.bootstrap.plan import plan_bootstrap
+    from pipeline.batch.evaluation.plan import evaluate
+    from pipeline.batch.evaluation.prefix import Prefix, barrier_log, scan_settings
     plan, _ = plan_bootstrap(r)
     tuples = {s: {int(p): (pos.seq, pos.row) for p, pos in parts.items()} for s, parts in plan.barriers.items()}
     res = evaluate(r, r.job, Prefix(plan.epoch, int(r.config.epoch_seconds), tuples,

@@ -8,7 +8,7 @@ The history is the demo generator's (``pipeline.demo.generate``); the job is ``o
 declared unique keys + an upsert aggregate; the demo only provides the data and its job here, nothing is special-
 cased). Each phase runs in a fresh child process over the same sources, with its own checkpoint/sink roots:
 
-* **one-shot**: the batch plan (:mod:`pipeline.batch.plan`) evaluated at the live barrier, every sink table and
+* **one-shot**: the batch plan (:mod:`pipeline.batch.evaluation`) evaluated at the live barrier, every sink table and
   operator state written as Parquet by Spark (the lower bound: the same work without a savepoint);
 * **bootstrap + restore**: ``epochal bootstrap`` (batch plan -> savepoint, sinks committed), then ``epochal
   restore --from`` it (a checkpoint of the job: state re-snapshotted by the tasks); the restore's post-restore
@@ -24,7 +24,7 @@ The one-shot and bootstrap children start their JVM with the batch process's JIT
 bootstrap`` / ``epochal batch`` do (:mod:`pipeline.batch.jvm`; ``EPOCHAL_BATCH_JVM_OPTS=`` empty: the JVM defaults;
 printed as ``jvm_opts``); catch-up runs with the runtime's (the JVM defaults).
 The one-shot reads the sources with the file splits ``epochal bootstrap`` / ``epochal batch`` use
-(:func:`pipeline.batch.prefix.scan_settings`). ``bootstrap_timings``: ``plan`` is everything before the objects are
+(:func:`pipeline.batch.evaluation.prefix.scan_settings`). ``bootstrap_timings``: ``plan`` is everything before the objects are
 written (checks, listing, summaries, the compiled plan, the dead-letter checks - which build the cached join frame
 when a join declares ``unique``), then each object's own job, one after the other.
 ``--epochs 192`` gives a long history of many small files (1,536 per source).
@@ -90,7 +90,7 @@ def measure(root: Path, phase: str, parallelism: int, epochs_per_round: int = 8)
         epoch, rows = write_oneshot(r, root / phase / "out")
         out.update(epoch=epoch, objects=rows)
     elif phase == "bootstrap":
-        from pipeline.batch.bootstrap import bootstrap
+        from pipeline.batch.bootstrap.savepoint import bootstrap
         d = bootstrap(r)
         out["bootstrap_s"] = round(time.perf_counter() - t, 2)
         out["bootstrap_timings"] = d.get("timings")

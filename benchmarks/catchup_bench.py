@@ -18,7 +18,7 @@ process (fresh JVM), one after the other:
 3. **catch-up** (once per ``--variants`` entry: extra environment of the child, e.g. a setting to compare): the
    full run's roots are put back, then ``epochal run`` restores the last checkpoint and completes one checkpoint
    per new epoch;
-4. **one-shot**: the batch plan (:mod:`pipeline.batch.plan`) of the whole history (old + new epochs) evaluated at
+4. **one-shot**: the batch plan (:mod:`pipeline.batch.evaluation`) of the whole history (old + new epochs) evaluated at
    the last barrier, every sink table and operator state written as Parquet by Spark (a recompute of everything).
 
 ``job s`` excludes the Spark session start (``spark_start_s``, timed apart in every phase); ``wall s`` is the child

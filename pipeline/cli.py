@@ -251,7 +251,7 @@ def _cmd_batch(args: argparse.Namespace) -> int:
 
 
 def _cmd_bootstrap(args: argparse.Namespace) -> int:
-    from pipeline.batch.bootstrap import bootstrap
+    from pipeline.batch.bootstrap.savepoint import bootstrap
     from pipeline.inputs import check_parallelism, check_savepoint_target
     # before any side effect: usage errors exit 2 without touching storage
     target, parallelism = check_savepoint_target(args.target), check_parallelism(args.parallelism)

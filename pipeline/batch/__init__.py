@@ -8,8 +8,10 @@ See ``docs/batch.md`` for the rules.
 """
 from __future__ import annotations
 
-from pipeline.batch.plan import BatchResult, evaluate, join_semantics
-from pipeline.batch.prefix import Prefix, barrier_log, lag_log, scan_settings
+from pipeline.batch.evaluation.join_keys import join_semantics
+from pipeline.batch.evaluation.plan import evaluate
+from pipeline.batch.evaluation.prefix import Prefix, barrier_log, lag_log, scan_settings
+from pipeline.batch.evaluation.result import BatchResult
 from pipeline.exceptions import CheckpointError
 from pipeline.runtime import progress
 

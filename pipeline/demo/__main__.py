@@ -139,8 +139,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  state size           : {min(sizes) / 1024:.0f} KiB .. {max(sizes) / 1024:.0f} KiB per checkpoint")
         for c in cps:
             if c.get("status") == "COMPLETED":
+                written = c.get("checkpointed_bytes", c["state_bytes"])   # below the full size once deltas apply
                 print(f"    chk-{c['id']:<4} epoch {c['epoch']} duration {c['duration_ms']:.0f} ms, "
-                      f"size {c['state_bytes'] / 1024:.0f} KiB, acks {c['acks']}")
+                      f"checkpointed {written / 1024:.0f} KiB of full size {c['state_bytes'] / 1024:.0f} KiB "
+                      f"(docs/state.md), acks {c['acks']}")
         po, mr = rd["paid_orders"], rd["merchant_revenue"]
         print(f"  paid_orders          : {po['actual_rows']} rows (expected {po['expected_rows']}), "
               f"missing {po['missing']}, extra {po['extra']}, duplicates {po['duplicates']}")

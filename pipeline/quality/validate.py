@@ -249,7 +249,8 @@ def _validate_job(runner, span: RequestSpan, checkpoint: str | int | None, *, mo
         messages=tuple(collected.messages), result_uri=summary_uri, docs_uri=docs_uri)
     if summary_uri is not None:
         _write_json(runner.ckpt_fio, summary_uri, result.to_dict())
-    log.info("%s", result.summary())
+    # the caller shows the summary (the CLI prints it, restore and the Airflow tasks echo it): logged once
+    log.debug("%s", result.summary())
     return result
 
 

@@ -102,7 +102,7 @@ class BarrierLog:
         knew. A lagging channel's rows past its last logged barrier get the epoch of the checkpoint that reads them
         (:meth:`pipeline.runtime.input_epochs.InputEpochs.epoch_of`), and the rows of an unlogged epoch read by a
         later checkpoint get that checkpoint's epoch: this record is how the batch evaluation places them
-        (``pipeline.batch.prefix.lag_log``). Kept beside the barrier log, never deleted by retention."""
+        (``pipeline.batch.evaluation.prefix.lag_log``). Kept beside the barrier log, never deleted by retention."""
         ctx = self.ctx
         doc = {"job": ctx.job.name, "epoch": epoch, "checkpoint_id": checkpoint_id,
                "barriers": {s: {p: pos.to_dict() for p, pos in sorted(parts.items()) if pos is not None}

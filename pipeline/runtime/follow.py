@@ -314,13 +314,17 @@ class Follower:
                                                                parallelism=opts.parallelism)
                 report.rounds += len({r.tagged_round or (r.checkpoint_id, r.round) for r in rounds})
                 last = last_data_epoch(work.summaries, ctx.epochs.epoch_of)
+                counted: list[tuple[int, int]] = []
                 for t, _b in work.targets[:n]:
                     done += 1
                     recs = sum(sum(r.records.values()) for r in rounds if r.epoch == t)
                     fin = [r for r in rounds if r.epoch == t and r.completed]
                     if fin:
                         report.add(fin[-1].checkpoint_id, t, recs, fin[-1].latency_s)
-                    ctx.echo(progress.epoch_done(t, recs, last))
+                    counted.append((t, recs))
+                line = progress.round_done(counted, last)   # one line per round (its epochs complete together)
+                if line:
+                    ctx.echo(line)
                 if report.rounds and not warm:  # the first round's start-up costs left out of the time left
                     progress.mark_warm()
                     warm = True

@@ -2,7 +2,7 @@
 
 **Own epoch.** ``p(x)`` is the first logged epoch ``k`` whose barrier lies after record ``x`` in its source
 partition (the write-ahead barrier log, ``barriers/epoch-<k>.json``; the batch evaluation's processing epoch,
-:mod:`pipeline.batch.prefix`). It is a function of the record's position and the barrier log only, so it is the
+:mod:`pipeline.batch.evaluation.prefix`). It is a function of the record's position and the barrier log only, so it is the
 same whichever round, checkpoint or alignment mode consumes the record: an unaligned checkpoint draining a
 backlog of epoch 2 in checkpoint 5 still hands the join records of epoch 2; an at-least-once checkpoint reading
 past barrier ``n`` hands it records of epoch ``n + 1``. The source stage tags every record with it (the column
@@ -31,7 +31,7 @@ Channel = tuple[str, str]  # (source, partition id as a string)
 
 
 def ordinal(seq: int, row: int) -> int:
-    """A position as one sortable integer (as :func:`pipeline.batch.prefix.ordinal`)."""
+    """A position as one sortable integer (as :func:`pipeline.batch.evaluation.prefix.ordinal`)."""
     return (int(seq) << 32) + int(row)
 
 

@@ -1,7 +1,9 @@
 """Overall progress of ``run`` on long work: epochs done and left, events/s, time left.
 
-The runner calls :meth:`RunProgress.epoch_done` after every completed epoch; the line goes to the runner's
-``echo`` (a terminal's stderr, or the Airflow task log), so it reads the same in both places::
+The runner calls :meth:`RunProgress.round_done` after every round with the epochs it completed (one line per
+round: the epochs of a round complete together, so a line per epoch would show the round's whole time against one
+epoch and an inflated time left); the line goes to the runner's ``echo`` (a terminal's stderr, or the Airflow task
+log), so it reads the same in both places::
 
     progress: 3 of 10 epochs done (7 left), 41,250 events in 12.1 s = 3,409 events/s, about 28 s left
 
@@ -13,7 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 from pipeline.exceptions import ConfigError
 
@@ -63,6 +65,14 @@ class RunProgress:
         costs many later epochs' worth): time left is estimated from the epochs done after this point only (and
         not at all before one is), so the estimate is not inflated by the start-up."""
         self._warm = (self.clock(), self.done)
+
+    def round_done(self, epochs: Sequence[tuple[int, int]], last_epoch: int | None) -> str | None:
+        """Count the ``(epoch, events)`` a round completed, in order; the progress line after the last (None if the
+        round completed none)."""
+        line = None
+        for epoch, events in epochs:
+            line = self.epoch_done(epoch, events, last_epoch)
+        return line
 
     def epoch_done(self, epoch: int, events: int, last_epoch: int | None) -> str:
         """Count one completed epoch and return the progress line."""

@@ -199,10 +199,12 @@ class JobRunner:
                 break
             cursor, rounds, n = self.complete_epochs(cursor, work.targets, work.summaries, parallelism=parallelism)
             report.rounds.extend(rounds)
-            for t, _b in work.targets[:n]:
-                done += 1
-                ctx.echo(progress.epoch_done(t, sum(sum(r.records.values()) for r in rounds if r.epoch == t),
-                                             last_data_epoch(work.summaries, ctx.epochs.epoch_of)))
+            done += n
+            line = progress.round_done([(t, sum(sum(r.records.values()) for r in rounds if r.epoch == t))
+                                        for t, _b in work.targets[:n]],
+                                       last_data_epoch(work.summaries, ctx.epochs.epoch_of))
+            if line:
+                ctx.echo(line)
         ctx.cleanup_sink_garbage(after=restored)  # staging of checkpoints aborted by earlier crashes: now unprotected
         return report
 
@@ -268,8 +270,10 @@ class JobRunner:
                                                ctx.config.max_epochs_per_round - 1, epoch)
             cursor, rounds, n = self.complete_epochs(cursor, targets, summaries, parallelism=parallelism)
             report.rounds.extend(rounds)
-            for t, _b in targets[:n]:
-                ctx.echo(progress.epoch_done(t, sum(sum(r.records.values()) for r in rounds if r.epoch == t), epoch))
+            line = progress.round_done([(t, sum(sum(r.records.values()) for r in rounds if r.epoch == t))
+                                        for t, _b in targets[:n]], epoch)
+            if line:
+                ctx.echo(line)
         ctx.cleanup_sink_garbage(after=report.restored_from)
         return report
 

@@ -1,6 +1,6 @@
 """A job of the round-check tests' own making (never the demo): a deduplicate fed by a join's output, so that in a
 lineage with multi-round checkpoints "the first row of its key" is decided per round of the JOIN's emission
-(docs/batch.md "deduplicate", :mod:`pipeline.batch.rounds`).
+(docs/batch.md "deduplicate", :mod:`pipeline.batch.evaluation.rounds`).
 
 * ``j``: ``a`` left-outer-joins ``b`` on ``k`` (TTL 90 s with 60 s epochs: ``a`` rows without a partner are emitted
   when they expire, in the next epoch's checkpoint), output with ``_ingest_ts`` (a pair's: the later of its two

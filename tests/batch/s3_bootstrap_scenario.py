@@ -20,7 +20,7 @@ def main(root: str) -> None:
 
     import pyarrow.parquet as pq
 
-    from pipeline.batch.bootstrap import bootstrap
+    from pipeline.batch.bootstrap.savepoint import bootstrap
     from pipeline.config import load_config
     from pipeline.fileio import file_io_for
     from pipeline.runtime.runner import JobRunner

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from pipeline.batch.prefix import Prefix, ordinal
+from pipeline.batch.evaluation.prefix import Prefix, ordinal
 
 pytestmark = [pytest.mark.unit]
 
@@ -42,7 +42,7 @@ def test_bootstrap_skips_only_parquet_files_whose_footer_proves_them_clean(tmp_p
     import pyarrow.parquet as pq
 
     from pipeline import Job
-    from pipeline.batch.bootstrap_dead_letters import _clean_file
+    from pipeline.batch.bootstrap.dead_letters import _clean_file
     ts = pa.timestamp("us", tz="UTC")
     schema = pa.schema([("k", pa.string()), ("v", pa.float64()), ("_ingest_ts", ts)])
     job = Job("units_dl")
@@ -109,7 +109,7 @@ def test_bootstrap_source_cuts_equal_a_barrier_search_from_the_first_file(tmp_pa
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pipeline.batch.bootstrap_dead_letters import _cuts
+    from pipeline.batch.bootstrap.dead_letters import _cuts
     from pipeline.checkpoint.handles import Position
     from pipeline.epochs import EpochClock
     from pipeline.fileio import LocalFileIO

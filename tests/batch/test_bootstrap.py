@@ -69,7 +69,7 @@ def _state(r, location: str | None = None) -> dict[str, pa.Table]:
 
 
 def _bootstrap_then_run(root: Path, src: Path, job, epoch: int, parallelism: int = 2):
-    from pipeline.batch.bootstrap import bootstrap
+    from pipeline.batch.bootstrap.savepoint import bootstrap
     r = _runner(root, src, job, parallelism=parallelism)
     d = bootstrap(r, epoch=epoch)
     assert d["epoch"] == epoch and d["savepoint"].startswith((root / "ckpt").as_uri())
@@ -178,7 +178,7 @@ def test_bootstrap_windows_then_restore_run_equals_epoch_by_epoch(tmp_path, back
     from state_jobs import IDLE, write_epoch
     from state_jobs import T0 as S_T0
 
-    from pipeline.batch.bootstrap import bootstrap
+    from pipeline.batch.bootstrap.savepoint import bootstrap
     t0 = time.perf_counter()
 
     def lap(what: str) -> None:
@@ -270,7 +270,7 @@ def test_bootstrap_dead_letters_equal_epoch_by_epoch(tmp_path, monkeypatch):
     from dl_jobs import T0 as DL_T0
     from dl_jobs import dead_letter_job, write_epoch
 
-    from pipeline.batch import bootstrap as bmod
+    from pipeline.batch.bootstrap import savepoint as bmod
     src = tmp_path / "src"
     for m in range(4):
         write_epoch(src, m)
@@ -319,7 +319,7 @@ def test_bootstrap_fail_policy_fails_before_any_side_effect(tmp_path):
     from dl_jobs import T0 as DL_T0
     from dl_jobs import dead_letter_job, write_epoch
 
-    from pipeline.batch.bootstrap import bootstrap
+    from pipeline.batch.bootstrap.savepoint import bootstrap
     from pipeline.exceptions import MalformedInputError
     src = tmp_path / "src"
     for m in range(2):      # (epoch 2 has a file of random bytes, which the listing already refuses under fail)
@@ -344,7 +344,7 @@ def test_bootstrap_operators_over_a_final_window_then_restore_run_equals_epoch_b
     from dl_jobs import T0 as DL_T0
     from dl_jobs import window_chain_job, write_epoch
 
-    from pipeline.batch.bootstrap import bootstrap
+    from pipeline.batch.bootstrap.savepoint import bootstrap
     src = tmp_path / "src"
     for m in range(4):
         write_epoch(src, m)
@@ -376,7 +376,7 @@ def _nothing_written(root: Path) -> None:
 @pytest.mark.parametrize("make,names", [(window_of_updates, "win-of-win"), (process_job, "user-fn"),
                                         (append_agg_job, "changes")], ids=["window", "process", "changelog"])
 def test_bootstrap_refuses_what_it_cannot_derive_exactly(tmp_path, make, names):
-    from pipeline.batch.bootstrap import bootstrap
+    from pipeline.batch.bootstrap.savepoint import bootstrap
     src = tmp_path / "src"
     generate(src, seed=1, epochs=3, n_left=40)
     r = _runner(tmp_path, src, make())
@@ -387,7 +387,7 @@ def test_bootstrap_refuses_what_it_cannot_derive_exactly(tmp_path, make, names):
 
 
 def test_bootstrap_validates_before_any_side_effect(tmp_path):
-    from pipeline.batch.bootstrap import bootstrap
+    from pipeline.batch.bootstrap.savepoint import bootstrap
     src = tmp_path / "src"
     generate(src, seed=1, epochs=3, n_left=40)
     r = _runner(tmp_path, src, join_agg())

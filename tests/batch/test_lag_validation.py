@@ -28,7 +28,7 @@ _HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(_HERE))
 sys.path.insert(0, str(_HERE.parent / "quality"))
 
-from pipeline.batch.prefix import Prefix, lag_log, processing_epochs  # noqa: E402
+from pipeline.batch.evaluation.prefix import Prefix, lag_log, processing_epochs  # noqa: E402
 from pipeline.checkpoint.handles import Position  # noqa: E402
 from pipeline.fileio import LocalFileIO  # noqa: E402
 from pipeline.runtime.barrier_log import BarrierLog  # noqa: E402

@@ -110,11 +110,13 @@ def test_dedup_after_a_join_in_multi_round_checkpoints_is_checked(tmp_path):
     # the model matters for this data: with every join row in round 0 (rounds not modelled) the same check fails
     from pyspark.sql import functions as F
 
-    import pipeline.batch.plan as plan
+    import pipeline.batch.evaluation.join as join_rule
+    import pipeline.batch.evaluation.join_repeats as join_repeats
     from pipeline.quality import validate_job
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(plan, "pair_round", lambda *a: F.lit(0).cast("long"))
-        mp.setattr(plan, "emitted_round", lambda *a: F.lit(0).cast("long"))
+        mp.setattr(join_rule, "pair_round", lambda *a: F.lit(0).cast("long"))
+        mp.setattr(join_rule, "emitted_round", lambda *a: F.lit(0).cast("long"))
+        mp.setattr(join_repeats, "emitted_round", lambda *a: F.lit(0).cast("long"))
         unmodelled = validate_job(r, str(last), build_docs=False, store_results=False)
     assert not unmodelled.success and "epochal_recovery_key_groups" in {s.suite for s in unmodelled.suites
                                                                         if not s.success}
@@ -183,10 +185,10 @@ def test_dedup_fed_by_a_window_in_multi_round_checkpoints_is_checked(tmp_path):
     v = _validate(r, last, ("state/wd/keys", "sink/wfirsts", "sink/windows", "state/wj/left", "state/w/win"))
     assert v.figures["recomputed"]["sink/wfirsts"] == 1
 
-    import pipeline.batch.plan as plan
+    import pipeline.batch.evaluation.window as window_rule
     from pipeline.quality import validate_job
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(plan, "fired_round", lambda log, epoch: 0)
+        mp.setattr(window_rule, "fired_round", lambda log, epoch: 0)
         wrong = validate_job(r, str(last), build_docs=False, store_results=False)
     assert not wrong.success
     ex = [x for s in wrong.suites if s.suite == "epochal_recovery_key_groups" for e in s.expectations
@@ -204,8 +206,9 @@ def test_window_firing_round_and_the_process_reason():
     import pyarrow as pa
 
     from pipeline import Job
-    from pipeline.batch.plan import _Compiler
-    from pipeline.batch.rounds import RoundLog, fired_round
+    from pipeline.batch.evaluation.plan import PlanCompiler
+    from pipeline.batch.evaluation.process import process_reason
+    from pipeline.batch.evaluation.rounds import RoundLog, fired_round
     log = RoundLog({5: ({"a": {0: (0, 8)}}, {"a": {0: (0, 16)}}), 6: ()}, {5: 3, 6: 4})
     assert (fired_round(log, 5), fired_round(log, 6), fired_round(log, 7)) == (2, 0, 0)
 
@@ -217,25 +220,25 @@ def test_window_firing_round_and_the_process_reason():
     p.join(b, on="k", uid="pj", output=("k", "g", "_ingest_ts")).deduplicate(uid="pd", key="g").sink("out")
     b.deduplicate(uid="bd", key="g").sink("bout")
     ops = {o.uid: o for o in job.operators()}
-    comp = _Compiler.__new__(_Compiler)
+    comp = PlanCompiler.__new__(PlanCompiler)
     comp.job, comp._round_log = job, log
-    why = comp._process_reason(ops["pd"], ops["pd"].parent)
+    why = process_reason(comp, ops["pd"], ops["pd"].parent)
     assert why is not None and why.startswith("deduplicate pd is fed by process pr, whose output the batch "
                                               "evaluation does not compute"), why
     assert "Epochs [5] took several rounds" in why and "replay" in why
-    assert comp._process_reason(ops["bd"], ops["bd"].parent) is None
+    assert process_reason(comp, ops["bd"], ops["bd"].parent) is None
 
 
 def test_a_dedup_after_an_unaligned_backlog_drain_is_reported_with_the_checkpoints_named():
     """No Spark: the reason names the draining checkpoints (id, epoch, low epoch) and what is and is not compared."""
     from types import SimpleNamespace
 
-    from pipeline.batch.plan import _Compiler
+    from pipeline.batch.evaluation.dedup import _drain_reason
     from pipeline.job import DedupNode
     op = DedupNode("dd", 0, "g", 30)
     mds = [SimpleNamespace(checkpoint_id=c, epoch=e, extra={"low_epoch": lo}) for c, e, lo in
            ((9, 5, 3), (7, 4, 3), (8, 4, 2), (11, 7, 6))]
-    why = _Compiler._drain_reason(op, mds)
+    why = _drain_reason(op, mds)
     assert why.startswith("deduplicate dd: unaligned checkpoint(s) chk-7 (epoch 4, low epoch 3), chk-8 (epoch 4, "
                           "low epoch 2), chk-9 (epoch 5, low epoch 3) and 1 more consumed rows of earlier epochs"), why
     assert "not compared; the rest of the job is" in why and "retention" in why

@@ -163,10 +163,10 @@ def test_every_checkpoint_equals_the_batch_evaluation_full(tmp_path, monkeypatch
 
 
 def test_round_log_gives_each_row_its_round():
-    """:mod:`pipeline.batch.rounds` without Spark: r(x) counts the logged round starts at or before the row."""
+    """:mod:`pipeline.batch.evaluation.rounds` without Spark: r(x) counts the logged round starts at or before the row."""
     import numpy as np
 
-    from pipeline.batch.rounds import ROUND, RoundLog, round_task
+    from pipeline.batch.evaluation.rounds import ROUND, RoundLog, round_task
     log = RoundLog({3: ({"s": {0: (1, 5)}}, {"s": {0: (2, 0), 1: (0, 4)}})}, {3: 9})
     b = pa.RecordBatch.from_pydict({"_source": ["s"] * 6, "_partition": pa.array([0, 0, 0, 0, 1, 1], pa.int32()),
                                     "_seq": [1, 1, 2, 1, 0, 0], "_row": [4, 5, 0, 9, 3, 4],

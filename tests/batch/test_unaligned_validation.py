@@ -123,7 +123,8 @@ def test_dedup_after_an_unaligned_backlog_drain_is_checked_in_consumption_order(
     an operator reading a source directly, before session 11)."""
     import json
 
-    import pipeline.batch.plan as plan
+    import pipeline.batch.evaluation.dedup as dedup_rule
+    import pipeline.batch.evaluation.sources as sources_rule
     from pipeline.config import load_config
     from pipeline.quality import validate_job
     from pipeline.runtime.runner import JobRunner
@@ -159,9 +160,9 @@ def test_dedup_after_an_unaligned_backlog_drain_is_checked_in_consumption_order(
                 for b in batches:
                     pe = b.column(b.schema.names.index("_pepoch")).cast(pa.int64())
                     yield pa.RecordBatch.from_arrays(list(b.columns) + [pe, pa.array([0] * b.num_rows, pa.int64())],
-                                                     names=b.schema.names + [plan.CONSUMED, plan.CONSUMED_ROUND])
+                                                     names=b.schema.names + [dedup_rule.CONSUMED, dedup_rule.CONSUMED_ROUND])
             return task
-        mp.setattr(plan, "consumption_task", own_epoch_order)
+        mp.setattr(dedup_rule, "consumption_task", own_epoch_order)
         v = validate_job(r, str(last.checkpoint_id), build_docs=False, store_results=False)
     ex = _failures(v)
     assert not v.success
@@ -169,7 +170,7 @@ def test_dedup_after_an_unaligned_backlog_drain_is_checked_in_consumption_order(
     assert {("g0", 1, 0), ("g0", 0, 1)} <= want, ex        # the burst's g0 expected, partition 1's present
 
     with pytest.MonkeyPatch.context() as mp:   # the prefix at the cut: the parked rows the operators consumed missing
-        mp.setattr(plan._Compiler, "_read_positions", lambda self: None)
+        mp.setattr(sources_rule, "read_positions", lambda plan: None)
         v = validate_job(r, str(mid.checkpoint_id), build_docs=False, store_results=False)
     ex = _failures(v)
     assert not v.success
@@ -183,7 +184,7 @@ def test_consumption_order_from_the_round_log():
     their own epoch and round."""
     import pyarrow as pa
 
-    from pipeline.batch.rounds import CONSUMED, CONSUMED_ROUND, RoundLog, consumption_task
+    from pipeline.batch.evaluation.rounds import CONSUMED, CONSUMED_ROUND, RoundLog, consumption_task
     log = RoundLog(starts={5: ({"u": {0: (1, 4), 1: (2, 0)}},)}, checkpoints={4: 7, 5: 8, 6: 9},
                    zero={4: {"u": {0: (1, 0), 1: (2, 0)}}, 5: {"u": {0: (1, 2), 1: (2, 0)}}, 6: {"u": {0: (1, 6),
                                                                                                         1: (3, 0)}}})

@@ -3,7 +3,7 @@ uniqueness"). The runtime decides a violation per round against the rows it stil
 repeat after the first row left state (matched, partner side unique) or expired is no violation, a row of an
 earlier round wins over an older row read in a later round; within a round the oldest ``_ingest_ts`` wins. The batch
 plan reproduces it with a per-key fold over (epoch, round) for just the keys that repeat
-(``pipeline.batch.plan._unique_fold``; ties on ``_ingest_ts`` broken by the other columns, as the kernel does), so
+(``pipeline.batch.evaluation.join_repeats._unique_fold``; ties on ``_ingest_ts`` broken by the other columns, as the kernel does), so
 such joins, their dead letters and everything downstream are checked; rows tied in every comparable column that
 differ in nested ones, and unaligned / at-least-once lineages, stay "not checked", with the reason.
 
@@ -62,7 +62,7 @@ def _runtime_dead_letters(r, uid: str) -> list[tuple]:
 def _plan_dead_letters(r, cid) -> list[tuple]:
     """``(id, epoch, _ingest_ts)`` of the rows the batch plan says the join dead-letters by checkpoint ``cid``."""
     from pipeline.batch import prefix_of
-    from pipeline.batch.plan import evaluate
+    from pipeline.batch.evaluation.plan import evaluate
     md = next(cp.metadata for cp in r.coordinator.store.list() if cp.checkpoint_id == cid)
     res = evaluate(r, r.job, prefix_of(r, md))
     try:
@@ -182,7 +182,7 @@ def test_bootstrap_of_repeated_unique_keys_then_restore_run_equals_epoch_by_epoc
     import test_bootstrap as tb
     import unique_jobs
 
-    from pipeline.batch.bootstrap import bootstrap
+    from pipeline.batch.bootstrap.savepoint import bootstrap
     src = unique_jobs.write_shapes(tmp_path / "src")
     one = {"max_records_per_epoch": 1000}
     ref = _runner(tmp_path / "ref", src, unique_jobs.build_shapes("left", "full"), **one)
@@ -250,11 +250,11 @@ def _kernel_run(rows: list[dict], *, unique: str, how: str, ttl_s: int | None, n
 
 def _fold_run(rows: list[dict], *, unique: str, how: str, ttl_s: int | None, n: int,
               opaque: tuple[bool, bool] = (False, False)):
-    """The batch plan's fold (:func:`pipeline.batch.plan._unique_fold`) per key over the same rows; ``__o`` as the plan
+    """The batch plan's fold (:func:`pipeline.batch.evaluation.join_repeats._unique_fold`) per key over the same rows; ``__o`` as the plan
     ranks it: among a round's rows of a key and side with equal ``_ingest_ts``, by the other columns (here the id)."""
     import pandas as pd
 
-    from pipeline.batch.plan import _unique_fold
+    from pipeline.batch.evaluation.join_repeats import _unique_fold
     ttl = ttl_s * 1_000_000 if ttl_s else None
     fold = _unique_fold(E_US, ttl, (how in ("left", "full"), how in ("right", "full")),
                         (unique in ("left", "both"), unique in ("right", "both")),

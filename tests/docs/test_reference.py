@@ -66,3 +66,23 @@ def test_every_cli_command_and_flag_is_in_the_reference_with_a_help_text():
 
     walk(root, "")
     assert not without_help, f"give these flags a help= text in pipeline/cli.py: {without_help}"
+
+
+def test_every_test_switch_is_in_the_readme_profile_table():
+    """An ``EPOCHAL_*`` variable that only the tests read is a test switch (an opt-in profile or a knob of one):
+    the README's profile table names each, so no long profile hides in a test file."""
+    import re
+
+    def names(root: str) -> set[str]:
+        found: set[str] = set()
+        for p in (REPO / root).rglob("*"):
+            if p.suffix in (".py", ".sh", ".yaml", ".yml", ".cfg"):
+                found |= set(re.findall(r"EPOCHAL_[A-Z0-9_]*[A-Z0-9]", p.read_text()))
+        return found
+
+    product = set().union(*(names(d) for d in ("pipeline", "dags", "plugins", "include", "scripts")))
+    product |= set(re.findall(r"EPOCHAL_[A-Z0-9_]*[A-Z0-9]", (REPO / "docker-compose.yaml").read_text()))
+    switches = names("tests") - product
+    table = (REPO / "README.md").read_text().split("| profile | switch |", 1)[1].split("\n\n", 1)[0]
+    missing = sorted(s for s in switches if s not in table)
+    assert not missing, f"add these test switches to the README's profile table: {missing}"

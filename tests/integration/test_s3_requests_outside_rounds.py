@@ -135,7 +135,7 @@ def test_requests_outside_rounds_and_of_sink_clients_are_counted_or_said_not_to_
         m = marks()
         res = validate_job(ice, None, engine="spark", build_docs=False, replay=False)
         check_span("validate_job", m, res.figures["s3_requests"], driver_extra=StorageRequests(put=1))
-        from pipeline.batch.bootstrap import bootstrap
+        from pipeline.batch.bootstrap.savepoint import bootstrap
         boot = runner("boot", "iceberg")
         m = marks()
         bd = bootstrap(boot, epoch=base + 1)

@@ -135,7 +135,7 @@ def test_union_of_streams_with_different_schemas_is_a_configuration_error():
 def test_bootstrap_of_writer_sinks_unions_and_a_two_column_join_equals_the_epoch_by_epoch_run(tmp_path):
     """``bootstrap`` (one Spark batch to a savepoint at barrier k) of :func:`shape_jobs.mixed`: the committed
     tables equal an epoch-by-epoch run's at k; restored at parallelism 3 and run to the end, they still do."""
-    from pipeline.batch.bootstrap import bootstrap
+    from pipeline.batch.bootstrap.savepoint import bootstrap
     src = write_sources((tmp_path / "src").as_uri())
 
     def runner(name: str, **kw) -> JobRunner:

@@ -59,3 +59,23 @@ print(json.dumps({"dag_id": d.dag_id, "tags": sorted(d.tags), "params": list(d.p
     assert d["schedule"] == "NullTimetable"
     assert d["doc"].strip().startswith("### Epochal: data quality")
     assert not d["gx"] and not d["spark"], "no Great Expectations / Spark import while parsing the DAG"
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_the_quality_task_shows_the_summary_once(good_deployment, caplog):
+    """The Airflow quality task echoes the validation summary into its log; validate_job does not log it again."""
+    import logging
+
+    from conftest import make_runner
+
+    from pipeline.orchestration.tasks import Orchestrator
+    runner = make_runner(good_deployment)
+    echoed: list[str] = []
+    orch = Orchestrator("orders_payments", runner.config, echo=echoed.append, runner_factory=lambda: runner)
+    with caplog.at_level(logging.INFO):
+        out = orch.quality("3")
+    assert out["success"] is True, out
+    shown = [m for m in echoed if "Data quality of job" in m]
+    logged = [r for r in caplog.records if r.levelno >= logging.INFO and "Data quality of job" in r.getMessage()]
+    assert len(shown) == 1 and not logged, (shown, [r.getMessage() for r in logged])

@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.batch.plan import dedup_fold
-from pipeline.batch.prefix import PEPOCH
-from pipeline.batch.rounds import ROUND
+from pipeline.batch.evaluation.dedup import dedup_fold
+from pipeline.batch.evaluation.prefix import PEPOCH
+from pipeline.batch.evaluation.rounds import ROUND
 
 pytestmark = pytest.mark.unit
 

@@ -42,3 +42,15 @@ def test_after_a_warm_up_the_time_left_counts_the_epochs_after_it_only():
     p.mark_warm()
     t[0] = 32.0  # then 2 s per epoch: 8 left -> 16 s, not 8 x 16 s
     assert p.epoch_done(101, 10, last_epoch=109).endswith("about 16 s left")
+
+
+def test_a_round_of_several_epochs_gives_one_line_with_an_honest_time_left():
+    """The epochs of a round complete together: one line per round, the time left from the rounds' rate (here 3
+    epochs in 30 s, 6 left: 60 s), never one round's whole time charged to its first epoch (which would say 4 min)."""
+    t = [0.0]
+    p = RunProgress(None, clock=lambda: t[0])
+    t[0] = 30.0
+    line = p.round_done([(100, 10), (101, 10), (102, 10)], last_epoch=108)
+    assert line is not None and line.startswith("progress: 3 of 9 epochs done (6 left), 30 events")
+    assert line.endswith("about 1 min 00 s left"), line
+    assert p.round_done([], last_epoch=108) is None and p.done == 3

@@ -110,7 +110,7 @@ class Prefix:
     # the low watermark L of the inputs at checkpoint n (``_metadata.extra.low_epoch``): state expired with the
     # cutoff end(L) - ttl; None: n (aligned inputs)
     low_epoch: int | None = None
-    # the validated checkpoint's id: which logged rounds belong to its lineage (pipeline.batch.rounds); None: any
+    # the validated checkpoint's id: which logged rounds belong to its lineage (pipeline.batch.evaluation.rounds); None: any
     checkpoint_id: int | None = None
     # where the rows the checkpoint's state and committed output cover end, per partition, when that is before
     # the barrier: an unaligned checkpoint's restore positions (``_metadata.positions``, the cut) while source

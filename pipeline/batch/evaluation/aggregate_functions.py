@@ -1,4 +1,4 @@
-"""The batch meaning of ``aggregate`` and ``window`` aggregates with ``avg``, ``count_distinct`` and ``FILTER``.
+"""Batch rule of the aggregate functions: the batch meaning of ``aggregate`` and ``window`` aggregates with ``avg``, ``count_distinct`` and ``FILTER``.
 
 Spark SQL's own aggregate functions over all input rows (docs/operators.md "Aggregate"), sharing no code with the
 runtime's kernel (:mod:`pipeline.operators.aggregate_functions`): a filtered aggregate is Spark's

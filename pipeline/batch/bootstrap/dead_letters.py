@@ -20,7 +20,7 @@ layout and format, and counts them in the savepoint's stats:
   ``window_start``/``window_end``/``_watermark_us``/``_reason``): written under
   ``<dl>/<job>/operator=<uid>/epoch-<m>/chk-<id>/`` with ``m`` the epoch whose round dead-letters the record
   (its processing epoch ``p(x)``) and ``id`` the savepoint's. Rows a task writes are the plan's
-  (:mod:`pipeline.batch.plan`: the first row per key is kept, the others violate; a record every window of which
+  (:mod:`pipeline.batch.evaluation`: the first row per key is kept, the others violate; a record every window of which
   closed against ``W(p(x) - 1)`` is late).
 
 **Exactly once.** Source dead-letter files are a function of their split: a re-run (or the epochs the runtime runs
@@ -47,8 +47,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.batch.plan import INTERNAL, join_semantics, violation_label
-from pipeline.batch.prefix import PEPOCH
+from pipeline.batch.evaluation.join_keys import join_semantics, violation_label
+from pipeline.batch.evaluation.prefix import PEPOCH
+from pipeline.batch.evaluation.result import INTERNAL
 from pipeline.exceptions import StorageError
 from pipeline.fileio import LocalFileIO, file_io_for
 from pipeline.job import JoinNode, SourceNode, WindowNode

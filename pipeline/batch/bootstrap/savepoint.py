@@ -1,67 +1,28 @@
-"""Bootstrap: a new job's state and committed output as of barrier n, from ONE Spark batch job, as a savepoint.
-
-Flink's State Processor API bootstrap, made automatic: instead of replaying the history epoch by epoch,
-:func:`bootstrap` evaluates the job's batch plan (:mod:`pipeline.batch.plan`) over the source prefix up to
-barrier ``n`` and writes the result in exactly the format the runtime restores:
-
-* per operator and state name, one Parquet file per subtask with the ``_kg`` column, written by the Spark task
-  that owns the key-group range (:func:`pipeline.state.backend.write_table`), its handle (uri, rows, bytes,
-  sha256, key-group range) being the task's acknowledgement;
-* the batch output of every sink table staged under ``data/txn-<id>/`` and committed after ``_metadata``
-  (two-phase commit; Iceberg / Delta tables get the same commit as from an epoch);
-* ``_metadata`` (kind ``savepoint``) with barrier ``n`` as positions and barriers, and the source inventory.
-
-Windows: ``win`` (the on-time records of epochs ``<= n`` whose last window has not fired, with ``_epoch``) is
-keyed like any state; ``wm`` (the watermark table ``("", W(n))`` + ``(channel, M_c(n))``) is operator-wide and
-written as the runtime writes it: one file on subtask 0's handle, empty handles for the others
-(:func:`_write_operator_wide`). A window or join reading an ``emit="final"`` window's rows gets them with their
-firing epoch (:meth:`pipeline.batch.plan._Compiler._window_flow`).
-
-Dead letters: the bad records of the epochs ``<= n`` (source records, join ``unique`` violations, window late and
-null records) are written where an epoch-by-epoch run leaves them (:mod:`pipeline.batch.bootstrap_dead_letters`)
-and counted in the savepoint's stats.
-
-``epochal restore --from <savepoint>`` then makes it the job's restore point and ``epochal run`` continues with
-epoch ``n + 1``, exactly-once.
-
-Protocol (docs/batch.md "Bootstrap"):
-
-1. Validate, no side effect yet: the job is new (no completed checkpoint, no sink commit), every operator's
-   state and every sink is derivable exactly (``process`` user functions, operators other than aggregates reading an
-   ``emit="update"`` window's changelog, changelog sinks are refused with
-   :class:`~pipeline.exceptions.BootstrapRefusedError` naming the operator, why, and what to do instead), the
-   savepoint target lies under ``PIPELINE_SAVEPOINT_PREFIXES`` and holds no ``_metadata``, the parallelism fits,
-   barrier ``n`` is complete (no partition lags) and not before the first epoch with data; under
-   ``PIPELINE_BAD_RECORDS=fail`` no bad record lies before barrier ``n``.
-2. Log barrier ``n`` in the write-ahead barrier log (the epochs after it are cut from there).
-3. Trigger a savepoint (claims the id, pending manifest).
-4. One Spark job per state / sink object writes the files; their task reports are the acknowledgements. Then the
-   dead letters of the epochs ``<= n``.
-5. Complete: ``_metadata`` last (conditional PUT), then commit the sinks. Any failure aborts the pending
-   savepoint (only the files it wrote are deleted).
-"""
+"""Bootstrap's writing steps (:mod:`pipeline.batch.bootstrap`, steps 2-5): the batch plan's objects as state files
+per subtask and staged sink output, the dead letters of the epochs ``<= n``, then ``_metadata`` and the sink
+commits, as a savepoint the runtime restores (:func:`bootstrap`)."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Any
 
 from pipeline.barriers.events import CheckpointType
-from pipeline.batch.aggregates import aggregate_frames, modelled_here
-from pipeline.batch.bootstrap_dead_letters import (
+from pipeline.batch.bootstrap.dead_letters import (
     clear_operator_leftovers,
     operator_dead_letter_frames,
     source_splits,
     write_operator_dead_letters,
     write_source_dead_letters,
 )
-from pipeline.batch.plan import _Compiler, aggregate_columns
-from pipeline.batch.prefix import Prefix, barrier_log, scan_settings
+from pipeline.batch.bootstrap.plan import CATCH_UP, BootstrapPlan, plan_bootstrap
+from pipeline.batch.evaluation.aggregate import aggregate_columns
+from pipeline.batch.evaluation.aggregate_functions import aggregate_frames, modelled_here
+from pipeline.batch.evaluation.plan import PlanCompiler
+from pipeline.batch.evaluation.prefix import Prefix, barrier_log, scan_settings
 from pipeline.checkpoint.handles import StateHandle
 from pipeline.checkpoint.report import ReportKind, TaskReport
-from pipeline.exceptions import BootstrapRefusedError, CheckpointError, ConfigError, MalformedInputError
+from pipeline.exceptions import BootstrapRefusedError, CheckpointError, MalformedInputError
 from pipeline.fileio import file_io_for, join_uri
-from pipeline.job import AggregateNode, DedupNode, JoinNode, ProcessNode, WindowNode
+from pipeline.job import AggregateNode, DedupNode, JoinNode, WindowNode
 from pipeline.keygroups import key_group_expr, range_for_subtask, subtask_expr
 from pipeline.layout import round_state_prefix, sink_staging_uri
 from pipeline.runtime import progress
@@ -70,143 +31,21 @@ from pipeline.runtime.dataflow import arrow_schema_of, collect_handles
 from pipeline.runtime.dead_letters import EXTRA_KEY as DEAD_LETTERS_KEY
 from pipeline.runtime.dead_letters import DeadLetterFiles
 from pipeline.runtime.operators import HANDLE_DDL, _collect, subtask_of, task_report
-from pipeline.runtime.progress import last_data_epoch
 from pipeline.runtime.report_codec import to_batch
 from pipeline.runtime.routing import shuffle_to_subtasks, with_beacons
-from pipeline.runtime.savepoints import abort_pending, check_target
+from pipeline.runtime.savepoints import abort_pending
 from pipeline.runtime.task_requests import RequestSpan, counted_in_span
 from pipeline.runtime.writer_nodes import WRITER_PREFIX, is_writer_uid
 from pipeline.source.contract import read_inventory
-from pipeline.source.positions import barrier_or_idle
 from pipeline.state.backend import KG_COLUMN, write_table
 
-__all__ = ["BootstrapPlan", "bootstrap", "plan_bootstrap", "refusal"]
-
-
-@dataclass(frozen=True)
-class BootstrapPlan:
-    """What :func:`bootstrap` will write, decided before any side effect."""
-
-    epoch: int
-    barriers: dict                       # source -> partition (str) -> Position
-    parallelism: int
-    target: str | None                   # normalised savepoint target, None: <job>/savepoints/
-    messages: tuple[str, ...] = field(default_factory=tuple)
-
-
-#: what a user does instead of a refused bootstrap (one clause, appended to every refusal)
-CATCH_UP = ("catch up with `epochal run` instead (PIPELINE_MAX_EPOCHS_PER_ROUND=8 runs several epochs per round, "
-            "docs/batch.md \"Bootstrap\")")
-
-
-def refusal(job) -> str | None:
-    """Why ``job`` cannot be bootstrapped exactly (one line naming the operator, why, and what to do instead), or None.
-
-    Only the operator kinds whose state the batch plan derives exactly are accepted: ``join`` (both sides,
-    ``_matched`` flags), ``aggregate`` (exact decimal sums), ``deduplicate`` (held keys) and ``window`` (records
-    of unfired windows, watermark table), fed by a source, a join, a deduplicate or an ``emit="final"`` window (its
-    fired windows' rows carry their firing epoch in the plan). Refused:
-
-    * ``process``: its state is whatever the user function builds from one epoch's rows at a time; the plan cannot
-      derive it without calling the function epoch by epoch, which is what ``run`` does;
-    * any operator other than an aggregate reading an ``emit="update"`` window's output: a changelog with one row per
-      window and epoch it changed in (the plan models the windows, not their intermediate updates);
-    * what the plan itself does not model (a deduplicate of a window's or an aggregate's output, an operator reading
-      an aggregate's changelog): refused by :func:`_objects` with the plan's reason."""
-    for op in job.operators():
-        if isinstance(op, ProcessNode):
-            return (f"job {job.name!r}: cannot bootstrap process {op.uid!r}: its state is built by a user function "
-                    f"one epoch at a time, which the batch plan cannot derive without running the epochs; {CATCH_UP}")
-        if not isinstance(op, (JoinNode, AggregateNode, DedupNode, WindowNode)):
-            return (f"job {job.name!r}: cannot bootstrap {type(op).__name__} {op.uid!r}: not modelled by the batch "
-                    f"plan; {CATCH_UP}")
-        for inp in op.inputs:
-            up = job.nodes[job.chain_to(inp)[0]]
-            if isinstance(up, WindowNode) and up.emit == "update" and not isinstance(op, AggregateNode):
-                return (f"job {job.name!r}: cannot bootstrap {type(op).__name__.removesuffix('Node').lower()} "
-                        f"{op.uid!r}: it reads the changelog of window {up.uid!r} (emit='update': a row per window "
-                        f"and epoch it changed in, which the batch plan does not model; emit='final' bootstraps); "
-                        f"{CATCH_UP}")
-    return None
-
-
-def _barriers(runner, epoch: int, summaries) -> tuple[dict | None, str | None]:
-    """Barrier ``epoch`` as the runtime would cut it for a fresh job (logged one if any), or the lagging partition."""
-    logged = runner.barrier_log.logged(epoch)
-    if logged is not None:
-        return logged, None
-    ctx = runner.ctx
-    end = ctx.epochs.end_us(epoch)
-    now, lateness = ctx.clock.now_us(), ctx.config.allowed_lateness_seconds * 1_000_000
-    out: dict = {}
-    for src, parts in summaries.items():
-        out[src] = {}
-        for p, ss in sorted(parts.items()):
-            pos, _idle = barrier_or_idle(ss, end, now_us=now, allowed_lateness_us=lateness, fileio=ctx.src_fio)
-            if pos is None:
-                return None, f"{src}/partition={p}"
-            out[src][str(p)] = pos
-    return out, None
-
-
-def plan_bootstrap(runner, *, epoch: int | None = None, target: str | None = None,
-                   parallelism: int | None = None) -> tuple[BootstrapPlan, Any]:
-    """Step 1: every check, without a side effect. Returns the plan and the source summaries."""
-    job, config = runner.job, runner.config
-    why = refusal(job)
-    if why is not None:
-        raise BootstrapRefusedError(why)
-    if target is not None:
-        target = check_target(target, config, job.name)
-        if runner.ckpt_fio.exists(join_uri(target, "_metadata")):
-            raise ConfigError(f"savepoint target {target} already holds a completed checkpoint or savepoint "
-                              "(_metadata); choose another target")
-    P = parallelism or config.parallelism
-    if P < 1 or P > runner.max_parallelism:
-        raise ConfigError(f"parallelism {P} must be between 1 and the job's max parallelism {runner.max_parallelism}")
-    ids = runner.coordinator.store.ids()
-    if ids:
-        raise BootstrapRefusedError(
-            f"job {job.name!r} already has completed checkpoints {ids[-3:]} under {runner.job_root}: bootstrap "
-            "writes the first savepoint of a new job (use a new job name, or restore/run the existing one)")
-    for s in job.sinks():
-        head = runner.ctx.table(s.table).head()
-        if head is not None:
-            raise BootstrapRefusedError(
-                f"job {job.name!r}: sink table {s.table!r} already holds committed output (checkpoint "
-                f"{head.checkpoint_id}); bootstrap writes the first commit of a new job's sinks")
-    summaries = runner.planner.summaries(Cursor())
-    last = last_data_epoch(summaries, runner.epochs.epoch_of)
-    if last is None:
-        raise CheckpointError(f"job {job.name!r}: the sources under {config.source_uri} hold no readable row; "
-                              "nothing to bootstrap")
-    if epoch is not None:
-        if epoch < 0:
-            raise ConfigError(f"--epoch {epoch}: must be >= 0")
-        first = runner.planner.first_epoch(summaries)
-        if first is not None and epoch < first:
-            raise ConfigError(f"--epoch {epoch}: before the first epoch with data ({first}) under "
-                              f"{config.source_uri}: a new job's first checkpoint is that epoch's or a later one")
-        barriers, lag = _barriers(runner, epoch, summaries)
-        if barriers is None:
-            raise CheckpointError(f"job {job.name!r}: barrier {epoch} is not complete yet: {lag} lags (no row at/"
-                                  "after the epoch end and the allowed lateness has not passed)")
-    else:  # the live epoch: the newest epoch whose barrier is complete
-        barriers, lag, epoch = None, None, last
-        while barriers is None and epoch >= last - 3:
-            barriers, lag = _barriers(runner, epoch, summaries)
-            if barriers is None:
-                epoch -= 1
-        if barriers is None:
-            raise CheckpointError(f"job {job.name!r}: no complete barrier near the end of the sources "
-                                  f"(epoch {last}): {lag} lags")
-    return BootstrapPlan(epoch, barriers, P, target), summaries
+__all__ = ["bootstrap"]
 
 
 def _exact_aggregate(comp, op):
     """The aggregate's state as the runtime keeps it: floating sums as exact decimal(38,9)."""
     src = comp.frame(op.parent)
-    if modelled_here(op):  # avg, count_distinct, FILTER (pipeline/batch/aggregates.py)
+    if modelled_here(op):  # avg, count_distinct, FILTER (pipeline/batch/evaluation/aggregate_functions.py)
         return aggregate_frames(src, op)[0]
     return src.groupBy(op.key).agg(*aggregate_columns(src, op, exact=True))
 
@@ -226,7 +65,7 @@ def _objects(comp, res, job) -> list[tuple[str, str, str, object, str | None]]:
             elif isinstance(op, AggregateNode):
                 out.append(("state", op.uid, name, _exact_aggregate(comp, op), op.key))
             elif isinstance(op, DedupNode):
-                out.append(("state", op.uid, name, res.states[obj], op.key))   # the held keys (pipeline.batch.plan)
+                out.append(("state", op.uid, name, res.states[obj], op.key))   # the held keys (pipeline.batch.evaluation.dedup)
             elif isinstance(op, WindowNode):   # win: keyed records of unfired windows; wm: the operator-wide
                 out.append(("state", op.uid, name, res.states[obj], op.key if name == "win" else None))  # table
     for s in job.sinks():
@@ -337,10 +176,10 @@ def _bootstrap(runner, plan: BootstrapPlan, summaries, t0: float) -> dict:
     tuples = {s: {int(p): (int(pos.seq), int(pos.row)) for p, pos in parts.items()}
               for s, parts in plan.barriers.items()}
     logged = barrier_log(runner.ckpt_fio, runner.job_root, n)
-    comp = _Compiler(spark, runner, job, Prefix(n, int(runner.config.epoch_seconds), tuples, logged))
+    comp = PlanCompiler(spark, runner, job, Prefix(n, int(runner.config.epoch_seconds), tuples, logged))
     res = comp.compile()
     objects = _objects(comp, res, job)
-    # the bad records of the epochs <= n (module pipeline.batch.bootstrap_dead_letters): under ``fail`` the job
+    # the bad records of the epochs <= n (module pipeline.batch.bootstrap.dead_letters): under ``fail`` the job
     # fails here, before any side effect, as its first epoch with a bad record would
     splits = source_splits(runner, n, plan.barriers, summaries, logged)
     dl_frames = operator_dead_letter_frames(comp, res, job)

@@ -1,0 +1,68 @@
+"""Batch rule of a sink: an operator's own sink (its output, or its state's upsert view), or a sink writer's
+(stateless steps after sources, unions or an operator: :func:`writer_sink`); what is not modelled is recorded
+in :attr:`~pipeline.batch.evaluation.result.BatchResult.unchecked` with the reason."""
+from __future__ import annotations
+
+from pipeline.batch.evaluation.context import PlanContext
+from pipeline.batch.evaluation.prefix import PEPOCH
+from pipeline.batch.evaluation.result import INTERNAL, orderable, visible
+from pipeline.batch.evaluation.rounds import ROUND
+from pipeline.job import AggregateNode, SinkNode, SourceNode, WindowNode
+
+
+def sink(plan: PlanContext, s: SinkNode) -> None:
+    """The sink table's batch rows in :attr:`BatchResult.sinks`, or why not in :attr:`BatchResult.unchecked`."""
+    obj = f"sink/{s.table}"
+    parent = plan.job.nodes[s.parent]
+    df = plan.frame(s.parent)
+    if df is None:
+        plan.result.unchecked[obj] = plan.bad[s.parent]
+    elif plan.job.operator_sink(s.parent) is not s:  # a sink writer's (pipeline.runtime.sink_writer)
+        why = writer_sink(plan, s, df)
+        if why is not None:
+            plan.result.unchecked[obj] = why
+    elif isinstance(parent, AggregateNode) and s.mode == "append":
+        plan.result.unchecked[obj] = ("append sink of an aggregate: a changelog whose rows depend on round "
+                                      "boundaries (its upsert view is checked through the aggregate state)")
+    elif s.mode == "upsert" and not isinstance(parent, (AggregateNode, WindowNode)):
+        plan.result.unchecked[obj] = "upsert sink of a non-aggregate: 'newest row per key' is not modelled"
+    else:
+        if isinstance(parent, WindowNode) and "_ingest_ts" in df.columns:
+            # only rows flowing on carry it (pipeline.batch.evaluation.window._window_flow), not the sink's
+            df = df.drop("_ingest_ts")
+        plan.result.sinks[s.table] = visible(df)
+
+
+def writer_sink(plan: PlanContext, s: SinkNode, df) -> str | None:
+    """The batch meaning of a sink written by a sink writer (stateless steps after sources, unions or an
+    operator): its rows (append), or per key the last row in the writer's order (upsert: processing epoch,
+    round, ``_ingest_ts``, source position, then the other columns; pipeline.runtime.sink_writer). Returns why
+    it is not modelled, or None when :attr:`BatchResult.sinks` holds it."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+    bases = [plan.job.nodes[b] for b in plan.job.bases(s.parent)]
+    updating = [b for b in bases if isinstance(b, AggregateNode) or (isinstance(b, WindowNode) and b.emit == "update")]
+    shown = plan.job.ingest_shown(s.parent)
+    cols = [c for c in df.columns if c not in INTERNAL and (c != "_ingest_ts" or shown)]
+    if s.mode == "append":
+        if updating:
+            return ("append sink of an updating stream (a running aggregate or an update window): a changelog "
+                    "whose rows depend on round boundaries")
+        plan.result.sinks[s.table] = df.select(*cols)
+        return None
+    if updating:
+        _base, maps = plan.job.chain_to(s.parent)
+        if len(bases) != 1 or any(m.kind == "filter" for m in maps):
+            return ("upsert sink of an updating stream behind a filter or a union: which updates pass depends on "
+                    "round boundaries")
+        plan.result.sinks[s.table] = df.select(*cols)   # the latest totals, mapped
+        return None
+    if not all(isinstance(b, SourceNode) for b in bases):
+        return "upsert sink of an operator's append stream: 'newest row per key' is not modelled"
+    order = [c for c in (PEPOCH, ROUND, "_ingest_ts", "_source", "_partition", "_seq", "_row") if c in df.columns]
+    rest = [c for c in cols if c not in order and c not in s.key and orderable(df.schema[c].dataType)]
+    w = Window.partitionBy(*[F.col(k) for k in s.key]).orderBy(*[F.col(c).desc() for c in order + rest])
+    plan.result.sinks[s.table] = (df.withColumn("__last", F.row_number().over(w)).filter("__last = 1")
+                                  .select(*cols))
+    return None
+

@@ -1,0 +1,154 @@
+"""Batch rule of ``window`` (docs/windows.md): the watermark ``W(m)`` folded on the driver from the (channel, epoch)
+maxima, the (record, window) pairs on time, the fired windows (``emit="final"``) or every window so far
+(``emit="update"``), the rows fired windows send on (:func:`_window_flow`) and the state after checkpoint ``n``
+(:func:`_window_state`)."""
+from __future__ import annotations
+
+from pipeline.batch.evaluation.aggregate_functions import window_agg_exprs
+from pipeline.batch.evaluation.context import PlanContext
+from pipeline.batch.evaluation.prefix import PEPOCH
+from pipeline.batch.evaluation.result import EXACT_SUM, WATERMARK_ROW, WINDOW_EPOCH, WINDOW_EVENT_US
+from pipeline.batch.evaluation.rounds import ROUND, fired_round
+from pipeline.job import AggregateNode, JoinNode, SourceNode, WindowNode
+from pipeline.operators.aggregate_functions import mask_sql, masked_aggs
+
+
+def window(plan: PlanContext, nid: int, op: WindowNode):
+    """docs/windows.md as one batch query. The watermark is a function of (channel, epoch) maxima only: that
+    small table (channels x epochs) is computed by Spark and folded on the driver into ``W(m)``; records,
+    lateness, firing and the aggregates stay in Spark."""
+    from pyspark.sql import functions as F
+    src = plan.frame(op.parent)
+    if src is None:
+        plan.bad[nid] = plan.bad[op.parent]
+        return None
+    base, _ = plan.job.chain_to(op.parent)
+    base_node = plan.job.nodes[base]
+    if isinstance(base_node, AggregateNode):
+        plan.bad[nid] = f"window {op.uid} reads the changelog of aggregate {base_node.uid}"
+        return None
+    SEC = 1_000_000
+    S, D = op.size_seconds * SEC, op.slide_seconds * SEC
+    O, L = op.max_out_of_orderness_seconds * SEC, op.allowed_lateness_seconds * SEC
+    channel = (F.concat(F.col("_source"), F.lit("/"), F.col("_partition").cast("string"))
+               if isinstance(base_node, SourceNode) else F.lit(f"op:{getattr(base_node, 'uid', base)}"))
+    recs = (src.filter(F.col(op.key).isNotNull() & F.col(op.event_time).isNotNull())
+            .withColumn("__t", F.expr(f"unix_micros(`{op.event_time}`)")).withColumn("__ch", channel))
+    if op.filters:  # the state keeps a filtered aggregate's masked input (docs/operators.md "Aggregate")
+        recs = recs.selectExpr("*", *[f"{sql} AS `{name}`" for name, sql in mask_sql(op.aggs, op.filters)])
+    # records with no key or no event time are dead-lettered too (docs/windows.md): counted, compared with disk
+    plan.result.counts[f"{op.uid}: records without a key or an event time (dead-lettered by the runtime)"] = \
+        src.filter(F.col(op.key).isNull() | F.col(op.event_time).isNull())
+    # W(m) for every epoch with records: M_c(m) = running max per channel, min over the active channels
+    maxima = sorted((int(r[0]), str(r[1]), int(r[2])) for r in recs.groupBy(PEPOCH, "__ch")
+                    .agg(F.max("__t")).collect())
+    seen: dict[str, int] = {}
+    w_prev: dict[int, int | None] = {}     # epoch m -> W(m-1)
+    w_after: dict[int, int | None] = {}    # epoch m -> W(m)
+    w: int | None = None
+    for m in sorted({e for e, _, _ in maxima}):
+        w_prev[m] = w
+        active = [(c, t) for e, c, t in maxima if e == m]
+        for c, t in active:
+            seen[c] = max(seen.get(c, t), t)
+        cand = min(seen[c] for c, _ in active) - O
+        w = cand if w is None else max(w, cand)
+        w_after[m] = w
+    _window_state(plan, op, recs, w, seen)
+    if not w_prev:
+        wm = plan.spark.createDataFrame([], f"{PEPOCH} long, __wprev long")
+    else:
+        wm = plan.spark.createDataFrame([(m, w_prev[m]) for m in w_prev], f"{PEPOCH} long, __wprev long")
+    # (record, window) pairs on time: window end + L > W(m-1) of the record's epoch
+    k = S // D
+    pairs = (recs.join(F.broadcast(wm), PEPOCH, "left")
+             .withColumn("__last", F.floor(F.col("__t") / F.lit(D)).cast("long") * F.lit(D))
+             .withColumn("__ws", F.explode(F.sequence(F.col("__last") - F.lit((k - 1) * D), F.col("__last"),
+                                                      F.lit(D))))
+             .filter(F.col("__wprev").isNull() | (F.col("__ws") + F.lit(S + L) > F.col("__wprev"))))
+    late = recs.join(F.broadcast(wm), PEPOCH, "left").filter(
+        F.col("__wprev").isNotNull()
+        & (F.floor(F.col("__t") / F.lit(D)).cast("long") * F.lit(D) + F.lit(S + L) <= F.col("__wprev")))
+    plan.result.counts[f"{op.uid}: late records (dead-lettered by the runtime)"] = late
+    aggs = []
+    for out, fn, col in (() if op.filters else op.aggs):   # FILTER: evaluation/aggregate_functions.py
+        if fn == "count":
+            aggs.append(F.count(F.lit(1)).alias(out))
+        elif fn == "count_distinct":
+            aggs.append(F.countDistinct(F.col(col)).cast("long").alias(out))
+        elif fn in ("sum", "avg"):
+            dt = src.schema[col].dataType.typeName()
+            floating = dt in ("double", "float") or dt.startswith("decimal")
+            total = F.sum(F.col(col).cast(EXACT_SUM)) if floating else F.sum(F.col(col).cast("long"))
+            if fn == "sum":
+                aggs.append((total.cast("double") if floating else total).alias(out))
+            else:
+                aggs.append((total.cast("double") / F.count(F.col(col)).cast("double")).alias(out))
+        else:
+            aggs.append((F.min if fn == "min" else F.max)(F.col(col)).alias(out))
+    by_window = pairs.groupBy(op.key, "__ws").agg(*(window_agg_exprs(src, op) if op.filters else aggs))
+    names = [out for out, _, _ in op.aggs]
+    out = by_window.select(op.key, F.expr("timestamp_micros(__ws)").alias("window_start"),
+                           F.expr(f"timestamp_micros(__ws + {S})").alias("window_end"), *names,
+                           F.col("__ws"))
+    if op.emit == "final":
+        # fires at the first epoch m <= n with end + L <= W(m): emitted once, with its on-time records
+        marks: list[int] = [x for m, x in w_after.items() if m <= plan.prefix.epoch and x is not None]
+        top = max(marks, default=None)
+        out = out if top is None else out.filter(F.col("__ws") + F.lit(S + L) <= F.lit(top))
+        if top is None:
+            out = out.limit(0)
+        if _flows_on(plan, nid):
+            return _window_flow(plan, out, w_after, S + L)
+    return out.drop("__ws")
+
+def _flows_on(plan: PlanContext, nid: int) -> bool:
+    """An operator reads node ``nid``'s output (through stateless steps), not only a sink."""
+    return any(plan.job.chain_to(i)[0] == nid for o in plan.job.operators()
+               for i in ((o.left, o.right) if isinstance(o, JoinNode) else (o.parent,)))
+
+def _window_flow(plan: PlanContext, out, w_after: dict[int, int | None], reach: int):
+    """The fired windows as rows flowing on to another operator (docs/windows.md "Chaining and modes"): each
+    with its firing epoch ``f(w) = min {m : window_end + L <= W(m)}`` as ``_pepoch``, ``_ingest_ts`` =
+    ``end(f) - 1 µs`` (the runtime's) after the output columns and, in a lineage whose deduplicate needs rounds,
+    the round it fired in: the last round of checkpoint ``f`` (:func:`fired_round`). ``W`` never decreases, so
+    ``f`` is the epoch at whose step ``W`` first reaches ``window_end + L``: one broadcast interval table of
+    the watermark's steps (lo, hi] (a handful of rows), whatever the number of windows."""
+    from pyspark.sql import functions as F
+    E = plan.prefix.epoch_us
+    log = plan.round_log_if_needed()
+    steps: list[tuple[int, int, int, int]] = []
+    prev: int | None = None
+    for m in sorted(w_after):
+        w = w_after[m]
+        if m > plan.prefix.epoch or w is None or (prev is not None and w <= prev):
+            continue
+        steps.append((-(2 ** 62) if prev is None else prev, w, m, fired_round(log, m) if log else 0))
+        prev = w
+    table = plan.spark.createDataFrame(steps, "__lo long, __hi long, __f long, __fr long")
+    thr = F.col("__ws") + F.lit(reach)
+    fired = out.join(F.broadcast(table), (thr > F.col("__lo")) & (thr <= F.col("__hi")), "inner")
+    cols = [c for c in out.columns if c != "__ws"]
+    rnd = [F.col("__fr").alias(ROUND)] if log else []
+    return fired.select(*cols, F.expr(f"timestamp_micros((__f + 1) * {E} - 1)").alias("_ingest_ts"),
+                        F.col("__f").alias(PEPOCH), *rnd)
+
+def _window_state(plan: PlanContext, op: WindowNode, recs, w_n: int | None, channel_max: dict[str, int]) -> None:
+    """docs/windows.md "State after checkpoint n": ``win`` = the on-time records of epochs ``<= n`` whose last
+    window has not fired, i.e. ``floor(t/D)*D + S + L > W(n)`` (a record judged on time against ``W(p-1)`` is
+    implied: ``W`` never decreases) - key, event time (µs), the aggregated columns, the processing epoch;
+    ``wm`` = the watermark table: ``("", W(n))`` and one row ``(channel, M_c(n))`` per channel seen."""
+    from pyspark.sql import functions as F
+    SEC = 1_000_000
+    S, D, L = op.size_seconds * SEC, op.slide_seconds * SEC, op.allowed_lateness_seconds * SEC
+    inputs: list[str] = []
+    for _out, fn, col in masked_aggs(op.aggs, op.filters):
+        if fn != "count" and col is not None and col not in inputs and col != op.key:
+            inputs.append(col)
+    held = recs if w_n is None else recs.filter(
+        F.floor(F.col("__t") / F.lit(D)).cast("long") * F.lit(D) + F.lit(S + L) > F.lit(w_n))
+    plan.result.states[f"state/{op.uid}/win"] = held.select(
+        op.key, F.col("__t").alias(WINDOW_EVENT_US), *inputs, F.col(PEPOCH).alias(WINDOW_EPOCH))
+    rows = [(WATERMARK_ROW, w_n)] + sorted(channel_max.items())
+    plan.result.states[f"state/{op.uid}/wm"] = plan.spark.createDataFrame(
+        rows, "channel string, max_event_us long")
