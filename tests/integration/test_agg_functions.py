@@ -206,7 +206,7 @@ def test_aggregate_functions_crash_rescale_validate(tmp_path):
 def test_bootstrap_builds_the_distinct_sets(tmp_path):
     """``bootstrap`` at barrier k: the state (sums, counts, distinct sets) and tables the epoch-by-epoch run has;
     restored at parallelism 3 and run to the end, still equal to it and to DuckDB."""
-    from pipeline.batch.bootstrap import bootstrap
+    from pipeline.batch.bootstrap.savepoint import bootstrap
     df = _generate(tmp_path / "src")
     ref = JobRunner(build(), _cfg(tmp_path, "ref", parallelism=2), echo=lambda m: None)
     ref.run(2)
