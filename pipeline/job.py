@@ -26,6 +26,8 @@ from typing import Callable, ClassVar, Literal, Mapping, Sequence
 import pyarrow as pa
 
 from pipeline.exceptions import ConfigError
+from pipeline.operators.aggregate_functions import FUNCTIONS as _AGG_FUNCTIONS
+from pipeline.operators.aggregate_functions import parse_aggs
 from pipeline.operators.join import JoinType, Uniqueness
 from pipeline.sink.formats import TableFormat
 
@@ -34,8 +36,8 @@ __all__ = ["Job", "Stream", "SourceNode", "MapNode", "UnionNode", "JoinNode", "A
            "AGG_FUNCTIONS", "WINDOW_AGG_FUNCTIONS", "JOIN_TYPES", "INTERNAL_COLUMNS", "JOIN_KEY", "join_key_sql",
            "join_output"]
 
-AGG_FUNCTIONS = ("count", "sum", "min", "max")
-WINDOW_AGG_FUNCTIONS = AGG_FUNCTIONS + ("avg", "count_distinct")
+AGG_FUNCTIONS = _AGG_FUNCTIONS   # count, sum, min, max, avg, count_distinct (pipeline/operators/aggregate_functions.py)
+WINDOW_AGG_FUNCTIONS = AGG_FUNCTIONS
 JOIN_TYPES = tuple(t.value for t in JoinType)  # the public API's strings for ``how``
 _UNIQUENESS = (None,) + tuple(u.value for u in Uniqueness)
 INTERNAL_COLUMNS = ("_ingest_ts",)
@@ -103,6 +105,7 @@ class AggregateNode:
     parent: int
     key: str
     aggs: tuple[tuple[str, str, str | None], ...]  # (output column, function, input column)
+    filters: tuple[tuple[str, str], ...] = ()       # (output column, SQL condition): FILTER (WHERE ...)
 
     STATE_NAMES: ClassVar[tuple[str, ...]] = ("agg",)
 
@@ -141,6 +144,7 @@ class WindowNode:
     allowed_lateness_seconds: int
     aggs: tuple[tuple[str, str, str | None], ...]  # (output column, function, input column)
     emit: Literal["final", "update"]
+    filters: tuple[tuple[str, str], ...] = ()       # (output column, SQL condition): FILTER (WHERE ...)
 
     STATE_NAMES: ClassVar[tuple[str, ...]] = ("win", "wm")
 
@@ -257,20 +261,14 @@ class Stream:
             raise ConfigError(f"deduplicate {uid!r}: ttl_seconds must be >= 0 (0: no expiry)")
         return self.job._add(DedupNode(self.job._uid(uid), self.node, key, ttl_seconds))
 
-    def aggregate(self, *, uid: str, key: str, aggs: Mapping[str, tuple[str, str | None]]) -> "Stream":
-        """Running keyed aggregate: ``aggs`` maps an output column to ``(function, input column)`` with function
-        ``count`` (input ``None``), ``sum``, ``min`` or ``max``. Emits the new totals of every key that changed
-        in an epoch (an upsert stream: sink it with ``mode="upsert"``). A null key is one group, as in SQL."""
-        spec = []
-        for out, (fn, col) in aggs.items():
-            if fn not in AGG_FUNCTIONS:
-                raise ConfigError(f"aggregate {uid!r}: unknown function {fn!r} for {out!r} (use {AGG_FUNCTIONS})")
-            if fn != "count" and not col:
-                raise ConfigError(f"aggregate {uid!r}: {fn}() of {out!r} needs an input column")
-            spec.append((out, fn, col))
-        if not spec:
-            raise ConfigError(f"aggregate {uid!r}: no aggregations")
-        return self.job._add(AggregateNode(self.job._uid(uid), self.node, key, tuple(spec)))
+    def aggregate(self, *, uid: str, key: str, aggs: Mapping[str, tuple]) -> "Stream":
+        """Running keyed aggregate: ``aggs`` maps an output column to ``(function, input column)`` or
+        ``(function, input column, where)`` with function ``count`` (input ``None``), ``sum``, ``min``, ``max``,
+        ``avg`` or ``count_distinct``; ``where`` (a Spark SQL condition) is SQL's ``FILTER (WHERE ...)``. Emits
+        the new totals of every key that changed in an epoch (an upsert stream: sink it with ``mode="upsert"``). A
+        null key is one group, as in SQL (docs/operators.md "Aggregate")."""
+        spec, filters = parse_aggs(f"aggregate {uid!r}", aggs, AGG_FUNCTIONS)
+        return self.job._add(AggregateNode(self.job._uid(uid), self.node, key, spec, filters))
 
     def window(self, *, uid: str, key: str, event_time: str, size_seconds: int, slide_seconds: int | None = None,
                max_out_of_orderness_seconds: int = 0, allowed_lateness_seconds: int = 0,
@@ -290,19 +288,13 @@ class Stream:
                               f"slide_seconds ({slide})")
         if emit not in ("final", "update"):
             raise ConfigError(f"window {uid!r}: emit must be 'final' or 'update', got {emit!r}")
-        spec = []
-        for out, (fn, col) in aggs.items():
-            if fn not in WINDOW_AGG_FUNCTIONS:
-                raise ConfigError(f"window {uid!r}: unknown function {fn!r} for {out!r} (use {WINDOW_AGG_FUNCTIONS})")
-            if fn != "count" and not col:
-                raise ConfigError(f"window {uid!r}: {fn}() of {out!r} needs an input column")
+        spec, filters = parse_aggs(f"window {uid!r}", aggs, WINDOW_AGG_FUNCTIONS)
+        for out, _fn, _col in spec:
             if out in (key, "window_start", "window_end"):
                 raise ConfigError(f"window {uid!r}: aggregate name {out!r} clashes with an output column")
-            spec.append((out, fn, col))
-        if not spec:
-            raise ConfigError(f"window {uid!r}: no aggregations")
         return self.job._add(WindowNode(uid, self.node, key, event_time, size_seconds, slide,
-                                        max_out_of_orderness_seconds, allowed_lateness_seconds, tuple(spec), emit))
+                                        max_out_of_orderness_seconds, allowed_lateness_seconds, spec, emit,
+                                        filters))
 
     def process(self, *, uid: str, key: str, fn: Callable[[pa.Table, pa.Table], tuple[pa.Table, pa.Table]],
                 state_schema: pa.Schema, output_schema: pa.Schema, ttl_seconds: int | None = None) -> "Stream":
@@ -515,6 +507,8 @@ class Job:
                     return None
                 read.add(op.key.lower())
                 read.update(c.lower() for _, _, c in op.aggs if c)
+                for _out, cond in op.filters:  # a filtered aggregate reads its condition's columns
+                    read.update(w.lower() for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", cond))
                 if isinstance(op, WindowNode):
                     read.add(op.event_time.lower())
         return frozenset(read)

@@ -173,7 +173,7 @@ def _graph_checks(job, tables: Mapping[str, Any]) -> tuple[list[str], list[str]]
         if s.mode != "upsert" or not isinstance(agg, AggregateNode) or out is None:
             continue
         base, maps = job.chain_to(agg.parent)
-        if maps:
+        if maps or agg.filters:  # filtered aggregates (FILTER (WHERE ...)): not recomputed here
             continue  # the aggregate reads a filtered/projected stream: no committed table holds exactly its input
         source_sinks = [t for t in sinks if t.parent == base and t.mode == "append" and tables.get(t.table) is not None]
         if not source_sinks:

@@ -31,6 +31,7 @@ from pipeline.job import (
     WindowNode,
     join_output,
 )
+from pipeline.operators.aggregate_functions import masked_aggs, needs_extended_kernel, output_fields, state_fields
 from pipeline.quality.normalize import NullKey, ObjectSpec, schema_signature
 
 __all__ = ["JobObjects", "job_objects", "node_schema", "state_obj", "sink_obj"]
@@ -93,6 +94,10 @@ def node_schema(job: Job, node_id: int) -> pa.Schema | None:
         if parent is None or node.key not in parent.names:
             return None
         agg_fields = [parent.field(node.key)]
+        if node.filters or needs_extended_kernel(node.aggs):  # avg, count_distinct, FILTER (aggregate_functions)
+            if any(c is not None and fn != "count" and c not in parent.names for _, fn, c in node.aggs):
+                return None
+            return pa.schema(agg_fields + output_fields(node.aggs, parent))
         for out, fn, col in node.aggs:
             if fn == "count":
                 agg_fields.append(pa.field(out, pa.int64()))
@@ -133,6 +138,11 @@ def _state_schema(job: Job, op, name: str) -> pa.Schema | None:
                           pa.field("_epoch", pa.int64()), _KG])
     if not isinstance(op, AggregateNode):
         return None  # other operators (process): schema not checked here
+    if needs_extended_kernel(op.aggs):  # state columns besides the values (docs/operators.md "Aggregate")
+        parent = node_schema(job, op.parent)
+        if parent is None or any(c is not None and c not in parent.names for _, _, c in op.aggs):
+            return None
+        return pa.schema([parent.field(op.key), *state_fields(op.aggs, parent), _KG])
     sch = node_schema(job, job.node_id(op))
     return None if sch is None else sch.append(_KG)
 
@@ -140,7 +150,7 @@ def _state_schema(job: Job, op, name: str) -> pa.Schema | None:
 def _window_inputs(op: WindowNode) -> list[str]:
     """The aggregated input columns a window keeps in state, in first-use order (without the key)."""
     cols: list[str] = []
-    for _out, fn, col in op.aggs:
+    for _out, fn, col in masked_aggs(op.aggs, op.filters):
         if fn != "count" and col is not None and col not in cols and col != op.key:
             cols.append(col)
     return cols
@@ -197,7 +207,7 @@ def job_objects(job: Job, default_ttl_seconds: int | None) -> JobObjects:
         elif isinstance(op, AggregateNode):
             o = state_obj(op.uid, "agg")
             measures: tuple[tuple[str, str | None], ...] = tuple(
-                (out, out) for out, fn, _ in op.aggs if fn in ("count", "sum"))
+                (out, out) for out, fn, _ in op.aggs if fn in ("count", "sum") and out not in dict(op.filters))
             specs[o] = ObjectSpec(o, "state", op.key, op.key, measures, op.uid, null_key=NullKey.GROUP)
             ttl[o] = None
             aggregates[op.uid] = {"state": o, "append": None, "upsert": None, "measures": [m for m, _ in measures]}
@@ -213,7 +223,8 @@ def job_objects(job: Job, default_ttl_seconds: int | None) -> JobObjects:
             sch = sch.remove(sch.get_field_index("_ingest_ts"))
         schemas[o] = schema_signature(sch) if sch is not None else None
         if isinstance(parent, AggregateNode) and sink.mode == "upsert":
-            measures = tuple((out, out) for out, fn, _ in parent.aggs if fn in ("count", "sum"))
+            measures = tuple((out, out) for out, fn, _ in parent.aggs if fn in ("count", "sum")
+                             and out not in dict(parent.filters))
             specs[o] = ObjectSpec(o, "sink", parent.key, parent.key, measures, parent.uid, tuple(sink.key),
                                   null_key=NullKey.GROUP)
             aggregates.setdefault(parent.uid, {"state": state_obj(parent.uid, "agg"), "append": None, "upsert": None,
@@ -227,7 +238,7 @@ def job_objects(job: Job, default_ttl_seconds: int | None) -> JobObjects:
                     if base == sink.parent and not maps:
                         group = agg.key
                         measures = tuple((out, None if fn == "count" else col) for out, fn, col in agg.aggs
-                                         if fn in ("count", "sum"))
+                                         if fn in ("count", "sum") and out not in dict(agg.filters))
                         agg_uid = agg.uid
                         aggregates.setdefault(agg.uid, {"state": state_obj(agg.uid, "agg"), "append": None,
                                                         "upsert": None,

@@ -131,6 +131,8 @@ def _kind(t: pa.DataType) -> str:
         return "bool"
     if pa.types.is_date(t):
         return "date"
+    if pa.types.is_list(t) or pa.types.is_large_list(t):  # Parquet names the item "element", Arrow "item"
+        return f"list<{_kind(t.value_type)}>"
     return str(t)
 
 

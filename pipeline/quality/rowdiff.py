@@ -24,6 +24,8 @@ def _comparable(t: pa.Table, cols: list[str]) -> pa.Table:
             a = pc.cast(pc.cast(a, pa.timestamp("us", tz=a.type.tz), safe=False), pa.int64())
         elif pa.types.is_integer(a.type):
             a = pc.cast(a, pa.int64())
+        elif pa.types.is_list(a.type):  # an aggregate's distinct set (sorted): its values joined
+            a = pc.binary_join(pc.cast(a, pa.list_(pa.string())), "\x1f")
         else:
             a = pc.cast(a, pa.string())
         # a join's key equality drops nulls: compare (value or a filler, is-null) so a null equals a null (an

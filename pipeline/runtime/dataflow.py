@@ -33,6 +33,13 @@ from pipeline.job import (
     schema_difference,
 )
 from pipeline.keygroups import key_group_expr
+from pipeline.operators.aggregate_functions import (
+    mask_sql,
+    masked_aggs,
+    needs_extended_kernel,
+    output_fields,
+    state_fields,
+)
 from pipeline.operators.ttl import ROW_EPOCH
 from pipeline.runtime.operator_registry import builder_for, register_operator
 from pipeline.runtime.operators import (
@@ -367,8 +374,12 @@ def aggregate_dataframe(spark, job: Job, op: AggregateNode, resolve, io: Operato
     """The running keyed aggregate: input keyed by ``op.key``, exact decimal sums in state."""
     P, MP = io.parallelism, io.max_parallelism
     full = resolve(op.parent)
+    aggs = op.aggs
+    if op.filters:  # FILTER (WHERE ...): each filtered aggregate reads its masked column (aggregate_functions)
+        full = full.selectExpr("*", *[f"{sql} AS `{name}`" for name, sql in mask_sql(op.aggs, op.filters)])
+        aggs = masked_aggs(op.aggs, op.filters)
     src = full
-    needed = [op.key] + sorted({c for _, fn, c in op.aggs if c})
+    needed = [op.key] + sorted({c for _, fn, c in aggs if c})
     missing = [c for c in needed if c not in src.columns]
     if missing:
         raise ConfigError(f"aggregate {op.uid}: input lacks columns {missing}")
@@ -378,7 +389,7 @@ def aggregate_dataframe(spark, job: Job, op: AggregateNode, resolve, io: Operato
         src = full.select(*needed, EPOCH_TAG)
     fields = [in_schema.field(op.key)]
     out_fields = [in_schema.field(op.key)]
-    for out, fn, col in op.aggs:
+    for out, fn, col in (() if needs_extended_kernel(aggs) else aggs):
         if fn == "count":
             fields.append(pa.field(out, pa.int64()))
             out_fields.append(fields[-1])
@@ -391,10 +402,13 @@ def aggregate_dataframe(spark, job: Job, op: AggregateNode, resolve, io: Operato
         else:
             fields.append(pa.field(out, in_schema.field(col).type))
             out_fields.append(fields[-1])
+    if needs_extended_kernel(aggs):  # avg / count_distinct: state columns besides the values
+        fields += state_fields(aggs, in_schema)
+        out_fields += output_fields(aggs, in_schema)
     state_schema = pa.schema(fields)
     out_schema = pa.schema(out_fields)
     shuffled = route_by_key_group(src.withColumn("_kg", key_group_expr(op.key, MP)), spark, "_kg", P, MP)
-    spec = AggTaskSpec(op.uid, io.checkpoint, op.key, op.aggs, state_schema, P, MP, io.parent_handles,
+    spec = AggTaskSpec(op.uid, io.checkpoint, op.key, aggs, state_schema, P, MP, io.parent_handles,
                        io.state_prefix, io.output_prefix, io.output_name, io.file_tag, io.ack_prefix,
                        out_schema, tuple(io.prior_output))
     result = shuffled.mapInArrow(counted(make_agg_task(spec), io.requests), handle_ddl(io) if io.ack_prefix is None

@@ -29,6 +29,7 @@ from pipeline.faults import fault_point
 from pipeline.fileio import file_io_for
 from pipeline.job import Job, ProcessNode, WindowNode
 from pipeline.keygroups import key_group_expr, range_for_subtask, subtask_expr
+from pipeline.operators.aggregate_functions import MASK_PREFIX, mask_sql, masked_aggs
 from pipeline.process_op import TOUCHED, process_step
 from pipeline.runtime.dataflow import arrow_schema_of, handle_ddl, schema_ddl, with_tag
 from pipeline.runtime.dead_letters import attempt_dead_letter_dir, dead_letter_name, operator_dead_letter_prefix
@@ -133,6 +134,7 @@ def _write_dead_letters(fio, prefix: str, name: str, late: pa.Table, bad: pa.Tab
         return None
     t = pa.concat_tables(parts, promote_options="permissive")
     drop = [c for c in (KG_COLUMN, "_subtask", MARKER) if c in t.column_names]
+    drop += [c for c in t.column_names if c.startswith(MASK_PREFIX)]  # a filtered aggregate's masked input
     return write_table(fio, f"{prefix}/{name}.parquet", t.drop_columns(drop))
 
 
@@ -286,9 +288,11 @@ def window_dataframe(spark, job: Job, op: WindowNode, resolve, io):
         return df.withColumn(CHANNEL, F.concat(F.col("_source"), F.lit("/"), F.col("_partition").cast("string")))
 
     df = resolve(op.parent, tag_channel)
+    if op.filters:  # FILTER (WHERE ...): each filtered aggregate reads its masked column (aggregate_functions)
+        df = df.selectExpr("*", *[f"{sql} AS `{name}`" for name, sql in mask_sql(op.aggs, op.filters)])
     wspec = WindowSpec(op.key, op.event_time, op.size_seconds * SEC, op.slide_seconds * SEC,
-                       op.max_out_of_orderness_seconds * SEC, op.allowed_lateness_seconds * SEC, op.aggs,
-                       EmitMode(op.emit))
+                       op.max_out_of_orderness_seconds * SEC, op.allowed_lateness_seconds * SEC,
+                       masked_aggs(op.aggs, op.filters), EmitMode(op.emit))
     needed = [op.key, op.event_time] + wspec.input_columns()
     missing = [c for c in needed if c not in df.columns]
     if missing:

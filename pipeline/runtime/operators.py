@@ -33,6 +33,8 @@ from pipeline.faults import fault_point
 from pipeline.fileio import file_io_for
 from pipeline.fileio.request_counter import attributed_to, recording, take_unreported
 from pipeline.keygroups import KeyGroupRange, range_for_subtask
+from pipeline.operators import aggregate_functions
+from pipeline.operators.aggregate_functions import needs_extended_kernel
 from pipeline.operators.join import MATCHED, JoinType, Uniqueness, join_step
 from pipeline.operators.ttl import ROW_EPOCH, micros
 
@@ -596,7 +598,9 @@ def make_agg_task(spec: AggTaskSpec):
         with open_state(scope, fio) as access:  # heap: the range's whole state; rocksdb: this round's groups
             state = access.read([incoming] if incoming is not None else [])["agg"]
             restored = state.num_rows
-            state, out, partial, in_rows = _aggregate_step(spec, sschema, state, incoming)
+            # avg / count_distinct keep state columns besides their values: their kernel (docs/operators.md)
+            state, out, partial, in_rows = (aggregate_functions.run_round if needs_extended_kernel(spec.aggs)
+                                            else _aggregate_step)(spec, sschema, state, incoming)
             sync_ms = (time.perf_counter() - t0) * 1000
             fault_point("writing_state")
             t1 = time.perf_counter()

@@ -1,5 +1,5 @@
-"""The Nexmark runner's small profile (default suite): a few thousand events, a join query SIGKILLed once and
-resumed, and a stateless query, each compared exactly with its DuckDB reference through the real CLI.
+"""The Nexmark runner's small profile (default suite): a few thousand events, a join query and an aggregate
+query (q15: count_distinct, FILTER) SIGKILLed once and resumed, and a stateless query, each compared exactly with its DuckDB reference through the real CLI.
 
 The full suite is ``python -m benchmarks.nexmark.run`` (benchmarks/nexmark/README.md)."""
 from __future__ import annotations
@@ -38,3 +38,11 @@ def test_stateless_and_not_expressible_queries(capsys, tmp_path):
     assert by_q["q21"]["status"] == "exact", by_q["q21"]
     assert by_q["q21"]["output_rows"] == by_q["q21"]["reference_rows"] > 1000
     assert by_q["q11"]["status"] == "not expressible yet" and "session windows" in by_q["q11"]["detail"]
+
+
+def test_aggregate_with_count_distinct_and_filters_exact_after_a_sigkill(capsys, tmp_path):
+    """q15: a running aggregate per day with count_distinct and FILTER (WHERE ...) (docs/operators.md "Aggregate")."""
+    out = _run(capsys, "--queries", "q15", "--kills", "1", "--workdir", str(tmp_path))
+    (r,) = out["results"]
+    assert r["status"] == "exact", r
+    assert r["kills_landed"] == 1 and r["output_rows"] == r["reference_rows"] > 0

@@ -15,6 +15,7 @@ from pipeline.batch.bootstrap.dead_letters import (
 )
 from pipeline.batch.bootstrap.plan import CATCH_UP, BootstrapPlan, plan_bootstrap
 from pipeline.batch.evaluation.aggregate import aggregate_columns
+from pipeline.batch.evaluation.aggregate_functions import aggregate_frames, modelled_here
 from pipeline.batch.evaluation.plan import PlanCompiler
 from pipeline.batch.evaluation.prefix import Prefix, barrier_log, scan_settings
 from pipeline.checkpoint.handles import StateHandle
@@ -44,6 +45,8 @@ __all__ = ["bootstrap"]
 def _exact_aggregate(comp, op):
     """The aggregate's state as the runtime keeps it: floating sums as exact decimal(38,9)."""
     src = comp.frame(op.parent)
+    if modelled_here(op):  # avg, count_distinct, FILTER (pipeline/batch/evaluation/aggregate_functions.py)
+        return aggregate_frames(src, op)[0]
     return src.groupBy(op.key).agg(*aggregate_columns(src, op, exact=True))
 
 

@@ -3,6 +3,7 @@ in ``decimal(38,9)``, then correctly rounded to double, like the runtime's state
 ``GROUP BY``). The upsert sink of the aggregate holds them; the state ``agg`` is the same frame."""
 from __future__ import annotations
 
+from pipeline.batch.evaluation.aggregate_functions import aggregate_frames, modelled_here
 from pipeline.batch.evaluation.context import PlanContext
 from pipeline.batch.evaluation.result import EXACT_SUM
 from pipeline.job import AggregateNode, WindowNode
@@ -41,6 +42,10 @@ def aggregate(plan: PlanContext, nid: int, op: AggregateNode):
     if isinstance(base_node, AggregateNode) or (isinstance(base_node, WindowNode) and base_node.emit == "update"):
         plan.bad[nid] = f"aggregate {op.uid} reads the changelog of {base_node.uid}"
         return None
+    if modelled_here(op):  # avg, count_distinct, FILTER: state columns and output (evaluation/aggregate_functions.py)
+        state, totals = aggregate_frames(src, op)
+        plan.result.states[f"state/{op.uid}/agg"] = state
+        return totals
     totals = src.groupBy(op.key).agg(*aggregate_columns(src, op, exact=False))
     plan.result.states[f"state/{op.uid}/agg"] = totals
     return totals

@@ -4,11 +4,13 @@ maxima, the (record, window) pairs on time, the fired windows (``emit="final"``)
 (:func:`_window_state`)."""
 from __future__ import annotations
 
+from pipeline.batch.evaluation.aggregate_functions import window_agg_exprs
 from pipeline.batch.evaluation.context import PlanContext
 from pipeline.batch.evaluation.prefix import PEPOCH
 from pipeline.batch.evaluation.result import EXACT_SUM, WATERMARK_ROW, WINDOW_EPOCH, WINDOW_EVENT_US
 from pipeline.batch.evaluation.rounds import ROUND, fired_round
 from pipeline.job import AggregateNode, JoinNode, SourceNode, WindowNode
+from pipeline.operators.aggregate_functions import mask_sql, masked_aggs
 
 
 def window(plan: PlanContext, nid: int, op: WindowNode):
@@ -32,6 +34,8 @@ def window(plan: PlanContext, nid: int, op: WindowNode):
                if isinstance(base_node, SourceNode) else F.lit(f"op:{getattr(base_node, 'uid', base)}"))
     recs = (src.filter(F.col(op.key).isNotNull() & F.col(op.event_time).isNotNull())
             .withColumn("__t", F.expr(f"unix_micros(`{op.event_time}`)")).withColumn("__ch", channel))
+    if op.filters:  # the state keeps a filtered aggregate's masked input (docs/operators.md "Aggregate")
+        recs = recs.selectExpr("*", *[f"{sql} AS `{name}`" for name, sql in mask_sql(op.aggs, op.filters)])
     # records with no key or no event time are dead-lettered too (docs/windows.md): counted, compared with disk
     plan.result.counts[f"{op.uid}: records without a key or an event time (dead-lettered by the runtime)"] = \
         src.filter(F.col(op.key).isNull() | F.col(op.event_time).isNull())
@@ -67,7 +71,7 @@ def window(plan: PlanContext, nid: int, op: WindowNode):
         & (F.floor(F.col("__t") / F.lit(D)).cast("long") * F.lit(D) + F.lit(S + L) <= F.col("__wprev")))
     plan.result.counts[f"{op.uid}: late records (dead-lettered by the runtime)"] = late
     aggs = []
-    for out, fn, col in op.aggs:
+    for out, fn, col in (() if op.filters else op.aggs):   # FILTER: evaluation/aggregate_functions.py
         if fn == "count":
             aggs.append(F.count(F.lit(1)).alias(out))
         elif fn == "count_distinct":
@@ -82,7 +86,7 @@ def window(plan: PlanContext, nid: int, op: WindowNode):
                 aggs.append((total.cast("double") / F.count(F.col(col)).cast("double")).alias(out))
         else:
             aggs.append((F.min if fn == "min" else F.max)(F.col(col)).alias(out))
-    by_window = pairs.groupBy(op.key, "__ws").agg(*aggs)
+    by_window = pairs.groupBy(op.key, "__ws").agg(*(window_agg_exprs(src, op) if op.filters else aggs))
     names = [out for out, _, _ in op.aggs]
     out = by_window.select(op.key, F.expr("timestamp_micros(__ws)").alias("window_start"),
                            F.expr(f"timestamp_micros(__ws + {S})").alias("window_end"), *names,
@@ -138,7 +142,7 @@ def _window_state(plan: PlanContext, op: WindowNode, recs, w_n: int | None, chan
     SEC = 1_000_000
     S, D, L = op.size_seconds * SEC, op.slide_seconds * SEC, op.allowed_lateness_seconds * SEC
     inputs: list[str] = []
-    for _out, fn, col in op.aggs:
+    for _out, fn, col in masked_aggs(op.aggs, op.filters):
         if fn != "count" and col is not None and col not in inputs and col != op.key:
             inputs.append(col)
     held = recs if w_n is None else recs.filter(
