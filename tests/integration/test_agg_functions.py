@@ -203,6 +203,8 @@ def test_aggregate_functions_crash_rescale_validate(tmp_path):
     assert "auction_stats" in v.summary()
 
 
+@pytest.mark.skipif(os.environ.get("EPOCHAL_BOOTSTRAP_FULL") != "1",
+                    reason="full profile only: EPOCHAL_BOOTSTRAP_FULL=1 (about 1.5 min)")
 def test_bootstrap_builds_the_distinct_sets(tmp_path):
     """``bootstrap`` at barrier k: the state (sums, counts, distinct sets) and tables the epoch-by-epoch run has;
     restored at parallelism 3 and run to the end, still equal to it and to DuckDB."""
