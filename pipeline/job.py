@@ -184,7 +184,7 @@ StatefulNode = JoinNode | AggregateNode | DedupNode | WindowNode | ProcessNode
 
 def is_operator(node) -> bool:
     """A stateful operator node: has a uid, ``inputs`` and ``STATE_NAMES`` (see
-    :mod:`pipeline.runtime.operator_registry`)."""
+    :mod:`pipeline.runtime.operators.registry`)."""
     return hasattr(type(node), "STATE_NAMES")
 
 
@@ -422,7 +422,7 @@ class Job:
 
     def operator_sink(self, node_id: int) -> SinkNode | None:
         """The sink that operator ``node_id``'s own tasks write: the first unpartitioned sink reading it directly
-        (None: not an operator, or no such sink). Every other sink is written by a sink writer (pipeline.runtime.sink_writer)."""
+        (None: not an operator, or no such sink). Every other sink is written by a sink writer (pipeline.runtime.operators.sink_writer)."""
         if not is_operator(self.nodes[node_id]):
             return None
         return next((s for s in self.sinks() if s.parent == node_id and not s.partition_by), None)

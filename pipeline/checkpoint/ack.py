@@ -4,7 +4,7 @@ A Spark task's acknowledgement of checkpoint n is the set of handles it wrote (F
 ``AcknowledgeCheckpoint`` carrying a ``TaskStateSnapshot``): state handles, staged sink files,
 channel state (unaligned), plus its metrics. :func:`acks_from_reports` groups the typed
 :class:`~pipeline.checkpoint.report.TaskReport` s that operator tasks return (decoded from their ``mapInArrow``
-rows by :mod:`pipeline.runtime.report_codec`) into one acknowledgement per ``(operator, subtask)``.
+rows by :mod:`pipeline.runtime.operators.report_codec`) into one acknowledgement per ``(operator, subtask)``.
 """
 from __future__ import annotations
 

@@ -387,7 +387,7 @@ def _savepoint_params(job_name: str, params: Mapping[str, Any]) -> str | None:
     target = check_savepoint_target(params.get("target"))
     if target is not None:
         from pipeline.orchestration.settings import load_pipeline_config
-        from pipeline.runtime.savepoints import check_target
+        from pipeline.runtime.driver.savepoints import check_target
         check_target(target, load_pipeline_config(), job_name)
     return target
 

@@ -71,7 +71,7 @@ def test_native_types_and_routing(tmp_path):
     assert not native_type(pa.list_(pa.int64()))
     _write_sources(tmp_path / "src")
     from pipeline.config import load_config
-    from pipeline.runtime.runner import JobRunner
+    from pipeline.runtime.driver.runner import JobRunner
     job = _job()
     cfg = load_config(env={}, source_uri=(tmp_path / "src").as_uri(), checkpoint_uri=(tmp_path / "ckpt").as_uri(),
                       sink_uri=(tmp_path / "sink").as_uri(), clock_now=CLOCK, epoch_seconds=60)
@@ -88,7 +88,7 @@ def test_native_read_equals_the_runtime_reader(tmp_path, monkeypatch):
     (both rules of ``p(x)``), bad records, and the files routed to the runtime's reader: the same rows."""
     _write_sources(tmp_path / "src")
     from pipeline.config import load_config
-    from pipeline.runtime.runner import JobRunner
+    from pipeline.runtime.driver.runner import JobRunner
     job = _job()
     cfg = load_config(env={}, source_uri=(tmp_path / "src").as_uri(), checkpoint_uri=(tmp_path / "ckpt").as_uri(),
                       sink_uri=(tmp_path / "sink").as_uri(), clock_now=CLOCK, epoch_seconds=60)

@@ -45,8 +45,8 @@ import pyarrow.parquet as pq
 from pipeline.exceptions import StorageError
 from pipeline.fileio import LocalFileIO, join_uri
 from pipeline.job import Job, SourceNode
-from pipeline.runtime.dataflow import schema_ddl
-from pipeline.runtime.task_requests import counted_in_span
+from pipeline.runtime.spark.dataflow import schema_ddl
+from pipeline.runtime.spark.task_requests import counted_in_span
 from pipeline.source._formats import CONTENT_ERRORS
 from pipeline.source.layout import SourceFile, list_source_files
 from pipeline.source.planner import Split

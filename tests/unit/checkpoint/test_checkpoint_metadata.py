@@ -152,7 +152,7 @@ def decoded(rows: list[dict]):
     """Rows as an operator task's ``mapInArrow`` result carries them, decoded by the one codec."""
     import pyarrow as pa
 
-    from pipeline.runtime.report_codec import REPORT_SCHEMA, from_table
+    from pipeline.runtime.operators.report_codec import REPORT_SCHEMA, from_table
     return from_table(pa.Table.from_pylist(rows, schema=REPORT_SCHEMA))
 
 
