@@ -26,6 +26,8 @@ Defaults can be set per deployment with environment variables (all optional):
 Lazy imports: Airflow (``airflow.sdk``, its operators) and the task modules are imported inside the factory
 functions and task callables. ``pipeline.orchestration`` then imports without Airflow installed, and the
 scheduler's DAG-file parse pays only for what building the graph needs.
+
+Over 400 lines: one builder per DAG kind (epochs, savepoint, restore, quality), sharing the task wiring.
 """
 from __future__ import annotations
 

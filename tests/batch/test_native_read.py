@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline import Job
-from pipeline.batch.evaluation.prefix import NATIVE_ENV, Prefix, _files, native_files, native_type, source_dataframe
+from pipeline.batch.evaluation.prefix import Prefix
+from pipeline.batch.evaluation.source_read import NATIVE_ENV, _files, native_files, native_type, source_dataframe
 
 TS = pa.timestamp("us", tz="UTC")
 SCHEMA = pa.schema([("k", pa.string()), ("x", pa.float64()), ("n", pa.int32()), ("_ingest_ts", TS)])

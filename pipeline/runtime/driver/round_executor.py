@@ -16,6 +16,9 @@ eligible (:mod:`pipeline.runtime.driver.epoch_groups`): it plans each epoch's ro
 (no side effect), then triggers the checkpoints (consecutive ids, pending manifests and round plans,
 write-ahead), runs one Spark round (:meth:`pipeline.runtime.driver.spark_plan.SparkPlan.process_epochs`) and finalises
 the checkpoints in epoch order.
+
+Over 400 lines: one class, the round loop of one checkpoint (trigger, rounds until the snapshot): its steps share
+the working cursor.
 """
 from __future__ import annotations
 

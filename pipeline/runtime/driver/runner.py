@@ -24,6 +24,9 @@ The runner is a thin facade; each concept has its module:
 :mod:`pipeline.runtime.driver.spark_plan`      the Spark plan of a round, built once per shape
 :mod:`pipeline.runtime.driver.finalize`        acks -> ``_metadata`` -> sink commit (protocol steps)
 =============================================  =====================================================
+
+Over 400 lines: the facade: one short method per user verb (run, process_epoch, savepoint, restore, export), each
+delegating to its module.
 """
 from __future__ import annotations
 

@@ -7,11 +7,11 @@ import pickle
 
 import pytest
 
-from pipeline.checkpoint.ack import AckResult, TaskAcknowledgement, acks_from_reports
+from pipeline.checkpoint.ack import AckResult, TaskAcknowledgement, TaskMetrics, acks_from_reports
 from pipeline.checkpoint.failure import CheckpointFailureReason as R
 from pipeline.checkpoint.handles import ChannelStateHandle, FileHandle, Position, SinkHandle, StateHandle
 from pipeline.checkpoint.metadata import CheckpointMetadata
-from pipeline.checkpoint.stats import CheckpointStats, OperatorStats, TaskMetrics
+from pipeline.checkpoint.stats import CheckpointStats, OperatorStats
 from pipeline.exceptions import CheckpointError, CorruptCheckpointError
 
 pytestmark = pytest.mark.unit
