@@ -81,7 +81,7 @@ def run_mode(name: str, a: argparse.Namespace, src: str, work: str, exp) -> dict
     from pipeline.demo import oracle
     from pipeline.fileio import file_io_for
     from pipeline.jobs.orders_payments import build_job
-    from pipeline.runtime.runner import JobRunner
+    from pipeline.runtime.driver.runner import JobRunner
     from pipeline.sink.table import CommittedTable
     kw = dict(MODES[name])
     if name == "aligned+timeout":
@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     from pipeline.demo import oracle
     from pipeline.demo.generate import generate
-    from pipeline.runtime.session import get_spark
+    from pipeline.runtime.spark.session import get_spark
     from pipeline.testing.scenarios import write_burst
     work = a.work or tempfile.mkdtemp(prefix="alignment-bench-")
     src = (Path(work) / "src").as_uri()

@@ -61,7 +61,7 @@ def write_oneshot(r, out_dir: Path) -> tuple[int, dict[str, int]]:
 def process_role(cmdline: str) -> str:
     """What a process of a Spark run is, from its command line: ``jvm`` (the driver JVM: its class path is
     ``.../pyspark/jars/*``, so a test for "pyspark" in the command line matches it too), ``python-worker``
-    (PySpark's daemon or a worker forked from it: ``-m pyspark.daemon`` / ``-m pipeline.runtime.worker_daemon
+    (PySpark's daemon or a worker forked from it: ``-m pyspark.daemon`` / ``-m pipeline.runtime.spark.worker_daemon
     pyspark.worker``), ``python`` (the driver, moto, ...), ``other``."""
     exe = cmdline.split(" ", 1)[0]
     if exe.endswith("/java") or exe == "java":

@@ -53,7 +53,7 @@ PHASES = ("oneshot", "bootstrap", "catchup")
 def _runner(root: Path, phase: str, parallelism: int, epochs_per_round: int = 8):
     from pipeline.config import load_config
     from pipeline.jobs import get_job
-    from pipeline.runtime.runner import JobRunner
+    from pipeline.runtime.driver.runner import JobRunner
     cfg = load_config(env={}, source_uri=(root / "src").as_uri(), checkpoint_uri=(root / phase / "ckpt").as_uri(),
                       sink_uri=(root / phase / "sink").as_uri(), clock_now=CLOCK, parallelism=parallelism,
                       max_epochs_per_round=epochs_per_round)

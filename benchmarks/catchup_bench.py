@@ -48,7 +48,7 @@ JOB = "orders_payments"
 def _runner(root: Path, phase: str, parallelism: int, env: dict | None = None):
     from pipeline.config import load_config
     from pipeline.jobs import get_job
-    from pipeline.runtime.runner import JobRunner
+    from pipeline.runtime.driver.runner import JobRunner
     cfg = load_config(env=env or {}, source_uri=(root / "src").as_uri(),
                       checkpoint_uri=(root / phase / "ckpt").as_uri(), sink_uri=(root / phase / "sink").as_uri(),
                       clock_now=CLOCK, parallelism=parallelism)

@@ -7,7 +7,7 @@ and what happens to the requests of a task attempt that fails and is retried?
 A classic local session ``local[2,4]`` (two cores, up to 4 attempts per task), a moto S3 server (child process,
 loopback) behind a counting proxy (:class:`~pipeline.testing.s3_faults.S3FaultProxy`). Each task of a Spark job
 sends 3 GETs and 1 PUT through :class:`~pipeline.fileio.S3FileIO` inside
-:func:`pipeline.runtime.task_requests.counted`; the accumulator's difference is compared with what the proxy saw:
+:func:`pipeline.runtime.spark.task_requests.counted`; the accumulator's difference is compared with what the proxy saw:
 
 1. ``mapInArrow``, every task succeeds: equal;
 2. ``mapInPandas``, every task succeeds: equal;
@@ -57,8 +57,8 @@ def main() -> None:
     try:
         import pandas as pd  # noqa: F401 - mapInPandas
 
-        from pipeline.runtime.session import get_spark
-        from pipeline.runtime.task_requests import TaskRequestCounter, counted
+        from pipeline.runtime.spark.session import get_spark
+        from pipeline.runtime.spark.task_requests import TaskRequestCounter, counted
         spark = get_spark("local[2,4]", 2)
         print(f"pyspark {spark.version}, master {spark.sparkContext.master}, load {os.getloadavg()[0]:.1f}")
         counter = TaskRequestCounter.for_session(spark)

@@ -30,11 +30,16 @@ import pyarrow as pa
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from pipeline.operators.join import JoinType, Uniqueness  # noqa: E402
 from pipeline.operators.ttl import ROW_EPOCH  # noqa: E402
-from pipeline.runtime import operators as ops  # noqa: E402
-from pipeline.runtime.operators import AggTaskSpec, JoinTaskSpec, make_agg_task, make_join_task  # noqa: E402
-from pipeline.runtime.report_codec import from_ipc, from_table  # noqa: E402
-from pipeline.runtime.round_params import EPOCH_TAG, TAGGED_KEY  # noqa: E402
-from pipeline.runtime.routing import BEACON  # noqa: E402
+from pipeline.runtime.operators import task as ops  # noqa: E402
+from pipeline.runtime.operators.aggregate import (  # noqa: E402
+    EXACT_SUM,  # noqa: E402
+    AggTaskSpec,
+    make_agg_task,
+)
+from pipeline.runtime.operators.join import JoinTaskSpec, make_join_task  # noqa: E402
+from pipeline.runtime.operators.report_codec import from_ipc, from_table  # noqa: E402
+from pipeline.runtime.operators.round_params import EPOCH_TAG, TAGGED_KEY  # noqa: E402
+from pipeline.runtime.operators.task import BEACON  # noqa: E402
 from pipeline.state import backend  # noqa: E402
 from pipeline.state.snapshot import SnapshotOptions  # noqa: E402
 
@@ -118,7 +123,7 @@ def one_run(a, inputs: list[pa.Table], root: str) -> tuple[float, float, dict]:
         "j", "chk-?", "id", tuple(LEFT.names), tuple(RIGHT.names), tuple(OUT.names), 2, 128, None, {}, "", "", "",
         "", LEFT, RIGHT, OUT, flow_schema=FLOW, how=JoinType.INNER, unique=Uniqueness.BOTH,
         ttl_us=a.ttl * 1_000_000, epoch_us=E_US))
-    agg_state = pa.schema([("shop", pa.string()), ("n", pa.int64()), ("paid_sum", ops.EXACT_SUM)])
+    agg_state = pa.schema([("shop", pa.string()), ("n", pa.int64()), ("paid_sum", EXACT_SUM)])
     agg_out = pa.schema([("shop", pa.string()), ("n", pa.int64()), ("paid_sum", pa.float64())])
     agg = make_agg_task(AggTaskSpec("a", "chk-?", "shop", (("n", "count", None), ("paid_sum", "sum", "paid")),
                                     agg_state, 2, 128, {}, "", "", "", "", out_schema=agg_out))

@@ -9,7 +9,7 @@
 A job of this benchmark's own making, everything on moto S3 (a server in a child process on loopback):
 ``clicks(click_id, user, value)`` (2 partitions) -> ``deduplicate(click_id)`` -> ``aggregate(count, sum per
 user)`` -> upsert sink. Files arrive as time goes on: before epoch e, one new file per partition with that
-epoch's rows is written straight to moto (not counted), then a fresh :class:`~pipeline.runtime.runner.JobRunner`
+epoch's rows is written straight to moto (not counted), then a fresh :class:`~pipeline.runtime.driver.runner.JobRunner`
 (like one Airflow task: restore, then ``run(1)``; the Spark session is shared) completes epoch e. Retention keeps
 the default 3 checkpoints.
 
@@ -102,7 +102,7 @@ def _driver_counts():
 def run(epochs: int, rows: int, partitions: int, parallelism: int, echo=print, page_size: int = 0) -> list[dict]:
     """Run the job epoch by epoch on moto S3 behind a counting proxy; one dict of request counts per epoch."""
     from pipeline.config import load_config
-    from pipeline.runtime.runner import JobRunner
+    from pipeline.runtime.driver.runner import JobRunner
     from pipeline.testing.moto_server import _admin_client, spawn_moto_server
     from pipeline.testing.s3_faults import S3FaultProxy
 

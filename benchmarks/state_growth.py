@@ -83,7 +83,7 @@ def generate(src: Path, epochs: int, events: int, users: int, partitions: int = 
 
 def child(args) -> None:
     from pipeline.config import load_config
-    from pipeline.runtime.runner import JobRunner
+    from pipeline.runtime.driver.runner import JobRunner
     job, _ = _job()
     root = Path(args.work)
     run = args.run or args.mode

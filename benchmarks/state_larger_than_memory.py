@@ -105,7 +105,7 @@ def _argv(pid: int) -> list[bytes]:
 
 def role_of(argv: list[bytes], parent_argv: list[bytes]) -> str | None:
     """What a process of the run is: ``jvm`` (Spark's JVM), ``daemon`` (the executors' Python daemon: PySpark's
-    or :mod:`pipeline.runtime.worker_daemon`), ``worker`` (a Python worker: forked by the daemon, or started by
+    or :mod:`pipeline.runtime.spark.worker_daemon`), ``worker`` (a Python worker: forked by the daemon, or started by
     the JVM without one), or None (not Spark's). The memory limit applies to the Python processes only: the JVM
     has its own bound (``-Xmx``). (Before 2026-11-26 the watchdog matched every process whose command line
     contained "pyspark", the JVM's class path included, so the JVM was counted, and killed, as a worker.)"""
@@ -195,8 +195,8 @@ def child(args) -> None:
     import pyarrow.parquet as pq
 
     from pipeline.config import load_config
-    from pipeline.runtime.cursor import cursor_from_metadata
-    from pipeline.runtime.runner import JobRunner
+    from pipeline.runtime.driver.cursor import cursor_from_metadata
+    from pipeline.runtime.driver.runner import JobRunner
     root = Path(args.work)
     mode = args.mode
     cfg = load_config(env={}, source_uri=(root / "src").as_uri(), checkpoint_uri=(root / mode / "ckpt").as_uri(),

@@ -90,7 +90,7 @@ def prepare(root: Path, epochs: int, partitions: int, events: int, users: int) -
 
 def measure(root: Path, job_name: str, phase: str, epochs: int | None, parallelism: int) -> dict:
     from pipeline.config import load_config
-    from pipeline.runtime.runner import JobRunner
+    from pipeline.runtime.driver.runner import JobRunner
     job, extra = _job(job_name)
     cfg = load_config(env={**dict(os.environ), **extra}, source_uri=(root / "src").as_uri(),
                       checkpoint_uri=(root / "run" / "ckpt").as_uri(), sink_uri=(root / "run" / "sink").as_uri(),

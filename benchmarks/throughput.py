@@ -357,7 +357,7 @@ def epochal_child(argv: list[str]) -> int:
                                              "--conf spark.eventLog.compress=false "
                                              "--conf spark.eventLog.rolling.enabled=false pyspark-shell")
     from pipeline.config import load_config
-    from pipeline.runtime.session import get_spark
+    from pipeline.runtime.spark.session import get_spark
     cfg = load_config(None)
     spark = get_spark(cfg.spark_master, cfg.parallelism)
     spark.range(1).count()
@@ -365,7 +365,7 @@ def epochal_child(argv: list[str]) -> int:
     jvm_at_ready = _jvm_thread_cpu(spark) if a.profile_dir else None
     from pipeline import cli
     if a.profile_dir:
-        from pipeline.runtime.runner import JobRunner
+        from pipeline.runtime.driver.runner import JobRunner
         orig = JobRunner.complete_epoch
 
         def tagged(self, cursor, epoch, *args, **kw):

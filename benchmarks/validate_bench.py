@@ -40,7 +40,7 @@ def _config(root: Path, **kw):
 def prepare(root: Path, epochs: int, partitions: int, orders: int, parallelism: int) -> dict:
     from pipeline.demo.generate import generate
     from pipeline.jobs import get_job
-    from pipeline.runtime.runner import JobRunner
+    from pipeline.runtime.driver.runner import JobRunner
     out: dict = {}
     if not (root / "src" / "_generator.json").exists():
         t = time.perf_counter()
@@ -63,7 +63,7 @@ def measure(root: Path, parallelism: int, engine: str) -> dict:
     jvm_opts = use_batch_jvm_options()   # what `epochal validate` does in its own process
     from pipeline.jobs import get_job
     from pipeline.quality import validate_after_epoch, validate_job
-    from pipeline.runtime.runner import JobRunner
+    from pipeline.runtime.driver.runner import JobRunner
     runner = JobRunner(get_job("orders_payments"), _config(root, parallelism=parallelism, validate_after_epoch=True),
                        echo=lambda m: None)
     docs = str(root / "data_docs")

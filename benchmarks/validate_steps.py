@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     from pipeline.jobs import get_job
     from pipeline.quality.jobspec import job_objects
     from pipeline.quality.recovery import plan_recomputation
-    from pipeline.runtime.runner import JobRunner
+    from pipeline.runtime.driver.runner import JobRunner
 
     def step(name, fn):
         c, t = tree_cpu_s(), time.perf_counter()

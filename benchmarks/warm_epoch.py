@@ -39,7 +39,7 @@ from benchmarks.bench_machine import say  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
 from pipeline.fileio import file_io_for  # noqa: E402
 from pipeline.fileio.request_counter import request_counts  # noqa: E402
-from pipeline.runtime.runner import JobRunner  # noqa: E402
+from pipeline.runtime.driver.runner import JobRunner  # noqa: E402
 from pipeline.testing.moto_server import moto_s3_process  # noqa: E402
 
 

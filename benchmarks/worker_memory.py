@@ -6,7 +6,7 @@
     .venv/bin/python benchmarks/worker_memory.py spark --no-preimport   # the same with PySpark's plain daemon
     .venv/bin/python benchmarks/worker_memory.py imports spark --out /tmp/worker_memory.json
 
-``imports``: a fresh interpreter imports :data:`pipeline.runtime.worker_daemon.PREIMPORTED` one module after the
+``imports``: a fresh interpreter imports :data:`pipeline.runtime.spark.worker_daemon.PREIMPORTED` one module after the
 other, as the daemon does, and prints after each the resident set (VmRSS), what it added, and which heavy
 third-party packages it loaded (pandas, numpy, boto3, pyiceberg, deltalake, duckdb, Great Expectations, ...).
 
@@ -36,9 +36,9 @@ def rss():
     for ln in open("/proc/self/status"):
         if ln.startswith("VmRSS:"):
             return int(ln.split()[1]) * 1024
-from pipeline.runtime.worker_daemon import PREIMPORTED
+from pipeline.runtime.spark.worker_daemon import PREIMPORTED
 rows, before = [], rss()
-rows.append({"module": "(interpreter + pipeline.runtime.worker_daemon)", "rss": before, "added": before, "heavy": []})
+rows.append({"module": "(interpreter + pipeline.runtime.spark.worker_daemon)", "rss": before, "added": before, "heavy": []})
 for name in PREIMPORTED:
     held = {h for h in HEAVY if h in sys.modules}
     try:
@@ -71,7 +71,7 @@ def imports() -> list[dict]:
 
 _SPARK = r"""
 import json, os, sys
-from pipeline.runtime.session import get_spark, stop_spark
+from pipeline.runtime.spark.session import get_spark, stop_spark
 HEAVY = %(heavy)r
 
 def _fields(path, keys):

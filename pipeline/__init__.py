@@ -14,7 +14,7 @@ from pipeline.config import PipelineConfig, load_config
 from pipeline.exceptions import EpochalError
 from pipeline.job import Job, Stream
 from pipeline.quality.validator import QualityValidator
-from pipeline.runtime.validation import set_default_validator
+from pipeline.runtime.driver.validation import set_default_validator
 
 # the runtime validates through a port (imports go one way); the Great Expectations suites are the default
 set_default_validator(QualityValidator())
@@ -26,6 +26,6 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str):
     if name == "JobRunner":
-        from pipeline.runtime.runner import JobRunner  # lazily: keeps `import pipeline` free of Spark
+        from pipeline.runtime.driver.runner import JobRunner  # lazily: keeps `import pipeline` free of Spark
         return JobRunner
     raise AttributeError(name)

@@ -2,7 +2,7 @@
 Spark (``mapInArrow(fn, ddl)``: operator tasks, source readers, task reports, quality summaries).
 
 Timestamps map to ``timestamp`` (Spark's instant type) whatever their Arrow time zone: every time column of
-Epochal is UTC and the session time zone is UTC (:data:`pipeline.runtime.session.SQL_CONF`). Unsupported types are
+Epochal is UTC and the session time zone is UTC (:data:`pipeline.runtime.spark.session.SQL_CONF`). Unsupported types are
 a :class:`~pipeline.exceptions.ConfigError` naming the type.
 """
 from __future__ import annotations

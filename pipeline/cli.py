@@ -128,7 +128,7 @@ def _print(args: argparse.Namespace, data: Any, human: Callable[[Any], str]) -> 
 def _runner(args: argparse.Namespace, **overrides: Any):
     from pipeline.config import load_config
     from pipeline.jobs import get_job
-    from pipeline.runtime.runner import JobRunner
+    from pipeline.runtime.driver.runner import JobRunner
     cfg = load_config(args.config, **overrides)
     echo = (lambda m: print(m, file=sys.stderr)) if args.json else (lambda m: print(m, file=sys.stderr))
     return JobRunner(get_job(args.job), cfg, echo=echo)
@@ -163,7 +163,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _follow(args: argparse.Namespace, parallelism: int | None) -> int:
     from pipeline.inputs import check_savepoint_target
-    from pipeline.runtime.follow import Follower, FollowOptions, StopRequest
+    from pipeline.runtime.driver.follow import Follower, FollowOptions, StopRequest
     # usage errors before any side effect (exit 2)
     opts = FollowOptions(epochs=args.epochs, until_epoch=args.until_epoch, parallelism=parallelism,
                          poll_seconds=args.poll_seconds, max_idle_seconds=args.max_idle_seconds,
@@ -206,7 +206,7 @@ def _cmd_savepoint(args: argparse.Namespace) -> int:
 
 def _cmd_restore(args: argparse.Namespace) -> int:
     from pipeline.inputs import check_parallelism, check_snapshot_ref
-    from pipeline.runtime.validation import restore_validation
+    from pipeline.runtime.driver.validation import restore_validation
     from_, parallelism = check_snapshot_ref(args.from_), check_parallelism(args.parallelism)
     level = restore_validation(args.validate)
     r = _runner(args)
@@ -292,7 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command in LONG_COMMANDS:
-            from pipeline.runtime.progress import Heartbeat
+            from pipeline.runtime.driver.progress import Heartbeat
             with Heartbeat(args.command, lambda m: print(m, file=sys.stderr, flush=True)):
                 return _COMMANDS[args.command](args)
         return _COMMANDS[args.command](args)

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 from pipeline.barriers.events import CheckpointingMode
 from pipeline.exceptions import ConfigError
 from pipeline.master import check_master_usable
-from pipeline.sink.formats import parse_format_override
+from pipeline.sink.table_format import parse_format_override
 
 __all__ = ["PipelineConfig", "load_config", "CONFIG_KEYS"]
 

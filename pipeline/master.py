@@ -7,7 +7,7 @@ Precedence (first match wins):
    set and the master in the JVM's configuration) or ``PYSPARK_SUBMIT_ARGS="--master ... pyspark-shell"``;
 3. ``PIPELINE_SPARK_MASTER`` (config key ``spark_master``), which may be a Spark Connect URL ``sc://host:port``
    (``SPARK_REMOTE`` is honoured too): the job then runs on a long-lived Connect server
-   (:mod:`pipeline.runtime.session`);
+   (:mod:`pipeline.runtime.spark.session`);
 4. the embedded default ``local[*]``.
 
 When a launcher's or a session's master wins over a different ``PIPELINE_SPARK_MASTER``, that is said once on
@@ -108,7 +108,7 @@ def check_master_usable(configured: str | None, env: Mapping[str, str] | None = 
     """Refuse, at configuration time (before anything is claimed or written), a master that cannot work:
     a malformed Spark Connect URL, or ``--remote`` in ``PYSPARK_SUBMIT_ARGS`` (use ``PIPELINE_SPARK_MASTER=sc://``).
     Whether a Connect server answers is checked when the session starts, which every command that needs Spark
-    does before its first side effect (:meth:`pipeline.runtime.context.RuntimeContext.require_spark`)."""
+    does before its first side effect (:meth:`pipeline.runtime.driver.context.RuntimeContext.require_spark`)."""
     env = os.environ if env is None else env
     url = connect_url(configured, env)
     if url is not None:

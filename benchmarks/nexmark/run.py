@@ -169,7 +169,7 @@ def read_committed(q: str, table: str, env: dict[str, str], how: str, out_dir: P
     if how == "direct":  # the rows export would write, read in this process (no Spark)
         from pipeline.config import load_config
         from pipeline.jobs import get_job
-        from pipeline.runtime.runner import JobRunner
+        from pipeline.runtime.driver.runner import JobRunner
         runner = JobRunner(get_job(_job_ref(q)), load_config(env={**os.environ, **env}), echo=lambda m: None)
         return runner.ctx.table(table).read()
     from pipeline.testing.jobproc import run_job_process

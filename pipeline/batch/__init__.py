@@ -13,7 +13,7 @@ from pipeline.batch.evaluation.plan import evaluate
 from pipeline.batch.evaluation.prefix import Prefix, barrier_log, lag_log, scan_settings
 from pipeline.batch.evaluation.result import BatchResult
 from pipeline.exceptions import CheckpointError
-from pipeline.runtime import progress
+from pipeline.runtime.driver import progress
 
 __all__ = ["Prefix", "BatchResult", "evaluate", "prefix_of", "consumed_positions", "lagging_partitions", "write_batch",
            "join_semantics"]

@@ -1,10 +1,12 @@
-"""Acknowledgements: the :class:`AckResult` of delivering one, and the :class:`TaskAcknowledgement` itself.
+"""Acknowledgements: the :class:`AckResult` of delivering one, the :class:`TaskAcknowledgement` itself and the
+:class:`TaskMetrics` it carries (Flink's ``CheckpointMetrics``: sync/async/alignment time, start delay, in-flight
+bytes).
 
 A Spark task's acknowledgement of checkpoint n is the set of handles it wrote (Flink's
 ``AcknowledgeCheckpoint`` carrying a ``TaskStateSnapshot``): state handles, staged sink files,
 channel state (unaligned), plus its metrics. :func:`acks_from_reports` groups the typed
 :class:`~pipeline.checkpoint.report.TaskReport` s that operator tasks return (decoded from their ``mapInArrow``
-rows by :mod:`pipeline.runtime.report_codec`) into one acknowledgement per ``(operator, subtask)``.
+rows by :mod:`pipeline.runtime.operators.report_codec`) into one acknowledgement per ``(operator, subtask)``.
 """
 from __future__ import annotations
 
@@ -15,10 +17,39 @@ from typing import Any, Iterable, Mapping
 from pipeline.checkpoint._frozen import FrozenDict
 from pipeline.checkpoint.handles import ChannelStateHandle, FileHandle, StateHandle
 from pipeline.checkpoint.report import ReportKind, TaskReport
-from pipeline.checkpoint.stats import TaskMetrics
 from pipeline.exceptions import CheckpointError
 
-__all__ = ["AckResult", "TaskAcknowledgement", "acks_from_reports"]
+__all__ = ["AckResult", "TaskMetrics", "TaskAcknowledgement", "acks_from_reports"]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskMetrics:
+    """Metrics of one subtask's snapshot."""
+
+    sync_ms: float = 0.0
+    async_ms: float = 0.0
+    alignment_ms: float = 0.0
+    start_delay_ms: float = 0.0
+    inflight_bytes: int = 0
+    in_rows: int = 0
+    mode: str = "aligned"
+    ack_ts_ms: float = 0.0   # wall clock (Unix ms) at which the subtask finished its snapshot; 0: unknown
+
+    def __post_init__(self) -> None:
+        for name in ("sync_ms", "async_ms", "alignment_ms", "start_delay_ms", "ack_ts_ms"):
+            object.__setattr__(self, name, float(getattr(self, name)))
+        object.__setattr__(self, "inflight_bytes", int(self.inflight_bytes))
+        object.__setattr__(self, "in_rows", int(self.in_rows))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sync_ms": self.sync_ms, "async_ms": self.async_ms, "alignment_ms": self.alignment_ms,
+                "start_delay_ms": self.start_delay_ms, "inflight_bytes": self.inflight_bytes,
+                "in_rows": self.in_rows, "mode": self.mode, "ack_ts_ms": self.ack_ts_ms}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "TaskMetrics":
+        return cls(**{k: d[k] for k in ("sync_ms", "async_ms", "alignment_ms", "start_delay_ms",
+                                        "inflight_bytes", "in_rows", "mode", "ack_ts_ms") if k in d})
 
 
 class AckResult(Enum):

@@ -26,6 +26,9 @@ completed in order. They do not count against ``max_concurrent_checkpoints`` amo
 counts the group's own claims as known: a checkpoint of the group is fenced by a claim above the group's
 newest id, not by its own later checkpoints. A claim by somebody else between two of the group's claims
 fences the group at trigger time. Garbage cleanup spares every pending checkpoint of the group (``keep``).
+
+Over 400 lines: one class whose methods are the protocol's steps (trigger, acknowledge, finalise, abort, retention),
+each short.
 """
 from __future__ import annotations
 
@@ -35,7 +38,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from pipeline.barriers.events import CheckpointingMode, CheckpointType
-from pipeline.checkpoint.ack import AckResult, TaskAcknowledgement, acks_from_reports
+from pipeline.checkpoint.ack import AckResult, TaskAcknowledgement, TaskMetrics, acks_from_reports
 from pipeline.checkpoint.completed import CompletedCheckpoint
 from pipeline.checkpoint.failed import FailedCheckpointLog
 from pipeline.checkpoint.failure import CheckpointFailureReason as Reason
@@ -44,7 +47,6 @@ from pipeline.checkpoint.ids import CheckpointIdCounter, default_runner_id
 from pipeline.checkpoint.metadata import iso_utc
 from pipeline.checkpoint.pending import PendingCheckpoint, PendingManifest, PendingState
 from pipeline.checkpoint.report import TaskReport
-from pipeline.checkpoint.stats import TaskMetrics
 from pipeline.checkpoint.store import DEFAULT_RETAINED, CompletedCheckpointStore
 from pipeline.exceptions import (
     CheckpointDeclinedError,

@@ -13,6 +13,9 @@ rounds (backlog) can be picked up again from it with :meth:`PendingCheckpoint.lo
 ``acknowledge_task`` returns an :class:`~pipeline.checkpoint.ack.AckResult` like Flink's
 ``PendingCheckpoint.acknowledgeTask``: SUCCESS (first ack of an expected task), DUPLICATE (already
 acknowledged), UNKNOWN (not an expected task), DISCARDED (the checkpoint was already disposed).
+
+Over 400 lines: one concept (Flink's PendingCheckpoint with its write-ahead manifest): the acknowledgement
+bookkeeping and the manifest share its state.
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from pipeline.barriers.events import CheckpointingMode, CheckpointType
 from pipeline.checkpoint._frozen import FrozenDict, enum_member
-from pipeline.checkpoint.ack import AckResult, TaskAcknowledgement
+from pipeline.checkpoint.ack import AckResult, TaskAcknowledgement, TaskMetrics
 from pipeline.checkpoint.completed import CompletedCheckpoint, delete_location
 from pipeline.checkpoint.failure import CheckpointFailureReason
 from pipeline.checkpoint.handles import ChannelStateHandle, FileHandle, Position, SinkHandle, StateHandle
@@ -39,7 +42,7 @@ from pipeline.checkpoint.metadata import (
     iso_utc,
     thaw_json,
 )
-from pipeline.checkpoint.stats import CheckpointStats, OperatorStats, SubtaskStats, TaskMetrics
+from pipeline.checkpoint.stats import CheckpointStats, OperatorStats, SubtaskStats
 from pipeline.exceptions import (
     CheckpointDeclinedError,
     CheckpointError,

@@ -9,7 +9,7 @@ A Spark task builds its reports as it writes (one per file or count), and they a
 * ``DROPPED``: rows an operator drops by design (``count``; the deduplicate);
 * ``ACK``: no file: marks the subtask and carries driver-side metrics (alignment, mode).
 
-The report travels from the executor to the driver through one codec (:mod:`pipeline.runtime.report_codec`:
+The report travels from the executor to the driver through one codec (:mod:`pipeline.runtime.operators.report_codec`:
 an Arrow row in the operator's ``mapInArrow`` result, or the same batch as an Arrow IPC object for a chained
 operator) and comes out as the same value. :func:`pipeline.checkpoint.ack.acks_from_reports` groups a round's
 reports into one :class:`~pipeline.checkpoint.ack.TaskAcknowledgement` per subtask, whose state handles are

@@ -1,7 +1,5 @@
 """Checkpoint statistics (what the Airflow UI / ``checkpoints show`` display): frozen, JSON-able.
 
-* :class:`TaskMetrics`: the metrics one subtask reports with its acknowledgement (Flink's
-  ``CheckpointMetrics``): sync/async/alignment time, start delay, in-flight (channel state) bytes.
 * :class:`OperatorStats`: per operator, aggregated over its subtasks (times: max, sizes: sum).
 * :class:`SubtaskStats`: per subtask (Flink's per-subtask checkpoint details): when it acknowledged,
   relative to the trigger, its sync/async/alignment times and the state it persisted.
@@ -16,45 +14,13 @@ Times are milliseconds (float), sizes bytes (int).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from pipeline.checkpoint._frozen import FrozenDict
+from pipeline.checkpoint.ack import TaskAcknowledgement
 from pipeline.fileio.request_counter import RequestCounting, StorageRequests
 
-if TYPE_CHECKING:  # pragma: no cover
-    from pipeline.checkpoint.ack import TaskAcknowledgement
-
-__all__ = ["TaskMetrics", "OperatorStats", "SubtaskStats", "CheckpointStats"]
-
-
-@dataclass(frozen=True, slots=True)
-class TaskMetrics:
-    """Metrics of one subtask's snapshot."""
-
-    sync_ms: float = 0.0
-    async_ms: float = 0.0
-    alignment_ms: float = 0.0
-    start_delay_ms: float = 0.0
-    inflight_bytes: int = 0
-    in_rows: int = 0
-    mode: str = "aligned"
-    ack_ts_ms: float = 0.0   # wall clock (Unix ms) at which the subtask finished its snapshot; 0: unknown
-
-    def __post_init__(self) -> None:
-        for name in ("sync_ms", "async_ms", "alignment_ms", "start_delay_ms", "ack_ts_ms"):
-            object.__setattr__(self, name, float(getattr(self, name)))
-        object.__setattr__(self, "inflight_bytes", int(self.inflight_bytes))
-        object.__setattr__(self, "in_rows", int(self.in_rows))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"sync_ms": self.sync_ms, "async_ms": self.async_ms, "alignment_ms": self.alignment_ms,
-                "start_delay_ms": self.start_delay_ms, "inflight_bytes": self.inflight_bytes,
-                "in_rows": self.in_rows, "mode": self.mode, "ack_ts_ms": self.ack_ts_ms}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "TaskMetrics":
-        return cls(**{k: d[k] for k in ("sync_ms", "async_ms", "alignment_ms", "start_delay_ms",
-                                        "inflight_bytes", "in_rows", "mode", "ack_ts_ms") if k in d})
+__all__ = ["OperatorStats", "SubtaskStats", "CheckpointStats"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +46,7 @@ class OperatorStats:
             object.__setattr__(self, name, float(getattr(self, name)))
 
     @classmethod
-    def aggregate(cls, uid: str, subtasks: int, acks: Iterable["TaskAcknowledgement"]) -> "OperatorStats":
+    def aggregate(cls, uid: str, subtasks: int, acks: Iterable[TaskAcknowledgement]) -> "OperatorStats":
         """Combine the acknowledgements of one operator's subtasks."""
         acks = [a for a in acks if a.operator_uid == uid]
         modes = {a.metrics.mode for a in acks}
@@ -137,7 +103,7 @@ class SubtaskStats:
     mode: str
 
     @classmethod
-    def of(cls, ack: "TaskAcknowledgement", trigger_ts_ms: float) -> "SubtaskStats":
+    def of(cls, ack: TaskAcknowledgement, trigger_ts_ms: float) -> "SubtaskStats":
         m = ack.metrics
         return cls(uid=ack.operator_uid, subtask=ack.subtask,
                    ack_ms=round(max(0.0, m.ack_ts_ms - trigger_ts_ms), 3) if m.ack_ts_ms else None,

@@ -48,6 +48,8 @@ Bad records (``bad_records=True``; placed in the first epoch ``a`` written by th
 
 CLI: ``python -m pipeline.demo.generate --root URI [--epochs N] [--append] [--bad-records] ...`` prints a
 JSON summary.
+
+Over 400 lines: the demo's data generator, one concept, outside the library.
 """
 from __future__ import annotations
 

@@ -41,6 +41,8 @@ CLI::
 also works) or a checkpoint ``_metadata`` JSON (its ``positions``). ``compare`` exits 1 on a mismatch.
 S3 roots use ``pyarrow.fs.S3FileSystem`` configured from ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``,
 ``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION``.
+
+Over 400 lines: the demo's independent oracle (pyarrow + pandas), outside the library on purpose.
 """
 from __future__ import annotations
 

@@ -19,14 +19,14 @@ The counter is per process (:func:`request_counts`); a caller measures a span as
 the executors' requests (``executor_s3_requests``).
 
 **Per task** (the executors' Python workers): while a Spark task function runs inside a *recording*
-(:func:`open_recording` / :func:`close_recording`, opened by :func:`pipeline.runtime.task_requests.counted` around
+(:func:`open_recording` / :func:`close_recording`, opened by :func:`pipeline.runtime.spark.task_requests.counted` around
 every task function of a round), each request is also recorded under the *attribution* current when it was sent
 (:func:`attributed_to`: the epoch tag of the work running, in a round of several epochs; None otherwise), and the
 task hands what it recorded to a Spark accumulator: exact counts per round and epoch
 (:class:`RequestCounting` ``EXACT``). Without accumulators (Spark Connect) each operator task reports its worker's
 requests not yet reported (:func:`take_unreported`) with its handle rows instead (``APPROXIMATE``).
 Outside rounds (bootstrap, export, validation) a command counts its requests the same way
-(:class:`pipeline.runtime.task_requests.RequestSpan`). The Iceberg sink's commits go through :class:`S3FileIO`
+(:class:`pipeline.runtime.spark.task_requests.RequestSpan`). The Iceberg sink's commits go through :class:`S3FileIO`
 (:mod:`pipeline.sink.iceberg_io`); clients that do not (``pyarrow_fs()``, delta-rs's Rust client) are not
 counted, and the checkpoint stats say so per sink (``sink_s3_requests_counting``).
 """
@@ -118,7 +118,7 @@ def count_request(kind: str, n: int = 1) -> None:
 
 def open_recording() -> None:
     """Start (or nest) a recording: requests sent until the matching :func:`close_recording` are recorded, by
-    attribution. A Spark task function opens one for its whole run (:mod:`pipeline.runtime.task_requests`)."""
+    attribution. A Spark task function opens one for its whole run (:mod:`pipeline.runtime.spark.task_requests`)."""
     with _LOCK:
         _OPEN[0] += 1
 

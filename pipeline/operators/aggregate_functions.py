@@ -300,7 +300,7 @@ def aggregate_step(key: str, aggs, state_schema: pa.Schema, output_schema: pa.Sc
 
 def run_round(spec, state_schema: pa.Schema, state: pa.Table, incoming: pa.Table | None
               ) -> tuple[pa.Table, pa.Table | None, pa.Table | None, int]:
-    """The runtime's call (``pipeline.runtime.operators.make_agg_task``, ``AggTaskSpec``): (new state, output rows,
+    """The runtime's call (``pipeline.runtime.operators.aggregate.make_agg_task``, ``AggTaskSpec``): (new state, output rows,
     touched keys, input rows) of one round, as its built-in step returns them."""
     if incoming is None or incoming.num_rows == 0:
         return state, None, None, 0

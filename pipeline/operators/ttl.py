@@ -9,7 +9,7 @@ record). With ``E`` the epoch length and ``end(k) = (k + 1) * E``:
 * a pair ``(l, r)`` of a join is within the TTL iff ``min(t_l, t_r) >= end(max(p(l), p(r))) - ttl``.
 
 A kernel's *state expiry* uses the round's cutoff ``end(L) - ttl`` where ``L`` (the low watermark of the
-inputs, ``pipeline.runtime.input_epochs``) is never above the own epoch of any record not yet consumed, so a
+inputs, ``pipeline.runtime.driver.input_epochs``) is never above the own epoch of any record not yet consumed, so a
 state row is never expired while a record it must still meet is pending.
 """
 from __future__ import annotations

@@ -26,6 +26,8 @@ Defaults can be set per deployment with environment variables (all optional):
 Lazy imports: Airflow (``airflow.sdk``, its operators) and the task modules are imported inside the factory
 functions and task callables. ``pipeline.orchestration`` then imports without Airflow installed, and the
 scheduler's DAG-file parse pays only for what building the graph needs.
+
+Over 400 lines: one builder per DAG kind (epochs, savepoint, restore, quality), sharing the task wiring.
 """
 from __future__ import annotations
 
@@ -387,7 +389,7 @@ def _savepoint_params(job_name: str, params: Mapping[str, Any]) -> str | None:
     target = check_savepoint_target(params.get("target"))
     if target is not None:
         from pipeline.orchestration.settings import load_pipeline_config
-        from pipeline.runtime.savepoints import check_target
+        from pipeline.runtime.driver.savepoints import check_target
         check_target(target, load_pipeline_config(), job_name)
     return target
 

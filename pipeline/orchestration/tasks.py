@@ -23,6 +23,8 @@ idempotent. Clearing a run re-runs ``trigger`` too, so a cleared run re-processe
 Lazy imports: the runtime, checkpoint and quality modules are imported inside the task functions. The DAG
 factory imports this module when Airflow parses DAG files (every 30 s per file by default), and the import of
 what the tasks need (about 80 modules) belongs to the task's process, not the parse.
+
+Over 400 lines: one short typed function per Airflow task of the factory, nothing else.
 """
 from __future__ import annotations
 
@@ -77,7 +79,7 @@ def _commit_words(res) -> str:
 
 
 class Orchestrator:
-    """Task logic for one job, on top of :class:`~pipeline.runtime.runner.JobRunner`.
+    """Task logic for one job, on top of :class:`~pipeline.runtime.driver.runner.JobRunner`.
 
     ``job`` is a registered job name or ``module:function``. ``runner_factory`` builds the runner lazily (Spark starts only in tasks that process), ``echo`` is
     where task logs go. Construct one per task execution.
@@ -106,7 +108,7 @@ class Orchestrator:
             if self._runner_factory is not None:
                 self._runner = self._runner_factory()
             else:
-                from pipeline.runtime.runner import JobRunner
+                from pipeline.runtime.driver.runner import JobRunner
                 self._runner = JobRunner(self.job, self.config, echo=self.echo)
         return self._runner
 
@@ -420,7 +422,7 @@ class Orchestrator:
     def validate_restore(self, checkpoint_id: int) -> dict[str, Any]:
         """The data-quality suites on a restored checkpoint; raises ValidationError on failure."""
         from pipeline.orchestration.quality import validate_checkpoint
-        from pipeline.runtime.validation import restore_validation
+        from pipeline.runtime.driver.validation import restore_validation
         level = restore_validation(None)   # EPOCHAL_RESTORE_VALIDATE (default full)
         if level == "none":
             self.echo(f"validation of restored checkpoint {checkpoint_id} skipped (EPOCHAL_RESTORE_VALIDATE=none)")

@@ -17,6 +17,8 @@ the JSON API answers 401/403.
 
 S3 settings for reading the checkpoint store: the Airflow connection ``EPOCHAL_AWS_CONN_ID`` (default
 ``epochal_s3``) or the api-server's ``AWS_*`` environment; the checkpoint root is ``PIPELINE_CHECKPOINT_URI``.
+
+Over 400 lines: the plugin's FastAPI app, one small route per page or API call.
 """
 
 import html

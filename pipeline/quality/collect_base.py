@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from pipeline.fileio import file_io_for
 from pipeline.quality.jobspec import JobObjects, job_objects
-from pipeline.runtime import progress
+from pipeline.runtime.driver import progress
 
 __all__ = ["Snapshot", "Collected", "CollectorBase", "Timer", "MAX_EXAMPLES", "iso_us", "ordinal", "records_frame"]
 
@@ -62,7 +62,7 @@ class Collected:
     figures: dict[str, Any] = field(default_factory=dict)
 
 
-# what the progress lines call the collector's timed steps (pipeline.runtime.progress)
+# what the progress lines call the collector's timed steps (pipeline.runtime.driver.progress)
 STEP_LABELS = {"metadata_load": "reading checkpoint metadata and commit logs",
                "batch_plan": "compiling the batch plan (Spark starts here)",
                "spark_session": "starting Spark", "spark_read": "reading the checkpoint's files on Spark",

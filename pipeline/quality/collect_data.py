@@ -29,8 +29,8 @@ from pipeline.quality.normalize import (
     schema_signature,
     summarize,
 )
-from pipeline.runtime import progress
-from pipeline.runtime.task_requests import counted_in_span
+from pipeline.runtime.driver import progress
+from pipeline.runtime.spark.task_requests import counted_in_span
 
 __all__ = ["DataCollector", "PER_KG_COLUMNS"]
 

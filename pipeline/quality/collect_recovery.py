@@ -15,8 +15,8 @@ from pipeline.quality.collect_base import MAX_EXAMPLES, CollectorBase, records_f
 from pipeline.quality.keygroups import key_groups, xxhash64
 from pipeline.quality.keygroups import key_groups as kgf
 from pipeline.quality.rowdiff import row_diff
-from pipeline.runtime.dataflow import schema_ddl
-from pipeline.runtime.task_requests import counted_in_span
+from pipeline.runtime.spark.dataflow import schema_ddl
+from pipeline.runtime.spark.task_requests import counted_in_span
 
 __all__ = ["RecoveryCollector"]
 

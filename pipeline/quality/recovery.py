@@ -32,7 +32,7 @@ from pipeline.quality.normalize import (
     key_group_filter,
     rows_task,
 )
-from pipeline.runtime.task_requests import counted_in_span
+from pipeline.runtime.spark.task_requests import counted_in_span
 
 __all__ = ["Recomputation", "BatchPlan", "plan_recomputation"]
 

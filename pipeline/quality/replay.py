@@ -43,8 +43,8 @@ from pipeline.exceptions import CorruptCheckpointError, EpochalError
 from pipeline.fileio import file_io_for, join_uri
 from pipeline.job import ProcessNode
 from pipeline.layout import JobLayout
-from pipeline.runtime.cursor import cursor_from_metadata
-from pipeline.runtime.runner import JobRunner
+from pipeline.runtime.driver.cursor import cursor_from_metadata
+from pipeline.runtime.driver.runner import JobRunner
 from pipeline.state.backend import load_chain
 from pipeline.state.chain import StateChain
 from pipeline.state.changelog import OP_COLUMN, can_diff, diff

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.fileio import file_io_for
-from pipeline.runtime.dead_letters import operator_dead_letter_prefix
+from pipeline.runtime.operators.dead_letters import operator_dead_letter_prefix
 from pipeline.sink.table import CommittedTable
 
 __all__ = ["open_table_rows", "dead_letter_rows", "row_hashes", "COLUMNS"]

@@ -31,8 +31,8 @@ from pipeline.quality.docs_site import make_offline, publish_site, site_uri
 from pipeline.quality.replay import process_objects, replay_checkpoint
 from pipeline.quality.result import ExpectationOutcome, SuiteOutcome, ValidationResult
 from pipeline.quality.suites import SUITES, SuiteSpec
-from pipeline.runtime import progress
-from pipeline.runtime.task_requests import RequestSpan
+from pipeline.runtime.driver import progress
+from pipeline.runtime.spark.task_requests import RequestSpan
 
 __all__ = ["validate_job", "validate_restored", "validate_after_epoch", "resolve_snapshot", "default_docs_dir",
            "validation_root"]
@@ -166,7 +166,7 @@ def validate_job(runner, checkpoint: str | int | None = None, *, mode: str = "fu
     ``True`` forces it, ``False`` skips it (those objects are then reported as not checked).
 
     ``figures["s3_requests"]``: the validation's S3 requests up to its summary's write (that one PUT excluded),
-    the driver's and the executors' (:class:`~pipeline.runtime.task_requests.RequestSpan`; a Spark session
+    the driver's and the executors' (:class:`~pipeline.runtime.spark.task_requests.RequestSpan`; a Spark session
     started by the validation is counted from its first task).
     """
     with RequestSpan(session=lambda: runner.ctx.spark_session) as span:

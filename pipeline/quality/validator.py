@@ -1,4 +1,4 @@
-"""The quality package's :class:`~pipeline.runtime.validation.RecoveryValidator`: the Great Expectations suites
+"""The quality package's :class:`~pipeline.runtime.driver.validation.RecoveryValidator`: the Great Expectations suites
 after every epoch (the cheap subset) and after every restore. ``import pipeline`` registers it as the default.
 
 The methods import :mod:`pipeline.quality.validate` when first called: it loads pandas and Great Expectations,

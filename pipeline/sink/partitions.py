@@ -1,7 +1,7 @@
 """Partitioned sinks: how a row's partition values become a Hive-style directory and a Delta partition value.
 
 A sink with ``partition_by=("dt", "hm")`` stages each file under ``.../txn-<id>/dt=<v>/hm=<v>/`` with one value
-per partition column (the writer splits its rows, :mod:`pipeline.runtime.sink_writer`). The files keep the
+per partition column (the writer splits its rows, :mod:`pipeline.runtime.operators.sink_writer`). The files keep the
 partition columns (every reader sees the same rows whether it reads the files or the table format); Delta's add
 actions carry the values as ``partitionValues`` (the directory names, decoded), Iceberg infers its identity
 partitions from the files. Values are serialised as Delta serialises partition values: strings as they are,

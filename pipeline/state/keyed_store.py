@@ -25,6 +25,9 @@ subtask's next round to any Python worker). Settings (executors' environment): `
 
 Lazy imports: ``rocksdict`` is imported when a store is opened or written, so jobs on the heap backend never
 load RocksDB into their workers.
+
+Over 400 lines: one class, the RocksDB store and its TTL index: read, write, rebuild and commit share the handle and
+its invariants.
 """
 from __future__ import annotations
 

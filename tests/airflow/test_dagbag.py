@@ -140,7 +140,7 @@ def test_no_top_level_io(path, dagbag, monkeypatch):
     for cls in (fio.LocalFileIO, fio.S3FileIO):
         for meth in ("read_bytes", "write_bytes", "exists", "list", "list_dirs", "open_input", "open_output"):
             monkeypatch.setattr(cls, meth, trip(f"{cls.__name__}.{meth}"))
-    import pipeline.runtime.session as sess
+    import pipeline.runtime.spark.session as sess
     monkeypatch.setattr(sess, "get_spark", trip("get_spark"))
     load_dag_module(path)
     assert touched == []

@@ -100,7 +100,7 @@ def tl(airflow_home, moto_server):
     yield t
     import logging
 
-    from pipeline.runtime.session import stop_spark
+    from pipeline.runtime.spark.session import stop_spark
     stop_spark()
     logging.getLogger("py4j").setLevel(logging.WARNING)  # no "Closing down" messages at interpreter exit
     mp.undo()

@@ -48,7 +48,7 @@ def fused(airflow_home, tmp_path_factory):
     yield dag, root
     import logging
 
-    from pipeline.runtime.session import stop_spark
+    from pipeline.runtime.spark.session import stop_spark
     stop_spark()
     logging.getLogger("py4j").setLevel(logging.WARNING)
     mp.undo()

@@ -23,7 +23,7 @@ def main(root: str) -> None:
     from pipeline.batch.bootstrap.savepoint import bootstrap
     from pipeline.config import load_config
     from pipeline.fileio import file_io_for
-    from pipeline.runtime.runner import JobRunner
+    from pipeline.runtime.driver.runner import JobRunner
     fio = file_io_for(root)
     with tempfile.TemporaryDirectory() as tmp:
         generate(Path(tmp), seed=4, epochs=4, n_left=60, repeated=True)

@@ -27,7 +27,7 @@ RECOVERY = {"epochal_recovery_key_groups", "epochal_recovery_totals", "epochal_r
 
 def _runner(root: Path, job, **kw):
     from pipeline.config import load_config
-    from pipeline.runtime.runner import JobRunner
+    from pipeline.runtime.driver.runner import JobRunner
     cfg = load_config(env={}, source_uri=(root / "src").as_uri(), checkpoint_uri=(root / "ckpt").as_uri(),
                       sink_uri=(root / "sink").as_uri(), clock_now=CLOCK, epoch_seconds=60, **kw)
     return JobRunner(job, cfg, echo=lambda m: None)

@@ -38,7 +38,7 @@ FULL = os.environ.get("EPOCHAL_BOOTSTRAP_FULL", "") not in ("", "0")
 
 def _runner(root: Path, src: Path, job, **kw):
     from pipeline.config import load_config
-    from pipeline.runtime.runner import JobRunner
+    from pipeline.runtime.driver.runner import JobRunner
     kw.setdefault("clock_now", CLOCK)
     cfg = load_config(env={}, source_uri=src.as_uri(), checkpoint_uri=(root / "ckpt").as_uri(),
                       sink_uri=(root / "sink").as_uri(), epoch_seconds=60, **kw)

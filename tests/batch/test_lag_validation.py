@@ -31,8 +31,8 @@ sys.path.insert(0, str(_HERE.parent / "quality"))
 from pipeline.batch.evaluation.prefix import Prefix, lag_log, processing_epochs  # noqa: E402
 from pipeline.checkpoint.handles import Position  # noqa: E402
 from pipeline.fileio import LocalFileIO  # noqa: E402
-from pipeline.runtime.barrier_log import BarrierLog  # noqa: E402
-from pipeline.runtime.input_epochs import InputEpochs  # noqa: E402
+from pipeline.runtime.driver.barrier_log import BarrierLog  # noqa: E402
+from pipeline.runtime.driver.input_epochs import InputEpochs  # noqa: E402
 
 RECOVERY = {"epochal_recovery_key_groups", "epochal_recovery_totals", "epochal_recovery_conservation"}
 K0 = 1000          # the first epoch of the simulated histories
@@ -151,7 +151,7 @@ def test_checkpoints_taken_while_a_partition_lagged_and_after_it_caught_up_valid
     from pipeline.batch import lagging_partitions
     from pipeline.config import load_config
     from pipeline.quality import validate_job
-    from pipeline.runtime.runner import JobRunner
+    from pipeline.runtime.driver.runner import JobRunner
 
     E, T0 = lag_jobs.E, lag_jobs.T0
     src = lag_jobs.write_sources(tmp_path / "src")
@@ -235,7 +235,7 @@ def test_a_rewind_through_a_lag_at_another_parallelism_validates(tmp_path):
 
     from pipeline.config import load_config
     from pipeline.quality import validate_job
-    from pipeline.runtime.runner import JobRunner
+    from pipeline.runtime.driver.runner import JobRunner
 
     E, T0 = lag_jobs.E, lag_jobs.T0
     src = lag_jobs.write_sources(tmp_path / "src")

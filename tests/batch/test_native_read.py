@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline import Job
-from pipeline.batch.evaluation.prefix import NATIVE_ENV, Prefix, _files, native_files, native_type, source_dataframe
+from pipeline.batch.evaluation.prefix import Prefix
+from pipeline.batch.evaluation.source_read import NATIVE_ENV, _files, native_files, native_type, source_dataframe
 
 TS = pa.timestamp("us", tz="UTC")
 SCHEMA = pa.schema([("k", pa.string()), ("x", pa.float64()), ("n", pa.int32()), ("_ingest_ts", TS)])
@@ -71,7 +72,7 @@ def test_native_types_and_routing(tmp_path):
     assert not native_type(pa.list_(pa.int64()))
     _write_sources(tmp_path / "src")
     from pipeline.config import load_config
-    from pipeline.runtime.runner import JobRunner
+    from pipeline.runtime.driver.runner import JobRunner
     job = _job()
     cfg = load_config(env={}, source_uri=(tmp_path / "src").as_uri(), checkpoint_uri=(tmp_path / "ckpt").as_uri(),
                       sink_uri=(tmp_path / "sink").as_uri(), clock_now=CLOCK, epoch_seconds=60)
@@ -88,7 +89,7 @@ def test_native_read_equals_the_runtime_reader(tmp_path, monkeypatch):
     (both rules of ``p(x)``), bad records, and the files routed to the runtime's reader: the same rows."""
     _write_sources(tmp_path / "src")
     from pipeline.config import load_config
-    from pipeline.runtime.runner import JobRunner
+    from pipeline.runtime.driver.runner import JobRunner
     job = _job()
     cfg = load_config(env={}, source_uri=(tmp_path / "src").as_uri(), checkpoint_uri=(tmp_path / "ckpt").as_uri(),
                       sink_uri=(tmp_path / "sink").as_uri(), clock_now=CLOCK, epoch_seconds=60)

@@ -45,7 +45,7 @@ EPOCHS = int(os.environ.get("EPOCHAL_PROPERTY_EPOCHS", "3"))   # CI profile: 3 e
 def test_random_job_random_crashes_equal_the_batch_evaluation(tmp_path, seed):
     from pipeline.config import load_config
     from pipeline.quality import validate_job
-    from pipeline.runtime.runner import JobRunner
+    from pipeline.runtime.driver.runner import JobRunner
     rnd = random.Random(1000 + seed)
     generate(tmp_path / "src", seed=seed, epochs=EPOCHS, n_left=80, repeated=hasattr(JoinNode, "how") and rnd.random() < 0.5,
              idle={(rnd.randint(0, 1), rnd.randint(1, EPOCHS - 2))}, bad_keys=0.03)

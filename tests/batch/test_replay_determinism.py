@@ -29,7 +29,7 @@ FULL = os.environ.get("EPOCHAL_REPLAY_FULL", "") not in ("", "0")
 
 def _runner(root: Path, job):
     from pipeline.config import load_config
-    from pipeline.runtime.runner import JobRunner
+    from pipeline.runtime.driver.runner import JobRunner
     cfg = load_config(env={}, source_uri=(root / "src").as_uri(), checkpoint_uri=(root / "ckpt").as_uri(),
                       sink_uri=(root / "sink").as_uri(), clock_now=CLOCK, epoch_seconds=60, parallelism=2)
     return JobRunner(job, cfg, echo=lambda m: None)

@@ -39,7 +39,7 @@ EPOCHS = 6
 
 def _runner(root: Path, name: str, **kw):
     from pipeline.config import load_config
-    from pipeline.runtime.runner import JobRunner
+    from pipeline.runtime.driver.runner import JobRunner
     cfg = load_config(env={}, source_uri=(root / "src").as_uri(), checkpoint_uri=(root / "ckpt").as_uri(),
                       sink_uri=(root / "sink").as_uri(), clock_now=CLOCK, epoch_seconds=60, retained_checkpoints=20,
                       **kw)

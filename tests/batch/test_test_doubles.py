@@ -25,7 +25,7 @@ RECOVERY = {"epochal_recovery_key_groups", "epochal_recovery_totals", "epochal_r
 
 def _runner(root: Path):
     from pipeline.config import load_config
-    from pipeline.runtime.runner import JobRunner
+    from pipeline.runtime.driver.runner import JobRunner
     cfg = load_config(env={}, source_uri=(root / "src").as_uri(), checkpoint_uri=(root / "ckpt").as_uri(),
                       sink_uri=(root / "sink").as_uri(), clock_now=CLOCK, epoch_seconds=60, parallelism=2)
     return JobRunner(join_agg(), cfg, echo=lambda m: None)

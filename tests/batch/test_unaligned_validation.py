@@ -33,7 +33,7 @@ def test_unaligned_checkpoint_with_pending_ranges_validates_and_a_dropped_state_
     from pipeline.batch import evaluate, prefix_of
     from pipeline.config import load_config
     from pipeline.quality import validate_job
-    from pipeline.runtime.runner import JobRunner
+    from pipeline.runtime.driver.runner import JobRunner
 
     src = write_sources(tmp_path / "src", epochs=3, clicks=24, views=30, burst=40, burst_epoch=1)
     cfg = load_config(env={}, source_uri=src.as_uri(), checkpoint_uri=(tmp_path / "ckpt").as_uri(),
@@ -127,7 +127,7 @@ def test_dedup_after_an_unaligned_backlog_drain_is_checked_in_consumption_order(
     import pipeline.batch.evaluation.sources as sources_rule
     from pipeline.config import load_config
     from pipeline.quality import validate_job
-    from pipeline.runtime.runner import JobRunner
+    from pipeline.runtime.driver.runner import JobRunner
 
     src = write_drain_sources(tmp_path / "src")
     cfg = load_config(env={}, source_uri=src.as_uri(), checkpoint_uri=(tmp_path / "ckpt").as_uri(),

@@ -33,7 +33,7 @@ OPT_IN = pytest.mark.skipif(os.environ.get("EPOCHAL_ROUND_CHECK", "") not in ("1
 
 def _runner(tmp: Path, src: Path, job, **kw):
     from pipeline.config import load_config
-    from pipeline.runtime.runner import JobRunner
+    from pipeline.runtime.driver.runner import JobRunner
     kw.setdefault("parallelism", 1)
     kw.setdefault("max_records_per_epoch", 4)     # epochs of more than 4 rows of a source take several rounds
     cfg = load_config(env={}, source_uri=src.as_uri(), checkpoint_uri=(tmp / "ckpt").as_uri(),

@@ -64,7 +64,7 @@ def test_cluster_export_state_and_credentials(isolated_cluster, tmp_path, s3_roo
     (private / "marker").write_text("driver")
     probe = textwrap.dedent(f"""
         import os
-        from pipeline.runtime.session import get_spark
+        from pipeline.runtime.spark.session import get_spark
         spark = get_spark(os.environ["PIPELINE_SPARK_MASTER"], 2)
         seen = spark.sparkContext.parallelize(range(4), 4).map(
             lambda _: (os.path.exists({str(private / "marker")!r}), os.environ.get("AWS_SESSION_TOKEN") == {token!r},

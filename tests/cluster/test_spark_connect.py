@@ -132,7 +132,7 @@ def test_connect_session_has_no_spark_context_and_needs_no_user_module(connect_s
     """The client side really is Connect (no SparkContext, no JVM in this process)."""
     import subprocess
     import sys
-    code = ("from pipeline.runtime.session import get_spark, is_connect_session;"
+    code = ("from pipeline.runtime.spark.session import get_spark, is_connect_session;"
             f"s = get_spark('{connect_server.url}', 2); print(is_connect_session(s), s.range(5).count());"
             "from pyspark import SparkContext; print(SparkContext._active_spark_context is None)")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
@@ -159,7 +159,7 @@ def test_tagged_rounds_on_connect_equal_one_epoch_rounds(plain_connect_server, t
     from datetime import timedelta
 
     from pipeline.config import load_config
-    from pipeline.runtime.runner import JobRunner
+    from pipeline.runtime.driver.runner import JobRunner
     sys.path.insert(0, str(REPO / "tests" / "e2e"))
     from tagged_jobs import T0, checkpoint_state, window_job, write_source
 
@@ -174,7 +174,7 @@ def test_tagged_rounds_on_connect_equal_one_epoch_rounds(plain_connect_server, t
                           spark_master=plain_connect_server.url)
         r = JobRunner(window_job(), cfg, echo=lambda m: None)
         report = r.run()
-        from pipeline.runtime.session import is_connect_session
+        from pipeline.runtime.spark.session import is_connect_session
         assert is_connect_session(r.ctx.spark)
         runs[k] = (r, report)
     assert {x.tagged_round for x in runs[3][1].rounds} == {(1, 2, 3), (4, 5)}

@@ -121,7 +121,7 @@ def local_runner(job: Job, tmp: Path, source: str, name: str, **kw: Any):
     """A JobRunner of ``job`` with its checkpoints and sinks under ``tmp/name``, 1-minute epochs, the clock an hour
     after ``T0``, parallelism 2 unless ``kw`` says otherwise."""
     from pipeline.config import load_config
-    from pipeline.runtime.runner import JobRunner
+    from pipeline.runtime.driver.runner import JobRunner
     cfg = load_config(env={}, source_uri=source, checkpoint_uri=(tmp / name / "ckpt").as_uri(),
                       sink_uri=(tmp / name / "sink").as_uri(), epoch_seconds=60,
                       clock_now=(T0 + timedelta(hours=1)).isoformat(), **{"parallelism": 2, **kw})
@@ -132,7 +132,7 @@ def checkpoint_state(md) -> dict[str, list[str]]:
     """Every state table of a checkpoint, read cold from local storage (chains applied, checksums verified):
     ``{"<operator uid>/<state name>": sorted rows as JSON}``."""
     from pipeline.fileio import LocalFileIO
-    from pipeline.runtime.cursor import cursor_from_metadata
+    from pipeline.runtime.driver.cursor import cursor_from_metadata
     from pipeline.state import backend
     backend._RECENT.clear()
     out = {}

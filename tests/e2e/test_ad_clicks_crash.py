@@ -22,7 +22,7 @@ from pipeline.config import load_config
 from pipeline.demo.ad_generate import generate_ads
 from pipeline.demo.ad_oracle import compare_ad_output, expected_ad_output
 from pipeline.jobs import get_job
-from pipeline.runtime.runner import JobRunner
+from pipeline.runtime.driver.runner import JobRunner
 from pipeline.testing.jobproc import run_job_process
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.slow]
@@ -64,7 +64,7 @@ def _attempt_files(dlq_root: str) -> dict[str, dict[int, list[str]]]:
 def _late_impressions(dlq_root: str, completed: set[int]) -> list[str]:
     """The late impression ids in the dead-letter location, read as a user would: every file. Each epoch directory
     must hold exactly one checkpoint directory, of a completed checkpoint (a crashed attempt's files are swept when
-    the epoch's replay completes, pipeline/runtime/dead_letters.py), so no dead record is listed twice."""
+    the epoch's replay completes, pipeline/runtime/operators/dead_letters.py), so no dead record is listed twice."""
     fs, _ = _fs(dlq_root)
     ids: list[str] = []
     for epoch_dir, chks in sorted(_attempt_files(dlq_root).items()):
@@ -104,7 +104,7 @@ def _crash_and_recover(root: str, tmp_path, plan, seed: int) -> None:
     # a re-run of an earlier epoch with dead letters (an Airflow backfill with reprocessing): rewind and re-process
     # that epoch while the old branch is retained (both branches' dead letters of the epoch stay: a restore may
     # come back to the old one), then run to the end with 2 retained checkpoints, which discards the old branch:
-    # its dead letters of the re-run epoch must go with it (pipeline/runtime/dead_letters.py, "A rewound branch")
+    # its dead letters of the re-run epoch must go with it (pipeline/runtime/operators/dead_letters.py, "A rewound branch")
     retained = {cp.epoch for cp in runner.coordinator.store.list()}
     with_dead = sorted(int(e[len("epoch-"):]) for e in _attempt_files(cfg.dead_letter_root))
     rewind_to = next((e for e in with_dead if e - 1 in retained and e < info["last_epoch"]), None)

@@ -206,7 +206,7 @@ def _committed_output(env: dict) -> dict[str, tuple[pa.Table, pa.Table]]:
     own reader (``open_read``: the table's current snapshot/version, which is what ``export`` reads)."""
     from pipeline.config import load_config
     from pipeline.jobs import get_job
-    from pipeline.runtime.runner import JobRunner
+    from pipeline.runtime.driver.runner import JobRunner
     from pipeline.sink.open_table import OpenFormatTable
     runner = JobRunner(get_job("orders_payments"), load_config(env={**os.environ, **env}), echo=lambda m: None)
     tables = {t: runner.ctx.table(t) for t in ("paid_orders", "merchant_revenue")}

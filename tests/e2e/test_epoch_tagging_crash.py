@@ -26,7 +26,7 @@ sys.path.insert(0, str(_HERE))
 from tagged_jobs import EPOCHS, T0, tagged_job, write_source  # noqa: E402
 
 from pipeline.config import load_config  # noqa: E402
-from pipeline.runtime.runner import JobRunner  # noqa: E402
+from pipeline.runtime.driver.runner import JobRunner  # noqa: E402
 from pipeline.testing.jobproc import run_job_process  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.slow,

@@ -30,7 +30,7 @@ from follow_jobs import T0, clicks_job, epoch_of_t0, oracle, source_rows, write_
 
 from pipeline.config import load_config  # noqa: E402
 from pipeline.fileio import file_io_for  # noqa: E402
-from pipeline.runtime.runner import JobRunner  # noqa: E402
+from pipeline.runtime.driver.runner import JobRunner  # noqa: E402
 from pipeline.testing.jobproc import JobProcess  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.slow]

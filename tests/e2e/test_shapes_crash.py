@@ -20,7 +20,7 @@ from shape_jobs import E, read_sources, stateless, write_sources  # noqa: E402
 
 from pipeline.config import load_config  # noqa: E402
 from pipeline.quality import validate_job  # noqa: E402
-from pipeline.runtime.runner import JobRunner  # noqa: E402
+from pipeline.runtime.driver.runner import JobRunner  # noqa: E402
 from pipeline.testing.jobproc import run_job_process  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.slow]

@@ -13,7 +13,7 @@ import pytest
 
 from pipeline.config import load_config
 from pipeline.jobs import get_job
-from pipeline.runtime.runner import JobRunner
+from pipeline.runtime.driver.runner import JobRunner
 from pipeline.testing.jobproc import run_job_process
 from pipeline.testing.shipping import oracle, write_sources
 from pipeline.testing.table_readers import read_in_child

@@ -30,7 +30,7 @@ from corrupt import _patch_handle_everywhere, rewrite_parquet  # noqa: E402
 from pipeline import Job  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
 from pipeline.quality import validate_job  # noqa: E402
-from pipeline.runtime.runner import JobRunner  # noqa: E402
+from pipeline.runtime.driver.runner import JobRunner  # noqa: E402
 from pipeline.testing.jobproc import run_job_process  # noqa: E402
 
 pytestmark = [pytest.mark.spark]

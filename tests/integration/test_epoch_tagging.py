@@ -31,8 +31,8 @@ from pipeline.config import load_config
 from pipeline.exceptions import InjectedFailure, MalformedInputError
 from pipeline.fileio import LocalFileIO
 from pipeline.layout import JobLayout, round_plan_uri
-from pipeline.runtime.cursor import cursor_from_metadata
-from pipeline.runtime.runner import JobRunner
+from pipeline.runtime.driver.cursor import cursor_from_metadata
+from pipeline.runtime.driver.runner import JobRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 from tagged_jobs import EPOCHS, T0, VIEWS, checkpoint_state, local_runner, tagged_job, window_job, write_source  # noqa: E402,E501

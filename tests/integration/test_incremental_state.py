@@ -16,8 +16,8 @@ from pipeline.config import load_config
 from pipeline.fileio import LocalFileIO
 from pipeline.job import Job
 from pipeline.layout import JobLayout
-from pipeline.runtime.cursor import cursor_from_metadata
-from pipeline.runtime.runner import JobRunner
+from pipeline.runtime.driver.cursor import cursor_from_metadata
+from pipeline.runtime.driver.runner import JobRunner
 from pipeline.state import backend
 
 pytestmark = [pytest.mark.spark]

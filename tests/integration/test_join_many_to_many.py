@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.config import load_config
-from pipeline.runtime.runner import JobRunner
+from pipeline.runtime.driver.runner import JobRunner
 from pipeline.testing.jobproc import run_job_process
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -31,7 +31,7 @@ import pytest
 
 from pipeline import Job
 from pipeline.config import load_config
-from pipeline.runtime.runner import JobRunner
+from pipeline.runtime.driver.runner import JobRunner
 from pipeline.testing.jobproc import run_job_process
 
 pytestmark = [pytest.mark.spark]

@@ -16,7 +16,7 @@ from pipeline.exceptions import IncompatibleStateError, NoValidCheckpointError
 from pipeline.job import Job
 from pipeline.jobs import get_job
 from pipeline.jobs.orders_payments import ORDERS_SCHEMA, PAYMENTS_SCHEMA
-from pipeline.runtime.runner import JobRunner
+from pipeline.runtime.driver.runner import JobRunner
 
 pytestmark = [pytest.mark.spark]
 

@@ -17,7 +17,7 @@ import pytest
 from pipeline.config import load_config
 from pipeline.exceptions import ConfigError, InjectedFailure
 from pipeline.job import Job
-from pipeline.runtime.runner import JobRunner
+from pipeline.runtime.driver.runner import JobRunner
 from pipeline.state.keyed_store import StoreLocation, store_root
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))

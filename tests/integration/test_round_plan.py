@@ -9,7 +9,7 @@ from pipeline.config import load_config
 from pipeline.demo.generate import generate
 from pipeline.demo.oracle import compare, expected
 from pipeline.jobs import get_job
-from pipeline.runtime.runner import JobRunner
+from pipeline.runtime.driver.runner import JobRunner
 
 pytestmark = [pytest.mark.spark]
 

@@ -31,7 +31,7 @@ from pipeline.config import load_config
 from pipeline.credentials import forward_to_executors
 from pipeline.fileio import S3FileIO
 from pipeline.fileio.request_counter import RequestCounting, StorageRequests, request_counts
-from pipeline.runtime.runner import JobRunner
+from pipeline.runtime.driver.runner import JobRunner
 from pipeline.testing.doubles import FakeClock
 from pipeline.testing.s3_faults import S3FaultProxy
 from tests.integration.s3_request_jobs import clicks_job, proxy_diff, write_clicks_epoch

@@ -26,7 +26,7 @@ from pipeline.config import load_config  # noqa: E402
 from pipeline.exceptions import ConfigError  # noqa: E402
 from pipeline.job import Job  # noqa: E402
 from pipeline.quality import validate_job  # noqa: E402
-from pipeline.runtime.runner import JobRunner  # noqa: E402
+from pipeline.runtime.driver.runner import JobRunner  # noqa: E402
 
 pytestmark = [pytest.mark.spark]
 

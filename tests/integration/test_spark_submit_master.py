@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.e2e]
 PROBE = """
 import sys
 from pipeline.config import load_config
-from pipeline.runtime.session import get_spark
+from pipeline.runtime.spark.session import get_spark
 spark = get_spark(load_config().spark_master, 1)
 print("MASTER", spark.sparkContext.master)
 """

@@ -17,7 +17,7 @@ import pytest
 from pipeline.config import load_config
 from pipeline.exceptions import IncompatibleSinkSchemaError
 from pipeline.job import Job
-from pipeline.runtime.runner import JobRunner
+from pipeline.runtime.driver.runner import JobRunner
 from pipeline.testing.shipping import DELIV, EPOCH_S, SHIP, T0, build_job, oracle, write_sources
 from pipeline.testing.table_readers import read_in_child
 

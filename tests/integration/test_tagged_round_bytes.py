@@ -1,5 +1,5 @@
 """A catch-up of large rows is split into tagged rounds by bytes (``PIPELINE_MAX_TASK_BYTES_PER_ROUND``,
-pipeline.runtime.round_bytes), with a real local Spark and a job of this test's own making: ``blobs`` (8 KB bodies,
+pipeline.runtime.spark.round_bytes), with a real local Spark and a job of this test's own making: ``blobs`` (8 KB bodies,
 some blobs re-sent in a later epoch) -> deduplicate -> per-group count and body bytes -> upsert sink.
 
 Seven epochs wait. No round has measured the rows yet, so the first round's budget uses a figure sampled from its
@@ -19,8 +19,8 @@ import pytest
 
 from pipeline.config import load_config
 from pipeline.job import Job
-from pipeline.runtime.round_bytes import EXTRA_KEY
-from pipeline.runtime.runner import JobRunner
+from pipeline.runtime.driver.runner import JobRunner
+from pipeline.runtime.spark.round_bytes import EXTRA_KEY
 
 pytestmark = [pytest.mark.spark]
 

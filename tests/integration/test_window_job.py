@@ -19,7 +19,7 @@ from pipeline.config import load_config
 from pipeline.exceptions import ConfigError
 from pipeline.fileio import file_io_for
 from pipeline.job import Job
-from pipeline.runtime.runner import JobRunner
+from pipeline.runtime.driver.runner import JobRunner
 from pipeline.testing.window_model import model
 
 pytestmark = [pytest.mark.spark]

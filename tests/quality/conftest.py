@@ -33,7 +33,7 @@ def _quality_env(monkeypatch, tmp_path):
 def make_runner(root: Path, **overrides):
     from pipeline.config import load_config
     from pipeline.jobs import get_job
-    from pipeline.runtime.runner import JobRunner
+    from pipeline.runtime.driver.runner import JobRunner
     cfg = load_config(env={}, source_uri=(root / "src").as_uri(), checkpoint_uri=(root / "ckpt").as_uri(),
                       sink_uri=(root / "sink").as_uri(), clock_now=CLOCK, **overrides)
     return JobRunner(get_job("orders_payments"), cfg, echo=lambda m: None)

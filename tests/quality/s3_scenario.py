@@ -16,7 +16,7 @@ def main(root: str) -> dict:
     from pipeline.demo.generate import generate
     from pipeline.jobs import get_job
     from pipeline.quality import validate_job
-    from pipeline.runtime.runner import JobRunner
+    from pipeline.runtime.driver.runner import JobRunner
     logging.basicConfig(level=logging.WARNING)
     generate(f"{root}/src", epochs=2, partitions=2, orders_per_epoch=200, seed=3)
     cfg = load_config(env={}, source_uri=f"{root}/src", checkpoint_uri=f"{root}/ckpt", sink_uri=f"{root}/sink",

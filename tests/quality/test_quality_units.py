@@ -36,7 +36,7 @@ def test_xxhash64_matches_spark_on_random_strings():
 
     from pyspark.sql import functions as F
 
-    from pipeline.runtime.session import get_spark
+    from pipeline.runtime.spark.session import get_spark
     rnd = random.Random(3)
     keys = ["".join(rnd.choice(string.printable + "äß€") for _ in range(rnd.randint(0, 90))) for _ in range(400)]
     spark = get_spark()
@@ -53,7 +53,7 @@ def test_xxhash64_matches_spark_on_non_string_keys():
 
     from pyspark.sql import functions as F
 
-    from pipeline.runtime.session import get_spark
+    from pipeline.runtime.spark.session import get_spark
     rnd = random.Random(5)
     n = 300
     utc = datetime.timezone.utc
@@ -148,7 +148,7 @@ def test_batch_evaluation_of_the_demo_agrees_with_the_oracle(tmp_path):
     from pipeline.demo import oracle
     from pipeline.demo.generate import generate
     from pipeline.jobs import get_job
-    from pipeline.runtime.runner import JobRunner
+    from pipeline.runtime.driver.runner import JobRunner
     root = (tmp_path / "src").as_uri()
     generate(root, epochs=3, partitions=2, orders_per_epoch=300, seed=5, bad_records=True)
     cfg = load_config(env={}, source_uri=root, checkpoint_uri=(tmp_path / "ckpt").as_uri(),

@@ -95,7 +95,7 @@ def committed_totals(env: dict) -> "pa.Table":
     :meth:`pipeline.sink.table.CommittedTable.read`, the rows ``export`` would write."""
     from pipeline.config import load_config
     from pipeline.jobs import get_job
-    from pipeline.runtime.runner import JobRunner
+    from pipeline.runtime.driver.runner import JobRunner
     runner = JobRunner(get_job(JOB), load_config(env={**os.environ, **env}), echo=lambda m: None)
     return runner.ctx.table("user_totals").read()
 

@@ -8,7 +8,7 @@ import pytest
 
 from pipeline.checkpoint.history import show_checkpoint
 from pipeline.config import load_config
-from pipeline.runtime.runner import JobRunner
+from pipeline.runtime.driver.runner import JobRunner
 from tests.reliability.jobs import counts_job, spanning_rows, write_events
 
 pytestmark = [pytest.mark.spark]

@@ -24,7 +24,7 @@ import pytest
 
 from pipeline.config import load_config
 from pipeline.exceptions import EpochalError
-from pipeline.runtime.runner import JobRunner
+from pipeline.runtime.driver.runner import JobRunner
 from tests.reliability import fuzz_inputs as fz
 from tests.reliability.jobs import counts_job, put_events, totals_oracle
 

@@ -110,7 +110,7 @@ def test_task_errors_surface_as_epochal_errors():
     """A StorageError raised in a Spark task (outage past the budget) reaches the CLI as itself (one line),
     not as Spark's wrapped Python traceback (issue 15, defect 7)."""
     from pipeline.exceptions import CorruptCheckpointError
-    from pipeline.runtime.dataflow import rethrow_task_error
+    from pipeline.runtime.spark.dataflow import rethrow_task_error
     wrapped = RuntimeError("An exception was thrown from the Python worker:\nTraceback (most recent call last):\n"
                            '  File "x.py", line 1\npipeline.exceptions.StorageError: cannot write s3://b/k.parquet: '
                            "SlowDown\n\tat org.apache.spark...")

@@ -9,7 +9,7 @@ from pipeline.checkpoint.failure import CheckpointFailureReason
 from pipeline.config import load_config
 from pipeline.exceptions import CheckpointDeclinedError, CheckpointError, ConfigError
 from pipeline.fileio import join_uri
-from pipeline.runtime.savepoints import check_target
+from pipeline.runtime.driver.savepoints import check_target
 from pipeline.testing.doubles import FlakyFileIO
 
 
@@ -106,7 +106,7 @@ def test_a_symlink_inside_the_prefix_pointing_outside_is_refused_before_anything
     directory outside every allowed prefix: lexically inside, really outside. Refused (exit 2) by the check and
     by ``JobRunner.savepoint`` before any side effect: nothing written outside, no checkpoint id claimed."""
     from pipeline.jobs import get_job
-    from pipeline.runtime.runner import JobRunner
+    from pipeline.runtime.driver.runner import JobRunner
 
     ck = (tmp_path / "ckpt").as_uri()
     cfg = load_config(env={}, checkpoint_uri=ck, source_uri=(tmp_path / "src").as_uri(),

@@ -9,7 +9,7 @@ import pytest
 from pipeline.checkpoint.handles import Position
 from pipeline.config import load_config
 from pipeline.exceptions import SourceContractError
-from pipeline.runtime.runner import JobRunner
+from pipeline.runtime.driver.runner import JobRunner
 from pipeline.source.contract import Breach, find_violations, read_inventory
 from pipeline.source.layout import SourceFile
 from tests.reliability.jobs import counts_job, spanning_rows, write_events

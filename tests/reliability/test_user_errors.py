@@ -36,7 +36,7 @@ def test_bad_job_reference(tmp_path, job, what):
 def test_fresh_job_with_only_unreadable_files(tmp_path):
     from pipeline.config import load_config
     from pipeline.exceptions import SourceError
-    from pipeline.runtime.runner import JobRunner
+    from pipeline.runtime.driver.runner import JobRunner
     from tests.reliability.jobs import counts_job
     d = tmp_path / "src" / "events" / "partition=0"
     d.mkdir(parents=True)

@@ -22,7 +22,7 @@ from pipeline.demo import oracle
 from pipeline.demo.generate import generate
 from pipeline.fileio import file_io_for
 from pipeline.jobs.orders_payments import build_job
-from pipeline.runtime.runner import JobRunner
+from pipeline.runtime.driver.runner import JobRunner
 from pipeline.sink.table import CommittedTable
 from pipeline.testing.jobproc import run_job_process
 from pipeline.testing.scenarios import deliver, epoch_bounds, hold_back, iso, write_burst

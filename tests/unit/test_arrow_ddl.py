@@ -34,6 +34,6 @@ def test_schema_quotes_names_and_unsupported_types_are_named():
 
 def test_runtime_and_quality_ddls_come_from_it():
     from pipeline.quality.normalize import SUMMARY_DDL, SUMMARY_SCHEMA
-    from pipeline.runtime.operators import HANDLE_DDL
-    from pipeline.runtime.report_codec import REPORT_DDL, REPORT_SCHEMA
+    from pipeline.runtime.operators.report_codec import REPORT_DDL, REPORT_SCHEMA
+    from pipeline.runtime.operators.task import HANDLE_DDL
     assert HANDLE_DDL == REPORT_DDL == schema_ddl(REPORT_SCHEMA) and SUMMARY_DDL == schema_ddl(SUMMARY_SCHEMA)

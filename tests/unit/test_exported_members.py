@@ -22,7 +22,7 @@ PINNED = {
         "FileIO", "FileInfo", "InMemoryFileIO", "LocalFileIO", "S3FileIO", "file_io_for", "join_uri",
         "register_scheme", "sha256_of", "sha256_of_file", "split_s3_uri",
     ],
-    "pipeline.runtime.runner": ["Cursor", "JobRunner", "RoundResult", "RunReport"],
+    "pipeline.runtime.driver.runner": ["Cursor", "JobRunner", "RoundResult", "RunReport"],
 }
 
 

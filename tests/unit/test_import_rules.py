@@ -34,7 +34,7 @@ def test_no_module_shadows_the_standard_library():
 
 
 def test_runtime_does_not_import_quality_at_module_level():
-    bad = [str(p.relative_to(PKG)) for p in (PKG / "runtime").glob("*.py")
+    bad = [str(p.relative_to(PKG)) for p in (PKG / "runtime").rglob("*.py")
            if any(m.startswith("pipeline.quality") for m in _top_level_imports(p))]
     assert bad == []
 
@@ -147,7 +147,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_subpackages_import_one_way():
     """Imports go one way between the package's parts (``config``, ``checkpoint``, ``runtime``, ``quality``,
     ``orchestration``...), function-level imports included: no cycle. The runtime reaches the quality suites
-    through :mod:`pipeline.runtime.validation` (a port), never by importing them."""
+    through :mod:`pipeline.runtime.driver.validation` (a port), never by importing them."""
     graph = _package_graph()
     assert _cycles(graph) == [], {k: sorted(v) for k, v in graph.items()}
     assert "quality" not in graph.get("runtime", set()) and "runtime" not in graph.get("config", set())
@@ -211,3 +211,51 @@ def test_imports_inside_functions_state_their_reason():
         if missing:
             bad[str(p.relative_to(PKG))] = missing
     assert bad == {}, f"imports inside functions without a stated reason (module: lines): {bad}"
+
+
+#: the rooms of ``pipeline/runtime`` (by where the code runs) and the rooms each must not import
+RUNTIME_ROOMS = ("driver", "spark", "operators")
+FORBIDDEN_ROOMS = {"operators": {"driver", "spark"}, "spark": {"driver"}}
+
+
+def _room_violations(pkg: Path) -> dict[str, list[str]]:
+    """``{module: [imports of a forbidden room]}`` under ``pkg/runtime``, at any level (annotation-only imports
+    under ``if TYPE_CHECKING:`` excepted), ``from pipeline.runtime import driver`` included."""
+    bad: dict[str, list[str]] = {}
+    for p in sorted((pkg / "runtime").rglob("*.py")):
+        rel = p.relative_to(pkg / "runtime").parts
+        if len(rel) < 2 or rel[0] not in FORBIDDEN_ROOMS:
+            continue
+        hits = sorted({m for m in _runtime_imports(p) if m.split(".")[:2] == ["pipeline", "runtime"]
+                       and len(m.split(".")) > 2 and m.split(".")[2] in FORBIDDEN_ROOMS[rel[0]]})
+        if hits:
+            bad[str(p.relative_to(pkg))] = hits
+    return bad
+
+
+def test_runtime_rooms_import_one_way():
+    """``pipeline/runtime`` is in three rooms (pipeline/runtime/__init__.py): ``operators`` (the executors' tasks)
+    imports neither ``driver`` nor ``spark``; ``spark`` (sessions, routing, the Spark plan of a round and of each
+    operator) does not import ``driver``. Every module of the runtime lives in a room."""
+    assert _room_violations(PKG) == {}
+    loose = sorted(p.name for p in (PKG / "runtime").glob("*.py") if p.name != "__init__.py")
+    assert loose == [], f"runtime modules outside a room: {loose}"
+    assert sorted(p.name for p in (PKG / "runtime").iterdir() if p.is_dir() and p.name != "__pycache__") == \
+        sorted(RUNTIME_ROOMS)
+
+
+def test_room_rule_finds_a_violation(tmp_path):
+    """The room check fails on an operator task importing the driver, a function-level import included, and on
+    the Spark room importing the driver through ``from pipeline.runtime import driver``."""
+    for room in RUNTIME_ROOMS:
+        (tmp_path / "runtime" / room).mkdir(parents=True)
+    (tmp_path / "runtime" / "operators" / "bad.py").write_text(
+        "def f():\n    from pipeline.runtime.driver.runner import JobRunner  # lazy: test\n    return JobRunner\n")
+    (tmp_path / "runtime" / "spark" / "bad.py").write_text("from pipeline.runtime import driver\n")
+    (tmp_path / "runtime" / "driver" / "fine.py").write_text(
+        "from pipeline.runtime.operators.task import task_report\nfrom pipeline.runtime.spark import session\n")
+    (tmp_path / "runtime" / "operators" / "typed.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pipeline.runtime.spark.dataflow import OperatorIO\n")
+    assert _room_violations(tmp_path) == {
+        "runtime/operators/bad.py": ["pipeline.runtime.driver.runner", "pipeline.runtime.driver.runner.JobRunner"],
+        "runtime/spark/bad.py": ["pipeline.runtime.driver"]}

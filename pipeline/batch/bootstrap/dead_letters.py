@@ -1,7 +1,7 @@
 """Bootstrap's dead letters: the bad records of the epochs ``<= n``, written where an epoch-by-epoch run leaves them.
 
 A job that runs epoch by epoch dead-letters (policy ``dead_letter``) or fails on (policy ``fail``) every bad record it
-meets (docs/reliability.md, :mod:`pipeline.runtime.dead_letters`). :func:`~pipeline.batch.bootstrap.bootstrap`
+meets (docs/reliability.md, :mod:`pipeline.runtime.operators.dead_letters`). :func:`~pipeline.batch.bootstrap.bootstrap`
 computes the state of the epochs ``<= n`` in one batch job, so it writes their dead letters itself, in the same
 layout and format, and counts them in the savepoint's stats:
 
@@ -54,10 +54,10 @@ from pipeline.exceptions import StorageError
 from pipeline.fileio import LocalFileIO, file_io_for
 from pipeline.job import JoinNode, SourceNode, WindowNode
 from pipeline.layout import checkpoint_id_of
-from pipeline.runtime.dataflow import arrow_schema_of, rethrow_task_error
-from pipeline.runtime.dead_letters import attempt_dead_letter_dir, operator_dead_letter_prefix
-from pipeline.runtime.keyed_ops import CHANNEL
-from pipeline.runtime.task_requests import counted_in_span
+from pipeline.runtime.operators.dead_letters import attempt_dead_letter_dir, operator_dead_letter_prefix
+from pipeline.runtime.operators.window import CHANNEL
+from pipeline.runtime.spark.dataflow import arrow_schema_of, rethrow_task_error
+from pipeline.runtime.spark.task_requests import counted_in_span
 from pipeline.source._formats import json_default
 from pipeline.source.planner import Split, plan_segment
 from pipeline.source.positions import Position, barrier_position, end_position, ordered_summaries

@@ -9,9 +9,9 @@ from typing import Any
 from pipeline.exceptions import BootstrapRefusedError, CheckpointError, ConfigError
 from pipeline.fileio import join_uri
 from pipeline.job import AggregateNode, DedupNode, JoinNode, ProcessNode, WindowNode
-from pipeline.runtime.cursor import Cursor
-from pipeline.runtime.progress import last_data_epoch
-from pipeline.runtime.savepoints import check_target
+from pipeline.runtime.driver.cursor import Cursor
+from pipeline.runtime.driver.progress import last_data_epoch
+from pipeline.runtime.driver.savepoints import check_target
 from pipeline.source.positions import barrier_or_idle
 
 __all__ = ["BootstrapPlan", "CATCH_UP", "plan_bootstrap", "refusal"]

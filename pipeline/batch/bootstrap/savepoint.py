@@ -25,17 +25,17 @@ from pipeline.fileio import file_io_for, join_uri
 from pipeline.job import AggregateNode, DedupNode, JoinNode, WindowNode
 from pipeline.keygroups import key_group_expr, range_for_subtask, subtask_expr
 from pipeline.layout import round_state_prefix, sink_staging_uri
-from pipeline.runtime import progress
-from pipeline.runtime.cursor import Cursor
-from pipeline.runtime.dataflow import arrow_schema_of, collect_handles
-from pipeline.runtime.dead_letters import EXTRA_KEY as DEAD_LETTERS_KEY
-from pipeline.runtime.dead_letters import DeadLetterFiles
-from pipeline.runtime.operators import HANDLE_DDL, _collect, subtask_of, task_report
-from pipeline.runtime.report_codec import to_batch
-from pipeline.runtime.routing import shuffle_to_subtasks, with_beacons
-from pipeline.runtime.savepoints import abort_pending
-from pipeline.runtime.task_requests import RequestSpan, counted_in_span
-from pipeline.runtime.writer_nodes import WRITER_PREFIX, is_writer_uid
+from pipeline.runtime.driver import progress
+from pipeline.runtime.driver.cursor import Cursor
+from pipeline.runtime.driver.savepoints import abort_pending
+from pipeline.runtime.operators.dead_letters import EXTRA_KEY as DEAD_LETTERS_KEY
+from pipeline.runtime.operators.dead_letters import DeadLetterFiles
+from pipeline.runtime.operators.report_codec import to_batch
+from pipeline.runtime.operators.task import HANDLE_DDL, _collect, subtask_of, task_report
+from pipeline.runtime.operators.writer_nodes import WRITER_PREFIX, is_writer_uid
+from pipeline.runtime.spark.dataflow import arrow_schema_of, collect_handles
+from pipeline.runtime.spark.routing import shuffle_to_subtasks, with_beacons
+from pipeline.runtime.spark.task_requests import RequestSpan, counted_in_span
 from pipeline.source.contract import read_inventory
 from pipeline.state.backend import KG_COLUMN, write_table
 
@@ -73,7 +73,7 @@ def _objects(comp, res, job) -> list[tuple[str, str, str, object, str | None]]:
             raise BootstrapRefusedError(f"job {job.name!r}: cannot bootstrap sink {s.table!r} of "
                                         f"{getattr(job.nodes[s.parent], 'uid', s.parent)!r}: "
                                         f"{res.unchecked.get(f'sink/{s.table}', 'not modelled by the batch plan')}")
-        writer = job.operator_sink(s.parent) is not s   # staged by a sink writer (pipeline.runtime.sink_writer)
+        writer = job.operator_sink(s.parent) is not s   # staged by a sink writer (pipeline.runtime.operators.sink_writer)
         out.append(("output", f"{WRITER_PREFIX}{s.table}" if writer else job.nodes[s.parent].uid, s.table,
                     res.sinks[s.table], None))
     for m in res.messages:
@@ -153,7 +153,7 @@ def bootstrap(runner, *, epoch: int | None = None, target: str | None = None,
     Returns ``{"savepoint", "savepoint_id", "epoch", "objects": {obj: rows}, "seconds", "timings", "s3_requests"}``
     (``timings``: seconds of the checks and the savepoint trigger, then of each object written in order;
     ``s3_requests``: the bootstrap's S3 requests, the driver's and the executors',
-    :class:`~pipeline.runtime.task_requests.RequestSpan`)."""
+    :class:`~pipeline.runtime.spark.task_requests.RequestSpan`)."""
     P = parallelism or runner.config.parallelism
     t0 = time.perf_counter()
     with RequestSpan(session=lambda: runner.ctx.spark_session) as span:

@@ -17,7 +17,7 @@ def sink(plan: PlanContext, s: SinkNode) -> None:
     df = plan.frame(s.parent)
     if df is None:
         plan.result.unchecked[obj] = plan.bad[s.parent]
-    elif plan.job.operator_sink(s.parent) is not s:  # a sink writer's (pipeline.runtime.sink_writer)
+    elif plan.job.operator_sink(s.parent) is not s:  # a sink writer's (pipeline.runtime.operators.sink_writer)
         why = writer_sink(plan, s, df)
         if why is not None:
             plan.result.unchecked[obj] = why
@@ -36,7 +36,7 @@ def sink(plan: PlanContext, s: SinkNode) -> None:
 def writer_sink(plan: PlanContext, s: SinkNode, df) -> str | None:
     """The batch meaning of a sink written by a sink writer (stateless steps after sources, unions or an
     operator): its rows (append), or per key the last row in the writer's order (upsert: processing epoch,
-    round, ``_ingest_ts``, source position, then the other columns; pipeline.runtime.sink_writer). Returns why
+    round, ``_ingest_ts``, source position, then the other columns; pipeline.runtime.operators.sink_writer). Returns why
     it is not modelled, or None when :attr:`BatchResult.sinks` holds it."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F

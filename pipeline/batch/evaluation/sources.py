@@ -4,8 +4,8 @@ source directly, dropped from a join's inputs by :func:`unparked`)."""
 from __future__ import annotations
 
 from pipeline.batch.evaluation.context import PlanContext
-from pipeline.batch.evaluation.prefix import source_dataframe
 from pipeline.batch.evaluation.result import PARKED
+from pipeline.batch.evaluation.source_read import source_dataframe
 from pipeline.job import SourceNode
 
 

@@ -37,7 +37,7 @@ def build_dedup_join() -> Job:
     """Chained stateful operators: the first click per ad within the TTL, joined with the views. The dedup feeds
     the join's *right* input: Spark then runs its tasks as partitions P..2P-1 of a union, so a task that took
     its subtask from the partition id would restore the wrong key groups and let duplicates through (a defect
-    found with ad_clicks; the tasks read their subtask from a beacon row, runtime/routing.py)."""
+    found with ad_clicks; the tasks read their subtask from a beacon row, runtime/spark/routing.py)."""
     job = Job("first_clicks", max_parallelism=16)
     clicks = job.source("clicks", CLICKS, key="ad_id")
     views = job.source("views", VIEWS, key="ad_id")

@@ -7,11 +7,11 @@ import pickle
 
 import pytest
 
-from pipeline.checkpoint.ack import AckResult, TaskAcknowledgement, acks_from_reports
+from pipeline.checkpoint.ack import AckResult, TaskAcknowledgement, TaskMetrics, acks_from_reports
 from pipeline.checkpoint.failure import CheckpointFailureReason as R
 from pipeline.checkpoint.handles import ChannelStateHandle, FileHandle, Position, SinkHandle, StateHandle
 from pipeline.checkpoint.metadata import CheckpointMetadata
-from pipeline.checkpoint.stats import CheckpointStats, OperatorStats, TaskMetrics
+from pipeline.checkpoint.stats import CheckpointStats, OperatorStats
 from pipeline.exceptions import CheckpointError, CorruptCheckpointError
 
 pytestmark = pytest.mark.unit
@@ -152,7 +152,7 @@ def decoded(rows: list[dict]):
     """Rows as an operator task's ``mapInArrow`` result carries them, decoded by the one codec."""
     import pyarrow as pa
 
-    from pipeline.runtime.report_codec import REPORT_SCHEMA, from_table
+    from pipeline.runtime.operators.report_codec import REPORT_SCHEMA, from_table
     return from_table(pa.Table.from_pylist(rows, schema=REPORT_SCHEMA))
 
 

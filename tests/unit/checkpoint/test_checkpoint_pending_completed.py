@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.checkpoint.ack import AckResult
+from pipeline.checkpoint.ack import AckResult, TaskMetrics
 from pipeline.checkpoint.completed import CompletedCheckpoint
 from pipeline.checkpoint.failure import CheckpointFailureReason as R
 from pipeline.checkpoint.handles import FileHandle, Position, StateHandle
 from pipeline.checkpoint.metadata import CheckpointMetadata
 from pipeline.checkpoint.pending import PendingCheckpoint, PendingManifest, PendingState
-from pipeline.checkpoint.stats import TaskMetrics
 from pipeline.exceptions import CheckpointDeclinedError, CheckpointError, CheckpointFencedError, CorruptCheckpointError
 from pipeline.fileio import LocalFileIO, join_uri, sha256_of
 

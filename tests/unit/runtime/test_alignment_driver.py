@@ -1,4 +1,4 @@
-"""The runtime's barrier-alignment driver (pipeline.runtime.alignment) over simulated rounds: which channel
+"""The runtime's barrier-alignment driver (pipeline.runtime.driver.alignment) over simulated rounds: which channel
 reads how far per round, when checkpoint n is snapshotted, what the state cut, the restore positions, the
 in-flight (channel state) ranges and the parked channels are, per mode. No Spark: positions only."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 from pipeline.checkpoint.handles import Position
 from pipeline.exceptions import CheckpointError, ConfigError
-from pipeline.runtime.alignment import (
+from pipeline.runtime.driver.alignment import (
     MODE_ALIGNED,
     MODE_AT_LEAST_ONCE,
     MODE_SWITCHED,

@@ -10,7 +10,7 @@ from pipeline.config import load_config
 from pipeline.exceptions import ConfigError
 from pipeline.job import Job
 from pipeline.jobs.orders_payments import ORDERS_SCHEMA, PAYMENTS_SCHEMA, build_job
-from pipeline.runtime.runner import JobRunner
+from pipeline.runtime.driver.runner import JobRunner
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""The operator dead-letter sweep (pipeline/runtime/dead_letters.py) on local, S3 (moto) and in-memory storage:
+"""The operator dead-letter sweep (pipeline/runtime/operators/dead_letters.py) on local, S3 (moto) and in-memory storage:
 after a checkpoint of epoch m completes, a reader of ``operator=<uid>/epoch-<m>/`` sees each dead record once;
 the files the checkpoint counts are never deleted (a failure mid-sweep loses nothing and the next sweep
 finishes); the sweep lists this epoch's files only, whatever the history."""
@@ -8,7 +8,7 @@ import pytest
 
 from pipeline.exceptions import InjectedFailure
 from pipeline.faults import FAIL_ENV, reset_fault_counts
-from pipeline.runtime.dead_letters import (
+from pipeline.runtime.operators.dead_letters import (
     DeadLetterFiles,
     attempt_dead_letter_dir,
     epoch_dead_letter_prefix,
@@ -110,7 +110,7 @@ def test_retention_removes_a_rewound_branchs_dead_letters_once_a_newer_branch_co
     from pipeline.checkpoint.store import CompletedCheckpointStore
     from pipeline.exceptions import ObjectNotFoundError
     from pipeline.fileio import LocalFileIO, join_uri
-    from pipeline.runtime.dead_letters import superseding_checkpoints
+    from pipeline.runtime.operators.dead_letters import superseding_checkpoints
 
     fio, root = LocalFileIO(), local_root
     job_root = join_uri(root, "checkpoints-root", JOB)

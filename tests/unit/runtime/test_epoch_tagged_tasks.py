@@ -24,13 +24,14 @@ import pytest
 from pipeline.fileio import LocalFileIO
 from pipeline.operators.join import JoinType
 from pipeline.operators.ttl import ROW_EPOCH
-from pipeline.runtime import operators as ops
-from pipeline.runtime.dedup import DedupTaskSpec, make_dedup_task
-from pipeline.runtime.keyed_ops import ProcessTaskSpec, make_process_task
-from pipeline.runtime.operators import EXACT_SUM, AggTaskSpec, JoinTaskSpec, make_agg_task, make_join_task
-from pipeline.runtime.report_codec import from_ipc, from_table, to_batch
-from pipeline.runtime.round_params import EPOCH_TAG, TAGGED_KEY
-from pipeline.runtime.routing import BEACON
+from pipeline.runtime.operators import task as ops
+from pipeline.runtime.operators.aggregate import EXACT_SUM, AggTaskSpec, make_agg_task
+from pipeline.runtime.operators.dedup import DedupTaskSpec, make_dedup_task
+from pipeline.runtime.operators.join import JoinTaskSpec, make_join_task
+from pipeline.runtime.operators.process import ProcessTaskSpec, make_process_task
+from pipeline.runtime.operators.report_codec import from_ipc, from_table, to_batch
+from pipeline.runtime.operators.round_params import EPOCH_TAG, TAGGED_KEY
+from pipeline.runtime.operators.task import BEACON
 from pipeline.state import backend
 from pipeline.state.backend import load_chain
 from pipeline.state.chain import StateChain
@@ -379,7 +380,7 @@ def _window_inputs(rnd: random.Random) -> list[dict[int, list[dict]]]:
 
 
 def _window_task(root: str, emit: str):
-    from pipeline.runtime.keyed_ops import WindowTaskSpec, make_window_task
+    from pipeline.runtime.operators.window import WindowTaskSpec, make_window_task
     from pipeline.windows.aggregate import EmitMode, WindowSpec, output_schema
     w = WindowSpec("k", "et", 120_000_000, 60_000_000, 20_000_000, 30_000_000,
                    (("n", "count", None), ("s", "sum", "v"), ("hi", "max", "v")), EmitMode(emit))
@@ -443,7 +444,7 @@ def test_a_task_function_built_under_embedded_params_carries_every_epoch_by_valu
     tagged round exactly as the local-property path does (and without any local property)."""
     from pyspark import cloudpickle
 
-    from pipeline.runtime.round_params import EmbeddedParams, operator_key
+    from pipeline.runtime.operators.round_params import EmbeddedParams, operator_key
     state = pa.schema([("g", pa.string()), ("n", pa.int64()), ("s", EXACT_SUM)])
     out = pa.schema([("g", pa.string()), ("n", pa.int64()), ("s", pa.float64())])
 

@@ -10,7 +10,7 @@ import pytest
 
 from pipeline.cli import main
 from pipeline.exceptions import ConfigError
-from pipeline.runtime.follow import FollowOptions, FollowReport, StopRequest, default_poll_seconds
+from pipeline.runtime.driver.follow import FollowOptions, FollowReport, StopRequest, default_poll_seconds
 
 pytestmark = pytest.mark.unit
 

@@ -1,11 +1,11 @@
-"""The progress heartbeat of long commands (pipeline.runtime.progress.Heartbeat): its lines name the step and how
+"""The progress heartbeat of long commands (pipeline.runtime.driver.progress.Heartbeat): its lines name the step and how
 much of it is done, and the command ends with one summary line with the time. A manual clock; no Spark."""
 from __future__ import annotations
 
 import pytest
 
-from pipeline.runtime import progress
-from pipeline.runtime.progress import Heartbeat
+from pipeline.runtime.driver import progress
+from pipeline.runtime.driver.progress import Heartbeat
 
 pytestmark = pytest.mark.unit
 

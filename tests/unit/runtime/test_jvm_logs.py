@@ -1,4 +1,4 @@
-"""Spark JVM log lines relayed at their level (pipeline.runtime.jvm_logs)."""
+"""Spark JVM log lines relayed at their level (pipeline.runtime.spark.jvm_logs)."""
 import logging
 import os
 import subprocess
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from pipeline.runtime.jvm_logs import level_of
+from pipeline.runtime.spark.jvm_logs import level_of
 
 
 @pytest.mark.unit
@@ -31,7 +31,7 @@ def test_jvm_warning_is_a_warning_not_stderr():
         "    def emit(self, r):\n"
         "        if 'relay-check-42' in r.getMessage(): seen.set()\n"
         "logging.getLogger('spark.jvm').addHandler(H())\n"
-        "from pipeline.runtime.session import get_spark, stop_spark\n"
+        "from pipeline.runtime.spark.session import get_spark, stop_spark\n"
         "s = get_spark(parallelism=1)\n"
         "s.sparkContext.setLogLevel('WARN')\n"
         "s.sparkContext._jvm.org.apache.logging.log4j.LogManager.getLogger('epochal.test').warn('relay-check-42')\n"

@@ -1,9 +1,9 @@
-"""Progress lines of `run` (pipeline.runtime.progress)."""
+"""Progress lines of `run` (pipeline.runtime.driver.progress)."""
 from types import SimpleNamespace
 
 import pytest
 
-from pipeline.runtime.progress import RunProgress, format_duration, last_data_epoch
+from pipeline.runtime.driver.progress import RunProgress, format_duration, last_data_epoch
 
 pytestmark = pytest.mark.unit
 

@@ -14,7 +14,7 @@ from pipeline.checkpoint.metadata import CheckpointMetadata
 from pipeline.checkpoint.report import ReportKind, TaskReport
 from pipeline.exceptions import CheckpointError
 from pipeline.fileio.request_counter import StorageRequests
-from pipeline.runtime.report_codec import REPORT_DDL, REPORT_SCHEMA, from_ipc, from_table, to_batch, to_ipc
+from pipeline.runtime.operators.report_codec import REPORT_DDL, REPORT_SCHEMA, from_ipc, from_table, to_batch, to_ipc
 
 pytestmark = pytest.mark.unit
 
@@ -112,8 +112,8 @@ def test_round_parameters_carry_the_same_typed_handles_to_the_task():
     import dataclasses
     import json
 
-    from pipeline.runtime.dataflow import OperatorIO
-    from pipeline.runtime.round_params import apply_params, operator_params
+    from pipeline.runtime.operators.round_params import apply_params, operator_params
+    from pipeline.runtime.spark.dataflow import OperatorIO
 
     f = FileHandle("s3://b/job/shared/op/a.parquet", 3, 30, "cd" * 32)
     h = StateHandle("op", 1, 4, 7, "left", f, (f,), 6, 60)

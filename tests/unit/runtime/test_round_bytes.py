@@ -1,4 +1,4 @@
-"""The per-task byte budget of a tagged round (pipeline.runtime.round_bytes), without Spark: how many waiting epochs a
+"""The per-task byte budget of a tagged round (pipeline.runtime.spark.round_bytes), without Spark: how many waiting epochs a
 round takes, the first round without a figure, the first figure sampled from a Parquet file, the figure measured by a read task and recorded in a checkpoint's
 ``_metadata``, and read back from storage by a new process. The Spark side (a catch-up split into rounds by bytes) is
 tests/integration/test_tagged_round_bytes.py."""
@@ -17,8 +17,8 @@ from pipeline.checkpoint.metadata import CheckpointMetadata
 from pipeline.checkpoint.store import CompletedCheckpointStore
 from pipeline.config import load_config
 from pipeline.fileio import LocalFileIO, join_uri
-from pipeline.runtime.cursor import Cursor, cursor_from_metadata
-from pipeline.runtime.round_bytes import (
+from pipeline.runtime.driver.cursor import Cursor, cursor_from_metadata
+from pipeline.runtime.spark.round_bytes import (
     EXTRA_KEY,
     ReadBytes,
     ReadBytesCounter,
@@ -87,8 +87,8 @@ _NEW_PROCESS = """
 import json, sys
 from pipeline.checkpoint.store import CompletedCheckpointStore
 from pipeline.fileio import LocalFileIO
-from pipeline.runtime.cursor import cursor_from_metadata
-from pipeline.runtime.round_bytes import epochs_within_budget
+from pipeline.runtime.driver.cursor import cursor_from_metadata
+from pipeline.runtime.spark.round_bytes import epochs_within_budget
 latest = CompletedCheckpointStore(LocalFileIO(), sys.argv[1]).latest()
 cursor = cursor_from_metadata(latest.metadata)
 cut = epochs_within_budget([{"docs": 1000}] * 8, cursor.bytes_per_row, 2, int(sys.argv[2]))

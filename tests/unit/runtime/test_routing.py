@@ -3,7 +3,8 @@ group puts every record in its subtask's partition with exactly one beacon, and 
 import pytest
 
 from pipeline.keygroups import key_group_expr, subtask_for_key_group
-from pipeline.runtime.routing import beacon_subtask, route_by_key_group, routes, shuffle_to_subtasks, spark_hash_long
+from pipeline.runtime.operators.task import beacon_subtask
+from pipeline.runtime.spark.routing import route_by_key_group, routes, shuffle_to_subtasks, spark_hash_long
 
 
 def test_routes_are_distinct_and_cover_every_subtask():
@@ -17,7 +18,7 @@ def test_routes_are_distinct_and_cover_every_subtask():
 def test_hash_and_routes_agree_with_spark():
     from pyspark.sql import functions as F
 
-    from pipeline.runtime.session import get_spark
+    from pipeline.runtime.spark.session import get_spark
     spark = get_spark()
     values = list(range(-5, 200)) + [2**40 + 7, -(2**50), 2**63 - 1, -(2**63)]
     rows = spark.createDataFrame([(v,) for v in values], "v long").select("v", F.hash("v").alias("h")).collect()
@@ -31,7 +32,7 @@ def test_hash_and_routes_agree_with_spark():
 
 @pytest.mark.spark
 def test_route_by_key_group_puts_each_record_and_one_beacon_in_its_subtasks_partition():
-    from pipeline.runtime.session import get_spark
+    from pipeline.runtime.spark.session import get_spark
     spark = get_spark()
     keys = [f"k{i}" for i in range(300)] + [None]
     for p, mp in ((1, 128), (2, 128), (3, 128), (4, 16), (7, 128)):
@@ -59,7 +60,7 @@ def test_route_by_key_group_puts_each_record_and_one_beacon_in_its_subtasks_part
 def test_the_session_sends_arrow_batches_to_python_tasks_without_a_per_row_size_check():
     """Spark 4 sizes the Arrow batch it builds for a Python task after every row unless the byte limit is exactly
     Int.MaxValue (``BatchedPythonArrowInput.writeSizedBatch``); the batches still end at maxRecordsPerBatch rows."""
-    from pipeline.runtime.session import get_spark
+    from pipeline.runtime.spark.session import get_spark
     conf = get_spark()._jsparkSession.sessionState().conf()
     assert conf.arrowMaxBytesPerBatch() == 2**31 - 1
     assert conf.arrowMaxRecordsPerBatch() == 50_000
@@ -69,7 +70,7 @@ def test_the_session_sends_arrow_batches_to_python_tasks_without_a_per_row_size_
 def test_a_local_session_does_not_hash_every_shuffled_row_for_retries():
     """Spark 4's order-independent shuffle checksum (an XXH64 of every shuffled row, to detect a retried map task
     whose output changed) is off on a local master, whose tasks are never retried; a cluster master keeps it."""
-    from pipeline.runtime.session import get_spark, local_shuffle_conf
+    from pipeline.runtime.spark.session import get_spark, local_shuffle_conf
     conf = get_spark()._jsparkSession.sessionState().conf()
     assert conf.getConfString("spark.sql.shuffle.orderIndependentChecksum.enabled") == "false"
     # Spark computes the row checksums when either setting is on (ShuffleExchangeExec.prepareShuffleDependency)

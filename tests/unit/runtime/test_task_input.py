@@ -10,10 +10,9 @@ import random
 import pyarrow as pa
 import pytest
 
-from pipeline.runtime.operators import split_epochs, subtask_of
-from pipeline.runtime.round_params import EPOCH_TAG
-from pipeline.runtime.routing import BEACON
-from pipeline.runtime.task_profile import PROFILE_ENV, profiled, summarize
+from pipeline.runtime.operators.round_params import EPOCH_TAG
+from pipeline.runtime.operators.task import BEACON, split_epochs, subtask_of
+from pipeline.runtime.operators.task_profile import PROFILE_ENV, profiled, summarize
 from pipeline.state.backend import KG_COLUMN
 
 pytestmark = pytest.mark.unit

@@ -1,4 +1,4 @@
-"""Exact executor S3 request counts (pipeline.runtime.task_requests, pipeline.fileio.request_counter recordings):
+"""Exact executor S3 request counts (pipeline.runtime.spark.task_requests, pipeline.fileio.request_counter recordings):
 what a task function records, under which epoch, and how a round's counts are split over its checkpoints.
 Spark's side (the accumulator travelling with mapInArrow functions to other workers) is in
 tests/integration/test_s3_requests.py."""
@@ -18,7 +18,7 @@ from pipeline.fileio.request_counter import (
     request_counts,
     take_unreported,
 )
-from pipeline.runtime.task_requests import RoundRequests, TaskRequestCounter, _CountsParam, counted
+from pipeline.runtime.spark.task_requests import RoundRequests, TaskRequestCounter, _CountsParam, counted
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""The runtime validates through a port (pipeline/runtime/validation.py); ``import pipeline`` registers the
+"""The runtime validates through a port (pipeline/runtime/driver/validation.py); ``import pipeline`` registers the
 quality package's validator, and a runner that needs one and finds none says so instead of skipping."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import pipeline  # noqa: F401  (registers the default validator)
 from pipeline.exceptions import ConfigError
 from pipeline.quality.validator import QualityValidator
-from pipeline.runtime import validation
+from pipeline.runtime.driver import validation
 
 pytestmark = pytest.mark.unit
 

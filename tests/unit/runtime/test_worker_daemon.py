@@ -1,4 +1,4 @@
-"""The executors' Python daemon imports the task modules once, before forking (pipeline.runtime.worker_daemon)."""
+"""The executors' Python daemon imports the task modules once, before forking (pipeline.runtime.spark.worker_daemon)."""
 from __future__ import annotations
 
 import json
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.runtime.session import preimport_workers
-from pipeline.runtime.worker_daemon import PREIMPORTED, preimport
+from pipeline.runtime.spark.session import preimport_workers
+from pipeline.runtime.spark.worker_daemon import PREIMPORTED, preimport
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -35,7 +35,7 @@ def test_preimport_reports_what_it_could_not_import():
 
 _CHILD = r"""
 import json
-from pipeline.runtime.session import get_spark, stop_spark
+from pipeline.runtime.spark.session import get_spark, stop_spark
 
 def probe(batches):
     import os, sys
@@ -56,7 +56,7 @@ print("RESULT " + json.dumps(out))
 
 @pytest.mark.spark
 def test_workers_are_forked_from_the_preimporting_daemon():
-    """A real local session: the task's worker is a child of ``pipeline.runtime.worker_daemon`` and finds the
+    """A real local session: the task's worker is a child of ``pipeline.runtime.spark.worker_daemon`` and finds the
     state modules imported already (the function it runs imports none of them). ``EPOCHAL_WORKER_PREIMPORT=0``
     is the decision tested above (one session per process: the switch is read when the session is built)."""
     env = {**os.environ, "EPOCHAL_WORKER_PREIMPORT": "1", "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable}
@@ -64,6 +64,6 @@ def test_workers_are_forked_from_the_preimporting_daemon():
     line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
     assert p.returncode == 0 and line is not None, p.stdout[-2000:] + p.stderr[-4000:]
     out = json.loads(line[len("RESULT "):])
-    assert "-m pipeline.runtime.worker_daemon" in out["parent"], out
-    assert out["pre"] is True and out["conf"] == "pipeline.runtime.worker_daemon", out
-    assert set(PREIMPORTED) >= {"pyarrow.parquet", "pipeline.runtime.operators", "pipeline.source.reader"}
+    assert "-m pipeline.runtime.spark.worker_daemon" in out["parent"], out
+    assert out["pre"] is True and out["conf"] == "pipeline.runtime.spark.worker_daemon", out
+    assert set(PREIMPORTED) >= {"pyarrow.parquet", "pipeline.runtime.operators.task", "pipeline.source.reader"}

@@ -18,8 +18,9 @@ from pipeline.config import load_config
 from pipeline.fileio import S3FileIO
 from pipeline.fileio.request_counter import KINDS, StorageRequests, request_counts
 from pipeline.sink import iceberg as iceberg_mod
-from pipeline.sink.formats import TableFormat, open_sink_table, sink_requests_counting
+from pipeline.sink.formats import open_sink_table, sink_requests_counting
 from pipeline.sink.table import CommitEntry
+from pipeline.sink.table_format import TableFormat
 from pipeline.testing.s3_faults import S3FaultProxy
 
 pytestmark = [pytest.mark.unit, pytest.mark.table_formats]

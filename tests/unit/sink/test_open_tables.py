@@ -13,8 +13,9 @@ from pipeline.checkpoint.handles import FileHandle
 from pipeline.config import load_config
 from pipeline.exceptions import IncompatibleSinkSchemaError
 from pipeline.fileio import file_io_for
-from pipeline.sink.formats import TableFormat, open_sink_table, resolve_format
+from pipeline.sink.formats import open_sink_table
 from pipeline.sink.table import CommitEntry
+from pipeline.sink.table_format import TableFormat, resolve_format
 
 pytestmark = [pytest.mark.unit, pytest.mark.table_formats]
 

@@ -14,9 +14,9 @@ from pipeline.fileio import LocalFileIO
 from pipeline.keygroups import KeyGroupRange
 from pipeline.operators.dedup import dedup_step
 from pipeline.operators.join import JoinType, Uniqueness, join_step, with_matched
-from pipeline.runtime.keyed_stores import KeyedStores
-from pipeline.runtime.operators import HANDLE_DDL  # noqa: F401  (registers the backends, as a task does)
-from pipeline.runtime.state_access import StateScope, StateSpec, open_state
+from pipeline.runtime.operators.keyed_stores import KeyedStores
+from pipeline.runtime.operators.state_access import StateScope, StateSpec, open_state
+from pipeline.runtime.operators.task import HANDLE_DDL  # noqa: F401  (registers the backends, as a task does)
 from pipeline.state import backend
 from pipeline.state.backend import read_state
 from pipeline.state.changelog import TouchedKeys

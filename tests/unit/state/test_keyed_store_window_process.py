@@ -14,8 +14,8 @@ from pipeline.checkpoint.handles import StateHandle
 from pipeline.fileio import LocalFileIO
 from pipeline.keygroups import KeyGroupRange
 from pipeline.process_op import TOUCHED, process_step
-from pipeline.runtime.keyed_stores import KeyedStores
-from pipeline.runtime.state_access import StateScope, StateSpec
+from pipeline.runtime.operators.keyed_stores import KeyedStores
+from pipeline.runtime.operators.state_access import StateScope, StateSpec
 from pipeline.state import backend
 from pipeline.state.backend import read_state
 from pipeline.state.keyed_store import row_keys

@@ -19,8 +19,8 @@ import pytest
 from pipeline.checkpoint.handles import StateHandle
 from pipeline.fileio import LocalFileIO
 from pipeline.keygroups import KeyGroupRange
-from pipeline.runtime.keyed_stores import KeyedStores
-from pipeline.runtime.state_access import StateScope, StateSpec
+from pipeline.runtime.operators.keyed_stores import KeyedStores
+from pipeline.runtime.operators.state_access import StateScope, StateSpec
 from pipeline.state import snapshot
 from pipeline.state.chain import StateChain
 from pipeline.state.changelog import OP_COLUMN, diff

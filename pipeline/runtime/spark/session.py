@@ -1,0 +1,196 @@
+"""The SparkSession Epochal runs on: ``local[*]`` by default, any cluster master at scale (spark-submit), or a
+long-lived Spark Connect server (``PIPELINE_SPARK_MASTER=sc://host:port``).
+
+The master a launcher or an existing session set wins over ``PIPELINE_SPARK_MASTER`` and the default
+(:mod:`pipeline.master`).
+
+**Classic session** (local, standalone, YARN, Kubernetes): the runner hands each round's values to the tasks as
+local properties of the SparkContext and re-plans a cached analysed plan through the JVM
+(:mod:`pipeline.runtime.operators.round_params`); AWS credential-chain inputs travel with the tasks
+(:mod:`pipeline.credentials`).
+
+**Spark Connect**: no SparkContext, no JVM in this process. The round's values travel inside the task functions
+(the plan is built per round; :class:`pipeline.runtime.driver.spark_plan.SparkPlan`), the session's SQL settings are set
+through ``spark.conf``, and the job's own module is uploaded as a session artifact so that the server's Python
+workers can import it. The server's executors need the ``pipeline`` package installed (the docker-compose image
+has it) and take AWS credentials from their own environment / the default chain: a Connect client never ships
+secrets to a shared server.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from pipeline.credentials import REDACTION_REGEX, forward_to_executors
+from pipeline.exceptions import ConfigError
+from pipeline.master import choose_master, connect_url, probe_connect
+from pipeline.runtime.spark.jvm_logs import relay_jvm_stderr
+
+__all__ = ["get_spark", "stop_spark", "is_connect_session", "ship_job_code", "preimport_workers", "SQL_CONF",
+           "local_shuffle_conf"]
+
+_SESSION = None
+
+#: SQL settings every Epochal session runs with (runtime-settable, so they also apply over Spark Connect)
+SQL_CONF = {
+    "spark.sql.session.timeZone": "UTC",
+    # partition i after our shuffle must be operator subtask i: no adaptive coalescing
+    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.execution.arrow.maxRecordsPerBatch": "50000",
+    # no byte limit per Arrow batch towards the Python tasks (batches end at maxRecordsPerBatch rows, as in Spark
+    # 3.x): with any other value Spark 4 measures the batch being built after *every row* (ArrowWriter.sizeInBytes
+    # walks the struct of all columns), a quarter of the executors' JVM CPU on the 2M benchmark (docs/performance.md)
+    "spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1),
+    "spark.sql.execution.pythonUDF.arrow.enabled": "true",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+}
+
+
+def is_connect_session(spark) -> bool:
+    """True for a Spark Connect session (no SparkContext in this process)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def _connect(url: str, parallelism: int, app: str):
+    """A Spark Connect session on ``url``; a server that does not answer is a clear error, raised before any
+    checkpoint id is claimed (the callers start the session first)."""
+    probe_connect(url)
+    from pyspark.sql import SparkSession
+    try:
+        spark = SparkSession.builder.remote(url).appName(app).getOrCreate()
+        for k, v in {**SQL_CONF, "spark.sql.shuffle.partitions": str(parallelism)}.items():
+            spark.conf.set(k, v)
+    except Exception as e:  # noqa: BLE001 - whatever the client raises, one line naming the server
+        detail = " ".join(str(e).split())[:300]
+        raise ConfigError(f"Spark Connect server {url} accepts connections but no Spark Connect session could be "
+                          f"opened ({type(e).__name__}: {detail}); is it a Spark Connect server of a compatible "
+                          "version? See docs/deployment.md") from None
+    return spark
+
+
+def get_spark(master: str | None = None, parallelism: int = 2, app: str = "epochal"):
+    """Create (once per process) the SparkSession. Workers use this interpreter (pyarrow on executors).
+    ``master``: the configured ``PIPELINE_SPARK_MASTER`` (empty/None: not configured)."""
+    global _SESSION
+    if _SESSION is not None:
+        return _SESSION
+    url = connect_url(master)
+    if url is not None:
+        _SESSION = _connect(url, parallelism, app)
+        return _SESSION
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    active = SparkContext._active_spark_context  # noqa: SLF001 - the only way to see a running context
+    choice = choose_master(master, active_master=active.master if active is not None else None)
+    if choice.note():
+        print(choice.note(), file=sys.stderr)
+    b = SparkSession.builder.appName(app)
+    if choice.builder_master:
+        b = b.master(choice.builder_master)
+    b = (b
+         .config("spark.ui.enabled", "false")
+         .config("spark.ui.showConsoleProgress", "false")
+         .config("spark.sql.shuffle.partitions", str(parallelism))
+         .config("spark.python.worker.reuse", "true")
+         .config("spark.driver.memory", os.environ.get("EPOCHAL_DRIVER_MEMORY", "4g"))
+         .config("spark.executorEnv.PYTHONPATH", os.pathsep.join(p for p in sys.path if p)))
+    for k, v in SQL_CONF.items():
+        b = b.config(k, v)
+    for k, v in local_shuffle_conf(choice.master).items():
+        b = b.config(k, v)
+    if preimport_workers(choice.master, os.environ):  # task modules imported once per executor, not per worker
+        b = b.config("spark.python.daemon.module", "pipeline.runtime.spark.worker_daemon")
+    b = b.config("spark.redaction.regex", REDACTION_REGEX)
+    for k in ("EPOCHAL_KILL_AT", "EPOCHAL_KILL_SCOPE", "EPOCHAL_PHASE_MARKERS", "EPOCHAL_ATTEMPT_FAULT",
+              "EPOCHAL_TASK_PROFILE",  # opt-in cProfile of the task functions (pipeline.runtime.operators.task_profile)
+              # the S3 retry knobs (pipeline.storage_retry, pipeline.fileio.s3) hold on the executors too
+              "PIPELINE_S3_RETRY_SECONDS", "PIPELINE_S3_RETRY_BASE_MS", "PIPELINE_S3_RETRY_MAX_BACKOFF_SECONDS",
+              "PIPELINE_S3_BOTO_ATTEMPTS", "PIPELINE_S3_PART_MB"):
+        if os.environ.get(k):
+            b = b.config(f"spark.executorEnv.{k}", os.environ[k])
+    with relay_jvm_stderr():  # EPOCHAL_JVM_LOGS=python: JVM log lines at their level (Airflow tasks)
+        _SESSION = b.getOrCreate()
+    # AWS credential-chain inputs travel with the tasks, never in the Spark configuration
+    forward_to_executors(_SESSION.sparkContext, os.environ)
+    _SESSION.sparkContext.setLogLevel(os.environ.get("EPOCHAL_SPARK_LOG_LEVEL", "ERROR"))
+    _quiet_task_failures(_SESSION)
+    return _SESSION
+
+
+def local_shuffle_conf(master: str | None) -> dict[str, str]:
+    """Spark settings for a local master's shuffles: no order-independent row checksum. Spark 4 (on by default)
+    hashes every shuffled row (XXH64 over the UnsafeRow) so that, when a map task is *retried*, the driver can tell
+    whether its output changed and re-run the consumer stages; a local master runs every task once (a failed task
+    fails the round, which Epochal replays from the write-ahead log), so the hash only costs CPU: 4% of the
+    executor threads' samples of the 2M benchmark at one epoch per round (docs/performance.md). A cluster keeps
+    Spark's default (its map outputs can be lost with an executor and recomputed)."""
+    if not master or not str(master).startswith("local"):
+        return {}
+    # both: Spark computes the checksums when either is on (ShuffleExchangeExec.prepareShuffleDependency)
+    return {"spark.sql.shuffle.orderIndependentChecksum.enabled": "false",
+            "spark.sql.shuffle.orderIndependentChecksum.enableFullRetryOnMismatch": "false"}
+
+
+def preimport_workers(master: str | None, env) -> bool:
+    """Whether the executors' Python daemon imports the task modules before forking its workers
+    (:mod:`pipeline.runtime.spark.worker_daemon`): local masters (the executors share this interpreter and ``sys.path``),
+    unless ``EPOCHAL_WORKER_PREIMPORT=0``."""
+    if env.get("EPOCHAL_WORKER_PREIMPORT", "1").strip().lower() in ("0", "false", "no", "off"):
+        return False
+    return bool(master) and str(master).startswith("local")
+
+
+def ship_job_code(job) -> None:
+    """Spark Connect: the job's own Python functions (``Stream.process``, ``map`` functions, ...) travel by value
+    inside the tasks, so the server's Python workers need only the ``pipeline`` package, not the user's module.
+    (A classic session ships ``sys.path`` to its executors instead.)"""
+    import dataclasses
+    import types
+
+    from pyspark import cloudpickle
+    seen: set[str] = set()
+
+    def visit(value) -> None:
+        if isinstance(value, (types.FunctionType, type)) or callable(value):
+            mod = getattr(value, "__module__", None) or getattr(type(value), "__module__", None)
+            if mod and mod not in seen and mod in sys.modules and not mod.startswith(("pipeline.", "pyspark", "builtins")) \
+                    and mod != "pipeline":
+                seen.add(mod)
+                cloudpickle.register_pickle_by_value(sys.modules[mod])
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                visit(v)
+        elif isinstance(value, dict):
+            for v in value.values():
+                visit(v)
+
+    for node in job.nodes:
+        if dataclasses.is_dataclass(node):
+            for f in dataclasses.fields(node):
+                visit(getattr(node, f.name))
+
+
+def _quiet_task_failures(spark) -> None:
+    """A failed task is reported once, by Epochal (``epochal: <Error>: <message naming the URI/file>``, see
+    :func:`pipeline.runtime.spark.dataflow.rethrow_task_error`): Spark's own ERROR lines carrying the Python worker's
+    traceback (``Executor: Exception in task``, ``TaskSetManager: Lost task``) are switched off, unless
+    ``EPOCHAL_SPARK_TASK_ERRORS=1`` (debugging) or an explicit ``EPOCHAL_SPARK_LOG_LEVEL`` asks for them."""
+    if os.environ.get("EPOCHAL_SPARK_TASK_ERRORS") == "1" or os.environ.get("EPOCHAL_SPARK_LOG_LEVEL"):
+        return
+    try:
+        jvm = spark.sparkContext._jvm  # noqa: SLF001
+        off = jvm.org.apache.logging.log4j.Level.OFF
+        for name in ("org.apache.spark.executor.Executor", "org.apache.spark.scheduler.TaskSetManager"):
+            jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, off)
+    except Exception:  # noqa: BLE001 - a cluster/Connect session may not expose log4j: keep Spark's logging
+        pass
+
+
+def stop_spark() -> None:
+    global _SESSION
+    if _SESSION is not None:
+        _SESSION.stop()
+        _SESSION = None
