@@ -51,6 +51,7 @@ from pipeline.runtime.finalize import CheckpointFinalizer, CheckpointListener
 from pipeline.runtime.progress import RunProgress, last_data_epoch
 from pipeline.runtime.results import RoundResult, RunReport
 from pipeline.runtime.round_executor import RoundExecutor
+from pipeline.runtime.savepoint_copy import savepoint_by_copy
 from pipeline.runtime.savepoints import abort_pending, check_target
 from pipeline.runtime.spark_plan import SparkPlan
 from pipeline.runtime.task_requests import RequestSpan
@@ -419,11 +420,17 @@ class JobRunner:
         return self.load_snapshot(str(ref))
 
     def savepoint(self, target: str | None = None, *, parallelism: int | None = None) -> str:
-        """An aligned, self-contained savepoint of the latest completed checkpoint (state copied by the
-        tasks that own the key groups; it references no checkpoint-owned file). Never deleted by Epochal.
+        """An aligned, self-contained savepoint of the latest completed checkpoint (it references no
+        checkpoint-owned file). Never deleted by Epochal. Its state files are copied on the driver
+        (:mod:`pipeline.runtime.savepoint_copy`); a checkpoint with channel state, or another parallelism, is
+        re-snapshotted by an idle aligned round whose tasks copy their key groups' state.
         ``target`` must lie under an allowed savepoint prefix (:mod:`pipeline.runtime.savepoints`)."""
         if target is not None:
             target = check_target(target, self.config, self.job.name)
+        progress.step("reading the latest checkpoint")
+        copied = savepoint_by_copy(self, target, parallelism)   # no Spark round when the state can be copied
+        if copied is not None:
+            return copied
         progress.step("starting Spark")
         self.ctx.require_spark()
         progress.step("reading the latest checkpoint")
