@@ -187,19 +187,19 @@ def test_corrupted_barrier_and_round_log_entries_fail_naming_checkpoint_and_file
     ds = {s.suite: s for s in v.suites}
     assert ds["epochal_runtime_logs"].rows >= len(list(barriers.glob("epoch-*.json"))), v.summary()
 
-    # 1. a barrier entry one row early (a non-idle partition whose barrier is inside a file)
+    # 1. a barrier entry one row late (a partition that was not idle when the barrier was cut)
     victim, doc, src, part = None, None, None, None
     for f in sorted(barriers.glob("epoch-*.json")):
         d = json.loads(f.read_text())
         if d["epoch"] > md.epoch:
             continue
         for s, ps in d["barriers"].items():
-            for p, pos in ps.items():
-                if pos["row"] > 0 and p not in d.get("idle_partitions", {}).get(s, []):
+            for p in ps:
+                if p not in d.get("idle_partitions", {}).get(s, []):
                     victim, doc, src, part = f, d, s, p
     assert victim is not None
     original = victim.read_bytes()
-    doc["barriers"][src][part]["row"] -= 1
+    doc["barriers"][src][part]["row"] += 1
     victim.write_text(json.dumps(doc))
     try:
         v = _validate(r)
