@@ -83,15 +83,18 @@ def main(argv: list[str] | None = None) -> int:
                "PIPELINE_CHECKPOINT_URI": "s3://bench/ckpt", "PIPELINE_SINK_URI": "s3://bench/sink",
                "PIPELINE_PARALLELISM": str(a.parallelism), "EPOCHAL_HOME": str(root / "home")}
         py = [sys.executable, "-m", "pipeline"]
-        run = run_measured(py + ["run", "--job", "orders_payments", "--epochs", str(a.epochs)], env, root / "run.log")
+        run = run_measured(py + ["run", "--job", "orders_payments", "--epochs", str(a.epochs)], env, root / "run.log",
+                           cwd=a.code)
         print(f"run: {run}", flush=True)
         _, off = _requests(mlog, 0)
         rows = []
         for i in range(a.savepoints):
-            m = run_measured(py + ["savepoint", "--job", "orders_payments", "--json"], env, root / f"sp{i}.log")
+            m = run_measured(py + ["savepoint", "--job", "orders_payments", "--json"], env, root / f"sp{i}.log",
+                             cwd=a.code)
             reqs, off = _requests(mlog, off)
             out = (root / f"sp{i}.log").read_text()
-            loc = next((json.loads(ln)["savepoint"] for ln in out.splitlines() if ln.startswith("{")), None)
+            found = re.search(r'"savepoint": "([^"]+)"', out)
+            loc = found.group(1) if found else None
             row = {**m, "moto_requests": reqs, "moto_total": sum(reqs.values()), "savepoint": loc}
             rows.append(row)
             print(f"savepoint {i + 1}: {m['wall_s']} s wall / {m['cpu_s']} s CPU, {sum(reqs.values())} S3 requests "
