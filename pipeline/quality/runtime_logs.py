@@ -13,7 +13,8 @@ against evidence that shares no code with the runtime's source reader:
   partition the entry marks idle must have no such row before its barrier.
 * **rounds**: an entry ``epoch-<e>-chk-<id>-r<k>.json`` must name the checkpoint and epoch of its file name; for a
   checkpoint whose ``_metadata`` is known, ``k`` is below its number of rounds, ``e`` is its epoch, and every start
-  lies between the parent's restore position and the checkpoint's barrier (where both are known).
+  lies between the parent's restore position and the checkpoint's barrier (where known; no upper bound for an
+  at-least-once checkpoint, whose rounds may read past its barrier).
 * **lag log**: an entry must name the checkpoint and epoch of its file name; for a known checkpoint, its barriers
   equal the checkpoint's ``_metadata`` barriers and its read positions are not before the parent's positions.
 
@@ -252,7 +253,9 @@ def runtime_log_rows(runner, md, known: Mapping[int, Any]) -> tuple[list[dict], 
                 start = _pos(v)
                 lo = _pos(parent.positions[src][p].to_dict()) if (
                     parent is not None and p in parent.positions.get(src, {})) else None
-                hi = _pos(c.barriers[src][p].to_dict()) if (c is not None and p in c.barriers.get(src, {})) else None
+                # at-least-once rounds may read past barrier n (post-barrier records): no upper bound there
+                hi = _pos(c.barriers[src][p].to_dict()) if (
+                    c is not None and p in c.barriers.get(src, {}) and c.checkpoint_mode == "exactly_once") else None
                 if lo is None and hi is None:
                     unchecked += 1
                     continue
