@@ -9,18 +9,20 @@ wrote), but its acknowledgements are copies instead of a Spark round:
 
 1. trigger savepoint ``m`` (a new checkpoint id) with checkpoint n as its parent, n's epoch, barrier time and
    restore positions (its barriers are its positions: the savepoint reads nothing);
-2. copy every state file of n (each incremental chain's base and deltas, wherever they lie) into
-   ``<savepoint>/state/<uid>/``, in parallel on the driver; each copy checks the bytes it read against the
-   SHA-256 recorded in n's ``_metadata`` (a corrupt checkpoint is never copied into a savepoint), and every
-   request goes through the storage layer's retries (:mod:`pipeline.storage_retry`);
+2. write every state snapshot of n into ``<savepoint>/state/<uid>/<name>/``, in parallel on the driver. A
+   snapshot that is one file is copied byte for byte; the copy checks the bytes it read against the SHA-256
+   recorded in n's ``_metadata`` (a corrupt checkpoint is never copied into a savepoint). An incremental chain (a
+   base and deltas, in the job's ``shared/`` area) is materialised into one base file (``materialize``: read,
+   checksums verified, deltas applied, written in canonical order), because a savepoint is canonical: bases only,
+   as the round wrote them. Every request goes through the storage layer's retries (:mod:`pipeline.storage_retry`);
 3. acknowledge every subtask with its copied handles, write ``_metadata`` (format 1, kind ``savepoint``: exactly
    what restore reads from a savepoint written by a round) and commit the sinks' empty transaction of ``m``, as
    the round would have (sink lineage unbroken).
 
-The copy costs one GET and one PUT per state file (a ``file://`` copy: one read and one write) and no JVM. It needs
+The copy costs one GET and one PUT per snapshot file (plus one GET per delta of a chain) and no JVM. It needs
 an **aligned** checkpoint at the requested parallelism: a checkpoint with channel state (unaligned in-flight data)
 or a savepoint asked for at another parallelism is written by the old path, an idle aligned round
-(:func:`copy_blocker` says why; docs/operations.md "Savepoints").
+(:func:`copy_blocker` says why; docs/how-to/savepoint-upgrade.md "What it costs").
 """
 from __future__ import annotations
 
@@ -63,38 +65,41 @@ def copy_blocker(md: CheckpointMetadata, parallelism: int | None) -> str | None:
     return None
 
 
-def _target_uri(location: str, h: StateHandle, i: int) -> str:
-    part = "base" if i == 0 else f"delta-{i:04d}"
-    return join_uri(location, "state", h.operator_uid,
-                    f"{h.subtask:05d}-{h.name}-kg{h.kg_start}-{h.kg_end}-{part}.parquet")
+def _target_uri(location: str, h: StateHandle) -> str:
+    return join_uri(location, "state", h.operator_uid, h.name,
+                    f"{h.subtask:05d}-kg-{h.kg_start:05d}-{h.kg_end:05d}.parquet")
 
 
-def _copy_one(src_fio: FileIO, dst_fio: FileIO, f: FileHandle, dst: str, where: str,
-              on_copied: Callable[[int], None] | None) -> FileHandle:
+def _copy_one(src_fio: FileIO, dst_fio: FileIO, f: FileHandle, dst: str, where: str) -> FileHandle:
     data = src_fio.read_bytes(f.uri)          # S3: retried by the storage layer
     if len(data) != f.bytes or sha256_of(data) != f.sha256:
         raise CorruptCheckpointError(f"{where}: state file {f.uri} has {len(data)} bytes / sha256 "
                                      f"{sha256_of(data)[:16]}..., its _metadata records {f.bytes} / "
                                      f"{f.sha256[:16]}...; not copied into a savepoint")
     dst_fio.write_bytes(dst, data)
-    if on_copied is not None:
-        on_copied(1)
     return FileHandle(uri=dst, rows=f.rows, bytes=f.bytes, sha256=f.sha256)
+
+
+#: writes the whole state an incremental chain represents (base + deltas applied) as one base file at ``uri``
+Materialize = Callable[[StateHandle, str], FileHandle]
 
 
 def copy_savepoint(coordinator, source: CompletedCheckpoint, *, src_fio: FileIO, location: str | None,
                    sink_tables: Sequence[str], sinks: Mapping[str, bool], backlog: Mapping[str, int] | None = None,
                    extra: Mapping[str, Any] | None = None, sink_counting: Mapping[str, str] | None = None,
-                   workers: int = COPY_WORKERS, on_copied: Callable[[int], None] | None = None
-                   ) -> tuple[CompletedCheckpoint, CopyFigures]:
-    """Savepoint of ``source`` by copying its state files (see the module docstring). ``sinks``: per sink table,
-    whether its savepoint transaction is a full image (always False: nothing is staged). Raises what the
-    coordinator raises (the caller aborts the pending savepoint: only its own files are deleted). ``on_copied``: called
-    with 1 after each copied file (progress)."""
+                   materialize: Materialize | None = None, workers: int = COPY_WORKERS,
+                   on_copied: Callable[[int], None] | None = None) -> tuple[CompletedCheckpoint, CopyFigures]:
+    """Savepoint of ``source`` by copying its state (see the module docstring). ``sinks``: per sink table, whether
+    its savepoint transaction is a full image (always False: nothing is staged). ``materialize``: how an incremental
+    chain becomes one base file (a savepoint is canonical: bases only); required when ``source`` has chains.
+    Raises what the coordinator raises (the caller aborts the pending savepoint: only its own files are deleted).
+    ``on_copied``: called with 1 after each state snapshot written (progress)."""
     md = source.metadata
     blocker = copy_blocker(md, None)
     if blocker is not None:
         raise ValueError(blocker)
+    if materialize is None and any(h.deltas for h in md.state_handles()):
+        raise ValueError(f"checkpoint {md.checkpoint_id} has incremental state chains: pass materialize")
     pending = coordinator.trigger(
         epoch=md.epoch, barrier_time=md.barrier_time,
         expected_tasks={uid: md.parallelism for uid in md.operators}, parent_id=md.checkpoint_id,
@@ -105,23 +110,32 @@ def copy_savepoint(coordinator, source: CompletedCheckpoint, *, src_fio: FileIO,
     loc = pending.location
     dst_fio = coordinator.fileio
     t0 = time.perf_counter()
-    jobs: list[tuple[StateHandle, int, FileHandle, str]] = [
-        (h, i, f, _target_uri(loc, h, i)) for h in md.state_handles() for i, f in enumerate(h.files())]
+    handles = [h for h in md.state_handles() if h.file is not None]
     where = f"savepoint {pending.checkpoint_id} of {source.describe()}"
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(jobs) or 1))) as pool:
-        copied = list(pool.map(lambda j: _copy_one(src_fio, dst_fio, j[2], j[3], where, on_copied), jobs))
-    by_handle: dict[int, list[FileHandle]] = {}
-    for (h, _i, _f, _d), fh in zip(jobs, copied):
-        by_handle.setdefault(id(h), []).append(fh)
+
+    def write(h: StateHandle) -> FileHandle:
+        assert h.file is not None
+        dst = _target_uri(loc, h)
+        if h.deltas:
+            assert materialize is not None
+            fh = materialize(h, dst)
+        else:
+            fh = _copy_one(src_fio, dst_fio, h.file, dst, where)
+        if on_copied is not None:
+            on_copied(1)
+        return fh
+
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(handles) or 1))) as pool:
+        written = dict(zip((id(h) for h in handles), pool.map(write, handles)))
     for uid in sorted(md.operators):
         for sub in range(md.parallelism):
             hs = []
             for h in md.operators[uid]:
                 if h.subtask != sub:
                     continue
-                files = by_handle.get(id(h), [])
-                hs.append(replace(h, file=files[0] if files else None, deltas=tuple(files[1:]),
-                                  persisted_bytes=None))
+                fh = written.get(id(h))
+                hs.append(replace(h, file=fh, deltas=(), persisted_bytes=None,
+                                  state_rows=None if fh is None or fh.rows == h.rows else h.rows))
             coordinator.acknowledge_task(pending, uid, sub, hs)
     seconds = time.perf_counter() - t0
     completed = coordinator.complete(pending, positions=md.positions, channel_state=[], sinks_full=dict(sinks),
@@ -129,4 +143,4 @@ def copy_savepoint(coordinator, source: CompletedCheckpoint, *, src_fio: FileIO,
                                      # no executor ran: none of its requests
                                      executor_s3_requests=StorageRequests(), executor_s3_requests_counting=RequestCounting.EXACT,
                                      sink_s3_requests_counting=dict(sink_counting or {}))
-    return completed, CopyFigures(len(jobs), sum(f.bytes for _h, _i, f, _d in jobs), seconds)
+    return completed, CopyFigures(len(written), sum(f.bytes for f in written.values()), seconds)

@@ -12,6 +12,8 @@ from pipeline.checkpoint.savepoint_copy import copy_blocker, copy_savepoint
 from pipeline.runtime import progress
 from pipeline.runtime.round_bytes import EXTRA_KEY as BYTES_PER_ROW_KEY
 from pipeline.runtime.savepoints import abort_pending
+from pipeline.state.backend import load_chain, write_table
+from pipeline.state.chain import StateChain
 
 __all__ = ["savepoint_by_copy", "savepoint_extra", "COPIED_KEY"]
 
@@ -38,6 +40,15 @@ def savepoint_extra(md) -> dict:
     return out
 
 
+def _materializer(src_fio, dst_fio, checkpoint: str):
+    """Materialise an incremental chain into one canonical base file (a savepoint holds bases only)."""
+    def materialize(h, uri: str):
+        chain = StateChain.of(h)
+        assert chain is not None   # only handles with a file are materialised
+        return write_table(dst_fio, uri, load_chain(src_fio, chain, checkpoint, warm=False))
+    return materialize
+
+
 def savepoint_by_copy(runner, target: str | None, parallelism: int | None) -> str | None:
     """The savepoint's location, or None when copying cannot work (nothing written then; see the module doc)."""
     ctx = runner.ctx
@@ -53,15 +64,16 @@ def savepoint_by_copy(runner, target: str | None, parallelism: int | None) -> st
     md = latest.metadata
     ctx.recover_sinks(md)          # as every restore of the latest checkpoint does (idempotent)
     ctx.sweep_dead_letters(md)
-    n_files = sum(len(h.files()) for h in md.state_handles())
-    progress.step(f"copying the {n_files} state file(s) of checkpoint {md.checkpoint_id}", total=n_files,
-                  unit="files")
+    n = sum(1 for h in md.state_handles() if h.file is not None)
+    progress.step(f"copying the {n} state snapshot(s) of checkpoint {md.checkpoint_id}", total=n, unit="snapshots")
     try:
         completed, fig = copy_savepoint(ctx.coordinator, latest, src_fio=ctx.ckpt_fio, location=target,
                                         sink_tables=runner.job.sink_tables(),
                                         sinks={s.table: False for s in runner.job.sinks()},
                                         backlog={s: 0 for s in (md.stats.backlog if md.stats else {})},
-                                        extra=savepoint_extra(md), sink_counting=ctx.sink_requests_counting(),
+                                        extra=savepoint_extra(md),
+                                        materialize=_materializer(ctx.ckpt_fio, ctx.coordinator.fileio, md.name),
+                                        sink_counting=ctx.sink_requests_counting(),
                                         on_copied=progress.advance)
         progress.step("committing the savepoint's sink transactions")
         ctx.recover_sinks(completed.metadata, restoring=False)
@@ -70,5 +82,5 @@ def savepoint_by_copy(runner, target: str | None, parallelism: int | None) -> st
         raise
     runner.finalizer.last_location = completed.location
     ctx.echo(f"savepoint {completed.checkpoint_id} of checkpoint {md.checkpoint_id} written to {completed.location} "
-             f"({fig.files} state file(s), {fig.bytes} bytes copied in {fig.seconds:.1f} s)")
+             f"({fig.files} state file(s), {fig.bytes} bytes written in {fig.seconds:.1f} s)")
     return completed.location

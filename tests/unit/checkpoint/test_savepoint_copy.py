@@ -1,6 +1,8 @@
 """A savepoint by copying (issue 29, item 6): the latest checkpoint's state files copied on the driver, a savepoint
-``_metadata`` restore reads like any savepoint's, self-contained (it survives the deletion of its checkpoint), a
-corrupt state file never copied, and a failure leaves nothing behind; on local files, moto S3 and in memory."""
+``_metadata`` restore reads like any savepoint's, canonical (an incremental chain is materialised into one base) and
+self-contained (it survives the deletion of its checkpoint and its shared files), a corrupt state file never copied,
+and a failure leaves nothing behind; on local files, moto S3 and in memory. The real materialisation of a chain
+(the state backend's changelog) is exercised by tests/integration/test_incremental_state.py."""
 from __future__ import annotations
 
 import dataclasses
@@ -48,16 +50,25 @@ def test_copy_writes_a_self_contained_savepoint_restore_reads(any_root):
     coord, cp = _checkpoint(fio, root)
     target = join_uri(root, "ckpt", "j", "savepoints", "before-v2")
     copied: list[int] = []
+    chains: list[str] = []
+
+    def materialize(h: StateHandle, uri: str) -> FileHandle:   # stands in for the state backend's (changelog)
+        chains.append(h.file.uri)
+        data = b"".join(fio.read_bytes(f.uri) for f in h.files())
+        return _file(fio, uri, data, h.rows)
+
     sp, fig = copy_savepoint(coord, cp, src_fio=fio, location=target, sink_tables=["out"], sinks={"out": False},
-                             extra={"low_epoch": 5}, on_copied=copied.append)
+                             extra={"low_epoch": 5}, on_copied=copied.append, materialize=materialize)
     md = sp.metadata
     assert (md.kind, md.checkpoint_id, md.parent_id, md.epoch, md.parallelism) == ("savepoint", 2, 1, 5, 2)
     assert md.positions == cp.metadata.positions and md.barriers == cp.metadata.positions
-    assert fig.files == 3 and len(copied) == 3 and fig.bytes == sum(f.bytes for f in cp.metadata.state_files())
     files = md.state_files()
+    assert fig.files == 2 and len(copied) == 2 and fig.bytes == sum(f.bytes for f in files)
+    assert len(chains) == 1 and "/shared/" in chains[0]           # only the chain was materialised
     assert files and all(f.uri.startswith(target + "/") for f in files)   # references nothing outside itself
-    assert [(f.rows, f.bytes, f.sha256) for f in files] == [(f.rows, f.bytes, f.sha256)
-                                                             for f in cp.metadata.state_files()]
+    assert all(not h.deltas for h in md.state_handles())          # canonical: bases only
+    first = cp.metadata.state_handles()[0].file
+    assert (files[0].rows, files[0].bytes, files[0].sha256) == (first.rows, first.bytes, first.sha256)  # copied
     assert [h.rows for h in md.state_handles()] == [h.rows for h in cp.metadata.state_handles()]
     assert set(md.sinks) == {"out"} and not md.sinks["out"].files
     # what a restore reads: the _metadata (format 1), then every file with its size and checksum
@@ -78,7 +89,8 @@ def test_a_corrupt_state_file_is_never_copied_and_the_savepoint_leaves_nothing(a
     target = join_uri(root, "ckpt", "j", "savepoints", "broken")
     with pytest.raises(CorruptCheckpointError, match="not copied into a savepoint") as ei:
         try:
-            copy_savepoint(coord, cp, src_fio=fio, location=target, sink_tables=["out"], sinks={"out": False})
+            copy_savepoint(coord, cp, src_fio=fio, location=target, sink_tables=["out"], sinks={"out": False},
+                           materialize=lambda h, uri: _file(fio, uri, b"materialised", h.rows))
         except BaseException as e:
             abort_pending(coord, e)
             raise
@@ -94,3 +106,5 @@ def test_copy_blocker_names_channel_state_and_another_parallelism(any_root):
     unaligned = dataclasses.replace(cp.metadata, channel_state=(
         ChannelStateHandle("agg", 0, "orders/0", source="orders", partition="0", start=Position(1, 0)),))
     assert "channel state" in (copy_blocker(unaligned, None) or "")
+    with pytest.raises(ValueError, match="incremental state chains"):   # a chain is never copied as a chain
+        copy_savepoint(_coord, cp, src_fio=fio, location=None, sink_tables=["out"], sinks={"out": False})
