@@ -45,14 +45,14 @@ def _ticks(pid: int) -> tuple[int, int] | None:
     return int(rest[1]), int(rest[11]) + int(rest[12])     # parent, utime + stime
 
 
-def run_measured(cmd: list[str], env: dict, log: Path) -> dict:
-    """Run ``cmd``; wall time and the CPU seconds of its process tree (the last sample of every process seen)."""
+def run_measured(cmd: list[str], env: dict, log: Path, cwd: Path | str = REPO) -> dict:
+    """Run ``cmd`` (in ``cwd``); wall time and the CPU seconds of its process tree (the last sample of every process seen)."""
     hz = os.sysconf("SC_CLK_TCK")
     seen: dict[int, int] = {}
     before = loadavg()
     t0 = time.perf_counter()
     with open(log, "w") as out:
-        p = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+        p = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
         while p.poll() is None:
             procs = {}
             for d in os.listdir("/proc"):

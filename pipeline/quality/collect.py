@@ -28,7 +28,10 @@ from pipeline.quality.collect_base import DRILL_KGS, Collected, Snapshot, ordina
 from pipeline.quality.collect_data import DataCollector
 from pipeline.quality.collect_metadata import MetadataCollector
 from pipeline.quality.collect_recovery import RecoveryCollector
+from pipeline.quality.dead_letter_rows import dead_letter_row_diff
 from pipeline.quality.recovery import plan_recomputation
+from pipeline.quality.runtime_logs import COLUMNS as RUNTIME_LOG_COLUMNS
+from pipeline.quality.runtime_logs import runtime_log_rows
 from pipeline.quality.users_read import COLUMNS as USERS_READ_COLUMNS
 from pipeline.quality.users_read import dead_letter_rows, open_table_rows
 
@@ -104,6 +107,9 @@ def collect(runner, snapshot: Snapshot, *, mode: str = "full", areas: tuple[str,
         users_rows += rows
         c.out.examples["users_read"] = ex
         c.out.messages.extend(msgs)
+    if "recovery" in areas and mode != "epoch":   # driver I/O while the batch evaluation runs in its thread
+        with c.timer("runtime_logs"):
+            _runtime_logs(runner, c)
     if data_needed:
         exp_per_group = None
         recomputed: set[str] | None = None
@@ -120,7 +126,9 @@ def collect(runner, snapshot: Snapshot, *, mode: str = "full", areas: tuple[str,
                 recomputed = set(exp["rec"].objects)
                 c.recovery_datasets(exp, files)    # (drill-down re-reads the plan's cached sources)
                 with c.timer("dead_letters"):
-                    users_rows += _dead_letters(runner, c.md, exp["rec"])
+                    dl_rows, dl_examples = _dead_letters(runner, c.md, exp["rec"], plan.result if plan else None)
+                    users_rows += dl_rows
+                    c.out.examples.setdefault("users_read", []).extend(dl_examples)
         c.out.datasets["group_totals"] = c.group_totals(exp_per_group, recomputed)
         if "sink" in areas and mode != "epoch":
             c.out.datasets["users_read"] = pd.DataFrame(users_rows, columns=USERS_READ_COLUMNS)
@@ -129,11 +137,40 @@ def collect(runner, snapshot: Snapshot, *, mode: str = "full", areas: tuple[str,
     return c.out
 
 
-def _dead_letters(runner, md, rec) -> list[dict]:
-    """The dead letters on disk vs the batch evaluation's counts, per operator the plan counts them for (a window's
-    late and unassignable records, a join's ``unique`` violations; :mod:`pipeline.quality.users_read`)."""
+def _dead_letters(runner, md, rec, result) -> tuple[list[dict], list[dict]]:
+    """The dead letters on disk vs the batch evaluation, per operator the plan counts them for (a window's late and
+    unassignable records, a join's ``unique`` violations): row by row (:mod:`pipeline.quality.dead_letter_rows`),
+    by count where the rows cannot be derived (:mod:`pipeline.quality.users_read`). Returns rows and examples."""
     expected: dict[str, int] = {}
     for label, n in (getattr(rec, "counts", None) or {}).items():
         uid = label.split(": ", 1)[0]
         expected[uid] = expected.get(uid, 0) + int(n)
-    return dead_letter_rows(runner, md, expected, sorted(expected))
+    try:
+        rows, examples, left = dead_letter_row_diff(runner, md, result, sorted(expected))
+    except Exception as e:  # noqa: BLE001 - rows that cannot be compared are a failure, named, never a pass
+        log.exception("dead-letter rows could not be compared")
+        why = f"{type(e).__name__}: {e}"
+        rows = [{"object": f"dead_letters/{uid}", "kind": f"dead letters (rows could not be compared: {why})",
+                 "version": f"chk-{md.checkpoint_id}", "rows_expected": n, "rows_actual": 0, "only_expected": max(1, n),
+                 "only_actual": 0} for uid, n in sorted(expected.items())]
+        examples, left = [], []
+    return rows + dead_letter_rows(runner, md, expected, left), examples
+
+
+def _runtime_logs(runner, c) -> None:
+    """Dataset ``runtime_logs``: the barrier, round and lag logs checked independently
+    (:mod:`pipeline.quality.runtime_logs`); a check that cannot run is a failing row, never a pass."""
+    known = {cp.checkpoint_id: cp.metadata for cp in [*c.retained, *c.savepoints, c.snap.completed]}
+    try:
+        rows, messages, unchecked = runtime_log_rows(runner, c.md, known)
+    except Exception as e:  # noqa: BLE001 - named in the failing row
+        log.exception("runtime logs could not be checked")
+        rows, messages, unchecked = [{"file": "barriers/", "checkpoint": f"chk-{c.md.checkpoint_id}", "source": "-",
+                                      "partition": "-", "logged": "-", "expected": f"{type(e).__name__}: {e}",
+                                      "ok": False}], [], 0
+    if unchecked:
+        messages.append(f"NOT CHECKED independently: {unchecked} runtime log entr(ies) (no source file or no known "
+                        "checkpoint to check them against)")
+    c.out.datasets["runtime_logs"] = pd.DataFrame(rows, columns=RUNTIME_LOG_COLUMNS)
+    c.out.examples["runtime_logs"] = [r for r in rows if not r["ok"]][:5]
+    c.out.messages.extend(messages)

@@ -173,6 +173,14 @@ DATASETS: dict[str, dict[str, str]] = {
         "only_expected": "expected rows the reader does not see", "only_actual": "rows the reader sees that are "
         "not expected",
     },
+    "runtime_logs": {
+        "file": "the barrier, round or lag log file the runtime wrote (barriers/...)",
+        "checkpoint": "chk-<id> the entry belongs to (barrier entries: the checkpoint of that epoch, or the validated "
+        "one)", "source": "source (- for an entry's header)", "partition": "partition (-: the entry's header)",
+        "logged": "what the runtime logged (positions as seq:row)",
+        "expected": "what the independent check finds (the source files read with pyarrow; the checkpoints' "
+        "_metadata)", "ok": "the entry agrees with the independent evidence",
+    },
     "replay": {
         "object": "state/<operator uid>/<state name> or sink/<table> that depends on a process operator",
         "rows_checkpoint": "rows of the object in checkpoint n",
@@ -331,6 +339,15 @@ SUITES: tuple[SuiteSpec, ...] = (
             _zero("only_expected", "no committed row (or dead letter) is missing from what readers see", "users_read"),
             _zero("only_actual", "readers see no row that was not committed (changed or added rows)", "users_read"),
             _equal("rows_expected", "rows_actual", "readers see as many rows as were committed", "users_read"),
+        )),
+    SuiteSpec(
+        "epochal_runtime_logs", "recovery", "runtime_logs", ("file", "checkpoint", "source", "partition"),
+        "The logs the batch evaluation trusts are checked independently: every barrier position is the first row "
+        "whose _ingest_ts reaches the epoch's end, as pyarrow reads the source files (not Epochal's reader); every "
+        "round and lag log entry agrees with the checkpoints' _metadata.",
+        (
+            _in("ok", [True], "every barrier, round and lag log entry agrees with the independent evidence",
+                "runtime_logs"),
         )),
     SuiteSpec(
         "epochal_replay_determinism", "recovery", "replay", ("object",),

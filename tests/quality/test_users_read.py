@@ -12,6 +12,7 @@ sinks - a few thousand events through real local Spark.
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -150,3 +151,87 @@ def test_restore_validation_levels(iot, monkeypatch):
     from pipeline.exceptions import ConfigError
     with pytest.raises(ConfigError, match="full, cheap, none"):
         r.restore(str(latest.checkpoint_id), validate="sometimes")
+
+
+def test_changed_dead_letter_row_fails(iot):
+    """Dead letters are compared row by row with the batch meaning's: one value changed in a dead-letter file (same
+    number of rows) fails ``epochal_users_read`` for the window's dead letters."""
+    root, r = iot
+    dl = [p for p in sorted((root / "ckpt").parent.rglob("operator=device_minutes/epoch-*/chk-*/*.parquet"))
+          if p.is_file() and pq.read_metadata(p).num_rows]
+    assert dl, "the job dead-letters late records"
+    col = "readings" if "readings" in pq.read_schema(dl[0]).names else next(
+        f.name for f in pq.read_schema(dl[0]) if pa.types.is_floating(f.type) or pa.types.is_integer(f.type))
+    before = _swap(str(dl[0]), lambda t: t.set_column(
+        t.schema.get_field_index(col), col, pc.add(t[col], pa.scalar(1, t.schema.field(col).type))))
+    try:
+        v = _validate(r)
+        bad = _failed(v)
+        assert "epochal_users_read" in bad, v.summary()
+        rows = [u for o in bad["epochal_users_read"] for u in o.unexpected_rows]
+        assert any(u.get("object") == "dead_letters/device_minutes" for u in rows), v.summary()
+    finally:
+        _put(str(dl[0]), before)
+
+
+def test_corrupted_barrier_and_round_log_entries_fail_naming_checkpoint_and_file(iot):
+    """The barrier log is checked against the source files' ``_ingest_ts`` as pyarrow reads them, the round log
+    against the checkpoints' ``_metadata`` (``epochal_runtime_logs``): a barrier entry moved by one row, and a round
+    entry starting past its checkpoint's barrier, each fail validation naming the log file and the checkpoint."""
+    root, r = iot
+    latest = r.coordinator.store.latest()
+    md = latest.metadata
+    barriers = root / "ckpt" / r.job.name / "barriers"
+    v = _validate(r)
+    assert v.success, v.summary()
+    ds = {s.suite: s for s in v.suites}
+    assert ds["epochal_runtime_logs"].rows >= len(list(barriers.glob("epoch-*.json"))), v.summary()
+
+    # 1. a barrier entry one row late (a partition that was not idle when the barrier was cut)
+    victim, doc, src, part = None, None, None, None
+    for f in sorted(barriers.glob("epoch-*.json")):
+        d = json.loads(f.read_text())
+        if d["epoch"] > md.epoch:
+            continue
+        for s, ps in d["barriers"].items():
+            for p in ps:
+                if p not in d.get("idle_partitions", {}).get(s, []):
+                    victim, doc, src, part = f, d, s, p
+    assert victim is not None
+    original = victim.read_bytes()
+    doc["barriers"][src][part]["row"] += 1
+    victim.write_text(json.dumps(doc))
+    try:
+        v = _validate(r)
+        bad = _failed(v)
+        assert "epochal_runtime_logs" in bad, v.summary()
+        rows = [u for o in bad["epochal_runtime_logs"] for u in o.unexpected_rows]
+        assert any(u["file"].endswith(victim.name) and u["checkpoint"].startswith("chk-") and u["source"] == src
+                   and u["partition"] == part for u in rows), v.summary()
+        assert victim.name in v.summary() and "chk-" in v.summary()
+    finally:
+        victim.write_bytes(original)
+
+    # 2. a round entry of the latest checkpoint that starts past its barrier (and names a round it never had)
+    rounds = barriers / "rounds"
+    rounds.mkdir(exist_ok=True)
+    s0 = sorted(md.barriers)[0]
+    p0 = sorted(md.barriers[s0])[0]
+    b = md.barriers[s0][p0]
+    forged = rounds / f"epoch-{md.epoch}-chk-{md.checkpoint_id:012d}-r1.json"
+    existed = forged.read_bytes() if forged.exists() else None
+    forged.write_text(json.dumps({"job": r.job.name, "epoch": md.epoch, "checkpoint_id": md.checkpoint_id, "round": 1,
+                                  "starts": {s0: {p0: {"seq": b.seq + 5, "row": 0}}}}))
+    try:
+        v = _validate(r)
+        bad = _failed(v)
+        assert "epochal_runtime_logs" in bad, v.summary()
+        rows = [u for o in bad["epochal_runtime_logs"] for u in o.unexpected_rows]
+        assert any(u["file"].endswith(forged.name) and u["checkpoint"] == f"chk-{md.checkpoint_id}" for u in rows), \
+            v.summary()
+    finally:
+        if existed is None:
+            forged.unlink()
+        else:
+            forged.write_bytes(existed)
+    assert _validate(r).success

@@ -54,6 +54,7 @@ from pipeline.runtime.driver.finalize import CheckpointFinalizer, CheckpointList
 from pipeline.runtime.driver.progress import RunProgress, last_data_epoch
 from pipeline.runtime.driver.results import RoundResult, RunReport
 from pipeline.runtime.driver.round_executor import RoundExecutor
+from pipeline.runtime.driver.savepoint_copy import savepoint_by_copy
 from pipeline.runtime.driver.savepoints import abort_pending, check_target
 from pipeline.runtime.driver.spark_plan import SparkPlan
 from pipeline.runtime.driver.validation import RecoveryValidator, default_validator, restore_validation
@@ -427,11 +428,17 @@ class JobRunner:
         return self.load_snapshot(str(ref))
 
     def savepoint(self, target: str | None = None, *, parallelism: int | None = None) -> str:
-        """An aligned, self-contained savepoint of the latest completed checkpoint (state copied by the
-        tasks that own the key groups; it references no checkpoint-owned file). Never deleted by Epochal.
+        """An aligned, self-contained savepoint of the latest completed checkpoint (it references no
+        checkpoint-owned file). Never deleted by Epochal. Its state files are copied on the driver
+        (:mod:`pipeline.runtime.driver.savepoint_copy`); a checkpoint with channel state, or another parallelism, is
+        re-snapshotted by an idle aligned round whose tasks copy their key groups' state.
         ``target`` must lie under an allowed savepoint prefix (:mod:`pipeline.runtime.driver.savepoints`)."""
         if target is not None:
             target = check_target(target, self.config, self.job.name)
+        progress.step("reading the latest checkpoint")
+        copied = savepoint_by_copy(self, target, parallelism)   # no Spark round when the state can be copied
+        if copied is not None:
+            return copied
         progress.step("starting Spark")
         self.ctx.require_spark()
         progress.step("reading the latest checkpoint")

@@ -1,0 +1,137 @@
+"""Dead letters compared row by row: the files on disk against the batch meaning's dead-lettered rows.
+
+The batch plan derives the rows each operator dead-letters in the epochs ``<=`` n (a window's late records and
+records with a null key or event time, a join's rows violating its ``unique`` declaration), in the runtime's record
+format (:func:`pipeline.batch.bootstrap_dead_letters.operator_dead_letter_frames`: what ``bootstrap`` writes). Here
+those rows are fetched (dead letters are few: one small Spark job per operator and side) and compared with the rows
+of the operator's dead-letter files on disk for the validated lineage, as a **multiset of row hashes**:
+
+* Parquet (windows): every column both sides have, hashed exactly and vectorised (:func:`~pipeline.quality.
+  users_read.row_hashes`; timestamps as µs, floats by their bits);
+* JSON lines (joins): each record's ``values`` against the expected row passed through the same JSON encoding the
+  runtime uses (:func:`~pipeline.source._formats.json_default`), on the keys both sides have.
+
+A deleted, truncated, added or changed dead-letter row fails ``epochal_users_read`` (``only_expected`` /
+``only_actual`` of ``dead_letters/<uid>``).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from types import SimpleNamespace
+from typing import Any, Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.batch.bootstrap_dead_letters import operator_dead_letter_frames
+from pipeline.batch.prefix import PEPOCH
+from pipeline.fileio import file_io_for
+from pipeline.quality.users_read import row_hashes
+from pipeline.runtime.operators.dead_letters import operator_dead_letter_prefix
+from pipeline.source._formats import json_default
+
+__all__ = ["dead_letter_row_diff", "disk_files"]
+
+_CHK = re.compile(r"/epoch-(\d+)/chk-(\d+)/")
+MAX_EXAMPLES = 5
+# columns that describe where or when a row was written, not the record (never compared)
+_WHERE = frozenset({PEPOCH, "_wm_channel"})
+
+
+def disk_files(fio, prefix: str, md) -> list[str]:
+    """The dead-letter files of an operator for the validated lineage: per epoch ``<=`` n, the attempt directory of
+    the newest checkpoint at most n (as the sweep leaves it)."""
+    try:
+        files = [f.uri for f in fio.list(prefix, recursive=True)]
+    except Exception:  # noqa: BLE001 - no directory: nothing was dead-lettered
+        return []
+    chosen: dict[int, int] = {}
+    by: dict[tuple[int, int], list[str]] = {}
+    for u in files:
+        m = _CHK.search(u)
+        if not m:
+            continue
+        epoch, cid = int(m.group(1)), int(m.group(2))
+        if epoch > md.epoch or cid > md.checkpoint_id:
+            continue
+        by.setdefault((epoch, cid), []).append(u)
+        chosen[epoch] = max(chosen.get(epoch, cid), cid)
+    return sorted(u for e, c in chosen.items() for u in by[(e, c)])
+
+
+def _json_hashes(rows: list[Mapping[str, Any]], keys: list[str]) -> np.ndarray:
+    out = np.zeros(len(rows), np.uint64)
+    for i, r in enumerate(rows):
+        doc = json.dumps({k: r.get(k) for k in keys}, sort_keys=True, default=json_default, ensure_ascii=False)
+        out[i] = int.from_bytes(hashlib.blake2b(doc.encode(), digest_size=8).digest(), "little")
+    return out
+
+
+def _multiset_diff(he: np.ndarray, ha: np.ndarray) -> tuple[int, int, set[int]]:
+    ue, ce = np.unique(he, return_counts=True)
+    ua, ca = np.unique(ha, return_counts=True)
+    e, a = dict(zip(ue.tolist(), ce.tolist())), dict(zip(ua.tolist(), ca.tolist()))
+    only_e = sum(max(0, n - a.get(h, 0)) for h, n in e.items())
+    only_a = sum(max(0, n - e.get(h, 0)) for h, n in a.items())
+    return only_e, only_a, {h for h in set(e) | set(a) if e.get(h, 0) != a.get(h, 0)}
+
+
+def dead_letter_row_diff(runner, md, result, uids: list[str]) -> tuple[list[dict], list[dict], list[str]]:
+    """``users_read`` rows (``dead_letters/<uid>``) comparing rows, for the operators ``uids``; example rows; and
+    the uids whose rows could not be compared (the caller compares their counts)."""
+    root = getattr(runner.ctx, "dead_letter_root", None)
+    if not root or result is None or not uids:
+        return [], [], list(uids)
+    comp = SimpleNamespace(frame=lambda nid: result.frames.get(nid), job=runner.job)
+    frames: dict[str, list[tuple[str, str, Any]]] = {}
+    for uid, kind, name, df in operator_dead_letter_frames(comp, result, runner.job):
+        if uid in uids:
+            frames.setdefault(uid, []).append((kind, name, df))
+    fio = file_io_for(root)
+    rows, examples, left = [], [], []
+    for uid in uids:
+        files = disk_files(fio, operator_dead_letter_prefix(root, runner.job.name, uid), md)
+        parts = frames.get(uid)
+        if parts is None:
+            left.append(uid)
+            continue
+        kind = parts[0][0]
+        expected = [df.toArrow() for _k, _n, df in parts]
+        if kind == "window":
+            exp = pa.concat_tables(expected, promote_options="permissive") if expected else pa.table({})
+            got = [pq.read_table(pa.BufferReader(fio.read_bytes(u))) for u in files if u.endswith(".parquet")]
+            act = pa.concat_tables(got, promote_options="permissive") if got else exp.schema.empty_table()
+            cols = sorted((set(exp.column_names) & set(act.column_names)) - _WHERE)
+            he, ha = row_hashes(exp.select(cols), cols), row_hashes(act.select(cols), cols)
+            n_e, n_a = exp.num_rows, act.num_rows
+            show_e, show_a = exp.select(cols).to_pylist, act.select(cols).to_pylist
+        else:   # joins: JSON lines, {"values": the record}
+            exp_rows = [json.loads(json.dumps(r, default=json_default)) for t in expected for r in t.to_pylist()]
+            act_rows = []
+            for u in files:
+                if u.endswith(".jsonl"):
+                    for ln in fio.read_bytes(u).splitlines():
+                        if ln.strip():
+                            act_rows.append(json.loads(ln).get("values") or {})
+            ke = set().union(*[set(r) for r in exp_rows]) if exp_rows else set()
+            ka = set().union(*[set(r) for r in act_rows]) if act_rows else set()
+            keys = sorted(((ke & ka) if ke and ka else (ke | ka)) - _WHERE)
+            he, ha = _json_hashes(exp_rows, keys), _json_hashes(act_rows, keys)
+            n_e, n_a = len(exp_rows), len(act_rows)
+            show_e = lambda rs=exp_rows, ks=keys: [{k: r.get(k) for k in ks} for r in rs]  # noqa: E731
+            show_a = lambda rs=act_rows, ks=keys: [{k: r.get(k) for k in ks} for r in rs]  # noqa: E731
+        only_e, only_a, bad = _multiset_diff(he, ha)
+        if bad:
+            for side, h, show in (("batch meaning", he, show_e), ("on disk", ha, show_a)):
+                idx = [i for i, x in enumerate(h.tolist()) if x in bad][:MAX_EXAMPLES]
+                if idx:
+                    all_rows = show()
+                    examples += [{"object": f"dead_letters/{uid}", "side": side,
+                                  **{k: (str(v) if v is not None else None) for k, v in all_rows[i].items()}}
+                                 for i in idx]
+        rows.append({"object": f"dead_letters/{uid}", "kind": "dead letters (rows)", "version": f"chk-{md.checkpoint_id}",
+                     "rows_expected": n_e, "rows_actual": n_a, "only_expected": only_e, "only_actual": only_a})
+    return rows, examples, left
