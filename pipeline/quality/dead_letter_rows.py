@@ -2,7 +2,7 @@
 
 The batch plan derives the rows each operator dead-letters in the epochs ``<=`` n (a window's late records and
 records with a null key or event time, a join's rows violating its ``unique`` declaration), in the runtime's record
-format (:func:`pipeline.batch.bootstrap_dead_letters.operator_dead_letter_frames`: what ``bootstrap`` writes). Here
+format (:func:`pipeline.batch.bootstrap.dead_letters.operator_dead_letter_frames`: what ``bootstrap`` writes). Here
 those rows are fetched (dead letters are few: one small Spark job per operator and side) and compared with the rows
 of the operator's dead-letter files on disk for the validated lineage, as a **multiset of row hashes**:
 
@@ -26,8 +26,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.batch.bootstrap_dead_letters import operator_dead_letter_frames
-from pipeline.batch.prefix import PEPOCH
+from pipeline.batch.bootstrap.dead_letters import operator_dead_letter_frames
+from pipeline.batch.evaluation.prefix import PEPOCH
 from pipeline.fileio import file_io_for
 from pipeline.quality.users_read import row_hashes
 from pipeline.runtime.operators.dead_letters import operator_dead_letter_prefix
