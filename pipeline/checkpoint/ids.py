@@ -37,7 +37,7 @@ from pipeline.exceptions import CheckpointError, ConditionalWriteError, ObjectNo
 from pipeline.fileio import FileIO, join_uri
 from pipeline.layout import JobLayout, checkpoint_id_of, id_claim_name
 
-__all__ = ["CheckpointIdCounter", "IdClaim", "default_runner_id", "DEFAULT_KEEP_CLAIMS"]
+__all__ = ["CheckpointIdCounter", "IdClaim", "default_runner_id", "airflow_task_of", "DEFAULT_KEEP_CLAIMS"]
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +45,28 @@ _MAX_ATTEMPTS = 1000
 DEFAULT_KEEP_CLAIMS = 32
 
 
+AIRFLOW_RUNNER_PREFIX = "airflow/"
+
+
 def default_runner_id() -> str:
-    """``host:pid:random`` - identifies a runner (coordinator) in claims and error messages."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    """``host:pid:random`` - identifies a runner (coordinator) in claims and error messages. Inside an Airflow
+    task (its ``AIRFLOW_CTX_*`` variables) it is ``airflow/<dag>/<run>/<task>/<try>@host:pid:random``, so the
+    checkpoint history can link each checkpoint to the run and task log that took it (:func:`airflow_task_of`)."""
+    own = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    ctx = [os.environ.get(f"AIRFLOW_CTX_{k}") for k in ("DAG_ID", "DAG_RUN_ID", "TASK_ID", "TRY_NUMBER")]
+    if all(ctx[:3]):
+        return f"{AIRFLOW_RUNNER_PREFIX}{ctx[0]}/{ctx[1]}/{ctx[2]}/{ctx[3] or ''}@{own}"
+    return own
+
+
+def airflow_task_of(runner: str | None) -> dict[str, str] | None:
+    """``{"dag_id", "run_id", "task_id", "try_number"}`` of a runner id made in an Airflow task, else None."""
+    if not runner or not runner.startswith(AIRFLOW_RUNNER_PREFIX) or "@" not in runner:
+        return None
+    parts = runner[len(AIRFLOW_RUNNER_PREFIX):].rsplit("@", 1)[0].split("/")
+    if len(parts) < 4:
+        return None
+    return {"dag_id": parts[0], "run_id": "/".join(parts[1:-2]), "task_id": parts[-2], "try_number": parts[-1]}
 
 
 @dataclass(frozen=True, slots=True)

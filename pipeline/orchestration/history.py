@@ -14,7 +14,7 @@ from typing import Any, Mapping
 from pipeline.checkpoint.completed import CompletedCheckpoint
 from pipeline.checkpoint.failed import FailedCheckpointLog
 from pipeline.checkpoint.history import CheckpointRow, row_from_metadata
-from pipeline.checkpoint.ids import CheckpointIdCounter
+from pipeline.checkpoint.ids import CheckpointIdCounter, airflow_task_of
 from pipeline.checkpoint.pending import PendingManifest
 from pipeline.checkpoint.restores import RestoreLog
 from pipeline.checkpoint.store import CheckpointDirStatus, CompletedCheckpointStore
@@ -193,7 +193,13 @@ class CheckpointHistory:
         sinks = [{"table": t, "full": s.full, "files": len(s.files), "rows": sum(f.rows for f in s.files),
                   "bytes": sum(f.bytes for f in s.files)} for t, s in sorted(md.sinks.items())]
         st = md.stats
+        try:   # who took it: the runner in the write-ahead manifest kept beside _metadata (one GET)
+            runner = PendingManifest.from_json(self._fileio_for(cp.location).read_bytes(pending_uri(cp.location)),
+                                               pending_uri(cp.location)).runner
+        except (ObjectNotFoundError, CheckpointError, StorageError):
+            runner = None
         return {"summary": row.to_dict(), "operators": [o.to_dict() for o in row.operators], "state": state,
+                "taken_by": {"runner": runner, "airflow": airflow_task_of(runner)} if runner else None,
                 "subtasks": [t.to_dict() for t in st.subtasks] if st else [],
                 "sources": sources, "sinks": sinks,
                 "backlog": dict(st.backlog) if st else {}, "dead_letters": dict(st.dead_letters) if st else {},

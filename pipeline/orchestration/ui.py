@@ -315,6 +315,14 @@ def render_detail_page(job: str, d: dict) -> str:
           ("Sync / async", f"{_ms(d.get('sync_ms'))} / {_ms(d.get('async_ms'))}"),
           ("Rounds", _e(d.get("rounds"))), ("Parent", _e(s.get("parent_id"))),
           ("Location", f"<code>{_e(s.get('location'))}</code>")]
+    taken = d.get("taken_by") or {}
+    if taken.get("airflow"):   # the run and task (its log) that took it, in this Airflow
+        a = taken["airflow"]
+        kv.append(("Taken by", f"<a href='../../../../dags/{quote(a['dag_id'])}/runs/{quote(a['run_id'], safe='')}/"
+                               f"tasks/{quote(a['task_id'])}' target='_top'>{_e(a['dag_id'])} / {_e(a['run_id'])} / "
+                               f"{_e(a['task_id'])}</a> (try {_e(a['try_number'])}, task log)"))
+    elif taken.get("runner"):
+        kv.append(("Taken by", f"<code>{_e(taken['runner'])}</code> (not an Airflow task)"))
     if s.get("problem"):
         kv.append(("Problem", _e(s["problem"])))
     kvs = "".join(f"<tr><td>{k}</td><td>{v}</td></tr>" for k, v in kv)

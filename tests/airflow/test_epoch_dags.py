@@ -122,6 +122,13 @@ def test_epoch_runs_one_checkpoint_per_interval_in_order(tl):
     assert [c.parent_id for c in cps] == [None, cps[0].checkpoint_id, cps[1].checkpoint_id]
     md = tl.assert_exactly_once()
     assert md.epoch == FIRST + 2
+    # each checkpoint names the Airflow run and task that took it (the history's link to the task log)
+    from pipeline.fileio import file_io_for
+    from pipeline.orchestration.history import CheckpointHistory
+    taken = CheckpointHistory(file_io_for(tl.checkpoints), tl.checkpoints, "orders_payments").detail(
+        cps[-1].checkpoint_id)["taken_by"]
+    assert taken["airflow"]["dag_id"] == dag.dag_id and taken["airflow"]["task_id"] == "process", taken
+    assert taken["airflow"]["run_id"] == dr.run_id, (taken, dr.run_id)
     # the sink tables are Airflow Assets: commit emitted one event per checkpoint, with its id and epoch
     from airflow.models.asset import AssetEvent, AssetModel
     from airflow.utils.session import create_session

@@ -437,3 +437,30 @@ def test_restore_log_names_restores_and_rewinds_and_the_page_lists_every_one(tmp
     assert "restored from checkpoint 6" not in html, "a rewind is named as a rewind"
     assert "triggered 9" in html and "restored 1" in html and "rewound 1" in html
     assert "declined: task 3 of op join failed" in html
+
+
+def test_a_checkpoint_links_to_the_airflow_run_and_task_that_took_it(monkeypatch):
+    """Inside an Airflow task (its AIRFLOW_CTX_* variables) the runner id names the DAG, run, task and try; the
+    detail page links the checkpoint to that task instance (its log) in this Airflow."""
+    from pipeline.checkpoint.ids import airflow_task_of, default_runner_id
+    from pipeline.orchestration.ui import render_detail_page
+    for k in ("AIRFLOW_CTX_DAG_ID", "AIRFLOW_CTX_DAG_RUN_ID", "AIRFLOW_CTX_TASK_ID", "AIRFLOW_CTX_TRY_NUMBER"):
+        monkeypatch.delenv(k, raising=False)
+    plain = default_runner_id()
+    assert airflow_task_of(plain) is None and plain.count(":") == 2
+    monkeypatch.setenv("AIRFLOW_CTX_DAG_ID", "epochal_j")
+    monkeypatch.setenv("AIRFLOW_CTX_DAG_RUN_ID", "scheduled__2026-01-01T00:00:00+00:00")
+    monkeypatch.setenv("AIRFLOW_CTX_TASK_ID", "process")
+    monkeypatch.setenv("AIRFLOW_CTX_TRY_NUMBER", "2")
+    rid = default_runner_id()
+    assert airflow_task_of(rid) == {"dag_id": "epochal_j", "run_id": "scheduled__2026-01-01T00:00:00+00:00",
+                                    "task_id": "process", "try_number": "2"}, rid
+    row = {"checkpoint_id": 7, "kind": "checkpoint", "status": "COMPLETED", "epoch": 42, "location": "s3://x"}
+    d = {"summary": row, "operators": [], "state": [], "sources": [], "sinks": [], "backlog": {}, "dead_letters": {},
+         "taken_by": {"runner": rid, "airflow": airflow_task_of(rid)}}
+    html = render_detail_page("j", d)
+    assert ("href='../../../../dags/epochal_j/runs/scheduled__2026-01-01T00%3A00%3A00%2B00%3A00/tasks/process'"
+            in html), html
+    assert "(try 2, task log)" in html
+    d["taken_by"] = {"runner": plain, "airflow": None}
+    assert "(not an Airflow task)" in render_detail_page("j", d)
