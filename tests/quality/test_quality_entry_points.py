@@ -9,7 +9,7 @@ from pathlib import Path
 
 import corrupt
 import pytest
-from conftest import CLOCK
+from conftest import CLOCK, make_runner
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -67,8 +67,6 @@ def test_the_quality_task_shows_the_summary_once(good_deployment, caplog, monkey
     """The Airflow restore DAG's validate task echoes the validation summary into its log; validate_job does not
     log it again (the cheap level: the check is about the logging, not the suites)."""
     import logging
-
-    from conftest import make_runner
 
     from pipeline.orchestration.tasks import Orchestrator
     monkeypatch.setenv("EPOCHAL_RESTORE_VALIDATE", "cheap")
