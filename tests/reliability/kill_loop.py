@@ -10,8 +10,9 @@ process group, a kill takes driver, JVM and Python workers) and :mod:`pipeline.f
 phase points, ``EPOCHAL_PHASE`` markers to aim external kills). moto runs in a child process of its own, so
 the killed job never takes S3 with it.
 
-Each step picks an action (``run --epochs 1|2|3`` mostly (one round of 1-3 epochs; a kill point may hit any checkpoint of it), ``savepoint``, ``restore --from <latest id>``) and a kill:
-a phase point hit from inside (``EPOCHAL_KILL_AT=<point>:1``), or an external SIGKILL of the process group a
+Each step picks an action (``run --epochs 1|2|3`` mostly: one round of 1-3 epochs; ``savepoint``;
+``restore --from <latest id>``) and a kill: a phase point hit from inside (``EPOCHAL_KILL_AT=<point>:<n>``, the
+n-th checkpoint of the round), or an external SIGKILL of the process group a
 random delay after a random phase marker or after start. A kill that does not land (the action finished first)
 is counted as a clean run. Run it::
 
