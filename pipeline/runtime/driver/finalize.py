@@ -92,7 +92,10 @@ class CheckpointFinalizer:
                summaries, expected: dict, P: int) -> tuple[Cursor, list[RoundResult]]:
         """Checkpoint n is snapshotted (``snap``): acknowledge the tasks' handles of round
         ``outcome.last_round`` with the alignment metrics, write ``_metadata`` (last), commit the sinks.
-        ``expected``: the operator uids whose ``P`` subtasks acknowledge; ``summaries``: the source listing."""
+        ``expected``: the operator uids whose ``P`` subtasks acknowledge; ``summaries``: the source listing.
+
+        Over 80 lines: the six protocol steps of the module docstring in order, each a commented section; split, the
+        order that makes a crash safe would be spread out."""
         ctx = self.ctx
         job = ctx.job
         cid, epoch = pending.checkpoint_id, pending.epoch

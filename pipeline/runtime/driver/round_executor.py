@@ -130,7 +130,11 @@ class RoundExecutor:
                        location: str | None = None) -> tuple[Cursor, list[RoundResult]]:
         """Trigger checkpoint n (barrier = end of ``epoch``) and run rounds until the barrier handler
         snapshots it (see :mod:`pipeline.runtime.driver.alignment`). ``barriers``: ``{source: {partition:
-        Position}}``, ``None`` for a lagging partition (only with checkpoints unaligned from the first barrier)."""
+        Position}}``, ``None`` for a lagging partition (only with checkpoints unaligned from the first barrier).
+
+        Over 80 lines: the round loop of one checkpoint (start a round, plan segments, run Spark, ask the barrier
+        handler, finalize or go on); its local state is the checkpoint's accumulators, which a split would turn into
+        a mutable bag."""
         ctx = self.ctx
         job, config = ctx.job, ctx.config
         P = parallelism or config.parallelism
@@ -397,7 +401,10 @@ class RoundExecutor:
     def run_epochs(self, cursor: Cursor, planned: Sequence[PlannedEpoch], summaries, P: int
                    ) -> tuple[Cursor, list[RoundResult]]:
         """Run a tagged round over ``planned`` (from :meth:`plan_epochs`): trigger every checkpoint and write its
-        round plan (write-ahead), one Spark round, then finalise the checkpoints in epoch order."""
+        round plan (write-ahead), one Spark round, then finalise the checkpoints in epoch order.
+
+        Over 80 lines: one tagged round: trigger every checkpoint, run Spark once, then finalize each checkpoint in
+        epoch order; the per-checkpoint accumulators are local."""
         ctx = self.ctx
         job, config = ctx.job, ctx.config
         driver = planned[-1].driver
