@@ -70,6 +70,9 @@ def _iceberg_properties(uri: str) -> dict[str, str]:
 def pin_current(table: SideTable) -> dict[str, Any]:
     """A pin of the table's current version (see the module docstring). A missing or unreadable table is a
     :class:`~pipeline.exceptions.ConfigError` naming it."""
+    named = table.spec
+    if table.uri.startswith("/"):   # an absolute local path
+        table = SideTable(table.format, "file://" + table.uri)
     try:
         if table.format is SideTableFormat.DELTA:
             # lazy: deltalake loads its native library; only jobs with a Delta side table pay for it
@@ -99,7 +102,7 @@ def pin_current(table: SideTable) -> dict[str, Any]:
         digest = hashlib.sha256(json.dumps(listed, separators=(",", ":")).encode()).hexdigest()
         return {"format": "parquet", "uri": table.uri, "files": listed, "version": digest}
     except Exception as e:  # noqa: BLE001 - any failure to open the table is the user's table, named
-        raise ConfigError(f"lookup join side table {table.spec!r} is missing or unreadable: "
+        raise ConfigError(f"lookup join side table {named!r} is missing or unreadable: "
                           f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
 
 

@@ -34,7 +34,10 @@ def check_lookup_joins(job: Job, config: PipelineConfig) -> None:
         raise ConfigError(f"job {job.name!r}: lookup join {nodes[0].uid!r} needs aligned exactly-once checkpoints "
                           f"({what} lets a checkpoint read rows of the next epoch, which has its own table version)")
     for n in nodes:
-        pin_current(n.table.resolved(config.source_uri))
+        try:
+            pin_current(n.table.resolved(config.source_uri))
+        except ConfigError as e:
+            raise ConfigError(f"job {job.name!r}, lookup join {n.uid!r} (table={n.table.spec!r}): {e}") from None
 
 
 def lookup_values(ctx: Any, epochs: Sequence[int]) -> dict[str, dict]:
