@@ -8,6 +8,8 @@ this test's own, through real Spark:
 * the committed append table (a left lookup join) and the running aggregate over an inner lookup join equal
   pandas/DuckDB over the input files and the Delta versions read with ``deltalake`` at the recorded versions;
 * ``validate`` passes with nothing NOT CHECKED, and fails once a committed side value is changed.
+
+Opt-in (``EPOCHAL_LOOKUP_FULL=1``, README's profile table): about 3 minutes on the shared development machine.
 """
 from __future__ import annotations
 
@@ -114,6 +116,9 @@ def _rows(t, cols) -> list[tuple]:
     return sorted((tuple(r[c] for c in cols) for r in t), key=repr)
 
 
+@pytest.mark.skipif(os.environ.get("EPOCHAL_LOOKUP_FULL") != "1",
+                    reason="opt-in: EPOCHAL_LOOKUP_FULL=1 (about 3 min on the shared 2-core machine; the default suite "
+                           "runs Nexmark q13 after a SIGKILL, tests/nexmark/test_small_profile.py)")
 def test_lookup_join_pins_versions_through_a_crash_rescale_and_validate(tmp_path):
     df = _generate(tmp_path / "src")
     side_dir = tmp_path / "src" / SIDE

@@ -2,9 +2,9 @@
 recorded for its processing epoch ``p(x)`` (:mod:`pipeline.lookup.pins`; aligned exactly-once checkpoints, so
 ``p(x)`` is the epoch whose checkpoint processed the row). The distinct recorded versions are read once
 (:func:`pipeline.lookup.tables.read_pinned`), tagged with a version number, and joined on (key, version) as
-SQL joins: a null key matches nothing; ``how="left"`` keeps an unmatched row with nulls. A row whose epoch has
-no recorded version (never processed by the runtime, e.g. a bootstrap over history) is not modelled: the rule
-refuses it, naming the epochs."""
+SQL joins: a null key matches nothing; ``how="left"`` keeps an unmatched row with nulls. Rows of an epoch with
+no recorded version (never processed by the runtime, e.g. a bootstrap over history) are not modelled: the node is
+reported not checked, naming the epochs (one small action finds them: the distinct epochs of the input)."""
 from __future__ import annotations
 
 import json
@@ -32,6 +32,12 @@ def lookup(plan: PlanContext, nid: int, node: LookupJoinNode):
     pins = read_pins(runner.ckpt_fio, runner.job_root, node.uid, plan.prefix.epoch)
     if not pins:
         plan.bad[nid] = f"lookup join {node.uid!r}: no side-table version recorded up to epoch {plan.prefix.epoch}"
+        return None
+    # one small action: the epochs the rows belong to, each of which must have a recorded version
+    missing = sorted({r[0] for r in df.select(PEPOCH).distinct().collect()} - set(pins))
+    if missing:
+        plan.bad[nid] = (f"lookup join {node.uid!r}: no side-table version recorded for epochs {missing[:5]}"
+                         f"{'...' if len(missing) > 5 else ''} (never processed by the runtime)")
         return None
     versions: dict[str, int] = {}
     for e in sorted(pins):
