@@ -139,7 +139,8 @@ class SparkPlan:
                               for d in self._tagged(own_epochs, (node.name, str(p)), seg.splits)]
                   for node in ctx.job.sources()}
         values: dict[str, object] = {source_key(name): sp for name, sp in splits.items()}
-        values.update(lookup_values(ctx, [epoch]))  # lookup joins: the epoch's pinned side-table versions
+        pins = lookup_values(ctx, [epoch])  # lookup joins: the epoch's pinned side-table versions
+        values.update(pins)
         shape = tuple(sorted((name, task_count(len(sp), P)) for name, sp in splits.items()))
         spark.conf.set("spark.sql.shuffle.partitions", str(P))  # planned anew for every round's Dataset
         chained: list[tuple[str, str]] = []
@@ -157,7 +158,7 @@ class SparkPlan:
         reads = self._read_counter()
         read_mark = reads.mark() if reads is not None else {}
         if is_connect_session(spark):  # the values inside the task functions: a plan of this round only
-            with EmbeddedParams(values):  # the lookup joins' pins (lookup_plan), captured by value
+            with EmbeddedParams(pins):  # the lookup joins' pins (lookup_plan), captured by value
                 steps = self._build(P, shape, parked, ios=ios, carried=values)
             rows = self._run(steps, fresh=None)
         else:
