@@ -1,5 +1,5 @@
 """The Nexmark runner's small profile (default suite): a few thousand events, a join query and an aggregate
-query (q15: count_distinct, FILTER) SIGKILLed once and resumed, and a stateless query, each compared exactly with its DuckDB reference through the real CLI.
+query (q15: count_distinct, FILTER) and the side-table join q13 SIGKILLed once and resumed, and a stateless query, each compared exactly with its DuckDB reference through the real CLI.
 
 The full suite is ``python -m benchmarks.nexmark.run`` (benchmarks/nexmark/README.md)."""
 from __future__ import annotations
