@@ -24,7 +24,7 @@ from pipeline.lookup.tables import describe_pin, read_pinned
 from pipeline.operators.lookup import lookup_rows, normalized_schema
 from pipeline.runtime.operators.round_params import EPOCH_TAG, embedded_params, task_params
 
-__all__ = ["lookup_key", "lookup_dataframe", "side_columns"]
+__all__ = ["lookup_key", "lookup_dataframe", "lookup_task", "side_columns"]
 
 
 def lookup_key(uid: str) -> str:
@@ -58,20 +58,11 @@ def side_columns(node: LookupJoinNode, side: pa.Schema, stream_columns: list[str
     return pa.schema([pa.field(c, side.field(c).type, True) for c in cols])
 
 
-def lookup_dataframe(spark, node: LookupJoinNode, df, tagged: bool):
-    """``df`` joined with the side table of ``node``, as of each epoch's pin (see the module docstring)."""
-    # lazy: pyspark is imported where Spark already runs (the driver's plan building)
-    from pyspark.sql.pandas.types import from_arrow_schema
-    from pyspark.sql.types import StructType
-
+def lookup_task(node: LookupJoinNode, side_schema: pa.Schema, tagged: bool, embedded: Any = None):
+    """The ``mapInArrow`` function: each batch joined with the side table as of its epoch's pin (the round's value
+    ``{"epochs": {epoch: pin}}``: ``embedded`` (Spark Connect) or the task's local property). A tagged round's rows
+    are split by :data:`~pipeline.runtime.operators.round_params.EPOCH_TAG`, each epoch joined with its own pin."""
     key = lookup_key(node.uid)
-    value = _plan_value(spark, key)
-    if not value or not value.get("epochs"):
-        raise ConfigError(f"lookup join {node.uid!r}: the plan was built without the round's pinned table version")
-    first = next(iter(value["epochs"].values()))
-    side_schema = side_columns(node, normalized_schema(read_pinned(first).schema), list(df.columns))
-    out_struct = StructType(list(df.schema.fields) + list(from_arrow_schema(side_schema).fields))
-    embedded = embedded_params(key)
     cols = tuple(side_schema.names)
     uid, stream_key, table_key, how = node.uid, node.stream_key, node.table_key, node.how
 
@@ -95,17 +86,34 @@ def lookup_dataframe(spark, node: LookupJoinNode, df, tagged: bool):
         pins = {int(e): p for e, p in params["epochs"].items()}
         for b in batches:
             t = pa.Table.from_batches([b])
-            if tagged and EPOCH_TAG in t.column_names and len(pins) > 1:
-                tags = t.column(EPOCH_TAG)
-                for ep in pc.unique(tags).to_pylist():
-                    part = t.filter(pc.equal(tags, pa.scalar(ep, tags.type)))
-                    if ep not in pins:
-                        raise RuntimeError(f"lookup join {uid}: no pinned version for epoch {ep}")
-                    yield from lookup_rows(part, side_of(pins[ep]), stream_key, table_key, how, cols).to_batches()
-            else:
-                if len(pins) != 1 and not (tagged and EPOCH_TAG in t.column_names):
-                    raise RuntimeError(f"lookup join {uid}: rows without an epoch in a round of {sorted(pins)}")
-                pin = next(iter(pins.values())) if len(pins) == 1 else pins[t.column(EPOCH_TAG)[0].as_py()]
-                yield from lookup_rows(t, side_of(pin), stream_key, table_key, how, cols).to_batches()
+            if len(pins) == 1:
+                yield from lookup_rows(t, side_of(next(iter(pins.values()))), stream_key, table_key, how,
+                                       cols).to_batches()
+                continue
+            if not (tagged and EPOCH_TAG in t.column_names):
+                raise RuntimeError(f"lookup join {uid}: rows without an epoch in a round of epochs {sorted(pins)}")
+            tags = t.column(EPOCH_TAG)
+            for ep in pc.unique(tags).to_pylist():
+                if ep not in pins:
+                    raise RuntimeError(f"lookup join {uid}: no pinned version for epoch {ep}")
+                part = t.filter(pc.equal(tags, pa.scalar(ep, tags.type)))
+                yield from lookup_rows(part, side_of(pins[ep]), stream_key, table_key, how, cols).to_batches()
 
+    return task
+
+
+def lookup_dataframe(spark, node: LookupJoinNode, df, tagged: bool):
+    """``df`` joined with the side table of ``node``, as of each epoch's pin (see the module docstring)."""
+    # lazy: pyspark is imported where Spark already runs (the driver's plan building)
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from pyspark.sql.types import StructType
+
+    key = lookup_key(node.uid)
+    value = _plan_value(spark, key)
+    if not value or not value.get("epochs"):
+        raise ConfigError(f"lookup join {node.uid!r}: the plan was built without the round's pinned table version")
+    first = next(iter(value["epochs"].values()))
+    side_schema = side_columns(node, normalized_schema(read_pinned(first).schema), list(df.columns))
+    out_struct = StructType(list(df.schema.fields) + list(from_arrow_schema(side_schema).fields))
+    task = lookup_task(node, side_schema, tagged, embedded_params(key))
     return df.mapInArrow(task, out_struct)

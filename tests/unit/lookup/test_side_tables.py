@@ -13,11 +13,14 @@ from pipeline import Job
 from pipeline.config import load_config
 from pipeline.exceptions import ConfigError, SourceError
 from pipeline.fileio import file_io_for
+from pipeline.job import LookupJoinNode
 from pipeline.lookup import tables
 from pipeline.lookup.pins import pin_epoch, read_pins
 from pipeline.lookup.tables import pin_current, read_pinned
 from pipeline.operators.lookup import SideTable
 from pipeline.runtime.driver.runner import JobRunner
+from pipeline.runtime.operators.round_params import EPOCH_TAG
+from pipeline.runtime.spark.lookup_plan import lookup_task, side_columns
 
 pytestmark = pytest.mark.unit
 
@@ -118,3 +121,23 @@ def test_runner_refuses_a_missing_table_before_any_side_effect(tmp_path):
     JobRunner(_job("delta:side/items"), cfg)   # relative to the source root: found
     with pytest.raises(ConfigError, match="aligned exactly-once"):
         JobRunner(_job("delta:side/items"), cfg.with_(checkpoint_mode="at_least_once"))
+
+
+def test_the_task_joins_each_epoch_of_a_tagged_round_with_its_own_version(tmp_path):
+    """A round of two epochs pinned to different Delta versions: each row joins its own epoch's version (the task
+    function of the Spark step, fed as Spark Connect would: the round's value embedded)."""
+    write_deltalake(str(tmp_path / "d"), _t(0))
+    table = SideTable.parse(f"delta:{tmp_path / 'd'}", "t")
+    v0 = pin_current(table)
+    write_deltalake(str(tmp_path / "d"), _t(1), mode="overwrite")
+    v1 = pin_current(table)
+    node = LookupJoinNode("side", 0, table, "k", "key", "left", ())
+    rows = pa.table({"k": pa.array([1, 2, 1, None, 2], pa.int64()), EPOCH_TAG: pa.array([5, 5, 6, 6, 6], pa.int64())})
+    side = side_columns(node, read_pinned(v0).schema, rows.column_names)
+    task = lookup_task(node, side, True, {"epochs": {"5": v0, "6": v1}})
+    out = pa.Table.from_batches(list(task(iter(rows.to_batches()))))
+    assert sorted(zip(out["k"].to_pylist(), out[EPOCH_TAG].to_pylist(), out["value"].to_pylist()), key=repr) == sorted(
+        [(1, 5, "v0-1"), (2, 5, "v0-2"), (1, 6, "v1-1"), (None, 6, None), (2, 6, "v1-2")], key=repr)
+    untagged = lookup_task(node, side, False, {"epochs": {"5": v0, "6": v1}})
+    with pytest.raises(RuntimeError, match="rows without an epoch"):
+        list(untagged(iter(rows.drop_columns([EPOCH_TAG]).to_batches())))
