@@ -32,10 +32,11 @@ from pipeline.exceptions import ConfigError
 from pipeline.operators.aggregate_functions import FUNCTIONS as _AGG_FUNCTIONS
 from pipeline.operators.aggregate_functions import parse_aggs
 from pipeline.operators.join import JoinType, Uniqueness
+from pipeline.operators.lookup import LOOKUP_HOWS, SideTable
 from pipeline.sink.table_format import TableFormat
 
 __all__ = ["Job", "Stream", "SourceNode", "MapNode", "UnionNode", "JoinNode", "AggregateNode", "DedupNode", "WindowNode",
-           "ProcessNode", "SinkNode", "is_operator",
+           "ProcessNode", "SinkNode", "LookupJoinNode", "is_operator",
            "AGG_FUNCTIONS", "WINDOW_AGG_FUNCTIONS", "JOIN_TYPES", "INTERNAL_COLUMNS", "JOIN_KEY", "join_key_sql",
            "join_output"]
 
@@ -71,6 +72,25 @@ class UnionNode:
     source position, so barriers, alignment and watermark channels are those of its inputs (docs/operators.md)."""
 
     parents: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LookupJoinNode:
+    """``Stream.lookup_join``: each row joined with a bounded side table, as of the version pinned for the epoch
+    that processes it (Flink's lookup join ``FOR SYSTEM_TIME AS OF``; docs/operators.md "Lookup join"). Keyed
+    state: none (stateless, like ``union``: no shuffle); its ``uid`` names the record of the pinned versions."""
+
+    uid: str
+    parent: int
+    table: SideTable
+    stream_key: str
+    table_key: str
+    how: Literal["inner", "left"]
+    columns: tuple[str, ...]   # the side table's columns in the output (empty: every column but its key)
+
+    @property
+    def parents(self) -> tuple[int, ...]:
+        return (self.parent,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +205,7 @@ class SinkNode:
     partition_by: tuple[str, ...] = ()  # partition columns (Hive-style directories; Delta/Iceberg partitions)
 
 
-Node = SourceNode | MapNode | UnionNode | JoinNode | AggregateNode | DedupNode | WindowNode | ProcessNode | SinkNode
+Node = SourceNode | MapNode | UnionNode | LookupJoinNode | JoinNode | AggregateNode | DedupNode | WindowNode | ProcessNode | SinkNode
 StatefulNode = JoinNode | AggregateNode | DedupNode | WindowNode | ProcessNode
 
 
@@ -256,6 +276,31 @@ class Stream:
         return self.job._add(JoinNode(self.job._uid(uid), self.node, other.node, key, ttl_seconds,
                                       tuple(output) if output else None, JoinType(how),
                                       Uniqueness(unique or "none"), keys))
+
+    def lookup_join(self, *, uid: str, table: str, on: str | tuple[str, str], how: str = "inner",
+                    columns: Sequence[str] | None = None) -> "Stream":
+        """Join each row with a bounded side table ``table`` (``"parquet:<uri>"``, ``"delta:<uri>"`` or
+        ``"iceberg:<uri>"``; a URI without a scheme is relative to the source root) on ``on`` (a column of both,
+        or ``(stream column, table column)``). Each epoch joins the table version pinned when the epoch is first
+        processed (recorded, so a replay joins the same version). ``how``: inner or left; a null key matches
+        nothing. ``columns``: the table's columns to add (default: all but its key). Rules: docs/operators.md
+        "Lookup join"."""
+        where = f"lookup_join {uid!r}"
+        uid = self.job._uid(uid)
+        if uid in self.job.lookup_uids():
+            raise ConfigError(f"operator uid {uid!r} used twice in job {self.job.name!r}")
+        side = SideTable.parse(table, where)
+        pair = (on, on) if isinstance(on, str) else tuple(on)
+        if len(pair) != 2 or not all(isinstance(c, str) and c and not c.startswith("_") for c in pair):
+            raise ConfigError(f"{where}: on={on!r}; name a column of both, or (stream column, table column)")
+        if how not in LOOKUP_HOWS:
+            raise ConfigError(f"{where}: how={how!r}; use one of {LOOKUP_HOWS}")
+        cols = tuple(columns or ())
+        if isinstance(columns, str) or len(set(cols)) != len(cols) or pair[1] in cols or any(
+                not isinstance(c, str) or not c or c.startswith("_") for c in cols):
+            raise ConfigError(f"{where}: columns={columns!r}; name distinct columns of the table other than its key")
+        return self.job._add(LookupJoinNode(uid, self.node, side, pair[0], pair[1], how,  # type: ignore[arg-type]
+                                            cols))
 
     def deduplicate(self, *, uid: str, key: str, ttl_seconds: int | None = None) -> "Stream":
         """The first row per ``key`` passes; a later row is dropped (and counted) while the kept row is held,
@@ -368,7 +413,7 @@ class Job:
     def _uid(self, uid: str) -> str:
         if not _UID.match(uid):
             raise ConfigError(f"operator uid {uid!r}: letters, digits, '_' and '-' only")
-        if uid in self.operator_uids():
+        if uid in self.operator_uids() or uid in self.lookup_uids():
             raise ConfigError(f"operator uid {uid!r} used twice in job {self.name!r}")
         return uid
 
@@ -400,6 +445,9 @@ class Job:
     def operator_uids(self) -> list[str]:
         return [n.uid for n in self.operators()]
 
+    def lookup_uids(self) -> list[str]:
+        return [n.uid for n in self.nodes if isinstance(n, LookupJoinNode)]
+
     def sinks(self) -> list[SinkNode]:
         return [n for n in self.nodes if isinstance(n, SinkNode)]
 
@@ -429,7 +477,7 @@ class Job:
         """The sources and operators whose rows reach node ``node_id`` through stateless steps (maps, unions)."""
         base, _maps = self.chain_to(node_id)
         node = self.nodes[base]
-        if isinstance(node, UnionNode):
+        if isinstance(node, (UnionNode, LookupJoinNode)):
             return frozenset().union(*(self.bases(p) for p in node.parents))
         return frozenset((base,))
 
@@ -444,6 +492,8 @@ class Job:
             return self.ingest_shown(node.parent)
         if isinstance(node, UnionNode):
             return all(self.ingest_shown(p) for p in node.parents)
+        if isinstance(node, LookupJoinNode):
+            return self.ingest_shown(node.parent)
         return True
 
     def static_schema(self, node_id: int) -> pa.Schema | None:
@@ -487,9 +537,11 @@ class Job:
         import re
         read: set[str] = {"_ingest_ts"}  # carried through every select (event-time bookkeeping)
         for n in self.nodes:  # a union, or a sink its operator does not write, reads the rows whole
-            ins = n.parents if isinstance(n, UnionNode) else (n.parent,) if isinstance(n, SinkNode) else ()
+            ins = n.parents if isinstance(n, (UnionNode, LookupJoinNode)) else (n.parent,) if isinstance(
+                n, SinkNode) else ()
             for i in ins:
-                if self.chain_to(i)[0] == node_id and (isinstance(n, UnionNode) or self.operator_sink(i) is not n):
+                if self.chain_to(i)[0] == node_id and (isinstance(n, (UnionNode, LookupJoinNode))
+                                                       or self.operator_sink(i) is not n):
                     return None
         for op in self.operators():
             for i in op.inputs:

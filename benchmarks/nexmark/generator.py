@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-__all__ = ["NexmarkConfig", "PERSON_SCHEMA", "AUCTION_SCHEMA", "BID_SCHEMA", "SCHEMAS", "generate_tables",
+__all__ = ["NexmarkConfig", "PERSON_SCHEMA", "AUCTION_SCHEMA", "BID_SCHEMA", "SCHEMAS", "SIDE_INPUT_ROWS", "generate_tables",
            "write_sources", "FIRST_PERSON_ID", "FIRST_AUCTION_ID", "FIRST_CATEGORY_ID", "US_STATES", "US_CITIES",
            "FIRST_NAMES", "LAST_NAMES", "HOT_CHANNELS"]
 
@@ -59,6 +59,8 @@ BID_SCHEMA = pa.schema([("auction", pa.int64()), ("bidder", pa.int64()), ("price
                         ("channel", pa.string()), ("url", pa.string()), ("date_time", TS), ("extra", pa.string()),
                         ("_ingest_ts", TS)])
 SCHEMAS = {"person": PERSON_SCHEMA, "auction": AUCTION_SCHEMA, "bid": BID_SCHEMA}
+#: rows of q13's side table ``<root>/side_input/side_input.parquet`` (written by :func:`write_sources`)
+SIDE_INPUT_ROWS = 10_000
 
 FIRST_PERSON_ID = 1000
 FIRST_AUCTION_ID = 1000
@@ -336,6 +338,11 @@ def write_sources(root: str, c: NexmarkConfig) -> dict:
                 files += 1
         summary["rows"][name] = t.num_rows
         summary["files"][name] = files
+    # q13's bounded side input (Nexmark's side_input: key k in [0, 10000), value = k as a string), immutable
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"key": pa.array(range(SIDE_INPUT_ROWS), pa.int64()),
+                             "value": [str(k) for k in range(SIDE_INPUT_ROWS)]}), buf)
+    fio.write_bytes(join_uri(root, "side_input", "side_input.parquet"), buf.getvalue())
     last = c.timestamp_ms(np.array([max(c.events - 1, 0)]))[0]
     summary["event_time"] = [c.base_ms, int(last) + c.max_delay_ms]
     return summary

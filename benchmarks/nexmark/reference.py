@@ -38,6 +38,9 @@ def connect(source_dir: str | Path, epoch_seconds: int, ttl_seconds: int = 86_40
                    '{name}/' || partition AS _channel,
                    CAST(floor(epoch_us(_ingest_ts) / {e_us}) AS BIGINT) AS _epoch
             FROM read_parquet('{glob}', hive_partitioning = true)""")
+    side = Path(source_dir) / "side_input"
+    if side.is_dir():  # q13's bounded side table
+        con.execute(f"CREATE VIEW side_input AS SELECT * FROM read_parquet('{side}/*.parquet')")
     ttl_us = ttl_seconds * _US
     ok = "TRUE" if ttl_seconds == 0 else (
         f"least(epoch_us(t_l), epoch_us(t_r)) >= (greatest(e_l, e_r) + 1) * {e_us} - {ttl_us}")

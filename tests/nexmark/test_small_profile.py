@@ -1,5 +1,5 @@
 """The Nexmark runner's small profile (default suite): a few thousand events, a join query and an aggregate
-query (q15: count_distinct, FILTER) SIGKILLed once and resumed, and a stateless query, each compared exactly with its DuckDB reference through the real CLI.
+query (q15: count_distinct, FILTER) and the side-table join q13 SIGKILLed once and resumed, and a stateless query, each compared exactly with its DuckDB reference through the real CLI.
 
 The full suite is ``python -m benchmarks.nexmark.run`` (benchmarks/nexmark/README.md)."""
 from __future__ import annotations
@@ -46,3 +46,12 @@ def test_aggregate_with_count_distinct_and_filters_exact_after_a_sigkill(capsys,
     (r,) = out["results"]
     assert r["status"] == "exact", r
     assert r["kills_landed"] == 1 and r["output_rows"] == r["reference_rows"] > 0
+
+
+def test_side_table_join_exact_after_a_sigkill(capsys, tmp_path):
+    """q13: a lookup join with the bounded side table ``side_input`` (docs/operators.md "Lookup join")."""
+    out = _run(capsys, "--queries", "q13", "--kills", "1", "--workdir", str(tmp_path))
+    (r,) = out["results"]
+    assert r["status"] == "exact", r
+    assert r["kills_landed"] == 1 and r["output_rows"] == r["reference_rows"] > 1000
+    assert len(list((tmp_path / "q13" / "ckpt" / "nexmark_q13" / "lookups" / "side_input").glob("epoch-*.json"))) > 1

@@ -8,6 +8,7 @@ from pipeline.batch.evaluation.context import PlanContext
 from pipeline.batch.evaluation.dedup import dedup
 from pipeline.batch.evaluation.join import join
 from pipeline.batch.evaluation.join_keys import join_semantics
+from pipeline.batch.evaluation.lookup import lookup
 from pipeline.batch.evaluation.prefix import Prefix
 from pipeline.batch.evaluation.result import BatchResult
 from pipeline.batch.evaluation.sink import sink
@@ -19,6 +20,7 @@ from pipeline.job import (
     DedupNode,
     Job,
     JoinNode,
+    LookupJoinNode,
     MapNode,
     SinkNode,
     SourceNode,
@@ -41,6 +43,8 @@ class PlanCompiler(PlanContext):
             return map_rows(self, nid, node)
         if isinstance(node, UnionNode):
             return union(self, nid, node)
+        if isinstance(node, LookupJoinNode):
+            return lookup(self, nid, node)
         if isinstance(node, JoinNode):
             return join(self, nid, node)
         if isinstance(node, AggregateNode):
@@ -77,7 +81,7 @@ class PlanCompiler(PlanContext):
         for s in self.job.sinks():
             sink(self, s)
         for n in self.job.nodes:
-            if not isinstance(n, (SourceNode, MapNode, UnionNode, JoinNode, AggregateNode, WindowNode, DedupNode,
+            if not isinstance(n, (SourceNode, MapNode, UnionNode, LookupJoinNode, JoinNode, AggregateNode, WindowNode, DedupNode,
                                   SinkNode)):
                 self.result.messages.append(f"not checked: {type(n).__name__} nodes are not modelled yet")
         return self.result

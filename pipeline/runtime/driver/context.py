@@ -32,6 +32,7 @@ from pipeline.fileio import file_io_for, join_uri
 from pipeline.job import Job, JoinNode, SinkNode, SourceNode
 from pipeline.layout import JobLayout
 from pipeline.master import connect_url, probe_connect, probe_executor_storage
+from pipeline.runtime.driver.lookup_pins import check_lookup_joins
 from pipeline.runtime.operators.dead_letters import DeadLetterFiles, superseding_checkpoints, sweep_dead_letters
 from pipeline.runtime.operators.registry import traits_for
 from pipeline.runtime.operators.writer_nodes import sink_writers
@@ -95,6 +96,7 @@ class RuntimeContext:
         if not self.job.sinks() and not self.job.operators():
             raise ConfigError(f"job {self.job.name!r} has neither a sink nor a stateful operator: it computes nothing "
                               "that could be seen")
+        check_lookup_joins(self.job, self.config)   # side tables open; aligned exactly-once (lookup_pins)
         for op in self.job.operators():   # what each operator's runtime refuses (OperatorTraits.check)
             check = traits_for(op).check
             if check is not None:

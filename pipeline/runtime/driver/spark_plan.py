@@ -40,6 +40,7 @@ from pipeline.layout import (
 )
 from pipeline.runtime.driver.context import RuntimeContext
 from pipeline.runtime.driver.cursor import Cursor, files_by_channel
+from pipeline.runtime.driver.lookup_pins import lookup_values
 
 # the built-in operators register their builders (pipeline.runtime.operators.registry) when imported
 from pipeline.runtime.operators.registry import traits_for
@@ -141,6 +142,8 @@ class SparkPlan:
                               for d in self._tagged(own_epochs, (node.name, str(p)), seg.splits)]
                   for node in ctx.job.sources()}
         values: dict[str, object] = {source_key(name): sp for name, sp in splits.items()}
+        pins = lookup_values(ctx, [epoch])  # lookup joins: the epoch's pinned side-table versions
+        values.update(pins)
         shape = tuple(sorted((name, task_count(len(sp), P)) for name, sp in splits.items()))
         spark.conf.set("spark.sql.shuffle.partitions", str(P))  # planned anew for every round's Dataset
         chained: list[tuple[str, str]] = []
@@ -158,7 +161,9 @@ class SparkPlan:
         reads = self._read_counter()
         read_mark = reads.mark() if reads is not None else {}
         if is_connect_session(spark):  # the values inside the task functions: a plan of this round only
-            rows = self._run(self._build(P, shape, parked, ios=ios, carried=values), fresh=None)
+            with EmbeddedParams(pins):  # the lookup joins' pins (lookup_plan), captured by value
+                steps = self._build(P, shape, parked, ios=ios, carried=values)
+            rows = self._run(steps, fresh=None)
         else:
             with RoundProperties(spark, values):
                 rows = self._run(self.steps(P, shape, parked), fresh=lambda df: fresh_dataframe(spark, df))
@@ -222,6 +227,7 @@ class SparkPlan:
                 splits[node.name] += [{**d, "tag": w.epoch} for p, seg in w.segments[node.name].items()
                                       for d in self._tagged(w.own_epochs, (node.name, str(p)), seg.splits)]
         values: dict[str, object] = {source_key(name): sp for name, sp in splits.items()}
+        values.update(lookup_values(ctx, [w.epoch for w in work]))  # lookup joins: each epoch's pinned version
         shape = tuple(sorted((name, task_count(len(sp), P)) for name, sp in splits.items()))
         spark.conf.set("spark.sql.shuffle.partitions", str(P))
         later = Cursor()  # epochs after the first: parent state from the tasks, snapshots incremental

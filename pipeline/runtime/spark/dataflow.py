@@ -23,6 +23,7 @@ from pipeline.fileio import file_io_for
 from pipeline.fileio.request_counter import attributed_to
 from pipeline.job import (
     Job,
+    LookupJoinNode,
     MapNode,
     SourceNode,
     UnionNode,
@@ -34,6 +35,7 @@ from pipeline.runtime.operators.report_codec import from_table
 from pipeline.runtime.operators.round_params import EPOCH_TAG, task_params
 from pipeline.runtime.operators.task import HANDLE_DDL, HANDLE_TAGGED_DDL
 from pipeline.runtime.operators.task_profile import profiled
+from pipeline.runtime.spark.lookup_plan import lookup_dataframe
 from pipeline.runtime.spark.round_bytes import ReadBytesCounter, measured
 from pipeline.runtime.spark.task_requests import TaskRequestCounter, counted
 from pipeline.source.reader import META_FIELDS
@@ -264,6 +266,8 @@ def operator_dataframe(spark, job: Job, op, inputs: dict[int, object], io: Opera
             df = parts[0]
             for d in parts[1:]:
                 df = df.unionByName(d, allowMissingColumns=True)
+        elif isinstance(node, LookupJoinNode):  # stateless: each round's pinned side table (lookup_plan)
+            df = lookup_dataframe(spark, node, resolve(node.parent, prepare), io.tagged)
         else:
             df = inputs[base] if prepare is None else prepare(base, inputs[base])
         return apply_maps(df, maps)
