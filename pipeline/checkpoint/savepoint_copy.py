@@ -33,6 +33,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from pipeline.barriers.events import CheckpointType
 from pipeline.checkpoint.completed import CompletedCheckpoint
+from pipeline.checkpoint.coordinator import CheckpointCoordinator
 from pipeline.checkpoint.handles import FileHandle, StateHandle
 from pipeline.checkpoint.metadata import CheckpointMetadata
 from pipeline.exceptions import CorruptCheckpointError
@@ -84,7 +85,7 @@ def _copy_one(src_fio: FileIO, dst_fio: FileIO, f: FileHandle, dst: str, where: 
 Materialize = Callable[[StateHandle, str], FileHandle]
 
 
-def copy_savepoint(coordinator, source: CompletedCheckpoint, *, src_fio: FileIO, location: str | None,
+def copy_savepoint(coordinator: CheckpointCoordinator, source: CompletedCheckpoint, *, src_fio: FileIO, location: str | None,
                    sink_tables: Sequence[str], sinks: Mapping[str, bool], backlog: Mapping[str, int] | None = None,
                    extra: Mapping[str, Any] | None = None, sink_counting: Mapping[str, str] | None = None,
                    materialize: Materialize | None = None, workers: int = COPY_WORKERS,

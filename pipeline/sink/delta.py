@@ -29,6 +29,9 @@ from pipeline.sink.partitions import partition_values
 from pipeline.sink.table import CommitEntry
 
 if TYPE_CHECKING:  # pragma: no cover
+    from deltalake import CommitProperties, DeltaTable
+    from deltalake.transaction import RemoveAction
+
     from pipeline.config import PipelineConfig
     from pipeline.fileio import FileIO
 
@@ -62,7 +65,7 @@ class DeltaLakeTable(OpenFormatTable):
         self.app_id = f"epochal:{job}:{table}"
         self._latest: Any = None  # the loaded DeltaTable (see _dt)
 
-    def _dt(self, version: int | None = None):
+    def _dt(self, version: int | None = None) -> DeltaTable:
         """The table at ``version``, or its latest version. The latest is loaded once per object and brought up
         to date incrementally (delta-rs reads only the commits after the loaded one): a commit touches the table
         several times and each full load lists and reads the log again (measured on moto S3: 548 ms per
@@ -76,7 +79,7 @@ class DeltaLakeTable(OpenFormatTable):
             self._latest.update_incremental()
         return self._latest
 
-    def _props(self, checkpoint_id: int | None, parent_id: int | None = None, *, txn: bool = True):
+    def _props(self, checkpoint_id: int | None, parent_id: int | None = None, *, txn: bool = True) -> CommitProperties:
         from deltalake import CommitProperties, Transaction
         apps = [Transaction(self.app_id, checkpoint_id)] if txn and checkpoint_id is not None else None
         return CommitProperties(custom_metadata=self.markers(checkpoint_id, parent_id), app_transactions=apps)
@@ -153,7 +156,7 @@ class DeltaLakeTable(OpenFormatTable):
         from deltalake.transaction import AddAction
         now = int(time.time() * 1000)
         root = self.table_uri.rstrip("/") + "/"
-        actions = []
+        actions: list[AddAction | RemoveAction] = []
         for f in entry.files:
             if not f.uri.startswith(root):
                 raise SinkError(f"{self.what}: staged file {f.uri} is outside the table root {root}")

@@ -34,6 +34,11 @@ from pipeline.sink.open_table import MARK_CHECKPOINT, MARK_EMPTY, MARK_JOB, Open
 from pipeline.sink.table import CommitEntry
 
 if TYPE_CHECKING:  # pragma: no cover
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.expressions import BooleanExpression
+    from pyiceberg.table import Table
+    from pyiceberg.table.snapshots import Snapshot
+
     from pipeline.config import PipelineConfig
     from pipeline.fileio import FileIO
 
@@ -74,7 +79,7 @@ def _s3_properties() -> dict[str, str]:
     return out
 
 
-def iceberg_catalog(config: "PipelineConfig"):
+def iceberg_catalog(config: PipelineConfig) -> Catalog:
     """The configured catalog (cached per process)."""
     name = config.iceberg_catalog
     uri = config.iceberg_catalog_uri or default_catalog_uri(config.sink_uri)
@@ -100,7 +105,7 @@ def iceberg_catalog(config: "PipelineConfig"):
         return cat
 
 
-def key_match_filter(keys: pa.Table, columns: list[str]):
+def key_match_filter(keys: pa.Table, columns: list[str]) -> BooleanExpression:
     """The Iceberg row filter selecting the rows whose ``columns`` equal one of ``keys``' rows, **null-safely**
     (``IS NOT DISTINCT FROM``): a null key value matches ``IS NULL``, so the NULL group of an aggregate is
     replaced like any other key. (pyiceberg's ``create_match_filter`` cannot take a null literal.)"""
@@ -127,10 +132,10 @@ class IcebergTable(OpenFormatTable):
         self.identifier = (job, table)
 
     @property
-    def catalog(self):
+    def catalog(self) -> Catalog:
         return iceberg_catalog(self.config)
 
-    def _tbl(self):
+    def _tbl(self) -> Table:
         return self.catalog.load_table(self.identifier)
 
     # -- OpenFormatTable ---------------------------------------------------------------------------
@@ -153,7 +158,10 @@ class IcebergTable(OpenFormatTable):
     def table_partition_columns(self) -> tuple[str, ...]:
         tbl = self._tbl()
         schema = tbl.schema()
-        return tuple(schema.find_column_name(f.source_id) for f in tbl.spec().fields)
+        names = [schema.find_column_name(f.source_id) for f in tbl.spec().fields]
+        if None in names:
+            raise SinkError(f"{self.what}: a partition field of the table's spec has no source column in its schema")
+        return tuple(n for n in names if n is not None)
 
     def table_schema(self) -> pa.Schema:
         return self._tbl().schema().as_arrow()
@@ -162,7 +170,7 @@ class IcebergTable(OpenFormatTable):
         with self._tbl().update_schema() as upd:
             upd.union_by_name(pa.schema(fields))
 
-    def _marked(self, snap) -> dict[str, str] | None:
+    def _marked(self, snap: Snapshot) -> dict[str, str] | None:
         props = snap.summary.additional_properties if snap.summary is not None else {}
         return props if props.get(MARK_JOB) == self.job else None
 
@@ -181,14 +189,17 @@ class IcebergTable(OpenFormatTable):
 
     def has_data(self) -> bool:
         snap = self._tbl().current_snapshot()
-        return snap is not None and int((snap.summary or {}).get("total-records", "0") or 0) > 0
+        if snap is None or snap.summary is None:
+            return False
+        return int(snap.summary.get("total-records") or 0) > 0
 
     def find(self, checkpoint_id: int) -> int | None:
         best = None
         for s in self._tbl().snapshots():
             props = self._marked(s)
             if props is not None and props.get(MARK_CHECKPOINT) == str(checkpoint_id):
-                if best is None or s.sequence_number > best.sequence_number:
+                # a format-v1 table has no sequence numbers: 0 (the Iceberg spec's value for v1 snapshots)
+                if best is None or (s.sequence_number or 0) > (best.sequence_number or 0):
                     best = s
         return None if best is None else best.snapshot_id
 

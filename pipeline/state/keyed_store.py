@@ -39,7 +39,7 @@ import struct
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -47,11 +47,15 @@ import pyarrow.parquet as pq
 
 from pipeline.checkpoint.handles import StateHandle
 from pipeline.exceptions import CorruptCheckpointError, StateStoreError
+from pipeline.fileio import FileIO
 from pipeline.state.attempts import sortable_type
 from pipeline.state.backend import read_verified
 from pipeline.state.chain import StateChain
 from pipeline.state.changelog import OP_COLUMN
 from pipeline.state.store_memory import store_options
+
+if TYPE_CHECKING:
+    from rocksdict import WriteBatch
 
 __all__ = ["KeyedStateStore", "StoreLocation", "encode_user_key", "open_here", "order_compatible_key", "row_keys",
            "slice_rows", "store_root", "within_key_order"]
@@ -314,7 +318,7 @@ class KeyedStateStore:
             groups.setdefault(s, []).append(row)
         return groups
 
-    def _index(self, wb, suffix: bytes, rows: Iterable[tuple]) -> None:
+    def _index(self, wb: WriteBatch, suffix: bytes, rows: Iterable[tuple]) -> None:
         if self._time_i is None:
             return
         f = self.index_time
@@ -408,7 +412,7 @@ class KeyedStateStore:
         self._db.write(wb)
         return net
 
-    def rebuild(self, fileio, handles: Iterable[StateHandle], checkpoint: str, *,
+    def rebuild(self, fileio: FileIO, handles: Iterable[StateHandle], checkpoint: str, *,
                 optional: Sequence[str] = (), batch_rows: int = _BATCH) -> int:
         """Forget the store and load the key groups of its range from the chains of ``handles`` (the parent
         checkpoint's state of this operator; several overlapping chains after a rescale): each file read and

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.checkpoint.handles import StateHandle
+from pipeline.fileio import FileIO
 from pipeline.layout import shared_state_uri, shared_writer_id
 from pipeline.state.attempts import canonical_order
 from pipeline.state.backend import (
@@ -93,7 +94,7 @@ def _persisted(chain: StateChain, checkpoint_id: int, written: set[str]) -> int:
     return sum(f.bytes for f in chain.files if f.uri in written or shared_writer_id(f.uri) == checkpoint_id)
 
 
-def write_state(fileio, state_prefix: str, name: str, kg_start: int, kg_end: int, table: pa.Table,
+def write_state(fileio: FileIO, state_prefix: str, name: str, kg_start: int, kg_end: int, table: pa.Table,
                 parent: Sequence[StateHandle], snapshot: Mapping[str, Any] | None, checkpoint: str,
                 touched: TouchedKeys | None = None, *, uid: str = "", subtask: int = 0) -> StateHandle:
     """Snapshot state ``name`` of the subtask owning key groups [kg_start, kg_end] (see the module docstring).
@@ -201,7 +202,7 @@ def _streamed_parquet(schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> b
     return buf.getvalue()
 
 
-def write_state_changes(fileio, state_prefix: str, name: str, kg_start: int, kg_end: int, delta: pa.Table,
+def write_state_changes(fileio: FileIO, state_prefix: str, name: str, kg_start: int, kg_end: int, delta: pa.Table,
                         rows: int, parent: Sequence[StateHandle], snapshot: Mapping[str, Any] | None,
                         checkpoint: str, full: Callable[[], Iterator[pa.RecordBatch]], schema: pa.Schema, *,
                         uid: str = "", subtask: int = 0) -> tuple[StateHandle, str]:
