@@ -7,9 +7,10 @@ raise :class:`~pipeline.exceptions.ConfigError` (CLI exit code 2).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from pipeline.barriers.events import CheckpointingMode
 from pipeline.exceptions import ConfigError
@@ -145,7 +146,7 @@ class PipelineConfig:
             return self.dead_letter_uri.rstrip("/")
         return f"{self.checkpoint_uri.rstrip('/')}/_dead_letter"
 
-    def with_(self, **changes: Any) -> "PipelineConfig":
+    def with_(self, **changes: Any) -> PipelineConfig:
         return replace(self, **changes)
 
     def as_env(self) -> dict[str, str]:

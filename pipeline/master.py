@@ -18,8 +18,8 @@ from __future__ import annotations
 import enum
 import os
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from pipeline.exceptions import ConfigError
 

@@ -28,8 +28,9 @@ import os
 import random
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 __all__ = ["RetryPolicy", "is_transient", "is_transient_table_error", "one_line", "with_retries"]
 
@@ -52,7 +53,7 @@ class RetryPolicy:
     max_backoff_s: float = 5.0
 
     @classmethod
-    def from_env(cls) -> "RetryPolicy":
+    def from_env(cls) -> RetryPolicy:
         env = os.environ
         try:
             return cls(float(env.get("PIPELINE_S3_RETRY_SECONDS") or 90.0),

@@ -21,7 +21,7 @@ runs one cached plan per round shape.
 from __future__ import annotations
 
 import os
-from typing import MutableMapping
+from collections.abc import MutableMapping
 
 __all__ = ["BATCH_JVM_OPTS", "JVM_OPTS_ENV", "use_batch_jvm_options"]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from pipeline.exceptions import EpochalError
@@ -33,7 +33,7 @@ class FailedCheckpointLog:
             doc = {"checkpoint_id": m.checkpoint_id, "kind": m.kind, "epoch": m.epoch, "barrier_time": m.barrier_time,
                    "trigger_time": m.trigger_time, "runner": m.runner, "parallelism": m.parallelism,
                    "parent_id": m.parent_id,
-                   "failed_at": datetime.now(tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+                   "failed_at": datetime.now(tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
                    "reason": getattr(reason, "name", str(reason)), "reason_message": getattr(reason, "message", ""),
                    "counts_as_failure": bool(getattr(reason, "counts_as_failure", True)),
                    "cause": f"{type(cause).__name__}: {cause}" if cause is not None else None}

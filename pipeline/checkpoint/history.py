@@ -9,8 +9,9 @@ checkpoint view (:mod:`pipeline.orchestration.history`) shows it as is, and ``ch
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
 from pipeline.checkpoint.completed import CompletedCheckpoint
 from pipeline.checkpoint.coordinator import CheckpointCoordinator

@@ -27,9 +27,10 @@ or a savepoint asked for at another parallelism is written by the old path, an i
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from pipeline.barriers.events import CheckpointType
 from pipeline.checkpoint.completed import CompletedCheckpoint

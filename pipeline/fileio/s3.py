@@ -133,7 +133,7 @@ def _arrow_s3(settings: _S3Settings) -> Any:
 class _RangeReader(io.RawIOBase):
     """A read-only, seekable file over an S3 object; every read is a ranged GET through the retry layer."""
 
-    def __init__(self, fio: "S3FileIO", uri: str, size: int) -> None:
+    def __init__(self, fio: S3FileIO, uri: str, size: int) -> None:
         super().__init__()
         self._fio, self._uri, self._size, self._pos = fio, uri, size, 0
 
@@ -174,7 +174,7 @@ class _RangeReader(io.RawIOBase):
 class _UploadWriter(io.RawIOBase):
     """A write-only file uploaded on close: one retried PUT, or a multipart upload (every request retried)."""
 
-    def __init__(self, fio: "S3FileIO", uri: str) -> None:
+    def __init__(self, fio: S3FileIO, uri: str) -> None:
         super().__init__()
         self._fio, self._uri = fio, uri
         self._bucket, self._key = split_s3_uri(uri)
@@ -431,7 +431,7 @@ class S3FileIO:
     def _arrow(self) -> Any:
         return _arrow_s3(self._settings)
 
-    def open_input(self, uri: str) -> "pyarrow.NativeFile":
+    def open_input(self, uri: str) -> pyarrow.NativeFile:
         """A seekable stream over the object: ranged GETs, each inside the retry layer (a throttled, dropped or
         cut read is retried like any small-object request, not surfaced as a broken file)."""
         import pyarrow as pa
@@ -454,7 +454,7 @@ class S3FileIO:
         except Exception as e:  # noqa: BLE001
             raise self._fail("read", uri, e) from e
 
-    def open_output(self, uri: str) -> "pyarrow.NativeFile":
+    def open_output(self, uri: str) -> pyarrow.NativeFile:
         """A write stream: buffered, uploaded on close as one retried PUT, or in parts of
         ``PIPELINE_S3_PART_MB`` (default 32) MiB by a multipart upload whose every request is retried."""
         import pyarrow as pa
@@ -462,7 +462,7 @@ class S3FileIO:
         split_s3_uri(uri)
         return pa.PythonFile(_UploadWriter(self, uri), mode="w")
 
-    def pyarrow_fs(self, uri: str | None = None) -> "tuple[pyarrow.fs.FileSystem, str]":
+    def pyarrow_fs(self, uri: str | None = None) -> tuple[pyarrow.fs.FileSystem, str]:
         if uri is None:
             return self._arrow(), ""
         bucket, key = split_s3_uri(uri)

@@ -36,9 +36,10 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Callable
+from datetime import UTC, datetime
+from typing import Any
 
 from pipeline.exceptions import ConfigError, EpochalError
 
@@ -166,8 +167,8 @@ def _iso(value: str | datetime) -> str:
         except ValueError:
             raise ConfigError(f"backfill date {value!r}: expected an ISO-8601 timestamp") from None
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        dt = dt.replace(tzinfo=UTC)
+    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _same_instant(a: str, b: str) -> bool:

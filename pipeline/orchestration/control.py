@@ -11,9 +11,10 @@ restore DAGs and the epoch DAG's ``process`` task write it, and the DAGs never r
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime, timezone
-from typing import Any, Mapping
+from datetime import UTC, datetime
+from typing import Any
 
 from pipeline.exceptions import ObjectNotFoundError
 from pipeline.fileio import FileIO, join_uri
@@ -23,7 +24,7 @@ __all__ = ["JobControl", "ControlStore", "utc_now_iso"]
 
 
 def utc_now_iso() -> str:
-    return datetime.now(tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.now(tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +43,7 @@ class JobControl:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "JobControl":
+    def from_dict(cls, d: Mapping[str, Any]) -> JobControl:
         known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}  # type: ignore[attr-defined]
         return cls(**known)
 

@@ -35,8 +35,9 @@ import contextlib
 import logging
 import os
 import time
-from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from pipeline.orchestration.exclusion import (
     ACTIVE_TI_STATES,
@@ -79,12 +80,12 @@ def _parse_start(value: str | datetime, epoch_seconds: int) -> datetime:
     else:
         dt = datetime.fromisoformat(str(value).strip().replace("Z", "+00:00"))
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
     ts = int(dt.timestamp())
-    return datetime.fromtimestamp(ts - ts % epoch_seconds, tz=timezone.utc)  # an epoch boundary
+    return datetime.fromtimestamp(ts - ts % epoch_seconds, tz=UTC)  # an epoch boundary
 
 
-def sink_asset(job: str, table: str, config=None) -> "Asset":
+def sink_asset(job: str, table: str, config=None) -> Asset:
     """The Airflow Asset of a sink table: ``name`` ``epochal/<job>/<table>`` (stable, for downstream
     ``schedule=[...]``), ``uri`` the table's location under ``PIPELINE_SINK_URI``."""
     from airflow.sdk import Asset
@@ -212,7 +213,7 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
                     end_date: str | datetime | None = None, catchup: bool | None = None,
                     retries: int | None = None, retry_delay: timedelta | None = None,
                     poke_interval: float | None = None, trigger_timeout: float | None = None,
-                    config=None, approve_rewind: bool | None = None, fused: bool | None = None) -> "DAG":
+                    config=None, approve_rewind: bool | None = None, fused: bool | None = None) -> DAG:
     """The epoch DAG of ``job_name``: one run per data interval = one checkpointed epoch.
 
     Schedule = the epoch length (``PIPELINE_EPOCH_SECONDS``), data intervals aligned to epoch boundaries,
@@ -356,7 +357,7 @@ def _process_step(orch, triggered: dict | None, context: Mapping[str, Any], epoc
         raise AirflowSkipException(str(e)) from None
 
 
-def _commit_step(orch, checkpoint_id: int, context: Mapping[str, Any], assets: Mapping[str, "Asset"], *,
+def _commit_step(orch, checkpoint_id: int, context: Mapping[str, Any], assets: Mapping[str, Asset], *,
                  collect_garbage: bool = True, committed_here: bool = False):
     """The ``commit`` step: notifyCheckpointComplete, then one event per sink Asset naming the checkpoint."""
     res = orch.commit(checkpoint_id, collect_garbage=collect_garbage, committed_here=committed_here)
@@ -428,7 +429,7 @@ def _wait_for_epoch_runs(job_name: str, poke: float, timeout: float, other_dag: 
 
 def build_savepoint_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | None = None,
                         tags: Sequence[str] = (), retries: int | None = None, retry_delay: timedelta | None = None,
-                        poke_interval: float | None = None) -> "DAG":
+                        poke_interval: float | None = None) -> DAG:
     """Manual savepoint DAG (no schedule; trigger with the params form): an aligned, self-contained
     savepoint of the newest checkpoint, optionally stopping the job (stop-with-savepoint)."""
     from airflow.sdk import DAG, Param, task
@@ -439,7 +440,7 @@ def build_savepoint_dag(job_name: str, *, dag_id: str | None = None, doc_md: str
     with DAG(
         dag_id=dag_id or savepoint_dag_id(job.name),
         schedule=None,
-        start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+        start_date=datetime(2026, 1, 1, tzinfo=UTC),
         catchup=False,
         max_active_runs=1,
         default_args=_default_args(retries, retry_delay),
@@ -478,7 +479,7 @@ def build_savepoint_dag(job_name: str, *, dag_id: str | None = None, doc_md: str
 
 def build_restore_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | None = None,
                       tags: Sequence[str] = (), retries: int | None = None, retry_delay: timedelta | None = None,
-                      poke_interval: float | None = None, approve: bool | None = None) -> "DAG":
+                      poke_interval: float | None = None, approve: bool | None = None) -> DAG:
     """Restore DAG (no schedule; trigger with the params form): restore the job from a checkpoint id or a
     savepoint URI (NO_CLAIM), optionally with another parallelism, then validate the restored state."""
     from airflow.sdk import DAG, Param, task
@@ -489,7 +490,7 @@ def build_restore_dag(job_name: str, *, dag_id: str | None = None, doc_md: str |
     with DAG(
         dag_id=dag_id or restore_dag_id(job.name),
         schedule=None,
-        start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+        start_date=datetime(2026, 1, 1, tzinfo=UTC),
         catchup=False,
         max_active_runs=1,
         default_args=_default_args(retries, retry_delay),
@@ -540,7 +541,7 @@ def build_restore_dag(job_name: str, *, dag_id: str | None = None, doc_md: str |
 
 
 def build_quality_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | None = None,
-                      tags: Sequence[str] = (), retries: int | None = None) -> "DAG":
+                      tags: Sequence[str] = (), retries: int | None = None) -> DAG:
     """On-demand data-quality DAG: validate a checkpoint id or savepoint URI (default: the newest)."""
     from airflow.sdk import DAG, Param, task
 
@@ -549,7 +550,7 @@ def build_quality_dag(job_name: str, *, dag_id: str | None = None, doc_md: str |
     with DAG(
         dag_id=dag_id or quality_dag_id(job.name),
         schedule=None,
-        start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+        start_date=datetime(2026, 1, 1, tzinfo=UTC),
         catchup=False,
         default_args=_default_args(0 if retries is None else retries, None),
         tags=list(dict.fromkeys(["epochal", f"job:{job.name}", "data-quality", *tags])),

@@ -21,8 +21,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from pipeline.config import load_config
 from pipeline.exceptions import ConfigError
@@ -164,7 +165,7 @@ def resolve_s3_settings(env: Mapping[str, str] | None = None, *,
                       session_token=env.get("AWS_SESSION_TOKEN") or None)
 
 
-def apply_s3_settings(settings: S3Settings, environ: "os._Environ[str] | dict[str, str] | None" = None) -> None:
+def apply_s3_settings(settings: S3Settings, environ: os._Environ[str] | dict[str, str] | None = None) -> None:
     """Export ``settings`` as ``AWS_*`` variables of this process (task processes only).
 
     Settings from a connection replace any ``AWS_*`` values already in the environment, so a stale

@@ -14,7 +14,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import pandas as pd
 
@@ -25,7 +26,7 @@ __all__ = ["Engine", "engine", "warm_up", "build_data_docs"]
 log = logging.getLogger("epochal.quality")
 
 _LOCK = threading.Lock()
-_ENGINE: "Engine | None" = None
+_ENGINE: Engine | None = None
 _WARM: threading.Thread | None = None
 DATASOURCE = "epochal"
 

@@ -28,7 +28,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import numpy as np

@@ -19,7 +19,8 @@ Dataset ``users_read``: one row per object - ``object`` (``table/<t>`` or ``dead
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd

@@ -16,9 +16,10 @@ import json
 import logging
 import os
 import time
-from datetime import datetime, timezone
+from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import pandas as pd
 
@@ -188,7 +189,7 @@ def _validate_job(runner, span: RequestSpan, checkpoint: str | int | None, *, mo
     t_ge = time.perf_counter()
     gx = eng.engine()
     collected.timings["gx_setup"] = time.perf_counter() - t_ge
-    run_time = datetime.now(timezone.utc).isoformat()
+    run_time = datetime.now(UTC).isoformat()
     out_dir = join_uri(validation_root(runner), snap.name)
     if mode == "epoch":  # the cheap subset never overwrites a full validation's results
         out_dir = join_uri(out_dir, "epoch")

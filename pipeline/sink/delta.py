@@ -19,7 +19,8 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -57,7 +58,7 @@ def delta_storage_options(uri: str) -> dict[str, str]:
 class DeltaLakeTable(OpenFormatTable):
     format_name = "Delta"
 
-    def __init__(self, fileio: "FileIO", config: "PipelineConfig", job: str, table: str, *, mode: str = "append",
+    def __init__(self, fileio: FileIO, config: PipelineConfig, job: str, table: str, *, mode: str = "append",
                  key: Sequence[str] = (), partition_by: Sequence[str] = ()) -> None:
         super().__init__(fileio, config, job, table, mode=mode, key=key, partition_by=partition_by)
         self.storage_options = delta_storage_options(self.table_uri)

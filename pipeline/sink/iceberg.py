@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -48,7 +49,7 @@ __all__ = ["IcebergTable", "iceberg_catalog", "default_catalog_uri", "key_match_
 COUNTED_IO_IMPL = "pipeline.sink.iceberg_io.CountedPyArrowFileIO"
 
 
-def iceberg_commits_counted(config: "PipelineConfig") -> bool:
+def iceberg_commits_counted(config: PipelineConfig) -> bool:
     """Whether an Iceberg sink's commits go through Epochal's counted S3 client (:mod:`pipeline.sink.iceberg_io`):
     the embedded catalog on an ``s3://`` sink root, unless ``EPOCHAL_ICEBERG_COUNTED_IO=0``."""
     return (not config.iceberg_catalog and config.sink_uri.lower().startswith("s3://")
@@ -126,7 +127,7 @@ def key_match_filter(keys: pa.Table, columns: list[str]) -> BooleanExpression:
 class IcebergTable(OpenFormatTable):
     format_name = "Iceberg"
 
-    def __init__(self, fileio: "FileIO", config: "PipelineConfig", job: str, table: str, *, mode: str = "append",
+    def __init__(self, fileio: FileIO, config: PipelineConfig, job: str, table: str, *, mode: str = "append",
                  key: Sequence[str] = (), partition_by: Sequence[str] = ()) -> None:
         super().__init__(fileio, config, job, table, mode=mode, key=key, partition_by=partition_by)
         self.identifier = (job, table)

@@ -23,8 +23,9 @@ import builtins
 import json
 import logging
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from pipeline.checkpoint.ack import AckResult
 from pipeline.checkpoint.handles import FileHandle
@@ -89,7 +90,7 @@ class CommitEntry:
         return json.dumps(self.to_dict(), sort_keys=True, indent=1) + "\n"
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "CommitEntry":
+    def from_dict(cls, d: Mapping[str, Any]) -> CommitEntry:
         return cls(table=str(d["table"]), checkpoint_id=int(d["checkpoint_id"]),
                    parent_id=None if d.get("parent_id") is None else int(d["parent_id"]),
                    files=tuple(FileHandle.from_dict(f) for f in d.get("files", ())), full=bool(d.get("full", False)),
@@ -97,7 +98,7 @@ class CommitEntry:
                    savepoint=bool(d.get("savepoint", False)))
 
     @classmethod
-    def from_json(cls, text: str | builtins.bytes, uri: str = "<memory>") -> "CommitEntry":
+    def from_json(cls, text: str | builtins.bytes, uri: str = "<memory>") -> CommitEntry:
         try:
             d = json.loads(text)
             if not isinstance(d, dict) or d.get("format", COMMIT_FORMAT) != COMMIT_FORMAT:
@@ -262,7 +263,7 @@ class CommittedTable:
         return [f for e in self.lineage() for f in e.files]
 
     # -- reading -----------------------------------------------------------------------------------
-    def read(self) -> "pa.Table":
+    def read(self) -> pa.Table:
         """The committed rows as one Arrow table (upsert: newest row per key)."""
         import pyarrow as pa
         import pyarrow.compute as pc

@@ -12,8 +12,8 @@ does the I/O (staging prefix, commit entry, deleting staged files).
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import Enum
-from typing import Iterable
 
 from pipeline.checkpoint.handles import FileHandle
 from pipeline.exceptions import SinkError, TransactionStateError
@@ -113,7 +113,7 @@ class SinkTransaction:
 
     @classmethod
     def recovered(cls, table: str, checkpoint_id: int, staging_uri: str, files: Iterable[FileHandle], *,
-                  parent_id: int | None = None, full: bool = False) -> "SinkTransaction":
+                  parent_id: int | None = None, full: bool = False) -> SinkTransaction:
         """A PRE_COMMITTED transaction rebuilt from checkpoint metadata (Flink ``recoverAndCommit``)."""
         txn = cls(table, checkpoint_id, staging_uri, parent_id=parent_id)
         txn.pre_commit(files, full=full)

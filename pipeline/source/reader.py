@@ -29,8 +29,8 @@ The good path is vectorised (``pyarrow.compute``); per-record Python runs only t
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa

@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -65,7 +65,7 @@ def write_bytes_once(fileio: FileIO, uri: str, data: bytes, rows: int) -> FileHa
     return FileHandle(uri=task_uri, rows=rows, bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
 
 
-_RECENT: "OrderedDict[str, pa.Table]" = OrderedDict()  # this worker's last restored/written chains
+_RECENT: OrderedDict[str, pa.Table] = OrderedDict()  # this worker's last restored/written chains
 _RECENT_MAX = 4
 
 

@@ -38,8 +38,9 @@ import shutil
 import struct
 import tempfile
 import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -235,7 +236,7 @@ class KeyedStateStore:
             del _OPEN[self.path]
         self._db.close()
 
-    def __enter__(self) -> "KeyedStateStore":
+    def __enter__(self) -> KeyedStateStore:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -16,8 +16,9 @@ chain's files this checkpoint wrote (in any of its rounds); the rest was written
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -60,7 +61,7 @@ class SnapshotOptions:
                 "backend": self.backend, "job_root": self.job_root}
 
     @classmethod
-    def from_params(cls, d: Mapping[str, Any] | None) -> "SnapshotOptions | None":
+    def from_params(cls, d: Mapping[str, Any] | None) -> SnapshotOptions | None:
         if not d:
             return None
         return cls(checkpoint_id=int(d["checkpoint_id"]), round=int(d.get("round", 0)), shared=d.get("shared"),

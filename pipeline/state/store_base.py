@@ -28,7 +28,8 @@ one parent chain over exactly the range (first snapshot, a rescale) the base is 
 from __future__ import annotations
 
 import os
-from typing import Iterator, Sequence, TypeAlias
+from collections.abc import Iterator, Sequence
+from typing import TypeAlias
 
 import numpy as np
 import pyarrow as pa

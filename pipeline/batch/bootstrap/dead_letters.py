@@ -40,8 +40,8 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc

@@ -14,7 +14,8 @@ Expectations suites are the default everywhere. A runner that needs a validator 
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Protocol, runtime_checkable
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
 
 from pipeline.checkpoint.metadata import CheckpointMetadata
 from pipeline.exceptions import ConfigError

@@ -18,7 +18,7 @@ import logging
 import os
 import re
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 __all__ = ["relay_jvm_stderr", "level_of", "ENV"]
 
