@@ -14,6 +14,7 @@ from typing import Any
 
 from pipeline.barriers.events import CheckpointingMode
 from pipeline.exceptions import ConfigError
+from pipeline.layout.dead_letters import default_dead_letter_root
 from pipeline.master import check_master_usable
 from pipeline.sink.table_format import parse_format_override
 
@@ -144,7 +145,7 @@ class PipelineConfig:
         """Dead-letter root; records of job J, source S go to ``<root>/<J>/<S>/partition=<p>/...``."""
         if self.dead_letter_uri:
             return self.dead_letter_uri.rstrip("/")
-        return f"{self.checkpoint_uri.rstrip('/')}/_dead_letter"
+        return default_dead_letter_root(self.checkpoint_uri)
 
     def with_(self, **changes: Any) -> PipelineConfig:
         return replace(self, **changes)

@@ -156,7 +156,8 @@ def _storage_probe_task(uri: str, budget_s: str):
         os.environ["PIPELINE_S3_RETRY_SECONDS"] = budget_s  # a worker is reused: put it back below
         try:
             from pipeline.fileio import file_io_for  # executor side: imported in the Spark task that runs it
-            file_io_for(uri).exists(uri.rstrip("/") + "/job.json")
+            from pipeline.layout import JobLayout  # executor side, like file_io_for
+            file_io_for(uri).exists(JobLayout(uri).job_json())
             err = ""
         except Exception as e:  # noqa: BLE001 - reported to the driver as text
             err = f"{type(e).__name__}: {' '.join(str(e).split())[:400]}"

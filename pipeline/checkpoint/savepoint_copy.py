@@ -38,8 +38,9 @@ from pipeline.checkpoint.coordinator import CheckpointCoordinator
 from pipeline.checkpoint.handles import FileHandle, StateHandle
 from pipeline.checkpoint.metadata import CheckpointMetadata
 from pipeline.exceptions import CorruptCheckpointError
-from pipeline.fileio import FileIO, join_uri, sha256_of
+from pipeline.fileio import FileIO, sha256_of
 from pipeline.fileio.request_counter import RequestCounting, StorageRequests
+from pipeline.layout import snapshot_state_uri
 
 __all__ = ["copy_blocker", "copy_savepoint", "CopyFigures", "COPY_WORKERS"]
 
@@ -68,8 +69,7 @@ def copy_blocker(md: CheckpointMetadata, parallelism: int | None) -> str | None:
 
 
 def _target_uri(location: str, h: StateHandle) -> str:
-    return join_uri(location, "state", h.operator_uid, h.name,
-                    f"{h.subtask:05d}-kg-{h.kg_start:05d}-{h.kg_end:05d}.parquet")
+    return snapshot_state_uri(location, h.operator_uid, h.name, h.subtask, h.kg_start, h.kg_end)
 
 
 def _copy_one(src_fio: FileIO, dst_fio: FileIO, f: FileHandle, dst: str, where: str) -> FileHandle:

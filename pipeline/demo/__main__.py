@@ -20,6 +20,7 @@ import time
 
 from pipeline.demo.generate import generate
 from pipeline.demo.oracle import compare, expected
+from pipeline.layout import checkpoint_dir_name
 from pipeline.sink.delta import delta_storage_options
 from pipeline.testing.jobproc import run_job_process
 from pipeline.testing.moto_server import spawn_moto_server
@@ -140,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         for c in cps:
             if c.get("status") == "COMPLETED":
                 written = c.get("checkpointed_bytes", c["state_bytes"])   # below the full size once deltas apply
-                print(f"    chk-{c['id']:<4} epoch {c['epoch']} duration {c['duration_ms']:.0f} ms, "
+                print(f"    {checkpoint_dir_name(c['id']):<8} epoch {c['epoch']} duration {c['duration_ms']:.0f} ms, "
                       f"checkpointed {written / 1024:.0f} KiB of full size {c['state_bytes'] / 1024:.0f} KiB "
                       f"(docs/state.md), acks {c['acks']}")
         po, mr = rd["paid_orders"], rd["merchant_revenue"]

@@ -31,7 +31,14 @@ from pipeline.checkpoint.ack import AckResult
 from pipeline.checkpoint.handles import FileHandle
 from pipeline.exceptions import ConditionalWriteError, ObjectNotFoundError, SinkError, StorageError
 from pipeline.fileio import FileIO, join_uri
-from pipeline.layout import sink_commit_name, sink_commits_uri, sink_data_uri, sink_staging_uri, sink_table_uri
+from pipeline.layout import (
+    sink_commit_name,
+    sink_commits_uri,
+    sink_data_uri,
+    sink_staging_uri,
+    sink_table_uri,
+    sink_txn_id_of,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -120,9 +127,7 @@ def _logical_name(uri: str) -> str | None:
 
 
 def _txn_id(name: str) -> int | None:
-    if name.startswith("txn-") and name[4:].isdigit():
-        return int(name[4:])
-    return None
+    return sink_txn_id_of(name)
 
 
 class CommittedTable:

@@ -17,6 +17,7 @@ from enum import Enum
 
 from pipeline.checkpoint.handles import FileHandle
 from pipeline.exceptions import SinkError, TransactionStateError
+from pipeline.layout import sink_txn_name
 
 __all__ = ["TransactionState", "SinkTransaction"]
 
@@ -56,7 +57,7 @@ class SinkTransaction:
 
     @property
     def txn_id(self) -> str:
-        return f"{self.table}/txn-{self.checkpoint_id}"
+        return f"{self.table}/{sink_txn_name(self.checkpoint_id)}"
 
     @property
     def state(self) -> TransactionState:

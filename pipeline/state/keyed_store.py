@@ -49,6 +49,7 @@ import pyarrow.parquet as pq
 from pipeline.checkpoint.handles import StateHandle
 from pipeline.exceptions import CorruptCheckpointError, StateStoreError
 from pipeline.fileio import FileIO
+from pipeline.layout import key_group_name
 from pipeline.state.attempts import sortable_type
 from pipeline.state.backend import read_verified
 from pipeline.state.chain import StateChain
@@ -101,7 +102,7 @@ class StoreLocation:
 
     def path(self, root: str | None = None) -> str:
         jid = hashlib.sha256(f"{self.job}\0{self.uid}".encode()).hexdigest()[:16]
-        return os.path.join(root or store_root(), jid, self.name, f"kg-{self.kg_start:05d}-{self.kg_end:05d}")
+        return os.path.join(root or store_root(), jid, self.name, key_group_name(self.kg_start, self.kg_end))
 
 
 def encode_user_key(v: Any) -> bytes:

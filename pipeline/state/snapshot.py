@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from pipeline.checkpoint.handles import StateHandle
 from pipeline.fileio import FileIO
-from pipeline.layout import shared_state_uri, shared_writer_id
+from pipeline.layout import key_group_file, shared_state_uri, shared_writer_id
 from pipeline.state.attempts import canonical_order
 from pipeline.state.backend import (
     KG_COLUMN,
@@ -113,7 +113,7 @@ def write_state(fileio: FileIO, state_prefix: str, name: str, kg_start: int, kg_
         return StateHandle(operator_uid=uid, subtask=subtask, kg_start=kg_start, kg_end=kg_end, name=name)
     t0 = time.perf_counter()
     opts = SnapshotOptions.from_params(snapshot)
-    legacy_uri = f"{state_prefix}/{name}/kg-{kg_start:05d}-{kg_end:05d}.parquet"
+    legacy_uri = key_group_file(state_prefix, name, kg_start, kg_end)
     written: set[str] = set()
     chain: StateChain | None = None
     if opts is not None and opts.shared and not opts.materialize and opts.policy.incremental \
@@ -233,7 +233,7 @@ def write_state_changes(fileio: FileIO, state_prefix: str, name: str, kg_start: 
                     chain = prev.extended(fh, rows)
     if chain is None:  # materialise: a full base, streamed from the store
         uri = (shared_state_uri(opts.shared, name, kg_start, kg_end, opts.checkpoint_id, opts.round, "base")
-               if opts is not None and opts.shared else f"{state_prefix}/{name}/kg-{kg_start:05d}-{kg_end:05d}.parquet")
+               if opts is not None and opts.shared else key_group_file(state_prefix, name, kg_start, kg_end))
         fh = write_bytes_once(fileio, uri, _streamed_parquet(schema, full()), rows)
         written.add(fh.uri)
         chain = StateChain(fh, (), rows)

@@ -24,16 +24,15 @@ from __future__ import annotations
 
 import fcntl
 import os
-import re
 import shutil
 import time
 import uuid
 
+from pipeline.layout import key_group_range_of
 from pipeline.state.keyed_store import StoreLocation, open_here, store_root
 
 __all__ = ["collect_replaced_ranges", "collect_idle_stores", "maybe_sweep_idle", "remove_store"]
 
-_RANGE = re.compile(r"^kg-(\d{5})-(\d{5})$")
 _TRASH = ".gc-"
 _last_sweep = [0.0]
 
@@ -71,9 +70,9 @@ def _ranges(state_dir: str) -> list[tuple[int, int, str]]:
         return []
     out = []
     for n in names:
-        m = _RANGE.match(n)
-        if m:
-            out.append((int(m.group(1)), int(m.group(2)), os.path.join(state_dir, n)))
+        kg = key_group_range_of(n)
+        if kg is not None:
+            out.append((kg[0], kg[1], os.path.join(state_dir, n)))
         elif n.startswith(_TRASH):  # left by a collector that died between rename and removal
             shutil.rmtree(os.path.join(state_dir, n), ignore_errors=True)
     return out

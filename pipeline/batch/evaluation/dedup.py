@@ -10,6 +10,7 @@ from pipeline.batch.evaluation.process import process_reason
 from pipeline.batch.evaluation.result import INTERNAL, PARKED
 from pipeline.batch.evaluation.rounds import CONSUMED, CONSUMED_ROUND, ROUND, consumption_task
 from pipeline.job import AggregateNode, DedupNode, SourceNode, WindowNode
+from pipeline.layout import checkpoint_dir_name
 
 
 def _sequential_fold(key: str, order: list[str], E: int, ttl: int | None):
@@ -257,7 +258,7 @@ def _drain_input(plan: PlanContext, op: DedupNode, src):
 
 def _drain_reason(op: DedupNode, drains: list) -> str:
     """Why a deduplicate after an unaligned backlog drain is not checked (docs/batch.md "deduplicate")."""
-    which = ", ".join(f"chk-{md.checkpoint_id} (epoch {md.epoch}, low epoch {md.extra.get('low_epoch')})"
+    which = ", ".join(f"{checkpoint_dir_name(md.checkpoint_id)} (epoch {md.epoch}, low epoch {md.extra.get('low_epoch')})"
                       for md in sorted(drains, key=lambda md: md.checkpoint_id)[:3])
     more = f" and {len(drains) - 3} more" if len(drains) > 3 else ""
     return (f"deduplicate {op.uid}: unaligned checkpoint(s) {which}{more} consumed rows of earlier epochs (a "
