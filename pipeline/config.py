@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from pipeline import settings
 from pipeline.barriers.events import CheckpointingMode
 from pipeline.exceptions import ConfigError
 from pipeline.layout.dead_letters import default_dead_letter_root
@@ -20,7 +21,7 @@ from pipeline.sink.table_format import parse_format_override
 
 __all__ = ["PipelineConfig", "load_config", "CONFIG_KEYS"]
 
-_DEFAULT_ROOT = Path(os.environ.get("EPOCHAL_HOME", Path.cwd() / ".epochal")).resolve()
+_DEFAULT_ROOT = Path(settings.value("EPOCHAL_HOME") or Path.cwd() / ".epochal").resolve()
 
 
 STATE_BACKENDS = ("heap", "rocksdb")  # docs/state.md, "Keyed state backend"

@@ -18,6 +18,7 @@ import shutil
 import sys
 import time
 
+from pipeline import settings
 from pipeline.demo.generate import generate
 from pipeline.demo.oracle import compare, expected
 from pipeline.layout import checkpoint_dir_name
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             _say("starting moto S3 on loopback ...")
             moto = spawn_moto_server(["epochal-demo"])
             env.update(moto.env())
-            os.environ.update(env)
+            settings.environ().update(env)
             root = "s3://epochal-demo"
             _say(f"S3 endpoint {moto.endpoint_url} (bucket epochal-demo)")
         src, ckpt, sink = f"{root}/sources", f"{root}/checkpoints", f"{root}/sinks"
@@ -166,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _sinks_are_delta(env: dict) -> bool:
     """The demo job writes Delta tables unless PIPELINE_SINK_FORMAT says otherwise."""
-    return env.get("PIPELINE_SINK_FORMAT", os.environ.get("PIPELINE_SINK_FORMAT", "")).strip().lower() in ("", "delta")
+    return env.get("PIPELINE_SINK_FORMAT", settings.environ().get("PIPELINE_SINK_FORMAT", "")).strip().lower() in ("", "delta")
 
 
 def _delta_report(sink: str, exp):

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 import urllib.error
@@ -41,6 +40,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from pipeline import settings
 from pipeline.exceptions import ConfigError, EpochalError
 
 __all__ = ["AirflowRestClient", "BackfillError", "create_backfill", "wait_backfills_complete", "active_backfills"]
@@ -305,7 +305,7 @@ def create_backfill(client: AirflowRestClient, dag_id: str, from_date: str | dat
 
 
 def _client(args) -> AirflowRestClient:
-    password = args.password or os.environ.get("EPOCHAL_AIRFLOW_PASSWORD")
+    password = args.password or settings.raw("EPOCHAL_AIRFLOW_PASSWORD")
     if not password and args.password_file:
         try:
             password = json.load(open(args.password_file))[args.username]
@@ -318,7 +318,7 @@ def _client(args) -> AirflowRestClient:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m pipeline.orchestration.backfills", description=__doc__.split("\n")[0])
-    p.add_argument("--url", default=os.environ.get("AIRFLOW__API__BASE_URL", "http://127.0.0.1:8080"))
+    p.add_argument("--url", default=settings.raw("AIRFLOW__API__BASE_URL") or "http://127.0.0.1:8080")
     p.add_argument("--username", default="admin")
     p.add_argument("--password")
     p.add_argument("--password-file")

@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from pipeline import settings
 from pipeline.orchestration.exclusion import (
     ACTIVE_TI_STATES,
     EPOCH_RUNNER_TASKS,
@@ -61,12 +61,12 @@ DEFAULT_START_DATE = "2026-01-01T00:00:00Z"
 
 
 def _env_bool(name: str, default: bool) -> bool:
-    v = os.environ.get(name, "").strip().lower()
+    v = (settings.raw(name) or "").strip().lower()
     return default if not v else v in ("1", "true", "yes", "on")
 
 
 def _env_float(name: str, default: float) -> float:
-    v = os.environ.get(name, "").strip()
+    v = (settings.raw(name) or "").strip()
     try:
         return float(v) if v else default
     except ValueError:
@@ -123,7 +123,7 @@ def _orchestrator(job_name: str):
     """Resolve S3 settings (connection or env) into this task process, then build the orchestrator."""
     from pipeline.orchestration.settings import apply_s3_settings, load_pipeline_config, resolve_s3_settings
     from pipeline.orchestration.tasks import Orchestrator
-    os.environ.setdefault("EPOCHAL_JVM_LOGS", "python")  # Spark's WARN lines as warnings, not stderr ERRORs
+    settings.environ().setdefault("EPOCHAL_JVM_LOGS", "python")  # Spark's WARN lines as warnings, not stderr ERRORs
     s3 = resolve_s3_settings()
     apply_s3_settings(s3)
     log.info("%s", s3.describe())
@@ -238,8 +238,8 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
     E = cfg.epoch_seconds
     dag_id = dag_id or epoch_dag_id(job.name)
     assets = {t: sink_asset(job.name, t, cfg) for t in job.sink_tables()}
-    start = _parse_start(start_date or os.environ.get("EPOCHAL_START_DATE") or DEFAULT_START_DATE, E)
-    end_raw = end_date or os.environ.get("EPOCHAL_END_DATE") or None
+    start = _parse_start(start_date or settings.raw("EPOCHAL_START_DATE") or DEFAULT_START_DATE, E)
+    end_raw = end_date or settings.raw("EPOCHAL_END_DATE") or None
     end = _parse_start(end_raw, E) if end_raw else None
     catchup = _env_bool("EPOCHAL_CATCHUP", False) if catchup is None else catchup
     fused = _env_bool(FUSED_ENV, False) if fused is None else fused

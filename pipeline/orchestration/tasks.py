@@ -29,10 +29,10 @@ Over 400 lines: one short typed function per Airflow task of the factory, nothin
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from pipeline import settings
 from pipeline.exceptions import (
     CheckpointError,
     EpochalError,
@@ -64,7 +64,7 @@ UNSET = _Unset()
 def maybe_inject_failure(task: str, phase: str, try_number: int) -> None:
     """Test hook: ``EPOCHAL_AIRFLOW_FAIL_ONCE=<task>:<phase>`` fails the first try of ``task`` at ``phase``
     (e.g. ``process:after_process`` - the checkpoint is complete, then the task dies)."""
-    spec = os.environ.get(FAIL_ONCE_ENV, "")
+    spec = settings.raw(FAIL_ONCE_ENV) or ""
     if spec and spec == f"{task}:{phase}" and try_number <= 1:
         raise InjectedFailure(f"injected failure in task {task!r} at {phase!r} (try {try_number}; "
                               f"{FAIL_ONCE_ENV}={spec})")

@@ -26,7 +26,6 @@ read (an ``_ingest_ts`` of an unexpected type) are reported as not checked, neve
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -39,6 +38,7 @@ import pyarrow.fs as pafs
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
+from pipeline import settings
 from pipeline.exceptions import StorageError
 from pipeline.fileio import join_uri
 from pipeline.layout import JobLayout, checkpoint_dir_name
@@ -57,10 +57,12 @@ _MAX_MESSAGES = 5
 def _fs(uri: str) -> tuple[pafs.FileSystem, str]:
     """A pyarrow file system and path for ``uri`` (S3 from the standard ``AWS_*`` variables)."""
     if uri.startswith("s3://"):
-        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-        kw: dict[str, Any] = {"region": os.environ.get("AWS_DEFAULT_REGION", "us-east-1")}
-        if os.environ.get("AWS_ACCESS_KEY_ID"):
-            kw.update(access_key=os.environ["AWS_ACCESS_KEY_ID"], secret_key=os.environ.get("AWS_SECRET_ACCESS_KEY", ""))
+        endpoint = settings.raw("AWS_ENDPOINT_URL_S3") or settings.raw("AWS_ENDPOINT_URL")
+        region = settings.raw("AWS_DEFAULT_REGION")
+        kw: dict[str, Any] = {"region": "us-east-1" if region is None else region}
+        key_id = settings.raw("AWS_ACCESS_KEY_ID")
+        if key_id:
+            kw.update(access_key=key_id, secret_key=settings.raw("AWS_SECRET_ACCESS_KEY") or "")
         if endpoint:
             parts = urlsplit(endpoint)
             kw.update(endpoint_override=parts.netloc or endpoint, scheme=parts.scheme or "http",

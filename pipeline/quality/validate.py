@@ -23,6 +23,7 @@ from typing import Any
 
 import pandas as pd
 
+from pipeline import settings
 from pipeline.exceptions import CheckpointError, ValidationError
 from pipeline.fileio import join_uri
 from pipeline.layout import (
@@ -60,9 +61,10 @@ def _publish_docs(runner, site_dir: str) -> str | None:
 
 
 def default_docs_dir() -> str:
-    if os.environ.get("EPOCHAL_DATA_DOCS_DIR"):
-        return os.environ["EPOCHAL_DATA_DOCS_DIR"]
-    home = Path(os.environ.get("EPOCHAL_HOME", Path.cwd() / ".epochal"))
+    explicit = settings.raw("EPOCHAL_DATA_DOCS_DIR")
+    if explicit:
+        return explicit
+    home = Path(settings.value("EPOCHAL_HOME") or Path.cwd() / ".epochal")
     return str((home / "data_docs").resolve())
 
 

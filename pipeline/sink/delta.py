@@ -17,13 +17,13 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from pipeline import settings
 from pipeline.exceptions import SinkError
 from pipeline.sink.open_table import MARK_CHECKPOINT, MARK_EMPTY, MARK_JOB, OpenFormatTable
 from pipeline.sink.partitions import partition_values
@@ -45,9 +45,10 @@ def delta_storage_options(uri: str) -> dict[str, str]:
         return {}
     out = {}
     for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
-        if os.environ.get(k):
-            out[k] = os.environ[k]
-    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        v = settings.raw(k)
+        if v:
+            out[k] = v
+    region = settings.raw("AWS_REGION") or settings.raw("AWS_DEFAULT_REGION")
     if region:
         out["AWS_REGION"] = region
     if out.get("AWS_ENDPOINT_URL", "").startswith("http://"):

@@ -22,7 +22,6 @@ Namespace = job name, table = sink table name. Operations:
 """
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from pipeline import settings
 from pipeline.exceptions import ConfigError, SinkError
 from pipeline.sink.open_table import MARK_CHECKPOINT, MARK_EMPTY, MARK_JOB, OpenFormatTable
 from pipeline.sink.table import CommitEntry
@@ -53,7 +53,7 @@ def iceberg_commits_counted(config: PipelineConfig) -> bool:
     """Whether an Iceberg sink's commits go through Epochal's counted S3 client (:mod:`pipeline.sink.iceberg_io`):
     the embedded catalog on an ``s3://`` sink root, unless ``EPOCHAL_ICEBERG_COUNTED_IO=0``."""
     return (not config.iceberg_catalog and config.sink_uri.lower().startswith("s3://")
-            and os.environ.get("EPOCHAL_ICEBERG_COUNTED_IO", "1") != "0")
+            and settings.value("EPOCHAL_ICEBERG_COUNTED_IO") != "0")
 
 _CATALOGS: dict[tuple, Any] = {}
 _LOCK = threading.Lock()
@@ -64,7 +64,7 @@ def default_catalog_uri(sink_uri: str) -> str:
     if sink_uri.startswith("file://"):
         path = Path(sink_uri[len("file://"):]) / "_iceberg_catalog.db"
     else:
-        path = Path(os.environ.get("EPOCHAL_HOME", Path.cwd() / ".epochal")).resolve() / "iceberg_catalog.db"
+        path = Path(settings.value("EPOCHAL_HOME") or Path.cwd() / ".epochal").resolve() / "iceberg_catalog.db"
     return f"sqlite:///{path}"
 
 
@@ -72,9 +72,10 @@ def _s3_properties() -> dict[str, str]:
     out = {}
     for env, prop in (("AWS_ENDPOINT_URL", "s3.endpoint"), ("AWS_ACCESS_KEY_ID", "s3.access-key-id"),
                       ("AWS_SECRET_ACCESS_KEY", "s3.secret-access-key"), ("AWS_SESSION_TOKEN", "s3.session-token")):
-        if os.environ.get(env):
-            out[prop] = os.environ[env]
-    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        v = settings.raw(env)
+        if v:
+            out[prop] = v
+    region = settings.raw("AWS_REGION") or settings.raw("AWS_DEFAULT_REGION")
     if region:
         out["s3.region"] = region
     return out

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipeline import settings
 from pipeline.checkpoint.handles import FileHandle, StateHandle
 from pipeline.exceptions import CorruptCheckpointError
 from pipeline.fileio import FileIO
@@ -78,7 +79,7 @@ def flush_cache_writes() -> None:
         _PENDING.pop().join()
 
 
-_TRACE = os.environ.get("EPOCHAL_STATE_TRACE", "") not in ("", "0")
+_TRACE = (settings.raw("EPOCHAL_STATE_TRACE") or "") not in ("", "0")
 
 
 def trace(what: str, where: str, rows: int, t0: float) -> None:

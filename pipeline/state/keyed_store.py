@@ -46,6 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipeline import settings
 from pipeline.checkpoint.handles import StateHandle
 from pipeline.exceptions import CorruptCheckpointError, StateStoreError
 from pipeline.fileio import FileIO
@@ -77,10 +78,10 @@ _OPEN: dict[str, Any] = {}  # path -> the open RocksDB handle of this process
 
 def store_root() -> str:
     """Where the executor keeps its stores (``PIPELINE_STATE_STORE_DIR``)."""
-    explicit = os.environ.get("PIPELINE_STATE_STORE_DIR")
+    explicit = settings.raw("PIPELINE_STATE_STORE_DIR")
     if explicit:
         return explicit
-    cache = os.environ.get("PIPELINE_STATE_CACHE_DIR") or os.path.join(tempfile.gettempdir(), "epochal-state-cache")
+    cache = settings.raw("PIPELINE_STATE_CACHE_DIR") or os.path.join(tempfile.gettempdir(), "epochal-state-cache")
     return os.path.join(cache, "keyed")
 
 

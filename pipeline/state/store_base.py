@@ -27,7 +27,6 @@ one parent chain over exactly the range (first snapshot, a rescale) the base is 
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Sequence
 from typing import TypeAlias
 
@@ -36,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipeline import settings
 from pipeline.exceptions import StateStoreError
 from pipeline.fileio import FileIO
 from pipeline.state.attempts import sortable_type
@@ -54,7 +54,7 @@ _VALID = "__key_valid"
 def merge_memory_bytes() -> int:
     """``PIPELINE_STATE_MERGE_MEMORY_BYTES`` (executors' environment): the decoded bytes of a chain's deltas and the
     round's delta up to which the changed keys' rows are computed vectorised from them (above: read from the store)."""
-    return int(os.environ.get("PIPELINE_STATE_MERGE_MEMORY_BYTES", str(32 << 20)))
+    return settings.get_int("PIPELINE_STATE_MERGE_MEMORY_BYTES")
 
 
 def _conform(t: pa.Table, schema: pa.Schema, optional: Sequence[str]) -> pa.Table:

@@ -28,6 +28,7 @@ import shutil
 import time
 import uuid
 
+from pipeline import settings
 from pipeline.layout import key_group_range_of
 from pipeline.state.keyed_store import StoreLocation, open_here, store_root
 
@@ -131,8 +132,8 @@ def collect_idle_stores(max_idle_s: float, root: str | None = None, *, now: floa
 
 def maybe_sweep_idle(root: str | None = None) -> list[str]:
     """:func:`collect_idle_stores` with the executors' settings, at most once per sweep interval per process."""
-    max_idle = float(os.environ.get("PIPELINE_STATE_STORE_MAX_IDLE_S", str(7 * 24 * 3600)))
-    every = float(os.environ.get("PIPELINE_STATE_STORE_SWEEP_S", "3600"))
+    max_idle = settings.get_float("PIPELINE_STATE_STORE_MAX_IDLE_S")
+    every = settings.get_float("PIPELINE_STATE_STORE_SWEEP_S")
     if max_idle <= 0 or time.monotonic() - _last_sweep[0] < every and _last_sweep[0]:
         return []
     _last_sweep[0] = time.monotonic()

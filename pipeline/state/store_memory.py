@@ -21,11 +21,11 @@ a :class:`~pipeline.exceptions.ConfigError` naming the key.
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline import settings
 from pipeline.exceptions import ConfigError
 
 __all__ = ["StoreMemory", "store_options"]
@@ -58,7 +58,7 @@ class StoreMemory:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> StoreMemory:
-        env = os.environ if env is None else env
+        env = settings.environ() if env is None else env
         values: dict[str, int] = {}
         for name, key in _KEYS.items():
             raw = env.get(key)
