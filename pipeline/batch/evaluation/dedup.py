@@ -68,7 +68,8 @@ def _drop_bucket(fold):
 def _key_ids(pdf, key: str):
     """A dense id per distinct non-null key of ``pdf[key]`` (-1 for a null key), vectorised (pandas hashing)."""
     import numpy as np
-    return pdf.groupby(key, sort=False, dropna=True).ngroup().to_numpy(dtype=np.int64)
+    # ngroup() gives NaN to the rows of a null key (dropna): -1, not NaN cast to int64 (undefined, a RuntimeWarning)
+    return pdf.groupby(key, sort=False, dropna=True).ngroup().fillna(-1).to_numpy(dtype=np.int64)
 
 
 def dedup_fold(key: str, order: list[str], E: int, ttl: int | None):
