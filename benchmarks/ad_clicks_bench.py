@@ -196,7 +196,7 @@ def run_epochal(a: argparse.Namespace, exp, root: str, events: int) -> dict:
     r = run_monitored(cmd, env, label="epochal", echo=tp._progress_echo(), cwd=work)
     load1 = _loadavg()
     if r.returncode != 0:
-        raise RuntimeError("epochal: run failed (rc %d):\n%s" % (r.returncode, "\n".join(r.stderr[-40:])))
+        raise RuntimeError(f"epochal: run failed (rc {r.returncode}):\n" + "\n".join(r.stderr[-40:]))
     rep = json.loads(r.stdout)
     marks = tp._child_marks(r.stderr)
     rounds = rep["rounds"]

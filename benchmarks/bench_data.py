@@ -9,7 +9,7 @@ import os
 import re
 import shutil
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from bench_machine import say
 

@@ -7,8 +7,8 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 HZ = os.sysconf("SC_CLK_TCK")
 NCPU = os.cpu_count() or 1

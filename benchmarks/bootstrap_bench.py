@@ -40,7 +40,7 @@ import os
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from bench_common import tree_cpu_s, write_oneshot
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         same = b.get("committed") == c.get("committed")
         print(f"bootstrap+restore vs catch-up: {c['job_s'] / b['job_s']:.2f}x faster; same epoch "
               f"{b['epoch'] == c['epoch']}; same committed row counts {same} ({b.get('committed')})")
-    out = REPO / "bench-results" / f"bootstrap-{a.orders}-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}.json"
+    out = REPO / "bench-results" / f"bootstrap-{a.orders}-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"prepare": prep, "results": results, "loadavg": os.getloadavg()}, indent=1,
                               default=str))

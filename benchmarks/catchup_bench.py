@@ -35,7 +35,7 @@ import shutil
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from bench_common import tree_cpu_s, write_oneshot
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             same = {tb: (n, one["objects"].get(f"sink/{tb}")) for tb, n in d["committed"].items()}
             print(f"catch-up {k}: job s of every run {d['all_job_s']}, cpu s {d['all_cpu_s']}; epoch {d['epoch']} vs one-shot epoch {one['epoch']}; committed rows "
                   f"(catch-up, one-shot) {same}; round s {d['round_s']}")
-    out = REPO / "bench-results" / f"catchup-{a.orders}-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}.json"
+    out = REPO / "bench-results" / f"catchup-{a.orders}-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"prepare": prep, "full": full, "append": appended, "catchup": catchups,
                                "oneshot": one, "loadavg": os.getloadavg()}, indent=1, default=str))

@@ -25,7 +25,7 @@ import statistics
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -38,7 +38,7 @@ from pipeline.testing.jobproc import JobProcess  # noqa: E402
 
 TS = pa.timestamp("us", tz="UTC")
 CLICKS = pa.schema([("cid", pa.string()), ("user", pa.string()), ("amount", pa.int64()), ("_ingest_ts", TS)])
-T0 = datetime(2025, 6, 1, tzinfo=timezone.utc)
+T0 = datetime(2025, 6, 1, tzinfo=UTC)
 E = 10
 
 

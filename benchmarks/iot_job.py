@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pyarrow as pa
@@ -40,7 +40,7 @@ ALERTS = pa.schema([("device_id", pa.string()), ("reading_id", pa.string()), ("v
                     ("alert_no", pa.int64()), ("_ingest_ts", TS)])
 THRESHOLD = 90.0
 EPOCH_SECONDS = 60
-T0 = datetime(2026, 1, 5, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 5, tzinfo=UTC)
 RESEND = 0.02
 
 

@@ -38,13 +38,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from bench_common import peak_rss_by_role
 
 REPO = Path(__file__).resolve().parents[1]
-T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2024, 1, 1, tzinfo=UTC)
 EPOCH_S = 60
 
 

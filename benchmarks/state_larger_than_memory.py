@@ -32,13 +32,13 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from bench_common import proc_kb_fields, process_tree
 
 REPO = Path(__file__).resolve().parents[1]
-T0 = datetime(2024, 2, 1, tzinfo=timezone.utc)
+T0 = datetime(2024, 2, 1, tzinfo=UTC)
 EPOCH_S = 60
 
 

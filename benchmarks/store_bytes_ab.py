@@ -68,7 +68,7 @@ def run(rows_n: int, changed: float, payload: int) -> None:
              "_ingest_ts": pa.array(np.arange(start, start + n), pa.int64()).cast(ts_type),
              "_kg": pa.array(rng.integers(0, 16, n), pa.int32())}
         if payload:
-            d["payload"] = [("p%d-" % (i % 97)) * (payload // 4) for i in range(n)]
+            d["payload"] = [f"p{i % 97}-" * (payload // 4) for i in range(n)]
         return pa.table(d, schema=schema)
 
     ndel = 5

@@ -61,7 +61,7 @@ def main() -> None:
         d = {"id": ids, "_ingest_ts": pa.array(np.arange(start, start + n), pa.int64()).cast(TS),
              "_kg": pa.array(rng.integers(0, 16, n), pa.int32())}
         if args.payload:
-            d["payload"] = [("p%d-" % (i % 97)) * (args.payload // 4) for i in range(n)]
+            d["payload"] = [f"p{i % 97}-" * (args.payload // 4) for i in range(n)]
         return pa.table(d, schema=schema)
 
     work = Path(tempfile.mkdtemp(prefix="store-mat-"))

@@ -33,13 +33,13 @@ import shutil
 import subprocess
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from bench_common import tree_cpu_s
 
 REPO = Path(__file__).resolve().parents[1]
-T0 = datetime(2026, 3, 2, tzinfo=timezone.utc)
+T0 = datetime(2026, 3, 2, tzinfo=UTC)
 CLOCK = "2026-06-01T00:00:00Z"
 
 
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, d in [("history (k=1)", history)] + [(f"catch-up k={k}", d) for k, ds in runs.items() for d in ds]:
             print(f"{name:<22}{d['job_s']:>8.1f}{d['cpu_s']:>8.1f}{d['wall_s']:>8.1f}{d['spark_rounds']:>8}"
                   f"{d['checkpoints']:>7}  ({d['load_start']}, {d['load_end']})")
-    out = REPO / "bench-results" / f"tagged-catchup-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}.json"
+    out = REPO / "bench-results" / f"tagged-catchup-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1, default=str))
     print(f"written {out}")

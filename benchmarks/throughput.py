@@ -55,7 +55,8 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from bench_data import prepare_data, upload_to_s3, verify_dirs
 from bench_machine import HZ, NCPU, run_monitored, say, wait_quiet

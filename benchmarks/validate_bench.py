@@ -21,7 +21,7 @@ import os
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from bench_common import tree_cpu_s
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(lines))
     out_dir = REPO / "bench-results"
     out_dir.mkdir(exist_ok=True)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     doc = {"bench": "validate", "orders": a.orders, "epochs": a.epochs, "partitions": a.partitions,
            "parallelism": a.parallelism, "cores": os.cpu_count(), "prepare": prep, "measure": runs,
            "loadavg_before": load0, "loadavg_after": load1, "at": stamp}

@@ -13,7 +13,8 @@ import argparse
 import json
 import logging
 import sys
-from typing import Any, Callable, NoReturn, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
 from pipeline.exceptions import ConfigError, EpochalError
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Protocol
 
 from pipeline.exceptions import ConfigError
@@ -34,7 +34,7 @@ def parse_utc(value: str) -> datetime:
         dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         raise ConfigError(f"not an ISO-8601 timestamp: {value!r}") from None
-    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 
 def clock_from_iso(value: str) -> Clock:

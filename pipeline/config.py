@@ -7,18 +7,21 @@ raise :class:`~pipeline.exceptions.ConfigError` (CLI exit code 2).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
+from pipeline import settings
 from pipeline.barriers.events import CheckpointingMode
 from pipeline.exceptions import ConfigError
+from pipeline.layout.dead_letters import default_dead_letter_root
 from pipeline.master import check_master_usable
 from pipeline.sink.table_format import parse_format_override
 
 __all__ = ["PipelineConfig", "load_config", "CONFIG_KEYS"]
 
-_DEFAULT_ROOT = Path(os.environ.get("EPOCHAL_HOME", Path.cwd() / ".epochal")).resolve()
+_DEFAULT_ROOT = Path(settings.value("EPOCHAL_HOME") or Path.cwd() / ".epochal").resolve()
 
 
 STATE_BACKENDS = ("heap", "rocksdb")  # docs/state.md, "Keyed state backend"
@@ -143,9 +146,9 @@ class PipelineConfig:
         """Dead-letter root; records of job J, source S go to ``<root>/<J>/<S>/partition=<p>/...``."""
         if self.dead_letter_uri:
             return self.dead_letter_uri.rstrip("/")
-        return f"{self.checkpoint_uri.rstrip('/')}/_dead_letter"
+        return default_dead_letter_root(self.checkpoint_uri)
 
-    def with_(self, **changes: Any) -> "PipelineConfig":
+    def with_(self, **changes: Any) -> PipelineConfig:
         return replace(self, **changes)
 
     def as_env(self) -> dict[str, str]:

@@ -25,7 +25,7 @@ that someone else puts into the configuration.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 __all__ = ["CHAIN_ENV", "SECRET_ENV", "REDACTION_REGEX", "chain_env", "forward_to_executors", "secret_values"]
 

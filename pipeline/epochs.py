@@ -8,7 +8,7 @@ partition is the position of the first row with ``_ingest_ts >= end(n) = (n+1)*E
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 __all__ = ["EpochClock"]
 
@@ -37,4 +37,4 @@ class EpochClock:
         return us // self.epoch_us - 1
 
     def iso(self, ts_us: int) -> str:
-        return datetime.fromtimestamp(ts_us / 1_000_000, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+        return datetime.fromtimestamp(ts_us / 1_000_000, tz=UTC).isoformat().replace("+00:00", "Z")

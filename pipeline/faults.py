@@ -22,6 +22,7 @@ import os
 import signal
 import sys
 
+from pipeline import settings
 from pipeline.exceptions import InjectedFailure
 
 __all__ = ["fault_point", "reset_fault_counts", "FAULT_POINTS", "KILL_ENV", "FAIL_ENV"]
@@ -43,7 +44,7 @@ def reset_fault_counts() -> None:
 
 
 def _targets(env: str = KILL_ENV) -> dict[str, int]:
-    spec = os.environ.get(env, "")
+    spec = settings.raw(env) or ""
     out = {}
     for part in filter(None, (p.strip() for p in spec.split(","))):
         name, _, n = part.partition(":")
@@ -53,7 +54,7 @@ def _targets(env: str = KILL_ENV) -> dict[str, int]:
 
 def fault_point(name: str) -> None:
     """Mark a phase; progress markers go to stderr so that crash tests can aim their SIGKILLs."""
-    if os.environ.get("EPOCHAL_PHASE_MARKERS"):
+    if settings.raw("EPOCHAL_PHASE_MARKERS"):
         print(f"EPOCHAL_PHASE {name}", file=sys.stderr, flush=True)
     fails = _targets(FAIL_ENV)
     if name in fails:
@@ -61,14 +62,14 @@ def fault_point(name: str) -> None:
         if _fail_hits[name] == fails[name]:
             print(f"EPOCHAL_FAULT failure injected at {name} (hit {_fail_hits[name]})", file=sys.stderr, flush=True)
             raise InjectedFailure(f"injected failure at {name} (hit {_fail_hits[name]}; {FAIL_ENV}="
-                                  f"{os.environ.get(FAIL_ENV, '')})")
+                                  f"{settings.raw(FAIL_ENV) or ''})")
     targets = _targets()
     if name not in targets:
         return
     _hits[name] = _hits.get(name, 0) + 1
     if _hits[name] == targets[name]:
         print(f"EPOCHAL_FAULT SIGKILL at {name} (hit {_hits[name]})", file=sys.stderr, flush=True)
-        if os.environ.get("EPOCHAL_KILL_SCOPE") == "group":
+        if settings.raw("EPOCHAL_KILL_SCOPE") == "group":
             # Spark's Python workers run in process groups of their own: kill the job's session group
             # (the driver and its JVM), then this process
             try:

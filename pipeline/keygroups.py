@@ -7,8 +7,8 @@ subtask ``kg * p // max_parallelism``. Rescaling only changes which subtask read
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 __all__ = ["KeyGroupRange", "range_for_subtask", "subtask_for_key_group", "key_group_expr", "subtask_expr"]
 
@@ -25,10 +25,10 @@ class KeyGroupRange:
     def __contains__(self, kg: int) -> bool:
         return self.start <= kg <= self.end
 
-    def overlaps(self, other: "KeyGroupRange") -> bool:
+    def overlaps(self, other: KeyGroupRange) -> bool:
         return self.start <= other.end and other.start <= self.end
 
-    def within(self, other: "KeyGroupRange") -> bool:
+    def within(self, other: KeyGroupRange) -> bool:
         return other.start <= self.start and self.end <= other.end
 
     @property

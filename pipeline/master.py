@@ -16,11 +16,11 @@ stderr (never silently ignored).
 from __future__ import annotations
 
 import enum
-import os
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
+from pipeline import settings
 from pipeline.exceptions import ConfigError
 
 __all__ = ["MasterSource", "MasterChoice", "choose_master", "check_master_usable", "is_connect", "connect_url",
@@ -75,7 +75,7 @@ def choose_master(configured: str | None, env: Mapping[str, str] | None = None,
                   active_master: str | None = None) -> MasterChoice:
     """Decide the master (see the module docstring). ``active_master``: the master of a SparkContext that
     already runs in this process, if any."""
-    env = os.environ if env is None else env
+    env = settings.environ() if env is None else env
     configured = (configured or "").strip() or None
     if active_master:
         return MasterChoice(active_master, MasterSource.SESSION, configured)
@@ -96,7 +96,7 @@ def is_connect(master: str | None) -> bool:
 
 def connect_url(configured: str | None, env: Mapping[str, str] | None = None) -> str | None:
     """The Spark Connect URL Epochal runs on, if any: ``PIPELINE_SPARK_MASTER=sc://...`` or ``SPARK_REMOTE``."""
-    env = os.environ if env is None else env
+    env = settings.environ() if env is None else env
     configured = (configured or "").strip()
     if is_connect(configured):
         return configured
@@ -109,7 +109,7 @@ def check_master_usable(configured: str | None, env: Mapping[str, str] | None = 
     a malformed Spark Connect URL, or ``--remote`` in ``PYSPARK_SUBMIT_ARGS`` (use ``PIPELINE_SPARK_MASTER=sc://``).
     Whether a Connect server answers is checked when the session starts, which every command that needs Spark
     does before its first side effect (:meth:`pipeline.runtime.driver.context.RuntimeContext.require_spark`)."""
-    env = os.environ if env is None else env
+    env = settings.environ() if env is None else env
     url = connect_url(configured, env)
     if url is not None:
         host, port = connect_endpoint(url)
@@ -136,7 +136,7 @@ def probe_connect(url: str) -> None:
     import socket
     host, port = connect_endpoint(url)
     try:
-        with socket.create_connection((host, port), timeout=float(os.environ.get("EPOCHAL_CONNECT_TIMEOUT", "10"))):
+        with socket.create_connection((host, port), timeout=settings.get_float("EPOCHAL_CONNECT_TIMEOUT")):
             pass
     except OSError as e:
         raise ConfigError(f"Spark Connect server {url} is not reachable ({e}); start it (scripts/connect_server.sh, "
@@ -152,19 +152,21 @@ def _storage_probe_task(uri: str, budget_s: str):
 
         for _ in batches:
             pass
-        old = os.environ.get("PIPELINE_S3_RETRY_SECONDS")
-        os.environ["PIPELINE_S3_RETRY_SECONDS"] = budget_s  # a worker is reused: put it back below
+        env = settings.environ()
+        old = env.get("PIPELINE_S3_RETRY_SECONDS")
+        env["PIPELINE_S3_RETRY_SECONDS"] = budget_s  # a worker is reused: put it back below
         try:
             from pipeline.fileio import file_io_for  # executor side: imported in the Spark task that runs it
-            file_io_for(uri).exists(uri.rstrip("/") + "/job.json")
+            from pipeline.layout import JobLayout  # executor side, like file_io_for
+            file_io_for(uri).exists(JobLayout(uri).job_json())
             err = ""
         except Exception as e:  # noqa: BLE001 - reported to the driver as text
             err = f"{type(e).__name__}: {' '.join(str(e).split())[:400]}"
         finally:
             if old is None:
-                os.environ.pop("PIPELINE_S3_RETRY_SECONDS", None)
+                env.pop("PIPELINE_S3_RETRY_SECONDS", None)
             else:
-                os.environ["PIPELINE_S3_RETRY_SECONDS"] = old
+                env["PIPELINE_S3_RETRY_SECONDS"] = old
         yield pa.RecordBatch.from_pydict({"error": [err]})
     return task
 
@@ -178,7 +180,7 @@ def probe_executor_storage(spark, uri: str, master: str | None) -> None:
     S3 retry budget."""
     if not str(uri).startswith("s3://"):
         return
-    budget = os.environ.get("EPOCHAL_EXECUTOR_S3_PROBE_SECONDS", "15")
+    budget = settings.get_str("EPOCHAL_EXECUTOR_S3_PROBE_SECONDS")
     rows = (spark.range(1, numPartitions=1).mapInArrow(_storage_probe_task(str(uri), budget), "error string")
             .collect())
     errors = [r["error"] for r in rows if r["error"]]

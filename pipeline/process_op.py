@@ -16,8 +16,8 @@ time of the last epoch in which its key had input (``_touched_us``); with ``ttl_
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc

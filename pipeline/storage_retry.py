@@ -24,12 +24,14 @@ NETWORK_CONNECTION ...``). :func:`is_transient_table_error` recognises the trans
 from __future__ import annotations
 
 import logging
-import os
 import random
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import TypeVar
+
+from pipeline import settings
 
 __all__ = ["RetryPolicy", "is_transient", "is_transient_table_error", "one_line", "with_retries"]
 
@@ -52,8 +54,8 @@ class RetryPolicy:
     max_backoff_s: float = 5.0
 
     @classmethod
-    def from_env(cls) -> "RetryPolicy":
-        env = os.environ
+    def from_env(cls) -> RetryPolicy:
+        env = settings.environ()
         try:
             return cls(float(env.get("PIPELINE_S3_RETRY_SECONDS") or 90.0),
                        float(env.get("PIPELINE_S3_RETRY_BASE_MS") or 200.0) / 1000.0,

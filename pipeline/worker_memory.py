@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import os
 from typing import Any
+
+from pipeline import settings
 
 __all__ = ["release_memory"]
 
@@ -41,7 +42,7 @@ def _malloc_trim() -> Any:
 def release_memory() -> None:
     """Return the memory the Arrow pool and glibc's heaps hold unused to the operating system (see the module
     docstring); a no-op with ``EPOCHAL_WORKER_RELEASE_MEMORY=0``."""
-    if os.environ.get("EPOCHAL_WORKER_RELEASE_MEMORY", "1").strip().lower() in ("0", "false", "no", "off"):
+    if not settings.get_flag("EPOCHAL_WORKER_RELEASE_MEMORY"):
         return
     import pyarrow as pa
     pa.default_memory_pool().release_unused()

@@ -36,7 +36,7 @@ import argparse
 import io
 import json
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pyarrow as pa
@@ -107,7 +107,7 @@ class NexmarkConfig:
 
     @property
     def base_ms(self) -> int:
-        return int(datetime.fromisoformat(self.base_time).astimezone(timezone.utc).timestamp() * 1000)
+        return int(datetime.fromisoformat(self.base_time).astimezone(UTC).timestamp() * 1000)
 
     def timestamp_ms(self, event_number: np.ndarray) -> np.ndarray:
         """The spec's ``timestampForEvent``: base + floor(n * inter-event delay in us) / 1000."""

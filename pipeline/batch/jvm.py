@@ -20,8 +20,9 @@ runs one cached plan per round shape.
 """
 from __future__ import annotations
 
-import os
-from typing import MutableMapping
+from collections.abc import MutableMapping
+
+from pipeline import settings
 
 __all__ = ["BATCH_JVM_OPTS", "JVM_OPTS_ENV", "use_batch_jvm_options"]
 
@@ -34,7 +35,7 @@ def use_batch_jvm_options(env: MutableMapping[str, str] | None = None) -> str | 
     """Set ``SPARK_SUBMIT_OPTS`` to the batch process's JVM options (``EPOCHAL_BATCH_JVM_OPTS``, default
     :data:`BATCH_JVM_OPTS`) unless it is set already or a Spark JVM already runs here. Returns the options the JVM
     will start with (None: left as they are)."""
-    env = os.environ if env is None else env
+    env = settings.environ() if env is None else env
     if "SPARK_SUBMIT_OPTS" in env or "PYSPARK_GATEWAY_PORT" in env:   # set by the user / launched by spark-submit
         return None
     try:

@@ -1,8 +1,9 @@
 """Immutable, picklable, hashable mapping used inside frozen value objects, and enum coercion (internal)."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import Enum
-from typing import Any, Mapping, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 __all__ = ["FrozenDict", "freeze_mapping", "enum_member"]
 
@@ -47,10 +48,10 @@ class FrozenDict(dict):  # type: ignore[type-arg]
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (dict(self),))
 
-    def __copy__(self) -> "FrozenDict":
+    def __copy__(self) -> FrozenDict:
         return self
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> "FrozenDict":
+    def __deepcopy__(self, memo: dict[int, Any]) -> FrozenDict:
         import copy
 
         return type(self)({copy.deepcopy(k, memo): copy.deepcopy(v, memo) for k, v in self.items()})

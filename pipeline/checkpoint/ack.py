@@ -10,9 +10,10 @@ rows by :mod:`pipeline.runtime.operators.report_codec`) into one acknowledgement
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from pipeline.checkpoint._frozen import FrozenDict
 from pipeline.checkpoint.handles import ChannelStateHandle, FileHandle, StateHandle
@@ -47,7 +48,7 @@ class TaskMetrics:
                 "in_rows": self.in_rows, "mode": self.mode, "ack_ts_ms": self.ack_ts_ms}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "TaskMetrics":
+    def from_dict(cls, d: Mapping[str, Any]) -> TaskMetrics:
         return cls(**{k: d[k] for k in ("sync_ms", "async_ms", "alignment_ms", "start_delay_ms",
                                         "inflight_bytes", "in_rows", "mode", "ack_ts_ms") if k in d})
 

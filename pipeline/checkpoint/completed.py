@@ -9,9 +9,9 @@ Savepoints are user-owned: ``discard()`` refuses them.
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Collection
 
 from pipeline.checkpoint.handles import FileHandle
 from pipeline.checkpoint.metadata import CheckpointMetadata
@@ -82,7 +82,7 @@ class CompletedCheckpoint:
         return f"{self.kind} {self.checkpoint_id} of job '{self.job}' at {self.location}"
 
     @classmethod
-    def load(cls, fileio: FileIO, location: str) -> "CompletedCheckpoint":
+    def load(cls, fileio: FileIO, location: str) -> CompletedCheckpoint:
         """Read ``<location>/_metadata``. ObjectNotFoundError if absent, CorruptCheckpointError if unreadable."""
         uri = join_uri(location, METADATA_FILE)
         data = fileio.read_bytes(uri)

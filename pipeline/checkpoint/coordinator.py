@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
 
 from pipeline.barriers.events import CheckpointingMode, CheckpointType
 from pipeline.checkpoint.ack import AckResult, TaskAcknowledgement, TaskMetrics, acks_from_reports
@@ -222,7 +223,7 @@ class CheckpointCoordinator:
             self._group.append(cid)
         if location is None:
             if kind == CheckpointType.SAVEPOINT:
-                ts = datetime.fromtimestamp(now, tz=timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+                ts = datetime.fromtimestamp(now, tz=UTC).strftime("%Y%m%dT%H%M%SZ")
                 location = JobLayout(self.job_root).savepoint(cid, ts)
             else:
                 location = self.store.location_of(cid)

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from pipeline.exceptions import EpochalError
 from pipeline.fileio import FileIO, join_uri
+from pipeline.layout import JobLayout, failed_record_id_of, failed_record_name
 
 __all__ = ["FailedCheckpointLog", "KEEP"]
 
@@ -23,7 +24,7 @@ KEEP = 100
 class FailedCheckpointLog:
     def __init__(self, fileio: FileIO, job_root: str, *, keep: int = KEEP) -> None:
         self.fileio = fileio
-        self.root = join_uri(job_root, "failed")
+        self.root = JobLayout(job_root).failed()
         self.keep = keep
 
     def record(self, pending: Any, reason: Any, cause: BaseException | None) -> None:
@@ -33,11 +34,11 @@ class FailedCheckpointLog:
             doc = {"checkpoint_id": m.checkpoint_id, "kind": m.kind, "epoch": m.epoch, "barrier_time": m.barrier_time,
                    "trigger_time": m.trigger_time, "runner": m.runner, "parallelism": m.parallelism,
                    "parent_id": m.parent_id,
-                   "failed_at": datetime.now(tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+                   "failed_at": datetime.now(tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
                    "reason": getattr(reason, "name", str(reason)), "reason_message": getattr(reason, "message", ""),
                    "counts_as_failure": bool(getattr(reason, "counts_as_failure", True)),
                    "cause": f"{type(cause).__name__}: {cause}" if cause is not None else None}
-            self.fileio.write_bytes(join_uri(self.root, f"chk-{int(m.checkpoint_id)}.json"),
+            self.fileio.write_bytes(join_uri(self.root, failed_record_name(m.checkpoint_id)),
                                     (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode())
             self._trim()
         except (EpochalError, OSError, AttributeError, ValueError) as e:  # a view: never fail the checkpoint
@@ -47,21 +48,22 @@ class FailedCheckpointLog:
         out = []
         for fi in self.fileio.list(self.root):
             name = fi.uri.rsplit("/", 1)[-1]
-            if name.startswith("chk-") and name.endswith(".json") and name[4:-5].isdigit():
-                out.append(int(name[4:-5]))
+            cid = failed_record_id_of(name)
+            if cid is not None:
+                out.append(cid)
         return sorted(out)
 
     def _trim(self) -> None:
         ids = self._ids()
         for cid in ids[: max(0, len(ids) - self.keep)]:
-            self.fileio.delete(join_uri(self.root, f"chk-{cid}.json"))
+            self.fileio.delete(join_uri(self.root, failed_record_name(cid)))
 
     def list(self) -> list[dict]:
         """Recorded failures, newest first (unreadable records are skipped)."""
         out = []
         for cid in reversed(self._ids()):
             try:
-                out.append(json.loads(self.fileio.read_bytes(join_uri(self.root, f"chk-{cid}.json"))))
+                out.append(json.loads(self.fileio.read_bytes(join_uri(self.root, failed_record_name(cid)))))
             except (EpochalError, ValueError):
                 continue
         return out

@@ -16,8 +16,9 @@ Every class has ``to_dict()`` / ``from_dict()`` producing plain JSON-able data.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 __all__ = ["Position", "FileHandle", "StateHandle", "ChannelStateHandle", "SinkHandle"]
 
@@ -37,7 +38,7 @@ class Position:
         return {"seq": self.seq, "row": self.row}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | Iterable[int]) -> "Position":
+    def from_dict(cls, d: Mapping[str, Any] | Iterable[int]) -> Position:
         if isinstance(d, Mapping):
             return cls(int(d["seq"]), int(d["row"]))
         seq, row = d
@@ -63,7 +64,7 @@ class FileHandle:
         return {"uri": self.uri, "rows": self.rows, "bytes": self.bytes, "sha256": self.sha256}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "FileHandle":
+    def from_dict(cls, d: Mapping[str, Any]) -> FileHandle:
         return cls(uri=str(d["uri"]), rows=int(d["rows"]), bytes=int(d["bytes"]), sha256=str(d["sha256"]))
 
 
@@ -125,7 +126,7 @@ class StateHandle:
         return out
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "StateHandle":
+    def from_dict(cls, d: Mapping[str, Any]) -> StateHandle:
         f = d.get("file")
         return cls(operator_uid=str(d["operator_uid"]), subtask=int(d["subtask"]), kg_start=int(d["kg_start"]),
                    kg_end=int(d["kg_end"]), name=str(d["name"]), file=FileHandle.from_dict(f) if f else None,
@@ -170,7 +171,7 @@ class ChannelStateHandle:
                 "end": self.end.to_dict() if self.end else None}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "ChannelStateHandle":
+    def from_dict(cls, d: Mapping[str, Any]) -> ChannelStateHandle:
         f, s, e = d.get("file"), d.get("start"), d.get("end")
         return cls(operator_uid=str(d["operator_uid"]), subtask=int(d["subtask"]), channel=str(d["channel"]),
                    file=FileHandle.from_dict(f) if f else None, source=d.get("source"),
@@ -201,5 +202,5 @@ class SinkHandle:
         return {"files": [f.to_dict() for f in self.files], "full": self.full}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "SinkHandle":
+    def from_dict(cls, d: Mapping[str, Any]) -> SinkHandle:
         return cls(files=tuple(FileHandle.from_dict(f) for f in d.get("files", ())), full=bool(d.get("full", False)))

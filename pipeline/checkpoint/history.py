@@ -9,14 +9,29 @@ checkpoint view (:mod:`pipeline.orchestration.history`) shows it as is, and ``ch
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any, Protocol
 
+from pipeline.checkpoint.completed import CompletedCheckpoint
+from pipeline.checkpoint.coordinator import CheckpointCoordinator
+from pipeline.checkpoint.metadata import CheckpointMetadata
 from pipeline.checkpoint.stats import OperatorStats
 from pipeline.checkpoint.store import CheckpointDirStatus
 
 __all__ = ["CheckpointRow", "row_from_metadata", "checkpoint_summary", "list_checkpoints", "show_checkpoint",
            "format_list", "format_show"]
+
+
+class SnapshotReader(Protocol):
+    """What the history reads of a job's runner (:class:`~pipeline.runtime.driver.runner.JobRunner`): its
+    checkpoint coordinator and a snapshot by id or savepoint URI (the checkpoint package does not import the
+    runtime)."""
+
+    @property
+    def coordinator(self) -> CheckpointCoordinator: ...
+
+    def load_snapshot(self, ref: str) -> CompletedCheckpoint: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +109,7 @@ class CheckpointRow:
         }
 
 
-def row_from_metadata(md, location: str, status: str = "COMPLETED") -> CheckpointRow:
+def row_from_metadata(md: CheckpointMetadata, location: str, status: str = "COMPLETED") -> CheckpointRow:
     """The history row of a checkpoint's (or savepoint's) metadata."""
     st = md.stats
     records: dict[str, int] = {}
@@ -121,19 +136,19 @@ def row_from_metadata(md, location: str, status: str = "COMPLETED") -> Checkpoin
         if st is not None and st.executor_s3_requests_counting is not None else None)
 
 
-def checkpoint_summary(cp, status: str = "COMPLETED") -> dict[str, Any]:
+def checkpoint_summary(cp: CompletedCheckpoint, status: str = "COMPLETED") -> dict[str, Any]:
     """One row of ``checkpoints list`` for a :class:`~pipeline.checkpoint.completed.CompletedCheckpoint`."""
     return row_from_metadata(cp.metadata, cp.location, status).summary()
 
 
-def _mode_used(md) -> str:
+def _mode_used(md: CheckpointMetadata) -> str:
     """The alignment mode actually used (per-operator modes, e.g. ``aligned_then_unaligned`` after a timeout)."""
     modes = sorted({o.mode for o in md.stats.operators.values()}) if md.stats else []
     al = (md.extra or {}).get("alignment") or {}
     return str(al.get("mode_used") or (modes[0] if len(modes) == 1 else ",".join(modes) or md.alignment))
 
 
-def list_checkpoints(runner) -> list[dict[str, Any]]:
+def list_checkpoints(runner: SnapshotReader) -> list[dict[str, Any]]:
     """Completed checkpoints (retained), corrupt/pending directories, and savepoints, oldest first."""
     store = runner.coordinator.store
     rows: list[dict[str, Any]] = []
@@ -148,7 +163,7 @@ def list_checkpoints(runner) -> list[dict[str, Any]]:
     return rows
 
 
-def show_checkpoint(runner, ref: str) -> dict[str, Any]:
+def show_checkpoint(runner: SnapshotReader, ref: str) -> dict[str, Any]:
     """Full detail of one checkpoint (id) or savepoint (URI): barriers, positions, per-operator acks."""
     cp = runner.load_snapshot(ref)
     md = cp.metadata

@@ -32,6 +32,7 @@ import socket
 import uuid
 from dataclasses import dataclass
 
+from pipeline import settings
 from pipeline.checkpoint.metadata import iso_utc
 from pipeline.exceptions import CheckpointError, ConditionalWriteError, ObjectNotFoundError, StorageError
 from pipeline.fileio import FileIO, join_uri
@@ -53,7 +54,7 @@ def default_runner_id() -> str:
     task (its ``AIRFLOW_CTX_*`` variables) it is ``airflow/<dag>/<run>/<task>/<try>@host:pid:random``, so the
     checkpoint history can link each checkpoint to the run and task log that took it (:func:`airflow_task_of`)."""
     own = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-    ctx = [os.environ.get(f"AIRFLOW_CTX_{k}") for k in ("DAG_ID", "DAG_RUN_ID", "TASK_ID", "TRY_NUMBER")]
+    ctx = [settings.raw(f"AIRFLOW_CTX_{k}") for k in ("DAG_ID", "DAG_RUN_ID", "TASK_ID", "TRY_NUMBER")]
     if all(ctx[:3]):
         return f"{AIRFLOW_RUNNER_PREFIX}{ctx[0]}/{ctx[1]}/{ctx[2]}/{ctx[3] or ''}@{own}"
     return own

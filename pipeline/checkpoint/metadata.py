@@ -11,9 +11,10 @@ Keys of ``positions``/``barriers`` are source names, then partition ids as strin
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Mapping
+from datetime import UTC, datetime
+from typing import Any
 
 from pipeline.barriers.events import CheckpointingMode, CheckpointType
 from pipeline.checkpoint._frozen import FrozenDict, enum_member
@@ -29,7 +30,7 @@ KINDS = tuple(k.value for k in CheckpointType)
 
 def iso_utc(ts: float | None = None) -> str:
     """``ts`` (seconds since the Unix epoch; default now) as ISO-8601 UTC with milliseconds and ``Z``."""
-    dt = datetime.fromtimestamp(ts, tz=timezone.utc) if ts is not None else datetime.now(tz=timezone.utc)
+    dt = datetime.fromtimestamp(ts, tz=UTC) if ts is not None else datetime.now(tz=UTC)
     return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -164,7 +165,7 @@ class CheckpointMetadata:
         return self.to_json().encode("utf-8")
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], uri: str = "<memory>") -> "CheckpointMetadata":
+    def from_dict(cls, d: Mapping[str, Any], uri: str = "<memory>") -> CheckpointMetadata:
         if not isinstance(d, Mapping):
             raise CorruptCheckpointError(f"unreadable checkpoint metadata {uri}: not a JSON object")
         fmt = d.get("format")
@@ -192,7 +193,7 @@ class CheckpointMetadata:
             raise CorruptCheckpointError(f"unreadable checkpoint metadata {uri}: {e}") from e
 
     @classmethod
-    def from_json(cls, text: str | bytes, uri: str = "<memory>") -> "CheckpointMetadata":
+    def from_json(cls, text: str | bytes, uri: str = "<memory>") -> CheckpointMetadata:
         try:
             d = json.loads(text)
         except (UnicodeDecodeError, json.JSONDecodeError) as e:

@@ -23,9 +23,10 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from pipeline.barriers.events import CheckpointingMode, CheckpointType
 from pipeline.checkpoint._frozen import FrozenDict, enum_member
@@ -122,7 +123,7 @@ class PendingManifest:
         return json.dumps(self.to_dict(), sort_keys=True, indent=1, allow_nan=False) + "\n"
 
     @classmethod
-    def from_json(cls, text: str | bytes, uri: str = "<memory>") -> "PendingManifest":
+    def from_json(cls, text: str | bytes, uri: str = "<memory>") -> PendingManifest:
         try:
             d = json.loads(text)
             if not isinstance(d, dict) or d.get("format") != FORMAT_VERSION:
@@ -261,7 +262,7 @@ class PendingCheckpoint:
                 "this checkpoint id") from e
 
     @classmethod
-    def load(cls, fileio: FileIO, location: str, *, clock: Callable[[], float] = time.time) -> "PendingCheckpoint":
+    def load(cls, fileio: FileIO, location: str, *, clock: Callable[[], float] = time.time) -> PendingCheckpoint:
         """Re-open a pending checkpoint from its ``_pending.json`` (acks start empty)."""
         uri = join_uri(location, PENDING_FILE)
         manifest = PendingManifest.from_json(fileio.read_bytes(uri), uri)

@@ -88,7 +88,7 @@ class TaskReport:
 
     @classmethod
     def of_state(cls, handle: StateHandle, *, in_rows: int = 0, sync_ms: float = 0.0,
-                 async_ms: float = 0.0) -> "TaskReport":
+                 async_ms: float = 0.0) -> TaskReport:
         """The STATE report of ``handle`` (its operator, subtask, name and key-group range)."""
         return cls(ReportKind.STATE, handle.operator_uid, handle.subtask, handle.name, handle.kg_start,
                    handle.kg_end, state=handle, in_rows=in_rows, sync_ms=sync_ms, async_ms=async_ms)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pipeline.exceptions import EpochalError
@@ -47,7 +47,7 @@ class RestoreEvent:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "RestoreEvent":
+    def from_dict(cls, d: dict[str, Any]) -> RestoreEvent:
         kind = d["kind"]
         if kind not in ("restore", "rewind"):
             raise ValueError(f"unknown restore event kind {kind!r}")
@@ -70,7 +70,7 @@ class RestoreEvent:
 
 
 def utc_now() -> str:
-    return datetime.now(tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.now(tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class RestoreLog:

@@ -27,17 +27,20 @@ or a savepoint asked for at another parallelism is written by the old path, an i
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from pipeline.barriers.events import CheckpointType
 from pipeline.checkpoint.completed import CompletedCheckpoint
+from pipeline.checkpoint.coordinator import CheckpointCoordinator
 from pipeline.checkpoint.handles import FileHandle, StateHandle
 from pipeline.checkpoint.metadata import CheckpointMetadata
 from pipeline.exceptions import CorruptCheckpointError
-from pipeline.fileio import FileIO, join_uri, sha256_of
+from pipeline.fileio import FileIO, sha256_of
 from pipeline.fileio.request_counter import RequestCounting, StorageRequests
+from pipeline.layout import snapshot_state_uri
 
 __all__ = ["copy_blocker", "copy_savepoint", "CopyFigures", "COPY_WORKERS"]
 
@@ -66,8 +69,7 @@ def copy_blocker(md: CheckpointMetadata, parallelism: int | None) -> str | None:
 
 
 def _target_uri(location: str, h: StateHandle) -> str:
-    return join_uri(location, "state", h.operator_uid, h.name,
-                    f"{h.subtask:05d}-kg-{h.kg_start:05d}-{h.kg_end:05d}.parquet")
+    return snapshot_state_uri(location, h.operator_uid, h.name, h.subtask, h.kg_start, h.kg_end)
 
 
 def _copy_one(src_fio: FileIO, dst_fio: FileIO, f: FileHandle, dst: str, where: str) -> FileHandle:
@@ -84,7 +86,7 @@ def _copy_one(src_fio: FileIO, dst_fio: FileIO, f: FileHandle, dst: str, where: 
 Materialize = Callable[[StateHandle, str], FileHandle]
 
 
-def copy_savepoint(coordinator, source: CompletedCheckpoint, *, src_fio: FileIO, location: str | None,
+def copy_savepoint(coordinator: CheckpointCoordinator, source: CompletedCheckpoint, *, src_fio: FileIO, location: str | None,
                    sink_tables: Sequence[str], sinks: Mapping[str, bool], backlog: Mapping[str, int] | None = None,
                    extra: Mapping[str, Any] | None = None, sink_counting: Mapping[str, str] | None = None,
                    materialize: Materialize | None = None, workers: int = COPY_WORKERS,

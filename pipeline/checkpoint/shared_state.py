@@ -21,7 +21,7 @@ collecting never touches a snapshot the user owns.
 from __future__ import annotations
 
 import logging
-from typing import Collection
+from collections.abc import Collection
 
 from pipeline.exceptions import ObjectNotFoundError, StorageError
 from pipeline.fileio import FileIO

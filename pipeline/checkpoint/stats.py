@@ -13,8 +13,9 @@ Times are milliseconds (float), sizes bytes (int).
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from pipeline.checkpoint._frozen import FrozenDict
 from pipeline.checkpoint.ack import TaskAcknowledgement
@@ -46,7 +47,7 @@ class OperatorStats:
             object.__setattr__(self, name, float(getattr(self, name)))
 
     @classmethod
-    def aggregate(cls, uid: str, subtasks: int, acks: Iterable[TaskAcknowledgement]) -> "OperatorStats":
+    def aggregate(cls, uid: str, subtasks: int, acks: Iterable[TaskAcknowledgement]) -> OperatorStats:
         """Combine the acknowledgements of one operator's subtasks."""
         acks = [a for a in acks if a.operator_uid == uid]
         modes = {a.metrics.mode for a in acks}
@@ -78,7 +79,7 @@ class OperatorStats:
                 "persisted_bytes": self.persisted_bytes}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "OperatorStats":
+    def from_dict(cls, d: Mapping[str, Any]) -> OperatorStats:
         return cls(uid=str(d["uid"]), subtasks=int(d["subtasks"]), acks=int(d["acks"]), rows=int(d["rows"]),
                    bytes=int(d["bytes"]), sync_ms=d["sync_ms"], async_ms=d["async_ms"],
                    alignment_ms=d["alignment_ms"], start_delay_ms=d["start_delay_ms"],
@@ -103,7 +104,7 @@ class SubtaskStats:
     mode: str
 
     @classmethod
-    def of(cls, ack: TaskAcknowledgement, trigger_ts_ms: float) -> "SubtaskStats":
+    def of(cls, ack: TaskAcknowledgement, trigger_ts_ms: float) -> SubtaskStats:
         m = ack.metrics
         return cls(uid=ack.operator_uid, subtask=ack.subtask,
                    ack_ms=round(max(0.0, m.ack_ts_ms - trigger_ts_ms), 3) if m.ack_ts_ms else None,
@@ -120,7 +121,7 @@ class SubtaskStats:
                 "state_rows": self.state_rows, "in_rows": self.in_rows, "mode": self.mode}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "SubtaskStats":
+    def from_dict(cls, d: Mapping[str, Any]) -> SubtaskStats:
         return cls(uid=str(d["uid"]), subtask=int(d["subtask"]),
                    ack_ms=None if d.get("ack_ms") is None else float(d["ack_ms"]),
                    sync_ms=float(d.get("sync_ms", 0.0)), async_ms=float(d.get("async_ms", 0.0)),
@@ -206,7 +207,7 @@ class CheckpointStats:
                 "sink_s3_requests_counting": dict(sorted(self.sink_s3_requests_counting.items()))}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "CheckpointStats":
+    def from_dict(cls, d: Mapping[str, Any]) -> CheckpointStats:
         return cls(trigger_time=str(d["trigger_time"]), duration_ms=d.get("duration_ms", 0.0),
                    sync_ms=d.get("sync_ms", 0.0), async_ms=d.get("async_ms", 0.0),
                    alignment_ms=d.get("alignment_ms", 0.0), bytes=int(d.get("bytes", 0)),

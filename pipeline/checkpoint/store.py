@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import builtins
 import logging
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Callable, Iterable, Sequence
 
 from pipeline.barriers.events import CheckpointType
 from pipeline.checkpoint.completed import METADATA_FILE, CompletedCheckpoint, delete_location

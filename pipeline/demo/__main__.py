@@ -18,8 +18,10 @@ import shutil
 import sys
 import time
 
+from pipeline import settings
 from pipeline.demo.generate import generate
 from pipeline.demo.oracle import compare, expected
+from pipeline.layout import checkpoint_dir_name
 from pipeline.sink.delta import delta_storage_options
 from pipeline.testing.jobproc import run_job_process
 from pipeline.testing.moto_server import spawn_moto_server
@@ -60,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             _say("starting moto S3 on loopback ...")
             moto = spawn_moto_server(["epochal-demo"])
             env.update(moto.env())
-            os.environ.update(env)
+            settings.environ().update(env)
             root = "s3://epochal-demo"
             _say(f"S3 endpoint {moto.endpoint_url} (bucket epochal-demo)")
         src, ckpt, sink = f"{root}/sources", f"{root}/checkpoints", f"{root}/sinks"
@@ -142,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         for c in cps:
             if c.get("status") == "COMPLETED":
                 written = c.get("checkpointed_bytes", c["state_bytes"])   # below the full size once deltas apply
-                print(f"    chk-{c['id']:<4} epoch {c['epoch']} duration {c['duration_ms']:.0f} ms, "
+                print(f"    {checkpoint_dir_name(c['id']):<8} epoch {c['epoch']} duration {c['duration_ms']:.0f} ms, "
                       f"checkpointed {written / 1024:.0f} KiB of full size {c['state_bytes'] / 1024:.0f} KiB "
                       f"(docs/state.md), acks {c['acks']}")
         po, mr = rd["paid_orders"], rd["merchant_revenue"]
@@ -167,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _sinks_are_delta(env: dict) -> bool:
     """The demo job writes Delta tables unless PIPELINE_SINK_FORMAT says otherwise."""
-    return env.get("PIPELINE_SINK_FORMAT", os.environ.get("PIPELINE_SINK_FORMAT", "")).strip().lower() in ("", "delta")
+    return env.get("PIPELINE_SINK_FORMAT", settings.environ().get("PIPELINE_SINK_FORMAT", "")).strip().lower() in ("", "delta")
 
 
 def _delta_report(sink: str, exp):

@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pyarrow as pa
@@ -62,7 +62,7 @@ def generate_ads(root: str, *, epochs: int = 15, epoch_seconds: int = 60, partit
                  seed: int = 7, start: str = "2026-01-01T00:00:00Z") -> dict:
     """Over 8 parameters: the generator's knobs, each a keyword with a default the docs name."""
     E = epoch_seconds * US
-    t0 = int(datetime.fromisoformat(start.replace("Z", "+00:00")).astimezone(timezone.utc).timestamp()) * US
+    t0 = int(datetime.fromisoformat(start.replace("Z", "+00:00")).astimezone(UTC).timestamp()) * US
     t_end = t0 + epochs * E
     rng = np.random.default_rng(seed)
     n = epochs * impressions_per_epoch

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -30,6 +29,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+
+from pipeline import settings
 
 __all__ = ["expected_ad_output", "compare_ad_output", "main"]
 
@@ -43,8 +44,9 @@ _FILE = re.compile(r"partition=(\d+)/(\d+)\.parquet$")
 def _fs(root: str) -> tuple[pafs.FileSystem, str]:
     u = urlsplit(root)
     if u.scheme == "s3":
-        fs = pafs.S3FileSystem(endpoint_override=os.environ.get("AWS_ENDPOINT_URL"),
-                               region=os.environ.get("AWS_DEFAULT_REGION", "us-east-1"))
+        region = settings.raw("AWS_DEFAULT_REGION")
+        fs = pafs.S3FileSystem(endpoint_override=settings.raw("AWS_ENDPOINT_URL"),
+                               region="us-east-1" if region is None else region)
         return fs, (u.netloc + u.path).rstrip("/")
     return pafs.LocalFileSystem(), u.path.rstrip("/")
 

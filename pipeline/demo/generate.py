@@ -59,7 +59,7 @@ import json
 import math
 import sys
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -150,13 +150,13 @@ def _parse_start(s: str) -> int:
     except ValueError as e:
         raise ConfigError(f"start {s!r} is not an ISO-8601 timestamp") from e
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    delta = dt - datetime(1970, 1, 1, tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
+    delta = dt - datetime(1970, 1, 1, tzinfo=UTC)
     return (delta.days * 86_400 + delta.seconds) * _US + delta.microseconds
 
 
 def _iso(us: int) -> str:
-    dt = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=us)
+    dt = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=us)
     return dt.isoformat().replace("+00:00", "Z")
 
 

@@ -52,8 +52,9 @@ import json
 import os
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import numpy as np

@@ -21,7 +21,7 @@ Semantics shared by all (one contract suite checks them on all three):
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from pipeline.exceptions import ConfigError
 from pipeline.fileio.base import FileInfo, FileIO, join_uri, sha256_of, sha256_of_file

@@ -235,7 +235,7 @@ class LocalFileIO:
         return count
 
     # -- streams -----------------------------------------------------------------------------------
-    def open_input(self, uri: str) -> "pyarrow.NativeFile":
+    def open_input(self, uri: str) -> pyarrow.NativeFile:
         import pyarrow as pa
 
         path = self.path_of(uri)
@@ -248,12 +248,12 @@ class LocalFileIO:
                 raise ObjectNotFoundError(f"file not found: {uri}") from e
             raise StorageError(f"cannot open {uri}: {e}") from e
 
-    def open_output(self, uri: str) -> "pyarrow.NativeFile":
+    def open_output(self, uri: str) -> pyarrow.NativeFile:
         import pyarrow as pa
 
         return pa.PythonFile(_AtomicLocalWriter(uri, self.path_of(uri)), mode="w")
 
-    def pyarrow_fs(self, uri: str | None = None) -> "tuple[pyarrow.fs.FileSystem, str]":
+    def pyarrow_fs(self, uri: str | None = None) -> tuple[pyarrow.fs.FileSystem, str]:
         import pyarrow.fs as pafs
 
         return pafs.LocalFileSystem(), (self.path_of(uri) if uri is not None else "")

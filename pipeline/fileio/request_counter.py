@@ -33,10 +33,11 @@ counted, and the checkpoint stats say so per sink (``sink_s3_requests_counting``
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 __all__ = ["StorageRequests", "RequestCounting", "request_counts", "count_request", "instrument_client",
            "take_unreported", "open_recording", "close_recording", "recording", "attributed_to", "KINDS"]
@@ -72,17 +73,17 @@ class StorageRequests:
     def total(self) -> int:
         return self.list + self.get + self.head + self.put + self.delete
 
-    def __sub__(self, other: "StorageRequests") -> "StorageRequests":
+    def __sub__(self, other: StorageRequests) -> StorageRequests:
         return StorageRequests(*(getattr(self, k) - getattr(other, k) for k in KINDS))
 
-    def __add__(self, other: "StorageRequests") -> "StorageRequests":
+    def __add__(self, other: StorageRequests) -> StorageRequests:
         return StorageRequests(*(getattr(self, k) + getattr(other, k) for k in KINDS))
 
     def to_dict(self) -> dict[str, int]:
         return {k: getattr(self, k) for k in KINDS}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "StorageRequests":
+    def from_dict(cls, d: Mapping[str, Any]) -> StorageRequests:
         return cls(**{k: int(d.get(k, 0) or 0) for k in KINDS})
 
     def __str__(self) -> str:

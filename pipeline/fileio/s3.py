@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from pipeline import settings
 from pipeline.exceptions import ConditionalWriteError, ObjectNotFoundError, StorageError
 from pipeline.fileio.base import FileInfo, dir_prefix
 from pipeline.fileio.request_counter import instrument_client
@@ -62,7 +63,7 @@ def _boto_attempts() -> int:
     """boto3's own attempts per call (``PIPELINE_S3_BOTO_ATTEMPTS``, default 1: no silent inner retries). Every
     retry is then one of :mod:`pipeline.storage_retry`'s: logged, backed off and bounded by its time budget."""
     try:
-        return max(1, int(os.environ.get("PIPELINE_S3_BOTO_ATTEMPTS") or 1))
+        return max(1, settings.get_int("PIPELINE_S3_BOTO_ATTEMPTS"))
     except ValueError:
         return 1
 
@@ -71,7 +72,7 @@ def list_page_size() -> int:
     """Keys per LIST page (``PIPELINE_S3_LIST_PAGE_SIZE``, default S3's 1000). Tests set it small so that a
     listing which grows with history shows up as more LIST requests after a few epochs."""
     try:
-        return max(1, int(os.environ.get("PIPELINE_S3_LIST_PAGE_SIZE") or 1000))
+        return max(1, settings.get_int("PIPELINE_S3_LIST_PAGE_SIZE"))
     except ValueError:
         return 1000
 
@@ -133,7 +134,7 @@ def _arrow_s3(settings: _S3Settings) -> Any:
 class _RangeReader(io.RawIOBase):
     """A read-only, seekable file over an S3 object; every read is a ranged GET through the retry layer."""
 
-    def __init__(self, fio: "S3FileIO", uri: str, size: int) -> None:
+    def __init__(self, fio: S3FileIO, uri: str, size: int) -> None:
         super().__init__()
         self._fio, self._uri, self._size, self._pos = fio, uri, size, 0
 
@@ -174,11 +175,11 @@ class _RangeReader(io.RawIOBase):
 class _UploadWriter(io.RawIOBase):
     """A write-only file uploaded on close: one retried PUT, or a multipart upload (every request retried)."""
 
-    def __init__(self, fio: "S3FileIO", uri: str) -> None:
+    def __init__(self, fio: S3FileIO, uri: str) -> None:
         super().__init__()
         self._fio, self._uri = fio, uri
         self._bucket, self._key = split_s3_uri(uri)
-        self._part = max(5, int(os.environ.get("PIPELINE_S3_PART_MB") or 32)) * 1024 * 1024
+        self._part = max(5, settings.get_int("PIPELINE_S3_PART_MB")) * 1024 * 1024
         self._buf = bytearray()
         self._upload_id: str | None = None
         self._parts: list[dict[str, Any]] = []
@@ -255,7 +256,7 @@ class S3FileIO:
     def __init__(self, *, endpoint_url: str | None = None, access_key_id: str | None = None,
                  secret_access_key: str | None = None, region: str | None = None,
                  session_token: str | None = None) -> None:
-        env = os.environ
+        env = settings.environ()
         self._settings = _S3Settings(
             endpoint_url=endpoint_url or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None,
             access_key_id=access_key_id or env.get("AWS_ACCESS_KEY_ID") or None,
@@ -431,7 +432,7 @@ class S3FileIO:
     def _arrow(self) -> Any:
         return _arrow_s3(self._settings)
 
-    def open_input(self, uri: str) -> "pyarrow.NativeFile":
+    def open_input(self, uri: str) -> pyarrow.NativeFile:
         """A seekable stream over the object: ranged GETs, each inside the retry layer (a throttled, dropped or
         cut read is retried like any small-object request, not surfaced as a broken file)."""
         import pyarrow as pa
@@ -454,7 +455,7 @@ class S3FileIO:
         except Exception as e:  # noqa: BLE001
             raise self._fail("read", uri, e) from e
 
-    def open_output(self, uri: str) -> "pyarrow.NativeFile":
+    def open_output(self, uri: str) -> pyarrow.NativeFile:
         """A write stream: buffered, uploaded on close as one retried PUT, or in parts of
         ``PIPELINE_S3_PART_MB`` (default 32) MiB by a multipart upload whose every request is retried."""
         import pyarrow as pa
@@ -462,7 +463,7 @@ class S3FileIO:
         split_s3_uri(uri)
         return pa.PythonFile(_UploadWriter(self, uri), mode="w")
 
-    def pyarrow_fs(self, uri: str | None = None) -> "tuple[pyarrow.fs.FileSystem, str]":
+    def pyarrow_fs(self, uri: str | None = None) -> tuple[pyarrow.fs.FileSystem, str]:
         if uri is None:
             return self._arrow(), ""
         bucket, key = split_s3_uri(uri)

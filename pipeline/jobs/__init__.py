@@ -1,7 +1,7 @@
 """Job registry: jobs known to the CLI and the Airflow DAG factory by name."""
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from pipeline.exceptions import ConfigError
 from pipeline.job import Job

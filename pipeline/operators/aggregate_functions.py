@@ -18,8 +18,9 @@ the group's key group, so the heap and RocksDB backends snapshot, restore and re
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import pyarrow as pa

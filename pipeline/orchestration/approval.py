@@ -23,12 +23,12 @@ approval is enabled.
 """
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 from typing import Any
 
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 
+from pipeline import settings
 from pipeline.exceptions import ConfigError
 
 __all__ = ["restore_approval", "rewind_approval", "RewindApprovalOperator"]
@@ -37,7 +37,7 @@ TIMEOUT_ENV = "EPOCHAL_APPROVAL_TIMEOUT_SECONDS"
 
 
 def _timeout() -> timedelta:
-    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+    raw = (settings.raw(TIMEOUT_ENV) or "").strip()
     try:
         seconds = float(raw) if raw else 24 * 3600.0
     except ValueError:

@@ -30,16 +30,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Callable
+from datetime import UTC, datetime
+from typing import Any
 
+from pipeline import settings
 from pipeline.exceptions import ConfigError, EpochalError
 
 __all__ = ["AirflowRestClient", "BackfillError", "create_backfill", "wait_backfills_complete", "active_backfills"]
@@ -166,8 +167,8 @@ def _iso(value: str | datetime) -> str:
         except ValueError:
             raise ConfigError(f"backfill date {value!r}: expected an ISO-8601 timestamp") from None
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        dt = dt.replace(tzinfo=UTC)
+    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _same_instant(a: str, b: str) -> bool:
@@ -306,7 +307,7 @@ def create_backfill(client: AirflowRestClient, dag_id: str, from_date: str | dat
 
 
 def _client(args) -> AirflowRestClient:
-    password = args.password or os.environ.get("EPOCHAL_AIRFLOW_PASSWORD")
+    password = args.password or settings.raw("EPOCHAL_AIRFLOW_PASSWORD")
     if not password and args.password_file:
         try:
             password = json.load(open(args.password_file))[args.username]
@@ -319,7 +320,7 @@ def _client(args) -> AirflowRestClient:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m pipeline.orchestration.backfills", description=__doc__.split("\n")[0])
-    p.add_argument("--url", default=os.environ.get("AIRFLOW__API__BASE_URL", "http://127.0.0.1:8080"))
+    p.add_argument("--url", default=settings.raw("AIRFLOW__API__BASE_URL") or "http://127.0.0.1:8080")
     p.add_argument("--username", default="admin")
     p.add_argument("--password")
     p.add_argument("--password-file")

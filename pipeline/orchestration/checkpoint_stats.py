@@ -16,7 +16,8 @@ this survives process failures.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 __all__ = ["counts", "summary", "lineage", "configuration", "latest_failed", "percentile"]
 

@@ -11,19 +11,20 @@ restore DAGs and the epoch DAG's ``process`` task write it, and the DAGs never r
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime, timezone
-from typing import Any, Mapping
+from datetime import UTC, datetime
+from typing import Any
 
 from pipeline.exceptions import ObjectNotFoundError
 from pipeline.fileio import FileIO, join_uri
-from pipeline.layout import JobLayout
+from pipeline.layout import CONTROL_FILE, SAVEPOINTS_DIR, JobLayout, control_savepoint_name
 
 __all__ = ["JobControl", "ControlStore", "utc_now_iso"]
 
 
 def utc_now_iso() -> str:
-    return datetime.now(tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.now(tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +43,7 @@ class JobControl:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "JobControl":
+    def from_dict(cls, d: Mapping[str, Any]) -> JobControl:
         known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}  # type: ignore[attr-defined]
         return cls(**known)
 
@@ -58,7 +59,7 @@ class ControlStore:
     # -- control ------------------------------------------------------------------------------------
     @property
     def control_uri(self) -> str:
-        return join_uri(self.root, "control.json")
+        return join_uri(self.root, CONTROL_FILE)
 
     def control(self) -> JobControl:
         try:
@@ -75,13 +76,13 @@ class ControlStore:
     def record_savepoint(self, savepoint_id: int, location: str, *, by: str, stop: bool) -> None:
         doc = {"savepoint_id": savepoint_id, "location": location, "taken_by": by, "stop": stop,
                "created_at": utc_now_iso()}
-        self.fileio.write_bytes(join_uri(self.root, "savepoints", f"{int(savepoint_id):012d}.json"),
+        self.fileio.write_bytes(join_uri(self.root, SAVEPOINTS_DIR, control_savepoint_name(savepoint_id)),
                                 (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode())
 
     def savepoint_locations(self) -> list[str]:
         """Locations of savepoints recorded by :meth:`record_savepoint` (oldest first)."""
         out = []
-        for fi in self.fileio.list(join_uri(self.root, "savepoints")):
+        for fi in self.fileio.list(join_uri(self.root, SAVEPOINTS_DIR)):
             if not fi.uri.endswith(".json"):
                 continue
             try:

@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import Enum
 
 from pipeline.epochs import EpochClock
@@ -44,7 +44,7 @@ def epoch_of_interval(epoch_seconds: int, data_interval_end: datetime | None, *,
     if end is None:
         raise ConfigError("the DAG run has no data interval and no logical date: cannot tell which epoch to process")
     if end.tzinfo is None:
-        end = end.replace(tzinfo=timezone.utc)
+        end = end.replace(tzinfo=UTC)
     return EpochClock(epoch_seconds).epoch_ending_at(end)
 
 

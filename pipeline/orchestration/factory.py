@@ -33,11 +33,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import time
-from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
+from pipeline import settings
 from pipeline.orchestration.exclusion import (
     ACTIVE_TI_STATES,
     EPOCH_RUNNER_TASKS,
@@ -60,12 +61,12 @@ DEFAULT_START_DATE = "2026-01-01T00:00:00Z"
 
 
 def _env_bool(name: str, default: bool) -> bool:
-    v = os.environ.get(name, "").strip().lower()
+    v = (settings.raw(name) or "").strip().lower()
     return default if not v else v in ("1", "true", "yes", "on")
 
 
 def _env_float(name: str, default: float) -> float:
-    v = os.environ.get(name, "").strip()
+    v = (settings.raw(name) or "").strip()
     try:
         return float(v) if v else default
     except ValueError:
@@ -79,12 +80,12 @@ def _parse_start(value: str | datetime, epoch_seconds: int) -> datetime:
     else:
         dt = datetime.fromisoformat(str(value).strip().replace("Z", "+00:00"))
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
     ts = int(dt.timestamp())
-    return datetime.fromtimestamp(ts - ts % epoch_seconds, tz=timezone.utc)  # an epoch boundary
+    return datetime.fromtimestamp(ts - ts % epoch_seconds, tz=UTC)  # an epoch boundary
 
 
-def sink_asset(job: str, table: str, config=None) -> "Asset":
+def sink_asset(job: str, table: str, config=None) -> Asset:
     """The Airflow Asset of a sink table: ``name`` ``epochal/<job>/<table>`` (stable, for downstream
     ``schedule=[...]``), ``uri`` the table's location under ``PIPELINE_SINK_URI``."""
     from airflow.sdk import Asset
@@ -122,7 +123,7 @@ def _orchestrator(job_name: str):
     """Resolve S3 settings (connection or env) into this task process, then build the orchestrator."""
     from pipeline.orchestration.settings import apply_s3_settings, load_pipeline_config, resolve_s3_settings
     from pipeline.orchestration.tasks import Orchestrator
-    os.environ.setdefault("EPOCHAL_JVM_LOGS", "python")  # Spark's WARN lines as warnings, not stderr ERRORs
+    settings.environ().setdefault("EPOCHAL_JVM_LOGS", "python")  # Spark's WARN lines as warnings, not stderr ERRORs
     s3 = resolve_s3_settings()
     apply_s3_settings(s3)
     log.info("%s", s3.describe())
@@ -212,7 +213,7 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
                     end_date: str | datetime | None = None, catchup: bool | None = None,
                     retries: int | None = None, retry_delay: timedelta | None = None,
                     poke_interval: float | None = None, trigger_timeout: float | None = None,
-                    config=None, approve_rewind: bool | None = None, fused: bool | None = None) -> "DAG":
+                    config=None, approve_rewind: bool | None = None, fused: bool | None = None) -> DAG:
     """The epoch DAG of ``job_name``: one run per data interval = one checkpointed epoch.
 
     Schedule = the epoch length (``PIPELINE_EPOCH_SECONDS``), data intervals aligned to epoch boundaries,
@@ -240,8 +241,8 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
     E = cfg.epoch_seconds
     dag_id = dag_id or epoch_dag_id(job.name)
     assets = {t: sink_asset(job.name, t, cfg) for t in job.sink_tables()}
-    start = _parse_start(start_date or os.environ.get("EPOCHAL_START_DATE") or DEFAULT_START_DATE, E)
-    end_raw = end_date or os.environ.get("EPOCHAL_END_DATE") or None
+    start = _parse_start(start_date or settings.raw("EPOCHAL_START_DATE") or DEFAULT_START_DATE, E)
+    end_raw = end_date or settings.raw("EPOCHAL_END_DATE") or None
     end = _parse_start(end_raw, E) if end_raw else None
     catchup = _env_bool("EPOCHAL_CATCHUP", False) if catchup is None else catchup
     fused = _env_bool(FUSED_ENV, False) if fused is None else fused
@@ -359,7 +360,7 @@ def _process_step(orch, triggered: dict | None, context: Mapping[str, Any], epoc
         raise AirflowSkipException(str(e)) from None
 
 
-def _commit_step(orch, checkpoint_id: int, context: Mapping[str, Any], assets: Mapping[str, "Asset"], *,
+def _commit_step(orch, checkpoint_id: int, context: Mapping[str, Any], assets: Mapping[str, Asset], *,
                  collect_garbage: bool = True, committed_here: bool = False):
     """The ``commit`` step: notifyCheckpointComplete, then one event per sink Asset naming the checkpoint."""
     res = orch.commit(checkpoint_id, collect_garbage=collect_garbage, committed_here=committed_here)
@@ -431,7 +432,7 @@ def _wait_for_epoch_runs(job_name: str, poke: float, timeout: float, other_dag: 
 
 def build_savepoint_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | None = None,
                         tags: Sequence[str] = (), retries: int | None = None, retry_delay: timedelta | None = None,
-                        poke_interval: float | None = None) -> "DAG":
+                        poke_interval: float | None = None) -> DAG:
     """Manual savepoint DAG (no schedule; trigger with the params form): an aligned, self-contained
     savepoint of the newest checkpoint, optionally stopping the job (stop-with-savepoint)."""
     from airflow.sdk import DAG, Param, task
@@ -442,7 +443,7 @@ def build_savepoint_dag(job_name: str, *, dag_id: str | None = None, doc_md: str
     with DAG(
         dag_id=dag_id or savepoint_dag_id(job.name),
         schedule=None,
-        start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+        start_date=datetime(2026, 1, 1, tzinfo=UTC),
         catchup=False,
         max_active_runs=1,
         default_args=_default_args(retries, retry_delay),
@@ -481,7 +482,7 @@ def build_savepoint_dag(job_name: str, *, dag_id: str | None = None, doc_md: str
 
 def build_restore_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | None = None,
                       tags: Sequence[str] = (), retries: int | None = None, retry_delay: timedelta | None = None,
-                      poke_interval: float | None = None, approve: bool | None = None) -> "DAG":
+                      poke_interval: float | None = None, approve: bool | None = None) -> DAG:
     """Restore DAG (no schedule; trigger with the params form): restore the job from a checkpoint id or a
     savepoint URI (NO_CLAIM), optionally with another parallelism, then validate the restored state."""
     from airflow.sdk import DAG, Param, task
@@ -492,7 +493,7 @@ def build_restore_dag(job_name: str, *, dag_id: str | None = None, doc_md: str |
     with DAG(
         dag_id=dag_id or restore_dag_id(job.name),
         schedule=None,
-        start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+        start_date=datetime(2026, 1, 1, tzinfo=UTC),
         catchup=False,
         max_active_runs=1,
         default_args=_default_args(retries, retry_delay),
@@ -543,7 +544,7 @@ def build_restore_dag(job_name: str, *, dag_id: str | None = None, doc_md: str |
 
 
 def build_quality_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | None = None,
-                      tags: Sequence[str] = (), retries: int | None = None) -> "DAG":
+                      tags: Sequence[str] = (), retries: int | None = None) -> DAG:
     """On-demand data-quality DAG: validate a checkpoint id or savepoint URI (default: the newest)."""
     from airflow.sdk import DAG, Param, task
 
@@ -552,7 +553,7 @@ def build_quality_dag(job_name: str, *, dag_id: str | None = None, doc_md: str |
     with DAG(
         dag_id=dag_id or quality_dag_id(job.name),
         schedule=None,
-        start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+        start_date=datetime(2026, 1, 1, tzinfo=UTC),
         catchup=False,
         default_args=_default_args(0 if retries is None else retries, None),
         tags=list(dict.fromkeys(["epochal", f"job:{job.name}", "data-quality", *tags])),

@@ -8,8 +8,9 @@ Nothing here writes anything.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import Any
 
 from pipeline.checkpoint.completed import CompletedCheckpoint
 from pipeline.checkpoint.failed import FailedCheckpointLog

@@ -5,8 +5,9 @@ for a name).
 """
 from __future__ import annotations
 
-import os
 from urllib.parse import quote
+
+from pipeline import settings
 
 __all__ = ["epoch_dag_id", "savepoint_dag_id", "restore_dag_id", "quality_dag_id", "data_docs_url"]
 
@@ -29,5 +30,5 @@ def quality_dag_id(job: str) -> str:
 
 def data_docs_url(job: str, base_url: str | None = None) -> str:
     """The Data Docs of ``job`` inside the Airflow UI (``AIRFLOW__API__BASE_URL`` + the plugin's route)."""
-    base = (base_url if base_url is not None else os.environ.get("AIRFLOW__API__BASE_URL", "")).rstrip("/")
+    base = (base_url if base_url is not None else (settings.raw("AIRFLOW__API__BASE_URL") or "")).rstrip("/")
     return f"{base}/epochal/jobs/{quote(job)}/data-docs/"

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import inspect
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from pipeline.barriers.events import AlignmentLabel, CheckpointType
 

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
+from pipeline import settings as env_settings
 from pipeline.config import load_config
 from pipeline.exceptions import ConfigError
 from pipeline.fileio import S3FileIO
@@ -142,7 +143,7 @@ def resolve_s3_settings(env: Mapping[str, str] | None = None, *,
     ``lookup`` finds a connection by id (default: the Task SDK, :func:`airflow_task_connection`);
     pass :func:`airflow_server_connection` in server processes, or a stub in tests.
     """
-    env = os.environ if env is None else env
+    env = env_settings.environ() if env is None else env
     explicit = env.get(CONN_ID_ENV, "").strip()
     conn_id = explicit or DEFAULT_CONN_ID
     if conn_id.lower() not in ("none", "env", "-"):
@@ -164,13 +165,13 @@ def resolve_s3_settings(env: Mapping[str, str] | None = None, *,
                       session_token=env.get("AWS_SESSION_TOKEN") or None)
 
 
-def apply_s3_settings(settings: S3Settings, environ: "os._Environ[str] | dict[str, str] | None" = None) -> None:
+def apply_s3_settings(settings: S3Settings, environ: MutableMapping[str, str] | None = None) -> None:
     """Export ``settings`` as ``AWS_*`` variables of this process (task processes only).
 
     Settings from a connection replace any ``AWS_*`` values already in the environment, so a stale
     endpoint cannot win over the connection.
     """
-    environ = os.environ if environ is None else environ
+    environ = env_settings.environ() if environ is None else environ
     if settings.source != "environment":
         for key in _AWS_KEYS:
             environ.pop(key, None)
@@ -179,5 +180,5 @@ def apply_s3_settings(settings: S3Settings, environ: "os._Environ[str] | dict[st
 
 def load_pipeline_config(env: Mapping[str, str] | None = None, **overrides: Any):
     """``PipelineConfig`` from ``PIPELINE_*`` (and the YAML file named by ``EPOCHAL_CONFIG``, if any)."""
-    env = os.environ if env is None else env
+    env = env_settings.environ() if env is None else env
     return load_config(env.get(CONFIG_FILE_ENV) or None, env=env, **overrides)

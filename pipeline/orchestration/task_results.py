@@ -1,8 +1,9 @@
 """The typed results of the epoch DAG's tasks (what each task returns as its XCom, through ``to_dict``)."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 __all__ = ["TriggerResult", "ProcessResult", "CommitResult", "ValidateResult"]
 

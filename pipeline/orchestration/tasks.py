@@ -29,9 +29,10 @@ Over 400 lines: one short typed function per Airflow task of the factory, nothin
 from __future__ import annotations
 
 import logging
-import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
+from pipeline import settings
 from pipeline.exceptions import (
     CheckpointError,
     EpochalError,
@@ -42,6 +43,9 @@ from pipeline.exceptions import (
 from pipeline.orchestration.epoch_runs import EpochRun, action_for
 from pipeline.orchestration.names import data_docs_url
 from pipeline.orchestration.task_results import CommitResult, ProcessResult, TriggerResult, ValidateResult
+
+if TYPE_CHECKING:  # annotations only: the runtime is imported in the tasks that run it (see above)
+    from pipeline.runtime.driver.runner import JobRunner
 
 __all__ = ["Orchestrator", "maybe_inject_failure", "FAIL_ONCE_ENV"]
 
@@ -60,7 +64,7 @@ UNSET = _Unset()
 def maybe_inject_failure(task: str, phase: str, try_number: int) -> None:
     """Test hook: ``EPOCHAL_AIRFLOW_FAIL_ONCE=<task>:<phase>`` fails the first try of ``task`` at ``phase``
     (e.g. ``process:after_process`` - the checkpoint is complete, then the task dies)."""
-    spec = os.environ.get(FAIL_ONCE_ENV, "")
+    spec = settings.raw(FAIL_ONCE_ENV) or ""
     if spec and spec == f"{task}:{phase}" and try_number <= 1:
         raise InjectedFailure(f"injected failure in task {task!r} at {phase!r} (try {try_number}; "
                               f"{FAIL_ONCE_ENV}={spec})")
@@ -96,14 +100,14 @@ class Orchestrator:
         self.config = config
         self.echo = echo or (lambda m: log.info("%s", m))
         self._runner_factory = runner_factory
-        self._runner = None
+        self._runner: JobRunner | None = None
         self._committed_heads: dict[str, Any] = {}  # sink table -> head CommitEntry that commit() read and checked
         self.ckpt_fio = file_io_for(config.checkpoint_uri)
         self.control = ControlStore(self.ckpt_fio, config.checkpoint_uri, job_name)
 
     # -- plumbing ------------------------------------------------------------------------------------
     @property
-    def runner(self):
+    def runner(self) -> JobRunner:
         if self._runner is None:
             if self._runner_factory is not None:
                 self._runner = self._runner_factory()

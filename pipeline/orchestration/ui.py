@@ -23,7 +23,8 @@ Over 400 lines: the plugin's FastAPI app, one small route per page or API call.
 
 import html
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import quote
 
 from pipeline.exceptions import EpochalError, ObjectNotFoundError

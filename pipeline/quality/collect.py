@@ -24,6 +24,7 @@ from typing import Any
 
 import pandas as pd
 
+from pipeline.layout import checkpoint_dir_name
 from pipeline.quality.collect_base import DRILL_KGS, Collected, Snapshot, ordinal
 from pipeline.quality.collect_data import DataCollector
 from pipeline.quality.collect_metadata import MetadataCollector
@@ -154,7 +155,7 @@ def _dead_letters(runner, md, rec, result) -> tuple[list[dict], list[dict]]:
         log.exception("dead-letter rows could not be compared")
         why = f"{type(e).__name__}: {e}"
         rows = [{"object": f"dead_letters/{uid}", "kind": f"dead letters (rows could not be compared: {why})",
-                 "version": f"chk-{md.checkpoint_id}", "rows_expected": n, "rows_actual": 0, "only_expected": max(1, n),
+                 "version": checkpoint_dir_name(md.checkpoint_id), "rows_expected": n, "rows_actual": 0, "only_expected": max(1, n),
                  "only_actual": 0} for uid, n in sorted(expected.items())]
         examples, left = [], []
     return rows + dead_letter_rows(runner, md, expected, left), examples
@@ -168,7 +169,7 @@ def _runtime_logs(runner, c) -> None:
         rows, messages, unchecked = runtime_log_rows(runner, c.md, known)
     except Exception as e:  # noqa: BLE001 - named in the failing row
         log.exception("runtime logs could not be checked")
-        rows, messages, unchecked = [{"file": "barriers/", "checkpoint": f"chk-{c.md.checkpoint_id}", "source": "-",
+        rows, messages, unchecked = [{"file": "barriers/", "checkpoint": checkpoint_dir_name(c.md.checkpoint_id), "source": "-",
                                       "partition": "-", "logged": "-", "expected": f"{type(e).__name__}: {e}",
                                       "ok": False}], [], 0
     if unchecked:

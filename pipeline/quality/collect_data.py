@@ -11,6 +11,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipeline import settings
 from pipeline.quality.collect_base import MAX_EXAMPLES, STEP_LABELS, CollectorBase, records_frame
 from pipeline.quality.filestats import stat_file
 from pipeline.quality.jobspec import sink_obj, state_obj
@@ -69,13 +70,13 @@ def _local_small_bytes() -> int:
     """Snapshots whose data files total at most this many bytes are summarised without Spark even when a session
     runs (``EPOCHAL_QUALITY_LOCAL_SMALL_BYTES``, default 8 MiB; 0 = use the session): a Spark job's fixed cost
     (scheduling, a Python worker per task) exceeds reading a few MB in the driver's threads."""
-    return int(os.environ.get("EPOCHAL_QUALITY_LOCAL_SMALL_BYTES", 8 * 1024 * 1024))
+    return settings.get_int("EPOCHAL_QUALITY_LOCAL_SMALL_BYTES")
 
 
 def _local_max_bytes() -> int:
     """Snapshots whose data files total at most this many bytes are summarised without Spark when no Spark
     session is running yet (``EPOCHAL_QUALITY_LOCAL_MAX_BYTES``, default 256 MiB; 0 = always Spark)."""
-    return int(os.environ.get("EPOCHAL_QUALITY_LOCAL_MAX_BYTES", 256 * 1024 * 1024))
+    return settings.get_int("EPOCHAL_QUALITY_LOCAL_MAX_BYTES")
 
 
 class DataCollector(CollectorBase):

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
+from collections.abc import Mapping
 from types import SimpleNamespace
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -29,13 +29,15 @@ import pyarrow.parquet as pq
 from pipeline.batch.bootstrap.dead_letters import operator_dead_letter_frames
 from pipeline.batch.evaluation.prefix import PEPOCH
 from pipeline.fileio import file_io_for
+from pipeline.layout import checkpoint_dir_name
+from pipeline.layout.dead_letters import ATTEMPT_DIR
 from pipeline.quality.users_read import row_hashes
 from pipeline.runtime.operators.dead_letters import operator_dead_letter_prefix
 from pipeline.source._formats import json_default
 
 __all__ = ["dead_letter_row_diff", "disk_files"]
 
-_CHK = re.compile(r"/epoch-(\d+)/chk-(\d+)/")
+_CHK = ATTEMPT_DIR
 MAX_EXAMPLES = 5
 # columns that describe where or when a row was written, not the record (never compared)
 _WHERE = frozenset({PEPOCH, "_wm_channel"})
@@ -132,6 +134,6 @@ def dead_letter_row_diff(runner, md, result, uids: list[str]) -> tuple[list[dict
                     examples += [{"object": f"dead_letters/{uid}", "side": side,
                                   **{k: (str(v) if v is not None else None) for k, v in all_rows[i].items()}}
                                  for i in idx]
-        rows.append({"object": f"dead_letters/{uid}", "kind": "dead letters (rows)", "version": f"chk-{md.checkpoint_id}",
+        rows.append({"object": f"dead_letters/{uid}", "kind": "dead letters (rows)", "version": checkpoint_dir_name(md.checkpoint_id),
                      "rows_expected": n_e, "rows_actual": n_a, "only_expected": only_e, "only_actual": only_a})
     return rows, examples, left

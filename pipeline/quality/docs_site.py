@@ -16,6 +16,7 @@ from importlib import resources
 from pathlib import Path
 
 from pipeline.fileio import FileIO, join_uri
+from pipeline.layout import JobLayout
 
 __all__ = ["make_offline", "publish_site", "site_uri", "OFFLINE_CSS", "CONTENT_TYPES"]
 
@@ -31,7 +32,7 @@ CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".css": "text/css", ".js":
 
 def site_uri(checkpoint_root: str, job: str) -> str:
     """Where a job's Data Docs site lives on the checkpoint store."""
-    return join_uri(checkpoint_root, job, "data_docs")
+    return JobLayout.of(checkpoint_root, job).data_docs()
 
 
 def make_offline(site_dir: str | os.PathLike) -> int:

@@ -14,10 +14,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import pandas as pd
 
+from pipeline import settings
 from pipeline.quality.suites import SUITES, SuiteSpec, build_gx_suite
 
 __all__ = ["Engine", "engine", "warm_up", "build_data_docs"]
@@ -25,14 +27,14 @@ __all__ = ["Engine", "engine", "warm_up", "build_data_docs"]
 log = logging.getLogger("epochal.quality")
 
 _LOCK = threading.Lock()
-_ENGINE: "Engine | None" = None
+_ENGINE: Engine | None = None
 _WARM: threading.Thread | None = None
 DATASOURCE = "epochal"
 
 
 def _quiet() -> None:
     """No usage statistics, no progress bars, and GX loggers at WARNING (some modules set INFO themselves)."""
-    os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+    settings.environ().setdefault("GX_ANALYTICS_ENABLED", "False")
     logging.getLogger("great_expectations").setLevel(logging.WARNING)
     for name, lg in list(logging.Logger.manager.loggerDict.items()):
         if name.startswith("great_expectations") and isinstance(lg, logging.Logger) and lg.level < logging.WARNING:

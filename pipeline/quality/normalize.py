@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import hashlib
 import io
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 import pyarrow as pa

@@ -14,8 +14,9 @@ sums, per aggregate) in the checkpoint equals the batch evaluation's.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa

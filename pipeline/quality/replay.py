@@ -32,9 +32,10 @@ import logging
 import tempfile
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import pyarrow as pa
 
@@ -42,7 +43,8 @@ from pipeline.barriers.events import AlignmentLabel, CheckpointingMode
 from pipeline.exceptions import CorruptCheckpointError, EpochalError
 from pipeline.fileio import file_io_for, join_uri
 from pipeline.job import ProcessNode
-from pipeline.layout import JobLayout
+from pipeline.layout import JobLayout, checkpoint_dir_name, replay_root
+from pipeline.layout.dead_letters import DEFAULT_DEAD_LETTER_DIR
 from pipeline.runtime.driver.cursor import cursor_from_metadata
 from pipeline.runtime.driver.runner import JobRunner
 from pipeline.state.backend import load_chain
@@ -103,8 +105,8 @@ class ReplayResult:
         return all(o.equal for o in self.objects)
 
     def messages(self) -> list[str]:
-        head = (f"determinism under replay of {self.checkpoint} (epoch {self.epoch}, replayed from chk-"
-                f"{self.parent_id} in {self.duration_s:.1f} s): ")
+        head = (f"determinism under replay of {self.checkpoint} (epoch {self.epoch}, replayed from "
+                f"{checkpoint_dir_name(str(self.parent_id))} in {self.duration_s:.1f} s): ")
         out = [head + o.describe(self.checkpoint) for o in self.objects if not o.equal]
         if self.ran and self.success:
             out.append(head + f"{len(self.objects)} objects identical")
@@ -161,7 +163,7 @@ def _scratch_root(uri: str, token: str) -> tuple[str, Path | None]:
     if uri.startswith("file://"):
         d = Path(tempfile.mkdtemp(prefix=f"epochal-replay-{token}-"))
         return d.as_uri(), d
-    return join_uri(uri, "_replay", token), None
+    return replay_root(uri, token), None
 
 
 def _read_parquet(fileio, fh, what: str) -> pa.Table:
@@ -256,7 +258,7 @@ def replay_checkpoint(runner, cp) -> ReplayResult:
     ckpt_root, ckpt_dir = _scratch_root(config.checkpoint_uri, token)
     sink_root, sink_dir = _scratch_root(config.sink_uri, token)
     scratch = dataclasses.replace(config, checkpoint_uri=ckpt_root, sink_uri=sink_root,
-                                  dead_letter_uri=join_uri(ckpt_root, "_dead_letter"), sink_format="epochal",
+                                  dead_letter_uri=join_uri(ckpt_root, DEFAULT_DEAD_LETTER_DIR), sink_format="epochal",
                                   iceberg_catalog="", iceberg_catalog_uri="", validate_after_epoch=False,
                                   retained_checkpoints=max(2, config.retained_checkpoints))
     ckpt_fio, sink_fio = file_io_for(ckpt_root), file_io_for(sink_root)

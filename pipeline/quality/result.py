@@ -9,8 +9,9 @@ the suites drilled down (duplicated keys, rows missing from or extra to the reco
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 __all__ = ["ExpectationOutcome", "SuiteOutcome", "ValidationResult"]
 

@@ -1,8 +1,8 @@
 """Row-by-row comparison of two tables (the drill-down of a key group whose summaries differ)."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc

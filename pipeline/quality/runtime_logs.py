@@ -26,9 +26,9 @@ read (an ``_ingest_ts`` of an unexpected type) are reported as not checked, neve
 from __future__ import annotations
 
 import json
-import os
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import numpy as np
@@ -38,16 +38,17 @@ import pyarrow.fs as pafs
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
+from pipeline import settings
 from pipeline.exceptions import StorageError
 from pipeline.fileio import join_uri
+from pipeline.layout import JobLayout, checkpoint_dir_name
+from pipeline.layout.logs import BARRIER_LOG_NAME, LAG_LOG_NAME, ROUND_LOG_NAME
 
 __all__ = ["COLUMNS", "runtime_log_rows", "first_at_or_after", "read_partition_ts"]
 
 COLUMNS = ["file", "checkpoint", "source", "partition", "logged", "expected", "ok"]
 
-_EPOCH = re.compile(r"epoch-(\d+)\.json$")
-_ROUND = re.compile(r"epoch-(\d+)-chk-(\d+)-r(\d+)\.json$")
-_LAGGED = re.compile(r"epoch-(\d+)-chk-(\d+)\.json$")
+_EPOCH, _ROUND, _LAGGED = BARRIER_LOG_NAME, ROUND_LOG_NAME, LAG_LOG_NAME
 _DATA = re.compile(r"^partition=(0|[1-9][0-9]*)/([0-9]{8,})\.(parquet|jsonl)$")
 _NONE = np.iinfo(np.int64).min
 _MAX_MESSAGES = 5
@@ -56,10 +57,12 @@ _MAX_MESSAGES = 5
 def _fs(uri: str) -> tuple[pafs.FileSystem, str]:
     """A pyarrow file system and path for ``uri`` (S3 from the standard ``AWS_*`` variables)."""
     if uri.startswith("s3://"):
-        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-        kw: dict[str, Any] = {"region": os.environ.get("AWS_DEFAULT_REGION", "us-east-1")}
-        if os.environ.get("AWS_ACCESS_KEY_ID"):
-            kw.update(access_key=os.environ["AWS_ACCESS_KEY_ID"], secret_key=os.environ.get("AWS_SECRET_ACCESS_KEY", ""))
+        endpoint = settings.raw("AWS_ENDPOINT_URL_S3") or settings.raw("AWS_ENDPOINT_URL")
+        region = settings.raw("AWS_DEFAULT_REGION")
+        kw: dict[str, Any] = {"region": "us-east-1" if region is None else region}
+        key_id = settings.raw("AWS_ACCESS_KEY_ID")
+        if key_id:
+            kw.update(access_key=key_id, secret_key=settings.raw("AWS_SECRET_ACCESS_KEY") or "")
         if endpoint:
             parts = urlsplit(endpoint)
             kw.update(endpoint_override=parts.netloc or endpoint, scheme=parts.scheme or "http",
@@ -189,11 +192,11 @@ def runtime_log_rows(runner, md, known: Mapping[int, Any]) -> tuple[list[dict], 
     independent reader sees; each log is a commented section."""
     ctx = runner.ctx
     fio = ctx.ckpt_fio
-    root = join_uri(ctx.job_root, "barriers")
+    root = JobLayout(ctx.job_root).barriers()
     rows: list[dict] = []
     messages: list[str] = []
     unchecked = 0
-    name = f"chk-{md.checkpoint_id}"
+    name = checkpoint_dir_name(md.checkpoint_id)
     E = int(ctx.config.epoch_seconds) * 1_000_000
 
     # -- barriers against the source files' _ingest_ts --------------------------------------------------------
@@ -216,7 +219,7 @@ def runtime_log_rows(runner, md, known: Mapping[int, Any]) -> tuple[list[dict], 
         for i, e in enumerate(epochs.tolist()):
             uri, doc = docs[e]
             idle = set(doc.get("idle_partitions", {}).get(src, []))
-            cp = f"chk-{by_epoch_cid[e]}" if e in by_epoch_cid else name
+            cp = checkpoint_dir_name(by_epoch_cid[e]) if e in by_epoch_cid else name
             for p, v in sorted(doc.get("barriers", {}).get(src, {}).items(), key=lambda kv: int(kv[0])):
                 logged = _ord(v)
                 if int(p) not in firsts or unread:
@@ -233,7 +236,7 @@ def runtime_log_rows(runner, md, known: Mapping[int, Any]) -> tuple[list[dict], 
                              "logged": _fmt(logged), "expected": expected, "ok": bool(ok)})
 
     # -- rounds against the checkpoints' _metadata ----------------------------------------------------------
-    for uri, m in _list(fio, join_uri(root, "rounds"), _ROUND):
+    for uri, m in _list(fio, JobLayout(ctx.job_root).round_log(), _ROUND):
         e, cid, k = int(m.group(1)), int(m.group(2)), int(m.group(3))
         if cid > md.checkpoint_id:
             continue
@@ -243,7 +246,7 @@ def runtime_log_rows(runner, md, known: Mapping[int, Any]) -> tuple[list[dict], 
             doc = {}
         c = known.get(cid)
         parent = known.get(c.parent_id) if c is not None and c.parent_id is not None else None
-        base = {"file": uri, "checkpoint": f"chk-{cid}"}
+        base = {"file": uri, "checkpoint": checkpoint_dir_name(cid)}
         head_ok = doc.get("checkpoint_id") == cid and doc.get("epoch") == e and doc.get("round") == k
         if c is not None:
             head_ok = head_ok and e == c.epoch and k < max(1, c.stats.rounds if c.stats else 1)
@@ -267,7 +270,7 @@ def runtime_log_rows(runner, md, known: Mapping[int, Any]) -> tuple[list[dict], 
                              "expected": f"[{_fmt(lo)}, {_fmt(hi)}]", "ok": bool(ok)})
 
     # -- lag log against the checkpoints' _metadata ---------------------------------------------------------
-    for uri, m in _list(fio, join_uri(root, "lagged"), _LAGGED):
+    for uri, m in _list(fio, JobLayout(ctx.job_root).lag_log(), _LAGGED):
         e, cid = int(m.group(1)), int(m.group(2))
         if cid > md.checkpoint_id:
             continue
@@ -276,7 +279,7 @@ def runtime_log_rows(runner, md, known: Mapping[int, Any]) -> tuple[list[dict], 
         except ValueError:
             doc = {}
         c = known.get(cid)
-        base = {"file": uri, "checkpoint": f"chk-{cid}"}
+        base = {"file": uri, "checkpoint": checkpoint_dir_name(cid)}
         head_ok = doc.get("checkpoint_id") == cid and doc.get("epoch") == e and (c is None or c.epoch == e)
         rows.append({**base, "source": "-", "partition": "-", "logged": f"epoch {doc.get('epoch')} chk "
                      f"{doc.get('checkpoint_id')}", "expected": f"epoch {e} chk {cid}", "ok": bool(head_ok)})

@@ -27,9 +27,10 @@ from __future__ import annotations
 import argparse
 import json
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 __all__ = ["ExpectationSpec", "SuiteSpec", "SUITES", "SUITE_VERSION", "DATASETS", "suite", "suites_for",
            "build_gx_suite", "suite_json", "export_suites", "main"]

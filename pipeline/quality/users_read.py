@@ -18,8 +18,8 @@ Dataset ``users_read``: one row per object - ``object`` (``table/<t>`` or ``dead
 """
 from __future__ import annotations
 
-import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -27,6 +27,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.fileio import file_io_for
+from pipeline.layout import checkpoint_dir_name
+from pipeline.layout.dead_letters import ATTEMPT_DIR
 from pipeline.runtime.operators.dead_letters import operator_dead_letter_prefix
 from pipeline.sink.table import CommittedTable
 
@@ -120,7 +122,7 @@ def open_table_rows(runner) -> tuple[list[dict], list[dict], list[str]]:
     return rows, examples, messages
 
 
-_CHK = re.compile(r"/epoch-(\d+)/chk-(\d+)/")
+_CHK = ATTEMPT_DIR
 
 
 def _count_rows(fio, uri: str) -> int:
@@ -159,7 +161,7 @@ def dead_letter_rows(runner, md, expected: Mapping[str, int], uids: list[str]) -
             chosen[epoch] = max(chosen.get(epoch, cid), cid)
         actual = sum(_count_rows(fio, u) for e, c in chosen.items() for u in by[(e, c)])
         exp = int(expected.get(uid, 0))
-        out.append({"object": f"dead_letters/{uid}", "kind": "dead letters", "version": f"chk-{md.checkpoint_id}",
+        out.append({"object": f"dead_letters/{uid}", "kind": "dead letters", "version": checkpoint_dir_name(md.checkpoint_id),
                     "rows_expected": exp, "rows_actual": actual, "only_expected": max(0, exp - actual),
                     "only_actual": max(0, actual - exp)})
     return out

@@ -16,15 +16,24 @@ import json
 import logging
 import os
 import time
-from datetime import datetime, timezone
+from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import pandas as pd
 
+from pipeline import settings
 from pipeline.exceptions import CheckpointError, ValidationError
 from pipeline.fileio import join_uri
-from pipeline.layout import JobLayout, snapshot_name
+from pipeline.layout import (
+    DATA_DOCS_INDEX,
+    VALIDATION_SUMMARY_FILE,
+    JobLayout,
+    checkpoint_dir_name,
+    snapshot_name,
+    validation_results_uri,
+)
 from pipeline.quality import engine as eng
 from pipeline.quality.collect import Snapshot, collect
 from pipeline.quality.docs_site import make_offline, publish_site, site_uri
@@ -48,13 +57,14 @@ def _publish_docs(runner, site_dir: str) -> str | None:
     make_offline(site_dir)
     target = site_uri(runner.config.checkpoint_uri, runner.job.name)
     publish_site(site_dir, runner.ckpt_fio, target)
-    return join_uri(target, "index.html")
+    return join_uri(target, DATA_DOCS_INDEX)
 
 
 def default_docs_dir() -> str:
-    if os.environ.get("EPOCHAL_DATA_DOCS_DIR"):
-        return os.environ["EPOCHAL_DATA_DOCS_DIR"]
-    home = Path(os.environ.get("EPOCHAL_HOME", Path.cwd() / ".epochal"))
+    explicit = settings.raw("EPOCHAL_DATA_DOCS_DIR")
+    if explicit:
+        return explicit
+    home = Path(settings.value("EPOCHAL_HOME") or Path.cwd() / ".epochal")
     return str((home / "data_docs").resolve())
 
 
@@ -191,10 +201,10 @@ def _validate_job(runner, span: RequestSpan, checkpoint: str | int | None, *, mo
     t_ge = time.perf_counter()
     gx = eng.engine()
     collected.timings["gx_setup"] = time.perf_counter() - t_ge
-    run_time = datetime.now(timezone.utc).isoformat()
+    run_time = datetime.now(UTC).isoformat()
     out_dir = join_uri(validation_root(runner), snap.name)
-    if mode == "epoch":  # the cheap subset never overwrites a full validation's results
-        out_dir = join_uri(out_dir, "epoch")
+    # the cheap subset never overwrites a full validation's results
+    out_dir = validation_results_uri(out_dir, epoch_mode=mode == "epoch")
     suites: list[SuiteOutcome] = []
     docs_inputs: list[tuple[str, str, str, dict]] = []
     t_v = time.perf_counter()
@@ -227,7 +237,7 @@ def _validate_job(runner, span: RequestSpan, checkpoint: str | int | None, *, mo
                                    tuple(outcomes), uri))
     collected.timings["gx_validate"] = time.perf_counter() - t_v
     success = all(s.success for s in suites)
-    summary_uri = join_uri(out_dir, "summary.json") if store_results else None
+    summary_uri = join_uri(out_dir, VALIDATION_SUMMARY_FILE) if store_results else None
     docs_uri = None
     if build_docs is None:
         build_docs = mode != "epoch"
@@ -288,7 +298,7 @@ def _replay(runner, snap, collected, mode: str, areas: tuple[str, ...], replay: 
     res = replay_checkpoint(runner, snap.completed)
     collected.timings["replay"] = time.perf_counter() - t0
     by_obj = {o.obj: o for o in res.objects}
-    head = f"epoch {res.epoch} replayed from chk-{res.parent_id}"
+    head = f"epoch {res.epoch} replayed from {checkpoint_dir_name(str(res.parent_id))}"
     not_checked = dict(collected.figures.get("not_checked") or {})
     messages = []
     for m in dict.fromkeys(collected.messages):   # in order, once (the plan's messages may come twice)

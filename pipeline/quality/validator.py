@@ -6,7 +6,8 @@ which a Spark Python worker or an Airflow DAG parse must not pay for.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 __all__ = ["QualityValidator"]
 

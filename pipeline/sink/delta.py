@@ -17,18 +17,22 @@
 from __future__ import annotations
 
 import json
-import os
 import time
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from pipeline import settings
 from pipeline.exceptions import SinkError
 from pipeline.sink.open_table import MARK_CHECKPOINT, MARK_EMPTY, MARK_JOB, OpenFormatTable
 from pipeline.sink.partitions import partition_values
 from pipeline.sink.table import CommitEntry
 
 if TYPE_CHECKING:  # pragma: no cover
+    from deltalake import CommitProperties, DeltaTable
+    from deltalake.transaction import RemoveAction
+
     from pipeline.config import PipelineConfig
     from pipeline.fileio import FileIO
 
@@ -41,9 +45,10 @@ def delta_storage_options(uri: str) -> dict[str, str]:
         return {}
     out = {}
     for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
-        if os.environ.get(k):
-            out[k] = os.environ[k]
-    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        v = settings.raw(k)
+        if v:
+            out[k] = v
+    region = settings.raw("AWS_REGION") or settings.raw("AWS_DEFAULT_REGION")
     if region:
         out["AWS_REGION"] = region
     if out.get("AWS_ENDPOINT_URL", "").startswith("http://"):
@@ -54,7 +59,7 @@ def delta_storage_options(uri: str) -> dict[str, str]:
 class DeltaLakeTable(OpenFormatTable):
     format_name = "Delta"
 
-    def __init__(self, fileio: "FileIO", config: "PipelineConfig", job: str, table: str, *, mode: str = "append",
+    def __init__(self, fileio: FileIO, config: PipelineConfig, job: str, table: str, *, mode: str = "append",
                  key: Sequence[str] = (), partition_by: Sequence[str] = ()) -> None:
         super().__init__(fileio, config, job, table, mode=mode, key=key, partition_by=partition_by)
         self.storage_options = delta_storage_options(self.table_uri)
@@ -62,7 +67,7 @@ class DeltaLakeTable(OpenFormatTable):
         self.app_id = f"epochal:{job}:{table}"
         self._latest: Any = None  # the loaded DeltaTable (see _dt)
 
-    def _dt(self, version: int | None = None):
+    def _dt(self, version: int | None = None) -> DeltaTable:
         """The table at ``version``, or its latest version. The latest is loaded once per object and brought up
         to date incrementally (delta-rs reads only the commits after the loaded one): a commit touches the table
         several times and each full load lists and reads the log again (measured on moto S3: 548 ms per
@@ -76,7 +81,7 @@ class DeltaLakeTable(OpenFormatTable):
             self._latest.update_incremental()
         return self._latest
 
-    def _props(self, checkpoint_id: int | None, parent_id: int | None = None, *, txn: bool = True):
+    def _props(self, checkpoint_id: int | None, parent_id: int | None = None, *, txn: bool = True) -> CommitProperties:
         from deltalake import CommitProperties, Transaction
         apps = [Transaction(self.app_id, checkpoint_id)] if txn and checkpoint_id is not None else None
         return CommitProperties(custom_metadata=self.markers(checkpoint_id, parent_id), app_transactions=apps)
@@ -153,7 +158,7 @@ class DeltaLakeTable(OpenFormatTable):
         from deltalake.transaction import AddAction
         now = int(time.time() * 1000)
         root = self.table_uri.rstrip("/") + "/"
-        actions = []
+        actions: list[AddAction | RemoveAction] = []
         for f in entry.files:
             if not f.uri.startswith(root):
                 raise SinkError(f"{self.what}: staged file {f.uri} is outside the table root {root}")

@@ -24,9 +24,9 @@ __all__ = ["open_sink_table"]
 
 
 
-def open_sink_table(fileio: "FileIO", config: "PipelineConfig", job: str, table: str, *, mode: str = "append",
+def open_sink_table(fileio: FileIO, config: PipelineConfig, job: str, table: str, *, mode: str = "append",
                     key: tuple[str, ...] = (), fmt: TableFormat = DEFAULT_FORMAT,
-                    partition_by: tuple[str, ...] = ()) -> "CommittedTable":
+                    partition_by: tuple[str, ...] = ()) -> CommittedTable:
     """The sink table object of ``fmt`` (a :class:`CommittedTable`, or a subclass for an open format)."""
     if fmt is TableFormat.ICEBERG:
         return IcebergTable(fileio, config, job, table, mode=mode, key=key, partition_by=partition_by)
@@ -35,7 +35,7 @@ def open_sink_table(fileio: "FileIO", config: "PipelineConfig", job: str, table:
     return CommittedTable(fileio, config.sink_uri, job, table)
 
 
-def sink_requests_counting(fmt: TableFormat, config: "PipelineConfig") -> str:
+def sink_requests_counting(fmt: TableFormat, config: PipelineConfig) -> str:
     """Whether a sink table's S3 requests are in a checkpoint's counted requests
     (``CheckpointStats.sink_s3_requests_counting``): the staged files are written by the executors through
     Epochal's counted :class:`~pipeline.fileio.S3FileIO` in every format; the commit (on the driver) is counted

@@ -22,18 +22,24 @@ Namespace = job name, table = sink table name. Operations:
 """
 from __future__ import annotations
 
-import os
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from pipeline import settings
 from pipeline.exceptions import ConfigError, SinkError
 from pipeline.sink.open_table import MARK_CHECKPOINT, MARK_EMPTY, MARK_JOB, OpenFormatTable
 from pipeline.sink.table import CommitEntry
 
 if TYPE_CHECKING:  # pragma: no cover
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.expressions import BooleanExpression
+    from pyiceberg.table import Table
+    from pyiceberg.table.snapshots import Snapshot
+
     from pipeline.config import PipelineConfig
     from pipeline.fileio import FileIO
 
@@ -43,11 +49,11 @@ __all__ = ["IcebergTable", "iceberg_catalog", "default_catalog_uri", "key_match_
 COUNTED_IO_IMPL = "pipeline.sink.iceberg_io.CountedPyArrowFileIO"
 
 
-def iceberg_commits_counted(config: "PipelineConfig") -> bool:
+def iceberg_commits_counted(config: PipelineConfig) -> bool:
     """Whether an Iceberg sink's commits go through Epochal's counted S3 client (:mod:`pipeline.sink.iceberg_io`):
     the embedded catalog on an ``s3://`` sink root, unless ``EPOCHAL_ICEBERG_COUNTED_IO=0``."""
     return (not config.iceberg_catalog and config.sink_uri.lower().startswith("s3://")
-            and os.environ.get("EPOCHAL_ICEBERG_COUNTED_IO", "1") != "0")
+            and settings.value("EPOCHAL_ICEBERG_COUNTED_IO") != "0")
 
 _CATALOGS: dict[tuple, Any] = {}
 _LOCK = threading.Lock()
@@ -58,7 +64,7 @@ def default_catalog_uri(sink_uri: str) -> str:
     if sink_uri.startswith("file://"):
         path = Path(sink_uri[len("file://"):]) / "_iceberg_catalog.db"
     else:
-        path = Path(os.environ.get("EPOCHAL_HOME", Path.cwd() / ".epochal")).resolve() / "iceberg_catalog.db"
+        path = Path(settings.value("EPOCHAL_HOME") or Path.cwd() / ".epochal").resolve() / "iceberg_catalog.db"
     return f"sqlite:///{path}"
 
 
@@ -66,15 +72,16 @@ def _s3_properties() -> dict[str, str]:
     out = {}
     for env, prop in (("AWS_ENDPOINT_URL", "s3.endpoint"), ("AWS_ACCESS_KEY_ID", "s3.access-key-id"),
                       ("AWS_SECRET_ACCESS_KEY", "s3.secret-access-key"), ("AWS_SESSION_TOKEN", "s3.session-token")):
-        if os.environ.get(env):
-            out[prop] = os.environ[env]
-    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        v = settings.raw(env)
+        if v:
+            out[prop] = v
+    region = settings.raw("AWS_REGION") or settings.raw("AWS_DEFAULT_REGION")
     if region:
         out["s3.region"] = region
     return out
 
 
-def iceberg_catalog(config: "PipelineConfig"):
+def iceberg_catalog(config: PipelineConfig) -> Catalog:
     """The configured catalog (cached per process)."""
     name = config.iceberg_catalog
     uri = config.iceberg_catalog_uri or default_catalog_uri(config.sink_uri)
@@ -100,7 +107,7 @@ def iceberg_catalog(config: "PipelineConfig"):
         return cat
 
 
-def key_match_filter(keys: pa.Table, columns: list[str]):
+def key_match_filter(keys: pa.Table, columns: list[str]) -> BooleanExpression:
     """The Iceberg row filter selecting the rows whose ``columns`` equal one of ``keys``' rows, **null-safely**
     (``IS NOT DISTINCT FROM``): a null key value matches ``IS NULL``, so the NULL group of an aggregate is
     replaced like any other key. (pyiceberg's ``create_match_filter`` cannot take a null literal.)"""
@@ -121,16 +128,16 @@ def key_match_filter(keys: pa.Table, columns: list[str]):
 class IcebergTable(OpenFormatTable):
     format_name = "Iceberg"
 
-    def __init__(self, fileio: "FileIO", config: "PipelineConfig", job: str, table: str, *, mode: str = "append",
+    def __init__(self, fileio: FileIO, config: PipelineConfig, job: str, table: str, *, mode: str = "append",
                  key: Sequence[str] = (), partition_by: Sequence[str] = ()) -> None:
         super().__init__(fileio, config, job, table, mode=mode, key=key, partition_by=partition_by)
         self.identifier = (job, table)
 
     @property
-    def catalog(self):
+    def catalog(self) -> Catalog:
         return iceberg_catalog(self.config)
 
-    def _tbl(self):
+    def _tbl(self) -> Table:
         return self.catalog.load_table(self.identifier)
 
     # -- OpenFormatTable ---------------------------------------------------------------------------
@@ -153,7 +160,10 @@ class IcebergTable(OpenFormatTable):
     def table_partition_columns(self) -> tuple[str, ...]:
         tbl = self._tbl()
         schema = tbl.schema()
-        return tuple(schema.find_column_name(f.source_id) for f in tbl.spec().fields)
+        names = [schema.find_column_name(f.source_id) for f in tbl.spec().fields]
+        if None in names:
+            raise SinkError(f"{self.what}: a partition field of the table's spec has no source column in its schema")
+        return tuple(n for n in names if n is not None)
 
     def table_schema(self) -> pa.Schema:
         return self._tbl().schema().as_arrow()
@@ -162,7 +172,7 @@ class IcebergTable(OpenFormatTable):
         with self._tbl().update_schema() as upd:
             upd.union_by_name(pa.schema(fields))
 
-    def _marked(self, snap) -> dict[str, str] | None:
+    def _marked(self, snap: Snapshot) -> dict[str, str] | None:
         props = snap.summary.additional_properties if snap.summary is not None else {}
         return props if props.get(MARK_JOB) == self.job else None
 
@@ -181,14 +191,17 @@ class IcebergTable(OpenFormatTable):
 
     def has_data(self) -> bool:
         snap = self._tbl().current_snapshot()
-        return snap is not None and int((snap.summary or {}).get("total-records", "0") or 0) > 0
+        if snap is None or snap.summary is None:
+            return False
+        return int(snap.summary.get("total-records") or 0) > 0
 
     def find(self, checkpoint_id: int) -> int | None:
         best = None
         for s in self._tbl().snapshots():
             props = self._marked(s)
             if props is not None and props.get(MARK_CHECKPOINT) == str(checkpoint_id):
-                if best is None or s.sequence_number > best.sequence_number:
+                # a format-v1 table has no sequence numbers: 0 (the Iceberg spec's value for v1 snapshots)
+                if best is None or (s.sequence_number or 0) > (best.sequence_number or 0):
                     best = s
         return None if best is None else best.snapshot_id
 

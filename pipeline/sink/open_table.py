@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import logging
 from abc import abstractmethod
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -80,7 +81,7 @@ class OpenFormatTable(CommittedTable):
 
     format_name = "open"
 
-    def __init__(self, fileio: "FileIO", config: "PipelineConfig", job: str, table: str, *, mode: str = "append",
+    def __init__(self, fileio: FileIO, config: PipelineConfig, job: str, table: str, *, mode: str = "append",
                  key: Sequence[str] = (), partition_by: Sequence[str] = ()) -> None:
         super().__init__(fileio, config.sink_uri, job, table)
         self.config = config

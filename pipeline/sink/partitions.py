@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import datetime
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import pyarrow as pa
 

@@ -23,14 +23,22 @@ import builtins
 import json
 import logging
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from pipeline.checkpoint.ack import AckResult
 from pipeline.checkpoint.handles import FileHandle
 from pipeline.exceptions import ConditionalWriteError, ObjectNotFoundError, SinkError, StorageError
 from pipeline.fileio import FileIO, join_uri
-from pipeline.layout import sink_commit_name, sink_commits_uri, sink_data_uri, sink_staging_uri, sink_table_uri
+from pipeline.layout import (
+    sink_commit_name,
+    sink_commits_uri,
+    sink_data_uri,
+    sink_staging_uri,
+    sink_table_uri,
+    sink_txn_id_of,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -89,7 +97,7 @@ class CommitEntry:
         return json.dumps(self.to_dict(), sort_keys=True, indent=1) + "\n"
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "CommitEntry":
+    def from_dict(cls, d: Mapping[str, Any]) -> CommitEntry:
         return cls(table=str(d["table"]), checkpoint_id=int(d["checkpoint_id"]),
                    parent_id=None if d.get("parent_id") is None else int(d["parent_id"]),
                    files=tuple(FileHandle.from_dict(f) for f in d.get("files", ())), full=bool(d.get("full", False)),
@@ -97,7 +105,7 @@ class CommitEntry:
                    savepoint=bool(d.get("savepoint", False)))
 
     @classmethod
-    def from_json(cls, text: str | builtins.bytes, uri: str = "<memory>") -> "CommitEntry":
+    def from_json(cls, text: str | builtins.bytes, uri: str = "<memory>") -> CommitEntry:
         try:
             d = json.loads(text)
             if not isinstance(d, dict) or d.get("format", COMMIT_FORMAT) != COMMIT_FORMAT:
@@ -119,9 +127,7 @@ def _logical_name(uri: str) -> str | None:
 
 
 def _txn_id(name: str) -> int | None:
-    if name.startswith("txn-") and name[4:].isdigit():
-        return int(name[4:])
-    return None
+    return sink_txn_id_of(name)
 
 
 class CommittedTable:
@@ -262,7 +268,7 @@ class CommittedTable:
         return [f for e in self.lineage() for f in e.files]
 
     # -- reading -----------------------------------------------------------------------------------
-    def read(self) -> "pa.Table":
+    def read(self) -> pa.Table:
         """The committed rows as one Arrow table (upsert: newest row per key)."""
         import pyarrow as pa
         import pyarrow.compute as pc

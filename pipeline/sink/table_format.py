@@ -24,7 +24,7 @@ class TableFormat(Enum):
     DELTA = "delta"       # Delta Lake via delta-rs (the `deltalake` package)
 
     @classmethod
-    def parse(cls, value: "str | TableFormat", what: str = "format") -> "TableFormat":
+    def parse(cls, value: str | TableFormat, what: str = "format") -> TableFormat:
         if isinstance(value, TableFormat):
             return value
         try:
@@ -53,7 +53,7 @@ def parse_format_override(spec: str) -> tuple[TableFormat | None, dict[str, Tabl
     return None, per
 
 
-def resolve_format(table: str, job_format: "str | TableFormat | None", override: str) -> TableFormat:
+def resolve_format(table: str, job_format: str | TableFormat | None, override: str) -> TableFormat:
     """The format of sink ``table``: config override > job API > :data:`DEFAULT_FORMAT`."""
     every, per = parse_format_override(override)
     if table in per:

@@ -12,11 +12,12 @@ does the I/O (staging prefix, commit entry, deleting staged files).
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import Enum
-from typing import Iterable
 
 from pipeline.checkpoint.handles import FileHandle
 from pipeline.exceptions import SinkError, TransactionStateError
+from pipeline.layout import sink_txn_name
 
 __all__ = ["TransactionState", "SinkTransaction"]
 
@@ -56,7 +57,7 @@ class SinkTransaction:
 
     @property
     def txn_id(self) -> str:
-        return f"{self.table}/txn-{self.checkpoint_id}"
+        return f"{self.table}/{sink_txn_name(self.checkpoint_id)}"
 
     @property
     def state(self) -> TransactionState:
@@ -113,7 +114,7 @@ class SinkTransaction:
 
     @classmethod
     def recovered(cls, table: str, checkpoint_id: int, staging_uri: str, files: Iterable[FileHandle], *,
-                  parent_id: int | None = None, full: bool = False) -> "SinkTransaction":
+                  parent_id: int | None = None, full: bool = False) -> SinkTransaction:
         """A PRE_COMMITTED transaction rebuilt from checkpoint metadata (Flink ``recoverAndCommit``)."""
         txn = cls(table, checkpoint_id, staging_uri, parent_id=parent_id)
         txn.pre_commit(files, full=full)

@@ -14,7 +14,7 @@ output of losing or rewound branches (see :mod:`pipeline.sink.table`).
 from __future__ import annotations
 
 import logging
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from pipeline.checkpoint.ack import AckResult
 from pipeline.checkpoint.handles import FileHandle

@@ -34,9 +34,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from pipeline.exceptions import SourceContractError, SourceError
 from pipeline.fileio import file_io_for

@@ -22,8 +22,9 @@ import hashlib
 import json
 import logging
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Literal, Mapping
+from typing import TYPE_CHECKING, Literal
 
 from pipeline.exceptions import ConfigError, MalformedInputError
 from pipeline.fileio import file_io_for
@@ -117,7 +118,7 @@ def _ignored(rel_parts: list[str]) -> bool:
 _MAX_SORTED_SEQ = 10 ** 8 - 1
 
 
-def _listing(fileio: "FileIO", prefix: str, start_at: Mapping[int, int] | None) -> list:
+def _listing(fileio: FileIO, prefix: str, start_at: Mapping[int, int] | None) -> list:
     """The files under ``prefix`` (``<root>/<source>``): all of them (one recursive listing), or with
     ``start_at`` (partition -> first seq to list) one listing of the partition directories and one per
     partition, each starting at that partition's seq (S3 ``StartAfter``): O(partitions + new files), not
@@ -134,7 +135,7 @@ def _listing(fileio: "FileIO", prefix: str, start_at: Mapping[int, int] | None) 
     return infos
 
 
-def scan_source(fileio: "FileIO", source_root_uri: str, source: str, *,
+def scan_source(fileio: FileIO, source_root_uri: str, source: str, *,
                 start_at: Mapping[int, int] | None = None) -> SourceListing:
     """List ``<root>/<source>/`` and classify every file (pure listing, no reads); with ``start_at``
     (partition -> seq) only the files of each partition from that seq on (see :func:`_listing`)."""
@@ -193,7 +194,7 @@ def scan_source(fileio: "FileIO", source_root_uri: str, source: str, *,
     return SourceListing(source, files, tuple(unexpected))
 
 
-def list_source_files(fileio: "FileIO", source_root_uri: str, source: str, *,
+def list_source_files(fileio: FileIO, source_root_uri: str, source: str, *,
                       policy: BadRecordsPolicy = "fail", dead_letter_root: str | None = None,
                       job: str | None = None, new_dead_letters: dict[str, int] | None = None,
                       start_at: Mapping[int, int] | None = None) -> dict[int, tuple[SourceFile, ...]]:

@@ -6,8 +6,8 @@ A :class:`Segment` covers ``[start, reached)`` of ``[start, stop)`` in one parti
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -51,7 +51,7 @@ class Split:
                 "format": self.format, "row_start": self.row_start, "row_end": self.row_end}
 
     @classmethod
-    def from_dict(cls, d: Mapping) -> "Split":
+    def from_dict(cls, d: Mapping) -> Split:
         return cls(str(d["source"]), int(d["partition"]), int(d["seq"]), str(d["uri"]), d["format"],
                    int(d["row_start"]), None if d.get("row_end") is None else int(d["row_end"]))
 

@@ -14,7 +14,8 @@ Barriers
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -79,7 +80,7 @@ def normalize_position(summaries: Sequence[FileSummary], pos: Position) -> Posit
 
 
 
-def _first_at_or_after(s: FileSummary, boundary_us: int, fileio: "FileIO | None") -> int | None:
+def _first_at_or_after(s: FileSummary, boundary_us: int, fileio: FileIO | None) -> int | None:
     offset = 0
     for gi, g in enumerate(s.row_groups):
         if g.rows == 0:
@@ -102,7 +103,7 @@ def _first_at_or_after(s: FileSummary, boundary_us: int, fileio: "FileIO | None"
 
 
 def barrier_position(summaries: Sequence[FileSummary], boundary_us: int, *,
-                     fileio: "FileIO | None" = None) -> Position | None:
+                     fileio: FileIO | None = None) -> Position | None:
     """Position of the first row with ``_ingest_ts >= boundary_us``; None if the partition has none yet.
 
     With None the caller decides, from the clock and the allowed lateness, whether the partition is idle
@@ -127,7 +128,7 @@ def end_position(summaries: Sequence[FileSummary]) -> Position:
 
 
 def barrier_or_idle(summaries: Sequence[FileSummary], boundary_us: int, *, now_us: int,
-                    allowed_lateness_us: int = 0, fileio: "FileIO | None" = None) -> tuple[Position | None, bool]:
+                    allowed_lateness_us: int = 0, fileio: FileIO | None = None) -> tuple[Position | None, bool]:
     """The one lag/idle rule of the epoch contract: ``(barrier, idle)`` of one partition.
 
     The first row with ``_ingest_ts >= boundary_us`` if there is one (``idle`` False); otherwise, once the clock
@@ -143,7 +144,7 @@ def barrier_or_idle(summaries: Sequence[FileSummary], boundary_us: int, *, now_u
 
 
 def resolve_barrier(summaries: Sequence[FileSummary], boundary_us: int, *, now_us: int,
-                    allowed_lateness_us: int = 0, fileio: "FileIO | None" = None) -> Position | None:
+                    allowed_lateness_us: int = 0, fileio: FileIO | None = None) -> Position | None:
     """Barrier of one partition per the epoch contract, or None while the partition lags
     (:func:`barrier_or_idle` without the idle flag)."""
     return barrier_or_idle(summaries, boundary_us, now_us=now_us, allowed_lateness_us=allowed_lateness_us,
@@ -151,7 +152,7 @@ def resolve_barrier(summaries: Sequence[FileSummary], boundary_us: int, *, now_u
 
 
 def barrier_positions(summaries_by_partition: Mapping[int, Sequence[FileSummary]], boundary_us: int, *,
-                      fileio: "FileIO | None" = None) -> dict[int, Position | None]:
+                      fileio: FileIO | None = None) -> dict[int, Position | None]:
     return {p: barrier_position(s, boundary_us, fileio=fileio) for p, s in sorted(summaries_by_partition.items())}
 
 

@@ -29,8 +29,8 @@ The good path is vectorised (``pyarrow.compute``); per-record Python runs only t
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -317,7 +317,7 @@ def _splits_of(batch: pa.RecordBatch) -> Iterator[Split]:
 
 
 def make_split_reader(schema: pa.Schema, key_columns: Sequence[str], policy: BadRecordsPolicy,
-                      dead_letter_root: str, job: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+                      dead_letter_root: str, job: str) -> SplitReader:
     """The ``mapInArrow`` function reading split rows into records of ``schema`` (+ meta columns)."""
     if policy not in ("dead_letter", "fail"):
         raise ConfigError(f"bad-records policy must be 'dead_letter' or 'fail', not {policy!r}")

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -111,7 +112,7 @@ def file_label(f: SourceFile) -> str:
     return f"{f.uri} (source {f.source}, partition {f.partition}, seq {f.seq})"
 
 
-def _io_for(f: SourceFile, fileio: "FileIO | None") -> "FileIO":
+def _io_for(f: SourceFile, fileio: FileIO | None) -> FileIO:
     if fileio is not None:
         return fileio
 
@@ -160,7 +161,7 @@ def _ts_unit(t: pa.DataType) -> str | None:
     return None
 
 
-def _summarize_parquet(f: SourceFile, fio: "FileIO") -> FileSummary:
+def _summarize_parquet(f: SourceFile, fio: FileIO) -> FileSummary:
     try:
         with fio.open_input(f.uri) as stream:
             pf = pq.ParquetFile(stream)
@@ -216,7 +217,7 @@ def _file_summary(f: SourceFile, groups: list[RowGroupStats]) -> FileSummary:
     return FileSummary(f, FileStatus.OK, rows, lo, hi, tuple(groups))
 
 
-def _summarize_jsonl(f: SourceFile, fio: "FileIO") -> FileSummary:
+def _summarize_jsonl(f: SourceFile, fio: FileIO) -> FileSummary:
     try:
         data = fio.read_bytes(f.uri)
     except StorageError as e:
@@ -236,7 +237,7 @@ def _summarize_jsonl(f: SourceFile, fio: "FileIO") -> FileSummary:
     return _file_summary(f, [RowGroupStats(n, lo, hi, nulls)])
 
 
-def summarize_file(file: SourceFile, *, fileio: "FileIO | None" = None) -> FileSummary:
+def summarize_file(file: SourceFile, *, fileio: FileIO | None = None) -> FileSummary:
     """Summary of one file (cached by ``(uri, size)``)."""
     key = (file.uri, file.size)
     with _lock:
@@ -257,7 +258,7 @@ def _rebind(s: FileSummary, f: SourceFile) -> FileSummary:
     return FileSummary(f, s.status, s.rows, s.min_ts, s.max_ts, s.row_groups, s.error)
 
 
-def summarize_files(files: Sequence[SourceFile], *, fileio: "FileIO | None" = None,
+def summarize_files(files: Sequence[SourceFile], *, fileio: FileIO | None = None,
                     max_workers: int = 8) -> tuple[FileSummary, ...]:
     """Summaries of ``files`` in the same order (footers read in parallel threads)."""
     if len(files) <= 1 or max_workers <= 1:
@@ -267,7 +268,7 @@ def summarize_files(files: Sequence[SourceFile], *, fileio: "FileIO | None" = No
 
 
 def summarize_source(files_by_partition: Mapping[int, Sequence[SourceFile]], *,
-                     since: Mapping[int, Position] | None = None, fileio: "FileIO | None" = None,
+                     since: Mapping[int, Position] | None = None, fileio: FileIO | None = None,
                      max_workers: int = 8) -> dict[int, tuple[FileSummary, ...]]:
     """Summaries per partition. With ``since``, files before ``since[p].seq`` are left out (they are
     behind the start position and never needed again)."""
@@ -280,7 +281,7 @@ def summarize_source(files_by_partition: Mapping[int, Sequence[SourceFile]], *,
         out[s.file.partition].append(s)
     return {p: tuple(v) for p, v in out.items()}
 
-def read_group_ts(s: FileSummary, group: int, fileio: "FileIO | None") -> np.ndarray:
+def read_group_ts(s: FileSummary, group: int, fileio: FileIO | None) -> np.ndarray:
     """``_ingest_ts`` of row group ``group`` of a summarised file, in microseconds (cached per process)."""
     key = (s.uri, s.file.size, group)
     with _lock:

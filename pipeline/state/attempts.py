@@ -22,6 +22,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipeline import settings
+
 __all__ = ["canonical_order", "attempt_uri", "inject_attempt_fault", "sortable_type"]
 
 
@@ -66,8 +68,7 @@ def inject_attempt_fault() -> None:
     """Test hook (``EPOCHAL_ATTEMPT_FAULT``), called after an attempt wrote a file: ``fail`` makes the first
     attempt of partition 0 of every stage fail after writing (Spark retries it), ``slow:<seconds>`` makes it
     sleep (a straggler for ``spark.speculation``). Inert when unset or outside a task."""
-    import os
-    spec = os.environ.get("EPOCHAL_ATTEMPT_FAULT", "")
+    spec = settings.raw("EPOCHAL_ATTEMPT_FAULT") or ""
     if not spec:
         return
     from pyspark import TaskContext

@@ -19,14 +19,16 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipeline import settings
 from pipeline.checkpoint.handles import FileHandle, StateHandle
 from pipeline.exceptions import CorruptCheckpointError
+from pipeline.fileio import FileIO
 from pipeline.state.attempts import attempt_uri, canonical_order, inject_attempt_fault
 from pipeline.state.cache import default_cache
 from pipeline.state.chain import StateChain
@@ -49,14 +51,14 @@ def table_to_parquet_bytes(table: pa.Table) -> bytes:
     return buf.getvalue()
 
 
-def write_table(fileio, uri: str, table: pa.Table) -> FileHandle:
+def write_table(fileio: FileIO, uri: str, table: pa.Table) -> FileHandle:
     """Write ``table`` as Parquet to ``uri`` (in a Spark task: an attempt-unique name derived from it, rows
     in canonical order, see :mod:`pipeline.state.attempts`); returns its file handle."""
     table = canonical_order(table)
     return write_bytes_once(fileio, uri, table_to_parquet_bytes(table), table.num_rows)
 
 
-def write_bytes_once(fileio, uri: str, data: bytes, rows: int) -> FileHandle:
+def write_bytes_once(fileio: FileIO, uri: str, data: bytes, rows: int) -> FileHandle:
     """Write Parquet ``data`` to ``uri`` (attempt-unique inside a Spark task); returns its file handle."""
     task_uri = attempt_uri(uri)
     fileio.write_bytes(task_uri, data, if_none_match=task_uri != uri)  # an attempt's file is write-once
@@ -64,7 +66,7 @@ def write_bytes_once(fileio, uri: str, data: bytes, rows: int) -> FileHandle:
     return FileHandle(uri=task_uri, rows=rows, bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
 
 
-_RECENT: "OrderedDict[str, pa.Table]" = OrderedDict()  # this worker's last restored/written chains
+_RECENT: OrderedDict[str, pa.Table] = OrderedDict()  # this worker's last restored/written chains
 _RECENT_MAX = 4
 
 
@@ -77,7 +79,7 @@ def flush_cache_writes() -> None:
         _PENDING.pop().join()
 
 
-_TRACE = os.environ.get("EPOCHAL_STATE_TRACE", "") not in ("", "0")
+_TRACE = (settings.raw("EPOCHAL_STATE_TRACE") or "") not in ("", "0")
 
 
 def trace(what: str, where: str, rows: int, t0: float) -> None:
@@ -118,11 +120,11 @@ def remember(digest: str, table: pa.Table, *, background: bool = False) -> None:
         cache.put(digest, table)
 
 
-def _read_file(fileio, fh: FileHandle, checkpoint: str) -> pa.Table:
+def _read_file(fileio: FileIO, fh: FileHandle, checkpoint: str) -> pa.Table:
     return pq.read_table(io.BytesIO(read_verified(fileio, fh, checkpoint)))
 
 
-def read_verified(fileio, fh: FileHandle, checkpoint: str) -> bytes:
+def read_verified(fileio: FileIO, fh: FileHandle, checkpoint: str) -> bytes:
     """The bytes of state file ``fh`` (a FileHandle), size and SHA-256 verified."""
     try:
         data = fileio.read_bytes(fh.uri)
@@ -135,7 +137,7 @@ def read_verified(fileio, fh: FileHandle, checkpoint: str) -> bytes:
     return data
 
 
-def load_chain(fileio, chain: StateChain, checkpoint: str, *, warm: bool = True) -> pa.Table:
+def load_chain(fileio: FileIO, chain: StateChain, checkpoint: str, *, warm: bool = True) -> pa.Table:
     """The whole table a state chain represents: from this worker or the executor's warm cache, else read
     from storage (every file checksum-verified), the deltas applied, and kept warm (``warm``)."""
     digest = chain.digest
@@ -177,7 +179,7 @@ def _key_groups(t: pa.Table, kg_start: int, kg_end: int) -> pa.Table:
     return t.filter(pc.and_(pc.greater_equal(kg, kg_start), pc.less_equal(kg, kg_end)))
 
 
-def read_state(fileio, handles: Iterable[StateHandle], kg_start: int, kg_end: int, schema: pa.Schema,
+def read_state(fileio: FileIO, handles: Iterable[StateHandle], kg_start: int, kg_end: int, schema: pa.Schema,
                checkpoint: str, optional: Sequence[str] = ()) -> pa.Table:
     """Rows of key groups [kg_start, kg_end] of the state snapshots ``handles`` (checksums verified).
 
@@ -198,7 +200,7 @@ def read_state(fileio, handles: Iterable[StateHandle], kg_start: int, kg_end: in
     return pa.concat_tables(parts)
 
 
-def read_files(fileio, files: Iterable[FileHandle], schema: pa.Schema, checkpoint: str, *,
+def read_files(fileio: FileIO, files: Iterable[FileHandle], schema: pa.Schema, checkpoint: str, *,
                key_groups: tuple[int, int] | None = None, optional: Sequence[str] = ()) -> pa.Table:
     """Rows of plain files (channel state, staged output; checksums verified, never kept warm); with
     ``key_groups`` ``(start, end)`` only the rows of those key groups (the files carry ``_kg``)."""

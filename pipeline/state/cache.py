@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from pipeline import settings
+
 __all__ = ["WarmStateCache", "default_cache", "DEFAULT_CACHE_MAX_BYTES"]
 
 DEFAULT_CACHE_MAX_BYTES = 4 << 30
@@ -106,8 +108,8 @@ class WarmStateCache:
 
 def default_cache() -> WarmStateCache:
     """The executor's cache, from ``PIPELINE_STATE_CACHE_DIR`` / ``PIPELINE_STATE_CACHE_MAX_BYTES``."""
-    root = os.environ.get("PIPELINE_STATE_CACHE_DIR") or os.path.join(tempfile.gettempdir(), "epochal-state-cache")
-    raw = os.environ.get("PIPELINE_STATE_CACHE_MAX_BYTES", "")
+    root = settings.raw("PIPELINE_STATE_CACHE_DIR") or os.path.join(tempfile.gettempdir(), "epochal-state-cache")
+    raw = settings.raw("PIPELINE_STATE_CACHE_MAX_BYTES") or ""
     try:
         max_bytes = int(raw) if raw.strip() else DEFAULT_CACHE_MAX_BYTES
     except ValueError:

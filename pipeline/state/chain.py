@@ -47,11 +47,11 @@ class StateChain:
             return self.base.sha256
         return hashlib.sha256("|".join(f.sha256 for f in self.files).encode()).hexdigest()
 
-    def extended(self, delta: FileHandle, rows: int) -> "StateChain":
+    def extended(self, delta: FileHandle, rows: int) -> StateChain:
         return StateChain(self.base, (*self.deltas, delta), rows)
 
     @classmethod
-    def of(cls, handle: StateHandle) -> "StateChain | None":
+    def of(cls, handle: StateHandle) -> StateChain | None:
         """The chain of a state handle (None: the state was empty)."""
         if handle.file is None:
             return None

@@ -38,20 +38,27 @@ import shutil
 import struct
 import tempfile
 import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipeline import settings
 from pipeline.checkpoint.handles import StateHandle
 from pipeline.exceptions import CorruptCheckpointError, StateStoreError
+from pipeline.fileio import FileIO
+from pipeline.layout import key_group_name
 from pipeline.state.attempts import sortable_type
 from pipeline.state.backend import read_verified
 from pipeline.state.chain import StateChain
 from pipeline.state.changelog import OP_COLUMN
 from pipeline.state.store_memory import store_options
+
+if TYPE_CHECKING:
+    from rocksdict import WriteBatch
 
 __all__ = ["KeyedStateStore", "StoreLocation", "encode_user_key", "open_here", "order_compatible_key", "row_keys",
            "slice_rows", "store_root", "within_key_order"]
@@ -71,10 +78,10 @@ _OPEN: dict[str, Any] = {}  # path -> the open RocksDB handle of this process
 
 def store_root() -> str:
     """Where the executor keeps its stores (``PIPELINE_STATE_STORE_DIR``)."""
-    explicit = os.environ.get("PIPELINE_STATE_STORE_DIR")
+    explicit = settings.raw("PIPELINE_STATE_STORE_DIR")
     if explicit:
         return explicit
-    cache = os.environ.get("PIPELINE_STATE_CACHE_DIR") or os.path.join(tempfile.gettempdir(), "epochal-state-cache")
+    cache = settings.raw("PIPELINE_STATE_CACHE_DIR") or os.path.join(tempfile.gettempdir(), "epochal-state-cache")
     return os.path.join(cache, "keyed")
 
 
@@ -96,7 +103,7 @@ class StoreLocation:
 
     def path(self, root: str | None = None) -> str:
         jid = hashlib.sha256(f"{self.job}\0{self.uid}".encode()).hexdigest()[:16]
-        return os.path.join(root or store_root(), jid, self.name, f"kg-{self.kg_start:05d}-{self.kg_end:05d}")
+        return os.path.join(root or store_root(), jid, self.name, key_group_name(self.kg_start, self.kg_end))
 
 
 def encode_user_key(v: Any) -> bytes:
@@ -231,7 +238,7 @@ class KeyedStateStore:
             del _OPEN[self.path]
         self._db.close()
 
-    def __enter__(self) -> "KeyedStateStore":
+    def __enter__(self) -> KeyedStateStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -314,7 +321,7 @@ class KeyedStateStore:
             groups.setdefault(s, []).append(row)
         return groups
 
-    def _index(self, wb, suffix: bytes, rows: Iterable[tuple]) -> None:
+    def _index(self, wb: WriteBatch, suffix: bytes, rows: Iterable[tuple]) -> None:
         if self._time_i is None:
             return
         f = self.index_time
@@ -408,7 +415,7 @@ class KeyedStateStore:
         self._db.write(wb)
         return net
 
-    def rebuild(self, fileio, handles: Iterable[StateHandle], checkpoint: str, *,
+    def rebuild(self, fileio: FileIO, handles: Iterable[StateHandle], checkpoint: str, *,
                 optional: Sequence[str] = (), batch_rows: int = _BATCH) -> int:
         """Forget the store and load the key groups of its range from the chains of ``handles`` (the parent
         checkpoint's state of this operator; several overlapping chains after a rescale): each file read and

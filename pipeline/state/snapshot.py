@@ -16,14 +16,16 @@ chain's files this checkpoint wrote (in any of its rounds); the rest was written
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.checkpoint.handles import StateHandle
-from pipeline.layout import shared_state_uri, shared_writer_id
+from pipeline.fileio import FileIO
+from pipeline.layout import key_group_file, shared_state_uri, shared_writer_id
 from pipeline.state.attempts import canonical_order
 from pipeline.state.backend import (
     KG_COLUMN,
@@ -59,7 +61,7 @@ class SnapshotOptions:
                 "backend": self.backend, "job_root": self.job_root}
 
     @classmethod
-    def from_params(cls, d: Mapping[str, Any] | None) -> "SnapshotOptions | None":
+    def from_params(cls, d: Mapping[str, Any] | None) -> SnapshotOptions | None:
         if not d:
             return None
         return cls(checkpoint_id=int(d["checkpoint_id"]), round=int(d.get("round", 0)), shared=d.get("shared"),
@@ -93,7 +95,7 @@ def _persisted(chain: StateChain, checkpoint_id: int, written: set[str]) -> int:
     return sum(f.bytes for f in chain.files if f.uri in written or shared_writer_id(f.uri) == checkpoint_id)
 
 
-def write_state(fileio, state_prefix: str, name: str, kg_start: int, kg_end: int, table: pa.Table,
+def write_state(fileio: FileIO, state_prefix: str, name: str, kg_start: int, kg_end: int, table: pa.Table,
                 parent: Sequence[StateHandle], snapshot: Mapping[str, Any] | None, checkpoint: str,
                 touched: TouchedKeys | None = None, *, uid: str = "", subtask: int = 0) -> StateHandle:
     """Snapshot state ``name`` of the subtask owning key groups [kg_start, kg_end] (see the module docstring).
@@ -114,7 +116,7 @@ def write_state(fileio, state_prefix: str, name: str, kg_start: int, kg_end: int
         return StateHandle(operator_uid=uid, subtask=subtask, kg_start=kg_start, kg_end=kg_end, name=name)
     t0 = time.perf_counter()
     opts = SnapshotOptions.from_params(snapshot)
-    legacy_uri = f"{state_prefix}/{name}/kg-{kg_start:05d}-{kg_end:05d}.parquet"
+    legacy_uri = key_group_file(state_prefix, name, kg_start, kg_end)
     written: set[str] = set()
     chain: StateChain | None = None
     if opts is not None and opts.shared and not opts.materialize and opts.policy.incremental \
@@ -204,7 +206,7 @@ def _streamed_parquet(schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> b
     return buf.getvalue()
 
 
-def write_state_changes(fileio, state_prefix: str, name: str, kg_start: int, kg_end: int, delta: pa.Table,
+def write_state_changes(fileio: FileIO, state_prefix: str, name: str, kg_start: int, kg_end: int, delta: pa.Table,
                         rows: int, parent: Sequence[StateHandle], snapshot: Mapping[str, Any] | None,
                         checkpoint: str, full: Callable[[], Iterator[pa.RecordBatch]], schema: pa.Schema, *,
                         uid: str = "", subtask: int = 0) -> tuple[StateHandle, str]:
@@ -236,7 +238,7 @@ def write_state_changes(fileio, state_prefix: str, name: str, kg_start: int, kg_
                     chain = prev.extended(fh, rows)
     if chain is None:  # materialise: a full base, streamed from the store
         uri = (shared_state_uri(opts.shared, name, kg_start, kg_end, opts.checkpoint_id, opts.round, "base")
-               if opts is not None and opts.shared else f"{state_prefix}/{name}/kg-{kg_start:05d}-{kg_end:05d}.parquet")
+               if opts is not None and opts.shared else key_group_file(state_prefix, name, kg_start, kg_end))
         fh = write_bytes_once(fileio, uri, _streamed_parquet(schema, full()), rows)
         written.add(fh.uri)
         chain = StateChain(fh, (), rows)

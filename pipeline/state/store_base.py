@@ -27,15 +27,17 @@ one parent chain over exactly the range (first snapshot, a rescale) the base is 
 """
 from __future__ import annotations
 
-import os
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import TypeAlias
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipeline import settings
 from pipeline.exceptions import StateStoreError
+from pipeline.fileio import FileIO
 from pipeline.state.attempts import sortable_type
 from pipeline.state.backend import read_verified
 from pipeline.state.chain import StateChain
@@ -52,7 +54,7 @@ _VALID = "__key_valid"
 def merge_memory_bytes() -> int:
     """``PIPELINE_STATE_MERGE_MEMORY_BYTES`` (executors' environment): the decoded bytes of a chain's deltas and the
     round's delta up to which the changed keys' rows are computed vectorised from them (above: read from the store)."""
-    return int(os.environ.get("PIPELINE_STATE_MERGE_MEMORY_BYTES", str(32 << 20)))
+    return settings.get_int("PIPELINE_STATE_MERGE_MEMORY_BYTES")
 
 
 def _conform(t: pa.Table, schema: pa.Schema, optional: Sequence[str]) -> pa.Table:
@@ -103,7 +105,11 @@ def _store_order(t: pa.Table, key: str, kg: str, *, within: bool) -> pa.Table:
     return out.drop_columns([_VALID]) if _VALID in out.column_names else out
 
 
-def _less(a_kg, a_key, b_kg, b_key, null_first: bool):
+#: a column of a table or an array (pyarrow compute functions take both)
+Column: TypeAlias = pa.ChunkedArray | pa.Array
+
+
+def _less(a_kg: Column, a_key: Column, b_kg: Column, b_key: Column, null_first: bool) -> Column:
     """Row-wise: is key (``a_kg``, ``a_key``) before (``b_kg``, ``b_key``) in the store's order (keys differ)."""
     if null_first:  # a null key before every other key of its group
         key_lt = pc.fill_null(pc.less(a_key, b_key), False)
@@ -152,7 +158,7 @@ def _interleave(t: pa.Table, kept: np.ndarray, now: pa.Table, key: str, kg: str,
     return pa.concat_tables([t, now.select(t.schema.names).cast(t.schema)]).take(pa.array(take))
 
 
-def merged_base(fileio, chain: StateChain, round_delta: pa.Table, store: KeyedStateStore, checkpoint: str, *,
+def merged_base(fileio: FileIO, chain: StateChain, round_delta: pa.Table, store: KeyedStateStore, checkpoint: str, *,
                 optional: Sequence[str] = (), memory_bytes: int | None = None) -> Iterator[pa.RecordBatch]:
     """The rows of ``chain`` (the parent snapshot's chain over exactly the store's range) with ``round_delta``
     (the round's changes, with ``_op``) applied, in batches: see the module docstring. ``store`` holds that state

@@ -24,16 +24,16 @@ from __future__ import annotations
 
 import fcntl
 import os
-import re
 import shutil
 import time
 import uuid
 
+from pipeline import settings
+from pipeline.layout import key_group_range_of
 from pipeline.state.keyed_store import StoreLocation, open_here, store_root
 
 __all__ = ["collect_replaced_ranges", "collect_idle_stores", "maybe_sweep_idle", "remove_store"]
 
-_RANGE = re.compile(r"^kg-(\d{5})-(\d{5})$")
 _TRASH = ".gc-"
 _last_sweep = [0.0]
 
@@ -71,9 +71,9 @@ def _ranges(state_dir: str) -> list[tuple[int, int, str]]:
         return []
     out = []
     for n in names:
-        m = _RANGE.match(n)
-        if m:
-            out.append((int(m.group(1)), int(m.group(2)), os.path.join(state_dir, n)))
+        kg = key_group_range_of(n)
+        if kg is not None:
+            out.append((kg[0], kg[1], os.path.join(state_dir, n)))
         elif n.startswith(_TRASH):  # left by a collector that died between rename and removal
             shutil.rmtree(os.path.join(state_dir, n), ignore_errors=True)
     return out
@@ -132,8 +132,8 @@ def collect_idle_stores(max_idle_s: float, root: str | None = None, *, now: floa
 
 def maybe_sweep_idle(root: str | None = None) -> list[str]:
     """:func:`collect_idle_stores` with the executors' settings, at most once per sweep interval per process."""
-    max_idle = float(os.environ.get("PIPELINE_STATE_STORE_MAX_IDLE_S", str(7 * 24 * 3600)))
-    every = float(os.environ.get("PIPELINE_STATE_STORE_SWEEP_S", "3600"))
+    max_idle = settings.get_float("PIPELINE_STATE_STORE_MAX_IDLE_S")
+    every = settings.get_float("PIPELINE_STATE_STORE_SWEEP_S")
     if max_idle <= 0 or time.monotonic() - _last_sweep[0] < every and _last_sweep[0]:
         return []
     _last_sweep[0] = time.monotonic()

@@ -21,10 +21,11 @@ a :class:`~pipeline.exceptions.ConfigError` naming the key.
 """
 from __future__ import annotations
 
-import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
+from pipeline import settings
 from pipeline.exceptions import ConfigError
 
 __all__ = ["StoreMemory", "store_options"]
@@ -56,8 +57,8 @@ class StoreMemory:
             raise ConfigError(f"{_KEYS['write_buffer_bytes']}={self.write_buffer_bytes}: at least 65536 bytes")
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "StoreMemory":
-        env = os.environ if env is None else env
+    def from_env(cls, env: Mapping[str, str] | None = None) -> StoreMemory:
+        env = settings.environ() if env is None else env
         values: dict[str, int] = {}
         for name, key in _KEYS.items():
             raw = env.get(key)

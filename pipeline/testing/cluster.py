@@ -22,8 +22,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 __all__ = ["StandaloneCluster", "spark_home", "free_port", "can_isolate_dirs", "stop_group"]
 
@@ -123,7 +123,7 @@ class StandaloneCluster:
         p = self.work_dir / f"{name}.log"
         return p.read_text(errors="replace") if p.exists() else ""
 
-    def start(self) -> "StandaloneCluster":
+    def start(self) -> StandaloneCluster:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         cls = str(Path(spark_home()) / "bin" / "spark-class")
         self.port, self.ui_port = free_port(), free_port()
@@ -166,7 +166,7 @@ class StandaloneCluster:
             stop_group(p)
         self._procs.clear()
 
-    def __enter__(self) -> "StandaloneCluster":
+    def __enter__(self) -> StandaloneCluster:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -18,8 +18,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from pipeline.testing.cluster import free_port, spark_home, stop_group
 
@@ -59,7 +59,7 @@ class SparkConnectServer:
         env.update(self.extra_env)
         return env
 
-    def start(self) -> "SparkConnectServer":
+    def start(self) -> SparkConnectServer:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         script = os.path.join(spark_home(), "sbin", "start-connect-server.sh")
         cmd = ["bash", script, "--wait", "--master", self.master,
@@ -104,7 +104,7 @@ class SparkConnectServer:
             stop_group(self.proc)
             self.proc = None
 
-    def __enter__(self) -> "SparkConnectServer":
+    def __enter__(self) -> SparkConnectServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import builtins
 import os
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from pipeline.exceptions import StorageError
 from pipeline.faults import FAIL_ENV, FAULT_POINTS, reset_fault_counts

@@ -13,8 +13,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
 
 __all__ = ["JobProcess", "JobProcessResult", "run_job_process"]
 
@@ -126,7 +126,7 @@ class JobProcess:
         with self._cond:
             return "\n".join(self.lines) + ("\n" + self.stdout if self.stdout else "")
 
-    def __enter__(self) -> "JobProcess":
+    def __enter__(self) -> JobProcess:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -29,7 +29,7 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 __all__ = [
     "MotoS3Server", "MotoProcess", "moto_s3", "moto_s3_process", "spawn_moto_server", "s3_env",
@@ -141,7 +141,7 @@ class MotoS3Server:
             server, self._server = self._server, None
             server.stop()
 
-    def __enter__(self) -> "MotoS3Server":
+    def __enter__(self) -> MotoS3Server:
         self.start()
         return self
 

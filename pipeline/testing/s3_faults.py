@@ -249,7 +249,7 @@ class S3FaultProxy:
         with self._lock:
             self.rate = float(rate)
 
-    def start(self) -> "S3FaultProxy":
+    def start(self) -> S3FaultProxy:
         self._thread = threading.Thread(target=self._server.serve_forever, name="s3-fault-proxy", daemon=True)
         self._thread.start()
         return self
@@ -258,7 +258,7 @@ class S3FaultProxy:
         self._server.shutdown()
         self._server.server_close()
 
-    def __enter__(self) -> "S3FaultProxy":
+    def __enter__(self) -> S3FaultProxy:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -336,7 +336,7 @@ class ProxyProcess:
         if self.proc.stdout is not None:
             self.proc.stdout.close()
 
-    def __enter__(self) -> "ProxyProcess":
+    def __enter__(self) -> ProxyProcess:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import io
 import json
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pyarrow as pa
@@ -47,14 +47,14 @@ def _generator(source_root: str) -> dict:
 def epoch_bounds(source_root: str, r: int) -> EpochBounds:
     """Generator epoch ``r`` of the data under ``source_root`` (read from its ``_generator.json``)."""
     cfg = _generator(source_root)
-    start = datetime.fromisoformat(cfg["start"].replace("Z", "+00:00")).astimezone(timezone.utc)
+    start = datetime.fromisoformat(cfg["start"].replace("Z", "+00:00")).astimezone(UTC)
     e_us = int(cfg["epoch_seconds"]) * _US
     s_us = int(start.timestamp()) * _US + r * e_us
     return EpochBounds(s_us // e_us, s_us, s_us + e_us)
 
 
 def iso(us: int) -> str:
-    return datetime.fromtimestamp(us / _US, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+    return datetime.fromtimestamp(us / _US, tz=UTC).isoformat().replace("+00:00", "Z")
 
 
 def _source_schema(fio, source_uri: str) -> pa.Schema:

@@ -53,7 +53,7 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-def read_in_child(fmt: str, location: str, out_dir) -> "pd.DataFrame":  # type: ignore[name-defined]  # noqa: F821
+def read_in_child(fmt: str, location: str, out_dir) -> pd.DataFrame:  # type: ignore[name-defined]  # noqa: F821
     """Run :func:`duckdb_read` in a child Python process and return its rows as pandas."""
     import itertools
     import subprocess

@@ -23,7 +23,7 @@ def model(epochs, size, slide, ooo, lateness, emit):
     for m, recs in enumerate(epochs):
         prev = wm
         good = [r for r in recs if r["k"] is not None and r["et"] is not None]
-        active = {}
+        active: dict[str, int] = {}  # channel -> its max event time in this epoch
         for r in good:
             active[r["channel"]] = max(active.get(r["channel"], r["et"]), r["et"])
         for c, t in active.items():

@@ -10,8 +10,8 @@ The value is checkpointed as a small table (:meth:`WatermarkState.to_table`) and
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -34,7 +34,7 @@ class WatermarkState:
     def channel_max(self) -> dict[str, int]:
         return dict(self.channels)
 
-    def advance(self, observed: Mapping[str, int], out_of_orderness_us: int) -> "WatermarkState":
+    def advance(self, observed: Mapping[str, int], out_of_orderness_us: int) -> WatermarkState:
         """The state after an epoch in which the channels in ``observed`` were active, each with the highest
         event time it delivered in that epoch. Channels absent from ``observed`` are idle."""
         merged = self.channel_max()
@@ -55,7 +55,7 @@ class WatermarkState:
         return pa.table([pa.array(chans, pa.string()), pa.array(vals, pa.int64())], schema=WATERMARK_SCHEMA)
 
     @classmethod
-    def from_table(cls, table: pa.Table | None, where: str = "") -> "WatermarkState":
+    def from_table(cls, table: pa.Table | None, where: str = "") -> WatermarkState:
         """Inverse of :meth:`to_table`. Several identical copies (one per subtask) may be concatenated."""
         if table is None or table.num_rows == 0:
             return cls()

@@ -12,7 +12,7 @@ job; with the backfill run finished it would go on.
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 import pytest
@@ -21,7 +21,7 @@ from af_helpers import REPO, load_dag_module
 from pipeline.orchestration.epoch_runs import wait_reason
 
 E = 60
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 GO = dict(previous_state="success", previous_run_type="scheduled", this_run_type="scheduled",
           active_process_tasks=0, active_operations=0)
 

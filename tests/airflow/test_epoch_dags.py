@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from af_helpers import REPO, committed_vs_oracle, load_dag_module
@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.s3, pytest.mar
 
 E = 60
 EPOCHS = 4
-START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+START = datetime(2026, 1, 1, tzinfo=UTC)
 FIRST = int(START.timestamp()) // E
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from types import SimpleNamespace
 
 import pytest
@@ -76,11 +76,11 @@ def test_real_airflow_connection_from_env_var(airflow_home, monkeypatch):
 # -- epochs and ordering ---------------------------------------------------------------------------------
 def test_epoch_of_interval_is_the_epoch_ending_at_the_interval_end():
     from pipeline.orchestration.epoch_runs import epoch_of_interval
-    end = datetime(2026, 1, 1, 1, 0, tzinfo=timezone.utc)
+    end = datetime(2026, 1, 1, 1, 0, tzinfo=UTC)
     n = epoch_of_interval(3600, end)
     assert (n + 1) * 3600 == int(end.timestamp())
     # an unaligned end (manual run at 01:20): the last epoch that is complete by then
-    assert epoch_of_interval(3600, datetime(2026, 1, 1, 1, 20, tzinfo=timezone.utc)) == n
+    assert epoch_of_interval(3600, datetime(2026, 1, 1, 1, 20, tzinfo=UTC)) == n
     with pytest.raises(ConfigError):
         epoch_of_interval(60, None)
 

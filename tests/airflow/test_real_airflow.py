@@ -26,7 +26,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -150,7 +150,7 @@ def _instance(airflow_db_template, tmp_path_factory, extra_env: dict | None = No
     home = tmp_path_factory.mktemp("standalone")
     copy_db(airflow_db_template, home)
     port = free_port()
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     hour = now.replace(minute=0, second=0, microsecond=0)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("AIRFLOW", "PIPELINE_", "AWS_", "EPOCHAL_"))}

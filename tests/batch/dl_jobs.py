@@ -43,7 +43,7 @@ def _iso(us: int | None) -> str | None:
     if us is None:
         return None
     import datetime as dt
-    return dt.datetime.fromtimestamp(us / SEC, dt.timezone.utc).isoformat().replace("+00:00", "Z")
+    return dt.datetime.fromtimestamp(us / SEC, dt.UTC).isoformat().replace("+00:00", "Z")
 
 
 def _read_rows(epoch: int, part: int, n: int, start_s: int, step_s: int) -> list[dict]:

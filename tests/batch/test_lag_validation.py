@@ -155,7 +155,7 @@ def test_checkpoints_taken_while_a_partition_lagged_and_after_it_caught_up_valid
 
     E, T0 = lag_jobs.E, lag_jobs.T0
     src = lag_jobs.write_sources(tmp_path / "src")
-    clock = datetime.datetime.fromtimestamp(T0 + 5 * E + 30, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    clock = datetime.datetime.fromtimestamp(T0 + 5 * E + 30, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     cfg = load_config(env={}, source_uri=src.as_uri(), checkpoint_uri=(tmp_path / "ckpt").as_uri(),
                       sink_uri=(tmp_path / "sink").as_uri(), epoch_seconds=E, parallelism=1,
                       retained_checkpoints=50, unaligned=True, clock_now=clock, allowed_lateness_seconds=600)
@@ -239,7 +239,7 @@ def test_a_rewind_through_a_lag_at_another_parallelism_validates(tmp_path):
 
     E, T0 = lag_jobs.E, lag_jobs.T0
     src = lag_jobs.write_sources(tmp_path / "src")
-    clock = datetime.datetime.fromtimestamp(T0 + 5 * E + 30, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    clock = datetime.datetime.fromtimestamp(T0 + 5 * E + 30, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
     def cfg(P: int):
         return load_config(env={}, source_uri=src.as_uri(), checkpoint_uri=(tmp_path / "ckpt").as_uri(),

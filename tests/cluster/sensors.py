@@ -3,7 +3,7 @@ per-sensor aggregate (upsert sink ``totals``) and a per-sensor aggregate of the 
 ``hot``), plus its data writer and oracle."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pyarrow as pa
@@ -15,7 +15,7 @@ from pipeline.state.backend import table_to_parquet_bytes
 _TS = pa.timestamp("us", tz="UTC")
 SCHEMA = pa.schema([("sensor", pa.string()), ("celsius", pa.int64()), ("_ingest_ts", _TS)])
 SENSORS = 40
-START = datetime(2024, 3, 1, tzinfo=timezone.utc)
+START = datetime(2024, 3, 1, tzinfo=UTC)
 EPOCH_SECONDS = 60
 
 

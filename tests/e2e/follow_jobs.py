@@ -6,7 +6,7 @@ per epoch and partition, written by the test while the follower runs (:func:`wri
 """
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pandas as pd
@@ -17,7 +17,7 @@ from pipeline.job import Job
 
 TS = pa.timestamp("us", tz="UTC")
 CLICKS = pa.schema([("cid", pa.string()), ("user", pa.string()), ("amount", pa.int64()), ("_ingest_ts", TS)])
-T0 = datetime(2025, 6, 1, tzinfo=timezone.utc)
+T0 = datetime(2025, 6, 1, tzinfo=UTC)
 E = 10          # epoch seconds
 PARTS = 2
 PER_FILE = 12

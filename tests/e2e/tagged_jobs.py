@@ -11,7 +11,7 @@ a JobRunner on local directories, every state table of a checkpoint read cold):
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from pipeline.job import Job
 TS = pa.timestamp("us", tz="UTC")
 VIEWS = pa.schema([("vid", pa.string()), ("user", pa.string()), ("_ingest_ts", TS)])
 BUYS = pa.schema([("bid", pa.string()), ("vid", pa.string()), ("amount", pa.int64()), ("_ingest_ts", TS)])
-T0 = datetime(2024, 5, 1, tzinfo=timezone.utc)
+T0 = datetime(2024, 5, 1, tzinfo=UTC)
 EPOCHS, PER_EPOCH = 5, 40
 SIGHTINGS = pa.schema([("sid", pa.string()), ("tag", pa.string()), ("_ingest_ts", TS)])
 TAGS = pa.schema([("tid", pa.string()), ("tag", pa.string()), ("w", pa.int64()), ("_ingest_ts", TS)])

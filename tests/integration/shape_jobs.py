@@ -4,7 +4,7 @@ and by ``python -m pipeline run --job shape_jobs:<name>`` in the crash test."""
 from __future__ import annotations
 
 import random
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 from pipeline.fileio import file_io_for
 from pipeline.job import Job
 
-T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 3, 1, tzinfo=UTC)
 E = 10                       # epoch seconds
 EPOCHS = 6
 PARTS = 2

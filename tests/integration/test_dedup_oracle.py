@@ -9,7 +9,7 @@ references of the Nexmark tests (tests/nexmark) cover windows, joins and aggrega
 from __future__ import annotations
 
 import random
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -23,7 +23,7 @@ EPOCHS = 5
 TS = pa.timestamp("us", tz="UTC")
 SCHEMA = pa.schema([("event_id", pa.string()), ("device", pa.string()), ("value", pa.float64()),
                     ("event_time", TS), ("_ingest_ts", TS)])
-T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 3, 1, tzinfo=UTC)
 
 
 def _write_sources(src: Path, seed: int = 5) -> None:
@@ -74,7 +74,7 @@ def test_dedup_equals_a_duckdb_query_over_the_input_files(tmp_path):
     assert rep.completed, rep.to_dict()
     last = r.coordinator.store.latest().metadata.epoch
     assert last >= epoch0 + EPOCHS - 1
-    end = datetime.fromtimestamp((last + 1) * E, tz=timezone.utc)
+    end = datetime.fromtimestamp((last + 1) * E, tz=UTC)
 
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")

@@ -5,7 +5,7 @@ restore with another parallelism from an incremental checkpoint is exact and lea
 from __future__ import annotations
 
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.spark]
 
 SCHEMA = pa.schema([pa.field("event_id", pa.string()), pa.field("user", pa.string()),
                     pa.field("value", pa.int64()), pa.field("_ingest_ts", pa.timestamp("us", tz="UTC"))])
-T0 = datetime(2024, 3, 1, tzinfo=timezone.utc)
+T0 = datetime(2024, 3, 1, tzinfo=UTC)
 EPOCHS, PER_EPOCH = 6, 240
 
 

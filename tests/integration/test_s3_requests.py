@@ -24,7 +24,7 @@ fresh runner per epoch, epoch 3 against epoch 15 (~1.5 min).
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from urllib.parse import unquote
 
 import pytest
@@ -40,7 +40,7 @@ from tests.integration.s3_request_jobs import clicks_job, proxy_diff, write_clic
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3]
 
-T0 = datetime(2024, 5, 1, tzinfo=timezone.utc)
+T0 = datetime(2024, 5, 1, tzinfo=UTC)
 ROWS = 10  # per file
 LONG = os.environ.get("EPOCHAL_S3_REQUESTS_LONG") == "1"
 

@@ -23,7 +23,7 @@ requests time out (not looked into).
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -40,7 +40,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.s3,
               pytest.mark.skipif(os.environ.get("EPOCHAL_S3_REQUESTS_LONG") != "1",
                                  reason="opt-in: EPOCHAL_S3_REQUESTS_LONG=1 (~1-2 min)")]
 
-T0 = datetime(2024, 6, 1, tzinfo=timezone.utc)
+T0 = datetime(2024, 6, 1, tzinfo=UTC)
 ROWS = 12
 
 

@@ -10,7 +10,7 @@ exactly once). The no-Spark tests of the decision are tests/unit/runtime/test_ro
 """
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -24,7 +24,7 @@ from pipeline.runtime.spark.round_bytes import EXTRA_KEY
 
 pytestmark = [pytest.mark.spark]
 
-T0 = datetime(2024, 7, 1, tzinfo=timezone.utc)
+T0 = datetime(2024, 7, 1, tzinfo=UTC)
 TS = pa.timestamp("us", tz="UTC")
 BLOBS = pa.schema([("bid", pa.string()), ("grp", pa.string()), ("body", pa.string()), ("_ingest_ts", TS)])
 EPOCHS, PER_PARTITION, BODY = 7, 20, 8000

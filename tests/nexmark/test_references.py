@@ -3,7 +3,7 @@ functions, and the watermark rules of docs/windows.md (firing, a late record, an
 from __future__ import annotations
 
 import importlib
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -15,7 +15,7 @@ from benchmarks.nexmark.reference import connect, window_pairs
 
 pytestmark = pytest.mark.unit
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 E = 10  # epoch seconds
 
 
@@ -104,13 +104,13 @@ def test_window_reference_follows_the_watermark_rules(tmp_path: Path):
     con = connect(tmp_path, E)
     w = window_pairs("bid", key="bidder", event_time="date_time", size=10, out_of_orderness=4)
     got = con.execute(f"SELECT window_start, count(*) FROM {w} GROUP BY ALL ORDER BY 1").fetchall()
-    assert [(ws.replace(tzinfo=timezone.utc), n) for ws, n in got] == [(at(0), 1), (at(10), 1)]
+    assert [(ws.replace(tzinfo=UTC), n) for ws, n in got] == [(at(0), 1), (at(10), 1)]
     # sliding windows of 10 s every 5 s: t=5 is late for [0,10) (10 <= 11) but not for [5,15) (15 > 11), so it
     # counts there (docs/windows.md: a record is late only when all its windows are closed); t=15 is in [10,20)
     # and [15,25) (not fired: 25 > 20)
     w = window_pairs("bid", key="bidder", event_time="date_time", size=10, slide=5, out_of_orderness=4)
     got = con.execute(f"SELECT window_start, count(*) FROM {w} GROUP BY ALL ORDER BY 1").fetchall()
-    assert [(ws.replace(tzinfo=timezone.utc), n) for ws, n in got] == [(at(-5), 1), (at(0), 1), (at(5), 1),
+    assert [(ws.replace(tzinfo=UTC), n) for ws, n in got] == [(at(-5), 1), (at(0), 1), (at(5), 1),
                                                                        (at(10), 1)]
 
 
@@ -123,6 +123,6 @@ def test_q12_processing_time_windows_with_an_idle_partition(tmp_path: Path):
                                dict(bidder=1, date_time=at(0), _ingest_ts=at(3)),
                                dict(bidder=1, date_time=at(0), _ingest_ts=at(12))])
     write(tmp_path, "bid", 1, [dict(bidder=2, date_time=at(0), _ingest_ts=at(25))])
-    got = [(b, n, s.replace(tzinfo=timezone.utc), e.replace(tzinfo=timezone.utc))
+    got = [(b, n, s.replace(tzinfo=UTC), e.replace(tzinfo=UTC))
            for b, n, s, e in rows(connect(tmp_path, E), "q12")]
     assert got == [(1, 1, at(10), at(20)), (1, 2, at(0), at(10))]

@@ -15,10 +15,10 @@ import io
 import json
 import os
 import shutil
+from collections.abc import Callable
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Callable
 from urllib.parse import urlsplit
 
 import pyarrow as pa

@@ -56,7 +56,7 @@ def test_xxhash64_matches_spark_on_non_string_keys():
     from pipeline.runtime.spark.session import get_spark
     rnd = random.Random(5)
     n = 300
-    utc = datetime.timezone.utc
+    utc = datetime.UTC
     t = pa.table({
         "l": pa.array([None if i % 17 == 0 else rnd.randint(-2**62, 2**62) for i in range(n)], pa.int64()),
         "i": pa.array([None if i % 13 == 0 else rnd.randint(-2**31, 2**31 - 1) for i in range(n)], pa.int32()),

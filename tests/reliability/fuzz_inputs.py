@@ -15,10 +15,10 @@ from __future__ import annotations
 import io
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Callable
 
 import pyarrow as pa
 import pyarrow.parquet as pq

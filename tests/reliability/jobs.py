@@ -2,7 +2,7 @@
 whose rows span several epochs."""
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -12,7 +12,7 @@ from pipeline.job import Job
 
 EVENTS_SCHEMA = pa.schema([pa.field("event_id", pa.string()), pa.field("user", pa.string()),
                            pa.field("value", pa.int64()), pa.field("_ingest_ts", pa.timestamp("us", tz="UTC"))])
-T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
 
 def counts_job() -> Job:

@@ -91,7 +91,7 @@ def _latest_checkpoint(root: str) -> int | None:
     return max(ids) if ids else None
 
 
-def committed_totals(env: dict) -> "pa.Table":
+def committed_totals(env: dict) -> pa.Table:
     """``user_totals`` as committed (the head lineage of its commit log, newest row per user):
     :meth:`pipeline.sink.table.CommittedTable.read`, the rows ``export`` would write."""
     from pipeline.config import load_config

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import threading
 import urllib.parse
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -22,7 +22,7 @@ from pipeline.orchestration.backfills import AirflowRestClient, create_backfill
 pytestmark = pytest.mark.unit
 
 DAG = "epochal_users_job"
-T0 = datetime(2026, 11, 26, 8, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 26, 8, tzinfo=UTC)
 HOURS = [T0 + timedelta(hours=h) for h in range(4)]
 
 
@@ -52,7 +52,7 @@ class FakeAirflow:
         self.runs: dict[str, dict] = {}          # logical date -> run
         self.created: list[tuple[int, str]] = []  # (backfill id, logical date) in creation order
         self.posts = 0
-        self.clock = datetime(2026, 11, 26, 12, tzinfo=timezone.utc)
+        self.clock = datetime(2026, 11, 26, 12, tzinfo=UTC)
         self.lock = threading.Lock()
 
     def now(self) -> str:

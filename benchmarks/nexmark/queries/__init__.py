@@ -35,6 +35,6 @@ class NotExpressible(Exception):
         self.missing = missing
 
 
-def source(job: "Job", name: str) -> "Stream":
+def source(job: Job, name: str) -> Stream:
     """The Nexmark source ``person``, ``auction`` or ``bid`` (schemas: :mod:`benchmarks.nexmark.generator`)."""
     return job.source(name, SCHEMAS[name])

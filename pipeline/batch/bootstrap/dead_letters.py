@@ -40,8 +40,8 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -53,7 +53,8 @@ from pipeline.batch.evaluation.result import INTERNAL
 from pipeline.exceptions import StorageError
 from pipeline.fileio import LocalFileIO, file_io_for
 from pipeline.job import JoinNode, SourceNode, WindowNode
-from pipeline.layout import checkpoint_id_of
+from pipeline.layout import checkpoint_dir_name, checkpoint_id_of
+from pipeline.layout.dead_letters import is_epoch_dir
 from pipeline.runtime.operators.dead_letters import attempt_dead_letter_dir, operator_dead_letter_prefix
 from pipeline.runtime.operators.window import CHANNEL
 from pipeline.runtime.spark.dataflow import arrow_schema_of, rethrow_task_error
@@ -229,7 +230,7 @@ def clear_operator_leftovers(runner, checkpoint_id: int) -> int:
         dirs = set()
         for fi in files:
             parts = fi.uri[len(prefix):].lstrip("/").split("/")
-            if len(parts) >= 3 and parts[0].startswith("epoch-"):
+            if len(parts) >= 3 and is_epoch_dir(parts[0]):
                 dirs.add((parts[0], parts[1]))
         for ep, d in sorted(dirs):
             cid = checkpoint_id_of(d)
@@ -316,7 +317,7 @@ def write_operator_dead_letters(runner, frames, checkpoint_id: int) -> tuple[dic
     root, job = runner.dead_letter_root, runner.job.name
     counts: dict[str, int] = {}
     files: dict[int, dict[str, list[str]]] = {}
-    checkpoint = f"chk-{checkpoint_id}"
+    checkpoint = checkpoint_dir_name(checkpoint_id)
     for uid, kind, name, df in frames:
         prefix = operator_dead_letter_prefix(root, job, uid)
         df = df.coalesce(max(1, min(runner.config.parallelism, df.rdd.getNumPartitions())))

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.exceptions import BootstrapRefusedError, CheckpointError, ConfigError
-from pipeline.fileio import join_uri
 from pipeline.job import AggregateNode, DedupNode, JoinNode, ProcessNode, WindowNode
+from pipeline.layout import metadata_uri
 from pipeline.runtime.driver.cursor import Cursor
 from pipeline.runtime.driver.progress import last_data_epoch
 from pipeline.runtime.driver.savepoints import check_target
@@ -92,7 +92,7 @@ def plan_bootstrap(runner, *, epoch: int | None = None, target: str | None = Non
         raise BootstrapRefusedError(why)
     if target is not None:
         target = check_target(target, config, job.name)
-        if runner.ckpt_fio.exists(join_uri(target, "_metadata")):
+        if runner.ckpt_fio.exists(metadata_uri(target)):
             raise ConfigError(f"savepoint target {target} already holds a completed checkpoint or savepoint "
                               "(_metadata); choose another target")
     P = parallelism or config.parallelism

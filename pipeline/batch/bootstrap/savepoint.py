@@ -24,7 +24,7 @@ from pipeline.exceptions import BootstrapRefusedError, CheckpointError, Malforme
 from pipeline.fileio import file_io_for, join_uri
 from pipeline.job import AggregateNode, DedupNode, JoinNode, WindowNode
 from pipeline.keygroups import key_group_expr, range_for_subtask, subtask_expr
-from pipeline.layout import round_state_prefix, sink_staging_uri
+from pipeline.layout import key_group_file, round_state_prefix, sink_staging_uri
 from pipeline.runtime.driver import progress
 from pipeline.runtime.driver.cursor import Cursor
 from pipeline.runtime.driver.savepoints import abort_pending
@@ -116,7 +116,7 @@ def _write_object(spark, df, *, kind: str, uid: str, name: str, key: str | None,
         t = schema.empty_table() if t is None else t.select(schema.names).cast(schema)
         fh = None
         if t.num_rows:
-            uri = (f"{prefix}/{name}/kg-{kgr.start:05d}-{kgr.end:05d}.parquet" if kind == "state"
+            uri = (key_group_file(prefix, name, kgr.start, kgr.end) if kind == "state"
                    else f"{prefix}/part-{tag}-{subtask:05d}.parquet")
             fh = write_table(file_io_for(prefix), uri, t)
         what = (StateHandle(operator_uid=uid, subtask=subtask, kg_start=kgr.start, kg_end=kgr.end, name=name, file=fh)

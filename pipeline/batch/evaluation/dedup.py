@@ -10,6 +10,7 @@ from pipeline.batch.evaluation.process import process_reason
 from pipeline.batch.evaluation.result import INTERNAL, PARKED
 from pipeline.batch.evaluation.rounds import CONSUMED, CONSUMED_ROUND, ROUND, consumption_task
 from pipeline.job import AggregateNode, DedupNode, SourceNode, WindowNode
+from pipeline.layout import checkpoint_dir_name
 
 
 def _sequential_fold(key: str, order: list[str], E: int, ttl: int | None):
@@ -67,7 +68,8 @@ def _drop_bucket(fold):
 def _key_ids(pdf, key: str):
     """A dense id per distinct non-null key of ``pdf[key]`` (-1 for a null key), vectorised (pandas hashing)."""
     import numpy as np
-    return pdf.groupby(key, sort=False, dropna=True).ngroup().to_numpy(dtype=np.int64)
+    # ngroup() gives NaN to the rows of a null key (dropna): -1, not NaN cast to int64 (undefined, a RuntimeWarning)
+    return pdf.groupby(key, sort=False, dropna=True).ngroup().fillna(-1).to_numpy(dtype=np.int64)
 
 
 def dedup_fold(key: str, order: list[str], E: int, ttl: int | None):
@@ -260,7 +262,7 @@ def _drain_input(plan: PlanContext, op: DedupNode, src):
 
 def _drain_reason(op: DedupNode, drains: list) -> str:
     """Why a deduplicate after an unaligned backlog drain is not checked (docs/batch.md "deduplicate")."""
-    which = ", ".join(f"chk-{md.checkpoint_id} (epoch {md.epoch}, low epoch {md.extra.get('low_epoch')})"
+    which = ", ".join(f"{checkpoint_dir_name(md.checkpoint_id)} (epoch {md.epoch}, low epoch {md.extra.get('low_epoch')})"
                       for md in sorted(drains, key=lambda md: md.checkpoint_id)[:3])
     more = f" and {len(drains) - 3} more" if len(drains) > 3 else ""
     return (f"deduplicate {op.uid}: unaligned checkpoint(s) {which}{more} consumed rows of earlier epochs (a "

@@ -11,6 +11,7 @@ from pipeline.batch.evaluation.prefix import PEPOCH
 from pipeline.batch.evaluation.result import INTERNAL, nested, orderable
 from pipeline.batch.evaluation.rounds import ROUND, emitted_round, round_task
 from pipeline.job import JoinNode
+from pipeline.layout import checkpoint_dir_name
 
 FOLD_COLUMNS = ["__kind", "__lid", "__rid", "__m", "__rnd", "__matched"]
 FOLD_SCHEMA = "__kind string, __lid long, __rid long, __m long, __rnd long, __matched boolean"
@@ -150,7 +151,7 @@ def _fold_unmodelled(plan: PlanContext, op: JoinNode, sides) -> str | None:
     odd = sorted({md.checkpoint_id for md in mds if md.alignment != "aligned"
                   or int(md.extra.get("low_epoch", md.epoch)) < md.epoch})
     if odd or plan.prefix.ttl_epoch != n or plan.runner.config.unaligned:
-        return head + (f"the lineage took unaligned checkpoints ({', '.join(f'chk-{i}' for i in odd[:3]) or 'config'}"
+        return head + (f"the lineage took unaligned checkpoints ({', '.join(checkpoint_dir_name(i) for i in odd[:3]) or 'config'}"
                        "): rows parked at the join or drained from a backlog are consumed by a later checkpoint "
                        "than their own epoch's, with that checkpoint's low-watermark cutoff, recorded only in "
                        "checkpoint metadata retention deletes; the runtime's per-round choice is not derived")

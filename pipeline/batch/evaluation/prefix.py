@@ -19,7 +19,6 @@ Reading a prefix: :mod:`pipeline.batch.evaluation.source_read`.
 from __future__ import annotations
 
 import json
-import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping
@@ -27,14 +26,15 @@ from typing import Iterator, Mapping
 import numpy as np
 
 from pipeline.exceptions import StorageError
-from pipeline.fileio import join_uri
+from pipeline.layout import JobLayout
+from pipeline.layout.logs import BARRIER_LOG_NAME, LAG_LOG_NAME
 
 __all__ = ["Prefix", "PEPOCH", "scan_settings", "SCAN_TASKS_PER_SUBTASK", "ordinal", "processing_epochs", "barrier_log", "lag_log"]
 
 
 PEPOCH = "_pepoch"          # processing epoch of a row (see the module docstring)
 
-_EPOCH_FILE = re.compile(r"epoch-(\d+)\.json$")
+_EPOCH_FILE = BARRIER_LOG_NAME
 
 _BIG = 1 << 62
 
@@ -146,7 +146,7 @@ def processing_epochs(bar_o: np.ndarray, bar_e: np.ndarray, ords: np.ndarray, ow
 
 def barrier_log(ckpt_fio, job_root: str, upto: int) -> dict[int, dict[str, dict[int, tuple[int, int]]]]:
     """Barrier positions of every logged epoch ``< upto`` (missing log: empty; rows then default to e(x))."""
-    root = join_uri(job_root, "barriers")
+    root = JobLayout(job_root).barriers()
     out: dict[int, dict[str, dict[int, tuple[int, int]]]] = {}
     try:
         files = ckpt_fio.list(root, recursive=False)
@@ -162,7 +162,7 @@ def barrier_log(ckpt_fio, job_root: str, upto: int) -> dict[int, dict[str, dict[
     return out
 
 
-_LAG_FILE = re.compile(r"epoch-(\d+)-chk-(\d+)\.json$")
+_LAG_FILE = LAG_LOG_NAME
 
 
 def lag_log(ckpt_fio, job_root: str, upto: int, upto_id: int | None) -> dict[int, dict[str, dict[int, tuple[int, int]]]]:
@@ -173,7 +173,7 @@ def lag_log(ckpt_fio, job_root: str, upto: int, upto_id: int | None) -> dict[int
     epoch's), so these positions act as barriers of epoch ``m`` (docs/batch.md "Lagging partitions"). Among the
     attempts of an epoch, the newest whose id is at most ``upto_id`` (the validated checkpoint's lineage, as the
     round log); None: the newest."""
-    root = join_uri(job_root, "barriers", "lagged")
+    root = JobLayout(job_root).lag_log()
     try:
         files = ckpt_fio.list(root, recursive=False)
     except StorageError:

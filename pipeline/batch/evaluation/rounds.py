@@ -37,7 +37,6 @@ only window whose output an operator may read) fires in the round that completes
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -45,13 +44,14 @@ import numpy as np
 
 from pipeline.exceptions import StorageError
 from pipeline.layout import JobLayout
+from pipeline.layout.logs import ROUND_LOG_NAME
 
 __all__ = ["RoundLog", "read_round_log", "round_task", "consumption_task", "pair_round", "emitted_round", "fired_round",
            "ROUND", "CONSUMED", "CONSUMED_ROUND"]
 
 ROUND = "__round"          # the batch plan's column: r(x)
 CONSUMED, CONSUMED_ROUND = "__ce", "__cr"   # the epoch of the checkpoint that consumed a row, and its round
-_ROUND_FILE = re.compile(r"epoch-(\d+)-chk-(\d+)-r(\d+)\.json$")
+_ROUND_FILE = ROUND_LOG_NAME
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ row group - an error, never a different result.
 """
 from __future__ import annotations
 
-import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline import settings
 from pipeline.batch.evaluation.prefix import PEPOCH, Prefix, processing_epochs
 from pipeline.exceptions import StorageError
 from pipeline.fileio import LocalFileIO
@@ -105,7 +105,7 @@ def native_files(source: SourceNode, files: list[tuple]) -> tuple[list[tuple[tup
     """``files`` (:func:`_files` tuples) split into those Spark reads natively (with their local paths) and those
     the runtime's reader reads (see the module docstring)."""
     names = [f.name for f in source.schema]
-    if (os.environ.get(NATIVE_ENV, "1") == "0" or not all(native_type(f.type) for f in source.schema)
+    if (settings.value(NATIVE_ENV) == "0" or not all(native_type(f.type) for f in source.schema)
             or any(n.startswith(("_metadata", "__")) for n in names)):
         return [], list(files)
     cand: list[tuple[tuple, str]] = []

@@ -37,8 +37,8 @@ replays), the in-flight ranges and parked channels, and the alignment metrics.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
 
 from pipeline.barriers import (
     AbortCheckpoint,
@@ -153,7 +153,7 @@ class AlignmentDriver:
     # -- construction --------------------------------------------------------------------------------
     @classmethod
     def create(cls, checkpoint_mode: str, unaligned: bool, aligned_timeout_s: float,
-               channels: Sequence[Channel], *, savepoint: bool = False) -> "AlignmentDriver":
+               channels: Sequence[Channel], *, savepoint: bool = False) -> AlignmentDriver:
         """The driver for the configured mode; savepoints are always aligned."""
         names = [channel_name(c) for c in channels]
         if savepoint:

@@ -11,7 +11,7 @@ lateness; after that it is *idle* and its barrier is its end (everything it has)
 from __future__ import annotations
 
 import json
-from typing import Mapping
+from collections.abc import Mapping
 
 from pipeline.checkpoint.handles import Position
 from pipeline.exceptions import ConditionalWriteError, ObjectNotFoundError

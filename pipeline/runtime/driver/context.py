@@ -14,7 +14,8 @@ import json
 import logging
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pipeline.barriers.events import CheckpointingMode
 from pipeline.checkpoint.coordinator import CheckpointCoordinator

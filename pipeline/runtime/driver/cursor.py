@@ -7,8 +7,9 @@ still to replay first; and the alignment driver continuing from it.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 from pipeline.checkpoint.handles import ChannelStateHandle, FileHandle, Position, StateHandle
 from pipeline.checkpoint.metadata import CheckpointMetadata

@@ -36,9 +36,10 @@ import signal
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 from pipeline.exceptions import ConfigError
 from pipeline.runtime.driver.progress import RunProgress, format_duration, format_seconds, last_data_epoch
@@ -165,7 +166,7 @@ class RoundWatch:
         self._t0 = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="epochal-round-watch", daemon=True)
 
-    def __enter__(self) -> "RoundWatch":
+    def __enter__(self) -> RoundWatch:
         self._thread.start()
         return self
 

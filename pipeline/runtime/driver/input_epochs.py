@@ -20,8 +20,8 @@ its in-flight channel state to ``_metadata.extra.inflight_low_epoch``.
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from pipeline.checkpoint.handles import Position
 
@@ -45,7 +45,7 @@ class InputEpochs:
 
     @classmethod
     def build(cls, epoch: int, logged: Mapping[int, Mapping[str, Mapping[str, Position]]],
-              current: Mapping[str, Mapping[str, Position | None]]) -> "InputEpochs":
+              current: Mapping[str, Mapping[str, Position | None]]) -> InputEpochs:
         """``logged``: barriers of logged epochs ``< epoch``; ``current``: barrier ``epoch`` (None: lagging)."""
         chans = {(s, str(p)) for s, parts in current.items() for p in parts}
         for b in logged.values():

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
 
 from pipeline.exceptions import ConfigError
 
@@ -106,7 +106,7 @@ class RunProgress:
 # Heartbeat of a long command (validate, restore, savepoint, bootstrap, batch, export): what it is doing, every 10 s.
 
 HEARTBEAT_SECONDS = 10.0
-_ACTIVE: list["Heartbeat"] = []     # the running command's heartbeat (a stack: a restore runs a validation)
+_ACTIVE: list[Heartbeat] = []     # the running command's heartbeat (a stack: a restore runs a validation)
 _LOCK = threading.Lock()
 
 
@@ -176,7 +176,7 @@ class Heartbeat:
             except Exception:  # noqa: BLE001 - a closed stream must not kill the command
                 pass
 
-    def __enter__(self) -> "Heartbeat":
+    def __enter__(self) -> Heartbeat:
         self.started = self._since = self.clock()
         with _LOCK:
             _ACTIVE.append(self)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import copy
 import json
 import time
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from pipeline.barriers.events import AlignmentLabel, CheckpointType
 from pipeline.checkpoint.failure import CheckpointFailureReason

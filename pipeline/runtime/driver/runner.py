@@ -30,9 +30,9 @@ delegating to its module.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable, Mapping
 
 from pipeline.barriers.events import CheckpointType
 from pipeline.checkpoint.completed import CompletedCheckpoint

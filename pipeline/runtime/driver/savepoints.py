@@ -21,7 +21,7 @@ from urllib.parse import unquote, urlsplit
 
 from pipeline.checkpoint.failure import CheckpointFailureReason
 from pipeline.exceptions import ConfigError, EpochalError
-from pipeline.fileio import join_uri
+from pipeline.layout import JobLayout
 
 __all__ = ["allowed_prefixes", "check_target", "abort_pending"]
 
@@ -49,7 +49,7 @@ def allowed_prefixes(config, job: str) -> list[str]:
     """The configured savepoint prefixes, or ``<checkpoint root>/<job>/savepoints`` by default."""
     raw = [p for p in (s.strip() for s in (config.savepoint_prefixes or "").split(",")) if p]
     if not raw:
-        raw = [join_uri(config.checkpoint_uri, job, "savepoints")]
+        raw = [JobLayout.of(config.checkpoint_uri, job).savepoints()]
     return [_normalise(p, "PIPELINE_SAVEPOINT_PREFIXES entry") for p in raw]
 
 

@@ -21,8 +21,9 @@ exact per task and epoch through an accumulator; Spark Connect: the tasks' appro
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from pipeline.barriers.events import CheckpointType
 from pipeline.checkpoint.report import ReportKind, TaskReport

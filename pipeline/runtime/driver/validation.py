@@ -14,8 +14,10 @@ Expectations suites are the default everywhere. A runner that needs a validator 
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Protocol, runtime_checkable
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
 
+from pipeline import settings
 from pipeline.checkpoint.metadata import CheckpointMetadata
 from pipeline.exceptions import ConfigError
 
@@ -70,9 +72,8 @@ def default_validator(why: str) -> RecoveryValidator:
 def restore_validation(value: bool | str | None = None) -> str:
     """The validation level of a restore: ``True``/None -> ``EPOCHAL_RESTORE_VALIDATE`` (default ``full``),
     ``False`` -> ``none``, or one of :data:`RESTORE_VALIDATION`."""
-    import os
     if value is None or value is True:
-        value = os.environ.get(RESTORE_VALIDATE_ENV, "").strip() or "full"
+        value = (settings.raw(RESTORE_VALIDATE_ENV) or "").strip() or "full"
     elif value is False:
         value = "none"
     level = str(value).strip().lower()

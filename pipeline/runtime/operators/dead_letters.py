@@ -44,7 +44,13 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 from pipeline.faults import fault_point
-from pipeline.layout import checkpoint_id_of
+from pipeline.layout import checkpoint_dir_name, checkpoint_id_of
+from pipeline.layout.dead_letters import (  # the keys live in the layout; re-exported here
+    attempt_dead_letter_dir,
+    dead_letter_name,
+    epoch_dead_letter_prefix,
+    operator_dead_letter_prefix,
+)
 
 __all__ = ["DeadLetterFiles", "SweepResult", "dead_letter_name", "operator_dead_letter_prefix",
            "epoch_dead_letter_prefix", "attempt_dead_letter_dir", "sweep_dead_letters", "superseding_checkpoints", "files_of_reports",
@@ -52,26 +58,6 @@ __all__ = ["DeadLetterFiles", "SweepResult", "dead_letter_name", "operator_dead_
 
 #: the ``_metadata`` ``extra`` key of :class:`DeadLetterFiles`
 EXTRA_KEY = "dead_letter_files"
-
-
-def dead_letter_name(uid: str) -> str:
-    """The stats key (``checkpoints show`` dead letters) of an operator's dead letters."""
-    return f"operator={uid}"
-
-
-def operator_dead_letter_prefix(dead_letter_root: str, job: str, uid: str) -> str:
-    """``<root>/<job>/operator=<uid>`` (``operator=`` cannot clash with a source name)."""
-    return f"{dead_letter_root.rstrip('/')}/{job}/{dead_letter_name(uid)}"
-
-
-def epoch_dead_letter_prefix(dead_letter_root: str, job: str, uid: str, epoch: int) -> str:
-    return f"{operator_dead_letter_prefix(dead_letter_root, job, uid)}/epoch-{int(epoch)}"
-
-
-def attempt_dead_letter_dir(operator_prefix: str, epoch: int, checkpoint: str) -> str:
-    """The directory of one checkpoint attempt's dead letters (``operator_prefix``: what
-    :func:`operator_dead_letter_prefix` gives; ``checkpoint``: the attempt's ``chk-<id>`` name)."""
-    return f"{operator_prefix.rstrip('/')}/epoch-{int(epoch)}/{checkpoint}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +90,7 @@ def sweep_dead_letters(fileio, dead_letter_root: str, job: str, checkpoint_id: i
     other completed checkpoint owns (see the module docstring). ``is_completed(id)``: checkpoint ``id`` has a
     readable ``_metadata``. Crash-safe and idempotent: it only deletes what no completed checkpoint counts."""
     listed = files_n = attempts = 0
-    own = f"chk-{checkpoint_id}"
+    own = checkpoint_dir_name(checkpoint_id)
     for uid, files in sorted(kept.files.items()):
         if not files:
             continue

@@ -17,6 +17,7 @@ from pipeline.exceptions import MalformedInputError
 from pipeline.faults import fault_point
 from pipeline.fileio import file_io_for
 from pipeline.keygroups import range_for_subtask
+from pipeline.layout import key_group_file
 from pipeline.operators.join import MATCHED, JoinType, Uniqueness, join_step
 from pipeline.operators.ttl import ROW_EPOCH
 from pipeline.runtime.operators.state_access import StateScope, StateSpec, open_state
@@ -188,7 +189,7 @@ def make_join_task(spec: JoinTaskSpec):
                 t = parked.filter(pc.equal(parked["_side"], code)).select(sch.names).cast(sch)
                 if t.num_rows:
                     handles.append((ReportKind.CHANNEL, name, write_table(
-                        fio, f"{spec.channel_prefix}/{name}/kg-{kgr.start:05d}-{kgr.end:05d}.parquet", t)))
+                        fio, key_group_file(spec.channel_prefix, name, kgr.start, kgr.end), t)))
         async_ms = (time.perf_counter() - t1) * 1000 - out_ms
         sync_ms += out_ms
         handles.extend((ReportKind.DEAD_LETTER, name, fh) for name, fh in dead)

@@ -16,6 +16,8 @@ import os
 import sys
 from typing import Callable, Iterator
 
+from pipeline import settings
+
 __all__ = ["PROFILE_ENV", "profiled", "summarize"]
 
 PROFILE_ENV = "EPOCHAL_TASK_PROFILE"
@@ -28,7 +30,7 @@ def profiled(name: str, fn: Callable[[Iterator], Iterator]) -> Callable[[Iterato
     variable is set in the worker; otherwise ``fn``'s own batches, untouched."""
 
     def run(batches: Iterator) -> Iterator:
-        where = os.environ.get(PROFILE_ENV)
+        where = settings.raw(PROFILE_ENV)
         if not where:
             yield from fn(batches)
             return

@@ -28,6 +28,7 @@ from pipeline.faults import fault_point
 from pipeline.fileio import file_io_for
 from pipeline.job import Job, WindowNode
 from pipeline.keygroups import range_for_subtask
+from pipeline.layout import key_group_name
 from pipeline.operators.aggregate_functions import MASK_PREFIX
 from pipeline.runtime.operators.dead_letters import (
     attempt_dead_letter_dir,
@@ -218,7 +219,7 @@ def make_window_task(spec: WindowTaskSpec):
         dfh = _write_dead_letters(
             file_io_for(spec.dead_letter_prefix), attempt_dead_letter_dir(spec.dead_letter_prefix, spec.epoch,
                                                                           spec.checkpoint),
-            f"{spec.file_tag}-kg-{kgr.start:05d}-{kgr.end:05d}", res.late, res.bad, wm.watermark_us)
+            f"{spec.file_tag}-{key_group_name(kgr.start, kgr.end)}", res.late, res.bad, wm.watermark_us)
         sync_ms += (time.perf_counter() - t_out) * 1000
         name = dead_letter_name(spec.uid)
         handles = [(ReportKind.STATE, "win", sh), (ReportKind.STATE, "wm", wsh),

@@ -9,8 +9,9 @@ decoded once by :mod:`pipeline.runtime.operators.report_codec`).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import pyarrow as pa
 

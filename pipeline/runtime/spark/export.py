@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import enum
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -37,6 +37,7 @@ from pipeline.exceptions import ConfigError, StorageError
 from pipeline.fileio import file_io_for, join_uri
 from pipeline.fileio import file_io_for as fio_for
 from pipeline.fileio import join_uri as join
+from pipeline.layout import EXPORT_DONE_FILE
 from pipeline.runtime.spark.dataflow import schema_ddl
 from pipeline.runtime.spark.task_requests import counted_in_span
 from pipeline.sink.open_table import OpenFormatTable
@@ -228,7 +229,7 @@ def write_parquet(spark, df, to: str, *, expected_rows: int | None = None, what:
     for info in fio.list(target):
         if info.uri not in kept:
             fio.delete(info.uri)
-    fio.write_bytes(join_uri(target, "_SUCCESS"), b"")
+    fio.write_bytes(join_uri(target, EXPORT_DONE_FILE), b"")
     return result
 
 
@@ -239,7 +240,7 @@ def write_empty(to: str) -> ExportResult:
     fio.delete_prefix(target)
     if target.lower().startswith("file:"):
         Path(fio.path_of(target)).mkdir(parents=True, exist_ok=True)  # type: ignore[attr-defined]
-    fio.write_bytes(join_uri(target, "_SUCCESS"), b"")
+    fio.write_bytes(join_uri(target, EXPORT_DONE_FILE), b"")
     return ExportResult(target, WriteSide.DRIVER, ())
 
 

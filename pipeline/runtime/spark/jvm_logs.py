@@ -18,7 +18,9 @@ import logging
 import os
 import re
 import threading
-from typing import Iterator
+from collections.abc import Iterator
+
+from pipeline import settings
 
 __all__ = ["relay_jvm_stderr", "level_of", "ENV"]
 
@@ -56,7 +58,7 @@ def _pump(fd: int) -> None:
 @contextlib.contextmanager
 def relay_jvm_stderr() -> Iterator[None]:
     """Within this block, child processes started (the Spark JVM) get a relayed stderr; no-op unless enabled."""
-    if os.environ.get(ENV, "").strip().lower() != "python":
+    if (settings.raw(ENV) or "").strip().lower() != "python":
         yield
         return
     read_fd, write_fd = os.pipe()

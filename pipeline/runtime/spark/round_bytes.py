@@ -36,8 +36,9 @@ one epoch per round under Connect when the budget is on (``PIPELINE_MAX_TASK_BYT
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 from pipeline.runtime.spark.session import is_connect_session
 
@@ -60,7 +61,7 @@ class ReadBytes:
     rows: Mapping[str, int]
     bytes: Mapping[str, int]
 
-    def __add__(self, other: "ReadBytes") -> "ReadBytes":
+    def __add__(self, other: ReadBytes) -> ReadBytes:
         keys = set(self.rows) | set(other.rows)
         return ReadBytes({k: self.rows.get(k, 0) + other.rows.get(k, 0) for k in keys},
                          {k: self.bytes.get(k, 0) + other.bytes.get(k, 0) for k in keys})
@@ -104,7 +105,7 @@ class ReadBytesCounter:
         self.accumulator = accumulator
 
     @classmethod
-    def for_session(cls, spark: Any) -> "ReadBytesCounter | None":
+    def for_session(cls, spark: Any) -> ReadBytesCounter | None:
         """A counter on ``spark``'s context; None where there are no accumulators (Spark Connect)."""
         sc = None if is_connect_session(spark) else getattr(spark, "sparkContext", None)
         return None if sc is None else cls(sc.accumulator({}, _SumParam()))

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import sys
 
+from pipeline import settings
 from pipeline.credentials import REDACTION_REGEX, forward_to_executors
 from pipeline.exceptions import ConfigError
 from pipeline.master import choose_master, connect_url, probe_connect
@@ -78,8 +79,9 @@ def get_spark(master: str | None = None, parallelism: int = 2, app: str = "epoch
     if url is not None:
         _SESSION = _connect(url, parallelism, app)
         return _SESSION
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    env = settings.environ()
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
@@ -95,13 +97,13 @@ def get_spark(master: str | None = None, parallelism: int = 2, app: str = "epoch
          .config("spark.ui.showConsoleProgress", "false")
          .config("spark.sql.shuffle.partitions", str(parallelism))
          .config("spark.python.worker.reuse", "true")
-         .config("spark.driver.memory", os.environ.get("EPOCHAL_DRIVER_MEMORY", "4g"))
+         .config("spark.driver.memory", settings.get_str("EPOCHAL_DRIVER_MEMORY"))
          .config("spark.executorEnv.PYTHONPATH", os.pathsep.join(p for p in sys.path if p)))
     for k, v in SQL_CONF.items():
         b = b.config(k, v)
     for k, v in local_shuffle_conf(choice.master).items():
         b = b.config(k, v)
-    if preimport_workers(choice.master, os.environ):  # task modules imported once per executor, not per worker
+    if preimport_workers(choice.master, env):  # task modules imported once per executor, not per worker
         b = b.config("spark.python.daemon.module", "pipeline.runtime.spark.worker_daemon")
     b = b.config("spark.redaction.regex", REDACTION_REGEX)
     for k in ("EPOCHAL_KILL_AT", "EPOCHAL_KILL_SCOPE", "EPOCHAL_PHASE_MARKERS", "EPOCHAL_ATTEMPT_FAULT",
@@ -109,13 +111,13 @@ def get_spark(master: str | None = None, parallelism: int = 2, app: str = "epoch
               # the S3 retry knobs (pipeline.storage_retry, pipeline.fileio.s3) hold on the executors too
               "PIPELINE_S3_RETRY_SECONDS", "PIPELINE_S3_RETRY_BASE_MS", "PIPELINE_S3_RETRY_MAX_BACKOFF_SECONDS",
               "PIPELINE_S3_BOTO_ATTEMPTS", "PIPELINE_S3_PART_MB"):
-        if os.environ.get(k):
-            b = b.config(f"spark.executorEnv.{k}", os.environ[k])
+        if env.get(k):
+            b = b.config(f"spark.executorEnv.{k}", env[k])
     with relay_jvm_stderr():  # EPOCHAL_JVM_LOGS=python: JVM log lines at their level (Airflow tasks)
         _SESSION = b.getOrCreate()
     # AWS credential-chain inputs travel with the tasks, never in the Spark configuration
-    forward_to_executors(_SESSION.sparkContext, os.environ)
-    _SESSION.sparkContext.setLogLevel(os.environ.get("EPOCHAL_SPARK_LOG_LEVEL", "ERROR"))
+    forward_to_executors(_SESSION.sparkContext, env)
+    _SESSION.sparkContext.setLogLevel(settings.get_str("EPOCHAL_SPARK_LOG_LEVEL"))
     _quiet_task_failures(_SESSION)
     return _SESSION
 
@@ -178,7 +180,7 @@ def _quiet_task_failures(spark) -> None:
     :func:`pipeline.runtime.spark.dataflow.rethrow_task_error`): Spark's own ERROR lines carrying the Python worker's
     traceback (``Executor: Exception in task``, ``TaskSetManager: Lost task``) are switched off, unless
     ``EPOCHAL_SPARK_TASK_ERRORS=1`` (debugging) or an explicit ``EPOCHAL_SPARK_LOG_LEVEL`` asks for them."""
-    if os.environ.get("EPOCHAL_SPARK_TASK_ERRORS") == "1" or os.environ.get("EPOCHAL_SPARK_LOG_LEVEL"):
+    if settings.raw("EPOCHAL_SPARK_TASK_ERRORS") == "1" or settings.raw("EPOCHAL_SPARK_LOG_LEVEL"):
         return
     try:
         jvm = spark.sparkContext._jvm  # noqa: SLF001

@@ -30,8 +30,9 @@ approximate count, :attr:`~pipeline.fileio.request_counter.RequestCounting.APPRO
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 from pipeline.fileio.request_counter import (
     KINDS,
@@ -92,7 +93,7 @@ class RoundRequests:
         return out
 
     @classmethod
-    def reported(cls, reports: Sequence[Any]) -> "RoundRequests":
+    def reported(cls, reports: Sequence[Any]) -> RoundRequests:
         """The approximate count: the sum of the ``s3_requests`` the tasks reported (Spark Connect)."""
         total = StorageRequests()
         for r in reports:
@@ -108,7 +109,7 @@ class TaskRequestCounter:
         self.accumulator = accumulator
 
     @classmethod
-    def for_session(cls, spark: Any) -> "TaskRequestCounter | None":
+    def for_session(cls, spark: Any) -> TaskRequestCounter | None:
         """A counter on ``spark``'s context; None where there are no accumulators (Spark Connect)."""
         sc = None if is_connect_session(spark) else getattr(spark, "sparkContext", None)
         if sc is None:
@@ -132,7 +133,7 @@ class TaskRequestCounter:
 
 
 def counted(fn: Callable[[Iterator[Any]], Iterator[Any]],
-            counter: "TaskRequestCounter | None") -> Callable[[Iterator[Any]], Iterator[Any]]:
+            counter: TaskRequestCounter | None) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """``fn`` (a ``mapInArrow`` function), recording the S3 requests its worker sends while it runs and adding
     them to ``counter``'s accumulator at its end (before PySpark sends the task's accumulator updates), and to
     the accumulators of the :class:`RequestSpan` s open on the driver when ``fn`` is wrapped (a command outside
@@ -174,7 +175,7 @@ class SpanRequests:
                 "executor_counting": self.executor_counting}
 
 
-_SPANS: list["RequestSpan"] = []  # the driver's open spans (innermost last)
+_SPANS: list[RequestSpan] = []  # the driver's open spans (innermost last)
 
 
 class RequestSpan:
@@ -192,7 +193,7 @@ class RequestSpan:
         self._result: SpanRequests | None = None
 
     @property
-    def counter(self) -> "TaskRequestCounter | None":
+    def counter(self) -> TaskRequestCounter | None:
         """The span's accumulator (created on the session at first need; None without one, or on Connect)."""
         if self._counter is None and not self._connect:
             spark = self._session()
@@ -203,7 +204,7 @@ class RequestSpan:
                     self._counter = TaskRequestCounter.for_session(spark)
         return self._counter
 
-    def __enter__(self) -> "RequestSpan":
+    def __enter__(self) -> RequestSpan:
         self._driver0 = request_counts()
         _SPANS.append(self)
         return self

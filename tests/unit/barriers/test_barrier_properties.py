@@ -6,8 +6,8 @@ same events with the same error type.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import pytest
 from hypothesis import HealthCheck, given, settings

@@ -159,7 +159,7 @@ def _beaconed(inputs: list[pa.Table]) -> tuple[list[pa.Table], list[pa.Table]]:
 
 
 def _norm(rows) -> list:
-    return sorted((json.dumps(r, sort_keys=True, default=str) for r in rows))
+    return sorted(json.dumps(r, sort_keys=True, default=str) for r in rows)
 
 
 def _content(h: dict) -> list:

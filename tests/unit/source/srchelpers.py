@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import io
 import json
-from typing import Sequence
+from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -55,5 +55,5 @@ def write_jsonl(root: str, source: str, partition: int, seq: int, records: Seque
 def iso(us: int) -> str:
     import datetime as dt
 
-    return (dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=us)).isoformat().replace(
+    return (dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=us)).isoformat().replace(
         "+00:00", "Z")

@@ -21,13 +21,24 @@
         c<id:012d>-r<k>-<base|delta>...          #   written by checkpoint <id> round <k>; deleted only when no
                                                 #   retained checkpoint and no savepoint references them
       savepoints/sp-<id>-<ts>/                  # self-contained savepoints (same inside)
-      validation/<chk-<id>|sp-<id>>/            # data-quality results per snapshot
-      orchestration/                            # Airflow-side control records
+      failed/chk-<id>.json                      # why a checkpoint was aborted (the newest few)
+      restores/<time>-<seq>.json                # restore and rewind events
+      validation/<chk-<id>|sp-<id>>/[epoch/]summary.json  # data-quality results per snapshot
+      data_docs/index.html                      # the Data Docs site
+      orchestration/control.json                # Airflow-side control records
+      orchestration/savepoints/<id:012d>.json   #   savepoints taken through Airflow
+    <checkpoint root>/_replay/<token>/          # scratch roots of a determinism replay
     <sink root>/<job>/<table>/
       data/txn-<id>/part-<subtask>...           # staged output of checkpoint <id>
       _commits/<id:012d>.json                   # the commit log (readers see committed data only)
+    <dead-letter root>/<job>/...                # bad input and late records (:mod:`pipeline.layout.dead_letters`)
 
-Functions take and return URIs (strings); :func:`pipeline.fileio.join_uri` joins the segments.
+State files are named by their key-group range, ``kg-<a:05d>-<b:05d>`` (:func:`key_group_name`); the logs under
+``barriers/`` are parsed with the patterns of :mod:`pipeline.layout.logs`. The source side (``partition=<p>/
+<seq>.parquet``, the files users write) is :mod:`pipeline.source.layout`.
+
+Functions take and return URIs (strings); :func:`pipeline.fileio.join_uri` joins the segments. A test
+(``tests/unit/test_storage_keys.py``) fails on a key literal anywhere else in the package.
 """
 from __future__ import annotations
 
@@ -57,7 +68,18 @@ SINK_DATA_DIR = "data"
 SINK_COMMITS_DIR = "_commits"
 SHARED_DIR = "shared"
 RESTORES_DIR = "restores"
+FAILED_DIR = "failed"
+DATA_DOCS_DIR = "data_docs"
+DATA_DOCS_INDEX = "index.html"
+VALIDATION_SUMMARY_FILE = "summary.json"
+VALIDATION_EPOCH_DIR = "epoch"          # results of the cheap per-epoch subset (never overwrites a full run's)
+CONTROL_FILE = "control.json"
+REPLAY_DIR = "_replay"
+EXPORT_DONE_FILE = "_SUCCESS"           # written last by ``export`` / ``state``: the target is complete
+STATE_DIR = "state"
 _CHK = "chk-"
+_TXN = "txn-"
+_KG = "kg-"
 
 
 # ------------------------------------------------------------------------------------------- names
@@ -93,6 +115,46 @@ def restore_event_name(at: str, seq: int) -> str:
 
 def sink_commit_name(checkpoint_id: int) -> str:
     return f"{checkpoint_id:012d}.json"
+
+
+def failed_record_name(checkpoint_id: int) -> str:
+    """``chk-<id>.json``: why checkpoint ``checkpoint_id`` was aborted, in ``<job root>/failed/``."""
+    return f"{checkpoint_dir_name(int(checkpoint_id))}.json"
+
+
+def failed_record_id_of(name: str) -> int | None:
+    """The checkpoint id of a ``chk-<id>.json`` failure record name, None for any other name."""
+    return checkpoint_id_of(name[:-len(".json")]) if name.endswith(".json") else None
+
+
+def control_savepoint_name(savepoint_id: int) -> str:
+    """``<id:012d>.json``: a savepoint taken through Airflow, in ``orchestration/savepoints/``."""
+    return f"{int(savepoint_id):012d}.json"
+
+
+def key_group_name(kg_start: int, kg_end: int) -> str:
+    """``kg-<a:05d>-<b:05d>``: the key-group range ``[a, b]`` in a state, channel or dead-letter file name."""
+    return f"{_KG}{kg_start:05d}-{kg_end:05d}"
+
+
+def key_group_range_of(name: str) -> tuple[int, int] | None:
+    """``(a, b)`` of a ``kg-<a>-<b>`` directory name, None for any other name."""
+    m = _KG_NAME.match(name)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+_KG_NAME = re.compile(r"^kg-(\d{5})-(\d{5})$")
+
+
+def key_group_file(prefix: str, name: str, kg_start: int, kg_end: int) -> str:
+    """``<prefix>/<name>/kg-<a>-<b>.parquet``: one state (or parked channel) file of a key-group range."""
+    return f"{prefix}/{name}/{key_group_name(kg_start, kg_end)}.parquet"
+
+
+def snapshot_state_uri(location: str, uid: str, name: str, subtask: int, kg_start: int, kg_end: int) -> str:
+    """``<location>/state/<uid>/<name>/<subtask:05d>-kg-<a>-<b>.parquet``: a state file of a savepoint written
+    as a copy (bases only)."""
+    return join_uri(location, STATE_DIR, uid, name, f"{subtask:05d}-{key_group_name(kg_start, kg_end)}.parquet")
 
 
 # ------------------------------------------------------------------------------------ job root
@@ -153,6 +215,21 @@ class JobLayout:
 
     def orchestration(self) -> str:
         return join_uri(self.root, ORCHESTRATION_DIR)
+
+    def failed(self) -> str:
+        """``failed/``: why the newest aborted checkpoints failed."""
+        return join_uri(self.root, FAILED_DIR)
+
+    def restores(self) -> str:
+        return join_uri(self.root, RESTORES_DIR)
+
+    def data_docs(self) -> str:
+        """``data_docs/``: the job's Data Docs site."""
+        return join_uri(self.root, DATA_DOCS_DIR)
+
+    def barriers(self) -> str:
+        """``barriers/``: the barrier log (with the round and lag logs below it)."""
+        return join_uri(self.root, BARRIERS_DIR)
 
 
 # ------------------------------------------------------------------------ inside a checkpoint dir
@@ -222,10 +299,37 @@ def sink_commits_uri(table_uri: str) -> str:
     return join_uri(table_uri, SINK_COMMITS_DIR)
 
 
+def sink_txn_name(checkpoint_id: int) -> str:
+    """``txn-<id>``: the staging directory (and transaction name) of checkpoint ``checkpoint_id``."""
+    return f"{_TXN}{checkpoint_id}"
+
+
+def sink_txn_id_of(name: str) -> int | None:
+    """The checkpoint id of a ``txn-<id>`` name, None for any other name."""
+    if name.startswith(_TXN) and name[len(_TXN):].isdigit():
+        return int(name[len(_TXN):])
+    return None
+
+
 def sink_staging_uri(table_uri: str, checkpoint_id: int) -> str:
     """``data/txn-<id>``: where tasks stage the files of checkpoint ``checkpoint_id``."""
-    return join_uri(table_uri, SINK_DATA_DIR, f"txn-{checkpoint_id}")
+    return join_uri(table_uri, SINK_DATA_DIR, sink_txn_name(checkpoint_id))
+
+
+# --------------------------------------------------------------------------- quality and tools
+def replay_root(root: str, token: str) -> str:
+    """``<root>/_replay/<token>``: a scratch root of one determinism replay."""
+    return join_uri(root, REPLAY_DIR, token)
+
+
+def validation_results_uri(snapshot_dir: str, *, epoch_mode: bool) -> str:
+    """Where one validation writes: ``<validation>/<snapshot>`` (full) or its ``epoch/`` (the per-epoch subset)."""
+    return join_uri(snapshot_dir, VALIDATION_EPOCH_DIR) if epoch_mode else snapshot_dir
 
 
 __all__ += ["SHARED_DIR", "shared_state_uri", "shared_writer_id", "metadata_uri", "pending_uri", "round_unused_prefix", "sink_data_uri", "sink_commits_uri"]
 __all__ += ["RESTORES_DIR", "restore_event_name"]
+__all__ += ["FAILED_DIR", "DATA_DOCS_DIR", "DATA_DOCS_INDEX", "VALIDATION_SUMMARY_FILE", "VALIDATION_EPOCH_DIR",
+            "CONTROL_FILE", "REPLAY_DIR", "EXPORT_DONE_FILE", "STATE_DIR", "failed_record_name",
+            "failed_record_id_of", "control_savepoint_name", "key_group_name", "key_group_range_of", "key_group_file",
+            "snapshot_state_uri", "sink_txn_name", "sink_txn_id_of", "replay_root", "validation_results_uri"]
