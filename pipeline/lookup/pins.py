@@ -6,22 +6,19 @@ batch meaning joins each epoch's rows with the same record. The records are tiny
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from pipeline.exceptions import ConditionalWriteError, CorruptCheckpointError, ObjectNotFoundError
-from pipeline.fileio import join_uri
 from pipeline.fileio.base import FileIO
+from pipeline.layout.lookups import lookup_pin_epoch, lookup_pin_uri, lookup_pins_prefix
 from pipeline.lookup.tables import pin_current
 from pipeline.operators.lookup import SideTable
 
 __all__ = ["pin_uri", "pin_epoch", "read_pins"]
 
-_EPOCH = re.compile(r"epoch-(\d+)\.json$")
-
-
 def pin_uri(job_root: str, uid: str, epoch: int) -> str:
-    return join_uri(job_root, f"lookups/{uid}/epoch-{epoch:010d}.json")
+    """Where the pin of ``epoch`` of lookup join ``uid`` is recorded (:mod:`pipeline.layout.lookups`)."""
+    return lookup_pin_uri(job_root, uid, epoch)
 
 
 def _load(fio: FileIO, uri: str) -> dict[str, Any]:
@@ -50,8 +47,8 @@ def pin_epoch(fio: FileIO, job_root: str, uid: str, epoch: int, table: SideTable
 def read_pins(fio: FileIO, job_root: str, uid: str, upto_epoch: int | None = None) -> dict[int, dict[str, Any]]:
     """Every recorded pin of lookup join ``uid`` (epoch -> pin), up to ``upto_epoch``."""
     out: dict[int, dict[str, Any]] = {}
-    for f in fio.list(join_uri(job_root, f"lookups/{uid}/")):
-        m = _EPOCH.search(f.uri)
-        if m and (upto_epoch is None or int(m.group(1)) <= upto_epoch):
-            out[int(m.group(1))] = _load(fio, f.uri)
+    for f in fio.list(lookup_pins_prefix(job_root, uid)):
+        n = lookup_pin_epoch(f.uri)
+        if n is not None and (upto_epoch is None or n <= upto_epoch):
+            out[n] = _load(fio, f.uri)
     return out

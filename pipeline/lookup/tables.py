@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import threading
 from collections import OrderedDict
@@ -31,10 +30,11 @@ from pipeline.fileio import file_io_for
 from pipeline.fileio.base import sha256_of
 from pipeline.operators.lookup import SideTable, SideTableFormat, normalized_schema
 from pipeline.sink.delta import delta_storage_options
+from pipeline.sink.iceberg import s3_properties
 
 __all__ = ["pin_current", "read_pinned", "pinned_schema", "describe_pin"]
 
-_CACHE: "OrderedDict[str, pa.Table]" = OrderedDict()
+_CACHE: OrderedDict[str, pa.Table] = OrderedDict()
 _CACHE_SIZE = 4
 _LOCK = threading.Lock()
 _META = re.compile(r"(?:^|/)(?:v)?(\d+)(?:-[^/]*)?\.metadata\.json$")
@@ -60,11 +60,7 @@ def _parquet_files(table: SideTable) -> list[tuple[str, int]]:
 def _iceberg_properties(uri: str) -> dict[str, str]:
     if not uri.startswith("s3://"):
         return {}
-    env = os.environ
-    props = {"s3.endpoint": env.get("AWS_ENDPOINT_URL", ""), "s3.access-key-id": env.get("AWS_ACCESS_KEY_ID", ""),
-             "s3.secret-access-key": env.get("AWS_SECRET_ACCESS_KEY", ""),
-             "s3.region": env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or ""}
-    return {k: v for k, v in props.items() if v}
+    return s3_properties()
 
 
 def pin_current(table: SideTable) -> dict[str, Any]:

@@ -41,7 +41,7 @@ class SideTable:
     uri: str
 
     @classmethod
-    def parse(cls, spec: str, where: str) -> "SideTable":
+    def parse(cls, spec: str, where: str) -> SideTable:
         fmt, sep, uri = (spec or "").partition(":")
         if not sep or not uri or fmt not in {f.value for f in SideTableFormat}:
             raise ConfigError(f"{where}: table={spec!r}; use 'parquet:<uri>', 'delta:<uri>' or 'iceberg:<uri>'")
@@ -51,7 +51,7 @@ class SideTable:
     def spec(self) -> str:
         return f"{self.format.value}:{self.uri}"
 
-    def resolved(self, source_root: str) -> "SideTable":
+    def resolved(self, source_root: str) -> SideTable:
         """The table with a relative URI made absolute against ``source_root``."""
         if "://" in self.uri or self.uri.startswith("/"):
             return self if "://" in self.uri else SideTable(self.format, "file://" + self.uri)

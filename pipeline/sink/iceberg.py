@@ -43,7 +43,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from pipeline.config import PipelineConfig
     from pipeline.fileio import FileIO
 
-__all__ = ["IcebergTable", "iceberg_catalog", "default_catalog_uri", "key_match_filter", "iceberg_commits_counted"]
+__all__ = ["IcebergTable", "iceberg_catalog", "default_catalog_uri", "key_match_filter", "iceberg_commits_counted",
+           "s3_properties"]
 
 #: the ``py-io-impl`` catalog property naming pyiceberg's file IO on Epochal's counted S3 client
 COUNTED_IO_IMPL = "pipeline.sink.iceberg_io.CountedPyArrowFileIO"
@@ -68,7 +69,8 @@ def default_catalog_uri(sink_uri: str) -> str:
     return f"sqlite:///{path}"
 
 
-def _s3_properties() -> dict[str, str]:
+def s3_properties() -> dict[str, str]:
+    """pyiceberg's S3 properties from the AWS_* settings (endpoint, credentials, region), unset ones left out."""
     out = {}
     for env, prop in (("AWS_ENDPOINT_URL", "s3.endpoint"), ("AWS_ACCESS_KEY_ID", "s3.access-key-id"),
                       ("AWS_SECRET_ACCESS_KEY", "s3.secret-access-key"), ("AWS_SESSION_TOKEN", "s3.session-token")):
@@ -86,7 +88,7 @@ def iceberg_catalog(config: PipelineConfig) -> Catalog:
     name = config.iceberg_catalog
     uri = config.iceberg_catalog_uri or default_catalog_uri(config.sink_uri)
     counted = iceberg_commits_counted(config)
-    key = (name, uri, tuple(sorted(_s3_properties().items())), counted)
+    key = (name, uri, tuple(sorted(s3_properties().items())), counted)
     with _LOCK:
         cat = _CATALOGS.get(key)
         if cat is None:
@@ -102,7 +104,7 @@ def iceberg_catalog(config: PipelineConfig) -> Catalog:
                 if uri.startswith("sqlite:///"):
                     Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
                 io = {"py-io-impl": COUNTED_IO_IMPL} if counted else {}  # commits counted (iceberg_io)
-                cat = SqlCatalog("epochal", uri=uri, warehouse=config.sink_uri, **_s3_properties(), **io)
+                cat = SqlCatalog("epochal", uri=uri, warehouse=config.sink_uri, **s3_properties(), **io)
             _CATALOGS[key] = cat
         return cat
 

@@ -5,7 +5,8 @@ its barrier), and pin each epoch's side-table version before the epoch's Spark r
 of :mod:`pipeline.lookup.pins`)."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from pipeline.barriers.events import CheckpointingMode
 from pipeline.config import PipelineConfig
