@@ -46,6 +46,7 @@ from pipeline.runtime.operators.task import (
 from pipeline.state.backend import KG_COLUMN, read_state, write_table
 from pipeline.windows.aggregate import EPOCH, EVENT_US, WindowSpec, state_schema, window_step
 from pipeline.windows.assign import PENDING_US, window_index
+from pipeline.windows.session import session_index
 from pipeline.windows.watermark import WATERMARK_SCHEMA, WatermarkState, merge_observations
 
 __all__ = ["WindowTaskSpec", "make_window_task", "check_window", "CHANNEL", "MARKER", "OBS_PREFIX"]
@@ -138,7 +139,11 @@ def _write_dead_letters(fio, prefix: str, name: str, late: pa.Table, bad: pa.Tab
 
 
 def _fire_index(w: WindowSpec, schema: pa.Schema, watermark_us: int | None, pending_epoch: int | None):
-    """The window state's index in a keyed store (:func:`pipeline.windows.assign.window_index`)."""
+    """The window state's index in a keyed store (:func:`pipeline.windows.assign.window_index`,
+    :func:`pipeline.windows.session.session_index`)."""
+    if w.gap_us:
+        return session_index(w.gap_us, w.lateness_us, watermark_us, event_i=schema.names.index(EVENT_US),
+                             epoch_i=schema.names.index(EPOCH), pending_epoch=pending_epoch)
     return window_index(w.size_us, w.slide_us, w.lateness_us, watermark_us, event_i=schema.names.index(EVENT_US),
                         epoch_i=schema.names.index(EPOCH), pending_epoch=pending_epoch)
 
