@@ -5,6 +5,7 @@ The full suite is ``python -m benchmarks.nexmark.run`` (benchmarks/nexmark/READM
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -48,9 +49,14 @@ def test_aggregate_with_count_distinct_and_filters_exact_after_a_sigkill(capsys,
     assert r["kills_landed"] == 1 and r["output_rows"] == r["reference_rows"] > 0
 
 
+@pytest.mark.skipif(os.environ.get("EPOCHAL_SESSION") != "1" and os.environ.get("EPOCHAL_SESSION_FULL") != "1",
+                    reason="opt-in (EPOCHAL_SESSION=1): about 2.5 min on the loaded 2-core machine")
 def test_session_window_query_exact_after_a_sigkill(capsys, tmp_path):
-    """q11: bids per bidder per session (10 s gap; docs/operators.md "Session windows")."""
-    out = _run(capsys, "--queries", "q11", "--kills", "1", "--workdir", str(tmp_path))
+    """q11: bids per bidder per session (10 s gap; docs/operators.md "Session windows"). At 100 events/s no
+    bidder pauses 10 s within the input, so this profile stretches the same events over 300 s (5 epochs of 60 s):
+    a few hundred sessions close."""
+    out = _run(capsys, "--queries", "q11", "--kills", "1", "--workdir", str(tmp_path), "--rate", "10",
+               "--epoch-seconds", "60")
     (r,) = out["results"]
     assert r["status"] == "exact", r
-    assert r["kills_landed"] == 1 and r["output_rows"] == r["reference_rows"] > 0
+    assert r["kills_landed"] == 1 and r["output_rows"] == r["reference_rows"] > 100
