@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["IntervalJoinSpec", "IntervalJoinResult", "interval_join_step"]
+__all__ = ["IntervalJoinSpec", "IntervalJoinResult", "interval_join_step", "output_schema"]
 
 _TS = pa.timestamp("us", tz="UTC")
 
