@@ -186,10 +186,7 @@ def window_step(spec: WindowSpec, state: pa.Table, rows: pa.Table | None, *, epo
     the state's records of the epoch, whose emissions are committed. ``None`` watermarks are -inf.
     """
     if spec.gap_us:
-        from pipeline.windows.session import session_step  # lazy: session.py imports this module's helpers
-        return session_step(spec, state, rows, epoch=epoch, late_watermark_us=late_watermark_us,
-                            fire_watermark_us=fire_watermark_us, complete=complete, input_schema=input_schema,
-                            carry=carry)
+        raise ValueError("a session window's step is pipeline.windows.session.session_step")
     in_schema = input_schema if input_schema is not None else (rows.schema if rows is not None else None)
     if in_schema is None:
         raise ValueError("window_step needs rows or input_schema")

@@ -59,9 +59,11 @@ def sessionize(keys: pa.Array | pa.ChunkedArray, event_us: np.ndarray, gap_us: i
 
 def session_step(spec: WindowSpec, state: pa.Table, rows: pa.Table | None, *, epoch: int,
                  late_watermark_us: int | None, fire_watermark_us: int | None, complete: bool,
-                 input_schema: pa.Schema | None = None, carry: tuple[str, ...] = ()) -> WindowStepResult:
+                 input_schema: pa.Schema | None = None, carry: tuple[str, ...] = (),
+                 replayed: bool = False) -> WindowStepResult:
     """One step of a session window over some key groups (the arguments of
-    :func:`pipeline.windows.aggregate.window_step`; ``state`` must hold every record of its keys)."""
+    :func:`pipeline.windows.aggregate.window_step`; ``state`` must hold every record of its keys; ``replayed``
+    matters only to ``emit="update"``, which sessions do not have)."""
     in_schema = input_schema if input_schema is not None else (rows.schema if rows is not None else None)
     if in_schema is None:
         raise ValueError("session_step needs rows or input_schema")

@@ -1,7 +1,7 @@
 """Property test of the session window kernel against a pandas model of docs/operators.md "Session windows".
 
 Random epochs of records (repeated keys, out-of-order and late event times, idle channels, null keys and event
-times), processed by ``window_step`` with a session spec, split over subtasks (the split changes between epochs:
+times), processed by ``session_step``, split over subtasks (the split changes between epochs:
 rescaling) and over rounds (a checkpoint spanning several rounds), compared with the model (pandas, sharing no
 code with Epochal): the late records, the sessions emitted at every epoch and the state after every epoch. The
 model sessionizes *all* on-time records of the epochs so far (the batch meaning); the kernel only ever sees the
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from pipeline.exceptions import ConfigError
 from pipeline.job import Job
-from pipeline.windows import EmitMode, WatermarkState, WindowSpec, observe_channels, window_step
+from pipeline.windows import EmitMode, WatermarkState, WindowSpec, observe_channels, session_step
 
 pytestmark = pytest.mark.unit
 
@@ -56,7 +56,7 @@ def run_kernel(epochs, gap, ooo, lateness, parallelisms, rounds):
                                           for k in table["k"].to_pylist()], pa.bool_()))
             bounds = [mine.num_rows * j // nr for j in range(nr + 1)]
             for j in range(nr):
-                res = window_step(spec, cur, mine.slice(bounds[j], bounds[j + 1] - bounds[j]), epoch=m,
+                res = session_step(spec, cur, mine.slice(bounds[j], bounds[j + 1] - bounds[j]), epoch=m,
                                   late_watermark_us=wm.watermark_us, fire_watermark_us=new_wm.watermark_us,
                                   complete=(j == nr - 1), input_schema=SCHEMA, carry=("rid",))
                 cur = res.state
@@ -146,10 +146,10 @@ def test_session_step_matches_the_model(w):
 def test_a_record_bridging_two_sessions_merges_them():
     spec = WindowSpec("k", "et", 0, 0, 0, 0, AGGS, EmitMode.FINAL, 10 * SEC)
     recs = [{"rid": i, "channel": "s/0", "k": "a", "et": t, "v": i} for i, t in enumerate((0, 18, 9))]
-    first = window_step(spec, pa.table({}), to_table(recs[:2]), epoch=0, late_watermark_us=None,
+    first = session_step(spec, pa.table({}), to_table(recs[:2]), epoch=0, late_watermark_us=None,
                         fire_watermark_us=None, complete=True, input_schema=SCHEMA)
     assert first.output.num_rows == 0 and first.state.num_rows == 2   # two sessions: [0, 10) and [18, 28)
-    res = window_step(spec, first.state, to_table(recs[2:]), epoch=1, late_watermark_us=None,
+    res = session_step(spec, first.state, to_table(recs[2:]), epoch=1, late_watermark_us=None,
                       fire_watermark_us=28 * SEC, complete=True, input_schema=SCHEMA)
     assert [(int(r["window_start"].timestamp()), int(r["window_end"].timestamp()), r["cnt"])
             for r in res.output.to_pylist()] == [(0, 28, 3)]
