@@ -168,6 +168,7 @@ class WindowNode:
     aggs: tuple[tuple[str, str, str | None], ...]  # (output column, function, input column)
     emit: Literal["final", "update"]
     filters: tuple[tuple[str, str], ...] = ()       # (output column, SQL condition): FILTER (WHERE ...)
+    gap_seconds: int = 0                             # > 0: session windows (size and slide 0)
 
     STATE_NAMES: ClassVar[tuple[str, ...]] = ("win", "wm")
 
@@ -346,6 +347,30 @@ class Stream:
         return self.job._add(WindowNode(uid, self.node, key, event_time, size_seconds, slide,
                                         max_out_of_orderness_seconds, allowed_lateness_seconds, spec, emit,
                                         filters))
+
+    def session_window(self, *, uid: str, key: str, event_time: str, gap_seconds: int,
+                       max_out_of_orderness_seconds: int = 0, allowed_lateness_seconds: int = 0,
+                       aggs: Mapping[str, tuple[str, str | None]], emit: Literal["final"] = "final") -> "Stream":
+        """Event-time session windows per ``key`` (Flink's): a session closes when the watermark passes its last
+        record + ``gap_seconds``; a record bridging two sessions merges them. Output columns as :meth:`window`
+        (``window_start``: first record, ``window_end``: last record + gap); ``emit="final"`` only
+        (docs/operators.md "Session windows")."""
+        uid = self.job._uid(uid)
+        for name, v in (("gap_seconds", gap_seconds), ("max_out_of_orderness_seconds", max_out_of_orderness_seconds),
+                        ("allowed_lateness_seconds", allowed_lateness_seconds)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0 or (name == "gap_seconds" and v == 0):
+                raise ConfigError(f"session window {uid!r}: {name} must be a whole number of seconds "
+                                  f"(gap_seconds > 0), got {v!r}")
+        if emit != "final":
+            raise ConfigError(f"session window {uid!r}: emit must be 'final', got {emit!r} (a session's "
+                              "window_start moves when a record merges it with an earlier one, so an update "
+                              "stream keyed by (key, window_start) would leave stale rows)")
+        spec, filters = parse_aggs(f"session window {uid!r}", aggs, WINDOW_AGG_FUNCTIONS)
+        for out, _fn, _col in spec:
+            if out in (key, "window_start", "window_end"):
+                raise ConfigError(f"session window {uid!r}: aggregate name {out!r} clashes with an output column")
+        return self.job._add(WindowNode(uid, self.node, key, event_time, 0, 0, max_out_of_orderness_seconds,
+                                        allowed_lateness_seconds, spec, "final", filters, gap_seconds))
 
     def process(self, *, uid: str, key: str, fn: Callable[[pa.Table, pa.Table], tuple[pa.Table, pa.Table]],
                 state_schema: pa.Schema, output_schema: pa.Schema, ttl_seconds: int | None = None) -> "Stream":

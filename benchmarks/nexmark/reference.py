@@ -75,6 +75,37 @@ def window_pairs(inp: str, *, key: str, event_time: str, size: int, slide: int |
     )"""
 
 
+def session_rows(inp: str, *, key: str, event_time: str, gap: int, out_of_orderness: int = 0,
+                 lateness: int = 0) -> str:
+    """A SQL relation: every column of ``inp`` (which must carry ``_channel`` and ``_epoch``) plus ``window_start``
+    and ``window_end`` (timestamps) for each on-time record of a session window that fired: the on-time records
+    (``t + lateness > W(m-1)``) numbered into sessions per key (a new one where the previous record is ``gap`` or
+    more earlier); a session ``[first, last + gap)`` fired when ``last + gap + lateness <= W`` (docs/operators.md
+    "Session windows")."""
+    g_us, o_us, l_us = gap * _US, out_of_orderness * _US, lateness * _US
+    return f"""(
+      WITH r AS (SELECT *, epoch_us({event_time}) AS _t FROM {inp}
+                 WHERE {key} IS NOT NULL AND {event_time} IS NOT NULL),
+      ce AS (SELECT _channel, _epoch, max(_t) AS mx FROM r GROUP BY _channel, _epoch),
+      cr AS (SELECT _channel, _epoch, max(mx) OVER (PARTITION BY _channel ORDER BY _epoch
+                    ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS m FROM ce),
+      ep AS (SELECT _epoch, min(m) - {o_us} AS w FROM cr GROUP BY _epoch),
+      wm AS (SELECT _epoch AS wm_epoch, max(w) OVER (ORDER BY _epoch
+                    ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS wmark FROM ep),
+      fin AS (SELECT max(wmark) AS w_final FROM wm),
+      rp AS (SELECT r.*, wm.wmark AS _w_prev FROM r ASOF LEFT JOIN wm ON r._epoch > wm.wm_epoch),
+      ont AS (SELECT * FROM rp WHERE _t + {l_us} > coalesce(_w_prev, -9223372036854775807)),
+      nb AS (SELECT *, CASE WHEN _t - lag(_t) OVER (PARTITION BY {key} ORDER BY _t) < {g_us} THEN 0 ELSE 1 END
+                    AS _brk FROM ont),
+      ns AS (SELECT *, sum(_brk) OVER (PARTITION BY {key} ORDER BY _t ROWS UNBOUNDED PRECEDING) AS _sid FROM nb),
+      ss AS (SELECT *, min(_t) OVER (PARTITION BY {key}, _sid) AS _ws,
+                    max(_t) OVER (PARTITION BY {key}, _sid) + {g_us} AS _we FROM ns)
+      SELECT ss.* EXCLUDE (_t, _w_prev, _brk, _sid, _ws, _we), make_timestamp(_ws) AS window_start,
+             make_timestamp(_we) AS window_end
+      FROM ss, fin WHERE _we + {l_us} <= fin.w_final
+    )"""
+
+
 def run_reference(con, sql: str):
     """The reference's rows as an Arrow table."""
     return con.execute(sql).to_arrow_table()

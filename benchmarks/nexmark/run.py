@@ -94,6 +94,8 @@ def normalise(t: pa.Table, columns: list[str]) -> Counter:
 
 
 def compare(got: pa.Table, expected: pa.Table) -> tuple[bool, str]:
+    if got.num_rows == 0 and expected.num_rows == 0:  # a sink table never written has no columns
+        return True, ""
     gc, ec = sorted(got.column_names), sorted(expected.column_names)
     if gc != ec:
         return False, f"columns differ: output {got.column_names}, reference {expected.column_names}"

@@ -44,9 +44,15 @@ class WindowSpec:
     lateness_us: int
     aggs: tuple[tuple[str, str, str | None], ...]   # (output column, function, input column)
     emit: EmitMode = EmitMode.FINAL
+    gap_us: int = 0                                  # > 0: session windows (pipeline.windows.session)
 
     def __post_init__(self) -> None:
-        if self.size_us <= 0 or self.slide_us <= 0 or self.slide_us > self.size_us or self.size_us % self.slide_us:
+        if self.gap_us < 0:
+            raise ConfigError("window: the session gap must be > 0")
+        if self.gap_us and self.emit is not EmitMode.FINAL:
+            raise ConfigError("session window: only emit='final' (a session's start moves when sessions merge)")
+        if not self.gap_us and (self.size_us <= 0 or self.slide_us <= 0 or self.slide_us > self.size_us
+                                or self.size_us % self.slide_us):
             raise ConfigError(f"window: size {self.size_us // 1_000_000}s must be a positive multiple of the "
                               f"slide {self.slide_us // 1_000_000}s")
         if self.out_of_orderness_us < 0 or self.lateness_us < 0:
@@ -111,7 +117,8 @@ def _to_float(col) -> pa.Array:
 
 
 def _aggregate(spec: WindowSpec, pairs: pa.Table, out_schema: pa.Schema) -> pa.Table:
-    """Aggregates per (key, window start) of the (record, window) pairs."""
+    """Aggregates per (key, window start) of the (record, window) pairs (a session's pairs also carry its end,
+    ``_we``)."""
     if pairs.num_rows == 0:
         return out_schema.empty_table()
     tbl = {spec.key: pairs[spec.key], "_ws": pairs["_ws"]}
@@ -137,9 +144,13 @@ def _aggregate(spec: WindowSpec, pairs: pa.Table, out_schema: pa.Schema) -> pa.T
         else:
             requests.append((c, fn))
             names.append((f"{c}_{fn}", None))
+    session = "_we" in pairs.column_names
+    if session:
+        tbl["_we"] = pairs["_we"]
+        requests.append(("_we", "max"))
     g = pa.table(tbl).group_by([spec.key, "_ws"], use_threads=False).aggregate(requests)
     ws = g["_ws"]
-    cols = [g[spec.key], pc.cast(ws, TS), pc.cast(pc.add(ws, spec.size_us), TS)]
+    cols = [g[spec.key], pc.cast(ws, TS), pc.cast(g["_we_max"] if session else pc.add(ws, spec.size_us), TS)]
     for (_out, fn, _col), (n1, n2), f in zip(spec.aggs, names, list(out_schema)[3:]):
         c = g[n1]
         if fn == "avg":
@@ -173,10 +184,12 @@ def window_step(spec: WindowSpec, state: pa.Table, rows: pa.Table | None, *, epo
     records in ``state`` are those of a completed checkpoint of the same epoch: a restore or a savepoint
     re-completes the restored epoch), so ``emit="update"`` emits only the windows of ``rows``, not those of
     the state's records of the epoch, whose emissions are committed. ``None`` watermarks are -inf.
-    
 
     Over 80 lines: one vectorised pass (assign windows, lateness, merge with held windows, fire, expire), commented
-    step by step; Over 8 parameters: the epoch's watermarks and the round options, all keywords."""
+    step by step; Over 8 parameters: the epoch's watermarks and the round options, all keywords.
+    """
+    if spec.gap_us:
+        raise ValueError("a session window's step is pipeline.windows.session.session_step")
     in_schema = input_schema if input_schema is not None else (rows.schema if rows is not None else None)
     if in_schema is None:
         raise ValueError("window_step needs rows or input_schema")

@@ -126,3 +126,25 @@ def test_q12_processing_time_windows_with_an_idle_partition(tmp_path: Path):
     got = [(b, n, s.replace(tzinfo=UTC), e.replace(tzinfo=UTC))
            for b, n, s, e in rows(connect(tmp_path, E), "q12")]
     assert got == [(1, 1, at(10), at(20)), (1, 2, at(0), at(10))]
+
+
+def test_q11_session_reference_follows_the_watermark_rules(tmp_path: Path):
+    """q11 sessions (gap 10 s, out-of-orderness 4 s), one partition, epochs of 10 s of _ingest_ts:
+    W(0) = 8 - 4 = 4, W(1) = 15 - 4 = 11, W(2) = 29 - 4 = 25, W(3) = 44 - 4 = 40, W(6) = 62 - 4 = 58.
+    Bidder 7: 1, 8, 15 (one session [1, 25)); t=10 arrives in epoch 2 behind W(1) = 11: late, not counted; 29 and 40
+    are 10 s or more apart: [29, 39) and [40, 50). Bidder 8: 26, then 44 and 35 in epoch 3: 35 bridges 26 and 44 into
+    [26, 54). Bidder 9's [62, 72) is still open (72 > 58)."""
+    empty_sources(tmp_path)
+    write(tmp_path, "bid", 0, [dict(bidder=7, date_time=at(1), _ingest_ts=at(1)),
+                               dict(bidder=7, date_time=at(8), _ingest_ts=at(8)),
+                               dict(bidder=7, date_time=at(15), _ingest_ts=at(15)),
+                               dict(bidder=7, date_time=at(10), _ingest_ts=at(21)),
+                               dict(bidder=7, date_time=at(29), _ingest_ts=at(21)),
+                               dict(bidder=8, date_time=at(26), _ingest_ts=at(27)),
+                               dict(bidder=8, date_time=at(44), _ingest_ts=at(31)),
+                               dict(bidder=8, date_time=at(35), _ingest_ts=at(34)),
+                               dict(bidder=7, date_time=at(40), _ingest_ts=at(38)),
+                               dict(bidder=9, date_time=at(62), _ingest_ts=at(65))])
+    got = [(b, n, s.replace(tzinfo=timezone.utc), e.replace(tzinfo=timezone.utc))
+           for b, n, s, e in rows(connect(tmp_path, E), "q11")]
+    assert got == [(7, 1, at(29), at(39)), (7, 1, at(40), at(50)), (7, 3, at(1), at(25)), (8, 3, at(26), at(54))]

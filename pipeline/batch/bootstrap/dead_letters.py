@@ -285,7 +285,7 @@ def _window_dead_letters(comp, res, op: WindowNode):
     SEC = 1_000_000
     spec = WindowSpec(op.key, op.event_time, op.size_seconds * SEC, op.slide_seconds * SEC,
                       op.max_out_of_orderness_seconds * SEC, op.allowed_lateness_seconds * SEC, op.aggs,
-                      EmitMode(op.emit))
+                      EmitMode(op.emit), op.gap_seconds * SEC)
     src = comp.frame(op.parent)
     job = comp.job
     base = job.nodes[job.chain_to(op.parent)[0]]
@@ -296,7 +296,9 @@ def _window_dead_letters(comp, res, op: WindowNode):
                               + [c for c in src.columns if c not in INTERNAL] + positions))
     S, D = spec.size_us, spec.slide_us
     late = res.counts[f"{op.uid}: late records (dead-lettered by the runtime)"]
-    last = F.floor(F.col("__t") / F.lit(D)).cast("long") * F.lit(D)
+    # a late record's window: its last window, or the session [t, t + gap) it would have opened
+    last = F.col("__t") if spec.gap_us else F.floor(F.col("__t") / F.lit(D)).cast("long") * F.lit(D)
+    S = spec.gap_us or S
     # a window over a window's rows: its input has window_start/window_end already (the runtime's Arrow table then
     # holds the names twice; here the input's columns are kept and the late record's window is not added)
     extra_late = [e.alias(n) for n, e in (("window_start", F.timestamp_micros(last)),

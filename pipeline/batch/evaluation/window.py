@@ -9,6 +9,7 @@ from pipeline.batch.evaluation.context import PlanContext
 from pipeline.batch.evaluation.prefix import PEPOCH
 from pipeline.batch.evaluation.result import EXACT_SUM, WATERMARK_ROW, WINDOW_EPOCH, WINDOW_EVENT_US
 from pipeline.batch.evaluation.rounds import ROUND, fired_round
+from pipeline.batch.evaluation.session_window import session_late, session_pairs
 from pipeline.job import AggregateNode, JoinNode, SourceNode, WindowNode
 from pipeline.operators.aggregate_functions import mask_sql, masked_aggs
 
@@ -57,12 +58,44 @@ def window(plan: PlanContext, nid: int, op: WindowNode):
         cand = min(seen[c] for c, _ in active) - O
         w = cand if w is None else max(w, cand)
         w_after[m] = w
-    _window_state(plan, op, recs, w, seen)
     if not w_prev:
         wm = plan.spark.createDataFrame([], f"{PEPOCH} long, __wprev long")
     else:
         wm = plan.spark.createDataFrame([(m, w_prev[m]) for m in w_prev], f"{PEPOCH} long, __wprev long")
     # (record, window) pairs on time: window end + L > W(m-1) of the record's epoch
+    G = op.gap_seconds * SEC
+    if G:  # session windows: the pairs are the on-time records, each with its session (session_window.py)
+        pairs = session_pairs(recs, wm, op.key, G, L)
+        late = session_late(recs, wm, L)
+        _session_state(plan, op, pairs, w, seen)
+    else:
+        pairs, late = _pairs(recs, wm, S, D, L)
+        _window_state(plan, op, recs, w, seen)
+    plan.result.counts[f"{op.uid}: late records (dead-lettered by the runtime)"] = late
+    aggs = _aggs(src, op)
+    extra = [F.max("__we").alias("__we")] if G else []
+    by_window = pairs.groupBy(op.key, "__ws").agg(*(window_agg_exprs(src, op) if op.filters else aggs), *extra)
+    names = [out for out, _, _ in op.aggs]
+    end = F.expr("timestamp_micros(__we)") if G else F.expr(f"timestamp_micros(__ws + {S})")
+    # __thr: the watermark at which the window fires (end + L)
+    thr = F.col("__we") + F.lit(L) if G else F.col("__ws") + F.lit(S + L)
+    out = by_window.select(op.key, F.expr("timestamp_micros(__ws)").alias("window_start"),
+                           end.alias("window_end"), *names, thr.alias("__thr"))
+    if op.emit == "final":
+        # fires at the first epoch m <= n with end + L <= W(m): emitted once, with its on-time records
+        marks: list[int] = [x for m, x in w_after.items() if m <= plan.prefix.epoch and x is not None]
+        top = max(marks, default=None)
+        out = out if top is None else out.filter(F.col("__thr") <= F.lit(top))
+        if top is None:
+            out = out.limit(0)
+        if _flows_on(plan, nid):
+            return _window_flow(plan, out, w_after)
+    return out.drop("__thr")
+
+
+def _pairs(recs, wm, S: int, D: int, L: int):
+    """Tumbling/sliding windows: the (record, window) pairs on time and the late records."""
+    from pyspark.sql import functions as F
     k = S // D
     pairs = (recs.join(F.broadcast(wm), PEPOCH, "left")
              .withColumn("__last", F.floor(F.col("__t") / F.lit(D)).cast("long") * F.lit(D))
@@ -72,7 +105,11 @@ def window(plan: PlanContext, nid: int, op: WindowNode):
     late = recs.join(F.broadcast(wm), PEPOCH, "left").filter(
         F.col("__wprev").isNotNull()
         & (F.floor(F.col("__t") / F.lit(D)).cast("long") * F.lit(D) + F.lit(S + L) <= F.col("__wprev")))
-    plan.result.counts[f"{op.uid}: late records (dead-lettered by the runtime)"] = late
+    return pairs, late
+
+
+def _aggs(src, op: WindowNode) -> list:
+    from pyspark.sql import functions as F
     aggs = []
     for out, fn, col in (() if op.filters else op.aggs):   # FILTER: evaluation/aggregate_functions.py
         if fn == "count":
@@ -89,28 +126,14 @@ def window(plan: PlanContext, nid: int, op: WindowNode):
                 aggs.append((total.cast("double") / F.count(F.col(col)).cast("double")).alias(out))
         else:
             aggs.append((F.min if fn == "min" else F.max)(F.col(col)).alias(out))
-    by_window = pairs.groupBy(op.key, "__ws").agg(*(window_agg_exprs(src, op) if op.filters else aggs))
-    names = [out for out, _, _ in op.aggs]
-    out = by_window.select(op.key, F.expr("timestamp_micros(__ws)").alias("window_start"),
-                           F.expr(f"timestamp_micros(__ws + {S})").alias("window_end"), *names,
-                           F.col("__ws"))
-    if op.emit == "final":
-        # fires at the first epoch m <= n with end + L <= W(m): emitted once, with its on-time records
-        marks: list[int] = [x for m, x in w_after.items() if m <= plan.prefix.epoch and x is not None]
-        top = max(marks, default=None)
-        out = out if top is None else out.filter(F.col("__ws") + F.lit(S + L) <= F.lit(top))
-        if top is None:
-            out = out.limit(0)
-        if _flows_on(plan, nid):
-            return _window_flow(plan, out, w_after, S + L)
-    return out.drop("__ws")
+    return aggs
 
 def _flows_on(plan: PlanContext, nid: int) -> bool:
     """An operator reads node ``nid``'s output (through stateless steps), not only a sink."""
     return any(plan.job.chain_to(i)[0] == nid for o in plan.job.operators()
                for i in ((o.left, o.right) if isinstance(o, JoinNode) else (o.parent,)))
 
-def _window_flow(plan: PlanContext, out, w_after: dict[int, int | None], reach: int):
+def _window_flow(plan: PlanContext, out, w_after: dict[int, int | None]):
     """The fired windows as rows flowing on to another operator (docs/windows.md "Chaining and modes"): each
     with its firing epoch ``f(w) = min {m : window_end + L <= W(m)}`` as ``_pepoch``, ``_ingest_ts`` =
     ``end(f) - 1 µs`` (the runtime's) after the output columns and, in a lineage whose deduplicate needs rounds,
@@ -129,9 +152,9 @@ def _window_flow(plan: PlanContext, out, w_after: dict[int, int | None], reach: 
         steps.append((-(2 ** 62) if prev is None else prev, w, m, fired_round(log, m) if log else 0))
         prev = w
     table = plan.spark.createDataFrame(steps, "__lo long, __hi long, __f long, __fr long")
-    thr = F.col("__ws") + F.lit(reach)
+    thr = F.col("__thr")
     fired = out.join(F.broadcast(table), (thr > F.col("__lo")) & (thr <= F.col("__hi")), "inner")
-    cols = [c for c in out.columns if c != "__ws"]
+    cols = [c for c in out.columns if c != "__thr"]
     rnd = [F.col("__fr").alias(ROUND)] if log else []
     return fired.select(*cols, F.expr(f"timestamp_micros((__f + 1) * {E} - 1)").alias("_ingest_ts"),
                         F.col("__f").alias(PEPOCH), *rnd)
@@ -150,6 +173,23 @@ def _window_state(plan: PlanContext, op: WindowNode, recs, w_n: int | None, chan
             inputs.append(col)
     held = recs if w_n is None else recs.filter(
         F.floor(F.col("__t") / F.lit(D)).cast("long") * F.lit(D) + F.lit(S + L) > F.lit(w_n))
+    plan.result.states[f"state/{op.uid}/win"] = held.select(
+        op.key, F.col("__t").alias(WINDOW_EVENT_US), *inputs, F.col(PEPOCH).alias(WINDOW_EPOCH))
+    rows = [(WATERMARK_ROW, w_n)] + sorted(channel_max.items())
+    plan.result.states[f"state/{op.uid}/wm"] = plan.spark.createDataFrame(
+        rows, "channel string, max_event_us long")
+
+
+def _session_state(plan: PlanContext, op: WindowNode, pairs, w_n: int | None, channel_max: dict[str, int]) -> None:
+    """docs/operators.md "Session windows": ``win`` = the on-time records of the sessions not fired by ``W(n)``
+    (``last + gap + L > W(n)``), in the window state's columns; ``wm`` as for every window."""
+    from pyspark.sql import functions as F
+    L = op.allowed_lateness_seconds * 1_000_000
+    inputs: list[str] = []
+    for _out, fn, col in masked_aggs(op.aggs, op.filters):
+        if fn != "count" and col is not None and col not in inputs and col != op.key:
+            inputs.append(col)
+    held = pairs if w_n is None else pairs.filter(F.col("__we") + F.lit(L) > F.lit(w_n))
     plan.result.states[f"state/{op.uid}/win"] = held.select(
         op.key, F.col("__t").alias(WINDOW_EVENT_US), *inputs, F.col(PEPOCH).alias(WINDOW_EPOCH))
     rows = [(WATERMARK_ROW, w_n)] + sorted(channel_max.items())

@@ -47,6 +47,7 @@ from pipeline.runtime.operators.task import (
 from pipeline.state.backend import KG_COLUMN, read_state, write_table
 from pipeline.windows.aggregate import EPOCH, EVENT_US, WindowSpec, state_schema, window_step
 from pipeline.windows.assign import PENDING_US, window_index
+from pipeline.windows.session import session_index, session_step
 from pipeline.windows.watermark import WATERMARK_SCHEMA, WatermarkState, merge_observations
 
 __all__ = ["WindowTaskSpec", "make_window_task", "check_window", "CHANNEL", "MARKER", "OBS_PREFIX"]
@@ -139,7 +140,11 @@ def _write_dead_letters(fio, prefix: str, name: str, late: pa.Table, bad: pa.Tab
 
 
 def _fire_index(w: WindowSpec, schema: pa.Schema, watermark_us: int | None, pending_epoch: int | None):
-    """The window state's index in a keyed store (:func:`pipeline.windows.assign.window_index`)."""
+    """The window state's index in a keyed store (:func:`pipeline.windows.assign.window_index`,
+    :func:`pipeline.windows.session.session_index`)."""
+    if w.gap_us:
+        return session_index(w.gap_us, w.lateness_us, watermark_us, event_i=schema.names.index(EVENT_US),
+                             epoch_i=schema.names.index(EPOCH), pending_epoch=pending_epoch)
     return window_index(w.size_us, w.slide_us, w.lateness_us, watermark_us, event_i=schema.names.index(EVENT_US),
                         epoch_i=schema.names.index(EPOCH), pending_epoch=pending_epoch)
 
@@ -192,9 +197,10 @@ def make_window_task(spec: WindowTaskSpec):
         with open_state(scope, fio) as access:
             state = access.read([rows] if rows is not None else [])["win"]  # the input's keys, the firing keys
             restored = state.num_rows
-            res = window_step(w, state, rows, epoch=spec.epoch, late_watermark_us=wm.watermark_us,
-                              fire_watermark_us=fire, complete=spec.complete, input_schema=spec.input_schema,
-                              carry=(KG_COLUMN,), replayed=spec.replayed)
+            kernel = session_step if w.gap_us else window_step   # docs/operators.md "Session windows"
+            res = kernel(w, state, rows, epoch=spec.epoch, late_watermark_us=wm.watermark_us,
+                         fire_watermark_us=fire, complete=spec.complete, input_schema=spec.input_schema,
+                         carry=(KG_COLUMN,), replayed=spec.replayed)
             if res.bad.num_rows and spec.bad_records == "fail":
                 raise MalformedInputError(f"window {spec.uid}: {res.bad.num_rows} record(s) with a null key "
                                           f"{w.key!r} or event time {w.event_time!r} (checkpoint {spec.checkpoint})")

@@ -262,7 +262,7 @@ def window_dataframe(spark, job: Job, op: WindowNode, resolve, io):
         df = df.selectExpr("*", *[f"{sql} AS `{name}`" for name, sql in mask_sql(op.aggs, op.filters)])
     wspec = WindowSpec(op.key, op.event_time, op.size_seconds * SEC, op.slide_seconds * SEC,
                        op.max_out_of_orderness_seconds * SEC, op.allowed_lateness_seconds * SEC,
-                       masked_aggs(op.aggs, op.filters), EmitMode(op.emit))
+                       masked_aggs(op.aggs, op.filters), EmitMode(op.emit), op.gap_seconds * SEC)
     needed = [op.key, op.event_time] + wspec.input_columns()
     missing = [c for c in needed if c not in df.columns]
     if missing:
