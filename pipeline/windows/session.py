@@ -63,7 +63,10 @@ def session_step(spec: WindowSpec, state: pa.Table, rows: pa.Table | None, *, ep
                  replayed: bool = False) -> WindowStepResult:
     """One step of a session window over some key groups (the arguments of
     :func:`pipeline.windows.aggregate.window_step`; ``state`` must hold every record of its keys; ``replayed``
-    matters only to ``emit="update"``, which sessions do not have)."""
+    matters only to ``emit="update"``, which sessions do not have).
+
+    Over 8 parameters: the same signature as :func:`~pipeline.windows.aggregate.window_step`, so the window task
+    calls either kernel alike."""
     in_schema = input_schema if input_schema is not None else (rows.schema if rows is not None else None)
     if in_schema is None:
         raise ValueError("session_step needs rows or input_schema")

@@ -145,6 +145,6 @@ def test_q11_session_reference_follows_the_watermark_rules(tmp_path: Path):
                                dict(bidder=8, date_time=at(35), _ingest_ts=at(34)),
                                dict(bidder=7, date_time=at(40), _ingest_ts=at(38)),
                                dict(bidder=9, date_time=at(62), _ingest_ts=at(65))])
-    got = [(b, n, s.replace(tzinfo=timezone.utc), e.replace(tzinfo=timezone.utc))
+    got = [(b, n, s.replace(tzinfo=UTC), e.replace(tzinfo=UTC))
            for b, n, s, e in rows(connect(tmp_path, E), "q11")]
     assert got == [(7, 1, at(29), at(39)), (7, 1, at(40), at(50)), (7, 3, at(1), at(25)), (8, 3, at(26), at(54))]
