@@ -25,6 +25,7 @@ from pipeline.job import (
     JoinNode,
     MapNode,
     ProcessNode,
+    RankNode,
     SinkNode,
     SourceNode,
     UnionNode,
@@ -109,6 +110,11 @@ def node_schema(job: Job, node_id: int) -> pa.Schema | None:
             else:
                 agg_fields.append(pa.field(out, parent.field(col).type))
         return pa.schema(agg_fields)
+    if isinstance(node, RankNode):  # the input's columns, then the rank column (docs/operators.md "Top-N")
+        parent = node_schema(job, node.parent)
+        if parent is None:
+            return None
+        return parent.append(pa.field(node.rank_column, pa.int64())) if node.rank_column else parent
     if isinstance(node, SinkNode):
         return node_schema(job, node.parent)
     return None
@@ -127,6 +133,13 @@ def _state_schema(job: Job, op, name: str) -> pa.Schema | None:
         if parent is None or op.key not in parent.names or _INGEST not in parent.names:
             return None
         return pa.schema([parent.field(op.key), parent.field(_INGEST), _KG])
+    if isinstance(op, RankNode):  # the held rows: the input's columns (+ the key of several columns), _kg, rank
+        parent = node_schema(job, op.parent)
+        if parent is None:
+            return None
+        if op.key not in parent.names:
+            parent = parent.append(pa.field(op.key, pa.string()))
+        return parent.append(_KG).append(pa.field("__rank", pa.int32()))
     if isinstance(op, WindowNode):  # docs/windows.md "State after checkpoint n"
         if name == "wm":
             return pa.schema([pa.field("channel", pa.string()), pa.field("max_event_us", pa.int64())])
@@ -201,6 +214,10 @@ def job_objects(job: Job, default_ttl_seconds: int | None) -> JobObjects:
             specs[o] = ObjectSpec(o, "state", op.key, unique_key=False)
             o = state_obj(op.uid, "wm")
             specs[o] = ObjectSpec(o, "state", "channel", operator_wide=True)
+        elif isinstance(op, RankNode):
+            # up to n rows per key (a null key is one group, as SQL's PARTITION BY)
+            o = state_obj(op.uid, "rank")
+            specs[o] = ObjectSpec(o, "state", op.key, unique_key=op.n == 1, null_key=NullKey.GROUP)
         elif isinstance(op, ProcessNode):
             # user state: its columns and keys are the user's (checked by replay, pipeline.quality.replay)
             continue
