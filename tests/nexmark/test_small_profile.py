@@ -1,5 +1,6 @@
-"""The Nexmark runner's small profile (default suite): a few thousand events, a join query and an aggregate
-query (q15: count_distinct, FILTER) SIGKILLed once and resumed, and a stateless query, each compared exactly with its DuckDB reference through the real CLI.
+"""The Nexmark runner's small profile (default suite): a few thousand events, a join query, an aggregate
+query (q15: count_distinct, FILTER) and a top-N query (q19: the 10 highest bids per auction, an updating stream)
+SIGKILLed once and resumed, and a stateless query, each compared exactly with its DuckDB reference through the real CLI.
 
 The full suite is ``python -m benchmarks.nexmark.run`` (benchmarks/nexmark/README.md)."""
 from __future__ import annotations
@@ -46,3 +47,12 @@ def test_aggregate_with_count_distinct_and_filters_exact_after_a_sigkill(capsys,
     (r,) = out["results"]
     assert r["status"] == "exact", r
     assert r["kills_landed"] == 1 and r["output_rows"] == r["reference_rows"] > 0
+
+
+def test_top_n_exact_after_a_sigkill(capsys, tmp_path):
+    """q19: ``top_n`` per auction, n=10, in an upsert sink keyed by (auction, rank_number) (docs/operators.md
+    "Top-N and keep-last")."""
+    out = _run(capsys, "--queries", "q19", "--kills", "1", "--workdir", str(tmp_path))
+    (r,) = out["results"]
+    assert r["status"] == "exact", r
+    assert r["kills_landed"] == 1 and r["output_rows"] == r["reference_rows"] > 1000

@@ -15,7 +15,7 @@ def sink(plan: PlanContext, s: SinkNode) -> None:
     obj = f"sink/{s.table}"
     parent = plan.job.nodes[s.parent]
     df = plan.frame(s.parent)
-    ranks = [plan.job.nodes[b] for b in plan.job.bases(s.parent) if isinstance(plan.job.nodes[b], RankNode)]
+    ranks = [n for n in (plan.job.nodes[b] for b in plan.job.bases(s.parent)) if isinstance(n, RankNode)]
     if df is not None and s.mode == "upsert" and any(set(s.key) != set(r.sink_key) for r in ranks):
         plan.result.unchecked[obj] = (f"upsert sink keyed by {list(s.key)}, not by the top-N's key and rank "
                                       f"{list(ranks[0].sink_key)}: which of a key's ranks it holds depends on rounds")
