@@ -30,6 +30,7 @@ _OLD = "__old_rank"    # the rank a held row had before the round (null: a new r
 class RankResult:
     state: pa.Table    # the first n rows of every touched key, with RANK
     output: pa.Table   # the rows whose rank is new or changed, with RANK
+    untouched: pa.Table | None = None   # the held rows of the keys without new rows (None: all of ``state``)
 
 
 def rank_order(schema: pa.Schema, key: str, order_by: Sequence[tuple[str, bool]],
@@ -52,12 +53,13 @@ def _key_ids(col: pa.ChunkedArray) -> np.ndarray:
 def rank_step(state: pa.Table, new: pa.Table, *, key: str, order_by: Sequence[tuple[str, bool]], n: int,
               skip: Sequence[str] = ()) -> RankResult:
     """One round: ``state`` (held rows with :data:`RANK`) and ``new`` (the round's rows, same columns but the rank)
-    -> the first ``n`` rows per touched key and the changed ranks. Keys without new rows keep their state (the
-    caller writes only the touched keys). ``skip``: columns outside the tie-break (internal ones, e.g. ``_kg``)."""
+    -> the first ``n`` rows per touched key, the changed ranks, and the held rows of the other keys (unchanged: the
+    new state of the range is ``untouched`` + ``state``). ``skip``: columns outside the tie-break (internal ones, e.g. ``_kg``)."""
     if not new.num_rows:
-        return RankResult(state.schema.empty_table(), state.schema.empty_table())
+        return RankResult(state.schema.empty_table(), state.schema.empty_table(), state)
     touched = pc.is_in(state[key], value_set=pc.unique(new[key]), skip_nulls=False) if state.num_rows else None
     held = state.filter(touched) if touched is not None else state
+    untouched = state.filter(pc.invert(touched)) if touched is not None else state
     cols = [c for c in state.schema.names if c != RANK]
     both = pa.concat_tables([
         held.select(cols).append_column(_OLD, held[RANK].cast(pa.int64())),
@@ -79,4 +81,4 @@ def rank_step(state: pa.Table, new: pa.Table, *, key: str, order_by: Sequence[tu
     old = top[_OLD]
     changed = pc.fill_null(pc.not_equal(old, rank_kept), True)
     top = top.drop_columns([_OLD]).append_column(RANK, rank_kept.cast(state.schema.field(RANK).type))
-    return RankResult(top, top.filter(changed))
+    return RankResult(top, top.filter(changed), untouched)

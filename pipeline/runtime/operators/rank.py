@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Iterator, Mapping, Sequence
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from pipeline.checkpoint.handles import FileHandle, StateHandle
 from pipeline.checkpoint.report import ReportKind
@@ -83,12 +82,9 @@ def make_rank_task(spec: RankTaskSpec):
             state = access.read([new])["rank"]
             restored = state.num_rows
             res = rank_step(state, new, key=spec.key, order_by=spec.order_by, n=spec.n, skip=(KG_COLUMN,))
-            if new.num_rows and state.num_rows:  # the untouched keys' rows stay as they are
-                kept = state.filter(pc.invert(pc.is_in(state[spec.key], value_set=pc.unique(new[spec.key]),
-                                                       skip_nulls=False)))
-                new_state = pa.concat_tables([kept, res.state.select(sschema.names).cast(sschema)])
-            else:
-                new_state = state if not new.num_rows else res.state.select(sschema.names).cast(sschema)
+            # the untouched keys' rows stay as they are (rocksdb: none were read)
+            new_state = pa.concat_tables([res.untouched if res.untouched is not None else state,
+                                          res.state.select(sschema.names).cast(sschema)])
             out = _output(res.output, spec)
             sync_ms = (time.perf_counter() - t0) * 1000
             fault_point("writing_state")
