@@ -34,6 +34,8 @@ def _common(p: argparse.ArgumentParser, job: bool = True) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """Over 80 lines: one argparse declaration per subcommand, flat so `--help` and the CLI reference read in the same
+    order."""
     ap = _Parser(prog="epochal", description="Epochal: exactly-once epochs on Spark with checkpoints on S3.")
     sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
 

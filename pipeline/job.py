@@ -341,7 +341,10 @@ class Stream:
                aggs: Mapping[str, tuple[str, str | None]], emit: Literal["final", "update"] = "final") -> "Stream":
         """Tumbling (``slide_seconds`` None) or sliding event-time windows per ``key``; output columns: the key,
         ``window_start``, ``window_end``, then ``aggs`` (count, sum, min, max, avg, count_distinct). Watermark,
-        lateness and firing: docs/windows.md."""
+        lateness and firing: docs/windows.md.
+
+        Over 8 parameters: the window's definition as SQL and Flink spell it (size, slide, out-of-orderness,
+        lateness, aggregates, emit), all keywords."""
         uid = self.job._uid(uid)
         slide = size_seconds if slide_seconds is None else slide_seconds
         for name, v in (("size_seconds", size_seconds), ("slide_seconds", slide),

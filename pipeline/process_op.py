@@ -62,7 +62,10 @@ def process_step(uid: str, key: str, fn: ProcessFn, state_schema: pa.Schema, out
                  state: pa.Table, rows: pa.Table | None, *, barrier_us: int, ttl_us: int | None,
                  carry: Callable[[pa.Table], pa.Table] | None = None) -> ProcessStepResult:
     """One call of ``fn`` for one subtask. ``state`` has ``state_schema`` + ``_touched_us`` (+ columns that
-    ``carry`` recomputes from the key, e.g. the key group); ``barrier_us`` is the current barrier time."""
+    ``carry`` recomputes from the key, e.g. the key group); ``barrier_us`` is the current barrier time.
+
+    Over 8 parameters: the user's `fn` with its schemas, the state and the rows, then the round's clock and TTL as
+    keywords."""
     if key not in state_schema.names:
         raise ConfigError(f"process {uid}: state_schema must contain the key column {key!r}")
     full = state_schema.append(pa.field(TOUCHED, pa.int64()))

@@ -83,6 +83,8 @@ class CheckpointCoordinator:
                  min_pause_between_checkpoints_s: float = 0.0,
                  clock: Callable[[], float] = time.time,
                  runner_id: str | None = None) -> None:
+        """Over 8 parameters: Flink's CheckpointConfig knobs (timeout, tolerable failures, retention, concurrency,
+        ...), each a keyword with the documented default."""
         if checkpoint_timeout_s <= 0:
             raise ValueError(f"checkpoint timeout must be > 0, got {checkpoint_timeout_s}")
         if tolerable_failed_checkpoints is not None and tolerable_failed_checkpoints < 0:
@@ -173,7 +175,10 @@ class CheckpointCoordinator:
         no file was staged (keeps sink lineage unbroken). Savepoints default to
         ``<job>/savepoints/sp-<id>-<utc ts>``. ``grouped``: one more checkpoint of the round being triggered
         (see the module docstring); its id follows the group's previous one.
-        """
+        
+
+        Over 80 lines: the write-ahead of a checkpoint is one ordered protocol (claim the id, fence, write
+        `_pending.json`); Over 8 parameters: the fields of the pending manifest, all keywords."""
         if not any(i in self._pending for i in self._group):
             self._group = []  # no round of several epochs pending: the next grouped trigger starts one
         active = [p for p in self._pending.values()

@@ -339,7 +339,10 @@ class PendingCheckpoint:
                        sink_s3_requests_counting: Mapping[str, str] | None = None,
                        writer_files: Mapping[str, Sequence[FileHandle]] | None = None) -> CheckpointMetadata:
         """The ``_metadata`` this checkpoint would have if finalized now. ``writer_files``: per sink table, the files
-        its stateless sink writer staged (no keyed state, so not an acknowledging task of the checkpoint)."""
+        its stateless sink writer staged (no keyed state, so not an acknowledging task of the checkpoint).
+
+        Over 8 parameters: one keyword per section of `_metadata`, all optional; a typed value per section would
+        only rename them."""
         m = self.manifest
         acks = self.acknowledgements
         subtasks: dict[str, int] = {}

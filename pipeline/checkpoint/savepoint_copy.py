@@ -93,7 +93,10 @@ def copy_savepoint(coordinator, source: CompletedCheckpoint, *, src_fio: FileIO,
     its savepoint transaction is a full image (always False: nothing is staged). ``materialize``: how an incremental
     chain becomes one base file (a savepoint is canonical: bases only); required when ``source`` has chains.
     Raises what the coordinator raises (the caller aborts the pending savepoint: only its own files are deleted).
-    ``on_copied``: called with 1 after each state snapshot written (progress)."""
+    ``on_copied``: called with 1 after each state snapshot written (progress).
+
+    Over 8 parameters: the source checkpoint, the target and the sections of `_metadata` the copy keeps; all
+    keywords."""
     md = source.metadata
     blocker = copy_blocker(md, None)
     if blocker is not None:

@@ -32,6 +32,8 @@ def _say(msg: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Over 80 lines: the demo's script in the order a user watches it (generate, run, kill, restore, validate, print);
+    each step is a call."""
     ap = argparse.ArgumentParser(prog="python -m pipeline.demo", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--orders", type=int, default=240_000, help="orders in total")

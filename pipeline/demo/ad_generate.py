@@ -60,6 +60,7 @@ def _place(rng, r_of: np.ndarray, P: int) -> np.ndarray:
 def generate_ads(root: str, *, epochs: int = 15, epoch_seconds: int = 60, partitions: int = 3,
                  impressions_per_epoch: int = 300, users: int = 60, ads: int = 24, campaigns: int = 6,
                  seed: int = 7, start: str = "2026-01-01T00:00:00Z") -> dict:
+    """Over 8 parameters: the generator's knobs, each a keyword with a default the docs name."""
     E = epoch_seconds * US
     t0 = int(datetime.fromisoformat(start.replace("Z", "+00:00")).astimezone(timezone.utc).timestamp()) * US
     t_end = t0 + epochs * E

@@ -219,7 +219,10 @@ def aggregate_step(key: str, aggs, state_schema: pa.Schema, output_schema: pa.Sc
     ``state``: the held rows of these groups (``state_schema``: key, ``state_fields``, ``_kg``); ``rows``: this
     round's input rows (the key, ``_kg`` and every aggregated column; filtered aggregates read their masked
     column). Returns the merged rows of every held or touched group, the new output rows of the groups this round
-    touched (``output_schema``) and their keys. Independent of row order and of how rows are split into rounds."""
+    touched (``output_schema``) and their keys. Independent of row order and of how rows are split into rounds.
+
+    Over 80 lines: one vectorised pass per function kind (sums, counts, distinct sets, averages) over the same
+    grouped table; split, each part would re-group the rows."""
     state = state.select(state_schema.names).cast(state_schema) if state.num_rows else state_schema.empty_table()
     if rows is None or rows.num_rows == 0:
         return AggregateStep(state, output_schema.empty_table(), pa.table({key: state[key].slice(0, 0)}))

@@ -44,7 +44,10 @@ class DedupResult:
 def dedup_step(state: pa.Table, new: pa.Table, *, key: str, cutoff, state_columns: list[str],
                ttl_us: int | None = None, epoch_us: int | None = None) -> DedupResult:
     """``state`` has ``state_columns`` (key, ``_ingest_ts``, ...); ``new`` has at least those. ``ttl_us`` and
-    ``epoch_us`` with a :data:`~pipeline.operators.ttl.ROW_EPOCH` column in ``new``: each row's own cutoff."""
+    ``epoch_us`` with a :data:`~pipeline.operators.ttl.ROW_EPOCH` column in ``new``: each row's own cutoff.
+
+    Over 80 lines: the kernel's rule in one vectorised pass (held keys, TTL per row, first row wins, output and
+    dropped counts), commented step by step."""
     expired = 0
     expired_keys = None
     if cutoff is not None and state.num_rows:

@@ -194,7 +194,11 @@ def join_step(state_left: pa.Table, state_right: pa.Table, new_left: pa.Table, n
     ``pa.timestamp`` scalar or None (no TTL): the round's expiry cutoff ``end(L) - ttl``. ``ttl_us`` and
     ``epoch_us`` (with a :data:`~pipeline.operators.ttl.ROW_EPOCH` column on both sides): the per-pair TTL
     condition on the rows' own epochs. Internal columns such as ``_kg`` are kept in state and never reach the
-    output unless ``output_schema`` names them."""
+    output unless ``output_schema`` names them.
+
+    Over 80 lines: the join kernel's round in one vectorised pass (probe both states, match, expire, emit outer
+    rows), commented step by step; Over 8 parameters: the four tables of a round plus the join's definition, all
+    keywords."""
     new_left, new_right = with_matched(new_left), with_matched(new_right)
     state_left = state_left.select(new_left.column_names).cast(new_left.schema) if state_left.num_rows else \
         new_left.slice(0, 0)

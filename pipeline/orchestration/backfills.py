@@ -227,7 +227,9 @@ def create_backfill(client: AirflowRestClient, dag_id: str, from_date: str | dat
                     reprocess_behavior: str = "none", max_active_runs: int | None = None,
                     timeout: float = 1800.0, poll: float = 3.0, echo: Callable[[str], None] = print) -> dict:
     """Create a backfill once every earlier backfill of the DAG is complete; returns Airflow's backfill (with
-    ``"continued_by"``: the ids of the backfills created for intervals a partly created one missed, in order)."""
+    ``"continued_by"``: the ids of the backfills created for intervals a partly created one missed, in order).
+
+    Over 8 parameters: Airflow's backfill fields plus the wait's timeout, poll and echo; all keywords."""
     if reprocess_behavior not in ("none", "failed", "completed"):
         raise ConfigError(f"--reprocess-behavior {reprocess_behavior!r}: expected none, failed or completed")
     body: dict[str, Any] = {"dag_id": dag_id, "from_date": _iso(from_date), "to_date": _iso(to_date),

@@ -173,7 +173,10 @@ class Orchestrator:
         job is processed forward to it again, so clearing a single past interval leaves the job where it
         was, with that interval recomputed. A backfill/clear over a range re-processes its runs in order and
         the last one processes forward.
-        """
+        
+
+        Over 80 lines: the idempotent epoch task in order (head before, rewind or continue, run, report), each
+        branch commented; retries re-enter it at the top."""
         ctl = self.check_not_stopped()
         # Spark Connect: the session opens in a background thread while the head, the restore and its
         # bookkeeping read S3 (an unusable master still fails before anything is claimed or written)

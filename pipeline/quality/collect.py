@@ -46,7 +46,10 @@ class _Collector(MetadataCollector, DataCollector, RecoveryCollector):
 
 def collect(runner, snapshot: Snapshot, *, mode: str = "full", areas: tuple[str, ...] | None = None,
             drill_kgs: int = DRILL_KGS, engine: str = "auto") -> Collected:
-    """Build every dataset the suites of ``areas`` need (``mode="epoch"``: metadata only, no Spark)."""
+    """Build every dataset the suites of ``areas`` need (``mode="epoch"``: metadata only, no Spark).
+
+    Over 80 lines: the datasets of every suite area in the order the suites need them, each a call; the order
+    decides what is read once and shared."""
     import dataclasses
 
     c = _Collector(runner, snapshot, mode=mode, drill_kgs=drill_kgs)

@@ -39,6 +39,8 @@ class RecoveryCollector(CollectorBase):
                 "rows": lambda obj, kgs: plan.rows(obj, kgs, self.mp, self.objects.specs[obj].key)}
 
     def recovery_datasets(self, exp: dict, files) -> None:
+        """Over 80 lines: the recovery datasets from one pass over the recomputed objects (state, output, dead
+        letters), each section commented."""
         rec = exp["rec"]
         a = self.actual_per_kg.rename(columns={"obj": "object"})
         e = exp["per_kg"].rename(columns={"obj": "object"})

@@ -74,7 +74,10 @@ class BatchPlan:
         hashes - the same records the checkpoint's files are reduced to. Only those summaries (a few thousand
         rows) and the ``unique`` violation counts reach the driver, never the expected rows themselves;
         :attr:`Recomputation.rows` fetches the rows of a few key groups on demand (drill-down on failure).
-        The plan stays usable until :meth:`release`."""
+        The plan stays usable until :meth:`release`.
+
+        Over 80 lines: one Spark query for every object (state, output, dead letters) and its summary, so the plan
+        is evaluated once."""
         from pyspark.sql import functions as F
 
         timings: dict[str, float] = {}

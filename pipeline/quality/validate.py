@@ -168,7 +168,9 @@ def validate_job(runner, checkpoint: str | int | None = None, *, mode: str = "fu
     ``figures["s3_requests"]``: the validation's S3 requests up to its summary's write (that one PUT excluded),
     the driver's and the executors' (:class:`~pipeline.runtime.spark.task_requests.RequestSpan`; a Spark session
     started by the validation is counted from its first task).
-    """
+    
+
+    Over 8 parameters: the CLI's validate options, all keywords with documented defaults."""
     with RequestSpan(session=lambda: runner.ctx.spark_session) as span:
         return _validate_job(runner, span, checkpoint, mode=mode, areas=areas, store_results=store_results,
                              build_docs=build_docs, docs_dir=docs_dir, engine=engine, replay=replay)
@@ -177,6 +179,7 @@ def validate_job(runner, checkpoint: str | int | None = None, *, mode: str = "fu
 def _validate_job(runner, span: RequestSpan, checkpoint: str | int | None, *, mode: str,
                   areas: tuple[str, ...] | None, store_results: bool, build_docs: bool | None,
                   docs_dir: str | None, engine: str, replay: bool | None) -> ValidationResult:
+    """Over 8 parameters: :func:`validate_job`'s options passed through with its request span."""
     t0 = time.perf_counter()
     eng.warm_up()
     snap = resolve_snapshot(runner, checkpoint)

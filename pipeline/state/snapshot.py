@@ -106,7 +106,10 @@ def write_state(fileio, state_prefix: str, name: str, kg_start: int, kg_end: int
     Per-round CPU: a delta sorts only the changed rows (the delta file is in canonical order, so its bytes are
     deterministic); the whole table is sorted only when a base is written. The table kept warm is not in
     canonical order (operators do not depend on the order of their state rows, as with shuffled input).
-    Returns subtask ``subtask`` of operator ``uid``'s state handle (``file`` None for an empty state)."""
+    Returns subtask ``subtask`` of operator ``uid``'s state handle (``file`` None for an empty state).
+
+    Over 8 parameters: the state's storage key (prefix, name, key-group range, checkpoint) and its snapshot options;
+    the rest keywords."""
     if table.num_rows == 0:
         return StateHandle(operator_uid=uid, subtask=subtask, kg_start=kg_start, kg_end=kg_end, name=name)
     t0 = time.perf_counter()
@@ -209,7 +212,9 @@ def write_state_changes(fileio, state_prefix: str, name: str, kg_start: int, kg_
     round's changes. ``delta``: the changed rows with ``_op`` (+1 / -1) relative to the parent snapshot;
     ``rows``: the state's rows now; ``full``: the whole state in batches (read from the store only when a base
     is materialised). Writes the same files as :func:`write_state` (a delta on the parent's chain, or a base).
-    Returns (the state handle, ``file`` None for an empty state; the version the store now holds)."""
+    Returns (the state handle, ``file`` None for an empty state; the version the store now holds).
+
+    Over 8 parameters: as :func:`write_state`, plus the keyed store's delta and its full-snapshot reader."""
     if rows == 0:
         return StateHandle(operator_uid=uid, subtask=subtask, kg_start=kg_start, kg_end=kg_end, name=name), "empty"
     t0 = time.perf_counter()

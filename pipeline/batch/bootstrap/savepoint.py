@@ -87,7 +87,10 @@ def _write_object(spark, df, *, kind: str, uid: str, name: str, key: str | None,
                   tag: str) -> list[TaskReport]:
     """One Spark job: ``df`` routed to the subtask owning each row's key group; every subtask writes its file
     (state: ``<prefix>/<name>/kg-<start>-<end>.parquet`` with ``_kg``; output: ``<prefix>/part-<tag>-<sub>``) and
-    returns its report."""
+    returns its report.
+
+    Over 8 parameters: every argument names one part of the object's storage key (kind, uid, name, prefix, tag) or
+    its routing (key, P, MP); all keywords."""
     from pyspark.sql import functions as F
 
     if kind == "state" and key is None:   # operator-wide state (a window's watermark table): subtask 0 writes
@@ -170,6 +173,8 @@ def bootstrap(runner, *, epoch: int | None = None, target: str | None = None,
 
 
 def _bootstrap(runner, plan: BootstrapPlan, summaries, t0: float) -> dict:
+    """Over 80 lines: the bootstrap protocol in order (claim the id, one Spark job per operator and sink, acknowledge,
+    `_metadata` last, commit), each step a call; split, its order would be spread over several functions."""
     ctx, job = runner.ctx, runner.job
     progress.step("compiling the batch plan")
     n, P, MP = plan.epoch, plan.parallelism, runner.max_parallelism

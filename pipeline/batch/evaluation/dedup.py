@@ -137,7 +137,10 @@ def dedup(plan: PlanContext, nid: int, op: DedupNode):
     and is not held; otherwise the first row of the round (``_ingest_ts``, then the other columns) passes iff
     no held row has ``t_held >= c_m``, and is held; the others are dropped. ``r`` is 0 unless the epoch's
     checkpoint took several rounds (:mod:`pipeline.batch.evaluation.rounds`). State at ``n``: the held rows (key and
-    ``_ingest_ts``) still alive at ``n``."""
+    ``_ingest_ts``) still alive at ``n``.
+
+    Over 80 lines: one Spark plan (the per-round fold as grouped pandas) whose closure needs the schemas computed
+    above it; the steps are commented in order."""
     src = plan.frame(op.parent)
     if src is None:
         plan.bad[nid] = process_reason(plan, op, op.parent) or plan.bad[op.parent]

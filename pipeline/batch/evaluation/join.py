@@ -34,6 +34,8 @@ def _pair_round_columns(left, right) -> tuple[bool, list]:
 
 
 def join(plan: PlanContext, nid: int, op: JoinNode):
+    """Over 80 lines: the dispatch of every join flavour (how x unique x TTL) to its batch rule, with the shared schema
+    work first; each branch is short."""
     from pyspark.sql import functions as F
     E = plan.prefix.epoch_us
     how, unique = join_semantics(op)
@@ -158,7 +160,10 @@ def _join_unique(plan: PlanContext, nid: int, op: JoinNode, left, right, lcols: 
     the two sides' first rows per key (``J``, cached: every object reads it), each key flagged ``__ok`` when
     its pair passes the TTL rule. Output = the ``__ok`` rows (+ the expired lonely rows of an outer side);
     state of a side = its row when alive and not matched (a matched row left state on both sides); the
-    violation counts = ``n - 1`` per key. No anti-join, no second pass over the sources."""
+    violation counts = ``n - 1`` per key. No anti-join, no second pass over the sources.
+
+    Over 8 parameters: the plan, the node, both inputs and the schema lists the caller already computed; passing
+    them avoids recomputing the schemas."""
     from pyspark.sql import functions as F
     E = plan.prefix.epoch_us
     L, R = per_key(plan, left, op.on, "__l_"), per_key(plan, right, op.on, "__r_")

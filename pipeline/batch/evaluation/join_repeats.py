@@ -172,7 +172,10 @@ def fold_repeats(plan: PlanContext, nid: int, op: JoinNode, left, right, keys, n
     (:func:`_unique_fold`, grouped pandas over just those keys' rows of both sides): ``{"out": pairs + lonely
     rows, "state/<side>": rows, "matched/<side>": rows with ``_matched``, "bad/<side>": violating rows (input
     columns and ``_pepoch``)}``, or a string: why the choice is not derived (then the join and everything it
-    feeds are not checked)."""
+    feeds are not checked).
+
+    Over 80 lines: one grouped-pandas fold whose inner function must capture its schemas; Over 8 parameters: the
+    join's inputs and the schema lists computed once by the caller (:func:`pipeline.batch.evaluation.join.join`)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import LongType, StructField, StructType
     why = _fold_unmodelled(plan, op, (left, right))

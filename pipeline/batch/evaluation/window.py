@@ -16,7 +16,10 @@ from pipeline.operators.aggregate_functions import mask_sql, masked_aggs
 def window(plan: PlanContext, nid: int, op: WindowNode):
     """docs/windows.md as one batch query. The watermark is a function of (channel, epoch) maxima only: that
     small table (channels x epochs) is computed by Spark and folded on the driver into ``W(m)``; records,
-    lateness, firing and the aggregates stay in Spark."""
+    lateness, firing and the aggregates stay in Spark.
+
+    Over 80 lines: one batch query in the order of docs/windows.md (watermark per channel and epoch, lateness,
+    firing, state); each stage is a commented DataFrame step."""
     from pyspark.sql import functions as F
     src = plan.frame(op.parent)
     if src is None:

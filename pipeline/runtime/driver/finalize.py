@@ -24,6 +24,7 @@ re-commit on restore (step 4 of the next restore).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 from pipeline.barriers.events import CheckpointType
@@ -33,7 +34,6 @@ from pipeline.checkpoint.report import ReportKind, TaskReport
 from pipeline.exceptions import EpochalError
 from pipeline.faults import fault_point
 from pipeline.fileio.request_counter import RequestCounting, StorageRequests
-from pipeline.job import JoinNode
 from pipeline.layout import round_state_prefix
 from pipeline.runtime.driver.alignment import MODE_ALIGNED, channel_name
 from pipeline.runtime.driver.context import RuntimeContext
@@ -42,15 +42,39 @@ from pipeline.runtime.driver.progress import format_seconds
 from pipeline.runtime.driver.results import RoundResult
 from pipeline.runtime.operators.dead_letters import EXTRA_KEY as DEAD_LETTERS_KEY
 from pipeline.runtime.operators.dead_letters import DeadLetterFiles
+from pipeline.runtime.operators.registry import traits_for
 from pipeline.runtime.operators.writer_nodes import is_writer_uid
 from pipeline.runtime.spark.round_bytes import EXTRA_KEY as BYTES_PER_ROW_KEY
 from pipeline.source.contract import read_inventory
 from pipeline.source.planner import count_rows
 
-__all__ = ["CheckpointFinalizer", "CheckpointListener"]
+__all__ = ["CheckpointFinalizer", "CheckpointListener", "SnapshotOutcome"]
 
 #: called with the metadata of every completed checkpoint (not savepoint) after its sinks are committed
 CheckpointListener = Callable[[CheckpointMetadata], None]
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotOutcome:
+    """What the rounds of a snapshotted checkpoint hand its finalizer (Flink: the acknowledgements and the
+    figures of the checkpoint), one value instead of a dozen keyword arguments."""
+
+    rows: Sequence[TaskReport]                   #: the task reports of the snapshot round
+    staged: Mapping[str, Sequence[TaskReport]]   #: per sink table: the staged output of every round of n
+    dead_letters: Mapping[str, int]              #: per source/operator: the dead letters n counts
+    last_round: int                              #: the snapshot round
+    t0: float                                    #: perf_counter at the snapshot round's start
+    records: Mapping[str, int] | None = None     #: per source: the snapshot round's records (None: the last round's)
+    backlog: Mapping | None = None               #: ... and its backlog
+    dropped: Mapping[str, int] = field(default_factory=dict)  #: rows operators drop by design (deduplicate)
+    low_epoch: int | None = None                 #: the low watermark L the snapshot's state expired with
+    inflight_low_epoch: int | None = None        #: lowest own epoch of the in-flight rows parked as channel state
+    executor_requests: StorageRequests | None = None   #: the executors' S3 requests of n's rounds
+    executor_counting: RequestCounting | None = None   #: exact, or approximate (Spark Connect)
+    #: per operator: the dead-letter files of every round of n (recorded in ``_metadata``, the rest swept)
+    dead_letter_files: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    #: per source: the Arrow bytes per row the reads measured (what bounds a later tagged round)
+    bytes_per_row: Mapping[str, float] | None = None
 
 
 class CheckpointFinalizer:
@@ -64,38 +88,35 @@ class CheckpointFinalizer:
         #: time from the end of its epoch to the checkpoint's completion (sinks committed) on the round clock
         self.measure_latency = False
 
-    def finish(self, pending, snap, working: Cursor, rows: list[TaskReport], staged: dict[str, list[TaskReport]],
-               results: list[RoundResult],
-               dead_letters: dict, summaries, expected: dict, P: int, *, last_round: int, t0: float,
-               records: dict | None = None, backlog: dict | None = None,
-               dropped: dict | None = None, low_epoch: int | None = None,
-               inflight_low_epoch: int | None = None,
-               executor_requests: StorageRequests | None = None,
-               dead_letter_files: Mapping[str, Sequence[str]] | None = None,
-               executor_counting: RequestCounting | None = None,
-               bytes_per_row: Mapping[str, float] | None = None) -> tuple[Cursor, list[RoundResult]]:
-        """Checkpoint n is snapshotted (``snap``): acknowledge the tasks' handles of round ``last_round``
-        with the alignment metrics, write ``_metadata`` (last), commit the sinks. ``dead_letter_files``: per
-        operator, the dead-letter files of every round of n (recorded in ``_metadata``, the rest swept).
-        ``bytes_per_row``: per source, the Arrow bytes per row the reads measured (recorded in ``_metadata``
-        ``extra``, :mod:`pipeline.runtime.spark.round_bytes`: what bounds a later tagged round)."""
+    def finish(self, pending, snap, working: Cursor, outcome: SnapshotOutcome, results: list[RoundResult],
+               summaries, expected: dict, P: int) -> tuple[Cursor, list[RoundResult]]:
+        """Checkpoint n is snapshotted (``snap``): acknowledge the tasks' handles of round
+        ``outcome.last_round`` with the alignment metrics, write ``_metadata`` (last), commit the sinks.
+        ``expected``: the operator uids whose ``P`` subtasks acknowledge; ``summaries``: the source listing.
+
+        Over 80 lines: the six protocol steps of the module docstring in order, each a commented section; split, the
+        order that makes a crash safe would be spread out."""
         ctx = self.ctx
         job = ctx.job
         cid, epoch = pending.checkpoint_id, pending.epoch
+        o = outcome
+        rows, last_round, t0, dead_letters = o.rows, o.last_round, o.t0, dict(o.dead_letters)
+        records = dict(o.records) if o.records is not None else None
+        backlog = dict(o.backlog) if o.backlog is not None else None
         if records is None:  # snapshotted between rounds: the last round's figures
             prev = results[-1]
             records, backlog = prev.records, prev.backlog
         t_ack = time.perf_counter()
 
         # Step 1: acknowledge - the snapshot round's handles of every subtask, alignment metrics at the join
-        joins = [o.uid for o in job.operators() if isinstance(o, JoinNode)]
-        align_uid = joins[0] if joins else (job.operator_uids() or [""])[0]
+        aligning = [op.uid for op in job.operators() if traits_for(op).parks_channels]
+        align_uid = aligning[0] if aligning else (job.operator_uids() or [""])[0]
         chan_rows = [r for r in rows if r.kind is ReportKind.CHANNEL]
         # the files of stateless sink writers: in _metadata's sinks, not acknowledgements of operator tasks
         writer_files: dict[str, list] = {}
-        for t in staged:
-            writer_files[t] = [r.file for r in staged[t] if is_writer_uid(r.operator_uid) and r.file is not None]
-        staged = {t: [r for r in rs if not is_writer_uid(r.operator_uid)] for t, rs in staged.items()}
+        for t, rs in o.staged.items():
+            writer_files[t] = [r.file for r in rs if is_writer_uid(r.operator_uid) and r.file is not None]
+        staged = {t: [r for r in rs if not is_writer_uid(r.operator_uid)] for t, rs in o.staged.items()}
         acks = [TaskReport(ReportKind.ACK, uid, sub, "", mode=snap.mode,
                            **({"alignment_ms": snap.alignment_ms, "start_delay_ms": snap.start_delay_ms}
                               if uid == align_uid else {}))
@@ -135,22 +156,23 @@ class CheckpointFinalizer:
 
         # Step 3: complete - _metadata written last (conditional PUT), retention applied
         full = {s.table: False for s in job.sinks()}
-        dl_files = DeadLetterFiles(epoch, {u: tuple(sorted(fs)) for u, fs in (dead_letter_files or {}).items() if fs})
+        dl_files = DeadLetterFiles(epoch, {u: tuple(sorted(fs)) for u, fs in o.dead_letter_files.items() if fs})
         completed = ctx.coordinator.complete(
             pending, positions=positions, channel_state=ranges, sinks_full=full, backlog=backlog,
-            dead_letters=dead_letters, rounds=last_round + 1, executor_s3_requests=executor_requests,
+            dead_letters=dead_letters, rounds=last_round + 1, executor_s3_requests=o.executor_requests,
             writer_files={t: fs for t, fs in writer_files.items() if fs},
-            executor_s3_requests_counting=executor_counting if executor_requests is not None else None,
+            executor_s3_requests_counting=o.executor_counting if o.executor_requests is not None else None,
             sink_s3_requests_counting=ctx.sink_requests_counting(),
             extra={"records": records, "round_records": [r.records for r in results if r.round <= last_round]
                    + ([records] if not results or results[-1].round < last_round else []),
-                   "alignment": alignment, "dropped": dict(sorted((dropped or {}).items())),
+                   "alignment": alignment, "dropped": dict(sorted(o.dropped.items())),
                    # the low watermark L of the inputs the snapshot's state expired with (input_epochs)
-                   "low_epoch": epoch if low_epoch is None else int(low_epoch),
+                   "low_epoch": epoch if o.low_epoch is None else int(o.low_epoch),
                    # the lowest own epoch of the in-flight rows written as channel state (replayed first)
-                   **({"inflight_low_epoch": int(inflight_low_epoch)} if inflight_low_epoch is not None else {}),
+                   **({"inflight_low_epoch": int(o.inflight_low_epoch)} if o.inflight_low_epoch is not None
+                      else {}),
                    **({DEAD_LETTERS_KEY: dl_files.to_dict()} if dl_files.files else {}),
-                   **({BYTES_PER_ROW_KEY: dict(bytes_per_row)} if bytes_per_row else {}),
+                   **({BYTES_PER_ROW_KEY: dict(o.bytes_per_row)} if o.bytes_per_row else {}),
                    "source_files": (read_inventory(getattr(ctx, "source_listing", {}), positions,
                                                    getattr(ctx, "source_inventory_behind", {})) if summaries
                                     else working.inventory)})

@@ -40,7 +40,7 @@ from pipeline.runtime.driver.barrier_log import BarrierLog, Barriers
 from pipeline.runtime.driver.context import RuntimeContext
 from pipeline.runtime.driver.cursor import Cursor
 from pipeline.runtime.driver.epoch_groups import PlannedEpoch, group_refusal
-from pipeline.runtime.driver.finalize import CheckpointFinalizer
+from pipeline.runtime.driver.finalize import CheckpointFinalizer, SnapshotOutcome
 from pipeline.runtime.driver.input_epochs import InputEpochs
 from pipeline.runtime.driver.results import RoundResult
 from pipeline.runtime.driver.spark_plan import EpochWork, SparkPlan
@@ -131,7 +131,11 @@ class RoundExecutor:
                        location: str | None = None) -> tuple[Cursor, list[RoundResult]]:
         """Trigger checkpoint n (barrier = end of ``epoch``) and run rounds until the barrier handler
         snapshots it (see :mod:`pipeline.runtime.driver.alignment`). ``barriers``: ``{source: {partition:
-        Position}}``, ``None`` for a lagging partition (only with checkpoints unaligned from the first barrier)."""
+        Position}}``, ``None`` for a lagging partition (only with checkpoints unaligned from the first barrier).
+
+        Over 80 lines: the round loop of one checkpoint (start a round, plan segments, run Spark, ask the barrier
+        handler, finalize or go on); its local state is the checkpoint's accumulators, which a split would turn into
+        a mutable bag."""
         ctx = self.ctx
         job, config = ctx.job, ctx.config
         P = parallelism or config.parallelism
@@ -201,12 +205,12 @@ class RoundExecutor:
             starts = {ch: working.positions.get(ch[0], {}).get(ch[1], zero) for ch in channels}
             snap = driver.start_round(rnd, now, starts)
             if snap is not None:  # the alignment timeout fired between rounds: the last round's state is the snapshot
-                return self.finalizer.finish(pending, snap, working, last_rows, staged, results, dead_letters,
-                                             summaries, expected, P, last_round=rnd - 1, t0=t0,
-                                             dropped=dropped, low_epoch=lows.get(rnd - 1, working.low_epoch),
-                                             executor_requests=executor_requests, executor_counting=counting,
-                                             dead_letter_files=dl_files,
-                                             bytes_per_row=bytes_per_row_after(cursor.bytes_per_row, read))
+                outcome = SnapshotOutcome(last_rows, staged, dead_letters, last_round=rnd - 1, t0=t0,
+                                          dropped=dropped, low_epoch=lows.get(rnd - 1, working.low_epoch),
+                                          executor_requests=executor_requests, executor_counting=counting,
+                                          dead_letter_files=dl_files,
+                                          bytes_per_row=bytes_per_row_after(cursor.bytes_per_row, read))
+                return self.finalizer.finish(pending, snap, working, outcome, results, summaries, expected, P)
             stops = driver.stops(starts, {ch: end_position(summaries_of(ch)) for ch in channels}, next_stop)
             segments = {}
             for src in job.sources():
@@ -298,14 +302,14 @@ class RoundExecutor:
                          + (f", blocked {', '.join(blocked)}" if blocked else "") + ")")
                 rnd += 1
                 continue
-            return self.finalizer.finish(pending, snap, working, rows, staged, results, dead_letters, summaries,
-                                         expected, P, last_round=rnd, t0=t0, records=records, backlog=backlog,
-                                         executor_requests=executor_requests, executor_counting=counting,
-                                         dead_letter_files=dl_files,
-                                         bytes_per_row=bytes_per_row_after(cursor.bytes_per_row, read),
-                                         dropped=dropped, low_epoch=low,
-                                         inflight_low_epoch=min((own_epochs.epoch_at(ch, snap.cut[ch])
-                                                                 for ch in snap.parked), default=None))
+            outcome = SnapshotOutcome(rows, staged, dead_letters, last_round=rnd, t0=t0, records=records,
+                                      backlog=backlog, executor_requests=executor_requests,
+                                      executor_counting=counting, dead_letter_files=dl_files,
+                                      bytes_per_row=bytes_per_row_after(cursor.bytes_per_row, read),
+                                      dropped=dropped, low_epoch=low,
+                                      inflight_low_epoch=min((own_epochs.epoch_at(ch, snap.cut[ch])
+                                                              for ch in snap.parked), default=None))
+            return self.finalizer.finish(pending, snap, working, outcome, results, summaries, expected, P)
 
     # ------------------------------------------------------------------ several epochs in one round (tagged)
     def complete_epochs(self, cursor: Cursor, targets: Sequence[tuple[int, Barriers]], summaries, *,
@@ -399,7 +403,10 @@ class RoundExecutor:
     def run_epochs(self, cursor: Cursor, planned: Sequence[PlannedEpoch], summaries, P: int
                    ) -> tuple[Cursor, list[RoundResult]]:
         """Run a tagged round over ``planned`` (from :meth:`plan_epochs`): trigger every checkpoint and write its
-        round plan (write-ahead), one Spark round, then finalise the checkpoints in epoch order."""
+        round plan (write-ahead), one Spark round, then finalise the checkpoints in epoch order.
+
+        Over 80 lines: one tagged round: trigger every checkpoint, run Spark once, then finalize each checkpoint in
+        epoch order; the per-checkpoint accumulators are local."""
         ctx = self.ctx
         job, config = ctx.job, ctx.config
         driver = planned[-1].driver
@@ -469,13 +476,13 @@ class RoundExecutor:
                     handles.setdefault(r.operator_uid, {}).setdefault(r.name, []).append(r.state)
             working = Cursor(cur.checkpoint_id, cur.epoch, pe.positions_after, handles, {}, driver,
                              inventory=cur.inventory, low_epoch=pe.epoch)
-            cur, results = self.finalizer.finish(pending, pe.snap, working, mine, staged, [], dead_letters, summaries,
-                                                 expected, P, last_round=0, t0=t_i, records=pe.records,
-                                                 backlog=pe.backlog, dropped=dropped, low_epoch=pe.epoch,
-                                                 dead_letter_files=files_of_reports(
-                                                     [r for r in mine if r.kind is ReportKind.DEAD_LETTER]),
-                                                 executor_requests=per_epoch[i], executor_counting=requests.counting,
-                                                 bytes_per_row=figure)
+            outcome = SnapshotOutcome(mine, staged, dead_letters, last_round=0, t0=t_i, records=pe.records,
+                                      backlog=pe.backlog, dropped=dropped, low_epoch=pe.epoch,
+                                      dead_letter_files=files_of_reports(
+                                          [r for r in mine if r.kind is ReportKind.DEAD_LETTER]),
+                                      executor_requests=per_epoch[i], executor_counting=requests.counting,
+                                      bytes_per_row=figure)
+            cur, results = self.finalizer.finish(pending, pe.snap, working, outcome, [], summaries, expected, P)
             for res in results:
                 res.tagged_round = tuple(ids)
             out.extend(results)

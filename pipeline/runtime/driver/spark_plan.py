@@ -130,7 +130,10 @@ class SparkPlan:
         cutoff is ``end(L) - ttl`` (default: ``epoch``); ``own_epochs``
         (:class:`~pipeline.runtime.driver.input_epochs.InputEpochs`): the splits are cut at barriers and tagged with
         their records' own epoch.
-        """
+        
+
+        Over 8 parameters: the round's identity (pending, rnd, epoch), its inputs (cursor, segments) and the
+        unaligned/tagged options, all keywords after the first."""
         ctx = self.ctx
         spark = ctx.spark
         fault_point("reading")
@@ -176,7 +179,9 @@ class SparkPlan:
 
     def _operator_io(self, op, sinks, consumers, pending, rnd: int, P: int, cursor: Cursor, epoch: int, *,
                      parked: frozenset, staged: dict | None, complete: bool, low_epoch: int | None) -> OperatorIO:
-        """Operator ``op``'s values for round ``rnd`` of checkpoint ``pending`` (epoch ``epoch``)."""
+        """Operator ``op``'s values for round ``rnd`` of checkpoint ``pending`` (epoch ``epoch``).
+
+        Over 8 parameters: :meth:`process_round`'s values for one operator, passed through."""
         ctx = self.ctx
         loc, cid = pending.location, pending.checkpoint_id
         ack_prefix = round_acks_prefix(loc, rnd, op.uid) if consumers else None

@@ -100,9 +100,14 @@ def _join_violations(spec: "JoinTaskSpec", res, subtask: int) -> list[tuple[str,
 
 
 def make_join_task(spec: JoinTaskSpec):
-    """Returns the ``mapInArrow`` function of the join operator."""
+    """Returns the ``mapInArrow`` function of the join operator.
+
+    Over 80 lines: the task is a closure over its spec: restore both sides' state, run the kernel per round, write
+    state, output and dead letters, report."""
 
     def step(spec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Over 80 lines: one subtask's work in order (restore, kernel, state, output, dead letters, reports); it is
+        the body of the closure above."""
         fault_point("reading")
         t0 = time.perf_counter()
         subtask, incoming = subtask_of(_collect(batches))

@@ -129,7 +129,10 @@ def task_report(kind: ReportKind, uid: str, name: str, subtask: int, kgr: KeyGro
                 what: StateHandle | FileHandle | int | None = None, *, in_rows: int = 0, restored: int = 0,
                 expired: int = 0, sync_ms: float = 0.0, async_ms: float = 0.0) -> TaskReport:
     """One report of a task (see :mod:`pipeline.checkpoint.report`): ``what`` is the state handle (STATE), the
-    file written or None (OUTPUT, CHANNEL, DEAD_LETTER) or the count (DROPPED); acknowledged now."""
+    file written or None (OUTPUT, CHANNEL, DEAD_LETTER) or the count (DROPPED); acknowledged now.
+
+    Over 8 parameters: one keyword per figure of a :class:`~pipeline.checkpoint.report.TaskReport` (rows, restored,
+    expired, timings), all optional."""
     if isinstance(what, StateHandle):
         uid, subtask, name, kg_start, kg_end = what.operator_uid, what.subtask, what.name, what.kg_start, what.kg_end
     else:

@@ -145,7 +145,10 @@ def _fire_index(w: WindowSpec, schema: pa.Schema, watermark_us: int | None, pend
 
 def make_window_task(spec: WindowTaskSpec):
     """Returns the ``mapInArrow`` function of a window operator (after the shuffle; several epochs per round:
-    :func:`~pipeline.runtime.operators.task.epoch_tagged_task`, the watermark advancing epoch by epoch)."""
+    :func:`~pipeline.runtime.operators.task.epoch_tagged_task`, the watermark advancing epoch by epoch).
+
+    Over 80 lines: the task is a closure over its spec: restore, run the window kernel per epoch of the round, write
+    state and output, report."""
 
     def step(spec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         fault_point("reading")

@@ -89,7 +89,10 @@ def split_dataframe(spark, n_tasks: int, source: SourceNode, reader_factory: Cal
     ``tag`` of its split dict). ``requests``: counts the tasks' S3 requests (:mod:`pipeline.runtime.spark.task_requests`;
     in a tagged round each run of splits is attributed to its epoch). ``read_bytes``: adds the rows and Arrow
     bytes read to the round's figure (:mod:`pipeline.runtime.spark.round_bytes`).
-    """
+    
+
+    Over 8 parameters: the source, its reader and the round's options (carried columns, row epochs, tagging, request
+    counting), all but the first five optional."""
     keep = [f for f in META_FIELDS if meta is None or f.name in meta]
     out_schema = pa.schema(list(source.schema) + keep)
     names = out_schema.names
