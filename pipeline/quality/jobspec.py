@@ -189,35 +189,42 @@ def _join_unique(op: JoinNode) -> str | None:
     return getattr(op, "unique", None) if hasattr(op, "how") else "both"
 
 
+def _row_state_specs(op, default_ttl_seconds: int | None, specs: dict[str, ObjectSpec],
+                     ttl: dict[str, int | None]) -> None:
+    """The state objects of a join, deduplicate, window or top-N (rows of the input held per key)."""
+    if isinstance(op, JoinNode):
+        unique = _join_unique(op)
+        for name in ("left", "right"):
+            o = state_obj(op.uid, name)
+            # a null join key matches nothing: such rows are held (and emitted alone by an outer join)
+            specs[o] = ObjectSpec(o, "state", op.on, unique_key=unique in (name, "both"), null_key=NullKey.NO_KEY)
+            t = op.ttl_seconds if op.ttl_seconds is not None else default_ttl_seconds
+            ttl[o] = t or None
+    elif isinstance(op, DedupNode):
+        o = state_obj(op.uid, "keys")
+        specs[o] = ObjectSpec(o, "state", op.key)          # one held row per key
+        t = op.ttl_seconds if op.ttl_seconds is not None else default_ttl_seconds
+        ttl[o] = t or None
+    elif isinstance(op, WindowNode):
+        # window records: several rows per key by design; the watermark table is operator-wide (subtask 0)
+        o = state_obj(op.uid, "win")
+        specs[o] = ObjectSpec(o, "state", op.key, unique_key=False)
+        o = state_obj(op.uid, "wm")
+        specs[o] = ObjectSpec(o, "state", "channel", operator_wide=True)
+    elif isinstance(op, RankNode):
+        # up to n rows per key (a null key is one group, as SQL's PARTITION BY)
+        o = state_obj(op.uid, "rank")
+        specs[o] = ObjectSpec(o, "state", op.key, unique_key=op.n == 1, null_key=NullKey.GROUP)
+
+
 def job_objects(job: Job, default_ttl_seconds: int | None) -> JobObjects:
     specs: dict[str, ObjectSpec] = {}
     schemas: dict[str, str | None] = {}
     ttl: dict[str, int | None] = {}
     aggregates: dict[str, dict] = {}
     for op in job.operators():
-        if isinstance(op, JoinNode):
-            unique = _join_unique(op)
-            for name in ("left", "right"):
-                o = state_obj(op.uid, name)
-                # a null join key matches nothing: such rows are held (and emitted alone by an outer join)
-                specs[o] = ObjectSpec(o, "state", op.on, unique_key=unique in (name, "both"), null_key=NullKey.NO_KEY)
-                t = op.ttl_seconds if op.ttl_seconds is not None else default_ttl_seconds
-                ttl[o] = t or None
-        elif isinstance(op, DedupNode):
-            o = state_obj(op.uid, "keys")
-            specs[o] = ObjectSpec(o, "state", op.key)          # one held row per key
-            t = op.ttl_seconds if op.ttl_seconds is not None else default_ttl_seconds
-            ttl[o] = t or None
-        elif isinstance(op, WindowNode):
-            # window records: several rows per key by design; the watermark table is operator-wide (subtask 0)
-            o = state_obj(op.uid, "win")
-            specs[o] = ObjectSpec(o, "state", op.key, unique_key=False)
-            o = state_obj(op.uid, "wm")
-            specs[o] = ObjectSpec(o, "state", "channel", operator_wide=True)
-        elif isinstance(op, RankNode):
-            # up to n rows per key (a null key is one group, as SQL's PARTITION BY)
-            o = state_obj(op.uid, "rank")
-            specs[o] = ObjectSpec(o, "state", op.key, unique_key=op.n == 1, null_key=NullKey.GROUP)
+        if isinstance(op, (JoinNode, DedupNode, WindowNode, RankNode)):
+            _row_state_specs(op, default_ttl_seconds, specs, ttl)
         elif isinstance(op, ProcessNode):
             # user state: its columns and keys are the user's (checked by replay, pipeline.quality.replay)
             continue
