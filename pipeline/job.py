@@ -36,8 +36,9 @@ from pipeline.operators.lookup import LOOKUP_HOWS, SideTable
 from pipeline.sink.table_format import TableFormat
 
 __all__ = ["Job", "Stream", "SourceNode", "MapNode", "UnionNode", "JoinNode", "AggregateNode", "DedupNode", "WindowNode",
-           "ProcessNode", "SinkNode", "LookupJoinNode", "is_operator",
+           "RankNode", "ProcessNode", "SinkNode", "LookupJoinNode", "is_operator",
            "AGG_FUNCTIONS", "WINDOW_AGG_FUNCTIONS", "JOIN_TYPES", "INTERNAL_COLUMNS", "JOIN_KEY", "join_key_sql",
+           "RANK_KEY", "rank_key_sql",
            "join_output"]
 
 AGG_FUNCTIONS = _AGG_FUNCTIONS   # count, sum, min, max, avg, count_distinct (pipeline/operators/aggregate_functions.py)
@@ -47,6 +48,8 @@ _UNIQUENESS = (None,) + tuple(u.value for u in Uniqueness)
 INTERNAL_COLUMNS = ("_ingest_ts",)
 #: the column a join on several keys is keyed by (state and routing): see :func:`join_key_sql`
 JOIN_KEY = "__join_key"
+#: the column a top-N on several key columns is keyed by (state and routing): :func:`rank_key_sql`
+RANK_KEY = "__rank_key"
 _UID = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{0,63}$")
 
 
@@ -154,6 +157,32 @@ class DedupNode:
 
 
 @dataclass(frozen=True, slots=True)
+class RankNode:
+    """Top-N per key (``Stream.top_n``) and keep-last deduplication (``Stream.keep_last``, N = 1): the first ``n``
+    rows per key in a total order, as an updating stream keyed by (key, rank); semantics: docs/operators.md
+    "Top-N"."""
+
+    uid: str
+    parent: int
+    key: str                                  # the state / routing key: a column, or RANK_KEY for several
+    keys: tuple[str, ...]                     # the partition columns as the user named them
+    order_by: tuple[tuple[str, bool], ...]    # (column, descending)
+    n: int
+    rank_column: str | None                   # None: no rank column (n == 1 only)
+
+    STATE_NAMES: ClassVar[tuple[str, ...]] = ("rank",)
+
+    @property
+    def inputs(self) -> tuple[int, ...]:
+        return (self.parent,)
+
+    @property
+    def sink_key(self) -> tuple[str, ...]:
+        """The key of the upsert stream: the partition columns, then the rank column when there is one."""
+        return self.keys + ((self.rank_column,) if self.rank_column else ())
+
+
+@dataclass(frozen=True, slots=True)
 class WindowNode:
     """Keyed event-time windows with a watermark (exact semantics: docs/windows.md)."""
 
@@ -206,8 +235,9 @@ class SinkNode:
     partition_by: tuple[str, ...] = ()  # partition columns (Hive-style directories; Delta/Iceberg partitions)
 
 
-Node = SourceNode | MapNode | UnionNode | LookupJoinNode | JoinNode | AggregateNode | DedupNode | WindowNode | ProcessNode | SinkNode
-StatefulNode = JoinNode | AggregateNode | DedupNode | WindowNode | ProcessNode
+Node = (SourceNode | MapNode | UnionNode | LookupJoinNode | JoinNode | AggregateNode | DedupNode | WindowNode | RankNode
+        | ProcessNode | SinkNode)
+StatefulNode = JoinNode | AggregateNode | DedupNode | WindowNode | RankNode | ProcessNode
 
 
 def is_operator(node) -> bool:
@@ -310,6 +340,40 @@ class Stream:
             raise ConfigError(f"deduplicate {uid!r}: ttl_seconds must be >= 0 (0: no expiry)")
         return self.job._add(DedupNode(self.job._uid(uid), self.node, key, ttl_seconds))
 
+    def top_n(self, *, uid: str, key: str | Sequence[str], order_by: str | Sequence[str], n: int,
+              rank_column: str | None = "rank_number") -> "Stream":
+        """The first ``n`` rows per ``key`` (a column or several) in the order ``order_by`` (``"price DESC"``,
+        ``["price DESC", "date_time"]``): SQL's ``ROW_NUMBER() OVER (PARTITION BY key ORDER BY ...) <= n``, as an
+        updating stream keyed by (key, ``rank_column``): sink it with ``mode="upsert"``. Ties are broken by
+        ``_ingest_ts`` (later first), then the other columns; nulls sort last; a null key is one group
+        (docs/operators.md "Top-N")."""
+        uid = self.job._uid(uid)
+        keys = (key,) if isinstance(key, str) else tuple(key)
+        if not keys or not all(isinstance(c, str) and c for c in keys) or len(set(keys)) != len(keys):
+            raise ConfigError(f"top_n {uid!r}: key={key!r}; name one column or a list of distinct columns")
+        if RANK_KEY in keys or "_ingest_ts" in keys:
+            raise ConfigError(f"top_n {uid!r}: {RANK_KEY!r} and '_ingest_ts' cannot be keys")
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ConfigError(f"top_n {uid!r}: n must be a whole number >= 1, got {n!r}")
+        if rank_column is None and n != 1:
+            raise ConfigError(f"top_n {uid!r}: rank_column=None only with n=1 (the rank is part of the upsert key)")
+        if rank_column is not None and (not _UID.match(rank_column) or rank_column in keys):
+            raise ConfigError(f"top_n {uid!r}: rank_column={rank_column!r} is not a valid new column name")
+        order = _parse_order(f"top_n {uid!r}", order_by)
+        if any(c in keys for c, _ in order):
+            raise ConfigError(f"top_n {uid!r}: order_by names a key column")
+        return self.job._add(RankNode(uid, self.node, keys[0] if len(keys) == 1 else RANK_KEY, keys, order, n,
+                                      rank_column))
+
+    def keep_last(self, *, uid: str, key: str | Sequence[str], order_by: str | Sequence[str]) -> "Stream":
+        """Keep-last deduplication: the latest row per ``key`` by ``order_by`` (an event-time column, ascending:
+        the row with the greatest value wins; ties: the later arrival), as an updating stream keyed by ``key``
+        (Flink's ``ROW_NUMBER() OVER (PARTITION BY key ORDER BY time DESC) = 1``). ``top_n`` with ``n=1``, the
+        order reversed and no rank column (docs/operators.md "Top-N")."""
+        order = _parse_order(f"keep_last {uid!r}", order_by)
+        flipped = [f"`{c}` {'ASC' if desc else 'DESC'}" for c, desc in order]
+        return self.top_n(uid=uid, key=key, order_by=flipped, n=1, rank_column=None)
+
     def aggregate(self, *, uid: str, key: str, aggs: Mapping[str, tuple]) -> "Stream":
         """Running keyed aggregate: ``aggs`` maps an output column to ``(function, input column)`` or
         ``(function, input column, where)`` with function ``count`` (input ``None``), ``sum``, ``min``, ``max``,
@@ -410,6 +474,8 @@ class Stream:
                 key = (parent.key,)
             elif isinstance(parent, WindowNode):
                 key = (parent.key, "window_start")
+            elif isinstance(parent, RankNode):
+                key = parent.sink_key
             else:
                 raise ConfigError(f"sink {table!r}: upsert needs key=")
         if not _UID.match(table) or table in self.job.sink_tables():
@@ -637,6 +703,31 @@ def join_key_sql(keys: Sequence[str]) -> str:
     cols = ", ".join(f"`{k}`" for k in keys)
     nulls = " OR ".join(f"`{k}` IS NULL" for k in keys)
     return f"CASE WHEN {nulls} THEN NULL ELSE to_json(struct({cols})) END"
+
+
+def rank_key_sql(keys: Sequence[str]) -> str:
+    """The Spark SQL expression of a top-N's key on several columns: the JSON of the key columns as a struct with
+    nulls written (one string, equal exactly when every key value is equal, nulls included: a null is a value of
+    the group, as in SQL's ``PARTITION BY``)."""
+    cols = ", ".join(f"`{k}`" for k in keys)
+    return f"to_json(struct({cols}), map('ignoreNullFields', 'false'))"
+
+
+_ORDER_TERM = re.compile(r"^\s*`?([A-Za-z_][A-Za-z0-9_]*)`?(?:\s+(ASC|DESC))?\s*$", re.IGNORECASE)
+
+
+def _parse_order(what: str, order_by: str | Sequence[str]) -> tuple[tuple[str, bool], ...]:
+    """``"a DESC"`` / ``["a DESC", "b"]`` -> ((column, descending), ...)."""
+    terms = [order_by] if isinstance(order_by, str) else list(order_by)
+    out: list[tuple[str, bool]] = []
+    for t in terms:
+        m = _ORDER_TERM.match(t) if isinstance(t, str) else None
+        if m is None:
+            raise ConfigError(f"{what}: order_by term {t!r}; write a column, optionally ASC or DESC")
+        out.append((m.group(1), (m.group(2) or "ASC").upper() == "DESC"))
+    if not out or len({c for c, _ in out}) != len(out) or any(c in ("_ingest_ts", RANK_KEY) for c, _ in out):
+        raise ConfigError(f"{what}: order_by={order_by!r}; name distinct user columns (at least one)")
+    return tuple(out)
 
 
 def join_output(op: JoinNode, lcols: Sequence[str], rcols: Sequence[str]) -> list[str]:

@@ -25,6 +25,7 @@ from pipeline.job import (
     JoinNode,
     MapNode,
     ProcessNode,
+    RankNode,
     SinkNode,
     SourceNode,
     UnionNode,
@@ -109,6 +110,11 @@ def node_schema(job: Job, node_id: int) -> pa.Schema | None:
             else:
                 agg_fields.append(pa.field(out, parent.field(col).type))
         return pa.schema(agg_fields)
+    if isinstance(node, RankNode):  # the input's columns, then the rank column (docs/operators.md "Top-N")
+        parent = node_schema(job, node.parent)
+        if parent is None:
+            return None
+        return parent.append(pa.field(node.rank_column, pa.int64())) if node.rank_column else parent
     if isinstance(node, SinkNode):
         return node_schema(job, node.parent)
     return None
@@ -127,6 +133,13 @@ def _state_schema(job: Job, op, name: str) -> pa.Schema | None:
         if parent is None or op.key not in parent.names or _INGEST not in parent.names:
             return None
         return pa.schema([parent.field(op.key), parent.field(_INGEST), _KG])
+    if isinstance(op, RankNode):  # the held rows: the input's columns (+ the key of several columns), _kg, rank
+        parent = node_schema(job, op.parent)
+        if parent is None:
+            return None
+        if op.key not in parent.names:
+            parent = parent.append(pa.field(op.key, pa.string()))
+        return parent.append(_KG).append(pa.field("__rank", pa.int32()))
     if isinstance(op, WindowNode):  # docs/windows.md "State after checkpoint n"
         if name == "wm":
             return pa.schema([pa.field("channel", pa.string()), pa.field("max_event_us", pa.int64())])
@@ -176,31 +189,42 @@ def _join_unique(op: JoinNode) -> str | None:
     return getattr(op, "unique", None) if hasattr(op, "how") else "both"
 
 
+def _row_state_specs(op, default_ttl_seconds: int | None, specs: dict[str, ObjectSpec],
+                     ttl: dict[str, int | None]) -> None:
+    """The state objects of a join, deduplicate, window or top-N (rows of the input held per key)."""
+    if isinstance(op, JoinNode):
+        unique = _join_unique(op)
+        for name in ("left", "right"):
+            o = state_obj(op.uid, name)
+            # a null join key matches nothing: such rows are held (and emitted alone by an outer join)
+            specs[o] = ObjectSpec(o, "state", op.on, unique_key=unique in (name, "both"), null_key=NullKey.NO_KEY)
+            t = op.ttl_seconds if op.ttl_seconds is not None else default_ttl_seconds
+            ttl[o] = t or None
+    elif isinstance(op, DedupNode):
+        o = state_obj(op.uid, "keys")
+        specs[o] = ObjectSpec(o, "state", op.key)          # one held row per key
+        t = op.ttl_seconds if op.ttl_seconds is not None else default_ttl_seconds
+        ttl[o] = t or None
+    elif isinstance(op, WindowNode):
+        # window records: several rows per key by design; the watermark table is operator-wide (subtask 0)
+        o = state_obj(op.uid, "win")
+        specs[o] = ObjectSpec(o, "state", op.key, unique_key=False)
+        o = state_obj(op.uid, "wm")
+        specs[o] = ObjectSpec(o, "state", "channel", operator_wide=True)
+    elif isinstance(op, RankNode):
+        # up to n rows per key (a null key is one group, as SQL's PARTITION BY)
+        o = state_obj(op.uid, "rank")
+        specs[o] = ObjectSpec(o, "state", op.key, unique_key=op.n == 1, null_key=NullKey.GROUP)
+
+
 def job_objects(job: Job, default_ttl_seconds: int | None) -> JobObjects:
     specs: dict[str, ObjectSpec] = {}
     schemas: dict[str, str | None] = {}
     ttl: dict[str, int | None] = {}
     aggregates: dict[str, dict] = {}
     for op in job.operators():
-        if isinstance(op, JoinNode):
-            unique = _join_unique(op)
-            for name in ("left", "right"):
-                o = state_obj(op.uid, name)
-                # a null join key matches nothing: such rows are held (and emitted alone by an outer join)
-                specs[o] = ObjectSpec(o, "state", op.on, unique_key=unique in (name, "both"), null_key=NullKey.NO_KEY)
-                t = op.ttl_seconds if op.ttl_seconds is not None else default_ttl_seconds
-                ttl[o] = t or None
-        elif isinstance(op, DedupNode):
-            o = state_obj(op.uid, "keys")
-            specs[o] = ObjectSpec(o, "state", op.key)          # one held row per key
-            t = op.ttl_seconds if op.ttl_seconds is not None else default_ttl_seconds
-            ttl[o] = t or None
-        elif isinstance(op, WindowNode):
-            # window records: several rows per key by design; the watermark table is operator-wide (subtask 0)
-            o = state_obj(op.uid, "win")
-            specs[o] = ObjectSpec(o, "state", op.key, unique_key=False)
-            o = state_obj(op.uid, "wm")
-            specs[o] = ObjectSpec(o, "state", "channel", operator_wide=True)
+        if isinstance(op, (JoinNode, DedupNode, WindowNode, RankNode)):
+            _row_state_specs(op, default_ttl_seconds, specs, ttl)
         elif isinstance(op, ProcessNode):
             # user state: its columns and keys are the user's (checked by replay, pipeline.quality.replay)
             continue

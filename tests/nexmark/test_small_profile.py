@@ -1,6 +1,7 @@
 """The Nexmark runner's small profile (default suite): a few thousand events, a join query, an aggregate query
-(q15: count_distinct, FILTER) and the side-table join q13 SIGKILLed once and resumed, and a stateless query, each
-compared exactly with its DuckDB reference through the real CLI; q11 (session windows) is opt-in.
+(q15: count_distinct, FILTER), the side-table join q13 and a top-N query (q19: the 10 highest bids per auction, an
+updating stream) SIGKILLed once and resumed, and a stateless query, each compared exactly with its DuckDB reference
+through the real CLI; q11 (session windows) is opt-in.
 
 The full suite is ``python -m benchmarks.nexmark.run`` (benchmarks/nexmark/README.md)."""
 from __future__ import annotations
@@ -70,3 +71,10 @@ def test_session_window_query_exact_after_a_sigkill(capsys, tmp_path):
     (r,) = out["results"]
     assert r["status"] == "exact", r
     assert r["kills_landed"] == 1 and r["output_rows"] == r["reference_rows"] > 100
+def test_top_n_exact_after_a_sigkill(capsys, tmp_path):
+    """q19: ``top_n`` per auction, n=10, in an upsert sink keyed by (auction, rank_number) (docs/operators.md
+    "Top-N and keep-last")."""
+    out = _run(capsys, "--queries", "q19", "--kills", "1", "--workdir", str(tmp_path))
+    (r,) = out["results"]
+    assert r["status"] == "exact", r
+    assert r["kills_landed"] == 1 and r["output_rows"] == r["reference_rows"] > 1000

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.exceptions import BootstrapRefusedError, CheckpointError, ConfigError
-from pipeline.job import AggregateNode, DedupNode, JoinNode, ProcessNode, WindowNode
+from pipeline.job import AggregateNode, DedupNode, JoinNode, ProcessNode, RankNode, WindowNode
 from pipeline.layout import metadata_uri
 from pipeline.runtime.driver.cursor import Cursor
 from pipeline.runtime.driver.progress import last_data_epoch
@@ -37,7 +37,7 @@ def refusal(job) -> str | None:
     """Why ``job`` cannot be bootstrapped exactly (one line naming the operator, why, and what to do instead), or None.
 
     Only the operator kinds whose state the batch plan derives exactly are accepted: ``join`` (both sides,
-    ``_matched`` flags), ``aggregate`` (exact decimal sums), ``deduplicate`` (held keys) and ``window`` (records
+    ``_matched`` flags), ``aggregate`` (exact decimal sums), ``deduplicate`` (held keys), ``top_n`` / ``keep_last`` (the first n rows per key) and ``window`` (records
     of unfired windows, watermark table), fed by a source, a join, a deduplicate or an ``emit="final"`` window (its
     fired windows' rows carry their firing epoch in the plan). Refused:
 
@@ -51,7 +51,7 @@ def refusal(job) -> str | None:
         if isinstance(op, ProcessNode):
             return (f"job {job.name!r}: cannot bootstrap process {op.uid!r}: its state is built by a user function "
                     f"one epoch at a time, which the batch plan cannot derive without running the epochs; {CATCH_UP}")
-        if not isinstance(op, (JoinNode, AggregateNode, DedupNode, WindowNode)):
+        if not isinstance(op, (JoinNode, AggregateNode, DedupNode, WindowNode, RankNode)):
             return (f"job {job.name!r}: cannot bootstrap {type(op).__name__} {op.uid!r}: not modelled by the batch "
                     f"plan; {CATCH_UP}")
         for inp in op.inputs:

@@ -22,7 +22,7 @@ from pipeline.checkpoint.handles import StateHandle
 from pipeline.checkpoint.report import ReportKind, TaskReport
 from pipeline.exceptions import BootstrapRefusedError, CheckpointError, MalformedInputError
 from pipeline.fileio import file_io_for, join_uri
-from pipeline.job import AggregateNode, DedupNode, JoinNode, WindowNode
+from pipeline.job import AggregateNode, DedupNode, JoinNode, RankNode, WindowNode
 from pipeline.keygroups import key_group_expr, range_for_subtask, subtask_expr
 from pipeline.layout import key_group_file, round_state_prefix, sink_staging_uri
 from pipeline.runtime.driver import progress
@@ -66,6 +66,8 @@ def _objects(comp, res, job) -> list[tuple[str, str, str, object, str | None]]:
                 out.append(("state", op.uid, name, _exact_aggregate(comp, op), op.key))
             elif isinstance(op, DedupNode):
                 out.append(("state", op.uid, name, res.states[obj], op.key))   # the held keys (pipeline.batch.evaluation.dedup)
+            elif isinstance(op, RankNode):   # the first n rows per key with their rank (pipeline.batch.evaluation.rank)
+                out.append(("state", op.uid, name, res.states[obj], op.key))
             elif isinstance(op, WindowNode):   # win: keyed records of unfired windows; wm: the operator-wide
                 out.append(("state", op.uid, name, res.states[obj], op.key if name == "win" else None))  # table
     for s in job.sinks():

@@ -10,6 +10,7 @@ from pipeline.batch.evaluation.join import join
 from pipeline.batch.evaluation.join_keys import join_semantics
 from pipeline.batch.evaluation.lookup import lookup
 from pipeline.batch.evaluation.prefix import Prefix
+from pipeline.batch.evaluation.rank import rank
 from pipeline.batch.evaluation.result import BatchResult
 from pipeline.batch.evaluation.sink import sink
 from pipeline.batch.evaluation.sources import source_frame
@@ -22,6 +23,7 @@ from pipeline.job import (
     JoinNode,
     LookupJoinNode,
     MapNode,
+    RankNode,
     SinkNode,
     SourceNode,
     UnionNode,
@@ -53,6 +55,8 @@ class PlanCompiler(PlanContext):
             return window(self, nid, node)
         if isinstance(node, DedupNode):
             return dedup(self, nid, node)
+        if isinstance(node, RankNode):
+            return rank(self, nid, node)
         self.bad[nid] = f"{type(node).__name__} is not modelled by the batch evaluation"
         return None
 
@@ -81,8 +85,8 @@ class PlanCompiler(PlanContext):
         for s in self.job.sinks():
             sink(self, s)
         for n in self.job.nodes:
-            if not isinstance(n, (SourceNode, MapNode, UnionNode, LookupJoinNode, JoinNode, AggregateNode, WindowNode, DedupNode,
-                                  SinkNode)):
+            if not isinstance(n, (SourceNode, MapNode, UnionNode, LookupJoinNode, JoinNode, AggregateNode, WindowNode,
+                                  DedupNode, RankNode, SinkNode)):
                 self.result.messages.append(f"not checked: {type(n).__name__} nodes are not modelled yet")
         return self.result
 

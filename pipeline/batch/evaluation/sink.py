@@ -7,7 +7,7 @@ from pipeline.batch.evaluation.context import PlanContext
 from pipeline.batch.evaluation.prefix import PEPOCH
 from pipeline.batch.evaluation.result import INTERNAL, orderable, visible
 from pipeline.batch.evaluation.rounds import ROUND
-from pipeline.job import AggregateNode, SinkNode, SourceNode, WindowNode
+from pipeline.job import AggregateNode, RankNode, SinkNode, SourceNode, WindowNode
 
 
 def sink(plan: PlanContext, s: SinkNode) -> None:
@@ -15,7 +15,11 @@ def sink(plan: PlanContext, s: SinkNode) -> None:
     obj = f"sink/{s.table}"
     parent = plan.job.nodes[s.parent]
     df = plan.frame(s.parent)
-    if df is None:
+    ranks = [n for n in (plan.job.nodes[b] for b in plan.job.bases(s.parent)) if isinstance(n, RankNode)]
+    if df is not None and s.mode == "upsert" and any(set(s.key) != set(r.sink_key) for r in ranks):
+        plan.result.unchecked[obj] = (f"upsert sink keyed by {list(s.key)}, not by the top-N's key and rank "
+                                      f"{list(ranks[0].sink_key)}: which of a key's ranks it holds depends on rounds")
+    elif df is None:
         plan.result.unchecked[obj] = plan.bad[s.parent]
     elif plan.job.operator_sink(s.parent) is not s:  # a sink writer's (pipeline.runtime.operators.sink_writer)
         why = writer_sink(plan, s, df)
@@ -24,7 +28,10 @@ def sink(plan: PlanContext, s: SinkNode) -> None:
     elif isinstance(parent, AggregateNode) and s.mode == "append":
         plan.result.unchecked[obj] = ("append sink of an aggregate: a changelog whose rows depend on round "
                                       "boundaries (its upsert view is checked through the aggregate state)")
-    elif s.mode == "upsert" and not isinstance(parent, (AggregateNode, WindowNode)):
+    elif isinstance(parent, RankNode) and s.mode == "append":
+        plan.result.unchecked[obj] = ("append sink of a top-N: a changelog whose rows depend on round boundaries "
+                                      "(its upsert view is checked)")
+    elif s.mode == "upsert" and not isinstance(parent, (AggregateNode, WindowNode, RankNode)):
         plan.result.unchecked[obj] = "upsert sink of a non-aggregate: 'newest row per key' is not modelled"
     else:
         if isinstance(parent, WindowNode) and "_ingest_ts" in df.columns:
@@ -41,12 +48,13 @@ def writer_sink(plan: PlanContext, s: SinkNode, df) -> str | None:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
     bases = [plan.job.nodes[b] for b in plan.job.bases(s.parent)]
-    updating = [b for b in bases if isinstance(b, AggregateNode) or (isinstance(b, WindowNode) and b.emit == "update")]
+    updating = [b for b in bases if isinstance(b, (AggregateNode, RankNode))
+                or (isinstance(b, WindowNode) and b.emit == "update")]
     shown = plan.job.ingest_shown(s.parent)
     cols = [c for c in df.columns if c not in INTERNAL and (c != "_ingest_ts" or shown)]
     if s.mode == "append":
         if updating:
-            return ("append sink of an updating stream (a running aggregate or an update window): a changelog "
+            return ("append sink of an updating stream (a running aggregate, a top-N or an update window): a changelog "
                     "whose rows depend on round boundaries")
         plan.result.sinks[s.table] = df.select(*cols)
         return None

@@ -33,7 +33,7 @@ from pipeline.checkpoint.handles import ChannelStateHandle, Position, StateHandl
 from pipeline.checkpoint.report import ReportKind, TaskReport
 from pipeline.exceptions import CheckpointError, ConfigError
 from pipeline.fileio.request_counter import RequestCounting, StorageRequests
-from pipeline.job import AggregateNode, JoinNode, SourceNode
+from pipeline.job import JoinNode, SourceNode, is_operator
 from pipeline.layout import round_plan_uri
 from pipeline.runtime.driver.alignment import MODE_ALIGNED, AlignmentDriver, NextStop
 from pipeline.runtime.driver.barrier_log import BarrierLog, Barriers
@@ -45,6 +45,7 @@ from pipeline.runtime.driver.input_epochs import InputEpochs
 from pipeline.runtime.driver.results import RoundResult
 from pipeline.runtime.driver.spark_plan import EpochWork, SparkPlan
 from pipeline.runtime.operators.dead_letters import files_of_reports
+from pipeline.runtime.operators.registry import traits_for
 from pipeline.runtime.spark.round_bytes import (
     ReadBytes,
     bytes_per_row_after,
@@ -154,8 +155,9 @@ class RoundExecutor:
         driver.begin(epoch, {ch: barriers[ch[0]][ch[1]] for ch in channels}, trigger_now)
         results: list[RoundResult] = []
         staged: dict[str, list[TaskReport]] = {t: [] for t in job.sink_tables()}  # OUTPUT reports per table
-        merged_upserts = {s.table for s in job.sinks()   # the aggregate or the sink writer merges earlier rounds
-                          if s.mode == "upsert" and (isinstance(job.nodes[s.parent], AggregateNode)
+        merged_upserts = {s.table for s in job.sinks()   # the operator or the sink writer merges earlier rounds
+                          if s.mode == "upsert" and ((is_operator(job.nodes[s.parent])
+                                                      and traits_for(job.nodes[s.parent]).merges_upserts)
                                                      or job.operator_sink(s.parent) is not s)}
         working = Cursor(cursor.checkpoint_id, cursor.epoch, {s: dict(p) for s, p in cursor.positions.items()},
                          cursor.handles, {u: list(h) for u, h in cursor.inflight.items()}, driver,

@@ -17,9 +17,11 @@ from pipeline.job import (
     Job,
     JoinNode,
     ProcessNode,
+    RankNode,
     WindowNode,
     join_key_sql,
     join_output,
+    rank_key_sql,
 )
 from pipeline.keygroups import key_group_expr, subtask_expr
 from pipeline.operators.aggregate_functions import (
@@ -37,6 +39,7 @@ from pipeline.runtime.operators.dead_letters import (
 from pipeline.runtime.operators.dedup import DedupTaskSpec, make_dedup_task
 from pipeline.runtime.operators.join import JoinTaskSpec, make_join_task
 from pipeline.runtime.operators.process import ProcessTaskSpec, make_process_task
+from pipeline.runtime.operators.rank import RankTaskSpec, make_rank_task
 from pipeline.runtime.operators.registry import OperatorTraits, register_operator
 from pipeline.runtime.operators.round_params import EPOCH_TAG
 from pipeline.runtime.operators.sink_writer import UPSERT_ORDER, WriterTaskSpec, make_writer_task, visible_columns
@@ -62,7 +65,7 @@ from pipeline.windows.aggregate import EmitMode, WindowSpec, output_schema
 from pipeline.windows.watermark import merge_observations, observe_channels
 
 __all__ = ["join_dataframe", "aggregate_dataframe", "dedup_dataframe", "window_dataframe", "process_dataframe",
-           "writer_dataframe"]
+           "rank_dataframe", "writer_dataframe"]
 
 
 @register_operator(JoinNode, OperatorTraits(row_epochs=True, parks_channels=True))
@@ -199,6 +202,38 @@ def dedup_dataframe(spark, job: Job, op: DedupNode, resolve, io: OperatorIO):
     result = shuffled.mapInArrow(counted(make_dedup_task(spec), io.requests), (HANDLE_TAGGED_DDL if tag else HANDLE_DDL)
                                  if io.ack_prefix is None else out_ddl)
     return result, user_schema
+
+
+@register_operator(RankNode, OperatorTraits(merges_upserts=True))
+def rank_dataframe(spark, job: Job, op: RankNode, resolve, io: OperatorIO):
+    """Top-N per key: the input keyed by ``op.key`` (a column, or the JSON of several: ``rank_key_sql``)."""
+    from pyspark.sql import functions as F
+    P, MP = io.parallelism, io.max_parallelism
+    src = resolve(op.parent)
+    internal = {"_source", "_partition", "_seq", "_row", "_park", ROW_EPOCH, EPOCH_TAG, KG_COLUMN}
+    user = [c for c in src.columns if c not in internal]
+    missing = [c for c in list(op.keys) + [c for c, _ in op.order_by] if c not in user]
+    if missing:
+        raise ConfigError(f"top_n {op.uid}: input lacks columns {missing} (has {user})")
+    if op.rank_column and op.rank_column in user:
+        raise ConfigError(f"top_n {op.uid}: the rank column {op.rank_column!r} is already a column of its input")
+    df = src.select(*user, *([EPOCH_TAG] if io.tagged else []))
+    if op.key not in user:  # several key columns: keyed by one column computed from them
+        df = df.withColumn(op.key, F.expr(rank_key_sql(op.keys)))
+    in_schema = arrow_schema_of(df.drop(EPOCH_TAG) if io.tagged else df)
+    out_fields = [f for f in in_schema if f.name != op.key or op.key in user]
+    if op.rank_column:
+        out_fields.append(pa.field(op.rank_column, pa.int64()))
+    out_schema = pa.schema(out_fields)
+    own = job.operator_sink(job.node_id(op))   # the sink its tasks stage (upsert: merged over rounds)
+    shuffled = route_by_key_group(df.withColumn(KG_COLUMN, key_group_expr(op.key, MP)), spark, KG_COLUMN, P, MP)
+    spec = RankTaskSpec(op.uid, io.checkpoint, op.key, op.order_by, op.n, in_schema, out_schema, op.rank_column,
+                        P, MP, io.parent_handles, io.state_prefix, io.output_prefix, io.output_name, io.file_tag,
+                        io.ack_prefix, tuple(own.key) if own is not None else (), tuple(io.prior_output),
+                        to_sink=own is not None)
+    result = shuffled.mapInArrow(counted(make_rank_task(spec), io.requests), handle_ddl(io) if io.ack_prefix is None
+                                 else schema_ddl(with_tag(out_schema, io)))
+    return result, out_schema
 
 
 def _with_markers(df, spark, event_time: str, key: str, parallelism: int):
