@@ -23,8 +23,9 @@ user reads.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar, Literal, Mapping, Sequence
+from typing import ClassVar, Literal
 
 import pyarrow as pa
 
@@ -250,22 +251,22 @@ def is_operator(node) -> bool:
 class Stream:
     """A handle on a node of the job graph; methods add nodes downstream."""
 
-    job: "Job"
+    job: Job
     node: int
 
-    def filter(self, condition: str) -> "Stream":
+    def filter(self, condition: str) -> Stream:
         """Rows for which the Spark SQL boolean expression ``condition`` holds (e.g. ``"amount > 100"``). Stateless;
         runs inside Spark's optimiser."""
         return self.job._add(MapNode(self.node, "filter", (condition,)))
 
-    def select(self, *exprs: str) -> "Stream":
+    def select(self, *exprs: str) -> Stream:
         """A projection: Spark SQL expressions, ``AS`` for names (``"amount AS paid_amount"``). Stateless;
         ``_ingest_ts`` is carried through automatically."""
         if not exprs:
             raise ConfigError("select() needs at least one expression")
         return self.job._add(MapNode(self.node, "select", tuple(exprs)))
 
-    def union(self, *others: "Stream") -> "Stream":
+    def union(self, *others: Stream) -> Stream:
         """The rows of this stream and of ``others`` as one stream (SQL ``UNION ALL``). Every stream must have the
         same columns (names and types, matched by name); a difference is a configuration error naming it. Stateless:
         no ``uid``. Barriers, alignment and watermarks: docs/operators.md ("union")."""
@@ -280,9 +281,9 @@ class Stream:
         self.job.check_union_schemas(parents)
         return self.job._add(UnionNode(parents))
 
-    def join(self, other: "Stream", *, on: str | Sequence[str], uid: str, how: str = "inner",
+    def join(self, other: Stream, *, on: str | Sequence[str], uid: str, how: str = "inner",
              unique: str | None = None, ttl_seconds: int | None = None,
-             output: Sequence[str] | None = None) -> "Stream":
+             output: Sequence[str] | None = None) -> Stream:
         """Stream-stream equi-join on column ``on`` (or on several columns: ``on=["id", "window_start"]``; a row with
         a null in any key column matches nothing, as in SQL). ``how``: inner, left, right, full (an unmatched outer row is
         emitted with nulls when it expires from state). ``unique``: None, "left", "right" or "both" declares
@@ -309,7 +310,7 @@ class Stream:
                                       Uniqueness(unique or "none"), keys))
 
     def lookup_join(self, *, uid: str, table: str, on: str | tuple[str, str], how: str = "inner",
-                    columns: Sequence[str] | None = None) -> "Stream":
+                    columns: Sequence[str] | None = None) -> Stream:
         """Join each row with a bounded side table ``table`` (``"parquet:<uri>"``, ``"delta:<uri>"`` or
         ``"iceberg:<uri>"``; a URI without a scheme is relative to the source root) on ``on`` (a column of both,
         or ``(stream column, table column)``). Each epoch joins the table version pinned when the epoch is first
@@ -333,7 +334,7 @@ class Stream:
         return self.job._add(LookupJoinNode(uid, self.node, side, pair[0], pair[1], how,  # type: ignore[arg-type]
                                             cols))
 
-    def deduplicate(self, *, uid: str, key: str, ttl_seconds: int | None = None) -> "Stream":
+    def deduplicate(self, *, uid: str, key: str, ttl_seconds: int | None = None) -> Stream:
         """The first row per ``key`` passes; a later row is dropped (and counted) while the kept row is held,
         i.e. within ``ttl_seconds`` of ``_ingest_ts`` (see ``docs/operators.md``)."""
         if ttl_seconds is not None and ttl_seconds < 0:
@@ -341,7 +342,7 @@ class Stream:
         return self.job._add(DedupNode(self.job._uid(uid), self.node, key, ttl_seconds))
 
     def top_n(self, *, uid: str, key: str | Sequence[str], order_by: str | Sequence[str], n: int,
-              rank_column: str | None = "rank_number") -> "Stream":
+              rank_column: str | None = "rank_number") -> Stream:
         """The first ``n`` rows per ``key`` (a column or several) in the order ``order_by`` (``"price DESC"``,
         ``["price DESC", "date_time"]``): SQL's ``ROW_NUMBER() OVER (PARTITION BY key ORDER BY ...) <= n``, as an
         updating stream keyed by (key, ``rank_column``): sink it with ``mode="upsert"``. Ties are broken by
@@ -365,7 +366,7 @@ class Stream:
         return self.job._add(RankNode(uid, self.node, keys[0] if len(keys) == 1 else RANK_KEY, keys, order, n,
                                       rank_column))
 
-    def keep_last(self, *, uid: str, key: str | Sequence[str], order_by: str | Sequence[str]) -> "Stream":
+    def keep_last(self, *, uid: str, key: str | Sequence[str], order_by: str | Sequence[str]) -> Stream:
         """Keep-last deduplication: the latest row per ``key`` by ``order_by`` (an event-time column, ascending:
         the row with the greatest value wins; ties: the later arrival), as an updating stream keyed by ``key``
         (Flink's ``ROW_NUMBER() OVER (PARTITION BY key ORDER BY time DESC) = 1``). ``top_n`` with ``n=1``, the
@@ -374,7 +375,7 @@ class Stream:
         flipped = [f"`{c}` {'ASC' if desc else 'DESC'}" for c, desc in order]
         return self.top_n(uid=uid, key=key, order_by=flipped, n=1, rank_column=None)
 
-    def aggregate(self, *, uid: str, key: str, aggs: Mapping[str, tuple]) -> "Stream":
+    def aggregate(self, *, uid: str, key: str, aggs: Mapping[str, tuple]) -> Stream:
         """Running keyed aggregate: ``aggs`` maps an output column to ``(function, input column)`` or
         ``(function, input column, where)`` with function ``count`` (input ``None``), ``sum``, ``min``, ``max``,
         ``avg`` or ``count_distinct``; ``where`` (a Spark SQL condition) is SQL's ``FILTER (WHERE ...)``. Emits
@@ -385,7 +386,7 @@ class Stream:
 
     def window(self, *, uid: str, key: str, event_time: str, size_seconds: int, slide_seconds: int | None = None,
                max_out_of_orderness_seconds: int = 0, allowed_lateness_seconds: int = 0,
-               aggs: Mapping[str, tuple[str, str | None]], emit: Literal["final", "update"] = "final") -> "Stream":
+               aggs: Mapping[str, tuple[str, str | None]], emit: Literal["final", "update"] = "final") -> Stream:
         """Tumbling (``slide_seconds`` None) or sliding event-time windows per ``key``; output columns: the key,
         ``window_start``, ``window_end``, then ``aggs`` (count, sum, min, max, avg, count_distinct). Watermark,
         lateness and firing: docs/windows.md.
@@ -414,7 +415,7 @@ class Stream:
 
     def session_window(self, *, uid: str, key: str, event_time: str, gap_seconds: int,
                        max_out_of_orderness_seconds: int = 0, allowed_lateness_seconds: int = 0,
-                       aggs: Mapping[str, tuple[str, str | None]], emit: Literal["final"] = "final") -> "Stream":
+                       aggs: Mapping[str, tuple[str, str | None]], emit: Literal["final"] = "final") -> Stream:
         """Event-time session windows per ``key`` (Flink's): a session closes when the watermark passes its last
         record + ``gap_seconds``; a record bridging two sessions merges them. Output columns as :meth:`window`
         (``window_start``: first record, ``window_end``: last record + gap); ``emit="final"`` only
@@ -437,7 +438,7 @@ class Stream:
                                         allowed_lateness_seconds, spec, "final", filters, gap_seconds))
 
     def process(self, *, uid: str, key: str, fn: Callable[[pa.Table, pa.Table], tuple[pa.Table, pa.Table]],
-                state_schema: pa.Schema, output_schema: pa.Schema, ttl_seconds: int | None = None) -> "Stream":
+                state_schema: pa.Schema, output_schema: pa.Schema, ttl_seconds: int | None = None) -> Stream:
         """User-defined keyed stateful logic: ``fn(rows, state) -> (new_state, output)`` over Arrow tables, called
         per subtask and round with the rows of this round and the state of their keys (docs/process.md)."""
         uid = self.job._uid(uid)
@@ -456,7 +457,7 @@ class Stream:
 
     def sink(self, table: str, *, mode: Literal["append", "upsert"] = "append",
              key: Sequence[str] | None = None, format: str | None = None,
-             partition_by: Sequence[str] | None = None) -> "Stream":
+             partition_by: Sequence[str] | None = None) -> Stream:
         """Two-phase-commit sink. ``format``: ``"iceberg"``, ``"delta"`` or ``"epochal"`` (see
         ``docs/table-formats.md``); ``PIPELINE_SINK_FORMAT`` overrides it. ``partition_by``: columns whose values
         partition the table (string, integer, boolean or date columns; Hive-style ``col=value`` directories, Delta

@@ -11,8 +11,8 @@ rank ``n + 1``, when the row now at its old rank replaces it in an upsert sink, 
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import pyarrow as pa

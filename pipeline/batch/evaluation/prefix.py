@@ -19,9 +19,9 @@ Reading a prefix: :mod:`pipeline.batch.evaluation.source_read`.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping
 
 import numpy as np
 

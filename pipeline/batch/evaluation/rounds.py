@@ -37,8 +37,8 @@ only window whose output an operator may read) fires in the round that completes
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 import numpy as np
 

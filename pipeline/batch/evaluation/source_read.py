@@ -18,9 +18,9 @@ row group - an error, never a different result.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Mapping
 
 import numpy as np
 import pyarrow as pa

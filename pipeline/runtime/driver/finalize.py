@@ -24,8 +24,8 @@ re-commit on restore (step 4 of the next restore).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
 
 from pipeline.barriers.events import CheckpointType
 from pipeline.checkpoint.handles import ChannelStateHandle

@@ -4,8 +4,8 @@ the changed totals. Its Spark plan: :func:`pipeline.runtime.spark.operator_plans
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -97,7 +97,7 @@ def _narrow(merged: pa.Table, sschema: pa.Schema, spec) -> pa.Table:
     return merged.cast(sschema)
 
 
-def _aggregate_step(spec: "AggTaskSpec", sschema: pa.Schema, state: pa.Table, incoming: pa.Table | None
+def _aggregate_step(spec: AggTaskSpec, sschema: pa.Schema, state: pa.Table, incoming: pa.Table | None
                     ) -> tuple[pa.Table, pa.Table | None, pa.Table | None, int]:
     """The running aggregate over one round: (new state of the held groups, changed groups' output rows, this
     round's partial aggregate, input rows)."""

@@ -40,8 +40,8 @@ cannot be named that way: the key-group ranges in their names change when a job 
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
 
 from pipeline.faults import fault_point
 from pipeline.layout import checkpoint_dir_name, checkpoint_id_of
@@ -71,7 +71,7 @@ class DeadLetterFiles:
         return {"epoch": self.epoch, "files": {u: list(fs) for u, fs in sorted(self.files.items())}}
 
     @classmethod
-    def from_extra(cls, extra: Mapping, epoch: int) -> "DeadLetterFiles":
+    def from_extra(cls, extra: Mapping, epoch: int) -> DeadLetterFiles:
         d = extra.get(EXTRA_KEY) or {}
         return cls(int(d.get("epoch", epoch)), {str(u): tuple(str(f) for f in fs)
                                                  for u, fs in (d.get("files") or {}).items()})

@@ -4,8 +4,8 @@ plan: :func:`pipeline.runtime.spark.operator_plans.dedup_dataframe`."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
 
 import pyarrow as pa
 

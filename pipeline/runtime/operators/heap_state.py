@@ -7,7 +7,8 @@ delta of the touched keys on the parent's chain, or a base).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import pyarrow as pa
 
@@ -48,7 +49,7 @@ class HeapState:
     def close(self) -> None:
         self.guard.closing()
 
-    def __enter__(self) -> "HeapState":
+    def __enter__(self) -> HeapState:
         return self
 
     def __exit__(self, *exc: object) -> None:

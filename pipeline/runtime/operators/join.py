@@ -5,8 +5,8 @@ Its Spark plan: :func:`pipeline.runtime.spark.operator_plans.join_dataframe`."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -72,7 +72,7 @@ class JoinTaskSpec:
     epoch: int = 0                        # round field: the checkpoint's epoch (own epoch of untagged records)
 
 
-def _join_violations(spec: "JoinTaskSpec", res, subtask: int) -> list[tuple[str, FileHandle]]:
+def _join_violations(spec: JoinTaskSpec, res, subtask: int) -> list[tuple[str, FileHandle]]:
     """Rows violating ``unique``: fail the epoch, or write them as dead letters (``(side, file)``: reports of
     kind DEAD_LETTER, their rows the count)."""
     import hashlib

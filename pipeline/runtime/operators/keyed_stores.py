@@ -19,7 +19,8 @@ Per round and subtask, instead of restoring the whole state of the key-group ran
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -94,7 +95,7 @@ class KeyedStores:
             st.close()
         self.stores.clear()
 
-    def __enter__(self) -> "KeyedStores":
+    def __enter__(self) -> KeyedStores:
         return self
 
     def __exit__(self, *exc: object) -> None:

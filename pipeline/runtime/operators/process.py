@@ -5,8 +5,8 @@ as every operator (:mod:`pipeline.runtime.operators.task`). Its Spark plan:
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc

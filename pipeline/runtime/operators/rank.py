@@ -7,8 +7,8 @@ checkpoint (one row per sink key per commit). Its Spark plan: :func:`pipeline.ru
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
 
 import pyarrow as pa
 

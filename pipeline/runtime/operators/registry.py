@@ -24,8 +24,8 @@ See ``docs/operators.md`` ("Adding an operator").
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from pipeline.exceptions import ConfigError
 

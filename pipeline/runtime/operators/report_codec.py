@@ -13,7 +13,8 @@ base file, ``deltas`` the delta files as a JSON list, ``state_rows`` the rows of
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import pyarrow as pa
 

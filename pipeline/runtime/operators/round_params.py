@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from pipeline.checkpoint.handles import FileHandle, StateHandle
 
@@ -107,7 +108,7 @@ class RoundProperties:
         self._sc = spark.sparkContext
         self._values = _encoded(values)
 
-    def __enter__(self) -> "RoundProperties":
+    def __enter__(self) -> RoundProperties:
         for k, v in self._values.items():
             self._sc.setLocalProperty(k, v)
         return self
@@ -140,7 +141,7 @@ class EmbeddedParams:
     def __init__(self, values: Mapping[str, Any]):
         self._values = _encoded(values)
 
-    def __enter__(self) -> "EmbeddedParams":
+    def __enter__(self) -> EmbeddedParams:
         _EMBEDDING.append(dict(self._values))
         return self
 

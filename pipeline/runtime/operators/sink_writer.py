@@ -25,8 +25,8 @@ checkpoint's staging directory (:func:`pipeline.runtime.operators.task.epoch_tag
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc

@@ -19,9 +19,10 @@ FileIO schemes); the built-in ones register when their modules are imported (the
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -85,7 +86,7 @@ class StateAccess(Protocol):
     def close(self) -> None:
         ...
 
-    def __enter__(self) -> "StateAccess":
+    def __enter__(self) -> StateAccess:
         ...
 
     def __exit__(self, *exc: object) -> None:

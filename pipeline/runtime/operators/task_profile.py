@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from pipeline import settings
 
