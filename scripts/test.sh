@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # README command 2: set up .venv (with dev tools) and run the whole test suite.
-# Extra arguments go to pytest, e.g. scripts/test.sh -m unit
+# Extra arguments go to pytest, e.g. scripts/test.sh -m unit (EPOCHAL_TEST_WORKERS=0: no parallel workers)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -17,4 +17,10 @@ export PYSPARK_PYTHON="$ROOT/.venv/bin/python"
 echo "[test] ruff check + mypy..." >&2
 .venv/bin/python -m ruff check pipeline tests dags plugins include benchmarks docs/hooks
 .venv/bin/python -m mypy
-exec .venv/bin/python -m pytest "$@"
+# two pytest workers (pytest-xdist), one module per worker at a time (--dist loadfile keeps each module's tests
+# in order in one process); EPOCHAL_TEST_WORKERS=0 runs everything in this process (e.g. to debug one test)
+workers="${EPOCHAL_TEST_WORKERS:-2}"
+if [ "$workers" = 0 ]; then
+  exec .venv/bin/python -m pytest "$@"
+fi
+exec .venv/bin/python -m pytest -n "$workers" --dist loadfile "$@"
