@@ -23,7 +23,7 @@ def prefix_of(runner, md) -> Prefix:
     """The prefix of checkpoint metadata ``md``: its barrier positions and the barrier log of earlier epochs."""
     barriers = {s: {int(p): (int(pos.seq), int(pos.row)) for p, pos in parts.items()}
                 for s, parts in md.barriers.items()}
-    low = md.extra.get("low_epoch")
+    low = md.recovery.low_epoch
     # epochs a checkpoint completed while a partition lagged are not in the barrier log: where those checkpoints
     # stopped reading places their rows (docs/batch.md "Lagging partitions"); a logged epoch wins
     log = {**lag_log(runner.ckpt_fio, runner.job_root, int(md.epoch), int(md.checkpoint_id)),

@@ -112,10 +112,7 @@ class CheckpointRow:
 def row_from_metadata(md: CheckpointMetadata, location: str, status: str = "COMPLETED") -> CheckpointRow:
     """The history row of a checkpoint's (or savepoint's) metadata."""
     st = md.stats
-    records: dict[str, int] = {}
-    extra_records = (md.extra or {}).get("records")
-    if isinstance(extra_records, Mapping):
-        records = {str(k): int(v) for k, v in extra_records.items()}
+    records = dict(md.recovery.records or {})
     return CheckpointRow(
         checkpoint_id=md.checkpoint_id, kind=md.kind, status=status, epoch=md.epoch, barrier_time=md.barrier_time,
         trigger_time=st.trigger_time if st else None, duration_ms=st.duration_ms if st else None,
@@ -144,7 +141,7 @@ def checkpoint_summary(cp: CompletedCheckpoint, status: str = "COMPLETED") -> di
 def _mode_used(md: CheckpointMetadata) -> str:
     """The alignment mode actually used (per-operator modes, e.g. ``aligned_then_unaligned`` after a timeout)."""
     modes = sorted({o.mode for o in md.stats.operators.values()}) if md.stats else []
-    al = (md.extra or {}).get("alignment") or {}
+    al = md.recovery.alignment
     return str(al.get("mode_used") or (modes[0] if len(modes) == 1 else ",".join(modes) or md.alignment))
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from pipeline.barriers.events import CheckpointingMode, CheckpointType
 from pipeline.checkpoint._frozen import FrozenDict, enum_member
 from pipeline.checkpoint.handles import ChannelStateHandle, FileHandle, Position, SinkHandle, StateHandle
+from pipeline.checkpoint.recovery_fields import RecoveryFields
 from pipeline.checkpoint.stats import CheckpointStats
 from pipeline.exceptions import CorruptCheckpointError
 
@@ -117,6 +118,11 @@ class CheckpointMetadata:
             set_(self, "stats", CheckpointStats(trigger_time=self.created_at))
 
     # -- derived -----------------------------------------------------------------------------------
+    @property
+    def recovery(self) -> RecoveryFields:
+        """The runtime's recovery fields (``extra``'s low epoch, read inventory, records, ...), typed."""
+        return RecoveryFields.of(self.extra)
+
     @property
     def is_savepoint(self) -> bool:
         return self.kind == CheckpointType.SAVEPOINT

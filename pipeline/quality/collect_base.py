@@ -122,7 +122,7 @@ class CollectorBase:
         self.objects: JobObjects = job_objects(self.job, runner.config.state_ttl_seconds)
         self.barrier_us = iso_us(self.md.barrier_time)
         # state expires with the cutoff end(L) - ttl, L the low watermark of the inputs (docs/alignment.md)
-        low = self.md.extra.get("low_epoch")
+        low = self.md.recovery.low_epoch
         held_us = (int(self.md.epoch) - int(low)) * int(runner.config.epoch_seconds) * 1_000_000 \
             if low is not None and int(low) < int(self.md.epoch) else 0
         self.cutoffs = {o: (self.barrier_us - held_us - t * 1_000_000 if t else None)

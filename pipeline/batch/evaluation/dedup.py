@@ -154,7 +154,7 @@ def dedup(plan: PlanContext, nid: int, op: DedupNode):
         return None
     n = plan.prefix.epoch
     drains = [cp.metadata for cp in plan.runner.coordinator.store.list() if cp.metadata.epoch <= n
-              and int(cp.metadata.extra.get("low_epoch", cp.metadata.epoch)) < cp.metadata.epoch]
+              and cp.metadata.recovery.low_epoch_or(cp.metadata.epoch) < cp.metadata.epoch]
     if drains:
         # a backlog drained by later (unaligned) checkpoints: rows of several epochs meet in one round, and the
         # dedup follows the consumption order (checkpoint, round), which the round log records since session 11
@@ -262,7 +262,7 @@ def _drain_input(plan: PlanContext, op: DedupNode, src):
 
 def _drain_reason(op: DedupNode, drains: list) -> str:
     """Why a deduplicate after an unaligned backlog drain is not checked (docs/batch.md "deduplicate")."""
-    which = ", ".join(f"{checkpoint_dir_name(md.checkpoint_id)} (epoch {md.epoch}, low epoch {md.extra.get('low_epoch')})"
+    which = ", ".join(f"{checkpoint_dir_name(md.checkpoint_id)} (epoch {md.epoch}, low epoch {md.recovery.low_epoch})"
                       for md in sorted(drains, key=lambda md: md.checkpoint_id)[:3])
     more = f" and {len(drains) - 3} more" if len(drains) > 3 else ""
     return (f"deduplicate {op.uid}: unaligned checkpoint(s) {which}{more} consumed rows of earlier epochs (a "

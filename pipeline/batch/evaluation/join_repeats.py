@@ -149,7 +149,7 @@ def _fold_unmodelled(plan: PlanContext, op: JoinNode, sides) -> str | None:
                        "the round and cutoff in which the runtime met each row are not derived")
     mds = [cp.metadata for cp in plan.runner.coordinator.store.list() if cp.metadata.epoch <= n]
     odd = sorted({md.checkpoint_id for md in mds if md.alignment != "aligned"
-                  or int(md.extra.get("low_epoch", md.epoch)) < md.epoch})
+                  or md.recovery.low_epoch_or(md.epoch) < md.epoch})
     if odd or plan.prefix.ttl_epoch != n or plan.runner.config.unaligned:
         return head + (f"the lineage took unaligned checkpoints ({', '.join(checkpoint_dir_name(i) for i in odd[:3]) or 'config'}"
                        "): rows parked at the join or drained from a backlog are consumed by a later checkpoint "

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 from pipeline.checkpoint.handles import ChannelStateHandle, FileHandle, Position, StateHandle
 from pipeline.checkpoint.metadata import CheckpointMetadata
 from pipeline.runtime.driver.restore_guard import check_restore_point
-from pipeline.runtime.spark.round_bytes import bytes_per_row_of
 
 if TYPE_CHECKING:
     from pipeline.runtime.driver.context import RuntimeContext
@@ -72,12 +71,10 @@ def cursor_from_metadata(md: CheckpointMetadata) -> Cursor:
         elif c.source is not None and c.partition is not None and c.start is not None:
             # in-flight data still in the source log: reading resumes at the start of its range
             positions.setdefault(c.source, {})[str(c.partition)] = c.start
-    low = md.extra.get("low_epoch")
-    low_in = md.extra.get("inflight_low_epoch", low if inflight else None)
-    return Cursor(md.checkpoint_id, md.epoch, positions, handles, inflight,
-                  inventory=dict(md.extra.get("source_files") or {}), low_epoch=None if low is None else int(low),
-                  inflight_low_epoch=None if low_in is None else int(low_in),
-                  bytes_per_row=bytes_per_row_of(md.extra))
+    rec = md.recovery
+    low_in = rec.inflight_low_epoch if rec.inflight_low_epoch is not None else (rec.low_epoch if inflight else None)
+    return Cursor(md.checkpoint_id, md.epoch, positions, handles, inflight, inventory=dict(rec.source_files),
+                  low_epoch=rec.low_epoch, inflight_low_epoch=low_in, bytes_per_row=dict(rec.bytes_per_row))
 
 
 def restore_cursor(ctx: RuntimeContext, report: RunReport | None = None) -> Cursor:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pipeline.barriers.events import CheckpointType
 from pipeline.checkpoint.handles import ChannelStateHandle
 from pipeline.checkpoint.metadata import CheckpointMetadata
+from pipeline.checkpoint.recovery_fields import RecoveryFields
 from pipeline.checkpoint.report import ReportKind, TaskReport
 from pipeline.exceptions import EpochalError
 from pipeline.faults import fault_point
@@ -40,11 +41,9 @@ from pipeline.runtime.driver.context import RuntimeContext
 from pipeline.runtime.driver.cursor import Cursor, cursor_from_metadata
 from pipeline.runtime.driver.progress import format_seconds
 from pipeline.runtime.driver.results import RoundResult
-from pipeline.runtime.operators.dead_letters import EXTRA_KEY as DEAD_LETTERS_KEY
 from pipeline.runtime.operators.dead_letters import DeadLetterFiles
 from pipeline.runtime.operators.registry import traits_for
 from pipeline.runtime.operators.writer_nodes import is_writer_uid
-from pipeline.runtime.spark.round_bytes import EXTRA_KEY as BYTES_PER_ROW_KEY
 from pipeline.source.contract import read_inventory
 from pipeline.source.planner import count_rows
 
@@ -163,19 +162,20 @@ class CheckpointFinalizer:
             writer_files={t: fs for t, fs in writer_files.items() if fs},
             executor_s3_requests_counting=o.executor_counting if o.executor_requests is not None else None,
             sink_s3_requests_counting=ctx.sink_requests_counting(),
-            extra={"records": records, "round_records": [r.records for r in results if r.round <= last_round]
-                   + ([records] if not results or results[-1].round < last_round else []),
-                   "alignment": alignment, "dropped": dict(sorted(o.dropped.items())),
-                   # the low watermark L of the inputs the snapshot's state expired with (input_epochs)
-                   "low_epoch": epoch if o.low_epoch is None else int(o.low_epoch),
-                   # the lowest own epoch of the in-flight rows written as channel state (replayed first)
-                   **({"inflight_low_epoch": int(o.inflight_low_epoch)} if o.inflight_low_epoch is not None
-                      else {}),
-                   **({DEAD_LETTERS_KEY: dl_files.to_dict()} if dl_files.files else {}),
-                   **({BYTES_PER_ROW_KEY: dict(o.bytes_per_row)} if o.bytes_per_row else {}),
-                   "source_files": (read_inventory(getattr(ctx, "source_listing", {}), positions,
-                                                   getattr(ctx, "source_inventory_behind", {})) if summaries
-                                    else working.inventory)})
+            extra=RecoveryFields(
+                records=records, round_records=tuple([r.records for r in results if r.round <= last_round]
+                                                     + ([records] if not results or results[-1].round < last_round
+                                                        else [])),
+                alignment=alignment, dropped=o.dropped,
+                # the low watermark L of the inputs the snapshot's state expired with (input_epochs)
+                low_epoch=epoch if o.low_epoch is None else int(o.low_epoch),
+                # the lowest own epoch of the in-flight rows written as channel state (replayed first)
+                inflight_low_epoch=o.inflight_low_epoch,
+                dead_letter_files=dl_files.to_dict() if dl_files.files else {},
+                bytes_per_row=dict(o.bytes_per_row or {}),
+                source_files=(read_inventory(getattr(ctx, "source_listing", {}), positions,
+                                             getattr(ctx, "source_inventory_behind", {})) if summaries
+                              else working.inventory)).to_extra())
         fault_point("after_metadata_before_commit")
 
         # Step 4: commit the sinks (notifyCheckpointComplete -> commit; idempotent)

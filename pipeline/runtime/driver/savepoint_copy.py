@@ -8,10 +8,10 @@ savepoint with an idle aligned round, as before.
 """
 from __future__ import annotations
 
+from pipeline.checkpoint.recovery_fields import RecoveryFields
 from pipeline.checkpoint.savepoint_copy import copy_blocker, copy_savepoint
 from pipeline.runtime.driver import progress
 from pipeline.runtime.driver.savepoints import abort_pending
-from pipeline.runtime.spark.round_bytes import EXTRA_KEY as BYTES_PER_ROW_KEY
 from pipeline.state.backend import load_chain, write_table
 from pipeline.state.chain import StateChain
 
@@ -25,19 +25,16 @@ def savepoint_extra(md) -> dict:
     """``_metadata.extra`` of a savepoint of checkpoint ``md``, as an idle aligned round over no rows records it: no
     records in its one round, nothing dropped or dead-lettered, aligned; ``md``'s low watermark, read inventory and
     bytes per row; and which checkpoint it copies."""
-    extra = md.extra or {}
-    records = {s: 0 for s in (extra.get("records") or {})}
-    out = {"records": records, "round_records": [records], "dropped": {},
-           "alignment": {"configured": "aligned", "mode_used": "aligned", "switched_to_unaligned": False,
-                         "first_barrier_round": 0, "snapshot_round": 0, "between_rounds": False,
-                         "alignment_ms": 0.0, "start_delay_ms": 0.0, "inflight_files": 0, "inflight_rows": 0,
-                         "inflight_bytes": 0, "inflight_ranges": [], "lagging": [], "post_barrier_records": {}},
-           "low_epoch": int(extra.get("low_epoch", md.epoch)),
-           "source_files": extra.get("source_files") or {},
-           COPIED_KEY: {"of_checkpoint": md.checkpoint_id}}
-    if BYTES_PER_ROW_KEY in extra:
-        out[BYTES_PER_ROW_KEY] = extra[BYTES_PER_ROW_KEY]
-    return out
+    rec = md.recovery
+    records = {s: 0 for s in (rec.records or {})}
+    fields = RecoveryFields(
+        records=records, round_records=(records,), dropped={},
+        alignment={"configured": "aligned", "mode_used": "aligned", "switched_to_unaligned": False,
+                   "first_barrier_round": 0, "snapshot_round": 0, "between_rounds": False,
+                   "alignment_ms": 0.0, "start_delay_ms": 0.0, "inflight_files": 0, "inflight_rows": 0,
+                   "inflight_bytes": 0, "inflight_ranges": [], "lagging": [], "post_barrier_records": {}},
+        low_epoch=rec.low_epoch_or(md.epoch), source_files=rec.source_files, bytes_per_row=rec.bytes_per_row)
+    return {**fields.to_extra(), COPIED_KEY: {"of_checkpoint": md.checkpoint_id}}
 
 
 def _materializer(src_fio, dst_fio, checkpoint: str):

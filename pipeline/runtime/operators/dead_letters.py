@@ -43,6 +43,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from pipeline.checkpoint.recovery_fields import DEAD_LETTER_FILES_KEY
 from pipeline.faults import fault_point
 from pipeline.layout import checkpoint_dir_name, checkpoint_id_of
 from pipeline.layout.dead_letters import (  # the keys live in the layout; re-exported here
@@ -57,7 +58,7 @@ __all__ = ["DeadLetterFiles", "SweepResult", "dead_letter_name", "operator_dead_
            "EXTRA_KEY"]
 
 #: the ``_metadata`` ``extra`` key of :class:`DeadLetterFiles`
-EXTRA_KEY = "dead_letter_files"
+EXTRA_KEY = DEAD_LETTER_FILES_KEY  # the recovery field of _metadata (pipeline.checkpoint.recovery_fields)
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,13 +40,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline.checkpoint.recovery_fields import BYTES_PER_ROW_KEY
 from pipeline.runtime.spark.session import is_connect_session
 
 __all__ = ["EXTRA_KEY", "SAMPLE_ROWS", "BudgetCut", "ReadBytes", "ReadBytesCounter", "epochs_within_budget",
-           "measured", "bytes_per_row_after", "bytes_per_row_of", "sampled_bytes_per_row"]
+           "measured", "bytes_per_row_after", "sampled_bytes_per_row"]
 
 #: the ``_metadata`` ``extra`` key of the bytes per row per source a checkpoint records
-EXTRA_KEY = "source_bytes_per_row"
+EXTRA_KEY = BYTES_PER_ROW_KEY  # the recovery field of _metadata (pipeline.checkpoint.recovery_fields)
 #: at most this many rows of a file are decoded for a first figure (:func:`sampled_bytes_per_row`)
 SAMPLE_ROWS = 4096
 #: per row, the columns the read tasks add to the declared ones (``_source``, ``_partition``, ``_seq``, ``_row``
@@ -78,11 +79,6 @@ def bytes_per_row_after(previous: Mapping[str, float], read: ReadBytes | None) -
     if read is not None:
         out.update(read.per_row())
     return dict(sorted(out.items()))
-
-
-def bytes_per_row_of(extra: Mapping[str, Any]) -> dict[str, float]:
-    """The figure a checkpoint's ``_metadata`` ``extra`` records ({} for checkpoints written before it existed)."""
-    return {str(s): float(v) for s, v in (extra.get(EXTRA_KEY) or {}).items()}
 
 
 class _SumParam:
