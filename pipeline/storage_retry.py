@@ -95,10 +95,15 @@ _TABLE_TRANSIENT_MARKERS = ("error sending request", "timed out", "timeout", "co
                             "status: 502", "status: 503", "status: 504", "503 service", "500 internal",
                             "502 bad gateway", "504 gateway", "incomplete")
 # never transient, whatever else the text says
-_TABLE_PERMANENT_MARKERS = ("403", "forbidden", "access denied", "accessdenied", "invalidaccesskeyid",
+_TABLE_PERMANENT_MARKERS = ("forbidden", "access denied", "accessdenied", "invalidaccesskeyid",
                             "signaturedoesnotmatch", "nosuchbucket", "no such bucket", "already exists",
                             "precondition", "version mismatch", "commitfailed", "conflict")
 
+
+#: HTTP 403 as a status code: "403" standing alone, not inside an object key (a random UUID such as
+#: ``6c429032-701c-403f-...`` in the key of a failed request must not make a transient error permanent)
+_STATUS_403 = re.compile(r"(?<![0-9a-z])403(?![0-9a-z])")
+_KEY_IN_QUOTES = re.compile(r"'[^']*'|\"[^\"]*\"|s3://\S+")  # the keys and URIs a message quotes
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -121,7 +126,7 @@ def is_transient_table_error(exc: BaseException) -> bool:
     while e is not None and id(e) not in seen:
         seen.add(id(e))
         text = str(e).lower()
-        if any(m in text for m in _TABLE_PERMANENT_MARKERS):
+        if any(m in text for m in _TABLE_PERMANENT_MARKERS) or _STATUS_403.search(_KEY_IN_QUOTES.sub("", text)):
             return False
         if any(m in text for m in _TABLE_S3_MARKERS) and any(m in text for m in _TABLE_TRANSIENT_MARKERS):
             return True

@@ -18,9 +18,11 @@ echo "[test] ruff check + mypy..." >&2
 .venv/bin/python -m ruff check pipeline tests dags plugins include benchmarks docs/hooks
 .venv/bin/python -m mypy
 # two pytest workers (pytest-xdist), one module per worker at a time (--dist loadfile keeps each module's tests
-# in order in one process); EPOCHAL_TEST_WORKERS=0 runs everything in this process (e.g. to debug one test)
+# in order in one process); --no-loadscope-reorder keeps the collection order, which puts the slowest modules
+# first (tests/conftest.py), instead of xdist's "most tests first"; EPOCHAL_TEST_WORKERS=0 runs everything in this
+# process (e.g. to debug one test)
 workers="${EPOCHAL_TEST_WORKERS:-2}"
 if [ "$workers" = 0 ]; then
   exec .venv/bin/python -m pytest "$@"
 fi
-exec .venv/bin/python -m pytest -n "$workers" --dist loadfile "$@"
+exec .venv/bin/python -m pytest -n "$workers" --dist loadfile --no-loadscope-reorder "$@"
