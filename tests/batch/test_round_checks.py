@@ -28,6 +28,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from pipeline.checkpoint.recovery_fields import RecoveryFields
+
 _HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(_HERE))
 sys.path.insert(0, str(_HERE.parent / "quality"))
@@ -236,7 +238,7 @@ def test_a_dedup_after_an_unaligned_backlog_drain_is_reported_with_the_checkpoin
     from pipeline.batch.evaluation.dedup import _drain_reason
     from pipeline.job import DedupNode
     op = DedupNode("dd", 0, "g", 30)
-    mds = [SimpleNamespace(checkpoint_id=c, epoch=e, extra={"low_epoch": lo}) for c, e, lo in
+    mds = [SimpleNamespace(checkpoint_id=c, epoch=e, recovery=RecoveryFields(low_epoch=lo)) for c, e, lo in
            ((9, 5, 3), (7, 4, 3), (8, 4, 2), (11, 7, 6))]
     why = _drain_reason(op, mds)
     assert why.startswith("deduplicate dd: unaligned checkpoint(s) chk-7 (epoch 4, low epoch 3), chk-8 (epoch 4, "
