@@ -13,6 +13,7 @@ tmpfs, like a file written on another machine's disk. Needs ``unshare -m`` (root
 """
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import shlex
@@ -150,8 +151,8 @@ class StandaloneCluster:
                                    f"\n{self.log('worker-0')[-2000:]}")
             try:
                 alive = sum(1 for w in self._status().get("workers", []) if w.get("state") == "ALIVE")
-            except OSError:
-                alive = 0
+            except (OSError, ValueError, http.client.HTTPException):
+                alive = 0  # not up yet: no answer, or (a master still starting) an empty or partial body
             if alive >= self.workers:
                 return self
             time.sleep(0.5)
