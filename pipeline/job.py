@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, TypeGuard
 
 import pyarrow as pa
 
@@ -37,7 +37,7 @@ from pipeline.operators.lookup import LOOKUP_HOWS, SideTable
 from pipeline.sink.table_format import TableFormat
 
 __all__ = ["Job", "Stream", "SourceNode", "MapNode", "UnionNode", "JoinNode", "AggregateNode", "DedupNode", "WindowNode",
-           "RankNode", "ProcessNode", "SinkNode", "LookupJoinNode", "is_operator",
+           "RankNode", "ProcessNode", "SinkNode", "LookupJoinNode", "is_operator", "emits_updates",
            "AGG_FUNCTIONS", "WINDOW_AGG_FUNCTIONS", "JOIN_TYPES", "INTERNAL_COLUMNS", "JOIN_KEY", "join_key_sql",
            "RANK_KEY", "rank_key_sql",
            "join_output"]
@@ -245,6 +245,12 @@ def is_operator(node) -> bool:
     """A stateful operator node: has a uid, ``inputs`` and ``STATE_NAMES`` (see
     :mod:`pipeline.runtime.operators.registry`)."""
     return hasattr(type(node), "STATE_NAMES")
+
+
+def emits_updates(node: object) -> TypeGuard[AggregateNode | RankNode | WindowNode]:
+    """The node's output is an updating stream (a running aggregate, a top-N, a window with ``emit="update"``):
+    rows that replace earlier rows of the same key, not rows of their own."""
+    return isinstance(node, (AggregateNode, RankNode)) or (isinstance(node, WindowNode) and node.emit == "update")
 
 
 @dataclass(frozen=True, slots=True)

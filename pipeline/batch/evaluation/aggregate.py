@@ -6,7 +6,7 @@ from __future__ import annotations
 from pipeline.batch.evaluation.aggregate_functions import aggregate_frames, modelled_here
 from pipeline.batch.evaluation.context import PlanContext
 from pipeline.batch.evaluation.result import EXACT_SUM
-from pipeline.job import AggregateNode, WindowNode
+from pipeline.job import AggregateNode, emits_updates
 
 
 def aggregate_columns(src, op: AggregateNode, *, exact: bool) -> list:
@@ -39,7 +39,7 @@ def aggregate(plan: PlanContext, nid: int, op: AggregateNode):
         return None
     base, _ = plan.job.chain_to(op.parent)
     base_node = plan.job.nodes[base]
-    if isinstance(base_node, AggregateNode) or (isinstance(base_node, WindowNode) and base_node.emit == "update"):
+    if emits_updates(base_node):
         plan.bad[nid] = f"aggregate {op.uid} reads the changelog of {base_node.uid}"
         return None
     if modelled_here(op):  # avg, count_distinct, FILTER: state columns and output (evaluation/aggregate_functions.py)

@@ -9,7 +9,7 @@ from pipeline.batch.evaluation.prefix import PEPOCH
 from pipeline.batch.evaluation.process import process_reason
 from pipeline.batch.evaluation.result import INTERNAL, PARKED
 from pipeline.batch.evaluation.rounds import CONSUMED, CONSUMED_ROUND, ROUND, consumption_task
-from pipeline.job import AggregateNode, DedupNode, SourceNode, WindowNode
+from pipeline.job import DedupNode, SourceNode, emits_updates
 from pipeline.layout import checkpoint_dir_name
 
 
@@ -149,7 +149,7 @@ def dedup(plan: PlanContext, nid: int, op: DedupNode):
         return None
     base, _ = plan.job.chain_to(op.parent)
     base_node = plan.job.nodes[base]
-    if isinstance(base_node, AggregateNode) or (isinstance(base_node, WindowNode) and base_node.emit == "update"):
+    if emits_updates(base_node):
         plan.bad[nid] = f"deduplicate {op.uid} reads the changelog of {getattr(base_node, 'uid', base)}"
         return None
     n = plan.prefix.epoch

@@ -18,7 +18,7 @@ from pipeline.batch.evaluation.prefix import PEPOCH
 from pipeline.batch.evaluation.result import INTERNAL
 from pipeline.batch.evaluation.rounds import ROUND, emitted_round, pair_round
 from pipeline.batch.evaluation.sources import unparked
-from pipeline.job import AggregateNode, JoinNode, WindowNode, join_key_sql, join_output
+from pipeline.job import JoinNode, emits_updates, join_key_sql, join_output
 
 
 def _pair_round_columns(left, right) -> tuple[bool, list]:
@@ -47,8 +47,7 @@ def join(plan: PlanContext, nid: int, op: JoinNode):
             return None
         base, _ = plan.job.chain_to(inp)
         base_node = plan.job.nodes[base]
-        if isinstance(base_node, AggregateNode) or (isinstance(base_node, WindowNode)
-                                                     and base_node.emit == "update"):
+        if emits_updates(base_node):
             plan.bad[nid] = f"join {op.uid} reads the changelog of {base_node.uid}"
             return None
         if op.keys:  # several key columns: keyed by one column computed from them, as the runtime does

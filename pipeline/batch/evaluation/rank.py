@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pipeline.batch.evaluation.context import PlanContext
 from pipeline.batch.evaluation.result import INTERNAL, nested
-from pipeline.job import RANK_KEY, AggregateNode, RankNode, WindowNode, rank_key_sql
+from pipeline.job import RANK_KEY, RankNode, emits_updates, rank_key_sql
 from pipeline.operators.rank import RANK
 
 __all__ = ["rank", "updating_reason"]
@@ -17,7 +17,7 @@ def updating_reason(plan: PlanContext, op: RankNode) -> str | None:
     """Why the input of ``op`` has no batch meaning as rows (it is another operator's updating stream), or None."""
     for b in plan.job.bases(op.parent):
         node = plan.job.nodes[b]
-        if isinstance(node, (AggregateNode, RankNode)) or (isinstance(node, WindowNode) and node.emit == "update"):
+        if emits_updates(node):
             return (f"top_n {op.uid} reads the updating stream of {node.uid} (each update is a row to it; the "
                     "batch plan models the current rows, not the updates)")
     return None

@@ -7,7 +7,7 @@ from pipeline.batch.evaluation.context import PlanContext
 from pipeline.batch.evaluation.prefix import PEPOCH
 from pipeline.batch.evaluation.result import INTERNAL, orderable, visible
 from pipeline.batch.evaluation.rounds import ROUND
-from pipeline.job import AggregateNode, RankNode, SinkNode, SourceNode, WindowNode
+from pipeline.job import AggregateNode, RankNode, SinkNode, SourceNode, WindowNode, emits_updates
 
 
 def sink(plan: PlanContext, s: SinkNode) -> None:
@@ -48,8 +48,7 @@ def writer_sink(plan: PlanContext, s: SinkNode, df) -> str | None:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
     bases = [plan.job.nodes[b] for b in plan.job.bases(s.parent)]
-    updating = [b for b in bases if isinstance(b, (AggregateNode, RankNode))
-                or (isinstance(b, WindowNode) and b.emit == "update")]
+    updating = [b for b in bases if emits_updates(b)]
     shown = plan.job.ingest_shown(s.parent)
     cols = [c for c in df.columns if c not in INTERNAL and (c != "_ingest_ts" or shown)]
     if s.mode == "append":
