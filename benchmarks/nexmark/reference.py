@@ -48,14 +48,12 @@ def connect(source_dir: str | Path, epoch_seconds: int, ttl_seconds: int = 86_40
     return con
 
 
-def window_pairs(inp: str, *, key: str, event_time: str, size: int, slide: int | None = None,
-                 out_of_orderness: int = 0, lateness: int = 0) -> str:
-    """A SQL relation: every column of ``inp`` (which must carry ``_channel`` and ``_epoch``) plus ``window_start``
-    and ``window_end`` (timestamps) for each on-time (record, window) pair of a window that fired."""
-    s_us, d_us = size * _US, (slide or size) * _US
-    o_us, l_us = out_of_orderness * _US, lateness * _US
-    return f"""(
-      WITH r AS (SELECT *, epoch_us({event_time}) AS _t FROM {inp}
+def _watermarked(inp: str, key: str, event_time: str, o_us: int) -> str:
+    """The common CTEs of the window references: ``r`` the rows with a key and an event time (``_t`` in µs),
+    the window watermark after each epoch (``wm``: the minimum over channels of each channel's running maximum, minus
+    the out-of-orderness, never decreasing), its final value (``fin.w_final``) and ``rp``: each row with the
+    watermark of the epoch before its own (``_w_prev``, null in the first)."""
+    return f"""WITH r AS (SELECT *, epoch_us({event_time}) AS _t FROM {inp}
                  WHERE {key} IS NOT NULL AND {event_time} IS NOT NULL),
       ce AS (SELECT _channel, _epoch, max(_t) AS mx FROM r GROUP BY _channel, _epoch),
       cr AS (SELECT _channel, _epoch, max(mx) OVER (PARTITION BY _channel ORDER BY _epoch
@@ -64,7 +62,17 @@ def window_pairs(inp: str, *, key: str, event_time: str, size: int, slide: int |
       wm AS (SELECT _epoch AS wm_epoch, max(w) OVER (ORDER BY _epoch
                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS wmark FROM ep),
       fin AS (SELECT max(wmark) AS w_final FROM wm),
-      rp AS (SELECT r.*, wm.wmark AS _w_prev FROM r ASOF LEFT JOIN wm ON r._epoch > wm.wm_epoch),
+      rp AS (SELECT r.*, wm.wmark AS _w_prev FROM r ASOF LEFT JOIN wm ON r._epoch > wm.wm_epoch),"""
+
+
+def window_pairs(inp: str, *, key: str, event_time: str, size: int, slide: int | None = None,
+                 out_of_orderness: int = 0, lateness: int = 0) -> str:
+    """A SQL relation: every column of ``inp`` (which must carry ``_channel`` and ``_epoch``) plus ``window_start``
+    and ``window_end`` (timestamps) for each on-time (record, window) pair of a window that fired."""
+    s_us, d_us = size * _US, (slide or size) * _US
+    o_us, l_us = out_of_orderness * _US, lateness * _US
+    return f"""(
+      {_watermarked(inp, key, event_time, o_us)}
       pairs AS (SELECT rp.*, (_t - (((_t % {d_us}) + {d_us}) % {d_us})) - g.k * {d_us} AS _ws
                 FROM rp, range(0, {s_us // d_us}) AS g(k))
       SELECT pairs.* EXCLUDE (_t, _w_prev, _ws), make_timestamp(_ws) AS window_start,
@@ -84,16 +92,7 @@ def session_rows(inp: str, *, key: str, event_time: str, gap: int, out_of_ordern
     "Session windows")."""
     g_us, o_us, l_us = gap * _US, out_of_orderness * _US, lateness * _US
     return f"""(
-      WITH r AS (SELECT *, epoch_us({event_time}) AS _t FROM {inp}
-                 WHERE {key} IS NOT NULL AND {event_time} IS NOT NULL),
-      ce AS (SELECT _channel, _epoch, max(_t) AS mx FROM r GROUP BY _channel, _epoch),
-      cr AS (SELECT _channel, _epoch, max(mx) OVER (PARTITION BY _channel ORDER BY _epoch
-                    ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS m FROM ce),
-      ep AS (SELECT _epoch, min(m) - {o_us} AS w FROM cr GROUP BY _epoch),
-      wm AS (SELECT _epoch AS wm_epoch, max(w) OVER (ORDER BY _epoch
-                    ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS wmark FROM ep),
-      fin AS (SELECT max(wmark) AS w_final FROM wm),
-      rp AS (SELECT r.*, wm.wmark AS _w_prev FROM r ASOF LEFT JOIN wm ON r._epoch > wm.wm_epoch),
+      {_watermarked(inp, key, event_time, o_us)}
       ont AS (SELECT * FROM rp WHERE _t + {l_us} > coalesce(_w_prev, -9223372036854775807)),
       nb AS (SELECT *, CASE WHEN _t - lag(_t) OVER (PARTITION BY {key} ORDER BY _t) < {g_us} THEN 0 ELSE 1 END
                     AS _brk FROM ont),
