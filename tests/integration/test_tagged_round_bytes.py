@@ -17,10 +17,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from pipeline.checkpoint.recovery_fields import BYTES_PER_ROW_KEY
 from pipeline.config import load_config
 from pipeline.job import Job
 from pipeline.runtime.driver.runner import JobRunner
-from pipeline.runtime.spark.round_bytes import EXTRA_KEY
 
 pytestmark = [pytest.mark.spark]
 
@@ -95,6 +95,6 @@ def test_a_catch_up_of_large_rows_is_split_into_rounds_by_bytes_one_checkpoint_p
     assert [m.checkpoint_id for m in mds] == list(range(1, EPOCHS + 1))
     assert [m.epoch for m in mds] == [int(T0.timestamp()) // 60 + e for e in range(EPOCHS)]
     for m in mds:  # every checkpoint records the figure: the rows' Arrow bytes (body and the rest)
-        assert BODY - PER_PARTITION < m.extra[EXTRA_KEY]["blobs"] < BODY + 200
+        assert BODY - PER_PARTITION < m.extra[BYTES_PER_ROW_KEY]["blobs"] < BODY + 200
     got = {r["grp"]: (r["n"], r["chars"]) for r in again.table("grp_totals").read().to_pylist()}
     assert got == oracle

@@ -19,6 +19,7 @@ from pipeline.batch.evaluation.aggregate_functions import aggregate_frames, mode
 from pipeline.batch.evaluation.plan import PlanCompiler
 from pipeline.batch.evaluation.prefix import Prefix, barrier_log, scan_settings
 from pipeline.checkpoint.handles import StateHandle
+from pipeline.checkpoint.recovery_fields import DEAD_LETTER_FILES_KEY as DEAD_LETTERS_KEY
 from pipeline.checkpoint.report import ReportKind, TaskReport
 from pipeline.exceptions import BootstrapRefusedError, CheckpointError, MalformedInputError
 from pipeline.fileio import file_io_for, join_uri
@@ -28,7 +29,6 @@ from pipeline.layout import key_group_file, round_state_prefix, sink_staging_uri
 from pipeline.runtime.driver import progress
 from pipeline.runtime.driver.cursor import Cursor
 from pipeline.runtime.driver.savepoints import abort_pending
-from pipeline.runtime.operators.dead_letters import EXTRA_KEY as DEAD_LETTERS_KEY
 from pipeline.runtime.operators.dead_letters import DeadLetterFiles
 from pipeline.runtime.operators.report_codec import to_batch
 from pipeline.runtime.operators.task import HANDLE_DDL, _collect, subtask_of, task_report

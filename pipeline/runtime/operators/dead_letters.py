@@ -54,11 +54,8 @@ from pipeline.layout.dead_letters import (  # the keys live in the layout; re-ex
 )
 
 __all__ = ["DeadLetterFiles", "SweepResult", "dead_letter_name", "operator_dead_letter_prefix",
-           "epoch_dead_letter_prefix", "attempt_dead_letter_dir", "sweep_dead_letters", "superseding_checkpoints", "files_of_reports",
-           "EXTRA_KEY"]
+           "epoch_dead_letter_prefix", "attempt_dead_letter_dir", "sweep_dead_letters", "superseding_checkpoints", "files_of_reports"]
 
-#: the ``_metadata`` ``extra`` key of :class:`DeadLetterFiles`
-EXTRA_KEY = DEAD_LETTER_FILES_KEY  # the recovery field of _metadata (pipeline.checkpoint.recovery_fields)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +70,7 @@ class DeadLetterFiles:
 
     @classmethod
     def from_extra(cls, extra: Mapping, epoch: int) -> DeadLetterFiles:
-        d = extra.get(EXTRA_KEY) or {}
+        d = extra.get(DEAD_LETTER_FILES_KEY) or {}
         return cls(int(d.get("epoch", epoch)), {str(u): tuple(str(f) for f in fs)
                                                  for u, fs in (d.get("files") or {}).items()})
 

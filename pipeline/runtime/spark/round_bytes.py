@@ -10,8 +10,8 @@ in Parquet and ~100 MB in Arrow). So the rounds measure them:
   job reads) of what it read to a Spark accumulator (:class:`ReadBytesCounter`, :func:`measured`); the driver
   reads it around each round, like the S3 request counter (:mod:`pipeline.runtime.spark.task_requests`);
 * **recorded**: every completed checkpoint records bytes per row per source in its ``_metadata``
-  (``extra.source_bytes_per_row``, :data:`EXTRA_KEY`): the figure of its own rounds, or the parent's for a
-  source it read nothing of. A new process (an Airflow task, a CLI run after downtime) restores it with the
+  (``extra.source_bytes_per_row``, :class:`~pipeline.checkpoint.recovery_fields.RecoveryFields`): the figure of
+  its own rounds, or the parent's for a source it read nothing of. A new process (an Airflow task, a CLI run after downtime) restores it with the
   checkpoint (:attr:`pipeline.runtime.driver.cursor.Cursor.bytes_per_row`);
 * **used**: a tagged round adds waiting epochs only while the rows of its epochs x bytes per row / parallelism
   stay within ``PIPELINE_MAX_TASK_BYTES_PER_ROUND`` (:func:`epochs_within_budget`);
@@ -40,14 +40,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.checkpoint.recovery_fields import BYTES_PER_ROW_KEY
 from pipeline.runtime.spark.session import is_connect_session
 
-__all__ = ["EXTRA_KEY", "SAMPLE_ROWS", "BudgetCut", "ReadBytes", "ReadBytesCounter", "epochs_within_budget",
+__all__ = ["SAMPLE_ROWS", "BudgetCut", "ReadBytes", "ReadBytesCounter", "epochs_within_budget",
            "measured", "bytes_per_row_after", "sampled_bytes_per_row"]
 
 #: the ``_metadata`` ``extra`` key of the bytes per row per source a checkpoint records
-EXTRA_KEY = BYTES_PER_ROW_KEY  # the recovery field of _metadata (pipeline.checkpoint.recovery_fields)
 #: at most this many rows of a file are decoded for a first figure (:func:`sampled_bytes_per_row`)
 SAMPLE_ROWS = 4096
 #: per row, the columns the read tasks add to the declared ones (``_source``, ``_partition``, ``_seq``, ``_row``

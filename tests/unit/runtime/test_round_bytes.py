@@ -14,12 +14,12 @@ import pytest
 from pyspark.accumulators import Accumulator
 
 from pipeline.checkpoint.metadata import CheckpointMetadata
+from pipeline.checkpoint.recovery_fields import BYTES_PER_ROW_KEY
 from pipeline.checkpoint.store import CompletedCheckpointStore
 from pipeline.config import load_config
 from pipeline.fileio import LocalFileIO, join_uri
 from pipeline.runtime.driver.cursor import Cursor, cursor_from_metadata
 from pipeline.runtime.spark.round_bytes import (
-    EXTRA_KEY,
     ReadBytes,
     ReadBytesCounter,
     _SumParam,
@@ -103,7 +103,7 @@ def test_a_new_process_reads_the_figure_from_the_latest_checkpoint(tmp_path: Pat
     figure = bytes_per_row_after({}, ReadBytes({"docs": 1000}, {"docs": 2_048_000}))
     md = CheckpointMetadata(job="docs_job", checkpoint_id=1, parent_id=None, kind="checkpoint", epoch=0,
                             barrier_time="t", checkpoint_mode="exactly_once", alignment="aligned",
-                            max_parallelism=8, parallelism=2, operators={}, extra={EXTRA_KEY: figure})
+                            max_parallelism=8, parallelism=2, operators={}, extra={BYTES_PER_ROW_KEY: figure})
     fio.write_bytes(join_uri(store.location_of(1), "_metadata"), md.to_bytes(), if_none_match=True)
     assert cursor_from_metadata(CheckpointMetadata.from_json(md.to_json())).bytes_per_row == {"docs": 2048.0}
     assert Cursor().bytes_per_row == {}  # a job with no checkpoint: no figure (its first round takes one epoch)
