@@ -65,7 +65,7 @@ from pipeline.source.positions import Position, barrier_position, end_position, 
 from pipeline.source.reader import dead_letter_counts, make_split_reader
 from pipeline.windows.aggregate import EmitMode, WindowSpec
 
-__all__ = ["source_splits", "write_source_dead_letters", "clear_operator_leftovers", "operator_dead_letter_frames",
+__all__ = ["source_splits", "suspect_splits", "write_source_dead_letters", "clear_operator_leftovers", "operator_dead_letter_frames",
            "write_operator_dead_letters"]
 
 _ALL = 1 << 62      # no record bound: one round per epoch
@@ -159,7 +159,7 @@ def _clean_file(path: str, source: SourceNode) -> bool:
     return True
 
 
-def _suspect(source: SourceNode, splits: Sequence[Split]) -> list[Split]:
+def suspect_splits(source: SourceNode, splits: Sequence[Split]) -> list[Split]:
     """The splits of files that may hold a bad record (:func:`_clean_file`), one footer read per file."""
     local = sorted({s.uri for s in splits if s.row_end is not None and s.format == "parquet"
                     and s.uri.startswith("file:")})
@@ -175,7 +175,7 @@ def write_source_dead_letters(runner, splits: Mapping[str, Sequence[Split]], *, 
     cfg, job = runner.config, runner.job
     readers, todo = {}, []
     for src in job.sources():
-        sus = _suspect(src, splits.get(src.name, ()))
+        sus = suspect_splits(src, splits.get(src.name, ()))
         if sus:
             readers[src.name] = make_split_reader(src.schema, (src.key,) if src.key else (), cfg.bad_records,
                                                   runner.dead_letter_root, job.name)
