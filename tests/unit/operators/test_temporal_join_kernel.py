@@ -80,7 +80,7 @@ def model(epochs, wms, how):
         emitted = []
 
         def emit_epoch(e, t):   # the first epoch >= e whose watermark passed t (None: not yet)
-            return next((x for x in range(e, m + 1) if wms[x] is not None and t <= wms[x]), None)
+            return next((x for x in range(e, m + 1) if wms[x] is not None and t <= wms[x]), None)  # noqa: B023
         for e, (k, t, lid) in lo:
             if emit_epoch(e, t) != m:
                 continue
@@ -135,7 +135,7 @@ def test_temporal_join_step_matches_the_model(w):
         held = set(act[3]["vid"].to_pylist())
         wm = wms[m]
         need = set()
-        for _e, (k, vt, ing, vid) in exp[3]:
+        for _e, (_k, vt, _ing, vid) in exp[3]:
             if wm is None or vt > wm:
                 need.add(vid)
         for k in {r[0] for _e, r in exp[3]}:
