@@ -7,7 +7,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.exceptions import BootstrapRefusedError, CheckpointError, ConfigError
-from pipeline.job import AggregateNode, DedupNode, JoinNode, ProcessNode, RankNode, WindowNode
+from pipeline.job import (
+    AggregateNode,
+    DedupNode,
+    IntervalJoinNode,
+    JoinNode,
+    ProcessNode,
+    RankNode,
+    TemporalJoinNode,
+    WindowNode,
+)
 from pipeline.layout import metadata_uri
 from pipeline.runtime.driver.cursor import Cursor
 from pipeline.runtime.driver.progress import last_data_epoch
@@ -51,6 +60,11 @@ def refusal(job) -> str | None:
         if isinstance(op, ProcessNode):
             return (f"job {job.name!r}: cannot bootstrap process {op.uid!r}: its state is built by a user function "
                     f"one epoch at a time, which the batch plan cannot derive without running the epochs; {CATCH_UP}")
+        if isinstance(op, (IntervalJoinNode, TemporalJoinNode)):
+            kind = "interval join" if isinstance(op, IntervalJoinNode) else "temporal join"
+            return (f"job {job.name!r}: cannot bootstrap {kind} {op.uid!r}: the batch plan derives its state and output "
+                    f"(validate checks them) but not its dead letters row by row (late rows, late versions), which a "
+                    f"savepoint must leave where an epoch-by-epoch run does; {CATCH_UP}")
         if not isinstance(op, (JoinNode, AggregateNode, DedupNode, WindowNode, RankNode)):
             return (f"job {job.name!r}: cannot bootstrap {type(op).__name__} {op.uid!r}: not modelled by the batch "
                     f"plan; {CATCH_UP}")
