@@ -54,7 +54,7 @@ from pipeline.runtime.operators.window import _ALL_KG, CHANNEL, MARKER, _split_w
 from pipeline.state.backend import KG_COLUMN, read_state, write_table
 from pipeline.windows.watermark import WATERMARK_SCHEMA, WatermarkState, merge_observations
 
-__all__ = ["TimedJoinTaskSpec", "make_timed_join_task", "check_timed_join", "SIDE", "NEVER_US"]
+__all__ = ["TimedJoinTaskSpec", "make_timed_join_task", "check_timed_join", "dead_letter_schema", "SIDE", "NEVER_US"]
 
 SIDE = "_side"          # 0: the left (probe) input, 1: the right (versions)
 NEVER_US = 1 << 62      # index time of a row no watermark releases by itself (a version already passed)
@@ -121,20 +121,31 @@ def _index(k: IntervalJoinSpec | TemporalJoinSpec, schema: pa.Schema, side: str,
     return lambda row: row[t_i] if watermark_us is None or row[t_i] is None or row[t_i] > watermark_us else NEVER_US
 
 
+def dead_letter_schema(left: pa.Schema, right: pa.Schema) -> pa.Schema:
+    """Every dead-letter file's columns, whichever side its rows are from: the left's columns, the right's other
+    columns (nullable), ``_side``, ``_watermark_us`` (``W(m-1)``) and ``_reason``."""
+    fields = [f.with_nullable(True) for f in left if f.name != KG_COLUMN]
+    fields += [f.with_nullable(True) for f in right if f.name not in (KG_COLUMN, *left.names)]
+    return pa.schema(fields + [pa.field(SIDE, pa.string()), pa.field("_watermark_us", pa.int64()),
+                               pa.field("_reason", pa.string())])
+
+
 def _dead_letters(fio, prefix: str, name: str, parts: Sequence[tuple[str, str, pa.Table]],
-                  wm_us: int | None) -> FileHandle | None:
+                  wm_us: int | None, schema: pa.Schema) -> FileHandle | None:
     tables = []
     for side, reason, t in parts:
         if not t.num_rows:
             continue
         n = t.num_rows
-        t = t.drop_columns([c for c in (KG_COLUMN,) if c in t.column_names])
-        t = t.append_column(SIDE, pa.repeat(pa.scalar(side, pa.string()), n))
-        t = t.append_column("_watermark_us", pa.repeat(pa.scalar(wm_us, pa.int64()), n))
-        tables.append(t.append_column("_reason", pa.repeat(pa.scalar(reason, pa.string()), n)))
+        extra = {SIDE: pa.repeat(pa.scalar(side, pa.string()), n),
+                 "_watermark_us": pa.repeat(pa.scalar(wm_us, pa.int64()), n),
+                 "_reason": pa.repeat(pa.scalar(reason, pa.string()), n)}
+        cols = [t[f.name].cast(f.type) if f.name in t.column_names else extra.get(f.name, pa.nulls(n, f.type))
+                for f in schema]
+        tables.append(pa.table(cols, schema=schema))
     if not tables:
         return None
-    return write_table(fio, f"{prefix}/{name}.parquet", pa.concat_tables(tables, promote_options="permissive"))
+    return write_table(fio, f"{prefix}/{name}.parquet", pa.concat_tables(tables))
 
 
 def make_timed_join_task(spec: TimedJoinTaskSpec):
@@ -221,7 +232,7 @@ def make_timed_join_task(spec: TimedJoinTaskSpec):
             [("left", late_reason, res.late_left), ("right", "late" if isinstance(k, IntervalJoinSpec)
                                                     else "late version", res.late_right),
              ("left", "null key or event time", res.bad_left), ("right", "null key or event time", res.bad_right)],
-            wm.watermark_us)
+            wm.watermark_us, dead_letter_schema(spec.left_schema, spec.right_schema))
         sync_ms += (time.perf_counter() - t_out) * 1000
         handles = [(ReportKind.STATE, "left", lh), (ReportKind.STATE, "right", rh), (ReportKind.STATE, "wm", wsh),
                    (ReportKind.OUTPUT, spec.output_name, ofh), (ReportKind.DEAD_LETTER, dead_letter_name(spec.uid), dfh)]
