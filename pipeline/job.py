@@ -767,8 +767,8 @@ class Job:
                 base, maps = self.chain_to(i)
                 if base != node_id:
                     continue
-                if isinstance(op, WindowNode):  # the watermark's channel is the record's source partition
-                    read.update(("_source", "_partition"))
+                if isinstance(op, (WindowNode, IntervalJoinNode, TemporalJoinNode)):  # the watermark's channel is
+                    read.update(("_source", "_partition"))                           # the row's source partition
                 selected = False
                 for m in maps:
                     text = " ".join(m.exprs)

@@ -50,7 +50,8 @@ def build() -> Job:
     job = Job("device_readings", max_parallelism=16)
     readings = job.source("readings", READINGS, key="reading_id")
     devices = job.source("devices", DEVICES, key="version_id")
-    (readings.temporal_join(devices, uid="device_at_reading", on="ad_id", time="rt", version_time="valid_from",
+    (readings.select("reading_id", "ad_id", "value", "rt")     # a select first: channels still per partition
+             .temporal_join(devices, uid="device_at_reading", on="ad_id", time="rt", version_time="valid_from",
                             how="left", max_out_of_orderness_seconds=OOO)
              .sink("readings_with_device"))
     return job
