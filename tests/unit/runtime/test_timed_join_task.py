@@ -7,6 +7,7 @@ run on one in-memory table with the same watermarks: what the runtime adds (rout
 rocksdb keyed reads by the index of leaving rows) changes nothing."""
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pyarrow as pa
@@ -20,6 +21,7 @@ from pipeline.operators.interval_join import IntervalJoinSpec, interval_join_ste
 from pipeline.operators.temporal_join import TemporalJoinSpec, temporal_join_step
 from pipeline.runtime.operators import task as ops
 from pipeline.runtime.operators.report_codec import from_table
+from pipeline.runtime.operators.round_params import EPOCH_TAG, TAGGED_KEY
 from pipeline.runtime.operators.task import BEACON
 from pipeline.runtime.operators.timed_join import SIDE, TimedJoinTaskSpec, make_timed_join_task
 from pipeline.runtime.operators.window import CHANNEL, MARKER
@@ -41,6 +43,7 @@ WIRE = pa.schema([("k", pa.string()), ("lt", TS), ("lid", pa.int64()), ("rt", TS
                   ("_ingest_ts", TS), (KG_COLUMN, pa.int32()), ("_subtask", pa.int32()), (SIDE, pa.int8()),
                   (CHANNEL, pa.string()), (MARKER, pa.int64()), (BEACON, pa.bool_())])
 PARALLELISM = (2, 3, 1, 2, 2)
+WM_SCHEMA = pa.schema([("channel", pa.string()), ("max_event_us", pa.int64())])
 
 
 def _kg(k: str | None) -> int:
@@ -149,3 +152,97 @@ def test_task_over_subtasks_and_rescales_equals_the_kernel(tmp_path, monkeypatch
         wm_handles = [StateHandle.from_dict(h) for h in parent["wm"]]
         assert WatermarkState.from_table(read_state(fio, wm_handles, 0, 1 << 30, pa.schema(
             [("channel", pa.string()), ("max_event_us", pa.int64())]), "")).watermark_us == wm.watermark_us
+
+
+def _wire_rows(rows, sub: int, P: int, seen: dict[str, int], tag: int | None) -> list[dict]:
+    kgr = range_for_subtask(MP, P, sub)
+    extra = {} if tag is None else {EPOCH_TAG: tag}
+    wire = []
+    for s, key, t, i, p in rows:
+        if kgr.start <= _kg(key) <= kgr.end:
+            r = {"k": key, "lid" if s == 0 else "rid": i, "lt" if s == 0 else "rt": t, KG_COLUMN: _kg(key),
+                 "_subtask": sub, SIDE: s, CHANNEL: f"{'ab'[s]}/{p}", **extra}
+            if s == 1:
+                r["_ingest_ts"] = i
+            wire.append(r)
+    return wire + [{"_subtask": sub, CHANNEL: ch, MARKER: t, **extra} for ch, t in seen.items()]
+
+
+def _contents(reports) -> dict:
+    """Per checkpoint id: the output rows, the dead letters and each state's rows (read back from its files)."""
+    fio = LocalFileIO()
+    out: dict = {}
+    for r in reports:
+        d = out.setdefault(r.checkpoint_id, {"output": [], "dead": [], "left": [], "right": [], "wm": []})
+        if r.kind.value == "state" and r.name in ("left", "right"):
+            schema = LEFT if r.name == "left" else RIGHT
+            d[r.name] += read_state(fio, [r.state], 0, MP - 1, schema, "t").to_pylist()
+        elif r.kind.value == "state" and r.state.file is not None:
+            d["wm"] += read_state(fio, [r.state], 0, 1 << 30, WM_SCHEMA, "t").to_pylist()
+        elif r.kind.value in ("output", "dead_letter") and r.file is not None:
+            d["output" if r.kind.value == "output" else "dead"] += pq.read_table(
+                r.file.uri[len("file://"):]).drop_columns(["_watermark_us"] if r.kind.value != "output" else []
+                                                          ).to_pylist()
+    return {c: {k: sorted(map(repr, v)) for k, v in d.items()} for c, d in out.items()}
+
+
+@pytest.mark.parametrize("kind", ["interval", "temporal"])
+@pytest.mark.parametrize("backend_name", ["heap", "rocksdb"])
+def test_tagged_round_equals_sequential_rounds(tmp_path, monkeypatch, kind, backend_name):
+    """Several epochs in one round (epoch tags, the watermark carried from epoch to epoch in memory by subtask 1):
+    each epoch's output, dead letters, states and watermark equal those of its own round."""
+    epochs = _epochs(random.Random(3))
+    k = _kernel(kind)
+    P = 2
+    seens = []
+    for rows in epochs:
+        seen: dict[str, int] = {}
+        for s, key, t, _i, p in rows:
+            if key is not None:
+                ch = f"{'ab'[s]}/{p}"
+                seen[ch] = max(seen.get(ch, t), t)
+        seens.append(seen)
+
+    def make(root):
+        return make_timed_join_task(TimedJoinTaskSpec("tj", "chk-?", k, LEFT, RIGHT, 5 * SEC, P, MP, {}, "", "", "",
+                                                      "", _out_schema(kind), f"{root}/dlq/tj", "dead_letter"))
+    root = (tmp_path / "seq").as_uri()
+    seq: list = []
+    parent: dict = {}
+    for m, rows in enumerate(epochs):
+        params = _params(root, 10 + m, m, parent, backend_name)
+        monkeypatch.setattr(ops, "task_params", lambda key, p=params: p)
+        reports = []
+        for sub in range(P):
+            wire = [{"_subtask": sub, BEACON: True}] + _wire_rows(rows, sub, P, seens[m], None)
+            got = list(make(root)(iter(pa.Table.from_pylist(wire, schema=WIRE).to_batches(max_chunksize=7))))
+            reports += [dataclasses.replace(r, checkpoint_id=10 + m) for r in from_table(pa.Table.from_batches(got))]
+        parent = {}
+        for r in reports:
+            if r.kind.value == "state":
+                parent.setdefault(r.name, []).append(r.state.to_dict())
+        seq += reports
+    backend._RECENT.clear()
+    root = (tmp_path / "tag").as_uri()
+    entries = [{"checkpoint_id": 10 + m, "epoch": m, "params": _params(root, 10 + m, m, {}, backend_name)}
+               for m in range(len(epochs))]
+    monkeypatch.setattr(ops, "task_params", lambda key: {TAGGED_KEY: entries})
+    tagged = []
+    wire_schema = WIRE.append(pa.field(EPOCH_TAG, pa.int64()))
+    for sub in range(P):
+        wire = [{"_subtask": sub, BEACON: True}] + [r for m, rows in enumerate(epochs)
+                                                     for r in _wire_rows(rows, sub, P, seens[m], m)]
+        got = list(make(root)(iter(pa.Table.from_pylist(wire, schema=wire_schema).to_batches(max_chunksize=7))))
+        tagged += from_table(pa.Table.from_batches(got))
+    want, have = _contents(seq), _contents(tagged)
+    assert sorted(want) == sorted(have)
+    for c in want:
+        for what in want[c]:
+            assert have[c][what] == want[c][what], f"checkpoint {c}: {what}"
+    assert any(want[c]["output"] for c in want) and any(want[c]["dead"] for c in want)
+
+
+def _out_schema(kind: str) -> pa.Schema:
+    step = interval_join_step if kind == "interval" else temporal_join_step
+    return step(_kernel(kind), LEFT.empty_table(), RIGHT.empty_table(), LEFT.empty_table(),  # type: ignore[arg-type]
+                RIGHT.empty_table(), late_watermark_us=None, watermark_us=None).output.schema
