@@ -60,12 +60,8 @@ def refusal(job) -> str | None:
         if isinstance(op, ProcessNode):
             return (f"job {job.name!r}: cannot bootstrap process {op.uid!r}: its state is built by a user function "
                     f"one epoch at a time, which the batch plan cannot derive without running the epochs; {CATCH_UP}")
-        if isinstance(op, (IntervalJoinNode, TemporalJoinNode)):
-            kind = "interval join" if isinstance(op, IntervalJoinNode) else "temporal join"
-            return (f"job {job.name!r}: cannot bootstrap {kind} {op.uid!r}: the batch plan derives its state and output "
-                    f"(validate checks them) but not its dead letters row by row (late rows, late versions), which a "
-                    f"savepoint must leave where an epoch-by-epoch run does; {CATCH_UP}")
-        if not isinstance(op, (JoinNode, AggregateNode, DedupNode, WindowNode, RankNode)):
+        if not isinstance(op, (JoinNode, AggregateNode, DedupNode, WindowNode, RankNode, IntervalJoinNode,
+                               TemporalJoinNode)):
             return (f"job {job.name!r}: cannot bootstrap {type(op).__name__} {op.uid!r}: not modelled by the batch "
                     f"plan; {CATCH_UP}")
         for inp in op.inputs:

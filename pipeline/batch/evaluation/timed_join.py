@@ -35,7 +35,7 @@ def timed_join(plan: PlanContext, nid: int, op: IntervalJoinNode | TemporalJoinN
     from pyspark.sql import functions as F
     temporal = isinstance(op, TemporalJoinNode)
     times = (op.time, op.version_time) if isinstance(op, TemporalJoinNode) else (op.left_time, op.right_time)
-    sides = []
+    sides, bads, lates = [], [], []
     for side, inp, t in (("left", op.left, times[0]), ("right", op.right, times[1])):
         df = plan.frame(inp)
         if df is None:
@@ -55,6 +55,7 @@ def timed_join(plan: PlanContext, nid: int, op: IntervalJoinNode | TemporalJoinN
             df.filter(~ok)
         recs = df.filter(ok).select(*user, PEPOCH, F.expr(f"unix_micros(`{t}`)").alias("__t"), channel.alias("__ch"))
         sides.append((side, user, recs))
+        bads.append(df.filter(~ok).select(*user, PEPOCH))
     # W(m) for every epoch with rows on either side: M_c(m) = running max per channel, min over the active channels
     (_, lcols, lrecs), (_, rcols, rrecs) = sides
     maxima = sorted((int(r[0]), str(r[1]), int(r[2])) for r in lrecs.select(PEPOCH, "__ch", "__t").unionByName(
@@ -79,7 +80,11 @@ def timed_join(plan: PlanContext, nid: int, op: IntervalJoinNode | TemporalJoinN
         is_on = F.col("__wprev").isNull() | (F.col("__t") > F.col("__wprev"))
         why = "late rows" if not temporal or side == "left" else "late versions"
         plan.result.counts[f"{op.uid}: {side} {why} (dead-lettered by the runtime)"] = j.filter(~is_on)
+        # the runtime's reasons (pipeline.runtime.operators.timed_join)
+        reason = "late" if not temporal else "late row" if side == "left" else "late version"
+        lates.append((reason, j.filter(~is_on)))
         on_time.append(j.filter(is_on).drop("__wprev", "__ch"))
+    plan.result.dead_rows[op.uid] = _dead_rows(sides, bads, lates)
     lon, ron = on_time
     rows = [(WATERMARK_ROW, w)] + sorted(seen.items())
     plan.result.states[f"state/{op.uid}/wm"] = plan.spark.createDataFrame(rows, "channel string, max_event_us long")
@@ -90,6 +95,27 @@ def timed_join(plan: PlanContext, nid: int, op: IntervalJoinNode | TemporalJoinN
     if _flows_on(plan, nid):   # rows flowing on: _ingest_ts is the end of their epoch - 1 µs (the runtime's)
         E = plan.prefix.epoch_us
         return out.withColumn("_ingest_ts", F.expr(f"timestamp_micros(({PEPOCH} + 1) * {E} - 1)"))
+    return out
+
+
+def _dead_rows(sides, bads, lates):
+    """The rows the runtime dead-letters, in its Parquet columns (``dead_letter_schema``: the left's columns, the
+    right's other columns, ``_side``, ``_watermark_us``, ``_reason``) and the processing epoch."""
+    from pyspark.sql import functions as F
+    (_, lcols, lrecs), (_, rcols, rrecs) = sides
+    types = {**{c: rrecs.schema[c].dataType for c in rcols}, **{c: lrecs.schema[c].dataType for c in lcols}}
+    cols = lcols + [c for c in rcols if c not in lcols]
+    parts = []
+    for i, side in enumerate(("left", "right")):
+        mine = lcols if i == 0 else rcols
+        (reason, late), bad = lates[i], bads[i]
+        for df, why, wm in ((late, reason, F.col("__wprev")), (bad, "null key or event time", F.lit(None))):
+            parts.append(df.select(*[F.col(c) if c in mine else F.lit(None).cast(types[c]).alias(c) for c in cols],
+                                   F.lit(side).alias("_side"), wm.cast("long").alias("_watermark_us"),
+                                   F.lit(why).alias("_reason"), PEPOCH))
+    out = parts[0]
+    for p in parts[1:]:
+        out = out.unionByName(p)
     return out
 
 

@@ -123,7 +123,8 @@ def _index(k: IntervalJoinSpec | TemporalJoinSpec, schema: pa.Schema, side: str,
 
 def dead_letter_schema(left: pa.Schema, right: pa.Schema) -> pa.Schema:
     """Every dead-letter file's columns, whichever side its rows are from: the left's columns, the right's other
-    columns (nullable), ``_side``, ``_watermark_us`` (``W(m-1)``) and ``_reason``."""
+    columns (nullable), ``_side``, ``_watermark_us`` (``W(m-1)``; null for a row without a key or time) and
+    ``_reason``."""
     fields = [f.with_nullable(True) for f in left if f.name != KG_COLUMN]
     fields += [f.with_nullable(True) for f in right if f.name not in (KG_COLUMN, *left.names)]
     return pa.schema(fields + [pa.field(SIDE, pa.string()), pa.field("_watermark_us", pa.int64()),
@@ -137,8 +138,9 @@ def _dead_letters(fio, prefix: str, name: str, parts: Sequence[tuple[str, str, p
         if not t.num_rows:
             continue
         n = t.num_rows
+        late = reason != "null key or event time"   # a row without a key or time has no watermark to be behind
         extra = {SIDE: pa.repeat(pa.scalar(side, pa.string()), n),
-                 "_watermark_us": pa.repeat(pa.scalar(wm_us, pa.int64()), n),
+                 "_watermark_us": pa.repeat(pa.scalar(wm_us if late else None, pa.int64()), n),
                  "_reason": pa.repeat(pa.scalar(reason, pa.string()), n)}
         cols = [t[f.name].cast(f.type) if f.name in t.column_names else extra.get(f.name, pa.nulls(n, f.type))
                 for f in schema]
