@@ -70,7 +70,8 @@ def _generate(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     readings.loc[rng.random(n) < 0.03, "ad_id"] = None
     vrows = []
     for d in range(5):   # distinct valid_from per device (the reference's ASOF join has no tie rule)
-        starts = sorted(rng.choice(np.arange(-30, N_EPOCHS * E, 7), 6, replace=False))
+        # device d4's first version comes at 130 s: its earlier readings have none (nulls, how="left")
+        starts = sorted(rng.choice(np.arange(-30 if d < 4 else 130, N_EPOCHS * E, 7), 6, replace=False))
         for j, s in enumerate(starts):
             vrows.append((f"v{d}{j}", f"d{d}", f"fw{d}.{j}", (T0 + int(s)) * US))
     v = pd.DataFrame(vrows, columns=["id", "ad_id", "firmware", "t"])
