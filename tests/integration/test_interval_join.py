@@ -8,7 +8,8 @@ an ad id, on two partitions per source.
   i.it + 20 s``, no Epochal code) of the on-time rows, the watermark folded from both sources' partitions as
   docs/operators.md "Interval join" says; the late rows and the rows without an ad id are the dead letters;
 * ``validate`` passes with nothing NOT CHECKED, and fails once one committed value is changed (checksums patched,
-  so only the data comparison can see it).
+  so only the data comparison can see it);
+* ``bootstrap`` at barrier k builds what the epoch-by-epoch run has (held rows, watermark, dead letters).
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ sys.path.insert(0, str(_HERE.parent / "quality"))
 from corrupt import _patch_handle_everywhere, rewrite_parquet  # noqa: E402
 
 from pipeline import Job  # noqa: E402
+from pipeline.batch.bootstrap.savepoint import bootstrap  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
 from pipeline.quality import validate_job  # noqa: E402
 from pipeline.runtime.driver.runner import JobRunner  # noqa: E402
@@ -176,12 +178,9 @@ def test_interval_join_crash_rescale_validate(tmp_path):
     assert "ad_clicks" in v.summary()
 
 
-@pytest.mark.skipif(os.environ.get("EPOCHAL_TIMED_JOIN_FULL") != "1",
-                    reason="opt-in (EPOCHAL_TIMED_JOIN_FULL=1): bootstrap, about 1.5 min")
 def test_bootstrap_builds_the_held_rows(tmp_path):
     """``bootstrap`` at barrier k: the held rows of both sides, the watermark table and the dead letters an
     epoch-by-epoch run has; restored at parallelism 3 on rocksdb and run to the end, equal to DuckDB, validated."""
-    from pipeline.batch.bootstrap.savepoint import bootstrap  # lazy: opt-in test only
     imps, clicks = _generate(tmp_path / "src")
     ref = JobRunner(build(), _cfg(tmp_path, "ref", parallelism=2), echo=lambda m: None)
     ref.run(3)
