@@ -157,6 +157,8 @@ def make_timed_join_task(spec: TimedJoinTaskSpec):
     letters, report (as the window's task)."""
 
     def step(spec: TimedJoinTaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Over 80 lines: one epoch of one subtask in the window task's order (watermark, state read, kernel, state,
+        watermark table, output and dead letters written, reports)."""
         fault_point("reading")
         t0 = time.perf_counter()
         subtask, incoming = subtask_of(_collect(batches))

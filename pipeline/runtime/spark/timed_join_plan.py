@@ -31,9 +31,12 @@ __all__ = ["timed_join_dataframe"]
 _TS = pa.timestamp("us", tz="UTC")
 
 
-def _side_frame(spark, job: Job, op, resolve, nid: int, side: str, time_col: str, keep_ingest: bool, P: int, MP: int):
-    """One input: its user columns (the time as µs timestamps), the key group, the subtask, the channel, markers."""
+def _side_frame(spark, job: Job, op, resolve, nid: int, side: str, time_col: str, io: OperatorIO):
+    """One input: its user columns (the time as µs timestamps), the key group, the subtask, the channel, markers
+    (the temporal join's versions keep ``_ingest_ts``: it orders versions with equal times)."""
     from pyspark.sql import functions as F
+    P, MP = io.parallelism, io.max_parallelism
+    keep_ingest = isinstance(op, TemporalJoinNode) and side == "right"
     operator_ids = {job.node_id(o) for o in job.operators()}
 
     def tag_channel(base: int, df):
@@ -77,11 +80,9 @@ def _kernel(op, lsch: pa.Schema, rsch: pa.Schema):
 def timed_join_dataframe(spark, job: Job, op: IntervalJoinNode | TemporalJoinNode, resolve, io: OperatorIO):
     """The (lazy) DataFrame of an interval or temporal join and its output schema."""
     P, MP = io.parallelism, io.max_parallelism
-    temporal = isinstance(op, TemporalJoinNode)
     lt, rt = (op.time, op.version_time) if isinstance(op, TemporalJoinNode) else (op.left_time, op.right_time)
-    left, lsch = _side_frame(spark, job, op, resolve, op.left, "left", lt, False, P, MP)
-    # the versions keep _ingest_ts: it orders versions with equal times (pipeline.operators.temporal_join)
-    right, rsch = _side_frame(spark, job, op, resolve, op.right, "right", rt, temporal, P, MP)
+    left, lsch = _side_frame(spark, job, op, resolve, op.left, "left", lt, io)
+    right, rsch = _side_frame(spark, job, op, resolve, op.right, "right", rt, io)
     if lsch.field(op.on).type != rsch.field(op.on).type:
         raise ConfigError(f"join {op.uid}: the key {op.on!r} is {lsch.field(op.on).type} on the left, "
                           f"{rsch.field(op.on).type} on the right; cast one side with select()")
