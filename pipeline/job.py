@@ -521,13 +521,23 @@ class Job:
     def source(self, name: str, schema: pa.Schema, *, key: str | None = None,
                format: Literal["auto", "parquet", "jsonl"] = "auto", table: str | None = None,
                ingest_time: IngestTime = "commit") -> Stream:
-        """A source log ``<source root>/<name>/partition=<p>/<seq:08d>.parquet`` (or ``.jsonl``). ``schema`` must
-        contain ``_ingest_ts`` (UTC timestamp, non-decreasing within a partition). A row whose ``key`` is null or
-        empty, or that does not fit the schema, is bad input: dead-lettered (or the epoch fails,
-        ``PIPELINE_BAD_RECORDS=fail``). ``table``: read a lake table instead, commit by commit
-        (``"delta:<uri>"``, ``"iceberg:<uri>"`` or ``"iceberg:<catalog>.<namespace>.<table>"``; a relative URI is
-        under the source root), with ``_ingest_ts`` = the commit time (``ingest_time="commit"``) or the table's own
-        ``_ingest_ts`` column (``"column"``); see docs/lake-sources.md."""
+        """A source log ``<source root>/<name>/partition=<p>/<seq:08d>.parquet`` (or ``.jsonl``), or a lake table.
+
+        A row whose ``key`` is null or empty, or that does not fit the schema, is bad input: dead-lettered (or the
+        epoch fails, ``PIPELINE_BAD_RECORDS=fail``).
+
+        Args:
+            name: the source's name: its folder under the source root, and its name in checkpoints and dead letters.
+            schema: the declared columns; must contain ``_ingest_ts`` (UTC timestamp, non-decreasing within a
+                partition).
+            key: the column whose null or empty values are bad input (None: none).
+            format: ``"auto"`` (by file extension), ``"parquet"`` or ``"jsonl"``; a file log only.
+            table: read a lake table instead of a file log, commit by commit: ``"delta:<uri>"``,
+                ``"iceberg:<uri>"`` or ``"iceberg:<catalog>.<namespace>.<table>"`` (a relative URI is under the
+                source root). Compactions are skipped, deletes and overwrites stop the job, a restore of the table
+                is followed (how-to "Read a Delta or Iceberg table as a source").
+            ingest_time: a lake source's ``_ingest_ts``: ``"commit"`` (the commit time, default) or ``"column"``
+                (the table's own ``_ingest_ts`` column)."""
         if "_ingest_ts" not in schema.names:
             raise ConfigError(f"source {name!r}: schema must contain _ingest_ts")
         lake = LakeTable.parse(table, f"source {name!r}") if table is not None else None

@@ -14,9 +14,13 @@ Commits, per kind (the rule is checked at every listing, before anything of the 
 * every commit's schema (Delta ``metaData``, the Iceberg snapshot's schema) is checked against the declared schema:
   columns the source does not declare are ignored (an added column is fine); a declared column that is missing or
   whose type does not cast to the declared type fails;
-* anything that removes or rewrites rows (Delta ``DELETE``/``UPDATE``/``MERGE``/``RESTORE``/overwrite, Iceberg
+* anything that removes or rewrites rows (Delta ``DELETE``/``UPDATE``/``MERGE``/overwrite, Iceberg
   ``delete``/``overwrite``): :class:`~pipeline.exceptions.LakeSourceError` naming the table and version. A job
-  reading the table stops there; it never reads a changed table as if it had only grown.
+  reading the table stops there; it never reads a changed table as if it had only grown;
+* a rewind of the writing job (Delta ``RESTORE`` to version V at version R; Iceberg: the current snapshot set back
+  to an ancestor) is **followed**: the abandoned versions ``V < v <= R`` (Delta) or the snapshots no longer in the
+  current snapshot's ancestry (Iceberg) are skipped, as if never written. A job that has already read one of them
+  fails instead (pipeline/source/lake.py ``check_lineage``): its output holds rows the table no longer has.
 
 Retention: a Delta version whose JSON is gone (log retention) or an Iceberg history cut by snapshot expiry fails
 naming the table, the version and the checkpoint that needs it.
@@ -173,14 +177,9 @@ def _delta_file_uri(table_uri: str, path: str) -> str:
 
 def _delta_commit(table: LakeTable, version: int, actions: list[dict[str, Any]], declared: pa.Schema,
                   ingest_time: IngestTime, partition_columns: list[str]) -> tuple[LakeCommit, list[str]]:
-    infos: list[dict[str, Any]] = [a["commitInfo"] or {} for a in actions if "commitInfo" in a]
-    info = infos[0] if infos else {}
-    op = str(info.get("operation") or "UNKNOWN")
-    ts_ms = info.get("inCommitTimestamp", info.get("timestamp"))
+    op = _operation(actions)
+    ts_ms = _commit_ms(actions, table, version, op)
     where = f"table {table.spec} version {version} ({op})"
-    if not isinstance(ts_ms, int):
-        raise LakeSourceError(f"{where}: the commit has no commitInfo timestamp; a lake source needs the commit "
-                              "time of every version")
     for a in actions:
         if "metaData" in a:
             meta = a["metaData"]
@@ -201,8 +200,8 @@ def _delta_commit(table: LakeTable, version: int, actions: list[dict[str, Any]],
         raise LakeSourceError(
             f"{where} removes rows ({len(changing_removes)} data file(s) removed, first "
             f"{changing_removes[0].get('path')}): a lake source reads append-only tables; deletes, updates, "
-            "merges, overwrites and restores (a rewind of the writing job) stop it here. Rewind this job to "
-            "before the rows that changed, or read the table from a new job")
+            "merges and overwrites stop it here (a RESTORE to a version is followed: its abandoned versions are "
+            "skipped). Read the table from a new job once it is append-only again")
     data = [a for a in adds if a.get("dataChange", True)]
     if data and len(data) != len(adds):
         raise LakeSourceError(f"{where} mixes added rows and rearranged files (dataChange true and false); "
@@ -230,18 +229,63 @@ def delta_commits(table: LakeTable, declared: pa.Schema, start: int, *, ingest_t
     first = versions[0][0]
     if first != start:
         raise _retention_error(table, start, first, checkpoint)
-    commits: list[LakeCommit] = []
-    partition_columns: list[str] = []
+    logged: list[tuple[int, list[dict[str, Any]]]] = []
     expected = start
     for v, uri in versions:
         if v != expected:
             raise LakeSourceError(f"table {table.spec}: version {expected} is missing from _delta_log (found "
                                   f"{v} next); the log must be complete from the version a lake source reads")
         expected = v + 1
-        actions = [json.loads(line) for line in fio.read_bytes(uri).decode("utf-8").splitlines() if line.strip()]
+        logged.append((v, [json.loads(line) for line in fio.read_bytes(uri).decode("utf-8").splitlines()
+                           if line.strip()]))
+    abandoned = _restored_ranges(table, logged)
+    commits: list[LakeCommit] = []
+    partition_columns: list[str] = []
+    for v, actions in logged:
+        if any(lo < v <= hi for lo, hi in abandoned):   # abandoned by a RESTORE (or the RESTORE itself): skipped
+            op = _operation(actions)
+            commits.append(LakeCommit(v, _commit_ms(actions, table, v, op) * 1000, op, ()))
+            continue
         commit, partition_columns = _delta_commit(table, v, actions, declared, ingest_time, partition_columns)
         commits.append(commit)
     return LakeListing(tuple(commits), versions[-1][0])
+
+
+def _operation(actions: list[dict[str, Any]]) -> str:
+    infos = [a["commitInfo"] or {} for a in actions if "commitInfo" in a]
+    return str((infos[0] if infos else {}).get("operation") or "UNKNOWN")
+
+
+def _commit_ms(actions: list[dict[str, Any]], table: LakeTable, version: int, op: str) -> int:
+    infos = [a["commitInfo"] or {} for a in actions if "commitInfo" in a]
+    info = infos[0] if infos else {}
+    ts_ms = info.get("inCommitTimestamp", info.get("timestamp"))
+    if not isinstance(ts_ms, int):
+        raise LakeSourceError(f"table {table.spec} version {version} ({op}): the commit has no commitInfo timestamp; "
+                              "a lake source needs the commit time of every version")
+    return ts_ms
+
+
+def _restored_ranges(table: LakeTable, logged: list[tuple[int, list[dict[str, Any]]]]) -> list[tuple[int, int]]:
+    """``(V, R)`` per ``RESTORE`` commit R to version V among ``logged``: versions ``V < v <= R`` are abandoned (the
+    table is again as at V; a rewind of Epochal's Delta sink is such a commit). The lake source follows the restored
+    lineage: it skips them. A restore to a version an earlier restore abandoned, or by timestamp, fails."""
+    out: list[tuple[int, int]] = []
+    for v, actions in logged:
+        if _operation(actions) != "RESTORE":
+            continue
+        info = next(a["commitInfo"] or {} for a in actions if "commitInfo" in a)
+        target = (info.get("operationParameters") or {}).get("version")
+        if target is None or not str(target).isdigit():
+            raise LakeSourceError(f"table {table.spec} version {v} (RESTORE): restores to "
+                                  f"{info.get('operationParameters')}, not to a version; a lake source follows a "
+                                  "restore to a version only")
+        back = int(target)
+        if any(lo < back <= hi for lo, hi in out):
+            raise LakeSourceError(f"table {table.spec} version {v} (RESTORE) restores version {back}, which an "
+                                  "earlier RESTORE abandoned; a lake source cannot follow it")
+        out.append((back, v))
+    return out
 
 
 def _delta_tail(table: LakeTable, fio: FileIO, log: str, start: int, checkpoint: str) -> LakeListing:

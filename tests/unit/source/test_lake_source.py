@@ -63,7 +63,7 @@ def test_delta_appends_are_files_in_commit_order_with_the_commit_time(tmp_path):
     assert list_lake_files("s", table, SCHEMA, 2) == {}
 
 
-def test_delta_compaction_is_skipped_and_a_delete_or_restore_stops_the_source(tmp_path):
+def test_delta_compaction_is_skipped_and_a_delete_stops_the_source(tmp_path):
     table = _delta(tmp_path, _rows(1, 2), _rows(3))
     dt = DeltaTable(str(tmp_path / "d"))
     dt.optimize.compact()                                      # version 2: dataChange=false
@@ -76,11 +76,33 @@ def test_delta_compaction_is_skipped_and_a_delete_or_restore_stops_the_source(tm
         list_lake_files("s", table, SCHEMA, 0)
     with pytest.raises(LakeSourceError, match=r"version 4 \(DELETE\)"):
         list_lake_files("s", table, SCHEMA, 3)                 # from any version before it
-    DeltaTable(str(tmp_path / "d")).restore(3)                 # version 5: a rewind of the writing job
-    with pytest.raises(LakeSourceError, match=r"version 4 \(DELETE\)"):
+    DeltaTable(str(tmp_path / "d")).restore(3)                 # version 5: the delete is abandoned
+    assert _seqs(list_lake_files("s", table, SCHEMA, 0)) == [0, FILES_PER_COMMIT, 3 * FILES_PER_COMMIT]
+    assert list_lake_files("s", table, SCHEMA, 5) == {}
+
+
+def test_delta_restore_is_followed_unless_the_job_read_an_abandoned_version(tmp_path):
+    """A rewind of the writing job (Epochal's Delta sink writes a RESTORE to the restored checkpoint's version): a
+    reader that has not read the abandoned versions skips them; one that has fails naming version and checkpoint."""
+    table = _delta(tmp_path, _rows(1), _rows(2), _rows(3))      # versions 0, 1, 2
+    first = list_lake_files("s", table, SCHEMA, 0)[0]
+    DeltaTable(str(tmp_path / "d")).restore(1)                 # version 3: version 2 abandoned
+    write_deltalake(str(tmp_path / "d"), _rows(30), mode="append")   # version 4: the writer's re-run
+    assert _seqs(list_lake_files("s", table, SCHEMA, 0)) == [0, FILES_PER_COMMIT, 4 * FILES_PER_COMMIT]
+    # read up to version 1: follows
+    inv = [[f.seq, f.size] for f in first[:2]]
+    files, _ = lake_source_files("s", table, SCHEMA, "file:///unused", Position(seq=FILES_PER_COMMIT + 1, row=0),
+                                 inv, 6)
+    assert _seqs(files) == [FILES_PER_COMMIT, 4 * FILES_PER_COMMIT]
+    # read version 2 (abandoned): fails, never a silent other history
+    inv = [[f.seq, f.size] for f in first]
+    with pytest.raises(LakeSourceError, match=r"version 2: data file 0 of that version, which checkpoint 7 has read, "
+                                              r"is gone in the table's current history"):
+        lake_source_files("s", table, SCHEMA, "file:///unused", Position(seq=2 * FILES_PER_COMMIT + 1, row=0), inv, 7)
+    # a restore to a version an earlier restore abandoned cannot be followed
+    DeltaTable(str(tmp_path / "d")).restore(2)                 # version 5
+    with pytest.raises(LakeSourceError, match=r"version 5 \(RESTORE\) restores version 2, which an earlier RESTORE"):
         list_lake_files("s", table, SCHEMA, 0)
-    with pytest.raises(LakeSourceError, match=r"version 5 \(RESTORE\) removes rows"):
-        list_lake_files("s", table, SCHEMA, 5)
 
 
 def test_delta_schema_changes_added_columns_are_fine_others_stop_naming_the_version(tmp_path):
