@@ -330,3 +330,21 @@ def test_job_source_table_argument_is_checked_at_definition():
         Job("j").source("a", SCHEMA, table="delta:/x", format="jsonl")
     with pytest.raises(LakeSourceError, match=r"table delta:file:///nonexistent/t: no Delta table there"):
         list_lake_files("a", LakeTable.parse("delta:/nonexistent/t", "w").resolved("file:///"), SCHEMA, 0)
+
+
+@pytest.mark.s3
+def test_delta_on_s3_listing_summaries_and_reader(s3_root):
+    from pipeline.sink.delta import delta_storage_options
+    uri = f"{s3_root}/d"
+    opts = delta_storage_options(uri)
+    write_deltalake(uri, _rows(1, 2), storage_options=opts)
+    write_deltalake(uri, _rows(3), mode="append", storage_options=opts)
+    DeltaTable(uri, storage_options=opts).optimize.compact()
+    write_deltalake(uri, _rows(4), mode="append", storage_options=opts)
+    table = LakeTable.parse(f"delta:{uri}", "t")
+    files = list_lake_files("s", table, SCHEMA, 0)
+    assert _seqs(files) == [0, FILES_PER_COMMIT, 3 * FILES_PER_COMMIT] and files[0][0].uri.startswith("s3://")
+    sums = summarize_source(files)[0]
+    seg = plan_segment(sums, Position(seq=0, row=0), Position(seq=3 * FILES_PER_COMMIT + 1, row=0), 100)
+    reader = make_split_reader(SCHEMA, ("id",), "fail", f"{s3_root}/dl", "j")
+    assert sorted(read_split_table(reader, seg.splits)["id"].to_pylist()) == [1, 2, 3, 4]
