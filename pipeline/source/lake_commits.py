@@ -66,9 +66,7 @@ class LakeTable:
         if not sep or not loc.strip() or fmt not in ("delta", "iceberg"):
             raise ConfigError(f"{where}: table={spec!r}; use 'delta:<uri>', 'iceberg:<uri>' or "
                               "'iceberg:<catalog>.<namespace>.<table>'")
-        if fmt == "delta" and cls._is_identifier(loc):
-            raise ConfigError(f"{where}: table={spec!r}: a Delta table is named by its location (a URI or path)")
-        if cls._is_identifier(loc) and loc.count(".") < 2:
+        if fmt == "iceberg" and cls._is_identifier(loc) and loc.count(".") < 2:
             raise ConfigError(f"{where}: table={spec!r}: an Iceberg catalog table is '<catalog>.<namespace>.<table>'")
         return cls(fmt, loc)  # type: ignore[arg-type]
 
