@@ -367,3 +367,31 @@ def test_the_epoch_planner_lists_a_lake_source_and_keeps_its_read_inventory(tmp_
     assert r.ctx.source_inventory_behind == {"rows": {"0": []}}
     assert r.planner.unread(Cursor(), sums) == 3
     assert r.planner.first_epoch(sums) == sums["rows"][0][0].min_ts // 1_000_000
+
+
+def test_splits_carry_the_commit_time_and_the_batch_evaluation_reads_lake_files_with_the_runtime_reader(tmp_path):
+    """A split's commit time survives its dict and Arrow forms (the round's task parameters, the reader's input), and
+    ``validate``'s native Spark Parquet read leaves lake files to the runtime's reader (which adds ``_ingest_ts``)."""
+    from pipeline.batch.evaluation.source_read import native_files
+    from pipeline.source.planner import Split, splits_table
+    from pipeline.source.reader import _splits_of
+    sp = Split("s", 0, FILES_PER_COMMIT, "file:///x.parquet", "parquet", 0, 5, 1_767_225_600_000_000)
+    assert Split.from_dict(sp.as_dict()) == sp
+    assert list(_splits_of(splits_table([sp]).to_batches()[0])) == [sp]
+    own = pa.array([1_000_000, 2_000_000], pa.int64()).cast(TS)   # a column Spark would read instead of commit time
+    table = _delta(tmp_path, _rows(1, 2).append_column("_ingest_ts", own))
+    f = list_lake_files("s", table, SCHEMA, 0)[0][0]
+    plain = (f.source, f.partition, f.seq, f.uri, f.format, f.size, None, None)
+    assert native_files_of(plain)   # the same file as a plain source file: read natively
+    job = Job("j")
+    job.source("s", SCHEMA, key="id", table=table.spec)
+    node = job.sources()[0]
+    lake = (f.source, f.partition, f.seq, f.uri, f.format, f.size, None, f.ingest_ts)
+    assert native_files(node, [lake]) == ([], [lake])
+
+
+def native_files_of(t: tuple) -> bool:
+    from pipeline.batch.evaluation.source_read import native_files
+    job = Job("j")
+    job.source("s", SCHEMA, key="id")
+    return bool(native_files(job.sources()[0], [t])[0])
