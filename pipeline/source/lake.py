@@ -26,7 +26,8 @@ from typing import Any
 import pyarrow as pa
 
 from pipeline.exceptions import LakeSourceError
-from pipeline.source.lake_commits import IngestTime, LakeTable, delta_commits, iceberg_commits
+from pipeline.source.lake_commits import IngestTime, LakeTable, delta_commits
+from pipeline.source.lake_iceberg import iceberg_commits
 from pipeline.source.layout import SourceFile
 
 __all__ = ["FILES_PER_COMMIT", "LAKE_PARTITION", "version_of", "list_lake_files", "listing_start_version",
