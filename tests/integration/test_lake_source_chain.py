@@ -2,7 +2,8 @@
 sink), job B reads it as a source (``table="delta:<uri>"``, ``_ingest_ts`` = commit time) and writes the rows and
 per-key totals.
 
-* chain + SIGKILL: B is killed between its 2nd checkpoint's state and ``_metadata`` and resumed; its committed rows
+* chain + SIGKILL: B is killed between its 2nd checkpoint's state and ``_metadata`` and resumed at parallelism 3 (its
+  aggregate's state rescaled by key group); its committed rows
   are A's committed table exactly (no row twice, none lost: read back with ``deltalake``, no Epochal code) and its
   totals the group-by of that table; ``validate`` of B passes; a rewind of A (a Delta RESTORE abandoning commits
   B has read) then stops B with an error naming the table, version and checkpoint, and a new B follows A's
@@ -132,7 +133,8 @@ def test_chain_sink_to_lake_source_with_a_kill_then_a_rewind_of_a(tmp_path, monk
     assert res.returncode != 0 and any("EPOCHAL_FAULT" in line for line in res.stderr_lines), res.stderr_lines[-5:]
     b = JobRunner(build_b(), cfg, echo=lambda m: None)
     assert len(b.coordinator.store.list()) == 1                             # killed before checkpoint 2's _metadata
-    b.run()
+    b.run(parallelism=3)                                                    # resumed, rescaled
+    assert b.snapshot().metadata.parallelism == 3
     _check_b(a, b, tmp_path, "b")
     v = validate_job(b, None, build_docs=False, store_results=False)
     assert v.success, v.summary()
