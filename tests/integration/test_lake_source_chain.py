@@ -7,7 +7,8 @@ per-key totals.
   are A's committed table exactly (no row twice, none lost: read back with ``deltalake``, no Epochal code) and its
   totals the group-by of that table; ``validate`` of B passes; a rewind of A (a Delta RESTORE abandoning commits
   B has read) then stops B with an error naming the table, version and checkpoint, and a new B follows A's
-  restored lineage (the abandoned commits skipped);
+  restored lineage (the abandoned commits skipped), and ``bootstrap`` of a third B at that B's last barrier writes the
+  same output;
 * compaction between epochs: an ``OPTIMIZE`` of A's table between two runs of B is skipped (no duplicate rows).
 
 The chains (Delta, Iceberg) are opt-in, ``EPOCHAL_LAKE_SOURCE_FULL=1`` (112 s for Delta at load 4-15 on the shared
@@ -26,6 +27,7 @@ import pytest
 from deltalake import DeltaTable
 
 from pipeline import Job
+from pipeline.batch.bootstrap.savepoint import bootstrap
 from pipeline.config import load_config
 from pipeline.exceptions import LakeSourceError
 from pipeline.quality import validate_job
@@ -153,6 +155,11 @@ def test_chain_sink_to_lake_source_with_a_kill_then_a_rewind_of_a(tmp_path, monk
                                         sink_uri=(tmp_path / "b2" / "sink").as_uri()), echo=lambda m: None)
     b2.run()
     _check_b(a, b2, tmp_path, "b2")
+    # bootstrap: a new job's state and output as of B2's last barrier, by the batch plan over the table's lineage
+    boot = JobRunner(build_b(), cfg.with_(checkpoint_uri=(tmp_path / "b3" / "ckpt").as_uri(),
+                                          sink_uri=(tmp_path / "b3" / "sink").as_uri()), echo=lambda m: None)
+    bootstrap(boot, epoch=b2.snapshot().metadata.epoch)
+    _check_b(a, boot, tmp_path, "b3")
 
 
 def test_compaction_between_epochs_is_skipped(tmp_path, monkeypatch):
