@@ -35,6 +35,7 @@ from pipeline.operators.aggregate_functions import parse_aggs
 from pipeline.operators.join import JoinType, Uniqueness
 from pipeline.operators.lookup import LOOKUP_HOWS, SideTable
 from pipeline.sink.table_format import TableFormat
+from pipeline.source.lake_commits import IngestTime, LakeTable
 
 __all__ = ["Job", "Stream", "SourceNode", "MapNode", "UnionNode", "JoinNode", "AggregateNode", "DedupNode", "WindowNode",
            "RankNode", "ProcessNode", "SinkNode", "LookupJoinNode", "IntervalJoinNode", "TemporalJoinNode", "TimedJoinNode",
@@ -61,6 +62,8 @@ class SourceNode:
     schema: pa.Schema
     key: str | None  # records with a null/empty key are bad input (dead letter / fail)
     format: Literal["auto", "parquet", "jsonl"] = "auto"
+    table: LakeTable | None = None        # a lake table read as the source (pipeline/source/lake.py)
+    ingest_time: IngestTime = "commit"    # a lake source's _ingest_ts: the commit time, or the table's column
 
 
 @dataclass(frozen=True, slots=True)
@@ -637,18 +640,39 @@ class Job:
         return uid
 
     def source(self, name: str, schema: pa.Schema, *, key: str | None = None,
-               format: Literal["auto", "parquet", "jsonl"] = "auto") -> Stream:
-        """A source log ``<source root>/<name>/partition=<p>/<seq:08d>.parquet`` (or ``.jsonl``). ``schema`` must
-        contain ``_ingest_ts`` (UTC timestamp, non-decreasing within a partition). A row whose ``key`` is null or
-        empty, or that does not fit the schema, is bad input: dead-lettered (or the epoch fails,
-        ``PIPELINE_BAD_RECORDS=fail``)."""
+               format: Literal["auto", "parquet", "jsonl"] = "auto", table: str | None = None,
+               ingest_time: IngestTime = "commit") -> Stream:
+        """A source log ``<source root>/<name>/partition=<p>/<seq:08d>.parquet`` (or ``.jsonl``), or a lake table.
+
+        A row whose ``key`` is null or empty, or that does not fit the schema, is bad input: dead-lettered (or the
+        epoch fails, ``PIPELINE_BAD_RECORDS=fail``).
+
+        Args:
+            name: the source's name: its folder under the source root, and its name in checkpoints and dead letters.
+            schema: the declared columns; must contain ``_ingest_ts`` (UTC timestamp, non-decreasing within a
+                partition).
+            key: the column whose null or empty values are bad input (None: none).
+            format: ``"auto"`` (by file extension), ``"parquet"`` or ``"jsonl"``; a file log only.
+            table: read a lake table instead of a file log, commit by commit: ``"delta:<uri>"``,
+                ``"iceberg:<uri>"`` or ``"iceberg:<catalog>.<namespace>.<table>"`` (a relative URI is under the
+                source root). Compactions are skipped, deletes and overwrites stop the job, a restore of the table
+                is followed (how-to "Read a Delta or Iceberg table as a source").
+            ingest_time: a lake source's ``_ingest_ts``: ``"commit"`` (the commit time, default) or ``"column"``
+                (the table's own ``_ingest_ts`` column)."""
         if "_ingest_ts" not in schema.names:
             raise ConfigError(f"source {name!r}: schema must contain _ingest_ts")
+        lake = LakeTable.parse(table, f"source {name!r}") if table is not None else None
+        if ingest_time not in ("commit", "column"):
+            raise ConfigError(f"source {name!r}: ingest_time={ingest_time!r}; use 'commit' or 'column'")
+        if lake is None and ingest_time != "commit":
+            raise ConfigError(f"source {name!r}: ingest_time applies to a lake source (table=...) only")
+        if lake is not None and format != "auto":
+            raise ConfigError(f"source {name!r}: format applies to a file log, not to table={table!r}")
         if key is not None and key not in schema.names:
             raise ConfigError(f"source {name!r}: key {key!r} is not in the schema")
         if name in self.source_names():
             raise ConfigError(f"source {name!r} defined twice")
-        return self._add(SourceNode(name, schema, key, format))
+        return self._add(SourceNode(name, schema, key, format, lake, ingest_time))
 
     # --- introspection used by the runtime -------------------------------------------------------
     def source_names(self) -> list[str]:
