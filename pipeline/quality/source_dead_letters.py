@@ -27,13 +27,14 @@ import pyarrow as pa
 
 from pipeline.batch.bootstrap.dead_letters import suspect_splits
 from pipeline.batch.evaluation.prefix import Prefix
+from pipeline.batch.evaluation.source_read import prefix_files
 from pipeline.exceptions import StorageError
 from pipeline.fileio import file_io_for
 from pipeline.job import SourceNode
 from pipeline.layout import checkpoint_dir_name
 from pipeline.runtime.spark.dataflow import rethrow_task_error
 from pipeline.runtime.spark.task_requests import counted_in_span
-from pipeline.source.layout import SourceFile, list_source_files
+from pipeline.source.layout import SourceFile
 from pipeline.source.planner import Split
 from pipeline.source.reader import SplitReader
 from pipeline.source.summary import summarize_file
@@ -69,20 +70,13 @@ def in_prefix(stops: Mapping[int, tuple[int, int]], partition: int, seq: int, ro
 
 def _prefix_splits(runner, source: SourceNode, stops: Mapping[int, tuple[int, int]],
                    files_of: dict[str, SourceFile]) -> list[Split]:
-    """The prefix's splits of ``source``: a whole file before the barrier has ``row_end=-1`` (its rows are read from
-    its footer in the task), the barrier's file ends at the barrier's row. ``files_of`` collects uri -> file."""
-    files = list_source_files(runner.src_fio, runner.config.source_uri, source.name, policy="dead_letter")
+    """The prefix's splits of ``source`` (the batch evaluation's listing: a file log, or a lake table's commits): a
+    whole file before the barrier has ``row_end=-1`` (its rows are read from its footer in the task), the barrier's
+    file ends at the barrier's row. ``files_of`` collects uri -> file."""
     out = []
-    for p, fs in files.items():
-        if int(p) not in stops:
-            continue
-        bseq, brow = stops[int(p)]
-        for f in fs:
-            files_of[f.uri] = f
-            if f.seq < bseq:
-                out.append(Split(f.source, f.partition, f.seq, f.uri, f.format, 0, -1))
-            elif f.seq == bseq and brow > 0:
-                out.append(Split(f.source, f.partition, f.seq, f.uri, f.format, 0, brow))
+    for src, part, seq, uri, fmt, size, stop, lake_ts in prefix_files(runner, source, stops):
+        files_of[uri] = SourceFile(src, part, seq, uri, fmt, size, lake_ts)
+        out.append(Split(src, part, seq, uri, fmt, 0, -1 if stop is None else stop, lake_ts))
     return out
 
 
@@ -112,7 +106,7 @@ def expected_records(runner, job, prefix: Prefix, *, max_tasks: int = 16) -> dic
                     if s.row_end == -1:        # a whole file before the barrier: its rows from the footer
                         summary = summarize_file(files_of[s.uri])
                         s = Split(s.source, s.partition, s.seq, s.uri, s.format, 0,
-                                  None if summary.corrupt else summary.rows)
+                                  None if summary.corrupt else summary.rows, s.ingest_ts)
                     reader = readers[s.source]
                     for _ in reader.read_split(s):
                         pass

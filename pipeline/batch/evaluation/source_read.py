@@ -40,7 +40,7 @@ from pipeline.source.planner import Split
 from pipeline.source.reader import META_FIELDS, SplitReader
 from pipeline.source.summary import summarize_file
 
-__all__ = ["NATIVE_ENV", "native_files", "native_type", "source_dataframe"]
+__all__ = ["NATIVE_ENV", "native_files", "native_type", "prefix_files", "source_dataframe"]
 
 
 NATIVE_ENV = "EPOCHAL_BATCH_NATIVE_READ"    # "0": every file through the runtime's reader
@@ -61,7 +61,7 @@ class _CountingReader(SplitReader):
         return None
 
 
-def _files(runner, source: SourceNode, stops: Mapping[int, tuple[int, int]]) -> list[tuple]:
+def prefix_files(runner, source: SourceNode, stops: Mapping[int, tuple[int, int]]) -> list[tuple]:
     """``(SourceFile fields..., stop row or None)`` of every file with rows before the barrier: listing only (the
     footers are read by the executors, which turn each file into its split)."""
     if source.table is not None:   # a lake table: every commit from its first version (lineage as now)
@@ -202,7 +202,7 @@ def source_dataframe(spark, runner, job: Job, source: SourceNode, prefix: Prefix
     """The valid rows of ``source`` before checkpoint ``prefix.epoch``'s barriers, with the declared columns,
     the position columns (``_source``, ``_partition``, ``_seq``, ``_row``) and ``_pepoch``."""
     stops = prefix.stops(source.name)
-    native, splits = native_files(source, _files(runner, source, stops))
+    native, splits = native_files(source, prefix_files(runner, source, stops))
     reader = _CountingReader(source.schema, (source.key,) if source.key else (), "dead_letter",
                              "file:///nonexistent", job.name)
     lookup = prefix.lookup(source.name)
