@@ -218,9 +218,31 @@ def retract_step(key: str, aggs: Sequence[Agg], state_schema: pa.Schema, output_
                        pa.table({key: tkeys}))
 
 
-def changelog(previous: pa.Table | None, current: pa.Table | None, schema: pa.Schema) -> pa.Table | None:
+def _unchanged(previous: pa.Table, current: pa.Table, key: str) -> pa.Array:
+    """Per row of ``current``: its group's row in ``previous`` is the same (every column equal, nulls equal)."""
+    at = pc.index_in(current[key], value_set=_array(previous[key]), skip_nulls=False)
+    same = pc.is_valid(at)
+    if not pc.any(same).as_py():
+        return _array(same)
+    for name in current.column_names:
+        a, b = _array(current[name]), _array(previous[name]).take(at)
+        eq = pc.or_kleene(pc.equal(a, b), pc.and_kleene(pc.is_null(a), pc.is_null(b)))
+        same = pc.and_(same, pc.fill_null(eq, False))
+    return _array(same)
+
+
+def changelog(previous: pa.Table | None, current: pa.Table | None, schema: pa.Schema,
+              key: str | None = None) -> pa.Table | None:
     """The changelog rows of one round: ``previous`` retracted (``_sign = -1``), then ``current`` added (``+1``);
-    both in ``schema`` (the output schema)."""
+    both in ``schema`` (the output schema). ``key``: a group whose row did not change (a lower bid under a ``max``)
+    emits nothing (its retraction and addition cancel)."""
+    if key is not None and previous is not None and current is not None and previous.num_rows and current.num_rows:
+        previous, current = previous.select(schema.names).cast(schema), current.select(schema.names).cast(schema)
+        same = _unchanged(previous, current, key)
+        if pc.any(same).as_py():
+            kept = current.filter(pc.invert(same))
+            gone = pc.is_in(previous[key], value_set=_array(current[key]).filter(same), skip_nulls=False)
+            previous, current = previous.filter(pc.invert(gone)), kept
     parts = []
     for t, sign in ((previous, -1), (current, 1)):
         if t is not None and t.num_rows:

@@ -90,7 +90,8 @@ def test_retract_kernel_matches_the_model(rounds, ps, per_key, seed):
         changed = {u for u, *_ in updates}
         old = [{"u": u, "d": latest[u][0], "v": latest[u][1], "f": latest[u][2]} for u in changed if u in latest]
         new = [{"u": u, "d": round_latest[u][0], "v": round_latest[u][1], "f": round_latest[u][2]} for u in changed]
-        flow = changelog(pa.Table.from_pylist(old, FLOW), pa.Table.from_pylist(new, FLOW), FLOW)
+        flow = changelog(pa.Table.from_pylist(old, FLOW), pa.Table.from_pylist(new, FLOW), FLOW,
+                         "u" if seed % 2 else None)   # unchanged rows: no retraction and addition, or a pair
         latest = round_latest
         rows = flow.to_pylist() if flow is not None else []
         rng.shuffle(rows)
@@ -153,3 +154,14 @@ def test_a_retraction_without_its_row_is_refused():
     rows = pa.table({"d": ["a"], SIGN: pa.array([-1], pa.int32()), KG: pa.array([1], pa.int32())})
     with pytest.raises(RuntimeError, match="retracted more rows"):
         retract_step("d", aggs, sschema, oschema, sschema.empty_table(), rows, where="operator 'x'")
+
+
+def test_a_group_whose_row_did_not_change_emits_nothing():
+    schema = pa.schema([("k", pa.string()), ("top", pa.int64()), ("cat", pa.string())])
+    prev = pa.table({"k": ["a", "b", None, "c"], "top": [5, 7, 1, None], "cat": ["x", "y", None, "z"]}, schema=schema)
+    cur = pa.table({"k": ["a", "b", None, "c", "d"], "top": [5, 9, 1, None, 2], "cat": ["x", "y", None, "z", "w"]},
+                   schema=schema)
+    out = changelog(prev, cur, schema, "k").to_pylist()
+    assert out == [{"k": "b", "top": 7, "cat": "y", SIGN: -1}, {"k": "b", "top": 9, "cat": "y", SIGN: 1},
+                   {"k": "d", "top": 2, "cat": "w", SIGN: 1}]
+    assert changelog(prev, prev, schema, "k") is None
