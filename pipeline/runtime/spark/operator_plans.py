@@ -32,9 +32,7 @@ from pipeline.operators.aggregate_functions import (
     output_fields,
     state_fields,
 )
-from pipeline.operators.retract import SIGN, flow_schema, kernel_aggs
-from pipeline.operators.retract import output_fields as retract_output_fields
-from pipeline.operators.retract import state_fields as retract_state_fields
+from pipeline.operators.retract import flow_schema, kernel_aggs
 from pipeline.operators.ttl import ROW_EPOCH
 from pipeline.runtime.operators.aggregate import EXACT_SUM, AggTaskSpec, make_agg_task
 from pipeline.runtime.operators.dead_letters import (
@@ -61,11 +59,12 @@ from pipeline.runtime.spark.dataflow import (
     handle_ddl,
     with_tag,
 )
+from pipeline.runtime.spark.retract_plan import check_aggregate, retract_dataframe
 from pipeline.runtime.spark.routing import route_by_key_group, shuffle_to_subtasks, with_beacons
 from pipeline.runtime.spark.task_requests import counted
 from pipeline.sink.partitions import check_partition_types
 from pipeline.state.backend import KG_COLUMN
-from pipeline.updating_streams import emits_changelog, reads_changelog, unsupported_reason
+from pipeline.updating_streams import emits_changelog, reads_changelog
 from pipeline.windows.aggregate import EmitMode, WindowSpec, output_schema
 from pipeline.windows.watermark import merge_observations, observe_channels
 
@@ -134,14 +133,7 @@ def join_dataframe(spark, job: Job, op: JoinNode, resolve, io: OperatorIO):
     return result, out_schema  # the full output schema (what a sink gets), not the chained flow_schema
 
 
-def _check_aggregate(job: Job, op: AggregateNode, _config) -> None:
-    """Refuse an aggregate over an updating stream its runtime cannot consume exactly (pipeline.updating_streams)."""
-    why = unsupported_reason(job, op)
-    if why is not None:
-        raise ConfigError(f"job {job.name!r}: {why}")
-
-
-@register_operator(AggregateNode, OperatorTraits(merges_upserts=True, check=_check_aggregate))
+@register_operator(AggregateNode, OperatorTraits(merges_upserts=True, check=check_aggregate))
 def aggregate_dataframe(spark, job: Job, op: AggregateNode, resolve, io: OperatorIO):
     """The running keyed aggregate: input keyed by ``op.key``, exact decimal sums in state. Over a changelog
     (an updating stream, docs/operators.md "Updating streams"): the retraction kernel; with a consumer reading
@@ -155,7 +147,7 @@ def aggregate_dataframe(spark, job: Job, op: AggregateNode, resolve, io: Operato
         aggs = (kernel_aggs(op.aggs, op.filters, MASK_PREFIX) if retracting
                 else masked_aggs(op.aggs, op.filters))
     if retracting:
-        return _retract_dataframe(spark, job, op, full, aggs, io)
+        return retract_dataframe(spark, job, op, full, aggs, io)
     src = full
     needed = [op.key] + sorted({c for _, fn, c in aggs if c})
     missing = [c for c in needed if c not in src.columns]
@@ -190,30 +182,6 @@ def aggregate_dataframe(spark, job: Job, op: AggregateNode, resolve, io: Operato
     spec = AggTaskSpec(op.uid, io.checkpoint, op.key, aggs, state_schema, P, MP, io.parent_handles,
                        io.state_prefix, io.output_prefix, io.output_name, io.file_tag, io.ack_prefix,
                        out_schema, tuple(io.prior_output), changelog=changelog)
-    flow = flow_schema(out_schema) if changelog else out_schema
-    result = shuffled.mapInArrow(counted(make_agg_task(spec), io.requests), handle_ddl(io) if io.ack_prefix is None
-                                 else schema_ddl(with_tag(flow, io)))
-    return result, out_schema
-
-
-def _retract_dataframe(spark, job: Job, op: AggregateNode, full, aggs, io: OperatorIO):
-    """An aggregate over a changelog: the retraction kernel (pipeline.operators.retract), keyed by ``op.key``."""
-    needed = [op.key] + sorted({c for _, _fn, c in aggs if c})
-    missing = [c for c in needed if c not in full.columns]
-    if missing:
-        raise ConfigError(f"aggregate {op.uid}: input lacks columns {missing}")
-    if SIGN not in full.columns:   # cannot happen: a base aggregate emits it (a union fills it with null: +1)
-        raise ConfigError(f"aggregate {op.uid}: its updating input carries no {SIGN!r} column")
-    src = full.select(*needed, SIGN, *([EPOCH_TAG] if io.tagged else []))
-    in_schema = arrow_schema_of(full.select(*needed))
-    state_schema = pa.schema([in_schema.field(op.key)] + retract_state_fields(aggs, in_schema))
-    out_schema = pa.schema([in_schema.field(op.key)] + retract_output_fields(aggs, in_schema))
-    shuffled = route_by_key_group(src.withColumn("_kg", key_group_expr(op.key, io.max_parallelism)), spark, "_kg",
-                                  io.parallelism, io.max_parallelism)
-    changelog = emits_changelog(job, job.node_id(op))
-    spec = AggTaskSpec(op.uid, io.checkpoint, op.key, aggs, state_schema, io.parallelism, io.max_parallelism,
-                       io.parent_handles, io.state_prefix, io.output_prefix, io.output_name, io.file_tag,
-                       io.ack_prefix, out_schema, tuple(io.prior_output), retract=True, changelog=changelog)
     flow = flow_schema(out_schema) if changelog else out_schema
     result = shuffled.mapInArrow(counted(make_agg_task(spec), io.requests), handle_ddl(io) if io.ack_prefix is None
                                  else schema_ddl(with_tag(flow, io)))
