@@ -180,3 +180,28 @@ def test_unsupported_updating_inputs_are_refused_before_anything_runs(tmp_path):
     with pytest.raises(ConfigError, match="per_category.*top-N 'last'"):
         JobRunner(job, _cfg(tmp_path, "b", parallelism=1), echo=lambda m: None).run()
     assert not (tmp_path / "a" / "ckpt").exists() or not any((tmp_path / "a" / "ckpt").rglob("_metadata"))
+
+
+@pytest.mark.skipif(os.environ.get("EPOCHAL_BOOTSTRAP_FULL") != "1",
+                    reason="full profile only: EPOCHAL_BOOTSTRAP_FULL=1 (about 1.5 min)")
+def test_bootstrap_builds_the_retraction_state(tmp_path):
+    """``bootstrap`` at barrier k: the tables the epoch-by-epoch run has (the retraction state built from the final
+    row per upstream key); restored at parallelism 3 and run to the end: equal to DuckDB, ``validate`` clean."""
+    from pipeline.batch.bootstrap.savepoint import bootstrap
+    bids = _generate(tmp_path / "src")
+    ref = JobRunner(build(), _cfg(tmp_path, "ref", parallelism=2), echo=lambda m: None)
+    ref.run(2)
+    k = ref.snapshot().metadata.epoch
+    boot = JobRunner(build(), _cfg(tmp_path, "boot", parallelism=2), echo=lambda m: None)
+    d = bootstrap(boot, epoch=k)
+    for table, cols in COLS.items():
+        boot.export(table, str(tmp_path / f"bk-{table}"))
+        ref.export(table, str(tmp_path / f"rk-{table}"))
+        assert _rows(pq.read_table(tmp_path / f"bk-{table}").to_pylist(), cols) == _rows(
+            pq.read_table(tmp_path / f"rk-{table}").to_pylist(), cols), table
+    boot = JobRunner(build(), _cfg(tmp_path, "boot", parallelism=3), echo=lambda m: None)
+    boot.restore(d["savepoint"], parallelism=3, validate=False)
+    boot.run()
+    _check(boot, bids, tmp_path / "boot-out")
+    v = validate_job(boot, None, build_docs=False, store_results=False)
+    assert v.success, v.summary()
