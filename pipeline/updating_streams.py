@@ -1,11 +1,11 @@
 """Which nodes of a job exchange a changelog (docs/operators.md "Updating streams").
 
-A running ``aggregate`` whose output reaches another ``aggregate`` (through ``filter``, ``select``, ``union``)
-emits a retract changelog to it: per round and changed group, its previous row with ``_sign = -1`` and its new
-row with ``_sign = +1`` (:mod:`pipeline.operators.retract`). Every other consumer (a join, a dedup, a top-N, a
-window, a process function, a sink writer) keeps reading the added rows only, as before. The other updating
-streams (a top-N, a window with ``emit="update"``) do not emit a changelog yet: an aggregate reading one is
-refused (:func:`unsupported_reason`) before anything runs."""
+A running ``aggregate`` or a ``top_n`` / ``keep_last`` whose output reaches an ``aggregate`` (through ``filter``,
+``select``, ``union``) emits a retract changelog to it: per round and changed group (top-N: touched key), its
+previous row(s) with ``_sign = -1`` and its new row(s) with ``_sign = +1`` (:mod:`pipeline.operators.retract`).
+Every other consumer (a join, a dedup, a top-N, a window, a process function, a sink writer) keeps reading the
+added rows only, as before. A window with ``emit="update"`` does not emit a changelog yet: an aggregate reading one
+is refused (:func:`unsupported_reason`) before anything runs."""
 from __future__ import annotations
 
 from pipeline.job import AggregateNode, Job, RankNode, WindowNode, emits_updates
@@ -19,13 +19,15 @@ def _updating_bases(job: Job, op) -> list:
 
 
 def reads_changelog(job: Job, op) -> bool:
-    """``op`` is an aggregate reading a running aggregate's output: its input is a changelog (retraction kernel)."""
-    return isinstance(op, AggregateNode) and any(isinstance(b, AggregateNode) for b in _updating_bases(job, op))
+    """``op`` is an aggregate reading a running aggregate's or a top-N's output: its input is a changelog (the
+    retraction kernel)."""
+    return isinstance(op, AggregateNode) and any(isinstance(b, (AggregateNode, RankNode))
+                                                 for b in _updating_bases(job, op))
 
 
 def emits_changelog(job: Job, node_id: int) -> bool:
-    """Node ``node_id`` is a running aggregate with a consumer that reads its changelog."""
-    if not isinstance(job.nodes[node_id], AggregateNode):
+    """Node ``node_id`` is a running aggregate or a top-N with a consumer that reads its changelog."""
+    if not isinstance(job.nodes[node_id], (AggregateNode, RankNode)):
         return False
     return any(isinstance(o, AggregateNode) and reads_changelog(job, o) and node_id in job.bases(o.parent)
                for o in job.operators())
@@ -37,15 +39,14 @@ def unsupported_reason(job: Job, op) -> str | None:
     if not isinstance(op, AggregateNode):
         return None
     bases = _updating_bases(job, op)
-    other = [b for b in bases if isinstance(b, (RankNode, WindowNode))]
+    other = [b for b in bases if isinstance(b, WindowNode)]
     if other:
-        what = "top-N" if isinstance(other[0], RankNode) else "window with emit='update'"
-        return (f"aggregate {op.uid!r} reads the updating stream of {what} {other[0].uid!r}, which does not emit "
-                "retractions yet (only a running aggregate does); aggregate its final rows instead "
-                "(emit='final'), or sink it with mode='upsert' (docs/operators.md \"Updating streams\")")
+        return (f"aggregate {op.uid!r} reads the updating stream of window {other[0].uid!r} (emit='update'), which "
+                "does not emit retractions yet (a running aggregate and a top-N do); aggregate its final rows "
+                "instead (emit='final'), or sink it with mode='upsert' (docs/operators.md \"Updating streams\")")
     bad = unretractable(op.aggs) if bases else []
     if bad:
-        return (f"aggregate {op.uid!r} reads the updating stream of aggregate {bases[0].uid!r}: {bad} use min, max or "
+        return (f"aggregate {op.uid!r} reads the updating stream of {bases[0].uid!r}: {bad} use min, max or "
                 "count_distinct, which cannot take back a retracted row; use count, sum or avg "
                 "(docs/operators.md \"Updating streams\")")
     return None

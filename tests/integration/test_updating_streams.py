@@ -9,7 +9,9 @@ categories (a third level: an aggregate over a retracting aggregate's changelog)
 * every committed upsert table equals DuckDB's SQL over the input files (no Epochal code);
 * ``validate`` passes with nothing NOT CHECKED, and fails once a committed average is changed (checksums patched,
   so only the data comparison can see it);
-* an aggregate using ``max`` over an updating stream, or reading a top-N, is refused before anything runs.
+* a second updating stream, keep-last (a top-N with n = 1: the latest bid per auction), aggregated per category;
+* an aggregate using ``max`` over an updating stream, or reading an ``emit="update"`` window, is refused before
+  anything runs.
 """
 from __future__ import annotations
 
@@ -57,9 +59,14 @@ SQL = {
                         FROM auction_top WHERE bids > 1 GROUP BY category""",
     "overall": """SELECT 'all' AS scope, count(*) AS categories, sum(auctions) AS auctions,
                         sum(big) AS big FROM category_stats""",
+    "last_stats": """SELECT category, count(*) AS auctions, sum(qty) AS last_qty,
+                        CAST(sum(CAST(price AS DECIMAL(38, 9))) AS DOUBLE) / count(price) AS avg_last
+                        FROM (SELECT *, row_number() OVER (PARTITION BY auction ORDER BY bid_id DESC) AS rn
+                              FROM bids) WHERE rn = 1 GROUP BY category""",
 }
 COLS = {"auction_top": ["auction", "top", "category", "bids", "qty"],
-        "category_stats": ["category", *CATEGORY_AGGS], "overall": ["scope", "categories", "auctions", "big"]}
+        "category_stats": ["category", *CATEGORY_AGGS], "overall": ["scope", "categories", "auctions", "big"],
+        "last_stats": ["category", "auctions", "last_qty", "avg_last"]}
 
 
 def build() -> Job:
@@ -73,6 +80,11 @@ def build() -> Job:
     per_category.select("'all' AS scope", "auctions", "big").aggregate(uid="overall", key="scope", aggs={
         "categories": ("count", None), "auctions": ("sum", "auctions"), "big": ("sum", "big")}
     ).sink("overall", mode="upsert")
+    # keep-last (a top-N, n = 1) as the updating stream: the latest bid per auction, per category
+    bids.keep_last(uid="last_bid", key="auction", order_by="bid_id").aggregate(
+        uid="last_per_category", key="category",
+        aggs={"auctions": ("count", None), "last_qty": ("sum", "qty"), "avg_last": ("avg", "price")}
+    ).sink("last_stats", mode="upsert")
     return job
 
 
@@ -103,7 +115,7 @@ def _duck(bids: pa.Table) -> dict[str, list[dict]]:
     con = duckdb.connect()
     con.register("bids", bids)
     out = {}
-    for name in ("auction_top", "category_stats", "overall"):
+    for name in ("auction_top", "category_stats", "overall", "last_stats"):
         out[name] = con.execute(SQL[name]).fetch_arrow_table().to_pylist()
         con.register(name, con.execute(SQL[name]).fetch_arrow_table())
     return out
@@ -173,11 +185,12 @@ def test_unsupported_updating_inputs_are_refused_before_anything_runs(tmp_path):
     per_auction.aggregate(uid="per_category", key="category", aggs={"best": ("max", "top")}).sink("t", mode="upsert")
     with pytest.raises(ConfigError, match="per_category.*min, max or count_distinct"):
         JobRunner(job, _cfg(tmp_path, "a", parallelism=1), echo=lambda m: None).run()
-    job = Job("updating_refused_rank", max_parallelism=16)
+    job = Job("updating_refused_window", max_parallelism=16)
     bids = job.source("bids", BIDS, key="bid_id")
-    last = bids.keep_last(uid="last", key="auction", order_by="price")
-    last.aggregate(uid="per_category", key="category", aggs={"n": ("count", None)}).sink("t", mode="upsert")
-    with pytest.raises(ConfigError, match="per_category.*top-N 'last'"):
+    win = bids.window(uid="w", key="auction", event_time="_ingest_ts", size_seconds=E, aggs={"n": ("count", None)},
+                      emit="update")
+    win.aggregate(uid="per_category", key="auction", aggs={"n": ("sum", "n")}).sink("t", mode="upsert")
+    with pytest.raises(ConfigError, match="per_category.*window 'w'"):
         JobRunner(job, _cfg(tmp_path, "b", parallelism=1), echo=lambda m: None).run()
     assert not (tmp_path / "a" / "ckpt").exists() or not any((tmp_path / "a" / "ckpt").rglob("_metadata"))
 

@@ -46,7 +46,7 @@ def test_other_consumers_read_the_added_rows():
     assert not any(reads_changelog(job, o) for o in job.operators())
 
 
-def test_unsupported_updating_inputs_are_named():
+def test_unsupported_updating_inputs_are_named_and_a_top_n_emits_a_changelog():
     job, src, per_id = _job()
     bad = per_id.aggregate(uid="best", key="g", aggs={"hi": ("max", "total"), "n": ("count", None)})
     last = src.keep_last(uid="last", key="id", order_by="v").aggregate(uid="per_last", key="g",
@@ -55,6 +55,7 @@ def test_unsupported_updating_inputs_are_named():
                      emit="update").aggregate(uid="per_win", key="g", aggs={"n": ("sum", "n")})
     ops = {o.uid: o for o in job.operators()}
     assert "['hi']" in unsupported_reason(job, ops["best"]) and "best" in unsupported_reason(job, ops["best"])
-    assert "top-N 'last'" in unsupported_reason(job, ops["per_last"])
-    assert "window with emit='update' 'w'" in unsupported_reason(job, ops["per_win"])
+    assert unsupported_reason(job, ops["per_last"]) is None and reads_changelog(job, ops["per_last"])
+    assert emits_changelog(job, job.node_id(ops["last"]))
+    assert "window 'w' (emit='update')" in unsupported_reason(job, ops["per_win"])
     assert bad.node and last.node and win.node

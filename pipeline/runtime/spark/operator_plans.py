@@ -242,9 +242,10 @@ def rank_dataframe(spark, job: Job, op: RankNode, resolve, io: OperatorIO):
     spec = RankTaskSpec(op.uid, io.checkpoint, op.key, op.order_by, op.n, in_schema, out_schema, op.rank_column,
                         P, MP, io.parent_handles, io.state_prefix, io.output_prefix, io.output_name, io.file_tag,
                         io.ack_prefix, tuple(own.key) if own is not None else (), tuple(io.prior_output),
-                        to_sink=own is not None)
+                        to_sink=own is not None, changelog=emits_changelog(job, job.node_id(op)))
+    flow = flow_schema(out_schema) if spec.changelog else out_schema   # an aggregate reads it (updating_streams)
     result = shuffled.mapInArrow(counted(make_rank_task(spec), io.requests), handle_ddl(io) if io.ack_prefix is None
-                                 else schema_ddl(with_tag(out_schema, io)))
+                                 else schema_ddl(with_tag(flow, io)))
     return result, out_schema
 
 
