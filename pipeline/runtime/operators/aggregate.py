@@ -202,8 +202,8 @@ def make_agg_task(spec: AggTaskSpec):
                                sync_ms=sync_ms, async_ms=async_ms)
                    for kind, name, what in ((ReportKind.STATE, "agg", sh), (ReportKind.OUTPUT, spec.output_name, ofh))]
         if spec.changelog:   # a consumer reads the changelog: retract each changed group's row, add its new one
-            yield from _emit(reports, retract.changelog(previous, current, oschema, spec.key), retract.flow_schema(oschema), fio,
-                             spec.ack_prefix, subtask)
+            flow = retract.changelog(previous, current, oschema, spec.key)
+            yield from _emit(reports, flow, retract.flow_schema(oschema), fio, spec.ack_prefix, subtask)
         else:
             yield from _emit(reports, out, oschema, fio, spec.ack_prefix, subtask)
 

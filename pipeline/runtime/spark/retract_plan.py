@@ -37,8 +37,9 @@ def retract_dataframe(spark, job: Job, op: AggregateNode, full, aggs, io: Operat
     missing = [c for c in needed if c not in full.columns]
     if missing:
         raise ConfigError(f"aggregate {op.uid}: input lacks columns {missing}")
-    if SIGN not in full.columns:   # cannot happen: a base aggregate emits it (a union fills it with null: +1)
-        raise ConfigError(f"aggregate {op.uid}: its updating input carries no {SIGN!r} column")
+    if SIGN not in full.columns:   # the updating base emits it (a union fills it with null: +1)
+        raise ConfigError(f"aggregate {op.uid}: its updating input carries no {SIGN!r} column (a step between "
+                          "the updating operator and it drops it: only filter, select and union keep it)")
     src = full.select(*needed, SIGN, *([EPOCH_TAG] if io.tagged else []))
     in_schema = arrow_schema_of(full.select(*needed))
     state_schema = pa.schema([in_schema.field(op.key)] + retract_state_fields(aggs, in_schema))
