@@ -89,8 +89,8 @@ def output_fields(aggs: Sequence[Agg], input_schema: pa.Schema) -> list[pa.Field
 @dataclass(frozen=True, slots=True)
 class RetractStep:
     state: pa.Table      # every held or touched group whose __rows > 0 (state schema)
-    output: pa.Table     # the touched groups' new values (emptied groups: count 0, null sums; output schema)
-    previous: pa.Table   # the touched groups' values before the round (groups held before; output schema)
+    output: pa.Table     # the changed groups' new values (emptied groups: count 0, null sums; output schema)
+    previous: pa.Table   # the changed groups' values before the round (groups held before; output schema)
     current: pa.Table    # ``output`` without the emptied groups (what a changelog adds)
     touched: pa.Table    # the keys of this round's rows (one column, the key)
 
@@ -214,8 +214,14 @@ def retract_step(key: str, aggs: Sequence[Agg], state_schema: pa.Schema, output_
     alive = pc.greater(merged_t[ROWS], 0)
     output = output_rows(key, aggs, touched_new, output_schema)
     current = output.filter(pc.greater(touched_new[ROWS], 0))
-    return RetractStep(merged_t.filter(alive), output, output_rows(key, aggs, touched_old, output_schema), current,
-                       pa.table({key: tkeys}))
+    previous = output_rows(key, aggs, touched_old, output_schema)
+    if previous.num_rows and output.num_rows:   # a group whose values did not change emits nothing (a retraction
+        same = _unchanged(previous, output, key)  # and an addition that mapped to the same row upstream)
+        if pc.any(same).as_py():
+            output = output.filter(pc.invert(same))
+            current = current.filter(pc.is_in(current[key], value_set=_array(output[key]), skip_nulls=False))
+            previous = previous.filter(pc.is_in(previous[key], value_set=_array(output[key]), skip_nulls=False))
+    return RetractStep(merged_t.filter(alive), output, previous, current, pa.table({key: tkeys}))
 
 
 def _unchanged(previous: pa.Table, current: pa.Table, key: str) -> pa.Array:

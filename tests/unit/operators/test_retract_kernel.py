@@ -82,6 +82,7 @@ def test_retract_kernel_matches_the_model(rounds, ps, per_key, seed):
     oschema = pa.schema([pa.field("d", pa.string())] + output_fields(aggs, in_schema))
     state: dict[int, pa.Table] = {}          # key group -> its held rows
     latest: dict = {}
+    sink: dict = {}                          # an upsert sink of the output: the newest row per group
     for r, updates in enumerate(rounds):
         # the upstream: per changed upstream key in this round, its previous row retracted and its new row added
         round_latest = dict(latest)
@@ -121,11 +122,16 @@ def test_retract_kernel_matches_the_model(rounds, ps, per_key, seed):
         held_all = pa.concat_tables(list(state.values())) if state else sschema.empty_table()
         assert sorted(held_all["d"].to_pylist(), key=str) == sorted(model, key=str)
         assert all(n > 0 for n in held_all[ROWS].to_pylist())
+        empty = {"n": 0, "total": None, "mean": None, "mean_v": None, "n_big": 0, "total_big": None}
         for row in pa.concat_tables(outputs).to_pylist():
-            want = model.get(row["d"], {"n": 0, "total": None, "mean": None, "mean_v": None, "n_big": 0,
-                                         "total_big": None})
+            want = model.get(row["d"], empty)
             got = {k: row[k] for k in want}
             assert _same(got, want), (row, want)
+            sink[row["d"]] = got
+        # the sink holds every group's values: an emptied group its empty values (sinks do not delete rows)
+        for d, got in sink.items():
+            assert _same(got, model.get(d, empty)), (d, got, model.get(d))
+        assert set(model) <= set(sink)
 
 
 def _same(got: dict, want: dict) -> bool:
