@@ -183,7 +183,10 @@ def retract_step(key: str, aggs: Sequence[Agg], state_schema: pa.Schema, output_
     # pyarrow's result: the key, then the aggregates in request order
     partial = pa.table({key: partial.column(0), **{n: partial.column(1 + i) for i, n in enumerate(names)},
                         KG: partial.column(1 + len(names))})
-    # 2. merged with the held rows (a null sum of a held group counts 0)
+    # 2. merged with the held rows of the touched groups (a null sum counts 0); the others stay as they are
+    tkeys = _array(partial[key])
+    hit = pc.is_in(state[key], value_set=tkeys, skip_nulls=False)
+    untouched, state = state.filter(pc.invert(hit)), state.filter(hit)
     wide = pa.schema([pa.field(key, state_schema.field(key).type)]
                      + [pa.field(n, _WIDE_INT if pa.types.is_integer(state_schema.field(n).type) else EXACT_SUM)
                         for n in names] + [pa.field(KG, pa.int32())])
@@ -208,9 +211,7 @@ def retract_step(key: str, aggs: Sequence[Agg], state_schema: pa.Schema, output_
         raise RuntimeError(f"{where}: group {bad[key]!r} retracted more rows than it was given ({bad[ROWS]}): the "
                            "input changelog is inconsistent")
     # 3. the touched groups: before and after; empty groups leave the state
-    tkeys = _array(partial[key])
-    touched_new = merged_t.filter(pc.is_in(merged_t[key], value_set=tkeys, skip_nulls=False))
-    touched_old = state.filter(pc.is_in(state[key], value_set=tkeys, skip_nulls=False))
+    touched_new, touched_old = merged_t, state
     alive = pc.greater(merged_t[ROWS], 0)
     output = output_rows(key, aggs, touched_new, output_schema)
     current = output.filter(pc.greater(touched_new[ROWS], 0))
@@ -221,7 +222,8 @@ def retract_step(key: str, aggs: Sequence[Agg], state_schema: pa.Schema, output_
             output = output.filter(pc.invert(same))
             current = current.filter(pc.is_in(current[key], value_set=_array(output[key]), skip_nulls=False))
             previous = previous.filter(pc.is_in(previous[key], value_set=_array(output[key]), skip_nulls=False))
-    return RetractStep(merged_t.filter(alive), output, previous, current, pa.table({key: tkeys}))
+    return RetractStep(pa.concat_tables([untouched, merged_t.filter(alive)]), output, previous, current,
+                       pa.table({key: tkeys}))
 
 
 def _unchanged(previous: pa.Table, current: pa.Table, key: str) -> pa.Array:
