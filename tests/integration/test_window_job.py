@@ -76,7 +76,6 @@ def _job() -> Job:
         uid="sliding", key="k", event_time="et", size_seconds=SIZE, slide_seconds=SLIDE,
         max_out_of_orderness_seconds=OOO, allowed_lateness_seconds=LATE, aggs=AGGS, emit="update")
     w.sink("windows", mode="upsert")
-    w.aggregate(uid="emissions", key="k", aggs={"emitted": ("count", None)}).sink("emissions", mode="upsert")
     return job
 
 
@@ -111,10 +110,6 @@ def test_sliding_update_window_matches_the_model_across_a_rescale(tmp_path, back
     got_rows = sorted((g["k"], int(g["window_start"].timestamp()) - T0, int(g["window_end"].timestamp()) - T0,
                        g["cnt"], g["total"], g["lo"], g["hi"], g["mean"], g["users"], g["nsum"]) for g in got)
     assert got_rows == sorted(latest.values())
-    # the aggregate chained over the window counted every emission once
-    r2.export("emissions", str(tmp_path / "out_e"))
-    emitted = Counter(row[0] for out_rows, *_ in exp for row in out_rows)
-    assert {g["k"]: g["emitted"] for g in pq.read_table(tmp_path / "out_e").to_pylist()} == dict(emitted)
     # late + unassignable records: dead-lettered and counted, none lost
     late = sum(len(l) for _, l, *_ in exp)
     bad = sum(1 for recs in epochs for r in recs if r["k"] is None)
@@ -133,7 +128,6 @@ def test_sliding_update_window_matches_the_model_across_a_rescale(tmp_path, back
     assert recovery and all(s.success for s in recovery), v.summary()
     unchecked = v.figures.get("not_checked") or {}
     assert "sink/windows" not in unchecked, unchecked
-    assert "sink/emissions" in unchecked   # an aggregate over an update window's changelog: said, not skipped
 
 
 def _tumbling_job() -> Job:
