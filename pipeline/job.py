@@ -646,8 +646,8 @@ class Job:
                 base, maps = self.chain_to(i)
                 if base != node_id:
                     continue
-                if isinstance(op, WindowNode):  # the watermark's channel is the record's source partition
-                    read.update(("_source", "_partition"))
+                if isinstance(op, (WindowNode, DedupNode)):  # the watermark's channel is the record's source
+                    read.update(("_source", "_partition"))    # partition (a deduplicate forwards it to a window)
                 selected = False
                 for m in maps:
                     text = " ".join(m.exprs)
