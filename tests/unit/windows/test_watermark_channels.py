@@ -122,7 +122,7 @@ def _model_watermark(job: Job, nid: int, recs: list[dict], m: int) -> int | None
 def _build(shape: dict, dedups: bool) -> Job:
     job = Job("prop")
     streams = []
-    for s, (parts, n_dedup) in enumerate(shape["sources"]):
+    for s, (_parts, n_dedup) in enumerate(shape["sources"]):
         st_ = job.source(f"s{s}", SCHEMA)
         for i in range(n_dedup if dedups else 0):
             st_ = st_.deduplicate(uid=f"d{s}_{i}", key="id").select("id", "k", "et", "_ingest_ts")
