@@ -1,6 +1,6 @@
 """Watermarks through operators, through real Spark, with jobs of this test's own (docs/concepts/watermarks.md): IoT
-readings from two source partitions whose event time progresses differently (partition 1's device clocks run 60 s
-behind), some readings arriving 200 s late, some without a device, windowed per device (tumbling 60 s,
+readings from two source partitions whose event time progresses differently (partition 1's device clocks run 90 s
+behind), some readings arriving 300 s late, some without a device, windowed per device (tumbling 60 s,
 out-of-orderness 10 s).
 
 * ``wm_dedup``: ``deduplicate`` (by reading id: one row per id, so it drops nothing) in front of the window, run with
@@ -73,11 +73,11 @@ def build_plain() -> Job:
 def _generate(root: Path) -> pd.DataFrame:
     rng = np.random.default_rng(32)
     rows = []
-    for p, behind in ((0, 0), (1, 60)):          # partition 1's clocks run 60 s behind
+    for p, behind in ((0, 0), (1, 90)):          # partition 1's clocks run 90 s behind
         ingest = np.sort(rng.integers(T0 * US, (T0 + N_EPOCHS * E) * US, 260))
         et = ingest - behind * US - rng.integers(0, 5 * US, len(ingest))
-        late = rng.random(len(ingest)) < 0.05    # arrive 200 s after their event time: behind the watermark
-        et[late] = ingest[late] - 200 * US
+        late = rng.random(len(ingest)) < 0.05    # arrive 300 s after their event time: behind the watermark
+        et[late] = ingest[late] - 300 * US
         for i, (t, x) in enumerate(zip(ingest, et)):
             rows.append((f"p{p}-{i:04d}", f"d{int(rng.integers(0, 6))}", int(rng.integers(1, 100)), int(x), int(t), p))
     df = pd.DataFrame(rows, columns=["reading_id", "device_id", "value", "t", "ingest", "part"])
