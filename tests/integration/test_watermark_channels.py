@@ -5,7 +5,8 @@ out-of-orderness 10 s).
 
 * ``wm_dedup``: ``deduplicate`` (by reading id: one row per id, so it drops nothing) in front of the window, run with
   a SIGKILL between its 2nd checkpoint's state and ``_metadata``, resumed at parallelism 3;
-* ``wm_plain``: the same window without the deduplicate, uninterrupted at parallelism 2.
+* ``wm_plain``: the same window without the deduplicate, uninterrupted at parallelism 2, one epoch per Spark round
+  (``wm_dedup`` catches up several epochs per round: epoch tagging, docs/windows.md "Runtime").
 
 Both commit the same windows and dead-letter the same readings, which equal a pandas model of docs/windows.md (the
 minimum over the two partitions' watermarks); the old rule (the deduplicate's rows as one channel ``op:<uid>``, i.e.
@@ -151,7 +152,7 @@ def test_a_deduplicate_in_front_of_a_window_changes_no_lateness_after_a_kill_and
     r.run()
     assert r.snapshot().metadata.parallelism == 3
     epoch = r.snapshot().metadata.epoch
-    plain_cfg = _cfg(tmp_path, "plain", parallelism=2)
+    plain_cfg = _cfg(tmp_path, "plain", parallelism=2, max_epochs_per_round=1)   # the dedup job's rounds: tagged
     plain = JobRunner(build_plain(), plain_cfg, echo=lambda m: None)
     plain.run()
     assert plain.snapshot().metadata.epoch == epoch
