@@ -35,7 +35,7 @@ from __future__ import annotations
 
 __all__ = [
     "EpochalError", "ConfigError", "IncompatibleSinkSchemaError", "BootstrapRefusedError", "StorageError", "ObjectNotFoundError",
-    "ConditionalWriteError", "SourceError", "MalformedInputError", "SourceContractError", "CheckpointError",
+    "ConditionalWriteError", "SourceError", "LakeSourceError", "MalformedInputError", "SourceContractError", "CheckpointError",
     "CheckpointFencedError",
     "CheckpointDeclinedError", "CorruptCheckpointError", "NoValidCheckpointError", "StateStoreError",
     "TooManyFailedCheckpointsError", "IncompatibleStateError", "BarrierError", "CorruptStreamError",
@@ -70,6 +70,12 @@ class ConditionalWriteError(StorageError):
 
 class SourceError(EpochalError):
     """A problem with a source log."""
+
+
+class LakeSourceError(SourceError):
+    """A lake table read as a source (pipeline/source/lake.py) changed in a way the source cannot follow (a
+    delete, overwrite or restore), lost a version a checkpoint needs (log retention, snapshot expiry), or no longer
+    matches the declared schema. The message names the table, the version and, where known, the checkpoint."""
 
 
 class MalformedInputError(SourceError):

@@ -35,9 +35,11 @@ from pipeline.operators.aggregate_functions import parse_aggs
 from pipeline.operators.join import JoinType, Uniqueness
 from pipeline.operators.lookup import LOOKUP_HOWS, SideTable
 from pipeline.sink.table_format import TableFormat
+from pipeline.source.lake_commits import IngestTime, LakeTable
 
 __all__ = ["Job", "Stream", "SourceNode", "MapNode", "UnionNode", "JoinNode", "AggregateNode", "DedupNode", "WindowNode",
-           "RankNode", "ProcessNode", "SinkNode", "LookupJoinNode", "is_operator", "emits_updates",
+           "RankNode", "ProcessNode", "SinkNode", "LookupJoinNode", "IntervalJoinNode", "TemporalJoinNode", "TimedJoinNode",
+           "is_operator", "emits_updates",
            "AGG_FUNCTIONS", "WINDOW_AGG_FUNCTIONS", "JOIN_TYPES", "INTERNAL_COLUMNS", "JOIN_KEY", "join_key_sql",
            "RANK_KEY", "rank_key_sql",
            "join_output"]
@@ -60,6 +62,8 @@ class SourceNode:
     schema: pa.Schema
     key: str | None  # records with a null/empty key are bad input (dead letter / fail)
     format: Literal["auto", "parquet", "jsonl"] = "auto"
+    table: LakeTable | None = None        # a lake table read as the source (pipeline/source/lake.py)
+    ingest_time: IngestTime = "commit"    # a lake source's _ingest_ts: the commit time, or the table's column
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +211,56 @@ class WindowNode:
         return (self.parent,)
 
 
+@dataclass(frozen=True, slots=True)
+class IntervalJoinNode:
+    """``Stream.interval_join``: every pair of rows of the two streams with equal ``on`` and
+    ``left_time + lower <= right_time <= left_time + upper`` (Flink's interval join; inner), each side held in state
+    until the watermark (the minimum over both inputs' channels) passes its last possible partner
+    (docs/operators.md "Interval join")."""
+
+    uid: str
+    left: int
+    right: int
+    on: str
+    left_time: str
+    right_time: str
+    lower_seconds: int
+    upper_seconds: int
+    max_out_of_orderness_seconds: int = 0
+
+    STATE_NAMES: ClassVar[tuple[str, ...]] = ("left", "right", "wm")
+
+    @property
+    def inputs(self) -> tuple[int, ...]:
+        return (self.left, self.right)
+
+
+@dataclass(frozen=True, slots=True)
+class TemporalJoinNode:
+    """``Stream.temporal_join``: each row of the probe stream (left) joined with the row of the versioned stream
+    (right) valid at its event time: the greatest ``version_time <= time`` of its key (Flink's event-time temporal
+    join, ``FOR SYSTEM_TIME AS OF``), emitted once the watermark passes its time; a version behind the watermark
+    is a late version, dead-lettered (docs/operators.md "Temporal join")."""
+
+    uid: str
+    left: int
+    right: int
+    on: str
+    time: str
+    version_time: str
+    how: Literal["inner", "left"] = "inner"
+    max_out_of_orderness_seconds: int = 0
+
+    STATE_NAMES: ClassVar[tuple[str, ...]] = ("left", "right", "wm")
+
+    @property
+    def inputs(self) -> tuple[int, ...]:
+        return (self.left, self.right)
+
+
+TimedJoinNode = IntervalJoinNode | TemporalJoinNode    # the two-input event-time joins (one runtime, one batch rule)
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class ProcessNode:
     """User-defined keyed stateful logic, vectorised over Arrow (contract: docs/process.md)."""
@@ -237,8 +291,9 @@ class SinkNode:
 
 
 Node = (SourceNode | MapNode | UnionNode | LookupJoinNode | JoinNode | AggregateNode | DedupNode | WindowNode | RankNode
-        | ProcessNode | SinkNode)
-StatefulNode = JoinNode | AggregateNode | DedupNode | WindowNode | RankNode | ProcessNode
+        | ProcessNode | SinkNode | IntervalJoinNode | TemporalJoinNode)
+StatefulNode = (JoinNode | AggregateNode | DedupNode | WindowNode | RankNode | ProcessNode | IntervalJoinNode
+                | TemporalJoinNode)
 
 
 def is_operator(node) -> bool:
@@ -314,6 +369,75 @@ class Stream:
         return self.job._add(JoinNode(self.job._uid(uid), self.node, other.node, key, ttl_seconds,
                                       tuple(output) if output else None, JoinType(how),
                                       Uniqueness(unique or "none"), keys))
+
+    def interval_join(self, other: Stream, *, uid: str, on: str, left_time: str, right_time: str,
+                      lower_seconds: int, upper_seconds: int, max_out_of_orderness_seconds: int = 0) -> Stream:
+        """Flink's interval join (inner): every pair of a row ``l`` of this stream and a row ``r`` of ``other``
+        with equal ``on`` and ``l.left_time + lower_seconds <= r.right_time <= l.left_time + upper_seconds``
+        (bounds may be negative). Output: ``on``, this stream's other columns, then ``other``'s (names must differ;
+        ``_ingest_ts`` is not output). Rows behind the watermark (the minimum over both inputs' channels, less
+        ``max_out_of_orderness_seconds``) and rows with a null key or time are dead letters, counted; state is
+        released by the watermark (docs/operators.md "Interval join")."""
+        where = f"interval_join {uid!r}"
+        self._timed_join_checks(where, other, on, (left_time, right_time), max_out_of_orderness_seconds)
+        for name, v in (("lower_seconds", lower_seconds), ("upper_seconds", upper_seconds)):
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise ConfigError(f"{where}: {name} must be a whole number of seconds (may be negative), got {v!r}")
+        if lower_seconds > upper_seconds:
+            raise ConfigError(f"{where}: lower_seconds ({lower_seconds}) is above upper_seconds ({upper_seconds})")
+        return self.job._add(IntervalJoinNode(self.job._uid(uid), self.node, other.node, on, left_time, right_time,
+                                              lower_seconds, upper_seconds, max_out_of_orderness_seconds))
+
+    def temporal_join(self, versions: Stream, *, uid: str, on: str, time: str, version_time: str,
+                      how: Literal["inner", "left"] = "inner", max_out_of_orderness_seconds: int = 0) -> Stream:
+        """Flink's event-time temporal join (``FOR SYSTEM_TIME AS OF time``): each row of this stream joined with
+        the row of ``versions`` valid at its ``time``, i.e. the one of its key ``on`` with the greatest
+        ``version_time <= time`` (ties: the later ``_ingest_ts``, then the other columns). A row is emitted once
+        the watermark (both inputs' channels, less ``max_out_of_orderness_seconds``) passes its time; ``how="left"``
+        emits a row without a version with nulls. Output: this stream's columns, then the version's other columns
+        (not ``on``, not ``_ingest_ts``). Late rows, late versions (behind the watermark when they arrive: never
+        applied), null keys and times are dead letters, counted (docs/operators.md "Temporal join")."""
+        where = f"temporal_join {uid!r}"
+        self._timed_join_checks(where, versions, on, (time, version_time), max_out_of_orderness_seconds)
+        if how not in ("inner", "left"):
+            raise ConfigError(f"{where}: how={how!r}; use 'inner' or 'left'")
+        return self.job._add(TemporalJoinNode(self.job._uid(uid), self.node, versions.node, on, time, version_time,
+                                              how, max_out_of_orderness_seconds))
+
+    def _timed_join_checks(self, where: str, other: Stream, on: str, times: tuple[str, str], ooo: int) -> None:
+        if not isinstance(other, Stream) or other.job is not self.job:
+            raise ConfigError(f"{where}: the other stream must be a Stream of the same job")
+        if other.node == self.node:
+            raise ConfigError(f"{where}: both inputs are the same stream (join it with a select of itself)")
+        for name, c in (("on", on), ("left time", times[0]), ("right time", times[1])):
+            if not isinstance(c, str) or not c or c.startswith("_"):
+                raise ConfigError(f"{where}: {name}={c!r}; name a user column")
+        if on in times:
+            raise ConfigError(f"{where}: the key {on!r} cannot be an event-time column")
+        if not isinstance(ooo, int) or isinstance(ooo, bool) or ooo < 0:
+            raise ConfigError(f"{where}: max_out_of_orderness_seconds must be a non-negative whole number, got {ooo!r}")
+        for side, nid in (("left", self.node), ("right", other.node)):
+            upd = [n for n in (self.job.nodes[b] for b in self.job.bases(nid)) if emits_updates(n)]
+            if upd:
+                raise ConfigError(f"{where}: the {side} input is the updating stream of {upd[0].uid!r} (each update "
+                                  "would be a row of its own); join an append stream")
+        schemas = []
+        for side, nid, t in (("left", self.node, times[0]), ("right", other.node, times[1])):
+            sch = self.job.static_schema(nid)
+            schemas.append(sch)
+            if sch is None:
+                continue
+            missing = [c for c in (on, t) if c not in sch.names]
+            if missing:
+                raise ConfigError(f"{where}: the {side} input lacks columns {missing} (has {sch.names})")
+            if not pa.types.is_timestamp(sch.field(t).type):
+                raise ConfigError(f"{where}: the {side} time column {t!r} must be a timestamp, is {sch.field(t).type}")
+        if schemas[0] is not None and schemas[1] is not None:   # the output's names (the runtime checks them too)
+            skip = {on, "_ingest_ts"}
+            clash = sorted((set(schemas[0].names) - skip) & (set(schemas[1].names) - skip))
+            if clash:
+                raise ConfigError(f"{where}: both inputs have the columns {clash}; rename them on one side with "
+                                  f"select() (e.g. select('{clash[0]} AS right_{clash[0]}', ...))")
 
     def lookup_join(self, *, uid: str, table: str, on: str | tuple[str, str], how: str = "inner",
                     columns: Sequence[str] | None = None) -> Stream:
@@ -516,18 +640,39 @@ class Job:
         return uid
 
     def source(self, name: str, schema: pa.Schema, *, key: str | None = None,
-               format: Literal["auto", "parquet", "jsonl"] = "auto") -> Stream:
-        """A source log ``<source root>/<name>/partition=<p>/<seq:08d>.parquet`` (or ``.jsonl``). ``schema`` must
-        contain ``_ingest_ts`` (UTC timestamp, non-decreasing within a partition). A row whose ``key`` is null or
-        empty, or that does not fit the schema, is bad input: dead-lettered (or the epoch fails,
-        ``PIPELINE_BAD_RECORDS=fail``)."""
+               format: Literal["auto", "parquet", "jsonl"] = "auto", table: str | None = None,
+               ingest_time: IngestTime = "commit") -> Stream:
+        """A source log ``<source root>/<name>/partition=<p>/<seq:08d>.parquet`` (or ``.jsonl``), or a lake table.
+
+        A row whose ``key`` is null or empty, or that does not fit the schema, is bad input: dead-lettered (or the
+        epoch fails, ``PIPELINE_BAD_RECORDS=fail``).
+
+        Args:
+            name: the source's name: its folder under the source root, and its name in checkpoints and dead letters.
+            schema: the declared columns; must contain ``_ingest_ts`` (UTC timestamp, non-decreasing within a
+                partition).
+            key: the column whose null or empty values are bad input (None: none).
+            format: ``"auto"`` (by file extension), ``"parquet"`` or ``"jsonl"``; a file log only.
+            table: read a lake table instead of a file log, commit by commit: ``"delta:<uri>"``,
+                ``"iceberg:<uri>"`` or ``"iceberg:<catalog>.<namespace>.<table>"`` (a relative URI is under the
+                source root). Compactions are skipped, deletes and overwrites stop the job, a restore of the table
+                is followed (how-to "Read a Delta or Iceberg table as a source").
+            ingest_time: a lake source's ``_ingest_ts``: ``"commit"`` (the commit time, default) or ``"column"``
+                (the table's own ``_ingest_ts`` column)."""
         if "_ingest_ts" not in schema.names:
             raise ConfigError(f"source {name!r}: schema must contain _ingest_ts")
+        lake = LakeTable.parse(table, f"source {name!r}") if table is not None else None
+        if ingest_time not in ("commit", "column"):
+            raise ConfigError(f"source {name!r}: ingest_time={ingest_time!r}; use 'commit' or 'column'")
+        if lake is None and ingest_time != "commit":
+            raise ConfigError(f"source {name!r}: ingest_time applies to a lake source (table=...) only")
+        if lake is not None and format != "auto":
+            raise ConfigError(f"source {name!r}: format applies to a file log, not to table={table!r}")
         if key is not None and key not in schema.names:
             raise ConfigError(f"source {name!r}: key {key!r} is not in the schema")
         if name in self.source_names():
             raise ConfigError(f"source {name!r} defined twice")
-        return self._add(SourceNode(name, schema, key, format))
+        return self._add(SourceNode(name, schema, key, format, lake, ingest_time))
 
     # --- introspection used by the runtime -------------------------------------------------------
     def source_names(self) -> list[str]:
@@ -646,8 +791,9 @@ class Job:
                 base, maps = self.chain_to(i)
                 if base != node_id:
                     continue
-                if isinstance(op, (WindowNode, DedupNode)):  # the watermark's channel is the record's source
-                    read.update(("_source", "_partition"))    # partition (a deduplicate forwards it to a window)
+                if isinstance(op, (WindowNode, DedupNode, IntervalJoinNode, TemporalJoinNode)):  # the watermark's
+                    read.update(("_source", "_partition"))  # channel is the row's source partition (a deduplicate
+                    #                                         forwards it to a window)
                 selected = False
                 for m in maps:
                     text = " ".join(m.exprs)

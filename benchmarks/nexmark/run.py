@@ -2,7 +2,7 @@
 output exactly with the DuckDB reference, measure events/s, print a table.
 
     python -m benchmarks.nexmark.run [--events N] [--queries q0,q3,...] [--kills K] [--json]
-                                     [--markdown FILE] [--s3] [--peer] [--read export|direct]
+                                     [--markdown FILE] [--s3] [--peer] [--steady] [--read export|direct]
 
 Per query:
 
@@ -18,7 +18,9 @@ Per query:
    events/s = source records read / the rounds' processing time (JVM start excluded), per core = / the cores
    of ``local[*]``;
 4. with ``--peer``: the same query on Spark Structured Streaming (:mod:`benchmarks.nexmark.peer`) where it can
-   express it, in a fresh JVM, its row count checked against the reference.
+   express it, in a fresh JVM, its row count checked against the reference;
+5. with ``--steady``: the steady state (:func:`measure_steady`): one epoch per round in one warm process, events/s
+   and the latency per checkpoint (p50 / p95).
 
 A run that fails (not killed) is reported with its last error line: a shape the engine refuses shows here as
 "refused: <message>".
@@ -73,6 +75,10 @@ class QueryResult:
     wall_s: float | None = None       # whole clean run, JVM start included
     peer_events_per_s: float | None = None
     peer_detail: str = ""
+    # --steady: one epoch per round in one warm process (as when epochs arrive one at a time)
+    steady_events_per_s: float | None = None
+    steady_latency_ms_p50: float | None = None   # per checkpoint: the round's processing + its checkpoint
+    steady_latency_ms_p95: float | None = None
 
 
 # --- comparing -------------------------------------------------------------------------------------------------
@@ -200,6 +206,29 @@ def measure(q: str, env: dict[str, str], res: QueryResult) -> None:
         res.events_per_s_per_core = round(res.events / secs / (os.cpu_count() or 1))
 
 
+def measure_steady(q: str, env: dict[str, str], res: QueryResult) -> None:
+    """The steady state (issue 31, item 7): a fresh run of the query with one epoch per round
+    (``PIPELINE_MAX_EPOCHS_PER_ROUND=1``), every epoch already closed, so each round starts as soon as the previous
+    checkpoint completed, in one warm process (Spark session, Python workers and state kept, as ``run --follow``
+    keeps them). Per checkpoint, latency = the round's processing + its checkpoint (the time from an epoch being
+    ready to its checkpoint completing, when the process waits for it); events/s = records / the sum of those
+    (JVM start excluded). The first round (JVM warm-up, the plan) is left out of the latencies."""
+    from pipeline.testing.jobproc import run_job_process
+    r = run_job_process(["run", "--job", _job_ref(q), "--json"], {**env, "PIPELINE_MAX_EPOCHS_PER_ROUND": "1"},
+                        timeout_s=3600, cwd=str(REPO))
+    if r.returncode != 0:
+        res.detail += f"; steady run failed: {_tail(r.stderr_lines)}"
+        return
+    d = json.loads(r.stdout)
+    per = [x["duration_s"] + x.get("checkpoint_s", 0.0) for x in d["rounds"]]
+    if sum(per) > 0:
+        res.steady_events_per_s = round(sum(d["records"].values()) / sum(per))
+    warm = sorted(per[1:]) or sorted(per)
+    if warm:
+        res.steady_latency_ms_p50 = round(1000 * warm[len(warm) // 2])
+        res.steady_latency_ms_p95 = round(1000 * warm[min(len(warm) - 1, math.ceil(0.95 * len(warm)) - 1)])
+
+
 def run_query(q: str, *, data: dict, work: Path, roots_for: Callable[[str], dict[str, str]], args: argparse.Namespace,
               rng: random.Random, con) -> QueryResult:
     res = QueryResult(q, "failed")
@@ -222,6 +251,8 @@ def run_query(q: str, *, data: dict, work: Path, roots_for: Callable[[str], dict
     res.status, res.detail = ("exact", "") if ok else ("NOT exact", diff)
     if not args.no_measure:
         measure(q, _env(roots_for(q + "_measure"), args.epoch_seconds, args.parallelism, {}), res)
+    if args.steady:
+        measure_steady(q, _env(roots_for(q + "_steady"), args.epoch_seconds, args.parallelism, {}), res)
     if args.peer:
         from benchmarks.nexmark.peer import PEER_QUERIES, run_peer
         if q in PEER_QUERIES:
@@ -239,11 +270,12 @@ def markdown(results: list[QueryResult], meta: dict) -> str:
              f"{meta['partitions']} partitions, {meta['epochs']} epochs of {meta['epoch_seconds']} s, "
              f"{meta['kills']} SIGKILL{'' if meta['kills'] == 1 else 's'} per query, parallelism {meta['parallelism']}, {meta['cores']} cores, "
              f"load before {meta['load_before']}, after {meta['load_after']} ({meta['date']})", "",
-             "| query | runs | exact after kills | events/s | events/s per core | SSS peer events/s |",
-             "|---|---|---|---|---|---|"]
+             "| query | runs | exact after kills | events/s | events/s per core | SSS peer events/s "
+             "| steady events/s | steady latency p50 / p95 |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in results:
         if r.status == "not expressible yet":
-            lines.append(f"| {r.query} | - | not expressible yet: {r.detail} | - | - | - |")
+            lines.append(f"| {r.query} | - | not expressible yet: {r.detail} | - | - | - | - | - |")
             continue
         exact = ("yes" if r.status == "exact" else f"NO: {r.detail}") + (
             f" ({r.kills_landed} kill{'' if r.kills_landed == 1 else 's'}, {r.output_rows:,} rows)" if r.status in ("exact", "NOT exact") else "")
@@ -252,7 +284,10 @@ def markdown(results: list[QueryResult], meta: dict) -> str:
         eps = f"{r.events_per_s:,}" if r.events_per_s else "-"
         epc = f"{r.events_per_s_per_core:,}" if r.events_per_s_per_core else "-"
         peer = f"{r.peer_events_per_s:,}" if r.peer_events_per_s else (r.peer_detail or "-")
-        lines.append(f"| {r.query} | {r.runs} | {exact} | {eps} | {epc} | {peer} |")
+        steady = f"{r.steady_events_per_s:,}" if r.steady_events_per_s else "-"
+        lat = (f"{r.steady_latency_ms_p50:,} / {r.steady_latency_ms_p95:,} ms"
+               if r.steady_latency_ms_p50 is not None else "-")
+        lines.append(f"| {r.query} | {r.runs} | {exact} | {eps} | {epc} | {peer} | {steady} | {lat} |")
     return "\n".join(lines) + "\n"
 
 
@@ -287,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="committed rows by `python -m pipeline export` or read in this process")
     ap.add_argument("--no-measure", action="store_true", help="skip the clean throughput run")
     ap.add_argument("--peer", action="store_true", help="also run the Spark Structured Streaming peer")
+    ap.add_argument("--steady", action="store_true",
+                    help="also measure the steady state: one epoch per round, latency per checkpoint")
     ap.add_argument("--s3", action="store_true", help="sources, checkpoints and sinks on a moto S3 server")
     ap.add_argument("--workdir", default=None, help="default: a temporary directory, removed at the end")
     ap.add_argument("--json", action="store_true", help="print the results as JSON")

@@ -1,5 +1,6 @@
-"""The interval join kernel (one subtask, one round): Flink's interval join of two keyed streams. NOT wired into the
-job API or the runtime yet (the plan: docs/design/interval-join.md); this is the pure step and its semantics.
+"""The interval join kernel (one subtask, one round): Flink's interval join of two keyed streams
+(``Stream.interval_join``; its runtime: :mod:`pipeline.runtime.operators.timed_join`, semantics: docs/operators.md
+"Interval join").
 
 A left row ``l`` and a right row ``r`` with equal keys pair iff ``t_l + lower <= t_r <= t_l + upper`` (event times,
 ``lower <= upper``, either may be negative). With ``W(m)`` the watermark after epoch ``m`` (the minimum over the
@@ -35,6 +36,7 @@ class IntervalJoinSpec:
     right_time: str
     lower_us: int
     upper_us: int
+    internal: tuple[str, ...] = ()   # columns held in state but not output (the runtime's key group ``_kg``)
 
     def __post_init__(self) -> None:
         if self.lower_us > self.upper_us:
@@ -88,14 +90,17 @@ def _pairs(spec: IntervalJoinSpec, left: pa.Table, right: pa.Table) -> tuple[np.
 def _assemble(spec: IntervalJoinSpec, left: pa.Table, right: pa.Table, li: np.ndarray, ri: np.ndarray,
               schema: pa.Schema) -> pa.Table:
     lrows, rrows = left.take(pa.array(li, pa.int64())), right.take(pa.array(ri, pa.int64()))
-    cols = [lrows[spec.key]] + [lrows[c] for c in left.column_names if c != spec.key] + [
-        rrows[c] for c in right.column_names if c != spec.key]
+    skip = {spec.key, *spec.internal}
+    cols = [lrows[spec.key]] + [lrows[c] for c in left.column_names if c not in skip] + [
+        rrows[c] for c in right.column_names if c not in skip]
     return pa.table(cols, schema=schema)
 
 
 def output_schema(spec: IntervalJoinSpec, left: pa.Schema, right: pa.Schema) -> pa.Schema:
-    """The key, then the left row's other columns, then the right row's (their names must differ)."""
-    fields = [left.field(spec.key)] + [f for f in left if f.name != spec.key] + [f for f in right if f.name != spec.key]
+    """The key, then the left row's other columns, then the right row's (their names must differ; ``spec.internal``
+    columns are not output)."""
+    skip = {spec.key, *spec.internal}
+    fields = [left.field(spec.key)] + [f for f in left if f.name not in skip] + [f for f in right if f.name not in skip]
     names = [f.name for f in fields]
     clash = sorted({n for n in names if names.count(n) > 1})
     if clash:

@@ -33,6 +33,7 @@ from pipeline.quality.dead_letter_rows import dead_letter_row_diff
 from pipeline.quality.recovery import plan_recomputation
 from pipeline.quality.runtime_logs import COLUMNS as RUNTIME_LOG_COLUMNS
 from pipeline.quality.runtime_logs import runtime_log_rows
+from pipeline.quality.source_dead_letters import source_dead_letter_rows
 from pipeline.quality.users_read import COLUMNS as USERS_READ_COLUMNS
 from pipeline.quality.users_read import dead_letter_rows, open_table_rows
 
@@ -133,6 +134,14 @@ def collect(runner, snapshot: Snapshot, *, mode: str = "full", areas: tuple[str,
                     dl_rows, dl_examples = _dead_letters(runner, c.md, exp["rec"], plan.result if plan else None)
                     users_rows += dl_rows
                     c.out.examples.setdefault("users_read", []).extend(dl_examples)
+                if plan is not None:
+                    with c.timer("source_dead_letters"):
+                        sl_rows, sl_examples = _source_dead_letters(runner, c.md, plan.result.prefix)
+                    c.out.figures["source_dead_letters"] = {
+                        r["object"]: {k: r[k] for k in ("rows_expected", "rows_actual", "only_expected", "only_actual")}
+                        for r in sl_rows}
+                    users_rows += sl_rows
+                    c.out.examples.setdefault("users_read", []).extend(sl_examples)
         c.out.datasets["group_totals"] = c.group_totals(exp_per_group, recomputed)
         if "sink" in areas and mode != "epoch":
             c.out.datasets["users_read"] = pd.DataFrame(users_rows, columns=USERS_READ_COLUMNS)
@@ -159,6 +168,18 @@ def _dead_letters(runner, md, rec, result) -> tuple[list[dict], list[dict]]:
                  "only_actual": 0} for uid, n in sorted(expected.items())]
         examples, left = [], []
     return rows + dead_letter_rows(runner, md, expected, left), examples
+
+
+def _source_dead_letters(runner, md, prefix) -> tuple[list[dict], list[dict]]:
+    """The sources' dead letters on disk vs the records the runtime's reader rejects in the prefix
+    (:mod:`pipeline.quality.source_dead_letters`); a comparison that cannot run is a failure, named."""
+    try:
+        return source_dead_letter_rows(runner, md, prefix)
+    except Exception as e:  # noqa: BLE001 - records that cannot be compared are a failure, named, never a pass
+        log.exception("source dead letters could not be compared")
+        return [{"object": "dead_letters/source=*", "kind": f"source dead letters (could not be compared: "
+                 f"{type(e).__name__}: {e})", "version": checkpoint_dir_name(md.checkpoint_id), "rows_expected": 0,
+                 "rows_actual": 0, "only_expected": 1, "only_actual": 0}], []
 
 
 def _runtime_logs(runner, c) -> None:

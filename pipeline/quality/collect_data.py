@@ -150,7 +150,7 @@ class DataCollector(CollectorBase):
                 **{c: (c, "sum") for c in KG_SUMS}, files=("fid", "nunique"))
             keys = keys.assign(obj=keys["oid"].map(names))
             per_kg = per_kg.merge(keys[["obj", "kg", "keys", "dup_keys"]], on=["obj", "kg"], how="left")
-            per_kg[["keys", "dup_keys"]] = per_kg[["keys", "dup_keys"]].fillna(0)
+            per_kg[["keys", "dup_keys"]] = per_kg[["keys", "dup_keys"]].infer_objects(copy=False).fillna(0)
             per_kg = per_kg[PER_KG_COLUMNS]
             for c in PER_KG_COLUMNS[1:]:
                 per_kg[c] = per_kg[c].astype("int64")

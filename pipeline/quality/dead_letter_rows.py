@@ -2,14 +2,17 @@
 
 The batch plan derives the rows each operator dead-letters in the epochs ``<=`` n (a window's late records and
 records with a null key or event time, a join's rows violating its ``unique`` declaration), in the runtime's record
-format (:func:`pipeline.batch.bootstrap.dead_letters.operator_dead_letter_frames`: what ``bootstrap`` writes). Here
-those rows are fetched (dead letters are few: one small Spark job per operator and side) and compared with the rows
-of the operator's dead-letter files on disk for the validated lineage, as a **multiset of row hashes**:
+format (:func:`pipeline.batch.bootstrap.dead_letters.operator_dead_letter_frames`: what ``bootstrap`` writes), and
+compares them with the rows of the operator's dead-letter files on disk for the validated lineage, as a **multiset of
+row hashes**:
 
-* Parquet (windows): every column both sides have, hashed exactly and vectorised (:func:`~pipeline.quality.
-  users_read.row_hashes`; timestamps as µs, floats by their bits);
-* JSON lines (joins): each record's ``values`` against the expected row passed through the same JSON encoding the
-  runtime uses (:func:`~pipeline.source._formats.json_default`), on the keys both sides have.
+* Parquet (windows): the files are read by Spark tasks and every column both sides have is hashed by Spark on both
+  sides (``xxhash64``, timestamps as µs); only the counts per differing hash and a few example rows reach the driver,
+  so a window behind a many-to-many join that dead-letters millions of late rows costs one Spark job, not the
+  driver's memory (:func:`_window_diff`);
+* JSON lines (joins, few by nature: a ``unique`` declaration's violations): the rows are fetched, and each
+  record's ``values`` is compared with the expected row passed through the same JSON encoding the runtime uses
+  (:func:`~pipeline.source._formats.json_default`), on the keys both sides have.
 
 A deleted, truncated, added or changed dead-letter row fails ``epochal_users_read`` (``only_expected`` /
 ``only_actual`` of ``dead_letters/<uid>``).
@@ -31,8 +34,9 @@ from pipeline.batch.evaluation.prefix import PEPOCH
 from pipeline.fileio import file_io_for
 from pipeline.layout import checkpoint_dir_name
 from pipeline.layout.dead_letters import ATTEMPT_DIR
-from pipeline.quality.users_read import row_hashes
 from pipeline.runtime.operators.dead_letters import operator_dead_letter_prefix
+from pipeline.runtime.spark.dataflow import arrow_schema_of
+from pipeline.runtime.spark.task_requests import counted_in_span
 from pipeline.source._formats import json_default
 
 __all__ = ["dead_letter_row_diff", "disk_files"]
@@ -64,6 +68,55 @@ def disk_files(fio, prefix: str, md) -> list[str]:
         by.setdefault((epoch, cid), []).append(u)
         chosen[epoch] = max(chosen.get(epoch, cid), cid)
     return sorted(u for e, c in chosen.items() for u in by[(e, c)])
+
+
+def _window_diff(spark, fio, files: list[str], parts: list) -> tuple[int, int, int, int, list[dict]]:
+    """A window's dead letters, batch meaning (``parts``: Spark frames) against the Parquet ``files`` on disk, as a
+    multiset of row hashes computed by Spark on both sides: the files are read by Spark tasks (through FileIO, so
+    ``s3://`` too) and cast to the batch frame's types, every compared column is hashed the same way (Spark's
+    ``xxhash64``; timestamps as µs), and only the counts and the hashes that differ reach the driver. A many-to-many
+    join in front of a window can dead-letter millions of rows: none of them is collected. Returns ``(rows
+    expected, rows on disk, only expected, only on disk, examples)``."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import TimestampType
+    exp = parts[0]
+    for df in parts[1:]:
+        exp = exp.unionByName(df, allowMissingColumns=True)
+    parquet = [u for u in files if u.endswith(".parquet")]
+    disk_cols: set[str] = set()
+    for u in parquet[:1]:
+        disk_cols = set(pq.read_schema(pa.BufferReader(fio.read_bytes(u))).names)
+    cols = sorted((set(exp.columns) & disk_cols) - _WHERE) if parquet else sorted(set(exp.columns) - _WHERE)
+    exp = exp.select(*cols)
+    target = arrow_schema_of(exp)
+
+    def read(batches):
+        for b in batches:
+            for u in b.column(0).to_pylist():
+                t = pq.read_table(pa.BufferReader(file_io_for(u).read_bytes(u)), columns=cols)
+                yield from t.select(target.names).cast(target).to_batches()
+
+    n_tasks = max(1, min(len(parquet), 16))
+    act = (spark.createDataFrame([(u,) for u in parquet], "uri string").repartition(n_tasks)
+           .mapInArrow(counted_in_span(read), exp.schema)) if parquet else exp.limit(0)
+    canon = [F.unix_micros(F.col(f"`{f.name}`")) if isinstance(f.dataType, TimestampType) else F.col(f"`{f.name}`")
+             for f in exp.schema.fields]
+    h = F.xxhash64(*canon) if canon else F.lit(0)
+    ge = exp.select(h.alias("h")).groupBy("h").agg(F.count(F.lit(1)).alias("ce"))
+    ga = act.select(h.alias("h")).groupBy("h").agg(F.count(F.lit(1)).alias("ca"))
+    j = (ge.join(ga, "h", "full_outer")
+         .select("h", F.coalesce("ce", F.lit(0)).alias("ce"), F.coalesce("ca", F.lit(0)).alias("ca")))
+    tot = j.agg(F.sum("ce"), F.sum("ca"), F.sum(F.greatest(F.col("ce") - F.col("ca"), F.lit(0))),
+                F.sum(F.greatest(F.col("ca") - F.col("ce"), F.lit(0)))).collect()[0]
+    n_e, n_a, only_e, only_a = (int(x or 0) for x in tot)
+    examples: list[dict] = []
+    if only_e or only_a:
+        bad = [r[0] for r in j.filter(F.col("ce") != F.col("ca")).select("h").limit(4 * MAX_EXAMPLES).collect()]
+        for side, df in (("batch meaning", exp), ("on disk", act)):
+            for r in df.filter(h.isin(bad)).limit(MAX_EXAMPLES).collect():
+                examples.append({"side": side, **{k: (str(v) if v is not None else None)
+                                                  for k, v in r.asDict().items()}})
+    return n_e, n_a, only_e, only_a, examples
 
 
 def _json_hashes(rows: list[Mapping[str, Any]], keys: list[str]) -> np.ndarray:
@@ -103,30 +156,29 @@ def dead_letter_row_diff(runner, md, result, uids: list[str]) -> tuple[list[dict
             left.append(uid)
             continue
         kind = parts[0][0]
-        expected = [df.toArrow() for _k, _n, df in parts]
         if kind == "window":
-            exp = pa.concat_tables(expected, promote_options="permissive") if expected else pa.table({})
-            got = [pq.read_table(pa.BufferReader(fio.read_bytes(u))) for u in files if u.endswith(".parquet")]
-            act = pa.concat_tables(got, promote_options="permissive") if got else exp.schema.empty_table()
-            cols = sorted((set(exp.column_names) & set(act.column_names)) - _WHERE)
-            he, ha = row_hashes(exp.select(cols), cols), row_hashes(act.select(cols), cols)
-            n_e, n_a = exp.num_rows, act.num_rows
-            show_e, show_a = exp.select(cols).to_pylist, act.select(cols).to_pylist
-        else:   # joins: JSON lines, {"values": the record}
-            exp_rows = [json.loads(json.dumps(r, default=json_default)) for t in expected for r in t.to_pylist()]
-            act_rows = []
-            for u in files:
-                if u.endswith(".jsonl"):
-                    for ln in fio.read_bytes(u).splitlines():
-                        if ln.strip():
-                            act_rows.append(json.loads(ln).get("values") or {})
-            ke = set().union(*[set(r) for r in exp_rows]) if exp_rows else set()
-            ka = set().union(*[set(r) for r in act_rows]) if act_rows else set()
-            keys = sorted(((ke & ka) if ke and ka else (ke | ka)) - _WHERE)
-            he, ha = _json_hashes(exp_rows, keys), _json_hashes(act_rows, keys)
-            n_e, n_a = len(exp_rows), len(act_rows)
-            show_e = lambda rs=exp_rows, ks=keys: [{k: r.get(k) for k in ks} for r in rs]  # noqa: E731
-            show_a = lambda rs=act_rows, ks=keys: [{k: r.get(k) for k in ks} for r in rs]  # noqa: E731
+            n_e, n_a, only_e, only_a, ex = _window_diff(runner.spark, fio, files, [df for _k, _n, df in parts])
+            examples += [{"object": f"dead_letters/{uid}", **e} for e in ex]
+            rows.append({"object": f"dead_letters/{uid}", "kind": "dead letters (rows)",
+                         "version": checkpoint_dir_name(md.checkpoint_id), "rows_expected": n_e, "rows_actual": n_a,
+                         "only_expected": only_e, "only_actual": only_a})
+            continue
+        expected = [df.toArrow() for _k, _n, df in parts]
+        # joins: JSON lines, {"values": the record} (few by nature: a declaration's violations)
+        exp_rows = [json.loads(json.dumps(r, default=json_default)) for t in expected for r in t.to_pylist()]
+        act_rows = []
+        for u in files:
+            if u.endswith(".jsonl"):
+                for ln in fio.read_bytes(u).splitlines():
+                    if ln.strip():
+                        act_rows.append(json.loads(ln).get("values") or {})
+        ke = set().union(*[set(r) for r in exp_rows]) if exp_rows else set()
+        ka = set().union(*[set(r) for r in act_rows]) if act_rows else set()
+        keys = sorted(((ke & ka) if ke and ka else (ke | ka)) - _WHERE)
+        he, ha = _json_hashes(exp_rows, keys), _json_hashes(act_rows, keys)
+        n_e, n_a = len(exp_rows), len(act_rows)
+        show_e = lambda rs=exp_rows, ks=keys: [{k: r.get(k) for k in ks} for r in rs]  # noqa: E731
+        show_a = lambda rs=act_rows, ks=keys: [{k: r.get(k) for k in ks} for r in rs]  # noqa: E731
         only_e, only_a, bad = _multiset_diff(he, ha)
         if bad:
             for side, h, show in (("batch meaning", he, show_e), ("on disk", ha, show_a)):

@@ -21,6 +21,7 @@ import pyarrow as pa
 from pipeline.job import (
     AggregateNode,
     DedupNode,
+    IntervalJoinNode,
     Job,
     JoinNode,
     MapNode,
@@ -28,6 +29,7 @@ from pipeline.job import (
     RankNode,
     SinkNode,
     SourceNode,
+    TemporalJoinNode,
     UnionNode,
     WindowNode,
     join_output,
@@ -211,6 +213,13 @@ def _row_state_specs(op, default_ttl_seconds: int | None, specs: dict[str, Objec
         specs[o] = ObjectSpec(o, "state", op.key, unique_key=False)
         o = state_obj(op.uid, "wm")
         specs[o] = ObjectSpec(o, "state", "channel", operator_wide=True)
+    elif isinstance(op, (IntervalJoinNode, TemporalJoinNode)):
+        # the held rows of each side: several per key; the watermark table is operator-wide (subtask 0)
+        for name in ("left", "right"):
+            o = state_obj(op.uid, name)
+            specs[o] = ObjectSpec(o, "state", op.on, unique_key=False)
+        o = state_obj(op.uid, "wm")
+        specs[o] = ObjectSpec(o, "state", "channel", operator_wide=True)
     elif isinstance(op, RankNode):
         # up to n rows per key (a null key is one group, as SQL's PARTITION BY)
         o = state_obj(op.uid, "rank")
@@ -223,7 +232,7 @@ def job_objects(job: Job, default_ttl_seconds: int | None) -> JobObjects:
     ttl: dict[str, int | None] = {}
     aggregates: dict[str, dict] = {}
     for op in job.operators():
-        if isinstance(op, (JoinNode, DedupNode, WindowNode, RankNode)):
+        if isinstance(op, (JoinNode, DedupNode, WindowNode, RankNode, IntervalJoinNode, TemporalJoinNode)):
             _row_state_specs(op, default_ttl_seconds, specs, ttl)
         elif isinstance(op, ProcessNode):
             # user state: its columns and keys are the user's (checked by replay, pipeline.quality.replay)

@@ -66,6 +66,9 @@ class DeltaLakeTable(OpenFormatTable):
         self.location = self.table_uri if self.table_uri.startswith("s3://") else self.table_uri[len("file://"):]
         self.app_id = f"epochal:{job}:{table}"
         self._latest: Any = None  # the loaded DeltaTable (see _dt)
+        # (table version, its current checkpoint): the answer of current_checkpoint at that version, kept so that a
+        # warm process's next commit does not read the log's history again (set after this object's own commits)
+        self._current: tuple[int, int | None] | None = None
 
     def _dt(self, version: int | None = None) -> DeltaTable:
         """The table at ``version``, or its latest version. The latest is loaded once per object and brought up
@@ -89,6 +92,7 @@ class DeltaLakeTable(OpenFormatTable):
     # -- OpenFormatTable ---------------------------------------------------------------------------
     def refresh(self) -> None:
         self._latest = None  # a failed update_incremental/commit may have left it half-updated: load it again
+        self._current = None
 
     def exists(self) -> bool:
         from deltalake import DeltaTable
@@ -120,6 +124,18 @@ class DeltaLakeTable(OpenFormatTable):
         return self._dt().history(limit)  # newest first
 
     def current_checkpoint(self) -> int | None:
+        """The checkpoint of the newest commit this job made (other writers' commits are looked through). Known
+        without reading the history when the table is still at the version this object last answered for or
+        committed (:attr:`_current`)."""
+        before = self._dt().version()
+        if self._current is not None and self._current[0] == before:
+            return self._current[1]
+        cur = self._current_from_history()
+        if self._dt().version() == before:
+            self._current = (before, cur)
+        return cur
+
+    def _current_from_history(self) -> int | None:
         # the newest commit is almost always Epochal's own: read a few commits first, the whole log only if
         # other writers (OPTIMIZE, VACUUM, ...) committed since (requests stay O(1) as the history grows)
         for limit in (4, None):
@@ -149,9 +165,11 @@ class DeltaLakeTable(OpenFormatTable):
         return None
 
     def make_current(self, ref: int, checkpoint_id: int) -> None:
+        self._current = None
         self._dt().restore(ref, commit_properties=self._props(checkpoint_id, txn=False))
 
     def reset_empty(self) -> None:
+        self._current = None
         self._dt().restore(0, commit_properties=self._props(None))
 
     def append_files(self, entry: CommitEntry, schema: pa.Schema) -> None:
@@ -166,17 +184,26 @@ class DeltaLakeTable(OpenFormatTable):
                                      json.dumps({"numRecords": f.rows})))
         self._dt().create_write_transaction(actions, "append", schema,
                                            commit_properties=self._props(entry.checkpoint_id, entry.parent_id))
+        self._committed(entry.checkpoint_id)
+
+    def _committed(self, checkpoint_id: int) -> None:
+        """After this object's own commit of ``checkpoint_id``: the table's version now has it current (a commit
+        by another writer in between is one current_checkpoint looks through anyway)."""
+        self._current = None
+        self._current = (self._dt().version(), checkpoint_id)
 
     def upsert_files(self, entry: CommitEntry, schema: pa.Schema) -> None:
         src = self.read_staged(entry, schema)
         if src.num_rows == 0:  # nothing changed: commit only the markers and the txn
             self._dt().create_write_transaction([], "append", schema,
                                                commit_properties=self._props(entry.checkpoint_id, entry.parent_id))
+            self._committed(entry.checkpoint_id)
             return
         pred = " AND ".join(f"t.`{k}` IS NOT DISTINCT FROM s.`{k}`" for k in entry.key)
         (self._dt().merge(src, pred, source_alias="s", target_alias="t",
                           commit_properties=self._props(entry.checkpoint_id, entry.parent_id))
          .when_matched_update_all().when_not_matched_insert_all().execute())
+        self._committed(entry.checkpoint_id)
 
     def current_files(self) -> list[str]:
         uris = self._dt().file_uris()

@@ -23,7 +23,7 @@ import json
 import logging
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from pipeline.exceptions import ConfigError, MalformedInputError
@@ -62,6 +62,10 @@ class SourceFile:
     uri: str
     format: SourceFormat
     size: int
+    #: a lake source's file (pipeline/source/lake.py): the ``_ingest_ts`` of every row (µs; None: the file's own
+    #: column) and what it is (table and version), for messages
+    ingest_ts: int | None = field(default=None, compare=False)
+    origin: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:

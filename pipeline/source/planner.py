@@ -25,9 +25,10 @@ SPLIT_SCHEMA = pa.schema([
     pa.field("source", pa.string()), pa.field("partition", pa.int32()), pa.field("seq", pa.int64()),
     pa.field("uri", pa.string()), pa.field("format", pa.string()), pa.field("row_start", pa.int64()),
     pa.field("row_end", pa.int64()),  # null: whole file, unreadable when planned
+    pa.field("ingest_ts", pa.int64()),  # a lake file's commit time (µs), null: the file's own column
 ])
 SPLIT_DDL = ("source string, partition int, seq bigint, uri string, format string, "
-             "row_start bigint, row_end bigint")
+             "row_start bigint, row_end bigint, ingest_ts bigint")
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -41,6 +42,7 @@ class Split:
     format: SourceFormat
     row_start: int
     row_end: int | None
+    ingest_ts: int | None = None  # a lake file (pipeline/source/lake.py): every row's _ingest_ts, µs
 
     @property
     def rows(self) -> int:
@@ -48,12 +50,14 @@ class Split:
 
     def as_dict(self) -> dict:
         return {"source": self.source, "partition": self.partition, "seq": self.seq, "uri": self.uri,
-                "format": self.format, "row_start": self.row_start, "row_end": self.row_end}
+                "format": self.format, "row_start": self.row_start, "row_end": self.row_end,
+                "ingest_ts": self.ingest_ts}
 
     @classmethod
     def from_dict(cls, d: Mapping) -> Split:
         return cls(str(d["source"]), int(d["partition"]), int(d["seq"]), str(d["uri"]), d["format"],
-                   int(d["row_start"]), None if d.get("row_end") is None else int(d["row_end"]))
+                   int(d["row_start"]), None if d.get("row_end") is None else int(d["row_end"]),
+                   None if d.get("ingest_ts") is None else int(d["ingest_ts"]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +151,7 @@ def plan_segment(summaries: Sequence[FileSummary], start: Position, stop: Positi
         f = s.file
         if s.corrupt:
             if not capped:
-                splits.append(Split(f.source, f.partition, f.seq, f.uri, f.format, 0, None))
+                splits.append(Split(f.source, f.partition, f.seq, f.uri, f.format, 0, None, f.ingest_ts))
                 reached = Position(seq=f.seq + 1, row=0)
             continue
         lo, hi = r
@@ -159,7 +163,7 @@ def plan_segment(summaries: Sequence[FileSummary], start: Position, stop: Positi
             continue
         take = min(n, budget)
         if take > 0:
-            splits.append(Split(f.source, f.partition, f.seq, f.uri, f.format, lo, lo + take))
+            splits.append(Split(f.source, f.partition, f.seq, f.uri, f.format, lo, lo + take, f.ingest_ts))
             taken += take
             budget -= take
             reached = Position(seq=f.seq, row=lo + take)

@@ -40,6 +40,7 @@ import pyarrow.parquet as pq
 from pipeline.exceptions import ConfigError, MalformedInputError, ObjectNotFoundError, SourceError, StorageError
 from pipeline.fileio import file_io_for
 from pipeline.source._formats import CONTENT_ERRORS, INGEST_TS, TypeMismatch, cast_lenient, json_default, read_jsonl
+from pipeline.source.lake import version_of
 from pipeline.source.layout import BadRecordsPolicy
 from pipeline.source.planner import Split
 
@@ -178,9 +179,15 @@ class SplitReader:
         try:
             if split.format == "jsonl":
                 yield from self._jsonl_chunks(split, fio)
+            elif split.ingest_ts is not None:
+                yield from _with_commit_time(self._parquet_chunks(split, fio), split.ingest_ts)
             else:
                 yield from self._parquet_chunks(split, fio)
         except ObjectNotFoundError as e:
+            if split.ingest_ts is not None:
+                raise SourceError(f"data file of a lake table disappeared: {self._where(split)}, table version "
+                                  f"{version_of(split.seq)}; table retention (VACUUM, snapshot "
+                                  "expiry) deleted a file the job had not read") from e
             raise SourceError(f"source file disappeared (source files must never be deleted or replaced): "
                               f"{self._where(split)}") from e
         except StorageError as e:
@@ -235,7 +242,7 @@ class SplitReader:
         if split.row_end > md.num_rows:
             raise self._beyond(split, md.num_rows)
         names = set(pf.schema_arrow.names)
-        declared = [f.name for f in self.schema]
+        declared = [f.name for f in self.schema if split.ingest_ts is None or f.name != INGEST_TS]
         # all declared columns present: read only those; otherwise every column (raw dead letters)
         columns = declared if all(n in names for n in declared) else None
         offset = 0
@@ -308,12 +315,28 @@ class SplitReader:
         return good.filter(ok), bad
 
 
+def _with_commit_time(chunks: Iterator[tuple[pa.Table, int] | _Unreadable],
+                      ts_us: int) -> Iterator[tuple[pa.Table, int] | _Unreadable]:
+    """A lake file's chunks with ``_ingest_ts`` = the commit time (a column of that name in the table is replaced)."""
+    for chunk in chunks:
+        if isinstance(chunk, _Unreadable):
+            yield chunk
+            continue
+        table, row0 = chunk
+        if INGEST_TS in table.column_names:
+            table = table.drop_columns([INGEST_TS])
+        ts = pa.array(np.full(table.num_rows, ts_us, dtype=np.int64)).cast(pa.timestamp("us", tz="UTC"))
+        yield table.append_column(pa.field(INGEST_TS, ts.type), ts), row0
+
+
 def _splits_of(batch: pa.RecordBatch) -> Iterator[Split]:
     cols = {name: batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)}
+    lake = cols.get("ingest_ts", [None] * batch.num_rows)
     for i in range(batch.num_rows):
         yield Split(str(cols["source"][i]), int(cols["partition"][i]), int(cols["seq"][i]), str(cols["uri"][i]),
                     cols["format"][i], int(cols["row_start"][i]),
-                    None if cols["row_end"][i] is None else int(cols["row_end"][i]))
+                    None if cols["row_end"][i] is None else int(cols["row_end"][i]),
+                    None if lake[i] is None else int(lake[i]))
 
 
 def make_split_reader(schema: pa.Schema, key_columns: Sequence[str], policy: BadRecordsPolicy,

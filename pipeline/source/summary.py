@@ -109,7 +109,8 @@ def clear_summary_cache() -> None:
 
 
 def file_label(f: SourceFile) -> str:
-    return f"{f.uri} (source {f.source}, partition {f.partition}, seq {f.seq})"
+    of = f", {f.origin}" if f.origin else ""
+    return f"{f.uri} (source {f.source}, partition {f.partition}, seq {f.seq}{of})"
 
 
 def _io_for(f: SourceFile, fileio: FileIO | None) -> FileIO:
@@ -132,6 +133,10 @@ def _remember_ts(key: tuple[str, int, int], arr: np.ndarray) -> None:
 
 
 def _io_error(f: SourceFile, e: BaseException) -> SourceError:
+    if isinstance(e, ObjectNotFoundError) and f.origin:
+        return SourceError(f"data file of a lake table disappeared: {file_label(f)}; table retention (VACUUM, "
+                           "snapshot expiry, orphan-file removal) deleted a file the job has not read yet. Read the "
+                           "table from a new job, or retain data files longer than the job may lag")
     if isinstance(e, ObjectNotFoundError):
         return SourceError(f"source file disappeared (source files must never be deleted or replaced): {file_label(f)}")
     return SourceError(f"cannot read source file {file_label(f)}: {e}")
@@ -244,14 +249,17 @@ def summarize_file(file: SourceFile, *, fileio: FileIO | None = None) -> FileSum
         hit = _summaries.get(key)
         if hit is not None:
             _summaries.move_to_end(key)
-            return hit if hit.file == file else _rebind(hit, file)
-    fio = _io_for(file, fileio)
-    summary = _summarize_parquet(file, fio) if file.format == "parquet" else _summarize_jsonl(file, fio)
-    with _lock:
-        _summaries[key] = summary
-        while len(_summaries) > _CACHE_MAX:
-            _summaries.popitem(last=False)
-    return summary
+    if hit is None:
+        fio = _io_for(file, fileio)
+        hit = _summarize_parquet(file, fio) if file.format == "parquet" else _summarize_jsonl(file, fio)
+        with _lock:
+            _summaries[key] = hit
+            while len(_summaries) > _CACHE_MAX:
+                _summaries.popitem(last=False)
+    if file.ingest_ts is not None and not hit.corrupt:  # a lake file: every row has the commit time
+        t = file.ingest_ts
+        return _file_summary(file, [RowGroupStats(g.rows, t, t, 0) for g in hit.row_groups])
+    return hit if hit.file == file and hit.file.ingest_ts is None else _rebind(hit, file)
 
 
 def _rebind(s: FileSummary, f: SourceFile) -> FileSummary:
@@ -289,6 +297,8 @@ def read_group_ts(s: FileSummary, group: int, fileio: FileIO | None) -> np.ndarr
     if hit is not None:
         return hit
     f = s.file
+    if f.ingest_ts is not None:  # a lake file: the commit time (never read: summaries have it exactly)
+        return np.full(s.row_groups[group].rows, f.ingest_ts, dtype=np.int64)
     fio = _io_for(f, fileio)
     try:
         if f.format == "parquet":

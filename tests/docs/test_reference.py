@@ -105,3 +105,18 @@ def test_every_public_stream_method_is_in_the_job_api_reference():
     listed = set(re.findall(r"[a-z_]+", block.split("[", 1)[1]))
     public = {n for n, _ in inspect.getmembers(Stream, inspect.isfunction) if not n.startswith("_")}
     assert public - listed == set(), f"add these Stream methods to docs/reference/job-api.md: {public - listed}"
+
+
+def test_every_job_source_parameter_is_in_its_docstring():
+    """The job API reference renders ``Job.source``'s docstring: every parameter (``table=``, ``ingest_time=``, ...) is
+    named there, and the lake-source how-to is in the site's navigation."""
+    import inspect
+
+    from pipeline.job import Job
+
+    args = (inspect.getdoc(Job.source) or "").split("Args:", 1)[-1]
+    params = [p for p in inspect.signature(Job.source).parameters if p != "self"]
+    missing = [p for p in params if f"\n    {p}: " not in args]
+    assert missing == [], f"document these Job.source parameters in its docstring: {missing}"
+    assert "how-to/lake-sources.md" in (REPO / "mkdocs.yml").read_text()
+

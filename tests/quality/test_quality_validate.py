@@ -147,3 +147,24 @@ def test_a_failed_recomputation_fails_instead_of_skipping(deployment, monkeypatc
     assert errors == {"epochal_recovery_key_groups", "epochal_recovery_totals", "epochal_recovery_conservation"}
     assert "source bucket unreachable" in result.summary()
     assert {s.suite for s in result.suites if not s.success} == errors
+
+
+def test_a_corrupted_checkpoint_fails_every_level_that_checks_it(deployment):
+    """A state file rewritten with other bytes (checksum and size mismatch) fails in every mode that claims to check
+    the checkpoint's files: ``validate`` (full) and the per-epoch subset fail ``epochal_checkpoint_files``; a
+    ``restore`` refuses the checkpoint before anything is restored, naming the file, at every validation level
+    (``none`` included: the restore itself checks the files it restores)."""
+    import corrupt
+
+    from pipeline.exceptions import CorruptCheckpointError
+    from pipeline.quality import validate_after_epoch, validate_job
+    uri = corrupt.checksum_mismatch(deployment, 3)
+    runner = make_runner(deployment, validate_after_epoch=True)
+    full = validate_job(runner, 3, store_results=False, build_docs=False, replay=False)
+    assert not full.success and "epochal_checkpoint_files" in failed_suites(full), full.summary()
+    epoch = validate_after_epoch(runner, runner.coordinator.store.get(3), raise_on_failure=False)
+    assert epoch is not None and "epochal_checkpoint_files" in failed_suites(epoch), epoch.summary()
+    for level in ("none", "cheap", "full"):
+        with pytest.raises(CorruptCheckpointError) as e:
+            make_runner(deployment).restore("3", validate=level)
+        assert uri in str(e.value) and "checkpoint 3" in str(e.value), (level, e.value)

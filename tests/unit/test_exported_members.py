@@ -14,7 +14,8 @@ PINNED = {
     "pipeline.exceptions": [
         "AggregateOverflowError", "BarrierError", "BootstrapRefusedError", "CheckpointDeclinedError", "CheckpointError", "CheckpointFencedError",
         "ConditionalWriteError", "ConfigError", "CorruptCheckpointError", "CorruptStreamError", "EpochalError",
-        "IncompatibleSinkSchemaError", "IncompatibleStateError", "InjectedFailure", "JobStoppedError", "MalformedInputError",
+        "IncompatibleSinkSchemaError", "IncompatibleStateError", "InjectedFailure", "JobStoppedError", "LakeSourceError",
+        "MalformedInputError",
         "NoValidCheckpointError", "ObjectNotFoundError", "SinkError", "SourceContractError", "SourceError", "StateStoreError", "StorageError",
         "TooManyFailedCheckpointsError", "TransactionStateError", "TypeMismatch", "UserFunctionError", "ValidationError",
     ],

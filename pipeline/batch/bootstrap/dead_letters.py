@@ -52,7 +52,7 @@ from pipeline.batch.evaluation.prefix import PEPOCH
 from pipeline.batch.evaluation.result import INTERNAL
 from pipeline.exceptions import StorageError
 from pipeline.fileio import LocalFileIO, file_io_for
-from pipeline.job import JoinNode, SourceNode, WindowNode
+from pipeline.job import IntervalJoinNode, JoinNode, SourceNode, TemporalJoinNode, WindowNode
 from pipeline.layout import checkpoint_dir_name, checkpoint_id_of
 from pipeline.layout.dead_letters import is_epoch_dir
 from pipeline.runtime.operators.dead_letters import attempt_dead_letter_dir, operator_dead_letter_prefix
@@ -65,7 +65,7 @@ from pipeline.source.positions import Position, barrier_position, end_position, 
 from pipeline.source.reader import dead_letter_counts, make_split_reader
 from pipeline.windows.aggregate import EmitMode, WindowSpec
 
-__all__ = ["source_splits", "write_source_dead_letters", "clear_operator_leftovers", "operator_dead_letter_frames",
+__all__ = ["source_splits", "suspect_splits", "write_source_dead_letters", "clear_operator_leftovers", "operator_dead_letter_frames",
            "write_operator_dead_letters"]
 
 _ALL = 1 << 62      # no record bound: one round per epoch
@@ -159,7 +159,7 @@ def _clean_file(path: str, source: SourceNode) -> bool:
     return True
 
 
-def _suspect(source: SourceNode, splits: Sequence[Split]) -> list[Split]:
+def suspect_splits(source: SourceNode, splits: Sequence[Split]) -> list[Split]:
     """The splits of files that may hold a bad record (:func:`_clean_file`), one footer read per file."""
     local = sorted({s.uri for s in splits if s.row_end is not None and s.format == "parquet"
                     and s.uri.startswith("file:")})
@@ -175,7 +175,7 @@ def write_source_dead_letters(runner, splits: Mapping[str, Sequence[Split]], *, 
     cfg, job = runner.config, runner.job
     readers, todo = {}, []
     for src in job.sources():
-        sus = _suspect(src, splits.get(src.name, ()))
+        sus = suspect_splits(src, splits.get(src.name, ()))
         if sus:
             readers[src.name] = make_split_reader(src.schema, (src.key,) if src.key else (), cfg.bad_records,
                                                   runner.dead_letter_root, job.name)
@@ -207,7 +207,7 @@ def write_source_dead_letters(runner, splits: Mapping[str, Sequence[Split]], *, 
 
 # -- operators --------------------------------------------------------------------------------------------------
 def _dl_operators(job) -> list:
-    return [op for op in job.operators() if isinstance(op, WindowNode)
+    return [op for op in job.operators() if isinstance(op, (WindowNode, IntervalJoinNode, TemporalJoinNode))
             or (isinstance(op, JoinNode) and hasattr(op, "how") and join_semantics(op)[1] is not None)]
 
 
@@ -270,6 +270,8 @@ def operator_dead_letter_frames(comp, res, job) -> list[tuple[str, str, str, obj
                 bad = (df.filter(F.col(op.on).isNotNull()).withColumn("__rn", F.row_number().over(by))
                        .filter(F.col("__rn") > 1).select(*cols, PEPOCH))
                 out.append((op.uid, "join", side, bad))
+        elif isinstance(op, (IntervalJoinNode, TemporalJoinNode)):   # Parquet rows, as a window's
+            out.append((op.uid, "window", "late", res.dead_rows[op.uid]))
         else:
             out.append((op.uid, "window", "late", _window_dead_letters(comp, res, op)))
     return out

@@ -7,7 +7,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.exceptions import BootstrapRefusedError, CheckpointError, ConfigError
-from pipeline.job import AggregateNode, DedupNode, JoinNode, ProcessNode, RankNode, WindowNode
+from pipeline.job import (
+    AggregateNode,
+    DedupNode,
+    IntervalJoinNode,
+    JoinNode,
+    ProcessNode,
+    RankNode,
+    TemporalJoinNode,
+    WindowNode,
+)
 from pipeline.layout import metadata_uri
 from pipeline.runtime.driver.cursor import Cursor
 from pipeline.runtime.driver.progress import last_data_epoch
@@ -51,7 +60,8 @@ def refusal(job) -> str | None:
         if isinstance(op, ProcessNode):
             return (f"job {job.name!r}: cannot bootstrap process {op.uid!r}: its state is built by a user function "
                     f"one epoch at a time, which the batch plan cannot derive without running the epochs; {CATCH_UP}")
-        if not isinstance(op, (JoinNode, AggregateNode, DedupNode, WindowNode, RankNode)):
+        if not isinstance(op, (JoinNode, AggregateNode, DedupNode, WindowNode, RankNode, IntervalJoinNode,
+                               TemporalJoinNode)):
             return (f"job {job.name!r}: cannot bootstrap {type(op).__name__} {op.uid!r}: not modelled by the batch "
                     f"plan; {CATCH_UP}")
         for inp in op.inputs:

@@ -147,8 +147,7 @@ def join(plan: PlanContext, nid: int, op: JoinNode):
         out = with_fold(plan, op, out, fold)
     consumers = sum(1 for s in plan.job.sinks() if plan.job.chain_to(s.parent)[0] == nid)
     for o in plan.job.operators():
-        ins = (o.left, o.right) if isinstance(o, JoinNode) else (o.parent,)
-        consumers += sum(1 for i in ins if plan.job.chain_to(i)[0] == nid)
+        consumers += sum(1 for i in o.inputs if plan.job.chain_to(i)[0] == nid)
     return plan.cache(out) if consumers > 1 else out
 
 

@@ -15,10 +15,12 @@ from pipeline.batch.evaluation.result import BatchResult
 from pipeline.batch.evaluation.sink import sink
 from pipeline.batch.evaluation.sources import source_frame
 from pipeline.batch.evaluation.stateless import map_rows, union
+from pipeline.batch.evaluation.timed_join import timed_join
 from pipeline.batch.evaluation.window import window
 from pipeline.job import (
     AggregateNode,
     DedupNode,
+    IntervalJoinNode,
     Job,
     JoinNode,
     LookupJoinNode,
@@ -26,6 +28,7 @@ from pipeline.job import (
     RankNode,
     SinkNode,
     SourceNode,
+    TemporalJoinNode,
     UnionNode,
     WindowNode,
 )
@@ -57,6 +60,8 @@ class PlanCompiler(PlanContext):
             return dedup(self, nid, node)
         if isinstance(node, RankNode):
             return rank(self, nid, node)
+        if isinstance(node, (IntervalJoinNode, TemporalJoinNode)):
+            return timed_join(self, nid, node)
         self.bad[nid] = f"{type(node).__name__} is not modelled by the batch evaluation"
         return None
 
@@ -64,8 +69,7 @@ class PlanCompiler(PlanContext):
         """The source's one reader is a join side declared ``unique``, whose first rows per key are computed once and
         cached (:func:`~pipeline.batch.evaluation.join_keys.per_key`): caching the source too would only convert its
         rows twice."""
-        readers: list[object] = [o for o in self.job.operators() for i in ((o.left, o.right) if isinstance(o, JoinNode)
-                                                              else (o.parent,)) if self.job.chain_to(i)[0] == nid]
+        readers: list[object] = [o for o in self.job.operators() for i in o.inputs if self.job.chain_to(i)[0] == nid]
         readers += [s for s in self.job.sinks() if self.job.chain_to(s.parent)[0] == nid]
         if len(readers) != 1 or not isinstance(readers[0], JoinNode):
             return False
@@ -86,7 +90,7 @@ class PlanCompiler(PlanContext):
             sink(self, s)
         for n in self.job.nodes:
             if not isinstance(n, (SourceNode, MapNode, UnionNode, LookupJoinNode, JoinNode, AggregateNode, WindowNode,
-                                  DedupNode, RankNode, SinkNode)):
+                                  DedupNode, RankNode, SinkNode, IntervalJoinNode, TemporalJoinNode)):
                 self.result.messages.append(f"not checked: {type(n).__name__} nodes are not modelled yet")
         return self.result
 

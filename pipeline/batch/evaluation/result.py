@@ -31,6 +31,8 @@ class BatchResult:
     # label in ``counts`` -> the rows a join dead-letters, when the kernel's per-round rule decided repeated unique
     # keys (:func:`~pipeline.batch.evaluation.join_repeats.fold_repeats`; bootstrap writes them)
     unique_dead: dict[str, object] = field(default_factory=dict)
+    # operator uid -> the rows an interval or temporal join dead-letters, in its runtime's Parquet columns + _pepoch
+    dead_rows: dict[str, object] = field(default_factory=dict)
     # label in ``counts`` -> uid of a join compiled without looking for repeated unique keys (``PlanContext.fold``): a
     # count > 0 means the plan must be compiled again with the join in ``fold`` (pipeline.quality.recovery)
     unfolded: dict[str, str] = field(default_factory=dict)

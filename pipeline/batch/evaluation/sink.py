@@ -7,7 +7,16 @@ from pipeline.batch.evaluation.context import PlanContext
 from pipeline.batch.evaluation.prefix import PEPOCH
 from pipeline.batch.evaluation.result import INTERNAL, orderable, visible
 from pipeline.batch.evaluation.rounds import ROUND
-from pipeline.job import AggregateNode, RankNode, SinkNode, SourceNode, WindowNode, emits_updates
+from pipeline.job import (
+    AggregateNode,
+    IntervalJoinNode,
+    RankNode,
+    SinkNode,
+    SourceNode,
+    TemporalJoinNode,
+    WindowNode,
+    emits_updates,
+)
 
 
 def sink(plan: PlanContext, s: SinkNode) -> None:
@@ -34,7 +43,7 @@ def sink(plan: PlanContext, s: SinkNode) -> None:
     elif s.mode == "upsert" and not isinstance(parent, (AggregateNode, WindowNode, RankNode)):
         plan.result.unchecked[obj] = "upsert sink of a non-aggregate: 'newest row per key' is not modelled"
     else:
-        if isinstance(parent, WindowNode) and "_ingest_ts" in df.columns:
+        if isinstance(parent, (WindowNode, IntervalJoinNode, TemporalJoinNode)) and "_ingest_ts" in df.columns:
             # only rows flowing on carry it (pipeline.batch.evaluation.window._window_flow), not the sink's
             df = df.drop("_ingest_ts")
         plan.result.sinks[s.table] = visible(df)

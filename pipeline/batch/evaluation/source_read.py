@@ -34,12 +34,13 @@ from pipeline.job import Job, SourceNode
 from pipeline.runtime.spark.dataflow import schema_ddl
 from pipeline.runtime.spark.task_requests import counted_in_span
 from pipeline.source._formats import CONTENT_ERRORS
+from pipeline.source.lake import list_lake_files
 from pipeline.source.layout import SourceFile, list_source_files
 from pipeline.source.planner import Split
 from pipeline.source.reader import META_FIELDS, SplitReader
 from pipeline.source.summary import summarize_file
 
-__all__ = ["NATIVE_ENV", "native_files", "native_type", "source_dataframe"]
+__all__ = ["NATIVE_ENV", "native_files", "native_type", "prefix_files", "source_dataframe"]
 
 
 NATIVE_ENV = "EPOCHAL_BATCH_NATIVE_READ"    # "0": every file through the runtime's reader
@@ -60,10 +61,14 @@ class _CountingReader(SplitReader):
         return None
 
 
-def _files(runner, source: SourceNode, stops: Mapping[int, tuple[int, int]]) -> list[tuple]:
+def prefix_files(runner, source: SourceNode, stops: Mapping[int, tuple[int, int]]) -> list[tuple]:
     """``(SourceFile fields..., stop row or None)`` of every file with rows before the barrier: listing only (the
     footers are read by the executors, which turn each file into its split)."""
-    files = list_source_files(runner.src_fio, runner.config.source_uri, source.name, policy="dead_letter")
+    if source.table is not None:   # a lake table: every commit from its first version (lineage as now)
+        files = list_lake_files(source.name, source.table.resolved(runner.config.source_uri), source.schema, 0,
+                                ingest_time=source.ingest_time)
+    else:
+        files = list_source_files(runner.src_fio, runner.config.source_uri, source.name, policy="dead_letter")
     out: list[tuple] = []
     for p, fs in files.items():
         if int(p) not in stops:
@@ -71,9 +76,9 @@ def _files(runner, source: SourceNode, stops: Mapping[int, tuple[int, int]]) -> 
         bseq, brow = stops[int(p)]
         for f in fs:
             if f.seq < bseq:
-                out.append((f.source, f.partition, f.seq, f.uri, f.format, f.size, None))
+                out.append((f.source, f.partition, f.seq, f.uri, f.format, f.size, None, f.ingest_ts))
             elif f.seq == bseq and brow > 0:
-                out.append((f.source, f.partition, f.seq, f.uri, f.format, f.size, brow))
+                out.append((f.source, f.partition, f.seq, f.uri, f.format, f.size, brow, f.ingest_ts))
     out.sort(key=lambda t: -t[5])   # biggest first: balanced tasks
     return out
 
@@ -112,7 +117,8 @@ def native_files(source: SourceNode, files: list[tuple]) -> tuple[list[tuple[tup
     rest: list[tuple] = []
     for t in files:
         uri, fmt = t[3], t[4]
-        path = LocalFileIO.path_of(uri) if uri.startswith("file:") and fmt == "parquet" else ""
+        # a lake file's _ingest_ts is its commit time, added by the runtime's reader
+        path = LocalFileIO.path_of(uri) if uri.startswith("file:") and fmt == "parquet" and t[7] is None else ""
         if _PLAIN_PATH.match(path):
             cand.append((t, path))
         else:
@@ -136,7 +142,7 @@ def _native_frame(spark, source: SourceNode, files: list[tuple[tuple, str]], pre
     lookup = prefix.lookup(source.name)
     empty = (np.zeros(0, np.int64), np.zeros(0, np.int64))
     info = []
-    for (_src, part, seq, _uri, _fmt, _size, stop), path in files:
+    for (_src, part, seq, _uri, _fmt, _size, stop, _ts), path in files:
         bar_o, bar_e = lookup.get(part, empty)
         lo = int(seq) << 32
         # idx(row) = #barriers <= ordinal(seq, row) = c0 + #{in-file barrier rows <= row}; a barrier at row 0
@@ -196,7 +202,7 @@ def source_dataframe(spark, runner, job: Job, source: SourceNode, prefix: Prefix
     """The valid rows of ``source`` before checkpoint ``prefix.epoch``'s barriers, with the declared columns,
     the position columns (``_source``, ``_partition``, ``_seq``, ``_row``) and ``_pepoch``."""
     stops = prefix.stops(source.name)
-    native, splits = native_files(source, _files(runner, source, stops))
+    native, splits = native_files(source, prefix_files(runner, source, stops))
     reader = _CountingReader(source.schema, (source.key,) if source.key else (), "dead_letter",
                              "file:///nonexistent", job.name)
     lookup = prefix.lookup(source.name)
@@ -213,14 +219,14 @@ def source_dataframe(spark, runner, job: Job, source: SourceNode, prefix: Prefix
         import pyarrow.compute as pc
         for b in batches:
             for task in b.column(0).to_pylist():
-                for src, part, seq, uri, fmt, size, stop in groups[task]:
-                    f = SourceFile(src, part, seq, uri, fmt, size)
+                for src, part, seq, uri, fmt, size, stop, lake_ts in groups[task]:
+                    f = SourceFile(src, part, seq, uri, fmt, size, lake_ts)
                     summary = summarize_file(f)
                     if summary.corrupt:
-                        split = Split(src, part, seq, uri, fmt, 0, None)
+                        split = Split(src, part, seq, uri, fmt, 0, None, lake_ts)
                     else:
                         split = Split(src, part, seq, uri, fmt, 0, summary.rows if stop is None
-                                      else min(stop, summary.rows))
+                                      else min(stop, summary.rows), lake_ts)
                     for rb in reader.read_split(split):
                         t = pa.Table.from_batches([rb])
                         ords = (t["_seq"].to_numpy().astype(np.int64) << 32) + t["_row"].to_numpy().astype(np.int64)

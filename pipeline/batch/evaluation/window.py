@@ -11,7 +11,7 @@ from pipeline.batch.evaluation.result import EXACT_SUM, WATERMARK_ROW, WINDOW_EP
 from pipeline.batch.evaluation.rounds import ROUND, fired_round
 from pipeline.batch.evaluation.session_window import session_late, session_pairs
 from pipeline.batch.evaluation.wm_channels import channel_column
-from pipeline.job import AggregateNode, JoinNode, WindowNode
+from pipeline.job import AggregateNode, WindowNode
 from pipeline.operators.aggregate_functions import mask_sql, masked_aggs
 
 
@@ -135,7 +135,7 @@ def _aggs(src, op: WindowNode) -> list:
 def _flows_on(plan: PlanContext, nid: int) -> bool:
     """An operator reads node ``nid``'s output (through stateless steps), not only a sink."""
     return any(plan.job.chain_to(i)[0] == nid for o in plan.job.operators()
-               for i in ((o.left, o.right) if isinstance(o, JoinNode) else (o.parent,)))
+               for i in o.inputs)
 
 def _window_flow(plan: PlanContext, out, w_after: dict[int, int | None]):
     """The fired windows as rows flowing on to another operator (docs/windows.md "Chaining and modes"): each

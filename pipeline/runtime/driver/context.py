@@ -40,6 +40,7 @@ from pipeline.runtime.operators.writer_nodes import sink_writers
 
 # the built-in operators register their builders and traits (pipeline.runtime.operators.registry) when imported
 from pipeline.runtime.spark import operator_plans as _operator_plans  # noqa: F401
+from pipeline.runtime.spark import timed_join_plan as _timed_join_plan  # noqa: F401
 from pipeline.runtime.spark.session import get_spark, is_connect_session, ship_job_code
 from pipeline.sink.formats import open_sink_table, sink_requests_counting
 from pipeline.sink.table import CommittedTable
@@ -79,6 +80,7 @@ class RuntimeContext:
             probe_connect(url)
         self.max_parallelism = self._ensure_job_json()
         self.spark_session: Any = None
+        self._tables: dict[str, CommittedTable] = {}   # table(): one object per sink table
         self._spark_opening: _SessionOpening | None = None  # start_spark(): a Connect session opened in a thread
         self.spark_start_s = 0.0  # time spent starting / connecting to Spark (in the background, if started so)
         # source contract (pipeline.source.contract): the latest listing, and dead letters of this run that
@@ -195,13 +197,21 @@ class RuntimeContext:
 
     # ---------------------------------------------------------------------------------------- sinks
     def table(self, table: str) -> CommittedTable:
-        """The sink table in its format (Iceberg / Delta / Epochal's commit log; ``pipeline.sink.formats``)."""
+        """The sink table in its format (Iceberg / Delta / Epochal's commit log; ``pipeline.sink.formats``), one
+        object per table for the runner's life: a Delta table keeps its loaded log and reads only the commits after
+        it (``update_incremental``), where a new object per epoch listed and replayed the whole ``_delta_log``
+        (a warm process's epochs, ``run --follow``)."""
         if table not in self.job.sink_tables():
             raise ConfigError(f"job {self.job.name!r} has no sink table {table!r} (has {self.job.sink_tables()})")
+        cached = self._tables.get(table)
+        if cached is not None:
+            return cached
         s = next(s for s in self.job.sinks() if s.table == table)
-        return open_sink_table(self.sink_fio, self.config, self.job.name, table, mode=s.mode, key=s.key,
-                               partition_by=s.partition_by,
-                               fmt=resolve_format(table, s.format, self.config.sink_format))
+        opened = open_sink_table(self.sink_fio, self.config, self.job.name, table, mode=s.mode, key=s.key,
+                                 partition_by=s.partition_by,
+                                 fmt=resolve_format(table, s.format, self.config.sink_format))
+        self._tables[table] = opened
+        return opened
 
     def sink_requests_counting(self) -> dict[str, str]:
         """Per sink table: whether its S3 requests are counted (``CheckpointStats.sink_s3_requests_counting``)."""

@@ -46,14 +46,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.barriers.events import CheckpointingMode
-from pipeline.job import AggregateNode, DedupNode, JoinNode, ProcessNode, RankNode, WindowNode
+from pipeline.job import (
+    AggregateNode,
+    DedupNode,
+    IntervalJoinNode,
+    JoinNode,
+    ProcessNode,
+    RankNode,
+    TemporalJoinNode,
+    WindowNode,
+)
 from pipeline.runtime.driver.context import RuntimeContext
 from pipeline.runtime.driver.cursor import Cursor
 
 __all__ = ["TAGGED_OPERATORS", "group_refusal", "PlannedEpoch"]
 
 #: operators whose tasks run several epochs in one round (pipeline.runtime.operators.task.epoch_tagged_task)
-TAGGED_OPERATORS = (JoinNode, AggregateNode, DedupNode, ProcessNode, WindowNode, RankNode)
+TAGGED_OPERATORS = (JoinNode, AggregateNode, DedupNode, ProcessNode, WindowNode, RankNode, IntervalJoinNode,
+                    TemporalJoinNode)
 
 
 def group_refusal(ctx: RuntimeContext, cursor: Cursor) -> str | None:

@@ -16,6 +16,7 @@ from pipeline.runtime.driver.context import RuntimeContext
 from pipeline.runtime.driver.cursor import Cursor, cursor_from_metadata
 from pipeline.runtime.driver.results import RunReport
 from pipeline.source.contract import check_source_contract, inventory_behind, listing_start, unplaceable_files_error
+from pipeline.source.lake import LAKE_PARTITION, lake_source_files
 from pipeline.source.layout import list_source_files
 from pipeline.source.planner import count_rows
 from pipeline.source.positions import end_position
@@ -56,10 +57,18 @@ class EpochPlanner:
         if unexpected is None:
             unexpected = ctx.unexpected_dead_letters = {}
         for src in ctx.job.sources():
-            start = self.listing_start(cursor, src.name)
-            files = list_source_files(ctx.src_fio, ctx.config.source_uri, src.name, policy=ctx.config.bad_records,  # type: ignore[arg-type]
-                                      dead_letter_root=ctx.dead_letter_root, job=ctx.job.name,
-                                      new_dead_letters=unexpected, start_at=start)
+            start: dict[int, int] | None
+            if src.table is not None:  # a lake table: its commits from the last version read on (lineage checked)
+                files, start = lake_source_files(
+                    src.name, src.table, src.schema, ctx.config.source_uri,
+                    cursor.positions.get(src.name, {}).get(str(LAKE_PARTITION)),
+                    (cursor.inventory or {}).get(src.name, {}).get(str(LAKE_PARTITION)), cursor.checkpoint_id,
+                    ingest_time=src.ingest_time)
+            else:
+                start = self.listing_start(cursor, src.name)
+                files = list_source_files(ctx.src_fio, ctx.config.source_uri, src.name, policy=ctx.config.bad_records,  # type: ignore[arg-type]
+                                          dead_letter_root=ctx.dead_letter_root, job=ctx.job.name,
+                                          new_dead_letters=unexpected, start_at=start)
             since = {int(p): pos for p, pos in cursor.positions.get(src.name, {}).items()}
             out[src.name] = summarize_source(files, since=since, fileio=ctx.src_fio)
             listing[src.name] = files

@@ -42,7 +42,17 @@ from pipeline.clock import Clock
 from pipeline.config import PipelineConfig
 from pipeline.exceptions import CheckpointError, ConfigError, IncompatibleStateError, MalformedInputError
 from pipeline.fileio import file_io_for
-from pipeline.job import AggregateNode, DedupNode, Job, JoinNode, ProcessNode, RankNode, WindowNode
+from pipeline.job import (
+    AggregateNode,
+    DedupNode,
+    IntervalJoinNode,
+    Job,
+    JoinNode,
+    ProcessNode,
+    RankNode,
+    TemporalJoinNode,
+    WindowNode,
+)
 from pipeline.layout import METADATA_FILE
 from pipeline.runtime.driver import progress
 from pipeline.runtime.driver.barrier_log import BarrierLog, Barriers
@@ -63,7 +73,8 @@ from pipeline.runtime.spark.task_requests import RequestSpan
 
 __all__ = ["JobRunner", "RoundResult", "RunReport", "Cursor"]
 
-ROCKSDB_OPERATORS = (JoinNode, AggregateNode, DedupNode, WindowNode, ProcessNode, RankNode)  # operators whose state the rocksdb backend keeps (docs/state.md)
+ROCKSDB_OPERATORS = (JoinNode, AggregateNode, DedupNode, WindowNode, ProcessNode, RankNode, IntervalJoinNode,
+                     TemporalJoinNode)  # operators whose state the rocksdb backend keeps (docs/state.md)
 
 
 def _require_backend_support(job: Job, config: PipelineConfig) -> None:

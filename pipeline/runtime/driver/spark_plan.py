@@ -57,6 +57,7 @@ from pipeline.runtime.operators.round_params import (
 )
 from pipeline.runtime.operators.writer_nodes import SinkWriterNode, sink_writers
 from pipeline.runtime.spark import operator_plans as _operator_plans  # noqa: F401
+from pipeline.runtime.spark import timed_join_plan as _timed_join_plan  # noqa: F401
 from pipeline.runtime.spark.dataflow import (
     OperatorIO,
     collect_handles,
@@ -118,7 +119,7 @@ class SparkPlan:
         """The Spark work of one round; returns all task reports (the acks of every subtask).
 
         Operators feeding other operators are chained into the same Spark job (their output flows
-        through Spark's shuffle; their acks are written as objects); each terminal operator is one job.
+        through Spark's shuffle; their acks are written as objects); the terminal operators run as one job.
         The plan comes from :meth:`steps` (built once per shape); this round's values (splits,
         parent state handles, staging prefixes, TTL cutoff) reach the tasks as local properties
         (:mod:`pipeline.runtime.operators.round_params`).
@@ -271,17 +272,29 @@ class SparkPlan:
 
     @staticmethod
     def _run(steps: list[tuple], fresh) -> list[TaskReport]:
-        """Execute a round's plan: every terminal operator is one Spark job (collecting its task reports); an
-        operator with several consumers is computed once for all of them. ``fresh(df)``: a DataFrame to
-        execute anew (re-used plans) or None (a plan of this round only)."""
-        rows: list[TaskReport] = []
-        persisted = []
+        """Execute a round's plan. An operator with several consumers is computed once for all of them
+        (persisted; the first job computes it, the next read it). Without such an operator the terminal
+        operators' reports (one schema) are unioned and collected as ONE Spark job, so their stages share one
+        job's scheduling and run side by side on the cores; with one, each terminal operator stays its own job,
+        one after the other, because two branches of one job could compute a persisted partition at once on
+        two executors (its block lock is per executor), running the operator's side effects twice concurrently.
+        ``fresh(df)``: a DataFrame to execute anew (re-used plans) or None (a plan of this round only)."""
+        persisted, terminal = [], []
         for _op, _sinks, consumers, df in steps:
             df = fresh(df) if fresh is not None else df
             if consumers:
                 if len(consumers) > 1:  # computed once for all its consumers (this round's data)
                     persisted.append(df.persist())
             else:
+                terminal.append(df)
+        rows: list[TaskReport] = []
+        if terminal and not persisted:
+            job = terminal[0]
+            for df in terminal[1:]:
+                job = job.union(df)
+            rows = collect_handles(job)
+        else:
+            for df in terminal:
                 rows.extend(collect_handles(df))
         for df in persisted:
             df.unpersist()

@@ -106,7 +106,7 @@ def split_dataframe(spark, n_tasks: int, source: SourceNode, reader_factory: Cal
     reader = reader_factory(source)
     split_schema = pa.schema([("source", pa.string()), ("partition", pa.int32()), ("seq", pa.int64()),
                               ("uri", pa.string()), ("format", pa.string()), ("row_start", pa.int64()),
-                              ("row_end", pa.int64())])
+                              ("row_end", pa.int64()), ("ingest_ts", pa.int64())])
     name = source.name
     embedded = None if carried is None else carried.get(params_key, [])
 
