@@ -15,7 +15,7 @@ table in the last checkpoint holds the source partitions as channels. ``validate
 and fails once a committed window's count is changed.
 
 Opt-in (about 3 min on the loaded 2-core machine): ``EPOCHAL_WM_CHANNELS=1``. The default suite has the property
-test of the propagation (``tests/unit/windows/test_watermark_channels.py``).
+test of the propagation (``tests/unit/windows/test_watermark_propagation.py``).
 """
 from __future__ import annotations
 
