@@ -14,7 +14,16 @@ evaluation derives the same name per row from its source position or from :func:
 """
 from __future__ import annotations
 
-from pipeline.job import DedupNode, Job, LookupJoinNode, SourceNode, UnionNode, WindowNode
+from pipeline.job import (
+    DedupNode,
+    IntervalJoinNode,
+    Job,
+    LookupJoinNode,
+    SourceNode,
+    TemporalJoinNode,
+    UnionNode,
+    WindowNode,
+)
 
 __all__ = ["forwards_channels", "operator_channel", "needs_channels", "fixed_channels", "source_channel_name"]
 
@@ -37,12 +46,13 @@ def operator_channel(job: Job, nid: int) -> str:
 
 def needs_channels(job: Job, nid: int) -> bool:
     """Whether the rows leaving operator ``nid`` must carry their watermark channel: it forwards channels and a
-    window reads its rows, through stateless steps and other forwarding operators."""
+    window or an interval/temporal join (the operators with a watermark) reads its rows, through stateless steps and
+    other forwarding operators."""
     if not forwards_channels(job.nodes[nid]):
         return False
     for op in job.operators():
         if any(nid in job.bases(i) for i in op.inputs):
-            if isinstance(op, WindowNode) or needs_channels(job, job.node_id(op)):
+            if isinstance(op, (WindowNode, IntervalJoinNode, TemporalJoinNode)) or needs_channels(job, job.node_id(op)):
                 return True
     return False
 

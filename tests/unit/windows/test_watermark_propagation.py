@@ -193,3 +193,14 @@ def test_before_the_fix_the_deduplicate_channel_took_the_global_maximum():
     obs_one_channel = {"op:dd": 300 * SEC}
     assert WatermarkState().advance(obs_forwarded, 5 * SEC).watermark_us == 175 * SEC
     assert WatermarkState().advance(obs_one_channel, 5 * SEC).watermark_us == 295 * SEC
+
+
+def test_a_deduplicate_forwards_channels_to_an_interval_join_too():
+    job = Job("g6")
+    a, b = job.source("a", SCHEMA), job.source("b", SCHEMA)
+    d = a.deduplicate(uid="dd", key="id")
+    ij = d.select("id", "k", "et").interval_join(b.select("id", "et AS rt"), uid="ij", on="id", left_time="et",
+                                                 right_time="rt", lower_seconds=-10, upper_seconds=10)
+    ij.sink("pairs")
+    assert needs_channels(job, d.node)
+    assert fixed_channels(job, job.nodes[ij.node].left) == frozenset()
