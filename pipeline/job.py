@@ -510,7 +510,9 @@ class Stream:
         ``(function, input column, where)`` with function ``count`` (input ``None``), ``sum``, ``min``, ``max``,
         ``avg`` or ``count_distinct``; ``where`` (a Spark SQL condition) is SQL's ``FILTER (WHERE ...)``. Emits
         the new totals of every key that changed in an epoch (an upsert stream: sink it with ``mode="upsert"``). A
-        null key is one group, as in SQL (docs/operators.md "Aggregate")."""
+        null key is one group, as in SQL (docs/operators.md "Aggregate"). Over another running aggregate's output
+        (an updating stream, retract semantics): each upstream update replaces the earlier row of its upstream
+        key; ``count``/``sum``/``avg`` only (docs/operators.md "Updating streams")."""
         spec, filters = parse_aggs(f"aggregate {uid!r}", aggs, AGG_FUNCTIONS)
         return self.job._add(AggregateNode(self.job._uid(uid), self.node, key, spec, filters))
 

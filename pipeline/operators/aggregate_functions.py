@@ -30,7 +30,7 @@ from pipeline.exceptions import AggregateOverflowError, ConfigError
 
 __all__ = ["FUNCTIONS", "EXTENDED", "SUM_SUFFIX", "COUNT_SUFFIX", "SET_SUFFIX", "MASK_PREFIX", "EXACT_SUM",
            "parse_aggs", "needs_extended_kernel", "run_round", "masked_aggs", "mask_sql", "state_fields", "output_fields",
-           "AggregateStep", "aggregate_step", "KG"]
+           "AggregateStep", "aggregate_step", "output_rows", "KG"]
 
 FUNCTIONS = ("count", "sum", "min", "max", "avg", "count_distinct")
 EXTENDED = ("avg", "count_distinct")      # functions whose state is not their output value
@@ -287,6 +287,11 @@ def aggregate_step(key: str, aggs, state_schema: pa.Schema, output_schema: pa.Sc
     new_state = pa.table({f.name: new_cols[f.name] for f in state_schema}, schema=state_schema)
     # 4. the groups this round touched, with their new values
     changed = new_state.filter(pc.is_in(new_state[key], value_set=_array(partial_t[key]), skip_nulls=False))
+    return AggregateStep(new_state, output_rows(key, aggs, changed, output_schema), pa.table({key: partial_t[key]}))
+
+
+def output_rows(key: str, aggs, changed: pa.Table, output_schema: pa.Schema) -> pa.Table:
+    """The output rows (``output_schema``) of some groups' state rows ``changed``."""
     out_cols = [changed[key]]
     for (out, fn, _col), f in zip(aggs, list(output_schema)[1:]):
         if fn == "avg":
@@ -298,8 +303,7 @@ def aggregate_step(key: str, aggs, state_schema: pa.Schema, output_schema: pa.Sc
         else:
             c = changed[out]
         out_cols.append(pc.cast(c, f.type))
-    output = pa.table(out_cols, schema=output_schema)
-    return AggregateStep(new_state, output, pa.table({key: partial_t[key]}))
+    return pa.table(out_cols, schema=output_schema)
 
 
 def run_round(spec, state_schema: pa.Schema, state: pa.Table, incoming: pa.Table | None

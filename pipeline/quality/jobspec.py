@@ -35,7 +35,10 @@ from pipeline.job import (
     join_output,
 )
 from pipeline.operators.aggregate_functions import masked_aggs, needs_extended_kernel, output_fields, state_fields
+from pipeline.operators.retract import output_fields as retract_output_fields
+from pipeline.operators.retract import state_fields as retract_state_fields
 from pipeline.quality.normalize import NullKey, ObjectSpec, schema_signature
+from pipeline.updating_streams import reads_changelog
 
 __all__ = ["JobObjects", "job_objects", "node_schema", "state_obj", "sink_obj"]
 
@@ -97,6 +100,10 @@ def node_schema(job: Job, node_id: int) -> pa.Schema | None:
         if parent is None or node.key not in parent.names:
             return None
         agg_fields = [parent.field(node.key)]
+        if reads_changelog(job, node):  # over an updating stream (docs/operators.md "Updating streams")
+            if any(c is not None and fn != "count" and c not in parent.names for _, fn, c in node.aggs):
+                return None
+            return pa.schema(agg_fields + retract_output_fields(node.aggs, parent))
         if node.filters or needs_extended_kernel(node.aggs):  # avg, count_distinct, FILTER (aggregate_functions)
             if any(c is not None and fn != "count" and c not in parent.names for _, fn, c in node.aggs):
                 return None
@@ -153,11 +160,12 @@ def _state_schema(job: Job, op, name: str) -> pa.Schema | None:
                           pa.field("_epoch", pa.int64()), _KG])
     if not isinstance(op, AggregateNode):
         return None  # other operators (process): schema not checked here
-    if needs_extended_kernel(op.aggs):  # state columns besides the values (docs/operators.md "Aggregate")
-        parent = node_schema(job, op.parent)
-        if parent is None or any(c is not None and c not in parent.names for _, _, c in op.aggs):
+    if needs_extended_kernel(op.aggs) or reads_changelog(job, op):  # state columns besides the values
+        parent = node_schema(job, op.parent)                         # (docs/operators.md "Aggregate", "Updating
+        if parent is None or any(c is not None and c not in parent.names for _, _, c in op.aggs):  # streams")
             return None
-        return pa.schema([parent.field(op.key), *state_fields(op.aggs, parent), _KG])
+        fields = retract_state_fields(op.aggs, parent) if reads_changelog(job, op) else state_fields(op.aggs, parent)
+        return pa.schema([parent.field(op.key), *fields, _KG])
     sch = node_schema(job, job.node_id(op))
     return None if sch is None else sch.append(_KG)
 

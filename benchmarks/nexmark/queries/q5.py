@@ -8,7 +8,8 @@ from pipeline import Job
 
 SINK = "q5"
 MISSING = ("a join with an updating stream: the per-window maximum (GROUP BY starttime, endtime over the window "
-           "output) is a running aggregate whose changing rows the join would pair")
+           "output) is a running aggregate whose rising maximum takes back pairs the join emitted; updating "
+           "streams reach aggregates only, and sinks cannot delete rows yet")
 
 
 def job() -> Job:

@@ -54,8 +54,8 @@ def refusal(job) -> str | None:
       derive it without calling the function epoch by epoch, which is what ``run`` does;
     * any operator other than an aggregate reading an ``emit="update"`` window's output: a changelog with one row per
       window and epoch it changed in (the plan models the windows, not their intermediate updates);
-    * what the plan itself does not model (a deduplicate of a window's or an aggregate's output, an operator reading
-      an aggregate's changelog): refused by :func:`_objects` with the plan's reason."""
+    * what the plan itself does not model (a deduplicate of a window's or an aggregate's output, an operator other
+      than an aggregate reading an aggregate's changelog): refused by :func:`_objects` with the plan's reason."""
     for op in job.operators():
         if isinstance(op, ProcessNode):
             return (f"job {job.name!r}: cannot bootstrap process {op.uid!r}: its state is built by a user function "

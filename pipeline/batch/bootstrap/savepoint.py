@@ -18,6 +18,7 @@ from pipeline.batch.evaluation.aggregate import aggregate_columns
 from pipeline.batch.evaluation.aggregate_functions import aggregate_frames, modelled_here
 from pipeline.batch.evaluation.plan import PlanCompiler
 from pipeline.batch.evaluation.prefix import Prefix, barrier_log, scan_settings
+from pipeline.batch.evaluation.updating import retract_frames
 from pipeline.checkpoint.handles import StateHandle
 from pipeline.checkpoint.recovery_fields import DEAD_LETTER_FILES_KEY as DEAD_LETTERS_KEY
 from pipeline.checkpoint.report import ReportKind, TaskReport
@@ -38,6 +39,7 @@ from pipeline.runtime.spark.routing import shuffle_to_subtasks, with_beacons
 from pipeline.runtime.spark.task_requests import RequestSpan, counted_in_span
 from pipeline.source.contract import read_inventory
 from pipeline.state.backend import KG_COLUMN, write_table
+from pipeline.updating_streams import reads_changelog
 
 __all__ = ["bootstrap"]
 
@@ -45,6 +47,8 @@ __all__ = ["bootstrap"]
 def _exact_aggregate(comp, op):
     """The aggregate's state as the runtime keeps it: floating sums as exact decimal(38,9)."""
     src = comp.frame(op.parent)
+    if reads_changelog(comp.job, op):  # over an updating stream: exact already (evaluation/updating.py)
+        return retract_frames(src, op)[0]
     if modelled_here(op):  # avg, count_distinct, FILTER (pipeline/batch/evaluation/aggregate_functions.py)
         return aggregate_frames(src, op)[0]
     return src.groupBy(op.key).agg(*aggregate_columns(src, op, exact=True))

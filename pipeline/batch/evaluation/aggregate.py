@@ -6,7 +6,9 @@ from __future__ import annotations
 from pipeline.batch.evaluation.aggregate_functions import aggregate_frames, modelled_here
 from pipeline.batch.evaluation.context import PlanContext
 from pipeline.batch.evaluation.result import EXACT_SUM
+from pipeline.batch.evaluation.updating import retract_frames
 from pipeline.job import AggregateNode, emits_updates
+from pipeline.updating_streams import reads_changelog, unsupported_reason
 
 
 def aggregate_columns(src, op: AggregateNode, *, exact: bool) -> list:
@@ -39,6 +41,14 @@ def aggregate(plan: PlanContext, nid: int, op: AggregateNode):
         return None
     base, _ = plan.job.chain_to(op.parent)
     base_node = plan.job.nodes[base]
+    why = unsupported_reason(plan.job, op)
+    if why is not None:
+        plan.bad[nid] = why
+        return None
+    if reads_changelog(plan.job, op):  # the final row per upstream key, then this aggregate (evaluation/updating.py)
+        state, totals = retract_frames(src, op)
+        plan.result.states[f"state/{op.uid}/agg"] = state
+        return totals
     if emits_updates(base_node):
         plan.bad[nid] = f"aggregate {op.uid} reads the changelog of {base_node.uid}"
         return None

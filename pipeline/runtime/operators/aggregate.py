@@ -16,7 +16,7 @@ from pipeline.exceptions import AggregateOverflowError
 from pipeline.faults import fault_point
 from pipeline.fileio import file_io_for
 from pipeline.keygroups import range_for_subtask
-from pipeline.operators import aggregate_functions
+from pipeline.operators import aggregate_functions, retract
 from pipeline.operators.aggregate_functions import needs_extended_kernel
 from pipeline.runtime.operators.state_access import StateScope, StateSpec, open_state
 from pipeline.runtime.operators.task import (
@@ -55,6 +55,10 @@ class AggTaskSpec:
     # task rewrites them merged with this round's rows (newest per key), so a commit entry has one row per key
     prior_output: tuple[tuple[int, FileHandle], ...] = ()   # (subtask, file)
     snapshot: dict | None = None                     # round field: pipeline.state.snapshot.SnapshotOptions
+    # updating streams (pipeline.updating_streams): the input is a changelog (the retraction kernel), and/or the
+    # rows flowing on are one (the previous row of each changed group retracted, its new row added)
+    retract: bool = False
+    changelog: bool = False
 
 
 def _to_output(t: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -151,14 +155,28 @@ def make_agg_task(spec: AggTaskSpec):
         kgr = range_for_subtask(spec.max_parallelism, spec.parallelism, subtask)
         fio = file_io_for(spec.state_prefix)
         sschema = spec.state_schema.append(pa.field(KG_COLUMN, pa.int32()))
+        oschema = spec.out_schema or spec.state_schema
         scope = StateScope(spec.uid, subtask, kgr, spec.key, spec.checkpoint, spec.state_prefix,
                            {"agg": StateSpec(sschema)}, spec.parent_handles, spec.snapshot)
         with open_state(scope, fio) as access:  # heap: the range's whole state; rocksdb: this round's groups
             state = access.read([incoming] if incoming is not None else [])["agg"]
             restored = state.num_rows
-            # avg / count_distinct keep state columns besides their values: their kernel (docs/operators.md)
-            state, out, partial, in_rows = (aggregate_functions.run_round if needs_extended_kernel(spec.aggs)
-                                            else _aggregate_step)(spec, sschema, state, incoming)
+            before = state
+            if spec.retract:   # the input is a changelog (docs/operators.md "Updating streams")
+                res = retract.retract_step(spec.key, spec.aggs, sschema, oschema, state, incoming,
+                                           where=f"operator {spec.uid!r} (checkpoint {spec.checkpoint})")
+                state, out, partial = res.state, res.output, res.touched
+                in_rows = incoming.num_rows if incoming is not None else 0
+                previous, current = res.previous, res.current
+            else:
+                # avg / count_distinct keep state columns besides their values: their kernel (docs/operators.md)
+                state, out, partial, in_rows = (aggregate_functions.run_round if needs_extended_kernel(spec.aggs)
+                                                else _aggregate_step)(spec, sschema, state, incoming)
+                previous, current = None, out
+                if spec.changelog and partial is not None:  # the changed groups' rows before this round
+                    held = before.filter(pc.is_in(before[spec.key], value_set=partial[spec.key], skip_nulls=False))
+                    previous = (aggregate_functions.output_rows(spec.key, spec.aggs, held, oschema)
+                                if needs_extended_kernel(spec.aggs) else _to_output(held, oschema))
             sync_ms = (time.perf_counter() - t0) * 1000
             fault_point("writing_state")
             t1 = time.perf_counter()
@@ -183,6 +201,10 @@ def make_agg_task(spec: AggTaskSpec):
         reports = [task_report(kind, spec.uid, name, subtask, kgr, what, in_rows=in_rows, restored=restored,
                                sync_ms=sync_ms, async_ms=async_ms)
                    for kind, name, what in ((ReportKind.STATE, "agg", sh), (ReportKind.OUTPUT, spec.output_name, ofh))]
-        yield from _emit(reports, out, spec.out_schema or spec.state_schema, fio, spec.ack_prefix, subtask)
+        if spec.changelog:   # a consumer reads the changelog: retract each changed group's row, add its new one
+            flow = retract.changelog(previous, current, oschema, spec.key)
+            yield from _emit(reports, flow, retract.flow_schema(oschema), fio, spec.ack_prefix, subtask)
+        else:
+            yield from _emit(reports, out, oschema, fio, spec.ack_prefix, subtask)
 
     return epoch_tagged_task(spec, step)

@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipeline.checkpoint.handles import FileHandle, StateHandle
 from pipeline.checkpoint.report import ReportKind
@@ -18,6 +19,7 @@ from pipeline.faults import fault_point
 from pipeline.fileio import file_io_for
 from pipeline.keygroups import range_for_subtask
 from pipeline.operators.rank import RANK, rank_step
+from pipeline.operators.retract import changelog, flow_schema
 from pipeline.runtime.operators.sink_writer import merge_prior
 from pipeline.runtime.operators.state_access import StateScope, StateSpec, open_state
 from pipeline.runtime.operators.task import _collect, emit_handles, epoch_tagged_task, subtask_of, task_report
@@ -49,6 +51,8 @@ class RankTaskSpec:
     prior_output: tuple[tuple[int, FileHandle], ...] = ()   # (subtask, file) staged in earlier rounds
     snapshot: dict | None = None    # round field: pipeline.state.snapshot.SnapshotOptions
     to_sink: bool = False           # plan-time: a sink consumes the output (staged even when rows also flow on)
+    changelog: bool = False         # plan-time: an aggregate reads the rows flowing on as a changelog: the touched
+    #                                 keys' previous rows retracted, their new first n rows added (updating_streams)
 
 
 def rank_state_schema(in_schema: pa.Schema) -> pa.Schema:
@@ -106,6 +110,13 @@ def make_rank_task(spec: RankTaskSpec):
                                async_ms=async_ms, **figures),
                    task_report(ReportKind.OUTPUT, spec.uid, spec.output_name, subtask, kgr, ofh, sync_ms=sync_ms,
                                async_ms=async_ms, **figures)]
-        yield from emit_handles(reports, out, spec.out_schema, fio, spec.ack_prefix, subtask)
+        if spec.changelog:   # docs/operators.md "Updating streams"
+            held = state.filter(pc.is_in(state[spec.key], value_set=pc.unique(new[spec.key]), skip_nulls=False)) \
+                if new.num_rows and state.num_rows else None
+            flow = changelog(_output(held, spec) if held is not None else None,
+                             _output(res.state, spec) if new.num_rows else None, spec.out_schema)
+            yield from emit_handles(reports, flow, flow_schema(spec.out_schema), fio, spec.ack_prefix, subtask)
+        else:
+            yield from emit_handles(reports, out, spec.out_schema, fio, spec.ack_prefix, subtask)
 
     return epoch_tagged_task(spec, step)

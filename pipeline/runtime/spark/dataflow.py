@@ -30,6 +30,7 @@ from pipeline.job import (
     UnionNode,
     schema_difference,
 )
+from pipeline.operators.retract import SIGN
 from pipeline.operators.ttl import ROW_EPOCH
 from pipeline.runtime.operators.registry import builder_for
 from pipeline.runtime.operators.report_codec import from_table
@@ -40,6 +41,7 @@ from pipeline.runtime.spark.lookup_plan import lookup_dataframe
 from pipeline.runtime.spark.round_bytes import ReadBytesCounter, measured
 from pipeline.runtime.spark.task_requests import TaskRequestCounter, counted
 from pipeline.source.reader import META_FIELDS
+from pipeline.updating_streams import reads_changelog
 from pipeline.worker_memory import release_memory
 
 __all__ = ["OperatorIO", "operator_dataframe", "drop_internal", "schema_ddl", "arrow_schema_of", "collect_handles",
@@ -49,7 +51,7 @@ __all__ = ["OperatorIO", "operator_dataframe", "drop_internal", "schema_ddl", "a
 
 #: columns the runtime adds to records (source positions, routing and alignment flags): never user data
 _INTERNAL = frozenset(["_source", "_partition", "_seq", "_row", "_park", "_kg", "_side", "_subtask", "_route",
-                       "_matched", ROW_EPOCH, EPOCH_TAG, "_wm_channel"])
+                       "_matched", ROW_EPOCH, EPOCH_TAG, SIGN, "_wm_channel"])
 
 
 def spark_schema(schema: pa.Schema):
@@ -179,6 +181,8 @@ def apply_maps(df, maps: Sequence[MapNode]):
                 exprs.append(EPOCH_TAG)
             if "_wm_channel" in df.columns:  # a window's watermark channel (pipeline.runtime.operators.window)
                 exprs.append("_wm_channel")
+            if SIGN in df.columns:  # a changelog's row: added or retracted (pipeline.updating_streams)
+                exprs.append(SIGN)
             df = df.selectExpr(*exprs)
     return df
 
@@ -270,7 +274,10 @@ def operator_dataframe(spark, job: Job, op, inputs: dict[int, object], io: Opera
         elif isinstance(node, LookupJoinNode):  # stateless: each round's pinned side table (lookup_plan)
             df = lookup_dataframe(spark, node, resolve(node.parent, prepare), io.tagged)
         else:
-            df = inputs[base] if prepare is None else prepare(base, inputs[base])
+            rows: Any = inputs[base]
+            if SIGN in rows.columns and not reads_changelog(job, op):  # the added rows only (pipeline.updating_streams)
+                rows = rows.filter(f"`{SIGN}` > 0").drop(SIGN)
+            df = rows if prepare is None else prepare(base, rows)
         return apply_maps(df, maps)
 
     return builder_for(op)(spark, job, op, resolve, io)

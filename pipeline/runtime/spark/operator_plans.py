@@ -25,12 +25,14 @@ from pipeline.job import (
 )
 from pipeline.keygroups import key_group_expr, subtask_expr
 from pipeline.operators.aggregate_functions import (
+    MASK_PREFIX,
     mask_sql,
     masked_aggs,
     needs_extended_kernel,
     output_fields,
     state_fields,
 )
+from pipeline.operators.retract import flow_schema, kernel_aggs
 from pipeline.operators.ttl import ROW_EPOCH
 from pipeline.runtime.operators.aggregate import EXACT_SUM, AggTaskSpec, make_agg_task
 from pipeline.runtime.operators.dead_letters import (
@@ -57,10 +59,12 @@ from pipeline.runtime.spark.dataflow import (
     handle_ddl,
     with_tag,
 )
+from pipeline.runtime.spark.retract_plan import check_aggregate, retract_dataframe
 from pipeline.runtime.spark.routing import route_by_key_group, shuffle_to_subtasks, with_beacons
 from pipeline.runtime.spark.task_requests import counted
 from pipeline.sink.partitions import check_partition_types
 from pipeline.state.backend import KG_COLUMN
+from pipeline.updating_streams import emits_changelog, reads_changelog
 from pipeline.windows.aggregate import EmitMode, WindowSpec, output_schema
 from pipeline.windows.channels import forwards_channels, needs_channels, operator_channel
 from pipeline.windows.watermark import merge_observations, observe_channels
@@ -130,15 +134,21 @@ def join_dataframe(spark, job: Job, op: JoinNode, resolve, io: OperatorIO):
     return result, out_schema  # the full output schema (what a sink gets), not the chained flow_schema
 
 
-@register_operator(AggregateNode, OperatorTraits(merges_upserts=True))
+@register_operator(AggregateNode, OperatorTraits(merges_upserts=True, check=check_aggregate))
 def aggregate_dataframe(spark, job: Job, op: AggregateNode, resolve, io: OperatorIO):
-    """The running keyed aggregate: input keyed by ``op.key``, exact decimal sums in state."""
+    """The running keyed aggregate: input keyed by ``op.key``, exact decimal sums in state. Over a changelog
+    (an updating stream, docs/operators.md "Updating streams"): the retraction kernel; with a consumer reading
+    its changelog: the flowing rows are one (``_sign``)."""
     P, MP = io.parallelism, io.max_parallelism
     full = resolve(op.parent)
     aggs = op.aggs
+    retracting = reads_changelog(job, op)
     if op.filters:  # FILTER (WHERE ...): each filtered aggregate reads its masked column (aggregate_functions)
         full = full.selectExpr("*", *[f"{sql} AS `{name}`" for name, sql in mask_sql(op.aggs, op.filters)])
-        aggs = masked_aggs(op.aggs, op.filters)
+        aggs = (kernel_aggs(op.aggs, op.filters, MASK_PREFIX) if retracting
+                else masked_aggs(op.aggs, op.filters))
+    if retracting:
+        return retract_dataframe(spark, job, op, full, aggs, io)
     src = full
     needed = [op.key] + sorted({c for _, fn, c in aggs if c})
     missing = [c for c in needed if c not in src.columns]
@@ -169,11 +179,13 @@ def aggregate_dataframe(spark, job: Job, op: AggregateNode, resolve, io: Operato
     state_schema = pa.schema(fields)
     out_schema = pa.schema(out_fields)
     shuffled = route_by_key_group(src.withColumn("_kg", key_group_expr(op.key, MP)), spark, "_kg", P, MP)
+    changelog = emits_changelog(job, job.node_id(op))
     spec = AggTaskSpec(op.uid, io.checkpoint, op.key, aggs, state_schema, P, MP, io.parent_handles,
                        io.state_prefix, io.output_prefix, io.output_name, io.file_tag, io.ack_prefix,
-                       out_schema, tuple(io.prior_output))
+                       out_schema, tuple(io.prior_output), changelog=changelog)
+    flow = flow_schema(out_schema) if changelog else out_schema
     result = shuffled.mapInArrow(counted(make_agg_task(spec), io.requests), handle_ddl(io) if io.ack_prefix is None
-                                 else schema_ddl(with_tag(out_schema, io)))
+                                 else schema_ddl(with_tag(flow, io)))
     return result, out_schema
 
 
@@ -236,9 +248,10 @@ def rank_dataframe(spark, job: Job, op: RankNode, resolve, io: OperatorIO):
     spec = RankTaskSpec(op.uid, io.checkpoint, op.key, op.order_by, op.n, in_schema, out_schema, op.rank_column,
                         P, MP, io.parent_handles, io.state_prefix, io.output_prefix, io.output_name, io.file_tag,
                         io.ack_prefix, tuple(own.key) if own is not None else (), tuple(io.prior_output),
-                        to_sink=own is not None)
+                        to_sink=own is not None, changelog=emits_changelog(job, job.node_id(op)))
+    flow = flow_schema(out_schema) if spec.changelog else out_schema   # an aggregate reads it (updating_streams)
     result = shuffled.mapInArrow(counted(make_rank_task(spec), io.requests), handle_ddl(io) if io.ack_prefix is None
-                                 else schema_ddl(with_tag(out_schema, io)))
+                                 else schema_ddl(with_tag(flow, io)))
     return result, out_schema
 
 

@@ -1,0 +1,61 @@
+"""Which nodes exchange a changelog (pipeline.updating_streams): an aggregate reading a running aggregate through
+filters, selects and unions reads it; every other consumer does not; unsupported updating inputs are named."""
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from pipeline import Job
+from pipeline.updating_streams import emits_changelog, reads_changelog, unsupported_reason
+
+pytestmark = pytest.mark.unit
+
+TS = pa.timestamp("us", tz="UTC")
+S = pa.schema([("id", pa.string()), ("g", pa.string()), ("v", pa.int64()), ("_ingest_ts", TS)])
+
+
+def _job():
+    job = Job("u")
+    src = job.source("s", S, key="id")
+    per_id = src.aggregate(uid="per_id", key="id", aggs={"total": ("sum", "v"), "g": ("max", "g")})
+    return job, src, per_id
+
+
+def test_an_aggregate_through_filters_selects_and_unions_reads_the_changelog():
+    job, src, per_id = _job()
+    mapped = per_id.filter("total > 0").select("g", "total AS v", "id")
+    other = job.source("t", pa.schema([("g", pa.string()), ("v", pa.int64()), ("id", pa.string()),
+                                       ("_ingest_ts", TS)]), key="id")
+    per_g = mapped.union(other.select("g", "v", "id")).aggregate(uid="per_g", key="g", aggs={"n": ("count", None),
+                                                                                            "s": ("avg", "v")})
+    top = per_g.aggregate(uid="top", key="g", aggs={"n": ("sum", "n")})
+    plain = src.aggregate(uid="plain", key="g", aggs={"n": ("count", None)})
+    ops = {o.uid: o for o in job.operators()}
+    assert reads_changelog(job, ops["per_g"]) and reads_changelog(job, ops["top"])
+    assert not reads_changelog(job, ops["per_id"]) and not reads_changelog(job, ops["plain"])
+    assert emits_changelog(job, per_id.node) and emits_changelog(job, per_g.node)
+    assert not emits_changelog(job, top.node) and not emits_changelog(job, plain.node)
+    assert all(unsupported_reason(job, o) is None for o in job.operators())
+
+
+def test_other_consumers_read_the_added_rows():
+    job, src, per_id = _job()
+    per_id.deduplicate(uid="d", key="g")
+    per_id.select("id AS k", "total").join(src.select("id AS k", "v"), on="k", uid="j")
+    assert not emits_changelog(job, per_id.node)
+    assert not any(reads_changelog(job, o) for o in job.operators())
+
+
+def test_unsupported_updating_inputs_are_named_and_a_top_n_emits_a_changelog():
+    job, src, per_id = _job()
+    bad = per_id.aggregate(uid="best", key="g", aggs={"hi": ("max", "total"), "n": ("count", None)})
+    last = src.keep_last(uid="last", key="id", order_by="v").aggregate(uid="per_last", key="g",
+                                                                      aggs={"n": ("count", None)})
+    win = src.window(uid="w", key="g", event_time="_ingest_ts", size_seconds=60, aggs={"n": ("count", None)},
+                     emit="update").aggregate(uid="per_win", key="g", aggs={"n": ("sum", "n")})
+    ops = {o.uid: o for o in job.operators()}
+    assert "['hi']" in unsupported_reason(job, ops["best"]) and "best" in unsupported_reason(job, ops["best"])
+    assert unsupported_reason(job, ops["per_last"]) is None and reads_changelog(job, ops["per_last"])
+    assert emits_changelog(job, job.node_id(ops["last"]))
+    assert "window 'w' (emit='update')" in unsupported_reason(job, ops["per_win"])
+    assert bad.node and last.node and win.node
