@@ -793,8 +793,9 @@ class Job:
                 base, maps = self.chain_to(i)
                 if base != node_id:
                     continue
-                if isinstance(op, (WindowNode, IntervalJoinNode, TemporalJoinNode)):  # the watermark's channel is
-                    read.update(("_source", "_partition"))                           # the row's source partition
+                if isinstance(op, (WindowNode, DedupNode, IntervalJoinNode, TemporalJoinNode)):  # the watermark's
+                    read.update(("_source", "_partition"))  # channel is the row's source partition (a deduplicate
+                    #                                         forwards it to a window)
                 selected = False
                 for m in maps:
                     text = " ".join(m.exprs)

@@ -1,7 +1,8 @@
 """The window operator's watermark (docs/windows.md "Watermark"): a frozen value and a pure update function.
 
-``M_c`` is the highest event time seen on input channel ``c`` (a source partition ``<source>/<partition>``,
-or ``op:<uid>`` for rows from an upstream stateful operator). A channel is *active* in an epoch iff it
+``M_c`` is the highest event time seen on input channel ``c`` (a source partition ``<source>/<partition>``, kept
+through stateless steps and deduplicates, or ``op:<uid>`` for rows built by another upstream operator:
+:mod:`pipeline.windows.channels`). A channel is *active* in an epoch iff it
 delivered at least one record with a non-null event time in that epoch. After epoch ``m``::
 
     W(m) = max(W(m-1), min over active c of M_c(m) - O)     (W(m-1) if no channel is active)

@@ -5,8 +5,8 @@ windows, built through the public job API only.
   append sink ``firsts``;
 * ``w``: sliding windows (60 s every 30 s) over the raw events by ``g``, out-of-orderness 20 s, allowed lateness
   30 s, ``emit="final"`` into ``wins`` (watermark channels: the source partitions);
-* ``wd``: tumbling 120 s windows over the dedup's output, ``emit="update"`` into the upsert sink ``wins_d`` (one
-  watermark channel: ``op:dd``); the scenario's restores check that a restore re-emits none of the restored
+* ``wd``: tumbling 120 s windows over the dedup's output, ``emit="update"`` into the upsert sink ``wins_d``
+  (watermark channels: the source partitions, forwarded by the deduplicate); the scenario's restores check that a restore re-emits none of the restored
   epoch's windows (the post-restore check's committed-files suite rejects rows committed twice).
 
 :func:`write_epoch` writes the files of one epoch, so that a test can let data arrive between runs: partition 1

@@ -109,7 +109,7 @@ def test_dedup_and_window_state_equal_the_batch_evaluation_then_corruptions_are_
     v = _validate(r, check[-1])
     rec = v.figures["recomputed"]
     assert rec["state/dd/keys"] > 0 and rec["state/w/win"] > 0 and rec["state/w/wm"] == 3   # operator row + 2
-    assert rec["state/wd/wm"] == 2                                                           # operator row + op:dd
+    assert rec["state/wd/wm"] == 3         # operator row + the 2 partitions, forwarded by the deduplicate dd
 
     # corruptions (checksums patched, as a buggy writer would leave them): a held key dropped, an accumulator changed,
     # in the restore point (it writes every state whole: no changelog delta on top of the corrupted base)

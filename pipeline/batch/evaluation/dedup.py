@@ -9,8 +9,11 @@ from pipeline.batch.evaluation.prefix import PEPOCH
 from pipeline.batch.evaluation.process import process_reason
 from pipeline.batch.evaluation.result import INTERNAL, PARKED
 from pipeline.batch.evaluation.rounds import CONSUMED, CONSUMED_ROUND, ROUND, consumption_task
+from pipeline.batch.evaluation.wm_channels import channel_column
 from pipeline.job import DedupNode, SourceNode, emits_updates
 from pipeline.layout import checkpoint_dir_name
+
+WM_CHANNEL = "__wmch"   # the rows' watermark channel: the kernel's last tie-break when it forwards it to a window
 
 
 def _sequential_fold(key: str, order: list[str], E: int, ttl: int | None):
@@ -189,10 +192,15 @@ def dedup(plan: PlanContext, nid: int, op: DedupNode):
     ttl = ttl_s * 1_000_000 if ttl_s else None
     E = plan.prefix.epoch_us
     key = op.key
-    # the runtime's order: _ingest_ts, then the other (sortable) columns in column order
+    # the runtime's order: _ingest_ts, then the other (sortable) columns in column order, then (rows that differ in
+    # their source partition only) the watermark channel the runtime forwards to a window (wm_channels)
     order = ["_ingest_ts"] + [c for c in src.columns if c not in (key, "_ingest_ts", ROUND, CONSUMED, CONSUMED_ROUND)
                               and c not in INTERNAL
                               and src.schema[c].dataType.typeName() not in ("array", "map", "struct")]
+    channel = channel_column(plan, op.parent, src)
+    if not isinstance(channel, str):
+        src = src.withColumn(WM_CHANNEL, channel)
+        order.append(WM_CHANNEL)
     src = src.withColumn("__t", F.expr("unix_micros(_ingest_ts)"))   # µs, whatever pandas makes of timestamps
     schema = src.schema
 
@@ -224,7 +232,7 @@ def dedup(plan: PlanContext, nid: int, op: DedupNode):
         held = held.filter((F.col("__t") >= (F.col(PEPOCH) + 1) * F.lit(E) - F.lit(ttl))
                            & (F.col("__t") >= F.lit(plan.prefix.end_us(plan.prefix.ttl_epoch) - ttl)))
     plan.result.states[f"state/{op.uid}/keys"] = held.select(key, "_ingest_ts")
-    return out.drop("__t", PARKED)   # its output reaches a join in the round it passed: never parked
+    return out.drop("__t", PARKED, WM_CHANNEL)   # its output reaches a join in the round it passed: never parked
 
 def _drain_unmodelled(plan: PlanContext, op: DedupNode, drains: list) -> str | None:
     """Why a deduplicate in a lineage whose unaligned checkpoints drained a backlog cannot be checked, or None

@@ -15,7 +15,8 @@ from __future__ import annotations
 from pipeline.batch.evaluation.context import PlanContext
 from pipeline.batch.evaluation.prefix import PEPOCH
 from pipeline.batch.evaluation.result import INTERNAL, WATERMARK_ROW, nested
-from pipeline.job import IntervalJoinNode, SourceNode, TemporalJoinNode, emits_updates
+from pipeline.batch.evaluation.wm_channels import channel_column
+from pipeline.job import IntervalJoinNode, TemporalJoinNode, emits_updates
 
 __all__ = ["timed_join"]
 
@@ -46,8 +47,10 @@ def timed_join(plan: PlanContext, nid: int, op: IntervalJoinNode | TemporalJoinN
         if emits_updates(base_node):
             plan.bad[nid] = f"join {op.uid} reads the updating stream of {base_node.uid}"
             return None
-        channel = (F.concat(F.col("_source"), F.lit("/"), F.col("_partition").cast("string"))
-                   if isinstance(base_node, SourceNode) else F.lit(f"op:{getattr(base_node, 'uid', base)}"))
+        channel = channel_column(plan, inp, df)   # the runtime's watermark channel of each row (wm_channels)
+        if isinstance(channel, str):
+            plan.bad[nid] = f"join {op.uid}: {side} input: {channel}"
+            return None
         keep_ingest = temporal and side == "right"     # the versions' order reads it (as the runtime)
         user = [c for c in df.columns if c not in INTERNAL and (c != "_ingest_ts" or keep_ingest)]
         ok = F.col(op.on).isNotNull() & F.col(t).isNotNull()

@@ -10,7 +10,8 @@ from pipeline.batch.evaluation.prefix import PEPOCH
 from pipeline.batch.evaluation.result import EXACT_SUM, WATERMARK_ROW, WINDOW_EPOCH, WINDOW_EVENT_US
 from pipeline.batch.evaluation.rounds import ROUND, fired_round
 from pipeline.batch.evaluation.session_window import session_late, session_pairs
-from pipeline.job import AggregateNode, SourceNode, WindowNode
+from pipeline.batch.evaluation.wm_channels import channel_column
+from pipeline.job import AggregateNode, WindowNode
 from pipeline.operators.aggregate_functions import mask_sql, masked_aggs
 
 
@@ -34,8 +35,11 @@ def window(plan: PlanContext, nid: int, op: WindowNode):
     SEC = 1_000_000
     S, D = op.size_seconds * SEC, op.slide_seconds * SEC
     O, L = op.max_out_of_orderness_seconds * SEC, op.allowed_lateness_seconds * SEC
-    channel = (F.concat(F.col("_source"), F.lit("/"), F.col("_partition").cast("string"))
-               if isinstance(base_node, SourceNode) else F.lit(f"op:{getattr(base_node, 'uid', base)}"))
+    # the row's source partition, through stateless steps and forwarding operators; else op:<uid> (wm_channels)
+    channel = channel_column(plan, op.parent, src)
+    if isinstance(channel, str):
+        plan.bad[nid] = f"window {op.uid}: {channel}"
+        return None
     recs = (src.filter(F.col(op.key).isNotNull() & F.col(op.event_time).isNotNull())
             .withColumn("__t", F.expr(f"unix_micros(`{op.event_time}`)")).withColumn("__ch", channel))
     if op.filters:  # the state keeps a filtered aggregate's masked input (docs/operators.md "Aggregate")

@@ -53,7 +53,7 @@ from pipeline.windows.watermark import WATERMARK_SCHEMA, WatermarkState, merge_o
 __all__ = ["WindowTaskSpec", "make_window_task", "check_window", "CHANNEL", "MARKER", "OBS_PREFIX"]
 
 
-CHANNEL = "_wm_channel"   # the watermark channel of a record (source partition or upstream operator)
+CHANNEL = "_wm_channel"   # the watermark channel of a record (source partition or upstream operator: windows.channels)
 
 MARKER = "_wm_max"        # set on marker rows only: the channel's highest event time (µs) in one upstream task
 

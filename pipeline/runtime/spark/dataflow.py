@@ -51,7 +51,7 @@ __all__ = ["OperatorIO", "operator_dataframe", "drop_internal", "schema_ddl", "a
 
 #: columns the runtime adds to records (source positions, routing and alignment flags): never user data
 _INTERNAL = frozenset(["_source", "_partition", "_seq", "_row", "_park", "_kg", "_side", "_subtask", "_route",
-                       "_matched", ROW_EPOCH, EPOCH_TAG, SIGN])
+                       "_matched", ROW_EPOCH, EPOCH_TAG, SIGN, "_wm_channel"])
 
 
 def spark_schema(schema: pa.Schema):
@@ -298,8 +298,8 @@ def check_union(job: Job, nid: int, parts: Sequence) -> None:
 
 def drop_internal(df):
     """``df`` without the runtime's own columns (keeps ``_park``, the unaligned routing flag, the records'
-    own epoch and a tagged round's epoch tag)."""
-    keep = [c for c in df.columns if c not in _INTERNAL or c in ("_park", ROW_EPOCH, EPOCH_TAG)]
+    own epoch, a tagged round's epoch tag and a forwarded watermark channel)."""
+    keep = [c for c in df.columns if c not in _INTERNAL or c in ("_park", ROW_EPOCH, EPOCH_TAG, "_wm_channel")]
     return df if len(keep) == len(df.columns) else df.select(*keep)
 
 

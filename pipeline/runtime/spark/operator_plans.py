@@ -66,6 +66,7 @@ from pipeline.sink.partitions import check_partition_types
 from pipeline.state.backend import KG_COLUMN
 from pipeline.updating_streams import emits_changelog, reads_changelog
 from pipeline.windows.aggregate import EmitMode, WindowSpec, output_schema
+from pipeline.windows.channels import forwards_channels, needs_channels, operator_channel
 from pipeline.windows.watermark import merge_observations, observe_channels
 
 __all__ = ["join_dataframe", "aggregate_dataframe", "dedup_dataframe", "window_dataframe", "process_dataframe",
@@ -191,7 +192,12 @@ def aggregate_dataframe(spark, job: Job, op: AggregateNode, resolve, io: Operato
 @register_operator(DedupNode, OperatorTraits(row_epochs=True))
 def dedup_dataframe(spark, job: Job, op: DedupNode, resolve, io: OperatorIO):
     P, MP = io.parallelism, io.max_parallelism
-    src = drop_internal(resolve(op.parent))
+    forward = needs_channels(job, job.node_id(op))  # a window reads its rows: they keep their watermark channel
+    src = drop_internal(resolve(op.parent, channel_tagger(job)) if forward else resolve(op.parent))
+    if forward:  # last: the kernel's tie-break after the user's columns (as the batch rule's)
+        src = src.select(*[c for c in src.columns if c != CHANNEL], CHANNEL)
+    elif CHANNEL in src.columns:
+        src = src.drop(CHANNEL)
     if "_park" in src.columns:
         src = src.drop("_park")
     tag = [EPOCH_TAG] if io.tagged else []  # tagged round: the epoch rides along, outside the task's schema
@@ -204,7 +210,7 @@ def dedup_dataframe(spark, job: Job, op: DedupNode, resolve, io: OperatorIO):
         from pyspark.sql import functions as F
         src = src.withColumn(ROW_EPOCH, F.lit(None).cast("long"))
     in_schema = arrow_schema_of(src.drop(*tag) if tag else src)
-    user_schema = pa.schema([f for f in in_schema if f.name != ROW_EPOCH])
+    user_schema = pa.schema([f for f in in_schema if f.name not in (ROW_EPOCH, CHANNEL)])
     shuffled = route_by_key_group(src.withColumn(KG_COLUMN, key_group_expr(op.key, MP)), spark, KG_COLUMN, P, MP)
     spec = DedupTaskSpec(op.uid, io.checkpoint, op.key, in_schema, P, MP, io.parent_handles, io.state_prefix,
                          io.output_prefix, io.output_name, io.file_tag, io.ttl_cutoff_us, io.ack_prefix,
@@ -222,7 +228,7 @@ def rank_dataframe(spark, job: Job, op: RankNode, resolve, io: OperatorIO):
     from pyspark.sql import functions as F
     P, MP = io.parallelism, io.max_parallelism
     src = resolve(op.parent)
-    internal = {"_source", "_partition", "_seq", "_row", "_park", ROW_EPOCH, EPOCH_TAG, KG_COLUMN}
+    internal = {"_source", "_partition", "_seq", "_row", "_park", ROW_EPOCH, EPOCH_TAG, KG_COLUMN, CHANNEL}
     user = [c for c in src.columns if c not in internal]
     missing = [c for c in list(op.keys) + [c for c, _ in op.order_by] if c not in user]
     if missing:
@@ -291,21 +297,27 @@ def _with_markers(df, spark, event_time: str, key: str, parallelism: int):
     return df.mapInArrow(mark, schema_ddl(out_schema))
 
 
-@register_operator(WindowNode, OperatorTraits(check=check_window))
-def window_dataframe(spark, job: Job, op: WindowNode, resolve, io):
-    """The (lazy) DataFrame of a window operator and its output schema (see ``operator_dataframe``)."""
+def channel_tagger(job: Job):
+    """``prepare(base, df)`` for ``resolve``: the watermark channel of each row (:mod:`pipeline.windows.channels`):
+    its source partition, the channel a forwarding operator's rows carry, or ``op:<uid>`` of the operator that
+    built it."""
     from pyspark.sql import functions as F
-
-    P, MP = io.parallelism, io.max_parallelism
     operator_ids = {job.node_id(o) for o in job.operators()}
 
     def tag_channel(base: int, df):
-        """Watermark channels: a source partition, or the whole output of an upstream operator."""
         if base in operator_ids:
-            return df.withColumn(CHANNEL, F.lit(f"op:{getattr(job.nodes[base], 'uid', base)}"))
+            if forwards_channels(job.nodes[base]) and CHANNEL in df.columns:
+                return df
+            return df.withColumn(CHANNEL, F.lit(operator_channel(job, base)))
         return df.withColumn(CHANNEL, F.concat(F.col("_source"), F.lit("/"), F.col("_partition").cast("string")))
+    return tag_channel
 
-    df = resolve(op.parent, tag_channel)
+
+@register_operator(WindowNode, OperatorTraits(check=check_window))
+def window_dataframe(spark, job: Job, op: WindowNode, resolve, io):
+    """The (lazy) DataFrame of a window operator and its output schema (see ``operator_dataframe``)."""
+    P, MP = io.parallelism, io.max_parallelism
+    df = resolve(op.parent, channel_tagger(job))
     if op.filters:  # FILTER (WHERE ...): each filtered aggregate reads its masked column (aggregate_functions)
         df = df.selectExpr("*", *[f"{sql} AS `{name}`" for name, sql in mask_sql(op.aggs, op.filters)])
     wspec = WindowSpec(op.key, op.event_time, op.size_seconds * SEC, op.slide_seconds * SEC,
@@ -346,7 +358,7 @@ def process_dataframe(spark, job: Job, op: ProcessNode, resolve, io):
     df = resolve(op.parent)
     if op.key not in df.columns:
         raise ConfigError(f"process {op.uid}: input lacks the key column {op.key!r}")
-    internal = {"_source", "_partition", "_seq", "_row", "_park", "_pepoch", EPOCH_TAG}
+    internal = {"_source", "_partition", "_seq", "_row", "_park", "_pepoch", EPOCH_TAG, CHANNEL}
     df_user = df.select(*[c for c in df.columns if c not in internal])
     in_schema = arrow_schema_of(df_user)
     # a tagged round (several epochs): the epoch rides along to the task, outside the user's rows

@@ -21,7 +21,7 @@ from pipeline.runtime.operators.round_params import EPOCH_TAG
 from pipeline.runtime.operators.timed_join import SIDE, TimedJoinTaskSpec, check_timed_join, make_timed_join_task
 from pipeline.runtime.operators.window import CHANNEL, SEC
 from pipeline.runtime.spark.dataflow import _INTERNAL, OperatorIO, arrow_schema_of, handle_ddl, with_tag
-from pipeline.runtime.spark.operator_plans import _with_markers
+from pipeline.runtime.spark.operator_plans import _with_markers, channel_tagger
 from pipeline.runtime.spark.routing import shuffle_to_subtasks, with_beacons
 from pipeline.runtime.spark.task_requests import counted
 from pipeline.state.backend import KG_COLUMN
@@ -37,14 +37,7 @@ def _side_frame(spark, job: Job, op, resolve, nid: int, side: str, time_col: str
     from pyspark.sql import functions as F
     P, MP = io.parallelism, io.max_parallelism
     keep_ingest = isinstance(op, TemporalJoinNode) and side == "right"
-    operator_ids = {job.node_id(o) for o in job.operators()}
-
-    def tag_channel(base: int, df):
-        if base in operator_ids:
-            return df.withColumn(CHANNEL, F.lit(f"op:{getattr(job.nodes[base], 'uid', base)}"))
-        return df.withColumn(CHANNEL, F.concat(F.col("_source"), F.lit("/"), F.col("_partition").cast("string")))
-
-    df = resolve(nid, tag_channel)
+    df = resolve(nid, channel_tagger(job))   # watermark channels, forwarded by deduplicates (windows.channels)
     user = [c for c in df.columns if c not in _INTERNAL and c not in ("_park", "_pepoch", CHANNEL, EPOCH_TAG)
             and (c != "_ingest_ts" or keep_ingest)]
     missing = [c for c in (op.on, time_col) if c not in user]
