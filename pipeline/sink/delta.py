@@ -78,10 +78,15 @@ class DeltaLakeTable(OpenFormatTable):
         from deltalake import DeltaTable
         if version is not None:
             return DeltaTable(self.location, version=version, storage_options=self.storage_options)
-        if self._latest is None:
-            self._latest = DeltaTable(self.location, storage_options=self.storage_options)
-        else:
-            self._latest.update_incremental()
+        if self._latest is not None:
+            try:
+                self._latest.update_incremental()
+                return self._latest
+            except Exception:  # noqa: BLE001 - the log no longer continues the loaded snapshot: load it afresh
+                # (the object lives as long as the runner: its newest log entries may have been removed since, e.g. a
+                # commit that never completed; delta-rs refuses to go back: "newest version ... is older than")
+                self._latest, self._current = None, None
+        self._latest = DeltaTable(self.location, storage_options=self.storage_options)
         return self._latest
 
     def _props(self, checkpoint_id: int | None, parent_id: int | None = None, *, txn: bool = True) -> CommitProperties:
