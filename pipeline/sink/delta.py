@@ -28,6 +28,7 @@ from pipeline.exceptions import SinkError
 from pipeline.sink.open_table import MARK_CHECKPOINT, MARK_EMPTY, MARK_JOB, OpenFormatTable
 from pipeline.sink.partitions import partition_values
 from pipeline.sink.table import CommitEntry
+from pipeline.storage_retry import is_transient_table_error
 
 if TYPE_CHECKING:  # pragma: no cover
     from deltalake import CommitProperties, DeltaTable
@@ -82,9 +83,12 @@ class DeltaLakeTable(OpenFormatTable):
             try:
                 self._latest.update_incremental()
                 return self._latest
-            except Exception:  # noqa: BLE001 - the log no longer continues the loaded snapshot: load it afresh
+            except Exception as e:  # noqa: BLE001 - the log no longer continues the loaded snapshot: load it afresh
                 # (the object lives as long as the runner: its newest log entries may have been removed since, e.g. a
-                # commit that never completed; delta-rs refuses to go back: "newest version ... is older than")
+                # commit that never completed; delta-rs refuses to go back: "newest version ... is older than").
+                # A transient storage error is the caller's to retry (with_retries), as before.
+                if is_transient_table_error(e):
+                    raise
                 self._latest, self._current = None, None
         self._latest = DeltaTable(self.location, storage_options=self.storage_options)
         return self._latest

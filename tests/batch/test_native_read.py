@@ -14,7 +14,7 @@ import pytest
 
 from pipeline import Job
 from pipeline.batch.evaluation.prefix import Prefix
-from pipeline.batch.evaluation.source_read import NATIVE_ENV, _files, native_files, native_type, source_dataframe
+from pipeline.batch.evaluation.source_read import NATIVE_ENV, native_files, native_type, prefix_files, source_dataframe
 
 TS = pa.timestamp("us", tz="UTC")
 SCHEMA = pa.schema([("k", pa.string()), ("x", pa.float64()), ("n", pa.int32()), ("_ingest_ts", TS)])
@@ -77,7 +77,7 @@ def test_native_types_and_routing(tmp_path):
     cfg = load_config(env={}, source_uri=(tmp_path / "src").as_uri(), checkpoint_uri=(tmp_path / "ckpt").as_uri(),
                       sink_uri=(tmp_path / "sink").as_uri(), clock_now=CLOCK, epoch_seconds=60)
     r = JobRunner(job, cfg, echo=lambda m: None)
-    files = _files(r, job.nodes[0], {0: (5, 0), 1: (5, 0)})
+    files = prefix_files(r, job.nodes[0], {0: (5, 0), 1: (5, 0)})
     native, rest = native_files(job.nodes[0], files)
     assert sorted((t[1], t[2]) for t, _ in native) == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1), (1, 3)]
     assert sorted((t[1], t[2]) for t in rest) == [(0, 4), (1, 2), (1, 4)]

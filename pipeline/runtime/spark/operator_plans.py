@@ -1,8 +1,7 @@
 """The Spark plan of each operator, registered per node type (:mod:`pipeline.runtime.operators.registry`): the
 input keyed (:func:`pipeline.keygroups.key_group_expr`) and shuffled so that Spark partition ``i`` is subtask ``i``
 (:mod:`pipeline.runtime.spark.routing`), then mapped with the operator's task (:mod:`pipeline.runtime.operators`).
-One builder per operator: join, aggregate, deduplicate, window (with its watermark marker rows), process, and the
-sink writer. Each returns ``(DataFrame, output arrow schema)``.
+One builder per operator (join, aggregate, deduplicate, window, process, sink writer), each ``(DataFrame, schema)``.
 """
 from __future__ import annotations
 
