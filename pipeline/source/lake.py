@@ -20,14 +20,15 @@ version and the checkpoint, never a silent other history.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 
 from pipeline.exceptions import LakeSourceError
-from pipeline.source.lake_commits import IngestTime, LakeTable, delta_commits
+from pipeline.source.lake_commits import IngestTime, LakeListing, LakeTable, delta_commits
 from pipeline.source.lake_iceberg import iceberg_commits
+from pipeline.source.lake_retention import retention_warning, table_contract
 from pipeline.source.layout import SourceFile
 
 __all__ = ["FILES_PER_COMMIT", "LAKE_PARTITION", "version_of", "list_lake_files", "listing_start_version",
@@ -63,11 +64,20 @@ def listing_start_version(position: Any, inventory: Sequence[Sequence[int]] | No
 def list_lake_files(source: str, table: LakeTable, declared: pa.Schema, start: int, *,
                     ingest_time: IngestTime = "commit", checkpoint: str = "") -> dict[int, tuple[SourceFile, ...]]:
     """The source files of a lake source from version ``start`` on, as a file listing (partition 0)."""
+    return _files(source, table, _commits(table, declared, start, ingest_time, checkpoint), ingest_time)
+
+
+def _commits(table: LakeTable, declared: pa.Schema, start: int, ingest_time: IngestTime,
+             checkpoint: str) -> LakeListing:
     if start > _MAX_VERSION:
         raise LakeSourceError(f"table {table.spec}: version {start} is above {_MAX_VERSION}, the largest a lake "
                               "source reads")
-    listing = (delta_commits if table.format == "delta" else iceberg_commits)(
+    return (delta_commits if table.format == "delta" else iceberg_commits)(
         table, declared, start, ingest_time=ingest_time, checkpoint=checkpoint)
+
+
+def _files(source: str, table: LakeTable, listing: LakeListing,
+           ingest_time: IngestTime) -> dict[int, tuple[SourceFile, ...]]:
     files: list[SourceFile] = []
     for c in listing.commits:
         if c.version > _MAX_VERSION:
@@ -107,13 +117,25 @@ def check_lineage(table: LakeTable, files: Mapping[int, Sequence[SourceFile]], s
 
 def lake_source_files(source: str, table: LakeTable, declared: pa.Schema, source_root: str, position: Any,
                       inventory: Sequence[Sequence[int]] | None, checkpoint_id: int | None, *,
-                      ingest_time: IngestTime = "commit") -> tuple[dict[int, tuple[SourceFile, ...]], dict[int, int]]:
+                      ingest_time: IngestTime = "commit", now_us: int | None = None,
+                      warn: Callable[[str], None] | None = None,
+                      ) -> tuple[dict[int, tuple[SourceFile, ...]], dict[int, int]]:
     """A lake source's listing for a restore point (its position in partition 0 and read inventory): the files
     from the version of the last file read on, its lineage checked (:func:`check_lineage`); and where the listing
-    starts (partition -> first seq, for the inventory kept behind it)."""
+    starts (partition -> first seq, for the inventory kept behind it). With ``now_us`` and ``warn``, the table's
+    retention contract is checked (:mod:`pipeline.source.lake_retention`): ``warn`` gets a line when the oldest
+    version the restore point needs has used half of the table's retention or more.
+
+    Over 8 parameters: the source's declaration (name, table, schema, ingest time), the restore point's three
+    fields as the cursor holds them, and the clock and log of the retention check; all keywords past the table's."""
     resolved = table.resolved(source_root)
     label = f"checkpoint {checkpoint_id}" if checkpoint_id is not None else "the job"
     start = listing_start_version(position, inventory)
-    files = list_lake_files(source, resolved, declared, start, ingest_time=ingest_time, checkpoint=label)
+    listing = _commits(resolved, declared, start, ingest_time, label)
+    files = _files(source, resolved, listing, ingest_time)
     check_lineage(resolved, files, start, position, inventory, label)
+    if warn is not None and now_us is not None and listing.commits:
+        msg = retention_warning(source, resolved, listing, table_contract(resolved, listing), now_us, label)
+        if msg:
+            warn(msg)
     return files, {LAKE_PARTITION: start * FILES_PER_COMMIT}

@@ -109,6 +109,10 @@ class LakeCommit:
 class LakeListing:
     commits: tuple[LakeCommit, ...]      # from the start version on, oldest first (skipped commits included)
     latest: int | None                   # the newest version seen (None: an empty table)
+    #: Delta: the newest ``metaData.configuration`` among the listed versions, with its version (None: none there);
+    #: Iceberg: the table's properties as of the current snapshot
+    properties: tuple[int, Mapping[str, str]] | None = None
+    files_rearranged: bool = False       # a skipped compaction removed files (VACUUM's retention applies to them)
 
 
 # --- schemas --------------------------------------------------------------------------------------------------
@@ -244,7 +248,11 @@ def delta_commits(table: LakeTable, declared: pa.Schema, start: int, *, ingest_t
             continue
         commit, partition_columns = _delta_commit(table, v, actions, declared, ingest_time, partition_columns)
         commits.append(commit)
-    return LakeListing(tuple(commits), versions[-1][0])
+    meta = [(v, dict(a["metaData"].get("configuration") or {})) for v, actions in logged for a in actions
+            if "metaData" in a]
+    rearranged = any(c.operation != "RESTORE" and not c.files and any("remove" in a for a in actions)
+                     for c, (_v, actions) in zip(commits, logged))   # a compaction: VACUUM may delete what it removed
+    return LakeListing(tuple(commits), versions[-1][0], meta[-1] if meta else None, rearranged)
 
 
 def _operation(actions: list[dict[str, Any]]) -> str:

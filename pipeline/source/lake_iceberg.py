@@ -109,4 +109,5 @@ def iceberg_commits(table: LakeTable, declared: pa.Schema, start: int, *, ingest
         commits.append(LakeCommit(snap.sequence_number, int(snap.timestamp_ms) * 1000, op, files,
                                   snap.snapshot_id))
     latest = by_id[md.current_snapshot_id].sequence_number if md.current_snapshot_id in by_id else None
-    return LakeListing(tuple(commits), latest)
+    rearranged = any(c.operation == "replace" for c in commits)
+    return LakeListing(tuple(commits), latest, (latest or 0, dict(tbl.properties or {})), rearranged)

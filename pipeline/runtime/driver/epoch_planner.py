@@ -63,7 +63,7 @@ class EpochPlanner:
                     src.name, src.table, src.schema, ctx.config.source_uri,
                     cursor.positions.get(src.name, {}).get(str(LAKE_PARTITION)),
                     (cursor.inventory or {}).get(src.name, {}).get(str(LAKE_PARTITION)), cursor.checkpoint_id,
-                    ingest_time=src.ingest_time)
+                    ingest_time=src.ingest_time, now_us=ctx.clock.now_us(), warn=lambda m: ctx.echo(f"WARNING: {m}"))
             else:
                 start = self.listing_start(cursor, src.name)
                 files = list_source_files(ctx.src_fio, ctx.config.source_uri, src.name, policy=ctx.config.bad_records,  # type: ignore[arg-type]
