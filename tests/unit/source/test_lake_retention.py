@@ -141,3 +141,40 @@ def test_the_epoch_planner_echoes_the_warning(tmp_path):
     r.planner.summaries(Cursor())
     warned = [m for m in lines if m.startswith("WARNING: lake source rows:")]
     assert len(warned) == 1 and "the job still needs" in warned[0] and "older than that" in warned[0], lines
+
+
+@pytest.mark.s3
+def test_on_s3_iceberg_lists_reads_and_warns_and_delta_loads_its_configuration(s3_root, tmp_path):
+    """Both formats on moto S3: an Iceberg table whose warehouse is S3 (pyiceberg with the sink's S3 properties) is
+    listed commit by commit and read by the runtime's reader; a Delta table's retention setting, set at creation and
+    not in the versions a restore point lists, is loaded from the table (delta-rs with the same storage options)."""
+    from pipeline.sink.delta import delta_storage_options
+    from pipeline.sink.iceberg import s3_properties
+    from pipeline.source.planner import plan_segment
+    from pipeline.source.reader import make_split_reader, read_split_table
+    from pipeline.source.summary import summarize_source
+    catalog = SqlCatalog("lake_s3", uri=f"sqlite:///{tmp_path}/cat.db", warehouse=f"{s3_root}/wh", **s3_properties())
+    catalog.create_namespace_if_not_exists("ns")
+    tbl = catalog.create_table("ns.t", schema=_rows(0).schema,
+                               properties={"history.expire.max-snapshot-age-ms": str(3_600_000)})
+    tbl.append(_rows(1, 2))
+    tbl.refresh().append(_rows(3))
+    table = LakeTable.parse(f"iceberg:{tbl.location()}", "t")
+    files = list_lake_files("s", table, SCHEMA, 0)
+    assert [f.seq for f in files[0]] == [1024, 2048] and all(f.uri.startswith("s3://") for f in files[0])
+    seg = plan_segment(summarize_source(files)[0], Position(seq=0, row=0), Position(seq=2049, row=0), 100)
+    reader = make_split_reader(SCHEMA, ("id",), "fail", f"{s3_root}/dl", "j")
+    assert sorted(read_split_table(reader, seg.splits)["id"].to_pylist()) == [1, 2, 3]
+    ts = min(s.timestamp_ms for s in tbl.refresh().metadata.snapshots) * 1000
+    (w,) = _warnings(table, ts + 2 * 3600 * 1_000_000)
+    assert "history.expire.max-snapshot-age-ms = 3600000" in w
+    uri = f"{s3_root}/d"
+    opts = delta_storage_options(uri)
+    write_deltalake(uri, _rows(1), storage_options=opts, configuration={"delta.logRetentionDuration": "interval 1 day"})
+    write_deltalake(uri, _rows(2), mode="append", storage_options=opts)
+    delta = LakeTable.parse(f"delta:{uri}", "t")
+    first = list_lake_files("s", delta, SCHEMA, 0)[0]
+    pos, inv = Position(seq=first[1].seq + 1, row=0), [[f.seq, f.size] for f in first]
+    t1 = first[1].ingest_ts
+    (w,) = _warnings(delta, t1 + 2 * DAY_US, pos, inv)                   # lists version 1 only: no metaData there
+    assert "version 1" in w and "delta.logRetentionDuration = interval 1 day" in w
