@@ -17,7 +17,8 @@
 #   * the demo data (orders + payments) for the last EPOCHAL_DEMO_EPOCHS epochs, in s3://epochal/demo/sources;
 #   * `airflow standalone` (api-server with the UI, scheduler, dag-processor, triggerer; LocalExecutor,
 #     SimpleAuthManager) on http://127.0.0.1:${AIRFLOW_PORT:-8080}, AIRFLOW_HOME=.epochal/airflow (git-ignored),
-#     with dags/ and plugins/ of this repo. Airflow reads S3 through the connection `epochal_s3`
+#     with dags/ and plugins/ of this repo (the demo job's epoch, savepoint and restore DAGs, and the chain's
+#     second job `customer_spend`, scheduled on the demo's `paid_orders` Asset). Airflow reads S3 through the connection `epochal_s3`
 #     (AIRFLOW_CONN_EPOCHAL_S3), not from DAG code.
 #
 # Knobs (environment): AIRFLOW_PORT (8080), PIPELINE_EPOCH_SECONDS (60), EPOCHAL_DEMO_EPOCHS (12),
@@ -95,6 +96,8 @@ print_info() {
   AIRFLOW_HOME   $AIRFLOW_HOME   (logs: $STATE/standalone.log)
 
   1. Turn on DAG epochal_orders_payments: one run per ${PIPELINE_EPOCH_SECONDS:-60}s epoch, catching up the demo data.
+     Two-job chain: turn on epochal_customer_spend too. It reads the Delta table paid_orders as a lake source and
+     runs on that table's Asset events (each commit of orders_payments), not on the clock (Assets view: the chain).
   2. Backfill / re-run: Trigger > Backfill in the UI, or (waits for the previous backfill to complete)
        $0 backfill --dag-id epochal_orders_payments --from-date <ISO> --to-date <ISO> \\
            [--reprocess-behavior completed] --max-active-runs 1

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pipeline.exceptions import ConfigError
 from pipeline.job import Job
 from pipeline.jobs.ad_clicks import build_job as build_ad_clicks
+from pipeline.jobs.customer_spend import build_job as build_customer_spend
 from pipeline.jobs.orders_payments import build_job
 
 __all__ = ["get_job", "register_job", "job_names"]
@@ -22,6 +23,8 @@ def _load_builtin() -> None:
         register_job("orders_payments", build_job)
     if "ad_clicks" not in _REGISTRY:
         register_job("ad_clicks", build_ad_clicks)
+    if "customer_spend" not in _REGISTRY:
+        register_job("customer_spend", build_customer_spend)
 
 
 def job_names() -> list[str]:

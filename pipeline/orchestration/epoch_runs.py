@@ -1,12 +1,14 @@
 """Which epoch an Airflow DAG run processes, what it does to the job, and when it may start (no Airflow import).
 
 * :func:`epoch_of_interval` - the epoch ending at the run's data interval end;
+* :func:`epoch_of_events` - for a run upstream Asset events created: the epoch in progress at the newest event;
 * :class:`EpochAction` / :func:`action_for` - start, continue, catch up or rewind, from the head checkpoint;
 * :func:`wait_reason` - the ordering rule: epochs are processed in order whatever created the runs;
 * :class:`EpochRun` - the Airflow facts a task needs about its run.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum
@@ -14,7 +16,7 @@ from enum import Enum
 from pipeline.epochs import EpochClock
 from pipeline.exceptions import ConfigError
 
-__all__ = ["EpochAction", "EpochRun", "action_for", "epoch_of_interval", "wait_reason"]
+__all__ = ["EpochAction", "EpochRun", "action_for", "epoch_of_interval", "epoch_of_events", "wait_reason"]
 
 
 class EpochAction(Enum):
@@ -24,13 +26,16 @@ class EpochAction(Enum):
     CONTINUE = "continue"    # head is epoch n-1: process epoch n
     CATCH_UP = "catch_up"    # head is older: process every epoch up to n, one checkpoint each
     REWIND = "rewind"        # head is epoch >= n: restore the checkpoint before n and process forward again
+    UP_TO_DATE = "up_to_date"  # head is epoch >= n and the run never rewinds (it follows upstream Assets): nothing
 
 
-def action_for(head, epoch: int) -> EpochAction:
+def action_for(head, epoch: int, *, rewinds: bool = True) -> EpochAction:
+    """What a run for epoch ``epoch`` does, from the head checkpoint. A run that does not rewind (``rewinds``
+    False: one an upstream job's Asset event created) finds an epoch already processed up to date."""
     if head is None:
         return EpochAction.START
     if head.epoch >= epoch:
-        return EpochAction.REWIND
+        return EpochAction.REWIND if rewinds else EpochAction.UP_TO_DATE
     if head.epoch == epoch - 1:
         return EpochAction.CONTINUE
     return EpochAction.CATCH_UP
@@ -48,6 +53,21 @@ def epoch_of_interval(epoch_seconds: int, data_interval_end: datetime | None, *,
     return EpochClock(epoch_seconds).epoch_ending_at(end)
 
 
+def epoch_of_events(epoch_seconds: int, event_times: Sequence[datetime], *, fallback: datetime | None = None) -> int:
+    """Epoch processed by a run that upstream Asset events created: the epoch in progress at the newest event
+    (its rows are the upstream commit's; the run's trigger waits for that epoch's barrier, a row after it or the
+    allowed lateness, so one event is enough for B to process everything A committed before it)."""
+    times = [t if t.tzinfo else t.replace(tzinfo=UTC) for t in event_times if t is not None]
+    newest = max(times, default=None) or fallback
+    if newest is None:
+        raise ConfigError("the asset-triggered DAG run has no triggering event and no run time: cannot tell which "
+                          "epoch to process")
+    if newest.tzinfo is None:
+        newest = newest.replace(tzinfo=UTC)
+    clock = EpochClock(epoch_seconds)
+    return clock.epoch_of(int(newest.timestamp() * 1_000_000))
+
+
 @dataclass(frozen=True, slots=True)
 class EpochRun:
     """The Airflow facts one task needs about its DAG run."""
@@ -58,6 +78,14 @@ class EpochRun:
     clear_number: int = 0
     try_number: int = 1
     run_type: str = "manual"
+
+    @property
+    def rewinds(self) -> bool:
+        """Whether a run of an epoch the job has processed already rewinds to it (a scheduled, manual or backfill
+        run of a past interval, a cleared run: the user asks for that interval again), or finds the job up to
+        date: a run created by an upstream job's Asset events (``asset_triggered``) processes every epoch that is
+        ready and never goes back (several events may name the same epoch)."""
+        return self.run_type != "asset_triggered" or self.clear_number > 0
 
     @property
     def by(self) -> str:

@@ -98,12 +98,17 @@ def sink_asset(job: str, table: str, config=None) -> Asset:
 
 
 def _run_of(context: Mapping[str, Any], epoch_seconds: int):
-    from pipeline.orchestration.epoch_runs import EpochRun, epoch_of_interval
+    from pipeline.orchestration.epoch_runs import EpochRun, epoch_of_events, epoch_of_interval
     dr = context["dag_run"]
     ti = context["ti"]
-    end = getattr(dr, "data_interval_end", None)
-    epoch = epoch_of_interval(epoch_seconds, end, fallback=getattr(dr, "logical_date", None) or dr.run_after)
     rt = getattr(dr, "run_type", None)
+    if str(getattr(rt, "value", rt)) == "asset_triggered":  # upstream commits: the epoch of the newest event
+        events = context.get("triggering_asset_events") or {}
+        times = [getattr(e, "timestamp", None) for evs in events.values() for e in evs]
+        epoch = epoch_of_events(epoch_seconds, [t for t in times if t is not None], fallback=dr.run_after)
+    else:
+        end = getattr(dr, "data_interval_end", None)
+        epoch = epoch_of_interval(epoch_seconds, end, fallback=getattr(dr, "logical_date", None) or dr.run_after)
     return EpochRun(dag_id=dr.dag_id, run_id=dr.run_id, epoch=epoch, clear_number=int(getattr(dr, "clear_number", 0) or 0),
                     try_number=int(getattr(ti, "try_number", 1) or 1),
                     run_type=str(getattr(rt, "value", rt) or "manual"))
@@ -213,7 +218,8 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
                     end_date: str | datetime | None = None, catchup: bool | None = None,
                     retries: int | None = None, retry_delay: timedelta | None = None,
                     poke_interval: float | None = None, trigger_timeout: float | None = None,
-                    config=None, approve_rewind: bool | None = None, fused: bool | None = None) -> DAG:
+                    config=None, approve_rewind: bool | None = None, fused: bool | None = None,
+                    upstream: Sequence[Asset] = ()) -> DAG:
     """The epoch DAG of ``job_name``: one run per data interval = one checkpointed epoch.
 
     Schedule = the epoch length (``PIPELINE_EPOCH_SECONDS``), data intervals aligned to epoch boundaries,
@@ -227,7 +233,11 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
     (Connect) session and one scheduler hop after the trigger instead of three (docs/airflow.md, "Fused
     epoch DAG"). The trigger stays a task of its own: it is the sensor that waits, and what keeps
     savepoints and restores out of a started epoch.
-    
+
+    ``upstream``: the sink Assets of the jobs whose tables this job reads as lake sources
+    (:func:`sink_asset`); the DAG is then scheduled on their events (Airflow's data-aware scheduling) instead
+    of the clock: each run processes every epoch that is ready when an upstream job commits, and a run for an
+    epoch already processed finds the job up to date (it never rewinds; docs/how-to/lake-sources.md).
 
     Over 80 lines: one DAG definition, task by task, as Airflow reads it; Over 8 parameters: Airflow's DAG arguments
     (schedule, dates, catchup, retries, pools, ...), all keywords."""
@@ -253,7 +263,7 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
 
     with DAG(
         dag_id=dag_id,
-        schedule=DeltaDataIntervalTimetable(timedelta(seconds=E)),
+        schedule=list(upstream) if upstream else DeltaDataIntervalTimetable(timedelta(seconds=E)),
         start_date=start,
         end_date=end,
         catchup=catchup,
@@ -261,7 +271,8 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
         default_args=_default_args(retries, retry_delay),
         tags=list(dict.fromkeys(["epochal", f"job:{job.name}", "epochs", *tags])),
         doc_md=doc_md,
-        description=f"Epochal: one checkpointed epoch of job {job.name} per {E}s data interval",
+        description=(f"Epochal: job {job.name}'s ready epochs when {', '.join(a.name for a in upstream)} commit"
+                     if upstream else f"Epochal: one checkpointed epoch of job {job.name} per {E}s data interval"),
     ) as dag:
 
         @task.sensor(task_id="trigger", mode="reschedule", poke_interval=poke, timeout=timeout,

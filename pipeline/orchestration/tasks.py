@@ -156,7 +156,7 @@ class Orchestrator:
                       f"{self.config.allowed_lateness_seconds}s has not passed)")
             return None
         head = self.head()
-        action = action_for(head, run.epoch)
+        action = action_for(head, run.epoch, rewinds=run.rewinds)
         self.echo(f"trigger: epoch {run.epoch} (barrier {barrier_time}), action {action.value}, head before: "
                   f"checkpoint {head.checkpoint_id if head else None} (epoch {head.epoch if head else None}); "
                   f"barriers logged for epochs {epochs[0]}..{epochs[-1]}")
@@ -189,7 +189,8 @@ class Orchestrator:
         head = self.head()
         if isinstance(head_before, _Unset):
             head_before = head.checkpoint_id if head is not None else None
-        action = action_for(head, run.epoch) if head is None or head.checkpoint_id == head_before else None
+        action = (action_for(head, run.epoch, rewinds=run.rewinds) if head is None or head.checkpoint_id == head_before
+                  else None)
         before = head_before or 0
         progressed = head is not None and head.checkpoint_id > before
         completed: list[int] = []
@@ -215,6 +216,10 @@ class Orchestrator:
             skipped = True
             self.echo(f"process: a previous try of this run already completed checkpoint {head.checkpoint_id} "
                       f"(epoch {head.epoch}); nothing to do")
+        elif not run.rewinds and head is not None and head.epoch >= run.epoch:
+            skipped = True
+            self.echo(f"process: epoch {run.epoch} was processed already (head checkpoint {head.checkpoint_id}, "
+                      f"epoch {head.epoch}); a run created by upstream Asset events never rewinds: nothing to do")
         else:
             if not progressed and head is not None and head.epoch >= run.epoch:
                 mark = max(head.epoch, ctl.reprocess_until if ctl.reprocess_until is not None else head.epoch)

@@ -75,6 +75,23 @@ def test_epoch_dag_shape(dagbag):
     assert dag.get_task("trigger").mode == "reschedule"
 
 
+def test_the_chain_dag_is_scheduled_on_the_upstream_sink_asset(dagbag):
+    """``customer_spend`` reads ``orders_payments``' Delta table ``paid_orders`` as a lake source; its epoch DAG
+    runs on that table's Asset events (data-aware scheduling), not on the clock, and emits its own sink's Asset."""
+    dag = dagbag.dags["epochal_customer_spend"]
+    assert type(dag.timetable).__name__ == "AssetTriggeredTimetable", dag.timetable
+    condition = dag.timetable.asset_condition
+    assert type(condition).__name__ == "AssetAll", condition
+    assert {(a.name, a.uri) for a in condition.objects} == {
+        (a.name, a.uri) for a in dagbag.dags["epochal_orders_payments"].get_task("commit").outlets
+        if a.name == "epochal/orders_payments/paid_orders"}
+    assert dag.max_active_runs == 1
+    assert {a.name for a in dag.get_task("commit").outlets} == {"epochal/customer_spend/customer_spend"}
+    from pipeline.jobs import get_job
+    (src,) = get_job("customer_spend").sources()
+    assert src.table is not None and src.table.location.endswith("/sink/orders_payments/paid_orders")
+
+
 def test_operations_wait_before_touching_the_job(dagbag):
     """The restore and savepoint tasks themselves (not only what follows them) wait for running epochs."""
     for dag_id, task_id in (("epochal_orders_payments_restore", "restore"),

@@ -85,6 +85,33 @@ def test_epoch_of_interval_is_the_epoch_ending_at_the_interval_end():
         epoch_of_interval(60, None)
 
 
+def test_a_run_of_upstream_asset_events_never_rewinds_unless_cleared():
+    from pipeline.orchestration.epoch_runs import EpochAction, EpochRun, action_for
+    head = SimpleNamespace(epoch=10)
+    asset = EpochRun("d", "asset_triggered__1", 10, run_type="asset_triggered")
+    assert not asset.rewinds
+    assert action_for(head, 10, rewinds=asset.rewinds) is EpochAction.UP_TO_DATE
+    assert action_for(head, 9, rewinds=False) is EpochAction.UP_TO_DATE
+    assert action_for(head, 11, rewinds=False) is EpochAction.CONTINUE      # still processes what is ready
+    assert action_for(head, 13, rewinds=False) is EpochAction.CATCH_UP
+    assert action_for(None, 13, rewinds=False) is EpochAction.START
+    # a cleared asset run, and every other kind of run of a processed epoch, rewinds as before
+    assert EpochRun("d", "asset_triggered__1", 10, clear_number=1, run_type="asset_triggered").rewinds
+    for kind in ("scheduled", "manual", "backfill"):
+        run = EpochRun("d", "r", 10, run_type=kind)
+        assert run.rewinds and action_for(head, 10, rewinds=run.rewinds) is EpochAction.REWIND
+
+
+def test_an_asset_triggered_run_processes_the_epoch_of_its_newest_event():
+    from pipeline.orchestration.epoch_runs import epoch_of_events
+    t = datetime(2026, 1, 1, 1, 0, 30, tzinfo=UTC)
+    n = epoch_of_events(60, [datetime(2026, 1, 1, 0, 58, 5, tzinfo=UTC), t])
+    assert n * 60 <= int(t.timestamp()) < (n + 1) * 60          # the epoch in progress at the newest commit
+    assert epoch_of_events(60, [], fallback=t) == n
+    with pytest.raises(ConfigError):
+        epoch_of_events(60, [])
+
+
 def test_wait_reason_orders_epochs_across_run_types():
     from pipeline.orchestration.epoch_runs import wait_reason
     go = dict(previous_state="success", previous_run_type="scheduled", this_run_type="scheduled",

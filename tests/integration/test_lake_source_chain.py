@@ -162,18 +162,53 @@ def test_chain_sink_to_lake_source_with_a_kill_then_a_rewind_of_a(tmp_path, monk
     _check_b(a, boot, tmp_path, "b3")
 
 
+def _asset_run(orch, epoch: int, tag: str):
+    """What B's epoch DAG does in a run that A's commit event created (``build_epoch_dag(..., upstream=[A's sink
+    Asset])``): trigger, process, commit, validate, with the run type Airflow gives it."""
+    from pipeline.orchestration.epoch_runs import EpochRun
+    run = EpochRun("epochal_chain_b", f"asset_triggered__{tag}", epoch, run_type="asset_triggered")
+    trig = orch.trigger(run)
+    assert trig is not None
+    res = orch.process(run, head_before=trig.head_before)
+    orch.commit(res.checkpoint_id)
+    assert orch.validate(res.checkpoint_id).success
+    return trig, res
+
+
+def _newest_commit_epoch(tmp: Path) -> int:
+    """B's epoch (one second of commit time) of A's newest commit: the epoch an asset-triggered run of B
+    processes (pipeline.orchestration.epoch_runs.epoch_of_events)."""
+    return int(DeltaTable(str(tmp / "a" / "sink" / "chain_a" / "clean")).history(1)[0]["timestamp"]) // 1000
+
+
 def test_compaction_between_epochs_is_skipped(tmp_path, monkeypatch):
+    """Also B's Airflow runs on A's Asset events (the orchestrator's trigger/process/commit/validate, no scheduler):
+    each processes every epoch that is ready; a second event for an epoch already processed, or an older one, finds
+    B up to date and never rewinds it."""
+    from pipeline.orchestration.tasks import Orchestrator
     _write_orders(tmp_path / "src", epochs=3)
     a = _runner_a(tmp_path)
     _run_apart(a, 2)
     monkeypatch.setenv(TABLE_ENV, _table_a(tmp_path))
-    b = JobRunner(build_b(), _cfg_b(tmp_path), echo=lambda m: None)
-    b.run()
+    cfg = _cfg_b(tmp_path)
+    b = JobRunner(build_b(), cfg, echo=lambda m: None)
+    lines: list[str] = []
+    orch = Orchestrator("test_lake_source_chain:build_b", cfg, echo=lines.append, runner_factory=lambda: b)
+    n = _newest_commit_epoch(tmp_path)
+    trig, res = _asset_run(orch, n, "1")
+    assert trig.action == "start" and res.epochs[-1] == n and len(res.completed) >= 2, res
+    _check_b(a, b, tmp_path, "b1")
+    head = b.snapshot().metadata.checkpoint_id
+    for tag, epoch in (("2", n), ("3", n - 1)):          # the same event again; an older one
+        trig, res = _asset_run(orch, epoch, tag)
+        assert trig.action == "up_to_date" and res.skipped and res.checkpoint_id == head, res
+    assert not any("rewinding" in m or "action rewind" in m for m in lines), lines
     path = str(tmp_path / "a" / "sink" / "chain_a" / "clean")
     DeltaTable(path).optimize.compact()
     assert DeltaTable(path).history(1)[0]["operation"] == "OPTIMIZE"
     _run_apart(a, 1)
-    b.run()
+    trig, res = _asset_run(orch, _newest_commit_epoch(tmp_path), "4")
+    assert trig.action in ("continue", "catch_up") and not res.skipped
     _check_b(a, b, tmp_path, "c")
     v = validate_job(b, None, build_docs=False, store_results=False)
     assert v.success, v.summary()
