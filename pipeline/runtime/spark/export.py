@@ -40,6 +40,7 @@ from pipeline.fileio import join_uri as join
 from pipeline.layout import EXPORT_DONE_FILE
 from pipeline.runtime.spark.dataflow import schema_ddl
 from pipeline.runtime.spark.task_requests import counted_in_span
+from pipeline.sink.deletes import DELETED
 from pipeline.sink.open_table import OpenFormatTable
 from pipeline.state.backend import load_chain
 from pipeline.state.chain import StateChain
@@ -317,6 +318,8 @@ def export_table(spark, table, to: str) -> dict:
     if head.mode == "upsert":
         w = Window.partitionBy(*head.key).orderBy(F.col("_txn").desc())
         df = df.withColumn("_rn", F.row_number().over(w)).filter("_rn = 1").drop("_rn")
+        if DELETED in df.columns:   # a deleting sink: a key whose newest row is a tombstone is gone
+            df = df.filter(f"NOT coalesce(`{DELETED}`, false)").drop(DELETED)
         expected = None  # the newest row per key: known only once written (and then verified)
     res = write_parquet(spark, df.drop("_txn"), to, expected_rows=expected, what=f"rows of {table.table}")
     return {**base, **_describe(res)}
