@@ -349,7 +349,9 @@ class Stream:
         a null in any key column matches nothing, as in SQL). ``how``: inner, left, right, full (an unmatched outer row is
         emitted with nulls when it expires from state). ``unique``: None, "left", "right" or "both" declares
         keys unique on that side, so matched rows of the other side leave state; a violating row goes to the
-        dead-letter location (or fails the epoch, ``PIPELINE_BAD_RECORDS=fail``)."""
+        dead-letter location (or fails the epoch, ``PIPELINE_BAD_RECORDS=fail``). An input that is an updating stream
+        (a running aggregate, a top-N) makes it a retracting join: inner only, its pairs taken back as that input
+        changes (docs/operators.md "Updating streams")."""
         if other.job is not self.job:
             raise ConfigError("cannot join streams of different jobs")
         if how not in JOIN_TYPES:

@@ -83,6 +83,8 @@ def unsupported_reason(job: Job, op) -> str | None:
         return (f"aggregate {op.uid!r} reads the updating stream of window {other[0].uid!r} (emit='update'), which "
                 "does not emit retractions yet (a running aggregate and a top-N do); aggregate its final rows "
                 "instead (emit='final'), or sink it with mode='upsert' (docs/operators.md \"Updating streams\")")
+    if reads_changelog(job, op) and (why := _partition_reason(job, job.node_id(op))) is not None:
+        return why
     bad = unretractable(op.aggs) if bases else []
     if bad:
         return (f"aggregate {op.uid!r} reads the updating stream of {bases[0].uid!r}: {bad} use min, max or "
@@ -109,6 +111,8 @@ def join_unsupported_reason(job: Job, op) -> str | None:
     if op.output and "_ingest_ts" in op.output:
         return f"join {op.uid!r} reads an updating stream: its pairs have no _ingest_ts; leave it out of output= {doc}"
     nid = job.node_id(op)
+    if (why := _partition_reason(job, nid)) is not None:
+        return why
     for s in job.sinks():
         if nid in job.bases(s.parent) and s.mode != "upsert":
             return (f"sink {s.table!r} appends the output of join {op.uid!r}, an updating stream (pairs are taken back "
@@ -119,6 +123,16 @@ def join_unsupported_reason(job: Job, op) -> str | None:
                     f"aggregate (count, sum, avg), another join or an upsert sink can read it {doc}")
         if isinstance(o, (IntervalJoinNode, TemporalJoinNode)) and nid in _bases(job, o):
             return f"{type(o).__name__} {o.uid!r} cannot read the updating stream of join {op.uid!r} {doc}"
+    return None
+
+
+def _partition_reason(job: Job, nid: int) -> str | None:
+    """A deleting sink of node ``nid`` partitioned by a column outside its key: a tombstone carries the key only."""
+    for s in job.sinks():
+        if nid in job.bases(s.parent) and s.mode == "upsert" and not set(s.partition_by) <= set(s.key):
+            return (f"sink {s.table!r} deletes rows (an updating stream reaches it) but is partitioned by "
+                    f"{[c for c in s.partition_by if c not in s.key]}, outside its key {list(s.key)}: a delete "
+                    "carries the key only; partition by key columns (docs/operators.md \"Updating streams\")")
     return None
 
 

@@ -74,6 +74,7 @@ def test_a_join_of_an_updating_stream_retracts_and_its_sinks_delete():
     ("outer", "only an inner join without unique="),
     ("append", "sink 'out' appends the output of join 'j'"),
     ("dedup", "DedupNode 'd' reads the output of join 'j'"),
+    ("partitioned", "sink 'out' deletes rows (an updating stream reaches it) but is partitioned by ['g']"),
 ])
 def test_what_a_retracting_join_cannot_do_is_named(shape, named):
     job, src, per_id = _job()
@@ -83,6 +84,8 @@ def test_what_a_retracting_join_cannot_do_is_named(shape, named):
         j.sink("out")
     if shape == "dedup":
         j.deduplicate(uid="d", key="k")
+    if shape == "partitioned":
+        j.select("k", "v", "'x' AS g").sink("out", mode="upsert", key=["k", "v"], partition_by=["g"])
     op = next(o for o in job.operators() if o.uid == "j")
     assert named in (join_unsupported_reason(job, op) or "")
 
