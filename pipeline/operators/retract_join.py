@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -95,6 +96,13 @@ def _pairs(lt: pa.Table, rt: pa.Table, key: str, output: Sequence[tuple[str, str
     return pa.table({**cols, MULT: pc.multiply(j[_L + MULT], j[_R + MULT])})
 
 
+def _held(t: pa.Table, sschema: pa.Schema) -> pa.Table:
+    if not t.num_rows:
+        return sschema.empty_table()
+    t = t.select(sschema.names)
+    return t if t.schema.equals(sschema) else t.cast(sschema)   # no copy of a state already in its schema
+
+
 def _merge(held: pa.Table, delta: pa.Table, sschema: pa.Schema, where: str, side: str) -> pa.Table:
     cols = [f.name for f in sschema if f.name not in (MULT, KG)]
     both = pa.concat_tables([held.select(sschema.names).cast(sschema), delta])
@@ -120,8 +128,7 @@ def retract_join_step(key: str, output: Sequence[tuple[str, str]], left_schema: 
     dl, dr = _delta(left_rows, ls, key), _delta(right_rows, rs, key)
     tkeys = pc.unique(pa.chunked_array([_array(dl[key]), _array(dr[key].cast(ls.field(key).type))],
                                        type=ls.field(key).type).combine_chunks())
-    left = left.select(ls.names).cast(ls) if left.num_rows else ls.empty_table()
-    right = right.select(rs.names).cast(rs) if right.num_rows else rs.empty_table()
+    left, right = _held(left, ls), _held(right, rs)
     lhit = pc.is_in(left[key], value_set=tkeys)
     rhit = pc.is_in(right[key], value_set=tkeys.cast(rs.field(key).type))
     lheld, rheld = left.filter(lhit), right.filter(rhit)
@@ -145,8 +152,8 @@ def _expand(change: pa.Table | None, cols: list[str]) -> pa.Table | None:
     for sign, rows in ((-1, change.filter(pc.less(change[MULT], 0))), (1, change.filter(pc.greater(change[MULT], 0)))):
         if not rows.num_rows:
             continue
-        counts = pc.abs(rows[MULT]).to_pylist()
-        idx = pa.array([i for i, n in enumerate(counts) for _ in range(n)], pa.int64())
+        counts = pc.abs(rows[MULT]).to_numpy()
+        idx = pa.array(np.repeat(np.arange(rows.num_rows, dtype=np.int64), counts))
         t = rows.select(cols).take(idx)
         parts.append(t.append_column(SIGN, pa.repeat(pa.scalar(sign, pa.int32()), t.num_rows)))
     return pa.concat_tables(parts)
