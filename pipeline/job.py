@@ -349,7 +349,9 @@ class Stream:
         a null in any key column matches nothing, as in SQL). ``how``: inner, left, right, full (an unmatched outer row is
         emitted with nulls when it expires from state). ``unique``: None, "left", "right" or "both" declares
         keys unique on that side, so matched rows of the other side leave state; a violating row goes to the
-        dead-letter location (or fails the epoch, ``PIPELINE_BAD_RECORDS=fail``)."""
+        dead-letter location (or fails the epoch, ``PIPELINE_BAD_RECORDS=fail``). An input that is an updating stream
+        (a running aggregate, a top-N) makes it a retracting join: inner only, its pairs taken back as that input
+        changes (docs/operators.md "Updating streams")."""
         if other.job is not self.job:
             raise ConfigError("cannot join streams of different jobs")
         if how not in JOIN_TYPES:
@@ -716,7 +718,17 @@ class Job:
         (None: not an operator, or no such sink). Every other sink is written by a sink writer (pipeline.runtime.operators.sink_writer)."""
         if not is_operator(self.nodes[node_id]):
             return None
+        if self.retracting_join(self.nodes[node_id]):   # its sinks: sink writers (rows and deletes)
+            return None
         return next((s for s in self.sinks() if s.parent == node_id and not s.partition_by), None)
+
+    def retracting_join(self, node: object) -> bool:
+        """``node`` is a join reading an updating stream: a running aggregate's, a top-N's or a retracting join's
+        output (docs/operators.md "Updating streams"; the rules: :mod:`pipeline.updating_streams`)."""
+        if not isinstance(node, JoinNode):
+            return False
+        return any(isinstance(self.nodes[b], (AggregateNode, RankNode)) or self.retracting_join(self.nodes[b])
+                   for b in self.bases(node.left) | self.bases(node.right))
 
     def bases(self, node_id: int) -> frozenset[int]:
         """The sources and operators whose rows reach node ``node_id`` through stateless steps (maps, unions)."""

@@ -13,7 +13,8 @@ The consumer keeps, per group, sums of signed contributions only, so every funct
 * ``sum`` / ``avg``: ``Σ sign · v`` over non-null ``v`` (exact: ``decimal(38,9)`` for floating inputs, integers
   in ``decimal(38,0)`` then range-checked) and ``Σ sign · [v not null]``; the value is null when that count is 0;
 * ``__rows``: ``Σ sign``, the number of upstream rows in the group. A group whose ``__rows`` falls to 0 leaves the
-  state; its output row shows the empty group (count 0, null sums and averages).
+  state; its output row shows the empty group (count 0, null sums and averages), which an upsert sink applies as a
+  delete of the group's key (:mod:`pipeline.sink.deletes`).
 
 ``min``, ``max`` and ``count_distinct`` are not retractable without the multiset of values per group: they are
 refused (:func:`unretractable`) before anything runs.

@@ -32,6 +32,7 @@ from pipeline.quality.normalize import (
 )
 from pipeline.runtime.driver import progress
 from pipeline.runtime.spark.task_requests import counted_in_span
+from pipeline.sink.deletes import live_rows
 
 __all__ = ["DataCollector", "PER_KG_COLUMNS"]
 
@@ -271,7 +272,7 @@ class DataCollector(CollectorBase):
                     tb = tb.append_column("__ord", order)
                     newest = tb.group_by(key, use_threads=False).aggregate([("__ord", "max")])["__ord_max"]
                     tb = tb.filter(pc.is_in(tb["__ord"], value_set=newest)).sort_by("__ord").drop_columns(["__ord"])
-                tb = tb.drop_columns(["__txn"])
+                tb = live_rows(tb.drop_columns(["__txn"]))  # a deleting sink: keys whose newest row is a tombstone go
             else:
                 tb = pa.table({})
             tables[obj] = tb

@@ -37,6 +37,7 @@ from pipeline.job import (
 from pipeline.operators.aggregate_functions import masked_aggs, needs_extended_kernel, output_fields, state_fields
 from pipeline.operators.retract import output_fields as retract_output_fields
 from pipeline.operators.retract import state_fields as retract_state_fields
+from pipeline.operators.retract_join import state_schema as retract_join_state
 from pipeline.quality.normalize import NullKey, ObjectSpec, schema_signature
 from pipeline.updating_streams import reads_changelog
 
@@ -134,6 +135,8 @@ def _state_schema(job: Job, op, name: str) -> pa.Schema | None:
         side = node_schema(job, op.left if name == "left" else op.right)
         if side is not None and op.keys:  # a join on several columns is keyed by one computed column
             side = side.append(pa.field(op.on, pa.string()))
+        if side is not None and job.retracting_join(op):  # signed multisets (pipeline.operators.retract_join)
+            return retract_join_state(side)
         # the rows' own epochs (docs/operators.md, TTL), then the matched flag
         return None if side is None else side.append(_KG).append(pa.field("_pepoch", pa.int64())).append(
             pa.field("_matched", pa.bool_()))

@@ -6,7 +6,8 @@
   passes through the driver and is not rewritten.
 * upsert: ``MERGE`` on the key (``when_matched_update_all`` / ``when_not_matched_insert_all``) with the staged
   rows (the changed keys of this checkpoint) as the source; delta-rs rewrites the target files that hold a
-  matched key (copy-on-write). Keys match null-safely (``IS NOT DISTINCT FROM``): an aggregate's NULL group is
+  matched key (copy-on-write). A deleting sink's tombstones (:mod:`pipeline.sink.deletes`) are
+  ``when_matched_delete`` in the same ``MERGE``. Keys match null-safely (``IS NOT DISTINCT FROM``): an aggregate's NULL group is
   one row, updated in place, not inserted again every checkpoint.
 * Every commit carries ``txn`` (app id ``epochal:<job>:<table>``, version = checkpoint id, as Spark's Delta
   sink does) and commitInfo markers ``epochal.checkpoint-id`` / ``epochal.parent-id``; rewinds are Delta
@@ -25,6 +26,7 @@ import pyarrow as pa
 
 from pipeline import settings
 from pipeline.exceptions import SinkError
+from pipeline.sink.deletes import DELETED
 from pipeline.sink.open_table import MARK_CHECKPOINT, MARK_EMPTY, MARK_JOB, OpenFormatTable
 from pipeline.sink.partitions import partition_values
 from pipeline.sink.table import CommitEntry
@@ -209,9 +211,16 @@ class DeltaLakeTable(OpenFormatTable):
             self._committed(entry.checkpoint_id)
             return
         pred = " AND ".join(f"t.`{k}` IS NOT DISTINCT FROM s.`{k}`" for k in entry.key)
-        (self._dt().merge(src, pred, source_alias="s", target_alias="t",
-                          commit_properties=self._props(entry.checkpoint_id, entry.parent_id))
-         .when_matched_update_all().when_not_matched_insert_all().execute())
+        merge = self._dt().merge(src, pred, source_alias="s", target_alias="t",
+                                 commit_properties=self._props(entry.checkpoint_id, entry.parent_id))
+        if DELETED in src.column_names:   # a deleting sink: a tombstone deletes its key (pipeline.sink.deletes)
+            cols = {c: f"s.`{c}`" for c in schema.names}
+            merge = (merge.when_matched_delete(f"s.`{DELETED}`")
+                     .when_matched_update(cols, f"NOT s.`{DELETED}`")
+                     .when_not_matched_insert(cols, f"NOT s.`{DELETED}`"))
+        else:
+            merge = merge.when_matched_update_all().when_not_matched_insert_all()
+        merge.execute()
         self._committed(entry.checkpoint_id)
 
     def current_files(self) -> list[str]:

@@ -14,7 +14,8 @@ Namespace = job name, table = sink table name. Operations:
 
 * append: the staged files are registered with ``add_files`` (no data through the driver, nothing rewritten);
 * upsert: in one transaction, ``delete`` the rows whose key is in this checkpoint's staged rows
-  (copy-on-write rewrite of the data files holding such keys) and ``add_files`` the staged files; keys are
+  (copy-on-write rewrite of the data files holding such keys) and ``add_files`` the staged files (a deleting
+  sink, :mod:`pipeline.sink.deletes`: its tombstones' keys are deleted too and the live rows appended); keys are
   compared null-safely (an aggregate's NULL group is one key: ``IS NULL`` matches it, :func:`key_match_filter`);
 * every snapshot carries the summary properties ``epochal.job``, ``epochal.checkpoint-id``,
   ``epochal.parent-id`` (Flink's Iceberg committer keeps its max committed checkpoint id the same way);
@@ -23,6 +24,7 @@ Namespace = job name, table = sink table name. Operations:
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,6 +33,7 @@ import pyarrow as pa
 
 from pipeline import settings
 from pipeline.exceptions import ConfigError, SinkError
+from pipeline.sink.deletes import DELETED, live_rows
 from pipeline.sink.open_table import MARK_CHECKPOINT, MARK_EMPTY, MARK_JOB, OpenFormatTable
 from pipeline.sink.table import CommitEntry
 
@@ -231,11 +234,23 @@ class IcebergTable(OpenFormatTable):
         if not entry.files:
             self.append_files(entry, schema)
             return
-        keys = pa.concat_tables([self._read_columns(f.uri, list(entry.key)) for f in entry.files])
+        deleting = DELETED in (self._file_schema(entry, raw=True) or schema).names  # tombstones (pipeline.sink.deletes)
+        staged = self.read_staged(entry, schema) if deleting else None
+        keys = (staged.select(list(entry.key)) if staged is not None
+                else pa.concat_tables([self._read_columns(f.uri, list(entry.key)) for f in entry.files]))
         with tbl.transaction() as tx:
             if keys.num_rows and tbl.current_snapshot() is not None:
-                tx.delete(key_match_filter(keys, list(entry.key)), snapshot_properties=props)
-            tx.add_files(self._uris(entry), snapshot_properties=props, check_duplicate_files=False)
+                with warnings.catch_warnings():   # a tombstone of a key the table does not hold is no news
+                    warnings.filterwarnings("ignore", "Delete operation did not match any records")
+                    tx.delete(key_match_filter(keys, list(entry.key)), snapshot_properties=props)
+            if staged is not None:   # the staged files carry the flag: append the live rows (written by pyiceberg)
+                live = live_rows(staged).select(schema.names).cast(schema)
+                if live.num_rows:
+                    tx.append(live, snapshot_properties=props)
+                elif not keys.num_rows or tbl.current_snapshot() is None:
+                    tx.append(schema.empty_table(), snapshot_properties=props)
+            else:
+                tx.add_files(self._uris(entry), snapshot_properties=props, check_duplicate_files=False)
 
     def _read_columns(self, uri: str, columns: list[str]) -> pa.Table:
         import pyarrow.parquet as pq

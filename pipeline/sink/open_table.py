@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 from pipeline.checkpoint.ack import AckResult
 from pipeline.exceptions import IncompatibleSinkSchemaError, SinkError
 from pipeline.faults import fault_point
+from pipeline.sink.deletes import strip
 from pipeline.sink.table import CommitEntry, CommittedTable
 from pipeline.storage_retry import is_transient_table_error, one_line, with_retries
 
@@ -172,11 +173,12 @@ class OpenFormatTable(CommittedTable):
         """The existing table's partition columns (identity partitions), in order."""
         return ()
 
-    def _file_schema(self, entry: CommitEntry) -> pa.Schema | None:
+    def _file_schema(self, entry: CommitEntry, *, raw: bool = False) -> pa.Schema | None:
+        """The staged files' columns (``raw``: with a deleting sink's tombstone flag, which the table lacks)."""
         if not entry.files:
             return None
         with self.fileio.open_input(entry.files[0].uri) as f:
-            return pq.read_schema(f)
+            return pq.read_schema(f) if raw else strip(pq.read_schema(f))
 
     def read_staged(self, entry: CommitEntry, schema: pa.Schema) -> pa.Table:
         parts = []

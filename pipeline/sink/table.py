@@ -274,6 +274,7 @@ class CommittedTable:
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
+        from pipeline.sink.deletes import live_rows  # lazy: pyarrow, like the imports above (only when rows are read)
         chain = self.lineage()
         parts = []
         for e in chain:
@@ -290,7 +291,7 @@ class CommittedTable:
         table = table.append_column(order, pa.array(range(table.num_rows), type=pa.int64()))
         newest = table.group_by(list(head.key)).aggregate([(order, "max")])[f"{order}_max"]
         table = table.filter(pc.is_in(table[order], value_set=newest))
-        return table.sort_by(order).drop_columns([order])
+        return live_rows(table.sort_by(order).drop_columns([order]))  # a key whose newest row is a tombstone: gone
 
     # -- garbage -----------------------------------------------------------------------------------
     def garbage(self, *, protect: Iterable[int] = (), protect_from_id: int | None = None) -> list[str]:

@@ -6,7 +6,15 @@ import pyarrow as pa
 import pytest
 
 from pipeline import Job
-from pipeline.updating_streams import emits_changelog, reads_changelog, unsupported_reason
+from pipeline.updating_streams import (
+    deleting_producers,
+    emits_changelog,
+    join_unsupported_reason,
+    reads_changelog,
+    sink_deletes,
+    unsupported_reason,
+    writer_reads_changelog,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -41,9 +49,45 @@ def test_an_aggregate_through_filters_selects_and_unions_reads_the_changelog():
 def test_other_consumers_read_the_added_rows():
     job, src, per_id = _job()
     per_id.deduplicate(uid="d", key="g")
-    per_id.select("id AS k", "total").join(src.select("id AS k", "v"), on="k", uid="j")
+    per_id.top_n(uid="t", key="g", order_by="total DESC", n=2)
     assert not emits_changelog(job, per_id.node)
     assert not any(reads_changelog(job, o) for o in job.operators())
+
+
+def test_a_join_of_an_updating_stream_retracts_and_its_sinks_delete():
+    job, src, per_id = _job()
+    j = per_id.select("id AS k", "total").join(src.select("id AS k", "v"), on="k", uid="j")
+    j.filter("v >= total").sink("hot", mode="upsert", key=["k", "v"])
+    ops = {o.uid: o for o in job.operators()}
+    assert reads_changelog(job, ops["j"]) and emits_changelog(job, per_id.node) and emits_changelog(job, j.node)
+    assert job.node_id(ops["j"]) in deleting_producers(job)
+    assert job.operator_sink(j.node) is None   # a sink writer applies its changelog as rows and deletes
+    hot = job.sinks()[0]
+    assert sink_deletes(job, hot) and writer_reads_changelog(job, hot)
+    assert join_unsupported_reason(job, ops["j"]) is None
+    # a per-id aggregate's own upsert sink over an append stream never deletes
+    per_id.sink("totals", mode="upsert")
+    assert not sink_deletes(job, job.sinks()[1])
+
+
+@pytest.mark.parametrize("shape, named", [
+    ("outer", "only an inner join without unique="),
+    ("append", "sink 'out' appends the output of join 'j'"),
+    ("dedup", "DedupNode 'd' reads the output of join 'j'"),
+    ("partitioned", "sink 'out' deletes rows (an updating stream reaches it) but is partitioned by ['g']"),
+])
+def test_what_a_retracting_join_cannot_do_is_named(shape, named):
+    job, src, per_id = _job()
+    j = per_id.select("id AS k", "total").join(src.select("id AS k", "v"), on="k", uid="j",
+                                               how="left" if shape == "outer" else "inner")
+    if shape == "append":
+        j.sink("out")
+    if shape == "dedup":
+        j.deduplicate(uid="d", key="k")
+    if shape == "partitioned":
+        j.select("k", "v", "'x' AS g").sink("out", mode="upsert", key=["k", "v"], partition_by=["g"])
+    op = next(o for o in job.operators() if o.uid == "j")
+    assert named in (join_unsupported_reason(job, op) or "")
 
 
 def test_unsupported_updating_inputs_are_named_and_a_top_n_emits_a_changelog():

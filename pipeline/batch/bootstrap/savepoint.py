@@ -64,8 +64,8 @@ def _objects(comp, res, job) -> list[tuple[str, str, str, object, str | None]]:
                                         f"{comp.bad[nid]}; {CATCH_UP}")
         for name in job.state_names(op.uid):
             obj = f"state/{op.uid}/{name}"
-            if isinstance(op, JoinNode):
-                out.append(("state", op.uid, name, res.matched[obj], op.on))
+            if isinstance(op, JoinNode):   # a retracting join: its signed multisets (pipeline.batch.evaluation.updating)
+                out.append(("state", op.uid, name, (res.states if job.retracting_join(op) else res.matched)[obj], op.on))
             elif isinstance(op, AggregateNode):
                 out.append(("state", op.uid, name, _exact_aggregate(comp, op), op.key))
             elif isinstance(op, DedupNode):

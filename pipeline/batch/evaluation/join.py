@@ -18,6 +18,7 @@ from pipeline.batch.evaluation.prefix import PEPOCH
 from pipeline.batch.evaluation.result import INTERNAL
 from pipeline.batch.evaluation.rounds import ROUND, emitted_round, pair_round
 from pipeline.batch.evaluation.sources import unparked
+from pipeline.batch.evaluation.updating import retract_join_frames
 from pipeline.job import JoinNode, emits_updates, join_key_sql, join_output
 
 
@@ -37,6 +38,8 @@ def join(plan: PlanContext, nid: int, op: JoinNode):
     """Over 80 lines: the dispatch of every join flavour (how x unique x TTL) to its batch rule, with the shared schema
     work first; each branch is short."""
     from pyspark.sql import functions as F
+    if plan.job.retracting_join(op):   # an updating input: the join of the final rows (evaluation/updating.py)
+        return retract_join_frames(plan, nid, op)
     E = plan.prefix.epoch_us
     how, unique = join_semantics(op)
     inputs = []

@@ -17,6 +17,7 @@ from pipeline.job import (
     WindowNode,
     emits_updates,
 )
+from pipeline.updating_streams import sink_deletes
 
 
 def sink(plan: PlanContext, s: SinkNode) -> None:
@@ -60,6 +61,9 @@ def writer_sink(plan: PlanContext, s: SinkNode, df) -> str | None:
     updating = [b for b in bases if emits_updates(b)]
     shown = plan.job.ingest_shown(s.parent)
     cols = [c for c in df.columns if c not in INTERNAL and (c != "_ingest_ts" or shown)]
+    if sink_deletes(plan.job, s):   # it applies the changelog as rows and deletes: the final result, mapped
+        plan.result.sinks[s.table] = df.select(*cols)
+        return None
     if s.mode == "append":
         if updating:
             return ("append sink of an updating stream (a running aggregate, a top-N or an update window): a changelog "

@@ -26,6 +26,7 @@ from pipeline.runtime.operators.task import (
     subtask_of,
     task_report,
 )
+from pipeline.sink.deletes import key_in, staged_schema, with_tombstones
 from pipeline.state.backend import KG_COLUMN, read_files, write_table
 from pipeline.state.changelog import TouchedKeys
 
@@ -59,6 +60,7 @@ class AggTaskSpec:
     # rows flowing on are one (the previous row of each changed group retracted, its new row added)
     retract: bool = False
     changelog: bool = False
+    sink_deletes: bool = False   # retract: its upsert sink gets a tombstone per emptied group (pipeline.sink.deletes)
 
 
 def _to_output(t: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -184,13 +186,17 @@ def make_agg_task(spec: AggTaskSpec):
         t_out = time.perf_counter()
         ofh = None
         file_out = out
+        fschema = spec.out_schema or spec.state_schema
+        if spec.sink_deletes and out is not None:   # emptied groups: tombstones, not count-0 rows
+            file_out = with_tombstones(current, out.filter(pc.invert(key_in(out, current, [spec.key]))), fschema,
+                                       [spec.key])
+            fschema = staged_schema(fschema, [spec.key])
         if spec.prior_output:
-            oschema = spec.out_schema or spec.state_schema
-            prior = read_files(fio, [f for s, f in spec.prior_output if s == subtask], oschema, spec.checkpoint)
+            prior = read_files(fio, [f for s, f in spec.prior_output if s == subtask], fschema, spec.checkpoint)
             if prior.num_rows:
-                if out is not None and out.num_rows:
-                    prior = prior.filter(pc.invert(pc.is_in(prior[spec.key], value_set=out[spec.key])))
-                    file_out = pa.concat_tables([prior, out.select(oschema.names).cast(oschema)])
+                if file_out is not None and file_out.num_rows:
+                    prior = prior.filter(pc.invert(pc.is_in(prior[spec.key], value_set=file_out[spec.key])))
+                    file_out = pa.concat_tables([prior, file_out.select(fschema.names).cast(fschema)])
                 else:
                     file_out = prior
         if file_out is not None and file_out.num_rows:

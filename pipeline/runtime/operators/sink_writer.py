@@ -38,12 +38,15 @@ from pipeline.fileio import file_io_for
 from pipeline.job import Job
 from pipeline.keygroups import KeyGroupRange, range_for_subtask
 from pipeline.operators.join import sortable
+from pipeline.operators.retract import SIGN
 from pipeline.runtime.operators.task import _collect, emit_handles, epoch_tagged_task, subtask_of, task_report
 from pipeline.runtime.operators.writer_nodes import WRITER_PREFIX, SinkWriterNode, is_writer_uid, sink_writers
+from pipeline.sink.deletes import key_in, staged_schema, with_tombstones
 from pipeline.sink.partitions import partition_dir
 from pipeline.state.backend import read_files, write_table
 
-__all__ = ["SinkWriterNode", "WRITER_PREFIX", "sink_writers", "is_writer_uid", "UPSERT_ORDER", "make_writer_task"]
+__all__ = ["SinkWriterNode", "WRITER_PREFIX", "sink_writers", "is_writer_uid", "UPSERT_ORDER", "make_writer_task",
+           "from_changelog"]
 
 
 #: the columns that order an upsert sink's rows of one round, where present (then every other column)
@@ -73,6 +76,7 @@ class WriterTaskSpec:
     ack_prefix: str | None = None
     parent_handles: dict[str, Sequence[StateHandle]] = field(default_factory=dict)
     partition_by: tuple[str, ...] = ()   # plan-time: one file per combination of these columns' values
+    deletes: bool = False   # upsert of a changelog (_sign): a key whose rows were only retracted is a tombstone
 
 
 def _task_index() -> int:
@@ -95,6 +99,23 @@ def last_per_key(rows: pa.Table, key: Sequence[str], order: Sequence[str]) -> pa
     t = t.set_column(t.schema.get_field_index(_ORDER), _ORDER, pa.array(range(t.num_rows), pa.int64()))
     last = t.group_by(list(key), use_threads=False).aggregate([(_ORDER, "max")])[f"{_ORDER}_max"]
     return t.filter(pc.is_in(t[_ORDER], value_set=last)).drop_columns([_ORDER])
+
+
+def from_changelog(rows: pa.Table, schema: pa.Schema, key: Sequence[str], order: Sequence[str]) -> pa.Table:
+    """An upsert sink's round of a changelog (``_sign``; pipeline.sink.deletes): per key, its last added row in the
+    upsert ``order``, or a tombstone when every row of the key is a retraction (its row left the result, or a
+    filter dropped its update). The key must be unique in the result (one live row per key), as an upsert
+    sink's key is. Returns rows of :func:`~pipeline.sink.deletes.staged_schema`."""
+    sign = (pc.fill_null(pc.cast(rows[SIGN], pa.int64()), 1) if SIGN in rows.column_names
+            else pa.array([1] * rows.num_rows, pa.int64()))
+    added = rows.filter(pc.greater(sign, 0))
+    live = last_per_key(added.select([c for c in added.column_names if c != SIGN]), key, order)
+    gone = rows.filter(pc.less_equal(sign, 0)).select(list(key))
+    if gone.num_rows and live.num_rows:
+        gone = gone.filter(pc.invert(key_in(gone, live, key)))
+    if gone.num_rows:
+        gone = gone.group_by(list(key), use_threads=False).aggregate([])
+    return with_tombstones(live.select(schema.names).cast(schema), gone, schema, key)
 
 
 def merge_prior(prior: pa.Table, new: pa.Table, key: Sequence[str]) -> pa.Table:
@@ -146,16 +167,20 @@ def make_writer_task(spec: WriterTaskSpec):
         names = list(spec.out_schema.names)
         n = incoming.num_rows if incoming is not None else 0
         out = None
-        if incoming is not None and n:
+        file_schema = staged_schema(spec.out_schema, spec.key) if spec.deletes else spec.out_schema
+        if incoming is not None and n and spec.deletes:
+            out = from_changelog(incoming.select(names + [c for c in (*spec.order, SIGN) if c not in names]),
+                                 spec.out_schema, spec.key, spec.order)
+        elif incoming is not None and n:
             if upsert:
                 incoming = last_per_key(incoming.select(names + [c for c in spec.order if c not in names]),
                                         spec.key, spec.order)
             out = incoming.select(names).cast(spec.out_schema)
         fio = file_io_for(spec.output_prefix)
         if upsert and spec.prior_output:
-            prior = read_files(fio, [f for s, f in spec.prior_output if s == subtask], spec.out_schema,
+            prior = read_files(fio, [f for s, f in spec.prior_output if s == subtask], file_schema,
                                spec.checkpoint)
-            out = merge_prior(prior, out if out is not None else spec.out_schema.empty_table(), spec.key)
+            out = merge_prior(prior, out if out is not None else file_schema.empty_table(), spec.key)
         written: list[FileHandle | None] = []
         name = f"part-{spec.file_tag}-{subtask:05d}.parquet"
         if out is not None and out.num_rows:

@@ -37,11 +37,12 @@ from pipeline.runtime.operators.report_codec import from_table
 from pipeline.runtime.operators.round_params import EPOCH_TAG, task_params
 from pipeline.runtime.operators.task import HANDLE_DDL, HANDLE_TAGGED_DDL
 from pipeline.runtime.operators.task_profile import profiled
+from pipeline.runtime.operators.writer_nodes import SinkWriterNode
 from pipeline.runtime.spark.lookup_plan import lookup_dataframe
 from pipeline.runtime.spark.round_bytes import ReadBytesCounter, measured
 from pipeline.runtime.spark.task_requests import TaskRequestCounter, counted
 from pipeline.source.reader import META_FIELDS
-from pipeline.updating_streams import reads_changelog
+from pipeline.updating_streams import reads_changelog, writer_reads_changelog
 from pipeline.worker_memory import release_memory
 
 __all__ = ["OperatorIO", "operator_dataframe", "drop_internal", "schema_ddl", "arrow_schema_of", "collect_handles",
@@ -275,7 +276,8 @@ def operator_dataframe(spark, job: Job, op, inputs: dict[int, object], io: Opera
             df = lookup_dataframe(spark, node, resolve(node.parent, prepare), io.tagged)
         else:
             rows: Any = inputs[base]
-            if SIGN in rows.columns and not reads_changelog(job, op):  # the added rows only (pipeline.updating_streams)
+            if SIGN in rows.columns and not (reads_changelog(job, op) or (  # the added rows only (updating_streams)
+                    isinstance(op, SinkWriterNode) and writer_reads_changelog(job, op.sink))):
                 rows = rows.filter(f"`{SIGN}` > 0").drop(SIGN)
             df = rows if prepare is None else prepare(base, rows)
         return apply_maps(df, maps)

@@ -40,6 +40,7 @@ from pipeline.fileio import join_uri as join
 from pipeline.layout import EXPORT_DONE_FILE
 from pipeline.runtime.spark.dataflow import schema_ddl
 from pipeline.runtime.spark.task_requests import counted_in_span
+from pipeline.sink.deletes import DELETED
 from pipeline.sink.open_table import OpenFormatTable
 from pipeline.state.backend import load_chain
 from pipeline.state.chain import StateChain
@@ -261,7 +262,10 @@ def files_with_tag_dataframe(spark, files: Sequence[tuple[str, int]], schema: pa
             for task in b.column(0).to_pylist():
                 for uri, txn in files[task::n]:
                     with file_io_for(uri).open_input(uri) as f:
-                        t = pq.read_table(f).select(schema.names).cast(schema)
+                        t = pq.read_table(f)
+                    if DELETED in schema.names and DELETED not in t.column_names:   # written before it deleted
+                        t = t.append_column(DELETED, pa.repeat(pa.scalar(False), t.num_rows))   # (a bootstrap)
+                    t = t.select(schema.names).cast(schema)
                     t = t.append_column("_txn", pa.repeat(pa.scalar(txn, pa.int64()), t.num_rows))
                     yield from t.to_batches(max_chunksize=50_000)
 
@@ -311,12 +315,18 @@ def export_table(spark, table, to: str) -> dict:
             "lineage": [e.checkpoint_id for e in chain]}
     if not files:  # nothing committed yet: an empty directory (no schema to write)
         return {**base, **_describe(write_empty(to))}
-    df = files_with_tag_dataframe(spark, files, _schema_of(files[0][0]))
+    schema = _schema_of(files[0][0])
+    if len(files) > 1 and DELETED not in schema.names:   # a deleting sink's newer files carry its tombstones
+        last = _schema_of(files[-1][0])
+        schema = schema.append(last.field(DELETED)) if DELETED in last.names else schema
+    df = files_with_tag_dataframe(spark, files, schema)
     expected: int | None = sum(e.rows for e in chain)
     assert head is not None  # files were found, so the table has a committed head
     if head.mode == "upsert":
         w = Window.partitionBy(*head.key).orderBy(F.col("_txn").desc())
         df = df.withColumn("_rn", F.row_number().over(w)).filter("_rn = 1").drop("_rn")
+        if DELETED in df.columns:   # a deleting sink: a key whose newest row is a tombstone is gone
+            df = df.filter(f"NOT coalesce(`{DELETED}`, false)").drop(DELETED)
         expected = None  # the newest row per key: known only once written (and then verified)
     res = write_parquet(spark, df.drop("_txn"), to, expected_rows=expected, what=f"rows of {table.table}")
     return {**base, **_describe(res)}

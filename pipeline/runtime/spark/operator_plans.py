@@ -18,7 +18,6 @@ from pipeline.job import (
     ProcessNode,
     RankNode,
     WindowNode,
-    join_key_sql,
     join_output,
     rank_key_sql,
 )
@@ -31,7 +30,7 @@ from pipeline.operators.aggregate_functions import (
     output_fields,
     state_fields,
 )
-from pipeline.operators.retract import flow_schema, kernel_aggs
+from pipeline.operators.retract import SIGN, flow_schema, kernel_aggs
 from pipeline.operators.ttl import ROW_EPOCH
 from pipeline.runtime.operators.aggregate import EXACT_SUM, AggTaskSpec, make_agg_task
 from pipeline.runtime.operators.dead_letters import (
@@ -58,12 +57,13 @@ from pipeline.runtime.spark.dataflow import (
     handle_ddl,
     with_tag,
 )
+from pipeline.runtime.spark.retract_join_plan import check_join, keyed_join_inputs, retract_join_dataframe
 from pipeline.runtime.spark.retract_plan import check_aggregate, retract_dataframe
 from pipeline.runtime.spark.routing import route_by_key_group, shuffle_to_subtasks, with_beacons
 from pipeline.runtime.spark.task_requests import counted
 from pipeline.sink.partitions import check_partition_types
 from pipeline.state.backend import KG_COLUMN
-from pipeline.updating_streams import emits_changelog, reads_changelog
+from pipeline.updating_streams import emits_changelog, reads_changelog, writer_reads_changelog
 from pipeline.windows.aggregate import EmitMode, WindowSpec, output_schema
 from pipeline.windows.channels import forwards_channels, needs_channels, operator_channel
 from pipeline.windows.watermark import merge_observations, observe_channels
@@ -72,19 +72,14 @@ __all__ = ["join_dataframe", "aggregate_dataframe", "dedup_dataframe", "window_d
            "rank_dataframe", "writer_dataframe"]
 
 
-@register_operator(JoinNode, OperatorTraits(row_epochs=True, parks_channels=True))
+@register_operator(JoinNode, OperatorTraits(row_epochs=True, parks_channels=True, check=check_join))
 def join_dataframe(spark, job: Job, op: JoinNode, resolve, io: OperatorIO):
     """The join operator: both inputs keyed by ``op.on`` and shuffled together (``_side`` 0/1)."""
     from pyspark.sql import functions as F
     P, MP = io.parallelism, io.max_parallelism
-    left, right = resolve(op.left), resolve(op.right)
-    if op.keys:  # several key columns: keyed by one column computed from them (pipeline.job.join_key_sql)
-        for side, d in (("left", left), ("right", right)):
-            missing = [k for k in op.keys if k not in d.columns]
-            if missing:
-                raise ConfigError(f"join {op.uid}: {side} input lacks key columns {missing}")
-        left = left.withColumn(op.on, F.expr(join_key_sql(op.keys)))
-        right = right.withColumn(op.on, F.expr(join_key_sql(op.keys)))
+    left, right = keyed_join_inputs(op, resolve)   # several key columns: one column computed from them
+    if reads_changelog(job, op):   # an updating input: the retracting join (docs/operators.md "Updating streams")
+        return retract_join_dataframe(spark, job, op, left, right, io)
     for side, d in (("left", left), ("right", right)):
         if op.on not in d.columns or "_ingest_ts" not in d.columns:
             raise ConfigError(f"join {op.uid}: {side} input needs columns {op.on!r} and _ingest_ts, has "
@@ -386,15 +381,15 @@ def writer_dataframe(spark, job: Job, node: SinkWriterNode, resolve, io: Operato
     out_schema = arrow_schema_of(df.select(*cols))
     check_partition_types(s.table, out_schema, s.partition_by)
     tag = [EPOCH_TAG] if io.tagged and EPOCH_TAG in df.columns else []
-    order: tuple[str, ...] = ()
+    order = tuple(c for c in UPSERT_ORDER if c in df.columns) if s.mode == "upsert" else ()
+    deletes = writer_reads_changelog(job, s)   # a changelog to an upsert sink: deletes (pipeline.sink.deletes)
     if s.mode == "upsert":
-        order = tuple(c for c in UPSERT_ORDER if c in df.columns)
-        extra = [c for c in order if c not in cols]
+        extra = [c for c in order if c not in cols] + ([SIGN] if deletes and SIGN in df.columns else [])
         df = df.select(*cols, *extra, *tag).withColumn(KG_COLUMN, key_group_expr(s.key, io.max_parallelism))
         df = route_by_key_group(df, spark, KG_COLUMN, io.parallelism, io.max_parallelism)
     else:
         df = df.select(*cols, *tag)
     spec = WriterTaskSpec(node.uid, io.checkpoint, s.table, s.mode, tuple(s.key), out_schema, order, io.parallelism,
                           io.max_parallelism, io.output_prefix, io.output_name, io.file_tag, tuple(io.prior_output),
-                          io.epoch, partition_by=tuple(s.partition_by))
+                          io.epoch, partition_by=tuple(s.partition_by), deletes=deletes)
     return df.mapInArrow(counted(make_writer_task(spec), io.requests), handle_ddl(io)), out_schema

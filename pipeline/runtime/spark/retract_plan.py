@@ -19,7 +19,7 @@ from pipeline.runtime.operators.round_params import EPOCH_TAG
 from pipeline.runtime.spark.dataflow import OperatorIO, arrow_schema_of, handle_ddl, with_tag
 from pipeline.runtime.spark.routing import route_by_key_group
 from pipeline.runtime.spark.task_requests import counted
-from pipeline.updating_streams import emits_changelog, unsupported_reason
+from pipeline.updating_streams import emits_changelog, sink_deletes, unsupported_reason
 
 __all__ = ["check_aggregate", "retract_dataframe"]
 
@@ -47,9 +47,11 @@ def retract_dataframe(spark, job: Job, op: AggregateNode, full, aggs, io: Operat
     shuffled = route_by_key_group(src.withColumn("_kg", key_group_expr(op.key, io.max_parallelism)), spark, "_kg",
                                   io.parallelism, io.max_parallelism)
     changelog = emits_changelog(job, job.node_id(op))
+    own = job.operator_sink(job.node_id(op))   # its own upsert sink deletes the emptied groups (pipeline.sink.deletes)
     spec = AggTaskSpec(op.uid, io.checkpoint, op.key, aggs, state_schema, io.parallelism, io.max_parallelism,
                        io.parent_handles, io.state_prefix, io.output_prefix, io.output_name, io.file_tag,
-                       io.ack_prefix, out_schema, tuple(io.prior_output), retract=True, changelog=changelog)
+                       io.ack_prefix, out_schema, tuple(io.prior_output), retract=True, changelog=changelog,
+                       sink_deletes=own is not None and sink_deletes(job, own))
     flow = flow_schema(out_schema) if changelog else out_schema
     result = shuffled.mapInArrow(counted(make_agg_task(spec), io.requests), handle_ddl(io) if io.ack_prefix is None
                                  else schema_ddl(with_tag(flow, io)))
