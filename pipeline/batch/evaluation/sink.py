@@ -10,6 +10,7 @@ from pipeline.batch.evaluation.rounds import ROUND
 from pipeline.job import (
     AggregateNode,
     IntervalJoinNode,
+    OverAggregateNode,
     RankNode,
     SinkNode,
     SourceNode,
@@ -43,7 +44,7 @@ def sink(plan: PlanContext, s: SinkNode) -> None:
     elif s.mode == "upsert" and not isinstance(parent, (AggregateNode, WindowNode, RankNode)):
         plan.result.unchecked[obj] = "upsert sink of a non-aggregate: 'newest row per key' is not modelled"
     else:
-        if isinstance(parent, (WindowNode, IntervalJoinNode, TemporalJoinNode)) and "_ingest_ts" in df.columns:
+        if isinstance(parent, (WindowNode, IntervalJoinNode, TemporalJoinNode, OverAggregateNode)) and "_ingest_ts" in df.columns:
             # only rows flowing on carry it (pipeline.batch.evaluation.window._window_flow), not the sink's
             df = df.drop("_ingest_ts")
         plan.result.sinks[s.table] = visible(df)
