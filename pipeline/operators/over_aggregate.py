@@ -157,6 +157,15 @@ def over_step(spec: OverSpec, state: pa.Table, new: pa.Table, *, late_watermark_
                              on.append_column(FIRED, pa.repeat(pa.scalar(False), on.num_rows))]).combine_chunks()
     if not complete or watermark_us is None or held.num_rows == 0:
         return OverResult(held, out_schema.empty_table(), late, bad)
+    # only the keys with rows to fire or to drop are worked on (vectorised); the others' rows pass through
+    t_all = _us(held[spec.time])
+    f_all = held[FIRED].to_numpy(zero_copy_only=False).astype(bool)
+    act = (~f_all & (t_all <= watermark_us)) | (f_all & (t_all <= watermark_us - spec.range_us)
+                                                 if spec.range_us is not None else np.zeros(len(f_all), dtype=bool))
+    if not act.any():
+        return OverResult(held, out_schema.empty_table(), late, bad)
+    work = pc.is_in(held[spec.key], value_set=pc.unique(held[spec.key].filter(pa.array(act))))
+    rest, held = held.filter(pc.invert(work)), held.filter(work)
     order = [(spec.key, "ascending"), ("__t", "ascending")] + [(c, "ascending") for c in over_order(spec, new.schema)]
     held = held.append_column("__t", pa.array(_us(held[spec.time]), pa.int64()))
     held = held.take(pc.sort_indices(held, sort_keys=[(c, d, "at_end") for c, d in order]))
@@ -201,5 +210,5 @@ def over_step(spec: OverSpec, state: pa.Table, new: pa.Table, *, late_watermark_
     now[emit] = True
     flags = pa.array(np.asarray(fired, dtype=bool) | now)
     st = held.drop_columns(["__t", FIRED]).append_column(FIRED, flags).filter(pa.array(keep))
-    return OverResult(st, output, late, bad)
+    return OverResult(pa.concat_tables([rest, st]), output, late, bad)
 
