@@ -6,8 +6,9 @@ from benchmarks.nexmark.queries import NotExpressible
 from pipeline import Job
 
 SINK = "q6"
-MISSING = ("an over aggregate (AVG OVER the last 10 winning bids per seller) over top-1 per auction "
-           "(top_n exists; an operator reading its updating stream does not yet)")
+MISSING = ("an over aggregate over an updating stream: Stream.over_aggregate exists for append streams and refuses "
+           "top-1 per auction's updating stream, whose changed winner must retract its own output and the outputs "
+           "of the up to 10 following winners of its seller (Flink's OVER aggregate rejects update changes too)")
 
 
 def job() -> Job:
