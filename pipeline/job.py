@@ -277,6 +277,7 @@ class OverAggregateNode:
     rows: int | None                                # ROWS ... PRECEDING (None: a RANGE frame)
     range_seconds: int | None                       # RANGE ... PRECEDING (None: a ROWS frame)
     max_out_of_orderness_seconds: int = 0
+    updating: bool = False   # its input is a running aggregate's or a top-N's updating stream (a retract changelog)
 
     STATE_NAMES: ClassVar[tuple[str, ...]] = ("rows", "wm")
 
@@ -326,10 +327,11 @@ def is_operator(node) -> bool:
     return hasattr(type(node), "STATE_NAMES")
 
 
-def emits_updates(node: object) -> TypeGuard[AggregateNode | RankNode | WindowNode]:
+def emits_updates(node: object) -> TypeGuard[AggregateNode | RankNode | WindowNode | OverAggregateNode]:
     """The node's output is an updating stream (a running aggregate, a top-N, a window with ``emit="update"``):
     rows that replace earlier rows of the same key, not rows of their own."""
-    return isinstance(node, (AggregateNode, RankNode)) or (isinstance(node, WindowNode) and node.emit == "update")
+    return isinstance(node, (AggregateNode, RankNode)) or (isinstance(node, WindowNode) and node.emit == "update") or (
+        isinstance(node, OverAggregateNode) and node.updating)
 
 
 @dataclass(frozen=True, slots=True)
@@ -617,9 +619,11 @@ class Stream:
         if filters:
             raise ConfigError(f"{where}: filtered aggregates (FILTER (WHERE ...)) are not supported over a frame")
         upd = [n for n in (self.job.nodes[b] for b in self.job.bases(self.node)) if emits_updates(n)]
-        if upd:
-            raise ConfigError(f"{where}: its input is the updating stream of {upd[0].uid!r}; an over aggregate "
-                              "reads an append stream only (over an updating stream is not supported yet)")
+        other = [n for n in upd if not isinstance(n, (AggregateNode, RankNode))]
+        if other:
+            raise ConfigError(f"{where}: its input is the updating stream of {other[0].uid!r}, which emits no "
+                              "retractions; an over aggregate reads an append stream, or a running aggregate's or a "
+                              "top-N's updating stream")
         sch = self.job.static_schema(self.node)
         if sch is not None:
             missing = [c for c in (key, event_time, *(c for _, _, c in spec if c)) if c not in sch.names]
@@ -632,7 +636,7 @@ class Stream:
             if clash:
                 raise ConfigError(f"{where}: aggregate names {clash} are input columns")
         return self.job._add(OverAggregateNode(uid, self.node, key, event_time, spec, rows_preceding,
-                                               range_preceding_seconds, max_out_of_orderness_seconds))
+                                               range_preceding_seconds, max_out_of_orderness_seconds, bool(upd)))
 
     def process(self, *, uid: str, key: str, fn: Callable[[pa.Table, pa.Table], tuple[pa.Table, pa.Table]],
                 state_schema: pa.Schema, output_schema: pa.Schema, ttl_seconds: int | None = None) -> Stream:

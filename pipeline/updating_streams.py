@@ -8,7 +8,7 @@ added rows only, as before. A window with ``emit="update"`` does not emit a chan
 is refused (:func:`unsupported_reason`) before anything runs."""
 from __future__ import annotations
 
-from pipeline.job import AggregateNode, Job, RankNode, WindowNode, emits_updates
+from pipeline.job import AggregateNode, Job, OverAggregateNode, RankNode, WindowNode, emits_updates
 from pipeline.operators.retract import unretractable
 
 __all__ = ["reads_changelog", "emits_changelog", "unsupported_reason"]
@@ -21,15 +21,16 @@ def _updating_bases(job: Job, op) -> list:
 def reads_changelog(job: Job, op) -> bool:
     """``op`` is an aggregate reading a running aggregate's or a top-N's output: its input is a changelog (the
     retraction kernel)."""
-    return isinstance(op, AggregateNode) and any(isinstance(b, (AggregateNode, RankNode))
-                                                 for b in _updating_bases(job, op))
+    return isinstance(op, (AggregateNode, OverAggregateNode)) and any(isinstance(b, (AggregateNode, RankNode))
+                                                                      for b in _updating_bases(job, op))
 
 
 def emits_changelog(job: Job, node_id: int) -> bool:
     """Node ``node_id`` is a running aggregate or a top-N with a consumer that reads its changelog."""
     if not isinstance(job.nodes[node_id], (AggregateNode, RankNode)):
         return False
-    return any(isinstance(o, AggregateNode) and reads_changelog(job, o) and node_id in job.bases(o.parent)
+    return any(isinstance(o, (AggregateNode, OverAggregateNode)) and reads_changelog(job, o)
+               and node_id in job.bases(o.parent)
                for o in job.operators())
 
 
@@ -39,6 +40,11 @@ def unsupported_reason(job: Job, op) -> str | None:
     if not isinstance(op, AggregateNode):
         return None
     bases = _updating_bases(job, op)
+    over = [b for b in bases if isinstance(b, OverAggregateNode)]
+    if over:
+        return (f"aggregate {op.uid!r} reads the updating stream of over aggregate {over[0].uid!r}, which emits "
+                "no retractions (its rows replace earlier rows of the same key in an upsert sink); sink it with "
+                "mode='upsert' (docs/operators.md \"Over aggregate\")")
     other = [b for b in bases if isinstance(b, WindowNode)]
     if other:
         return (f"aggregate {op.uid!r} reads the updating stream of window {other[0].uid!r} (emit='update'), which "

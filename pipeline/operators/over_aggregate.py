@@ -34,7 +34,8 @@ import pyarrow.compute as pc
 
 from pipeline.operators.join import sortable
 
-__all__ = ["OVER_FUNCTIONS", "FIRED", "OverSpec", "OverResult", "over_step", "output_schema", "over_order"]
+__all__ = ["OVER_FUNCTIONS", "FIRED", "OverSpec", "OverResult", "over_step", "output_schema", "over_order",
+           "RetractResult", "over_retract_step"]
 
 OVER_FUNCTIONS = ("count", "sum", "avg", "min", "max")
 FIRED = "__fired"      # state column: the row was emitted (held only as a preceding row of later ones)
@@ -212,3 +213,91 @@ def over_step(spec: OverSpec, state: pa.Table, new: pa.Table, *, late_watermark_
     st = held.drop_columns(["__t", FIRED]).append_column(FIRED, flags).filter(pa.array(keep))
     return OverResult(pa.concat_tables([rest, st]), output, late, bad)
 
+
+
+# -- over an updating stream (docs/operators.md "Over aggregate", "Over an updating stream") -----------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RetractResult:
+    state: pa.Table    # the current rows of the touched keys (input columns + FIRED, always true)
+    output: pa.Table   # the rows whose output is new or changed: input columns (no internal ones) + the aggregates
+    bad: pa.Table      # changelog rows with a null key or time (never held: their retractions are dropped too)
+    unmatched: int     # retractions with no current row (an upstream bug: the runtime refuses the round)
+
+
+def _all_outputs(spec: OverSpec, rows: pa.Table, out_schema: pa.Schema) -> pa.Table:
+    """Every row of ``rows`` (keys complete) with its aggregates, SQL's window over them."""
+    if not rows.num_rows:
+        return out_schema.empty_table()
+    order = [(spec.key, "ascending", "at_end"), ("__t", "ascending", "at_end")] + [
+        (c, "ascending", "at_end") for c in over_order(spec, rows.schema)]
+    rows = rows.append_column("__t", pa.array(_us(rows[spec.time]), pa.int64()))
+    rows = rows.take(pc.sort_indices(rows, sort_keys=order))
+    keys, ts = rows[spec.key].to_pylist(), rows["__t"].to_pylist()
+    vals = {c: rows[c].to_pylist() for _, _, c in spec.aggs if c is not None}
+    typs = {c: rows.schema.field(c).type for c in vals}
+    results: list[list] = [[] for _ in spec.aggs]
+    n, i = rows.num_rows, 0
+    while i < n:
+        j = i
+        while j < n and keys[j] == keys[i]:
+            j += 1
+        kt = ts[i:j]
+        for p in range(i, j):
+            if spec.rows is not None:
+                lo, hi = max(i, p - spec.rows), p + 1
+            else:
+                lo = i + bisect_left(kt, ts[p] - spec.range_us)      # type: ignore[operator]
+                hi = i + bisect_right(kt, ts[p])
+            for a, (_, fn, col) in enumerate(spec.aggs):
+                frame = [1] * (hi - lo) if col is None else vals[col][lo:hi]
+                results[a].append(_value(fn, frame, typs[col] if col is not None else pa.int64()))
+        i = j
+    names = {o for o, _, _ in spec.aggs}
+    cols = [rows[f.name] for f in out_schema if f.name not in names]
+    cols += [pa.array(results[a], out_schema.field(o).type) for a, (o, _, _) in enumerate(spec.aggs)]
+    return pa.table(cols, schema=out_schema)
+
+
+def _minus(a: pa.Table, b: pa.Table) -> tuple[pa.Table, int]:
+    """The multiset difference ``a - b`` of two tables of the same schema, and how many rows of ``b`` had no match."""
+    count: dict[tuple, int] = {}
+    for r in b.to_pylist():
+        k = tuple(r.values())
+        count[k] = count.get(k, 0) + 1
+    keep = []
+    for r in a.to_pylist():
+        k = tuple(r.values())
+        if count.get(k, 0):
+            count[k] -= 1
+            keep.append(False)
+        else:
+            keep.append(True)
+    return a.filter(pa.array(keep, pa.bool_())), sum(count.values())
+
+
+def over_retract_step(spec: OverSpec, state: pa.Table, changes: pa.Table, sign: str) -> RetractResult:
+    """One round over a retract changelog: ``state`` (the current rows of the round's keys: input columns +
+    :data:`FIRED`), ``changes`` (the round's rows with ``sign`` -1/+1). Per touched key: the current rows minus the
+    retracted plus the added; output: the rows whose (row, aggregates) is not among the key's outputs before the
+    round (a changed row's own output and the outputs its change shifts: up to ``rows`` following rows, or the
+    rows within ``range`` after it)."""
+    cols = [c for c in changes.column_names if c != sign]
+    schema = pa.schema([changes.schema.field(c) for c in cols])
+    out_schema = output_schema(spec, schema)
+    ok = pc.and_(pc.is_valid(changes[spec.key]), pc.is_valid(changes[spec.time]))
+    bad = changes.filter(pc.invert(ok)).select(cols)
+    good = changes.filter(ok)
+    if not good.num_rows:
+        return RetractResult(state.schema.empty_table() if state.num_rows == 0 else state.slice(0, 0),
+                             out_schema.empty_table(), bad, 0)
+    touched = pc.is_in(state[spec.key], value_set=pc.unique(good[spec.key])) if state.num_rows else None
+    before = (state.filter(touched) if touched is not None else state).select(cols).cast(schema)
+    neg = pc.less(pc.fill_null(good[sign], 1), 0)
+    added = good.filter(pc.invert(neg)).select(cols).cast(schema)
+    # a retraction cancels a held row or a row added in the same round (whichever order the changelog has)
+    after, unmatched = _minus(pa.concat_tables([before, added]), good.filter(neg).select(cols).cast(schema))
+    after = after.combine_chunks()
+    out, _ = _minus(_all_outputs(spec, after, out_schema), _all_outputs(spec, before, out_schema))
+    return RetractResult(after.append_column(FIRED, pa.repeat(pa.scalar(True), after.num_rows)), out, bad, unmatched)

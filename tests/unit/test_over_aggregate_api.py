@@ -13,6 +13,7 @@ from pipeline.barriers.events import CheckpointingMode
 from pipeline.exceptions import ConfigError
 from pipeline.job import OverAggregateNode
 from pipeline.runtime.operators.over_aggregate import check_over
+from pipeline.updating_streams import unsupported_reason
 
 pytestmark = pytest.mark.unit
 
@@ -53,14 +54,31 @@ def test_refused_when_built(kw, message):
     assert "over_aggregate 'ov'" in str(e.value)
 
 
-def test_updating_input_refused_naming_the_node():
+def test_updating_input():
+    """Over a top-N's or a running aggregate's updating stream: accepted (a retract changelog, sinks upsert); over
+    a window's update stream (no retractions): refused naming the window; an aggregate over an updating over
+    aggregate: refused naming it."""
     job, a = _one()
-    top = a.top_n(uid="best", key="k", order_by="x DESC", n=1)
-    with pytest.raises(ConfigError, match="over_aggregate 'ov': its input is the updating stream of 'best'"):
-        top.filter("x > 0").over_aggregate(uid="ov", key="k", event_time="t", rows_preceding=1, aggs=AGGS)
-    running = a.aggregate(uid="tot", key="k", aggs={"s": ("sum", "x")})
-    with pytest.raises(ConfigError, match="updating stream of 'tot'"):
-        running.over_aggregate(uid="ov2", key="k", event_time="t", rows_preceding=1, aggs=AGGS)
+    top = a.top_n(uid="best", key="x", order_by="t DESC", n=1, rank_column=None)
+    top.filter("x > 0").over_aggregate(uid="ov", key="k", event_time="t", rows_preceding=1, aggs=AGGS).sink(
+        "o", mode="upsert", key=["x"])
+    assert job.operator("ov").updating
+    ok = SimpleNamespace(checkpoint_mode=CheckpointingMode.EXACTLY_ONCE, unaligned=False, aligned_timeout_seconds=None)
+    check_over(job, job.operator("ov"), ok)
+    job2, a2 = _one()
+    a2.top_n(uid="best", key="x", order_by="t DESC", n=1, rank_column=None).over_aggregate(
+        uid="ov", key="k", event_time="t", rows_preceding=1, aggs=AGGS).sink("o")
+    with pytest.raises(ConfigError, match="its sink 'o' must be mode='upsert'"):
+        check_over(job2, job2.operator("ov"), ok)
+    job3, a3 = _one()
+    win = a3.window(uid="w", key="k", event_time="t", size_seconds=60, aggs={"c": ("count", None)}, emit="update")
+    with pytest.raises(ConfigError, match="over_aggregate 'ov': its input is the updating stream of 'w'"):
+        win.over_aggregate(uid="ov", key="k", event_time="window_start", rows_preceding=1, aggs={"n": ("count", None)})
+    job4, a4 = _one()
+    over = a4.aggregate(uid="tot", key="k", aggs={"s": ("sum", "x")}).over_aggregate(
+        uid="ov", key="k", event_time="t", rows_preceding=1, aggs={"n": ("count", None)})
+    over.aggregate(uid="agg", key="k", aggs={"c": ("count", None)})
+    assert "reads the updating stream of over aggregate 'ov'" in (unsupported_reason(job4, job4.operator("agg")) or "")
 
 
 def test_runtime_check():

@@ -52,6 +52,8 @@ def over_aggregate(plan: PlanContext, nid: int, op: OverAggregateNode):
     if df is None:
         plan.bad[nid] = plan.bad[op.parent]
         return None
+    if op.updating:
+        return _over_updating(plan, op, df)
     base_node = plan.job.nodes[plan.job.chain_to(op.parent)[0]]
     if emits_updates(base_node):
         plan.bad[nid] = f"over aggregate {op.uid} reads the updating stream of {base_node.uid}"
@@ -81,15 +83,7 @@ def over_aggregate(plan: PlanContext, nid: int, op: OverAggregateNode):
     rows = [(WATERMARK_ROW, w)] + sorted(seen.items())
     plan.result.states[f"state/{op.uid}/wm"] = plan.spark.createDataFrame(rows, "channel string, max_event_us long")
     # the kernel's order: time, then the other sortable columns ascending, nulls last (over_order)
-    tie_cols = [c for c in user if c not in (op.key, op.event_time) and not nested(df.schema[c].dataType)]
-    order = Window.partitionBy(op.key).orderBy(F.col("__t").asc(), *[F.col(c).asc_nulls_last() for c in tie_cols])
-    frame = order.rowsBetween(-op.rows, 0) if op.rows is not None else \
-        Window.partitionBy(op.key).orderBy("__t").rangeBetween(-(op.range_seconds or 0) * SEC, 0)
-    aggs = []
-    for out, fn, col in op.aggs:
-        c = F.lit(1) if col is None else F.col(col)
-        aggs.append({"count": F.count, "sum": F.sum, "avg": F.avg, "min": F.min, "max": F.max}[fn](c)
-                    .over(frame).alias(out))
+    tie_cols, aggs = _window(op, df, user)
     fired = on if w is None else on.filter(F.col("__t") <= F.lit(w))
     fired_all = on.select("*", *aggs)   # frames over all on-time rows: a row's frame precedes it
     # state: the rows not fired, and the fired rows a later row's frame may need
@@ -122,3 +116,34 @@ def over_aggregate(plan: PlanContext, nid: int, op: OverAggregateNode):
         E = plan.prefix.epoch_us
         return out.withColumn("_ingest_ts", F.expr(f"timestamp_micros(({PEPOCH} + 1) * {E} - 1)"))
     return out
+
+
+def _window(op: OverAggregateNode, df, user: list[str]):
+    """The tie-break columns and the aggregate columns over SQL's window (the kernel's order and frame)."""
+    from pyspark.sql import Window  # lazy: pyspark only where a Spark plan is built
+    from pyspark.sql import functions as F
+    tie_cols = [c for c in user if c not in (op.key, op.event_time) and not nested(df.schema[c].dataType)]
+    order = Window.partitionBy(op.key).orderBy(F.col("__t").asc(), *[F.col(c).asc_nulls_last() for c in tie_cols])
+    frame = order.rowsBetween(-op.rows, 0) if op.rows is not None else \
+        Window.partitionBy(op.key).orderBy("__t").rangeBetween(-(op.range_seconds or 0) * SEC, 0)
+    aggs = []
+    for out, fn, col in op.aggs:
+        c = F.lit(1) if col is None else F.col(col)
+        aggs.append({"count": F.count, "sum": F.sum, "avg": F.avg, "min": F.min, "max": F.max}[fn](c)
+                    .over(frame).alias(out))
+    return tie_cols, aggs
+
+
+def _over_updating(plan: PlanContext, op: OverAggregateNode, df):
+    """Over an updating stream: the upstream's batch frame is its current rows (a top-N's rows, an aggregate's
+    totals); SQL's window over them (no watermark: each change applies at once). The upsert sink holds one row per
+    current upstream row; the state ``rows`` holds them all (flag set); ``wm`` stays empty (no marker rows)."""
+    from pyspark.sql import functions as F  # lazy: pyspark only where a Spark plan is built
+    user = [c for c in df.columns if c not in INTERNAL and c != "_ingest_ts"]
+    ok = F.col(op.key).isNotNull() & F.col(op.event_time).isNotNull()
+    on = df.filter(ok).select(*user, F.expr(f"unix_micros(`{op.event_time}`)").alias("__t"))
+    plan.result.states[f"state/{op.uid}/rows"] = on.select(*user, F.lit(True).alias(FIRED))
+    plan.result.states[f"state/{op.uid}/wm"] = plan.spark.createDataFrame(
+        [(WATERMARK_ROW, None)], "channel string, max_event_us long")
+    _ties, aggs = _window(op, df, user)
+    return on.select(*user, *aggs)

@@ -27,14 +27,16 @@ import pyarrow.compute as pc
 from pipeline.barriers.events import CheckpointingMode
 from pipeline.checkpoint.handles import FileHandle, StateHandle
 from pipeline.checkpoint.report import ReportKind
-from pipeline.exceptions import ConfigError, MalformedInputError
+from pipeline.exceptions import CheckpointError, ConfigError, MalformedInputError
 from pipeline.faults import fault_point
 from pipeline.fileio import file_io_for
 from pipeline.job import Job, OverAggregateNode
 from pipeline.keygroups import range_for_subtask
 from pipeline.layout import key_group_name
-from pipeline.operators.over_aggregate import FIRED, OverSpec, over_step
+from pipeline.operators.over_aggregate import FIRED, OverResult, OverSpec, over_retract_step, over_step
+from pipeline.operators.retract import SIGN
 from pipeline.runtime.operators.dead_letters import attempt_dead_letter_dir, dead_letter_name
+from pipeline.runtime.operators.sink_writer import merge_prior
 from pipeline.runtime.operators.state_access import StateScope, StateSpec, open_state
 from pipeline.runtime.operators.task import (
     _collect,
@@ -46,7 +48,7 @@ from pipeline.runtime.operators.task import (
     task_report,
 )
 from pipeline.runtime.operators.window import _ALL_KG, CHANNEL, MARKER, _split_wm, _wm_table
-from pipeline.state.backend import KG_COLUMN, read_state, write_table
+from pipeline.state.backend import KG_COLUMN, read_files, read_state, write_table
 from pipeline.windows.watermark import WATERMARK_SCHEMA, WatermarkState, merge_observations
 
 __all__ = ["OverTaskSpec", "make_over_task", "check_over", "over_state_schema", "over_dead_letter_schema", "NEVER_US"]
@@ -63,9 +65,13 @@ def check_over(job: Job, op: OverAggregateNode, config) -> None:
                           "watermark advances when the checkpoint's epoch is complete); unset PIPELINE_UNALIGNED / "
                           "PIPELINE_ALIGNED_TIMEOUT_SECONDS and use PIPELINE_CHECKPOINT_MODE=exactly_once")
     for s in job.sinks():
-        if s.parent == job.node_id(op) and s.mode != "append":
+        if s.parent == job.node_id(op) and s.mode != "append" and not op.updating:
             raise ConfigError(f"job {job.name!r}: over aggregate {op.uid!r} emits each row once; its sink "
                               f"{s.table!r} must be mode='append'")
+        if job.chain_to(s.parent)[0] == job.node_id(op) and s.mode != "upsert" and op.updating:
+            raise ConfigError(f"job {job.name!r}: over aggregate {op.uid!r} reads an updating stream and emits "
+                              f"rows that replace earlier ones; its sink {s.table!r} must be mode='upsert', keyed by "
+                              "the upstream's key (docs/operators.md \"Over aggregate\")")
 
 
 def over_state_schema(in_schema: pa.Schema) -> pa.Schema:
@@ -104,6 +110,9 @@ class OverTaskSpec:
     flow_schema: pa.Schema | None = None  # chained: out_schema + _ingest_ts (barrier time of the epoch - 1 µs)
     snapshot: dict | None = None   # round field: pipeline.state.snapshot.SnapshotOptions
     replayed: bool = False         # round field
+    changelog: bool = False        # plan-time: the input is a retract changelog (``_sign``; updating_streams)
+    sink_key: tuple[str, ...] = ()  # the upsert sink's key (prior_output merge; changelog input only)
+    prior_output: tuple[tuple[int, FileHandle], ...] = ()   # (subtask, file) staged in earlier rounds
 
 
 def _index(k: OverSpec, schema: pa.Schema):
@@ -136,11 +145,26 @@ def _dead_letters(fio, prefix: str, name: str, parts: Sequence[tuple[str, pa.Tab
     return write_table(fio, f"{prefix}/{name}.parquet", pa.concat_tables(tables))
 
 
+def _retract_round(spec: OverTaskSpec, held: pa.Table, new: pa.Table, sign: pa.ChunkedArray) -> OverResult:
+    """The changelog round (no watermark: each change applies at once), as an :class:`OverResult` (late: none)."""
+    r = over_retract_step(spec.kernel, held, new.append_column(SIGN, sign), SIGN)
+    if r.unmatched:
+        raise CheckpointError(f"over aggregate {spec.uid}: {r.unmatched} retraction(s) of rows it does not hold "
+                              f"(checkpoint {spec.checkpoint}): the upstream changelog and this state disagree")
+    touched = pc.is_in(held[spec.kernel.key], value_set=pc.unique(new[spec.kernel.key])) if held.num_rows else None
+    rest = held.filter(pc.invert(touched)) if touched is not None else held
+    state = pa.concat_tables([rest, r.state.select(rest.schema.names).cast(rest.schema)])
+    return OverResult(state, r.output, new.schema.empty_table(), r.bad)
+
+
 def make_over_task(spec: OverTaskSpec):
-    """The ``mapInArrow`` function of an over aggregate (after the shuffle)."""
+    """The ``mapInArrow`` function of an over aggregate (after the shuffle).
+
+    Over 80 lines: the task is a closure over its spec: restore, run the kernel, write state, output and dead
+    letters, report (as the window's and the timed joins' tasks)."""
 
     def step(spec: OverTaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Over 60 lines: one epoch of one subtask in the window task's order (watermark, state read, kernel,
+        """Over 80 lines: one epoch of one subtask in the window task's order (watermark, state read, kernel,
         state, watermark table, output and dead letters written, reports)."""
         fault_point("reading")
         t0 = time.perf_counter()
@@ -154,10 +178,14 @@ def make_over_task(spec: OverTaskSpec):
         wm_rows, seen = _split_wm(wm_rows)
         wm = WatermarkState.from_table(wm_rows, spec.checkpoint)
         new = spec.in_schema.empty_table()
+        sign = pa.chunked_array([], pa.int32())
         if incoming is not None:
             is_marker = pc.is_valid(incoming[MARKER])
             markers = incoming.filter(is_marker)
-            new = incoming.filter(pc.invert(is_marker)).select(spec.in_schema.names).cast(spec.in_schema)
+            rows = incoming.filter(pc.invert(is_marker))
+            new = rows.select(spec.in_schema.names).cast(spec.in_schema)
+            if spec.changelog:
+                sign = rows[SIGN].cast(pa.int32())
             if markers.num_rows:
                 g = markers.group_by(CHANNEL, use_threads=False).aggregate([(MARKER, "max")])
                 seen = merge_observations(seen, dict(zip(g[CHANNEL].to_pylist(),
@@ -168,14 +196,18 @@ def make_over_task(spec: OverTaskSpec):
         else:
             new_wm, obs_left, fire = wm, seen, None
         sschema = over_state_schema(spec.in_schema)
+        index = (lambda row: NEVER_US) if spec.changelog else _index(k, sschema)
         scope = StateScope(spec.uid, subtask, kgr, k.key, spec.checkpoint, spec.state_prefix,
-                           {"rows": StateSpec(sschema, k.time, _index(k, sschema))},
-                           spec.parent_handles, spec.snapshot, fire + 1 if fire is not None else None)
+                           {"rows": StateSpec(sschema, k.time, index)}, spec.parent_handles, spec.snapshot,
+                           fire + 1 if fire is not None and not spec.changelog else None)
         with open_state(scope, fio) as access:
             held = access.read([new])["rows"]
             restored = held.num_rows
-            res = over_step(k, held, new, late_watermark_us=wm.watermark_us, watermark_us=fire,
-                            complete=spec.complete)
+            if spec.changelog:   # docs/operators.md "Over aggregate": over an updating stream
+                res = _retract_round(spec, held, new, sign)
+            else:
+                res = over_step(k, held, new, late_watermark_us=wm.watermark_us, watermark_us=fire,
+                                complete=spec.complete)
             if res.bad.num_rows and spec.bad_records == "fail":
                 raise MalformedInputError(f"over aggregate {spec.uid}: {res.bad.num_rows} record(s) with a null key "
                                           f"{k.key!r} or a null event time {k.time!r} (checkpoint {spec.checkpoint})")
@@ -183,7 +215,7 @@ def make_over_task(spec: OverTaskSpec):
             sync_ms = (time.perf_counter() - t0) * 1000
             fault_point("writing_state")
             t1 = time.perf_counter()
-            sh = access.write("rows", res.state.select(sschema.names).cast(sschema), index_time=_index(k, sschema))
+            sh = access.write("rows", res.state.select(sschema.names).cast(sschema), index_time=index)
         wm_table = _wm_table(new_wm, obs_left)
         carry_to_next_epoch("wm", wm_table)
         wfh = write_table(fio, f"{spec.state_prefix}/wm/wm.parquet", wm_table) if subtask == 0 else None
@@ -192,8 +224,13 @@ def make_over_task(spec: OverTaskSpec):
         async_ms = (time.perf_counter() - t1) * 1000
         t_out = time.perf_counter()
         ofh = None
-        if out.num_rows:
-            ofh = write_table(fio, f"{spec.output_prefix}/part-{spec.file_tag}-{subtask:05d}.parquet", out)
+        file_out = out
+        if spec.prior_output:  # a later round of the same checkpoint: one row per sink key per commit
+            prior = read_files(fio, [f for s, f in spec.prior_output if s == subtask], spec.out_schema,
+                               spec.checkpoint)
+            file_out = merge_prior(prior, out, spec.sink_key or tuple(spec.out_schema.names))
+        if file_out.num_rows:
+            ofh = write_table(fio, f"{spec.output_prefix}/part-{spec.file_tag}-{subtask:05d}.parquet", file_out)
         dfh = _dead_letters(
             file_io_for(spec.dead_letter_prefix),
             attempt_dead_letter_dir(spec.dead_letter_prefix, spec.epoch, spec.checkpoint),

@@ -10,11 +10,12 @@ import math
 import zlib
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.operators.over_aggregate import FIRED, OverSpec, over_step
+from pipeline.operators.over_aggregate import FIRED, OverSpec, over_retract_step, over_step
 
 pytestmark = pytest.mark.unit
 
@@ -143,3 +144,73 @@ def test_range_peers_share_their_aggregate():
 def test_spec_refuses_two_frames():
     with pytest.raises(ValueError, match="exactly one"):
         OverSpec("k", "t", (), rows=1, range_us=1)
+
+
+# -- over an updating stream ----------------------------------------------------------------------------------------
+
+USCHEMA = pa.schema([("u", pa.string()), ("k", pa.string()), ("t", pa.int64()), ("v", pa.int64())])
+UAGGS = (("n", "count", None), ("sv", "sum", "v"), ("av", "avg", "v"), ("hi", "max", "v"))
+
+
+def _umodel(current: dict, frame) -> dict:
+    """Per upstream key: (its row, SQL's window aggregates) over the current rows (ties: u, then v)."""
+    out = {}
+    for k in {r[1] for r in current.values()}:
+        part = sorted((r for r in current.values() if r[1] == k), key=lambda r: (r[2], r[0], r[3] is None, r[3] or 0))
+        for p, r in enumerate(part):
+            win = part[max(0, p - frame[1]):p + 1] if frame[0] == "rows" else [
+                x for x in part if r[2] - frame[1] <= x[2] <= r[2]]
+            vs = [x[3] for x in win]
+            out[r[0]] = (*r, *[_agg(fn, [1] * len(win) if col is None else vs) for _, fn, col in UAGGS])
+    return out
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rounds=st.lists(st.lists(st.tuples(st.sampled_from("pqrstuvw"), st.one_of(st.none(), st.tuples(
+           st.sampled_from(["a", "b"]), st.integers(0, 6), st.one_of(st.none(), st.integers(-3, 3))))),
+           max_size=6), min_size=1, max_size=6),
+       frame=st.one_of(st.tuples(st.just("rows"), st.integers(0, 3)), st.tuples(st.just("range"), st.integers(0, 4))),
+       parallelisms=st.lists(st.integers(1, 3), min_size=1, max_size=3))
+def test_over_retract_kernel_matches_model(rounds, frame, parallelisms):
+    """Rounds of upserts and deletes of upstream rows (``u``; a row may move to another partition ``k``) as a retract
+    changelog; an upsert sink keyed by ``u`` of the output holds, for every current upstream row, SQL's window over
+    the current rows, after every round, whatever the subtasks."""
+    spec = OverSpec("k", "t", UAGGS, rows=frame[1] if frame[0] == "rows" else None,
+                    range_us=frame[1] if frame[0] == "range" else None)
+    state = USCHEMA.append(pa.field(FIRED, pa.bool_())).empty_table()
+    current: dict[str, tuple] = {}
+    sink: dict[str, tuple] = {}
+    for m, changes in enumerate(rounds):
+        log = []
+        for u, new in changes:
+            if u in current:
+                log.append((*current.pop(u), -1))
+            if new is not None:
+                current[u] = (u, *new)
+                log.append((*current[u], 1))
+        P = parallelisms[m % len(parallelisms)]
+        parts = []
+        for i in range(P):
+            cur = state.filter(pa.array([_sub(k, P) == i for k in state["k"].to_pylist()], pa.bool_()))
+            mine = [r for r in log if _sub(r[1], P) == i]
+            chg = pa.table({**{f.name: [r[j] for r in mine] for j, f in enumerate(USCHEMA)},
+                            "_sign": pa.array([r[4] for r in mine], pa.int32())},
+                           schema=USCHEMA.append(pa.field("_sign", pa.int32())))
+            res = over_retract_step(spec, cur, chg, "_sign")
+            assert res.unmatched == 0 and not res.bad.num_rows
+            for r in res.output.to_pylist():
+                sink[r["u"]] = tuple(r.values())
+            untouched = cur.filter(pc.invert(pc.is_in(cur["k"], value_set=pa.array({r[1] for r in mine},
+                                                                                    pa.string()))))
+            parts += [untouched, res.state.select(cur.column_names).cast(cur.schema)]
+        state = pa.concat_tables(parts)
+        want = _umodel(current, frame)
+        assert {u: sink[u] for u in want} == want
+        assert sorted(tuple(r.values())[:4] for r in state.to_pylist()) == sorted(current.values())
+
+
+def test_over_retract_refuses_unknown_retraction():
+    spec = OverSpec("k", "t", UAGGS, rows=1)
+    chg = pa.table({"u": ["p"], "k": ["a"], "t": [1], "v": [2], "_sign": pa.array([-1], pa.int32())})
+    res = over_retract_step(spec, USCHEMA.append(pa.field(FIRED, pa.bool_())).empty_table(), chg, "_sign")
+    assert res.unmatched == 1
