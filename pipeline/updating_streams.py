@@ -1,7 +1,7 @@
 """Which nodes of a job exchange a changelog (docs/operators.md "Updating streams").
 
-A running ``aggregate`` or a ``top_n`` / ``keep_last`` whose output reaches an ``aggregate`` (through ``filter``,
-``select``, ``union``) emits a retract changelog to it: per round and changed group (top-N: touched key), its
+A running ``aggregate`` or a ``top_n`` / ``keep_last`` whose output reaches an ``aggregate`` or an
+``over_aggregate`` (through ``filter``, ``select``, ``union``) emits a retract changelog to it: per round and changed group (top-N: touched key), its
 previous row(s) with ``_sign = -1`` and its new row(s) with ``_sign = +1`` (:mod:`pipeline.operators.retract`).
 Every other consumer (a join, a dedup, a top-N, a window, a process function, a sink writer) keeps reading the
 added rows only, as before. A window with ``emit="update"`` does not emit a changelog yet: an aggregate reading one

@@ -102,3 +102,14 @@ def test_top_n_exact_after_a_sigkill(capsys, tmp_path):
     (r,) = out["results"]
     assert r["status"] == "exact", r
     assert r["kills_landed"] == 1 and r["output_rows"] == r["reference_rows"] > 1000
+
+
+@pytest.mark.skipif(os.environ.get("EPOCHAL_OVER_FULL") != "1",
+                    reason="opt-in (EPOCHAL_OVER_FULL=1): about 2.5 min on the loaded 2-core machine")
+def test_over_aggregate_over_an_updating_stream_exact_after_a_sigkill(capsys, tmp_path):
+    """q6: per seller the average of its last 10 winning bids, an over aggregate over top-1 per auction's updating
+    stream, in an upsert sink keyed by the auction (docs/operators.md "Over aggregate")."""
+    out = _run(capsys, "--queries", "q6", "--kills", "1", "--workdir", str(tmp_path))
+    (r,) = out["results"]
+    assert r["status"] == "exact", r
+    assert r["kills_landed"] == 1 and r["output_rows"] == r["reference_rows"] > 100
