@@ -178,3 +178,96 @@ def test_over_aggregate_crash_rescale_validate(tmp_path):
     v = validate_job(r, None, build_docs=False, store_results=False)
     assert not v.success
     assert "moving" in v.summary()
+
+
+# -- over an updating stream: corrected readings (keep-last per reading) ----------------------------------------------
+
+VERSIONED = pa.schema([("reading_id", pa.string()), ("version", pa.int64()), ("meter", pa.string()),
+                       ("kwh", pa.int64()), ("t", TS), ("_ingest_ts", TS)])
+UPD_SQL = """WITH cur AS (SELECT * EXCLUDE (rn) FROM (SELECT *, row_number() OVER (PARTITION BY reading_id
+                                                      ORDER BY version DESC) AS rn FROM v) WHERE rn = 1)
+SELECT reading_id, version, meter, kwh, t, AVG(kwh) OVER w AS avg_kwh, SUM(kwh) OVER w AS sum_kwh FROM cur
+WINDOW w AS (PARTITION BY meter ORDER BY t, reading_id, version, kwh ROWS BETWEEN 2 PRECEDING AND CURRENT ROW)"""
+
+
+def build_updating() -> Job:
+    job = Job("meters_corrected", max_parallelism=16)
+    latest = job.source("readings", VERSIONED, key="reading_id").keep_last(uid="latest", key="reading_id",
+                                                                            order_by="version")
+    (latest.select("reading_id", "version", "meter", "kwh", "t")
+     .over_aggregate(uid="moving", key="meter", event_time="t", rows_preceding=2,
+                     aggs={"avg_kwh": ("avg", "kwh"), "sum_kwh": ("sum", "kwh")})
+     .sink("moving", mode="upsert", key=["reading_id"]))
+    return job
+
+
+def _generate_versions(root: Path) -> pd.DataFrame:
+    """120 readings, each corrected 0-3 times later (another value, sometimes another meter or time)."""
+    rng = np.random.default_rng(11)
+    rows = []
+    for i in range(120):
+        t = T0 * US + int(rng.integers(0, N_EPOCHS * E)) * US
+        meter, ingest = f"m{rng.integers(0, 4)}", t + int(rng.integers(0, 5 * US))
+        for v in range(int(rng.integers(1, 5))):
+            if v and rng.random() < 0.3:
+                meter = f"m{rng.integers(0, 4)}"
+            if v and rng.random() < 0.3:
+                t += int(rng.integers(-20, 20)) * US
+            rows.append((f"r{i:03d}", v, meter, int(rng.integers(0, 50)), t, ingest, int(rng.integers(0, 2))))
+            ingest += int(rng.integers(5, 90)) * US
+    df = pd.DataFrame(rows, columns=["id", "version", "meter", "kwh", "t", "ingest", "part"])
+    df = df[df.ingest < (T0 + N_EPOCHS * E) * US].sort_values("ingest").reset_index(drop=True)
+    for p in range(2):
+        d = root / "readings" / f"partition={p}"
+        d.mkdir(parents=True)
+        part = df[df.part == p]
+        for i, lo in enumerate(range(0, len(part), 25)):
+            c = part.iloc[lo:lo + 25]
+            pq.write_table(pa.table({"reading_id": c.id.tolist(), "version": c.version.tolist(),
+                                     "meter": c.meter.tolist(), "kwh": c.kwh.tolist(), "t": pa.array(c.t.tolist(), TS),
+                                     "_ingest_ts": pa.array(c.ingest.tolist(), TS)}, schema=VERSIONED),
+                           d / f"{i:08d}.parquet")
+    return df
+
+
+def test_over_an_updating_stream_crash_rescale_validate(tmp_path):
+    """keep_last per reading (corrections replace a reading, possibly moving it to another meter or time), then the
+    over aggregate per meter over that updating stream, in an upsert sink keyed by the reading: SIGKILLed, resumed
+    at parallelism 3 on rocksdb with a backlog (several rounds per checkpoint), equal to DuckDB's window over the
+    latest version of each reading; validated, and a changed value caught."""
+    df = _generate_versions(tmp_path / "src")
+    cfg = _cfg(tmp_path, parallelism=2)
+    env = {**{k: v for k, v in cfg.as_env().items() if v != "None"}, "PIPELINE_EPOCH_SECONDS": str(E),
+           "PYTHONPATH": os.pathsep.join([str(_HERE), os.environ.get("PYTHONPATH", "")]),
+           "EPOCHAL_KILL_AT": "after_state_before_metadata:2"}
+    res = run_job_process(["run", "--job", "test_over_aggregate:build_updating", "--epochs", "3"], env=env,
+                          timeout_s=600)
+    assert res.returncode != 0 and any("EPOCHAL_FAULT" in line for line in res.stderr_lines), res.stderr_lines[-5:]
+    r = JobRunner(build_updating(), cfg.with_(parallelism=3, state_backend="rocksdb", max_records_per_epoch=60),
+                  echo=lambda m: None)
+    r.run()
+    epoch = r.snapshot().metadata.epoch
+    seen = df[df.ingest < (epoch + 1) * E * US]
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    con.register("v", pa.table({"reading_id": seen.id.tolist(), "version": seen.version.tolist(),
+                                "meter": seen.meter.tolist(), "kwh": seen.kwh.tolist(),
+                                "t": pa.array(seen.t.tolist(), TS)}))
+    want = sorted(_tuple(x) for x in con.execute(UPD_SQL).fetch_arrow_table().to_pylist())
+    assert len(want) > 100 and len(seen) > len(want) + 50   # many corrections
+    r.export("moving", str(tmp_path / "out"))
+    got = pq.read_table(tmp_path / "out")
+    assert sorted(_tuple(x) for x in got.select(["reading_id", "version", "meter", "kwh", "t", "avg_kwh",
+                                                  "sum_kwh"]).to_pylist()) == want
+    v = validate_job(r, None, build_docs=False, store_results=False)
+    assert v.success, v.summary()
+    assert not (v.figures.get("not_checked") or {}), v.figures.get("not_checked")
+    data = sorted((tmp_path / "sink").rglob("moving/**/*.parquet"))
+    target = next(p for p in reversed(data) if pq.read_table(p).num_rows)
+    new = rewrite_parquet(target.as_uri(), lambda t: t.set_column(
+        t.schema.get_field_index("sum_kwh"), "sum_kwh",
+        pa.array([x + (i == 0) for i, x in enumerate(t["sum_kwh"].to_pylist())], pa.int64())))
+    _patch_handle_everywhere(tmp_path, target.as_uri(), new)
+    v = validate_job(r, None, build_docs=False, store_results=False)
+    assert not v.success
+    assert "moving" in v.summary()
