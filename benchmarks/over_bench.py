@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from pipeline.operators.over_aggregate import FIRED, OverSpec, over_step  # noqa: E402
+from pipeline.operators.over_aggregate import FIRED, OverSpec, over_retract_step, over_step  # noqa: E402
 
 TS = pa.timestamp("us", tz="UTC")
 SEC = 1_000_000
@@ -58,6 +58,23 @@ def one_round(args, scale: int, rng, keyed: bool) -> float:
     return dt
 
 
+def retract_round(args, scale: int, rng) -> float:
+    """Over an updating stream (q6's shape): ``--touched`` keys change one row each (a retraction and an addition)
+    against ``K`` keys of 10 current rows; the round reads the touched keys' rows (rocksdb)."""
+    spec = OverSpec("k", "t", (("avg_price", "avg", "price"),), rows=args.preceding, internal=("_kg",))
+    keys = args.touched * scale
+    per = 10
+    held = rows(np.repeat(np.arange(keys), per), 10 * EPOCH + rng.integers(0, EPOCH, keys * per), rng, True)
+    mine = held.filter(pc.is_in(held["k"], value_set=pa.array(np.arange(args.touched), pa.int64())))
+    old = mine.take(pa.array(np.arange(0, mine.num_rows, per), pa.int64())).drop_columns([FIRED])
+    new = rows(old["k"].to_numpy(), 11 * EPOCH + rng.integers(0, EPOCH, old.num_rows), rng, None)
+    changes = pa.concat_tables([old, new]).append_column(
+        "_sign", pa.array([-1] * old.num_rows + [1] * new.num_rows, pa.int32()))
+    t0 = time.perf_counter()
+    over_retract_step(spec, mine, changes, "_sign")
+    return time.perf_counter() - t0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=20_000)
@@ -75,6 +92,12 @@ def main() -> None:
             base = base or best
             print(f"{mode:5s} state {scale:2d}x ({args.touched * scale * args.preceding:,} held rows): "
                   f"{best * 1000:7.1f} ms/round, {args.rows / best:,.0f} events/s, {best / base:.2f}x")
+    base = None
+    for scale in (int(s) for s in args.scales.split(",")):
+        best = min(retract_round(args, scale, rng) for _ in range(args.repeat))
+        base = base or best
+        print(f"updating input, state {scale:2d}x ({args.touched * scale * 10:,} current rows): {best * 1000:7.1f} "
+              f"ms/round, {2 * args.touched / best:,.0f} changelog rows/s, {best / base:.2f}x")
     print(f"load after: {os.getloadavg()}")
 
 
