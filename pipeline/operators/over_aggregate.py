@@ -40,6 +40,7 @@ __all__ = ["OVER_FUNCTIONS", "FIRED", "OverSpec", "OverResult", "over_step", "ou
 OVER_FUNCTIONS = ("count", "sum", "avg", "min", "max")
 FIRED = "__fired"      # state column: the row was emitted (held only as a preceding row of later ones)
 _TS = pa.timestamp("us", tz="UTC")
+_NAN = ("NaN",)        # a NaN's stand-in when rows are matched
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,13 +263,15 @@ def _all_outputs(spec: OverSpec, rows: pa.Table, out_schema: pa.Schema) -> pa.Ta
 
 def _minus(a: pa.Table, b: pa.Table) -> tuple[pa.Table, int]:
     """The multiset difference ``a - b`` of two tables of the same schema, and how many rows of ``b`` had no match."""
+    def rows(t: pa.Table):   # NaN equals NaN here (a retracted row with a NaN is still the row it retracts)
+        for r in zip(*(c.to_pylist() for c in t.columns)):
+            yield tuple(_NAN if isinstance(v, float) and v != v else v for v in r)
+
     count: dict[tuple, int] = {}
-    for r in b.to_pylist():
-        k = tuple(r.values())
+    for k in rows(b):
         count[k] = count.get(k, 0) + 1
     keep = []
-    for r in a.to_pylist():
-        k = tuple(r.values())
+    for k in rows(a):
         if count.get(k, 0):
             count[k] -= 1
             keep.append(False)

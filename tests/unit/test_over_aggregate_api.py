@@ -10,6 +10,7 @@ import pytest
 
 from pipeline import Job
 from pipeline.barriers.events import CheckpointingMode
+from pipeline.batch.bootstrap.plan import refusal
 from pipeline.exceptions import ConfigError
 from pipeline.job import OverAggregateNode
 from pipeline.runtime.operators.over_aggregate import check_over
@@ -93,3 +94,10 @@ def test_runtime_check():
     a2.over_aggregate(uid="ov", key="k", event_time="t", rows_preceding=1, aggs=AGGS).sink("o", mode="upsert", key=["k"])
     with pytest.raises(ConfigError, match="its sink 'o' must be mode='append'"):
         check_over(job2, job2.operator("ov"), ok)
+
+
+def test_bootstrap_refuses_it_before_spark_starts():
+    job, a = _one()
+    a.over_aggregate(uid="ov", key="k", event_time="t", rows_preceding=1, aggs=AGGS).sink("o")
+    why = refusal(job)
+    assert why is not None and "cannot bootstrap over aggregate 'ov'" in why

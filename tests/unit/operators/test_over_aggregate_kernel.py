@@ -214,3 +214,14 @@ def test_over_retract_refuses_unknown_retraction():
     chg = pa.table({"u": ["p"], "k": ["a"], "t": [1], "v": [2], "_sign": pa.array([-1], pa.int32())})
     res = over_retract_step(spec, USCHEMA.append(pa.field(FIRED, pa.bool_())).empty_table(), chg, "_sign")
     assert res.unmatched == 1
+
+
+def test_over_retract_matches_a_row_with_nan():
+    spec = OverSpec("k", "t", (("n", "count", "f"),), rows=1)
+    sch = pa.schema([("k", pa.string()), ("t", pa.int64()), ("f", pa.float64()), ("_sign", pa.int32())])
+    add = pa.table({"k": ["a", "a"], "t": [1, 2], "f": [float("nan"), 1.0], "_sign": [1, 1]}, schema=sch)
+    res = over_retract_step(spec, sch.remove(3).append(pa.field(FIRED, pa.bool_())).empty_table(), add, "_sign")
+    back = pa.table({"k": ["a"], "t": [1], "f": [float("nan")], "_sign": [-1]}, schema=sch)
+    res = over_retract_step(spec, res.state, back, "_sign")
+    assert res.unmatched == 0 and res.state["t"].to_pylist() == [2]
+    assert res.output.to_pylist() == [{"k": "a", "t": 2, "f": 1.0, "n": 1}]
