@@ -61,11 +61,8 @@ def refusal(job) -> str | None:
         if isinstance(op, ProcessNode):
             return (f"job {job.name!r}: cannot bootstrap process {op.uid!r}: its state is built by a user function "
                     f"one epoch at a time, which the batch plan cannot derive without running the epochs; {CATCH_UP}")
-        if isinstance(op, OverAggregateNode):
-            return (f"job {job.name!r}: cannot bootstrap over aggregate {op.uid!r}: validate models it, but the "
-                    f"savepoint writer does not build its state (held rows, watermark, dead letters) yet; {CATCH_UP}")
         if not isinstance(op, (JoinNode, AggregateNode, DedupNode, WindowNode, RankNode, IntervalJoinNode,
-                               TemporalJoinNode)):
+                               TemporalJoinNode, OverAggregateNode)):
             return (f"job {job.name!r}: cannot bootstrap {type(op).__name__} {op.uid!r}: not modelled by the batch "
                     f"plan; {CATCH_UP}")
         for inp in op.inputs:
