@@ -39,6 +39,7 @@ from pipeline.source.lake_commits import IngestTime, LakeTable
 
 __all__ = ["Job", "Stream", "SourceNode", "MapNode", "UnionNode", "JoinNode", "AggregateNode", "DedupNode", "WindowNode",
            "RankNode", "ProcessNode", "SinkNode", "LookupJoinNode", "IntervalJoinNode", "TemporalJoinNode", "TimedJoinNode",
+           "OverAggregateNode",
            "is_operator", "emits_updates",
            "AGG_FUNCTIONS", "WINDOW_AGG_FUNCTIONS", "JOIN_TYPES", "INTERNAL_COLUMNS", "JOIN_KEY", "join_key_sql",
            "RANK_KEY", "rank_key_sql",
@@ -261,6 +262,30 @@ class TemporalJoinNode:
 TimedJoinNode = IntervalJoinNode | TemporalJoinNode    # the two-input event-time joins (one runtime, one batch rule)
 
 
+@dataclass(frozen=True, slots=True)
+class OverAggregateNode:
+    """``Stream.over_aggregate``: per ``key``, ordered by ``event_time``, each row with aggregates over its frame
+    (``ROWS BETWEEN rows PRECEDING AND CURRENT ROW`` or ``RANGE BETWEEN range_seconds PRECEDING AND CURRENT ROW``),
+    emitted when the watermark passes its time (Flink's event-time OVER window; docs/operators.md "Over
+    aggregate")."""
+
+    uid: str
+    parent: int
+    key: str
+    event_time: str
+    aggs: tuple[tuple[str, str, str | None], ...]  # (output column, function, input column)
+    rows: int | None                                # ROWS ... PRECEDING (None: a RANGE frame)
+    range_seconds: int | None                       # RANGE ... PRECEDING (None: a ROWS frame)
+    max_out_of_orderness_seconds: int = 0
+    updating: bool = False   # its input is a running aggregate's or a top-N's updating stream (a retract changelog)
+
+    STATE_NAMES: ClassVar[tuple[str, ...]] = ("rows", "wm")
+
+    @property
+    def inputs(self) -> tuple[int, ...]:
+        return (self.parent,)
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class ProcessNode:
     """User-defined keyed stateful logic, vectorised over Arrow (contract: docs/process.md)."""
@@ -291,9 +316,9 @@ class SinkNode:
 
 
 Node = (SourceNode | MapNode | UnionNode | LookupJoinNode | JoinNode | AggregateNode | DedupNode | WindowNode | RankNode
-        | ProcessNode | SinkNode | IntervalJoinNode | TemporalJoinNode)
+        | ProcessNode | SinkNode | IntervalJoinNode | TemporalJoinNode | OverAggregateNode)
 StatefulNode = (JoinNode | AggregateNode | DedupNode | WindowNode | RankNode | ProcessNode | IntervalJoinNode
-                | TemporalJoinNode)
+                | TemporalJoinNode | OverAggregateNode)
 
 
 def is_operator(node) -> bool:
@@ -302,10 +327,11 @@ def is_operator(node) -> bool:
     return hasattr(type(node), "STATE_NAMES")
 
 
-def emits_updates(node: object) -> TypeGuard[AggregateNode | RankNode | WindowNode]:
+def emits_updates(node: object) -> TypeGuard[AggregateNode | RankNode | WindowNode | OverAggregateNode]:
     """The node's output is an updating stream (a running aggregate, a top-N, a window with ``emit="update"``):
     rows that replace earlier rows of the same key, not rows of their own."""
-    return isinstance(node, (AggregateNode, RankNode)) or (isinstance(node, WindowNode) and node.emit == "update")
+    return isinstance(node, (AggregateNode, RankNode)) or (isinstance(node, WindowNode) and node.emit == "update") or (
+        isinstance(node, OverAggregateNode) and node.updating)
 
 
 @dataclass(frozen=True, slots=True)
@@ -571,6 +597,49 @@ class Stream:
         return self.job._add(WindowNode(uid, self.node, key, event_time, 0, 0, max_out_of_orderness_seconds,
                                         allowed_lateness_seconds, spec, "final", filters, gap_seconds))
 
+    def over_aggregate(self, *, uid: str, key: str, event_time: str, aggs: Mapping[str, tuple[str, str | None]],
+                       rows_preceding: int | None = None, range_preceding_seconds: int | None = None,
+                       max_out_of_orderness_seconds: int = 0) -> Stream:
+        """Flink's event-time OVER aggregate: every row, once the watermark passes its ``event_time``, with
+        ``aggs`` (count, sum, avg, min, max) over its frame in its ``key``'s rows ordered by time (ties: the other
+        columns ascending, nulls last): ``rows_preceding=N`` is ``ROWS BETWEEN N PRECEDING AND CURRENT ROW``,
+        ``range_preceding_seconds=S`` is ``RANGE BETWEEN INTERVAL S SECONDS PRECEDING AND CURRENT ROW`` (give one).
+        Output: the input's columns (not ``_ingest_ts``), then ``aggs``; an append stream. Late rows and rows with
+        a null key or time are dead letters, counted (docs/operators.md "Over aggregate")."""
+        uid = self.job._uid(uid)
+        where = f"over_aggregate {uid!r}"
+        if (rows_preceding is None) == (range_preceding_seconds is None):
+            raise ConfigError(f"{where}: give exactly one of rows_preceding or range_preceding_seconds")
+        for name, v in (("rows_preceding", rows_preceding), ("range_preceding_seconds", range_preceding_seconds),
+                        ("max_out_of_orderness_seconds", max_out_of_orderness_seconds)):
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+                raise ConfigError(f"{where}: {name} must be a non-negative whole number, got {v!r}")
+        for name, c in (("key", key), ("event_time", event_time)):
+            if not isinstance(c, str) or not c or c.startswith("_"):
+                raise ConfigError(f"{where}: {name}={c!r}; name a user column")
+        spec, filters = parse_aggs(where, aggs, ("count", "sum", "avg", "min", "max"))
+        if filters:
+            raise ConfigError(f"{where}: filtered aggregates (FILTER (WHERE ...)) are not supported over a frame")
+        upd = [n for n in (self.job.nodes[b] for b in self.job.bases(self.node)) if emits_updates(n)]
+        other = [n for n in upd if not isinstance(n, (AggregateNode, RankNode))]
+        if other:
+            raise ConfigError(f"{where}: its input is the updating stream of {other[0].uid!r}, which emits no "
+                              "retractions; an over aggregate reads an append stream, or a running aggregate's or a "
+                              "top-N's updating stream")
+        sch = self.job.static_schema(self.node)
+        if sch is not None:
+            missing = [c for c in (key, event_time, *(c for _, _, c in spec if c)) if c not in sch.names]
+            if missing:
+                raise ConfigError(f"{where}: the input lacks columns {missing} (has {sch.names})")
+            if not pa.types.is_timestamp(sch.field(event_time).type):
+                raise ConfigError(f"{where}: event_time {event_time!r} must be a timestamp, is "
+                                  f"{sch.field(event_time).type}")
+            clash = [o for o, _, _ in spec if o in sch.names]
+            if clash:
+                raise ConfigError(f"{where}: aggregate names {clash} are input columns")
+        return self.job._add(OverAggregateNode(uid, self.node, key, event_time, spec, rows_preceding,
+                                               range_preceding_seconds, max_out_of_orderness_seconds, bool(upd)))
+
     def process(self, *, uid: str, key: str, fn: Callable[[pa.Table, pa.Table], tuple[pa.Table, pa.Table]],
                 state_schema: pa.Schema, output_schema: pa.Schema, ttl_seconds: int | None = None) -> Stream:
         """User-defined keyed stateful logic: ``fn(rows, state) -> (new_state, output)`` over Arrow tables, called
@@ -805,7 +874,7 @@ class Job:
                 base, maps = self.chain_to(i)
                 if base != node_id:
                     continue
-                if isinstance(op, (WindowNode, DedupNode, IntervalJoinNode, TemporalJoinNode)):  # the watermark's
+                if isinstance(op, (WindowNode, DedupNode, IntervalJoinNode, TemporalJoinNode, OverAggregateNode)):  # the wm's
                     read.update(("_source", "_partition"))  # channel is the row's source partition (a deduplicate
                     #                                         forwards it to a window)
                 selected = False

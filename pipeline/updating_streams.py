@@ -1,7 +1,7 @@
 """Which nodes of a job exchange a changelog (docs/operators.md "Updating streams").
 
-A running ``aggregate`` or a ``top_n`` / ``keep_last`` whose output reaches an ``aggregate`` (through ``filter``,
-``select``, ``union``) emits a retract changelog to it: per round and changed group (top-N: touched key), its
+A running ``aggregate`` or a ``top_n`` / ``keep_last`` whose output reaches an ``aggregate`` or an
+``over_aggregate`` (through ``filter``, ``select``, ``union``) emits a retract changelog to it: per round and changed group (top-N: touched key), its
 previous row(s) with ``_sign = -1`` and its new row(s) with ``_sign = +1`` (:mod:`pipeline.operators.retract`).
 A join reading such a stream is a **retracting join** (:mod:`pipeline.operators.retract_join`): it reads the
 changelog and emits its own (pairs taken back and added), to an aggregate, another retracting join or an upsert
@@ -22,6 +22,7 @@ from pipeline.job import (
     IntervalJoinNode,
     Job,
     JoinNode,
+    OverAggregateNode,
     RankNode,
     SinkNode,
     TemporalJoinNode,
@@ -55,6 +56,10 @@ def reads_changelog(job: Job, op) -> bool:
     input is a changelog (the retraction kernel, the retracting join)."""
     if isinstance(op, JoinNode):
         return job.retracting_join(op)
+    if isinstance(op, OverAggregateNode):  # a running aggregate's or a top-N's changelog (not a join's: refused)
+        bases = [job.nodes[b] for b in _bases(job, op)]
+        return (any(isinstance(b, (AggregateNode, RankNode)) for b in bases)
+                and not any(isinstance(b, JoinNode) and job.retracting_join(b) for b in bases))
     if not isinstance(op, AggregateNode):
         return False
     return any(_producer(job, job.nodes[b]) for b in _bases(job, op))
@@ -78,6 +83,11 @@ def unsupported_reason(job: Job, op) -> str | None:
         return None
     bases: list[Any] = [job.nodes[b] for b in _bases(job, op)
                         if emits_updates(job.nodes[b]) or _producer(job, job.nodes[b])]
+    over = [b for b in bases if isinstance(b, OverAggregateNode)]
+    if over:
+        return (f"aggregate {op.uid!r} reads the updating stream of over aggregate {over[0].uid!r}, which emits "
+                "no retractions (its rows replace earlier rows of the same key in an upsert sink); sink it with "
+                "mode='upsert' (docs/operators.md \"Over aggregate\")")
     other = [b for b in bases if isinstance(b, WindowNode)]
     if other:
         return (f"aggregate {op.uid!r} reads the updating stream of window {other[0].uid!r} (emit='update'), which "

@@ -25,6 +25,7 @@ from pipeline.job import (
     Job,
     JoinNode,
     MapNode,
+    OverAggregateNode,
     ProcessNode,
     RankNode,
     SinkNode,
@@ -231,6 +232,12 @@ def _row_state_specs(op, default_ttl_seconds: int | None, specs: dict[str, Objec
             specs[o] = ObjectSpec(o, "state", op.on, unique_key=False)
         o = state_obj(op.uid, "wm")
         specs[o] = ObjectSpec(o, "state", "channel", operator_wide=True)
+    elif isinstance(op, OverAggregateNode):
+        # the held rows (not fired, or needed by a later row's frame): several per key; wm: operator-wide
+        o = state_obj(op.uid, "rows")
+        specs[o] = ObjectSpec(o, "state", op.key, unique_key=False)
+        o = state_obj(op.uid, "wm")
+        specs[o] = ObjectSpec(o, "state", "channel", operator_wide=True)
     elif isinstance(op, RankNode):
         # up to n rows per key (a null key is one group, as SQL's PARTITION BY)
         o = state_obj(op.uid, "rank")
@@ -243,7 +250,8 @@ def job_objects(job: Job, default_ttl_seconds: int | None) -> JobObjects:
     ttl: dict[str, int | None] = {}
     aggregates: dict[str, dict] = {}
     for op in job.operators():
-        if isinstance(op, (JoinNode, DedupNode, WindowNode, RankNode, IntervalJoinNode, TemporalJoinNode)):
+        if isinstance(op, (JoinNode, DedupNode, WindowNode, RankNode, IntervalJoinNode, TemporalJoinNode,
+                           OverAggregateNode)):
             _row_state_specs(op, default_ttl_seconds, specs, ttl)
         elif isinstance(op, ProcessNode):
             # user state: its columns and keys are the user's (checked by replay, pipeline.quality.replay)

@@ -19,6 +19,7 @@ from pipeline.job import (
     IntervalJoinNode,
     Job,
     LookupJoinNode,
+    OverAggregateNode,
     SourceNode,
     TemporalJoinNode,
     UnionNode,
@@ -52,7 +53,8 @@ def needs_channels(job: Job, nid: int) -> bool:
         return False
     for op in job.operators():
         if any(nid in job.bases(i) for i in op.inputs):
-            if isinstance(op, (WindowNode, IntervalJoinNode, TemporalJoinNode)) or needs_channels(job, job.node_id(op)):
+            if isinstance(op, (WindowNode, IntervalJoinNode, TemporalJoinNode, OverAggregateNode)) or needs_channels(
+                    job, job.node_id(op)):
                 return True
     return False
 

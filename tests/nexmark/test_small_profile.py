@@ -48,14 +48,14 @@ def _not_expressible() -> list[str]:
     return out
 
 
-def test_stateless_and_not_expressible_queries(capsys, tmp_path):
-    missing = _not_expressible()[:1]
-    out = _run(capsys, "--queries", ",".join(["q21", *missing]), "--kills", "0", "--workdir", str(tmp_path))
+def test_every_query_is_expressible_and_a_stateless_one_is_exact(capsys, tmp_path):
+    """All 23 queries (q0-q22) build as written; the runner still reports a query that raises NotExpressible as
+    "not expressible yet", never as skipped (benchmarks/nexmark/README.md)."""
+    assert len(QUERIES) == 23 and _not_expressible() == []
+    out = _run(capsys, "--queries", "q21", "--kills", "0", "--workdir", str(tmp_path))
     by_q = {r["query"]: r for r in out["results"]}
     assert by_q["q21"]["status"] == "exact", by_q["q21"]
     assert by_q["q21"]["output_rows"] == by_q["q21"]["reference_rows"] > 1000
-    for q in missing:
-        assert by_q[q]["status"] == "not expressible yet" and by_q[q]["detail"]
 
 
 def test_aggregate_over_an_updating_stream_exact_after_a_sigkill(capsys, tmp_path):
@@ -113,3 +113,14 @@ def test_top_n_exact_after_a_sigkill(capsys, tmp_path):
     (r,) = out["results"]
     assert r["status"] == "exact", r
     assert r["kills_landed"] == 1 and r["output_rows"] == r["reference_rows"] > 1000
+
+
+@pytest.mark.skipif(os.environ.get("EPOCHAL_OVER_FULL") != "1",
+                    reason="opt-in (EPOCHAL_OVER_FULL=1): about 2.5 min on the loaded 2-core machine")
+def test_over_aggregate_over_an_updating_stream_exact_after_a_sigkill(capsys, tmp_path):
+    """q6: per seller the average of its last 10 winning bids, an over aggregate over top-1 per auction's updating
+    stream, in an upsert sink keyed by the auction (docs/operators.md "Over aggregate")."""
+    out = _run(capsys, "--queries", "q6", "--kills", "1", "--workdir", str(tmp_path))
+    (r,) = out["results"]
+    assert r["status"] == "exact", r
+    assert r["kills_landed"] == 1 and r["output_rows"] == r["reference_rows"] > 100

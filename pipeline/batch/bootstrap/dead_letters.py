@@ -52,7 +52,7 @@ from pipeline.batch.evaluation.prefix import PEPOCH
 from pipeline.batch.evaluation.result import INTERNAL
 from pipeline.exceptions import StorageError
 from pipeline.fileio import LocalFileIO, file_io_for
-from pipeline.job import IntervalJoinNode, JoinNode, SourceNode, TemporalJoinNode, WindowNode
+from pipeline.job import IntervalJoinNode, JoinNode, OverAggregateNode, SourceNode, TemporalJoinNode, WindowNode
 from pipeline.layout import checkpoint_dir_name, checkpoint_id_of
 from pipeline.layout.dead_letters import is_epoch_dir
 from pipeline.runtime.operators.dead_letters import attempt_dead_letter_dir, operator_dead_letter_prefix
@@ -208,6 +208,7 @@ def write_source_dead_letters(runner, splits: Mapping[str, Sequence[Split]], *, 
 # -- operators --------------------------------------------------------------------------------------------------
 def _dl_operators(job) -> list:
     return [op for op in job.operators() if isinstance(op, (WindowNode, IntervalJoinNode, TemporalJoinNode))
+            or (isinstance(op, OverAggregateNode) and not op.updating)
             or (isinstance(op, JoinNode) and hasattr(op, "how") and join_semantics(op)[1] is not None)]
 
 
@@ -270,7 +271,7 @@ def operator_dead_letter_frames(comp, res, job) -> list[tuple[str, str, str, obj
                 bad = (df.filter(F.col(op.on).isNotNull()).withColumn("__rn", F.row_number().over(by))
                        .filter(F.col("__rn") > 1).select(*cols, PEPOCH))
                 out.append((op.uid, "join", side, bad))
-        elif isinstance(op, (IntervalJoinNode, TemporalJoinNode)):   # Parquet rows, as a window's
+        elif isinstance(op, (IntervalJoinNode, TemporalJoinNode, OverAggregateNode)):   # Parquet, as a window's
             out.append((op.uid, "window", "late", res.dead_rows[op.uid]))
         else:
             out.append((op.uid, "window", "late", _window_dead_letters(comp, res, op)))

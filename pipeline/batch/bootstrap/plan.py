@@ -12,6 +12,7 @@ from pipeline.job import (
     DedupNode,
     IntervalJoinNode,
     JoinNode,
+    OverAggregateNode,
     ProcessNode,
     RankNode,
     TemporalJoinNode,
@@ -61,7 +62,7 @@ def refusal(job) -> str | None:
             return (f"job {job.name!r}: cannot bootstrap process {op.uid!r}: its state is built by a user function "
                     f"one epoch at a time, which the batch plan cannot derive without running the epochs; {CATCH_UP}")
         if not isinstance(op, (JoinNode, AggregateNode, DedupNode, WindowNode, RankNode, IntervalJoinNode,
-                               TemporalJoinNode)):
+                               TemporalJoinNode, OverAggregateNode)):
             return (f"job {job.name!r}: cannot bootstrap {type(op).__name__} {op.uid!r}: not modelled by the batch "
                     f"plan; {CATCH_UP}")
         for inp in op.inputs:

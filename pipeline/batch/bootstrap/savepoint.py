@@ -24,7 +24,16 @@ from pipeline.checkpoint.recovery_fields import DEAD_LETTER_FILES_KEY as DEAD_LE
 from pipeline.checkpoint.report import ReportKind, TaskReport
 from pipeline.exceptions import BootstrapRefusedError, CheckpointError, MalformedInputError
 from pipeline.fileio import file_io_for, join_uri
-from pipeline.job import AggregateNode, DedupNode, IntervalJoinNode, JoinNode, RankNode, TemporalJoinNode, WindowNode
+from pipeline.job import (
+    AggregateNode,
+    DedupNode,
+    IntervalJoinNode,
+    JoinNode,
+    OverAggregateNode,
+    RankNode,
+    TemporalJoinNode,
+    WindowNode,
+)
 from pipeline.keygroups import key_group_expr, range_for_subtask, subtask_expr
 from pipeline.layout import key_group_file, round_state_prefix, sink_staging_uri
 from pipeline.runtime.driver import progress
@@ -74,6 +83,8 @@ def _objects(comp, res, job) -> list[tuple[str, str, str, object, str | None]]:
                 out.append(("state", op.uid, name, res.states[obj], op.key))
             elif isinstance(op, (IntervalJoinNode, TemporalJoinNode)):   # held rows per side, keyed; wm: the
                 out.append(("state", op.uid, name, res.states[obj], None if name == "wm" else op.on))  # table
+            elif isinstance(op, OverAggregateNode):   # held rows keyed; wm: the table (over_aggregate rule)
+                out.append(("state", op.uid, name, res.states[obj], None if name == "wm" else op.key))
             elif isinstance(op, WindowNode):   # win: keyed records of unfired windows; wm: the operator-wide
                 out.append(("state", op.uid, name, res.states[obj], op.key if name == "win" else None))  # table
     for s in job.sinks():

@@ -9,6 +9,7 @@ from pipeline.batch.evaluation.dedup import dedup
 from pipeline.batch.evaluation.join import join
 from pipeline.batch.evaluation.join_keys import join_semantics
 from pipeline.batch.evaluation.lookup import lookup
+from pipeline.batch.evaluation.over_aggregate import over_aggregate
 from pipeline.batch.evaluation.prefix import Prefix
 from pipeline.batch.evaluation.rank import rank
 from pipeline.batch.evaluation.result import BatchResult
@@ -25,6 +26,7 @@ from pipeline.job import (
     JoinNode,
     LookupJoinNode,
     MapNode,
+    OverAggregateNode,
     RankNode,
     SinkNode,
     SourceNode,
@@ -62,6 +64,8 @@ class PlanCompiler(PlanContext):
             return rank(self, nid, node)
         if isinstance(node, (IntervalJoinNode, TemporalJoinNode)):
             return timed_join(self, nid, node)
+        if isinstance(node, OverAggregateNode):
+            return over_aggregate(self, nid, node)
         self.bad[nid] = f"{type(node).__name__} is not modelled by the batch evaluation"
         return None
 
@@ -90,7 +94,8 @@ class PlanCompiler(PlanContext):
             sink(self, s)
         for n in self.job.nodes:
             if not isinstance(n, (SourceNode, MapNode, UnionNode, LookupJoinNode, JoinNode, AggregateNode, WindowNode,
-                                  DedupNode, RankNode, SinkNode, IntervalJoinNode, TemporalJoinNode)):
+                                  DedupNode, RankNode, SinkNode, IntervalJoinNode, TemporalJoinNode,
+                                  OverAggregateNode)):
                 self.result.messages.append(f"not checked: {type(n).__name__} nodes are not modelled yet")
         return self.result
 

@@ -10,6 +10,7 @@ from pipeline.batch.evaluation.rounds import ROUND
 from pipeline.job import (
     AggregateNode,
     IntervalJoinNode,
+    OverAggregateNode,
     RankNode,
     SinkNode,
     SourceNode,
@@ -41,13 +42,21 @@ def sink(plan: PlanContext, s: SinkNode) -> None:
     elif isinstance(parent, RankNode) and s.mode == "append":
         plan.result.unchecked[obj] = ("append sink of a top-N: a changelog whose rows depend on round boundaries "
                                       "(its upsert view is checked)")
-    elif s.mode == "upsert" and not isinstance(parent, (AggregateNode, WindowNode, RankNode)):
+    elif s.mode == "upsert" and not isinstance(parent, (AggregateNode, WindowNode, RankNode)) and not (
+            _updating_over(plan, s)):
         plan.result.unchecked[obj] = "upsert sink of a non-aggregate: 'newest row per key' is not modelled"
     else:
-        if isinstance(parent, (WindowNode, IntervalJoinNode, TemporalJoinNode)) and "_ingest_ts" in df.columns:
+        if isinstance(parent, (WindowNode, IntervalJoinNode, TemporalJoinNode, OverAggregateNode)) and "_ingest_ts" in df.columns:
             # only rows flowing on carry it (pipeline.batch.evaluation.window._window_flow), not the sink's
             df = df.drop("_ingest_ts")
         plan.result.sinks[s.table] = visible(df)
+
+
+def _updating_over(plan: PlanContext, s: SinkNode) -> bool:
+    """The sink reads an over aggregate over an updating stream (through stateless steps): its batch rows are the
+    current rows with their aggregates, one per upstream row (pipeline.batch.evaluation.over_aggregate)."""
+    base = plan.job.nodes[plan.job.chain_to(s.parent)[0]]
+    return isinstance(base, OverAggregateNode) and base.updating
 
 
 def writer_sink(plan: PlanContext, s: SinkNode, df) -> str | None:

@@ -40,6 +40,7 @@ from pipeline.runtime.operators.writer_nodes import sink_writers
 
 # the built-in operators register their builders and traits (pipeline.runtime.operators.registry) when imported
 from pipeline.runtime.spark import operator_plans as _operator_plans  # noqa: F401
+from pipeline.runtime.spark import over_plan as _over_plan  # noqa: F401
 from pipeline.runtime.spark import timed_join_plan as _timed_join_plan  # noqa: F401
 from pipeline.runtime.spark.session import get_spark, is_connect_session, ship_job_code
 from pipeline.sink.formats import open_sink_table, sink_requests_counting

@@ -51,6 +51,7 @@ from pipeline.job import (
     DedupNode,
     IntervalJoinNode,
     JoinNode,
+    OverAggregateNode,
     ProcessNode,
     RankNode,
     TemporalJoinNode,
@@ -63,7 +64,7 @@ __all__ = ["TAGGED_OPERATORS", "group_refusal", "PlannedEpoch"]
 
 #: operators whose tasks run several epochs in one round (pipeline.runtime.operators.task.epoch_tagged_task)
 TAGGED_OPERATORS = (JoinNode, AggregateNode, DedupNode, ProcessNode, WindowNode, RankNode, IntervalJoinNode,
-                    TemporalJoinNode)
+                    TemporalJoinNode, OverAggregateNode)
 
 
 def group_refusal(ctx: RuntimeContext, cursor: Cursor) -> str | None:

@@ -48,6 +48,7 @@ from pipeline.job import (
     IntervalJoinNode,
     Job,
     JoinNode,
+    OverAggregateNode,
     ProcessNode,
     RankNode,
     TemporalJoinNode,
@@ -74,7 +75,7 @@ from pipeline.runtime.spark.task_requests import RequestSpan
 __all__ = ["JobRunner", "RoundResult", "RunReport", "Cursor"]
 
 ROCKSDB_OPERATORS = (JoinNode, AggregateNode, DedupNode, WindowNode, ProcessNode, RankNode, IntervalJoinNode,
-                     TemporalJoinNode)  # operators whose state the rocksdb backend keeps (docs/state.md)
+                     TemporalJoinNode, OverAggregateNode)  # operators whose state the rocksdb backend keeps (docs/state.md)
 
 
 def _require_backend_support(job: Job, config: PipelineConfig) -> None:

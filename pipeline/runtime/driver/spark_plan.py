@@ -57,6 +57,7 @@ from pipeline.runtime.operators.round_params import (
 )
 from pipeline.runtime.operators.writer_nodes import SinkWriterNode, sink_writers
 from pipeline.runtime.spark import operator_plans as _operator_plans  # noqa: F401
+from pipeline.runtime.spark import over_plan as _over_plan  # noqa: F401
 from pipeline.runtime.spark import timed_join_plan as _timed_join_plan  # noqa: F401
 from pipeline.runtime.spark.dataflow import (
     OperatorIO,
