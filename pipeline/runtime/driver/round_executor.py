@@ -33,7 +33,7 @@ from pipeline.checkpoint.handles import ChannelStateHandle, Position, StateHandl
 from pipeline.checkpoint.report import ReportKind, TaskReport
 from pipeline.exceptions import CheckpointError, ConfigError
 from pipeline.fileio.request_counter import RequestCounting, StorageRequests
-from pipeline.job import JoinNode, SourceNode, is_operator
+from pipeline.job import SourceNode, is_operator
 from pipeline.layout import round_plan_uri
 from pipeline.runtime.driver.alignment import MODE_ALIGNED, AlignmentDriver, NextStop
 from pipeline.runtime.driver.barrier_log import BarrierLog, Barriers
@@ -107,9 +107,9 @@ class RoundExecutor:
         then any other source's (see :mod:`pipeline.runtime.driver.alignment`)."""
         job = self.ctx.job
         order: list[str] = []
-        joins = [o for o in job.operators() if isinstance(o, JoinNode)]
+        joins = self.ctx.aligning_operators()
         if joins:
-            for side in (joins[0].left, joins[0].right):
+            for side in joins[0].inputs:
                 base = job.nodes[job.chain_to(side)[0]]
                 if isinstance(base, SourceNode) and base.name not in order:
                     order.append(base.name)
