@@ -1,5 +1,5 @@
 """The process operator's executor task (:func:`make_process_task`): the user's function over one subtask's
-rows of the round and its keyed state (:func:`pipeline.process_op.process_step`), then state, output and reports
+rows of the round and its keyed state (:func:`pipeline.operators.process.process_step`), then state, output and reports
 as every operator (:mod:`pipeline.runtime.operators.task`). Its Spark plan:
 :func:`pipeline.runtime.spark.operator_plans.process_dataframe`."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 
 from pipeline.checkpoint.handles import StateHandle
 from pipeline.checkpoint.report import ReportKind
-from pipeline.process_op import TOUCHED, ProcessFn, process_step
+from pipeline.operators.process import TOUCHED, ProcessFn, process_step
 from pipeline.runtime.operators.state_access import StateSpec, open_state
 from pipeline.runtime.operators.subtask import Handle, SubtaskRun
 from pipeline.runtime.operators.task import epoch_tagged_task
