@@ -21,22 +21,20 @@ that changed or arrived late, :mod:`pipeline.source.contract`) are about files, 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import pyarrow as pa
 
-from pipeline.batch.bootstrap.dead_letters import suspect_splits
+from pipeline.batch.bootstrap.suspects import read_suspect_splits, suspect_splits
 from pipeline.batch.evaluation.prefix import Prefix
 from pipeline.batch.evaluation.source_read import prefix_files
 from pipeline.exceptions import StorageError
 from pipeline.fileio import file_io_for
 from pipeline.job import SourceNode
 from pipeline.layout import checkpoint_dir_name
-from pipeline.runtime.spark.dataflow import rethrow_task_error
-from pipeline.runtime.spark.task_requests import counted_in_span
 from pipeline.source.layout import SourceFile
 from pipeline.source.planner import Split
-from pipeline.source.reader import SplitReader
+from pipeline.source.reader import SplitReader, make_split_reader
 from pipeline.source.summary import summarize_file
 
 __all__ = ["source_dead_letter_rows", "disk_records", "in_prefix"]
@@ -45,18 +43,6 @@ Record = tuple[int, int, int | None]          # (partition, seq, row); row None:
 _SCHEMA = pa.schema([("source", pa.string()), ("partition", pa.int64()), ("seq", pa.int64()), ("row", pa.int64()),
                      ("error", pa.string())])
 MAX_EXAMPLES = 5
-
-
-class _CollectingReader(SplitReader):
-    """The runtime's reader; its dead-letter lines are kept in memory instead of written."""
-
-    def write_dead_letters(self, split, lines) -> None:  # noqa: D401 - collected, no side effect
-        object.__setattr__(self, "_lines", [*getattr(self, "_lines", []), *lines])
-
-    def take(self) -> list[str]:
-        lines = getattr(self, "_lines", [])
-        object.__setattr__(self, "_lines", [])
-        return lines
 
 
 def in_prefix(stops: Mapping[int, tuple[int, int]], partition: int, seq: int, row: int | None) -> bool:
@@ -80,51 +66,45 @@ def _prefix_splits(runner, source: SourceNode, stops: Mapping[int, tuple[int, in
     return out
 
 
+def _whole_file(files_of: Mapping[str, SourceFile]) -> Callable[[Split], Split]:
+    """Completes a split of a whole file before the barrier (``row_end=-1``) with its rows from the footer."""
+    def prepare(s: Split) -> Split:
+        if s.row_end != -1:
+            return s
+        summary = summarize_file(files_of[s.uri])
+        return Split(s.source, s.partition, s.seq, s.uri, s.format, 0, None if summary.corrupt else summary.rows,
+                     s.ingest_ts)
+    return prepare
+
+
+def _records(split: Split, lines: list[str]) -> list[tuple]:
+    """A split's dead-letter lines as rows of :data:`_SCHEMA`."""
+    out = []
+    for line in lines:
+        rec = json.loads(line)
+        out.append((split.source, int(rec.get("partition", split.partition)), int(rec.get("seq", split.seq)),
+                    rec.get("row"), str(rec.get("error", ""))))
+    return out
+
+
 def expected_records(runner, job, prefix: Prefix, *, max_tasks: int = 16) -> dict[str, list[tuple]]:
-    """Per source: ``(partition, seq, row, error)`` of every record of the prefix the runtime's reader rejects."""
-    readers: dict[str, _CollectingReader] = {}
+    """Per source: ``(partition, seq, row, error)`` of every record of the prefix the runtime's reader rejects (its
+    dead-letter lines collected, not written)."""
+    readers: dict[str, SplitReader] = {}
     todo: list[Split] = []
     files_of: dict[str, SourceFile] = {}
     for src in job.sources():
         splits = _prefix_splits(runner, src, prefix.stops(src.name), files_of)
         sus = suspect_splits(src, splits)
         if sus:
-            readers[src.name] = _CollectingReader(src.schema, (src.key,) if src.key else (), "dead_letter",
+            readers[src.name] = make_split_reader(src.schema, (src.key,) if src.key else (), "dead_letter",
                                                   "file:///nonexistent", job.name)
             todo += sus
     out: dict[str, list[tuple]] = {s.name: [] for s in job.sources()}
     if not todo:
         return out
-    n_tasks = max(1, min(len(todo), max_tasks))
-    groups = [todo[i::n_tasks] for i in range(n_tasks)]
-
-    def read(batches):
-        for b in batches:
-            for task in b.column(0).to_pylist():
-                rows: dict[str, list] = {n: [] for n in _SCHEMA.names}
-                for s in groups[task]:
-                    if s.row_end == -1:        # a whole file before the barrier: its rows from the footer
-                        summary = summarize_file(files_of[s.uri])
-                        s = Split(s.source, s.partition, s.seq, s.uri, s.format, 0,
-                                  None if summary.corrupt else summary.rows, s.ingest_ts)
-                    reader = readers[s.source]
-                    for _ in reader.read_split(s):
-                        pass
-                    for line in reader.take():
-                        rec = json.loads(line)
-                        rows["source"].append(s.source)
-                        rows["partition"].append(int(rec.get("partition", s.partition)))
-                        rows["seq"].append(int(rec.get("seq", s.seq)))
-                        rows["row"].append(rec.get("row"))
-                        rows["error"].append(str(rec.get("error", "")))
-                yield pa.RecordBatch.from_pydict(rows, schema=_SCHEMA)
-
-    try:
-        got = runner.spark.range(0, n_tasks, 1, n_tasks).mapInArrow(
-            counted_in_span(read), "source string, partition bigint, seq bigint, row bigint, error string").toArrow()
-    except Exception as e:  # noqa: BLE001 - Epochal's own error (StorageError) comes out whole
-        rethrow_task_error(e)
-        raise
+    got = read_suspect_splits(runner, readers, todo, prepare=_whole_file(files_of), lines_to_rows=_records,
+                              schema=_SCHEMA, max_tasks=max_tasks)
     for r in got.to_pylist():
         out[r["source"]].append((r["partition"], r["seq"], r["row"], r["error"]))
     return out

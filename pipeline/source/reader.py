@@ -29,7 +29,7 @@ The good path is vectorised (``pyarrow.compute``); per-record Python runs only t
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -96,8 +96,10 @@ class SplitReader:
                 yield from self.read_split(split)
 
     # -- one split --------------------------------------------------------------------------------
-    def read_split(self, split: Split) -> Iterator[pa.RecordBatch]:
-        """Good rows of ``split`` as batches; bad rows go to the dead-letter file (or raise)."""
+    def read_split(self, split: Split, dead_letters: Callable[[Split, list[str]], None] | None = None
+                   ) -> Iterator[pa.RecordBatch]:
+        """Good rows of ``split`` as batches; bad rows go to the dead-letter file (or raise). ``dead_letters``:
+        the split's dead-letter lines go to it instead of the file (a check recomputing what the runtime rejects)."""
         lines: list[str] = []
         mismatch: str | None = None
         for chunk in self._chunks(split):
@@ -134,7 +136,7 @@ class SplitReader:
             if good.num_rows:
                 yield from good.to_batches(max_chunksize=_MAX_BATCH)
         if lines:
-            self.write_dead_letters(split, lines)
+            (dead_letters or self.write_dead_letters)(split, lines)
 
     def write_dead_letters(self, split: Split, lines: list[str]) -> None:
         """Write the dead-letter records of ``split`` (one JSON line each) to its dead-letter file."""

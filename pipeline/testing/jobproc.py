@@ -116,6 +116,7 @@ class JobProcess:
             self.proc.wait()
         self._t_err.join(10)
         self._t_out.join(10)
+        _close_pipes(self.proc, self._t_out, self._t_err)
         return self.proc.returncode
 
     @property
@@ -134,6 +135,16 @@ class JobProcess:
             self.kill_group()
         self.wait(60)
         self.kill_group()  # whatever of the group survived the driver (the JVM, python workers)
+
+
+def _close_pipes(proc: subprocess.Popen, *readers: threading.Thread) -> None:
+    """Close the child's stdout / stderr once nothing reads them any more (a reader still blocked, e.g. on a pipe a
+    surviving grandchild holds open, keeps them: closing would wait for its read)."""
+    if any(t.is_alive() for t in readers):
+        return
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
 
 
 def run_job_process(args: Sequence[str], env: Mapping[str, str] | None = None, *,
@@ -185,6 +196,7 @@ def run_job_process(args: Sequence[str], env: Mapping[str, str] | None = None, *
     except (ProcessLookupError, PermissionError):
         pass
     t_out.join(5)
+    _close_pipes(proc, t_out)
     res.returncode = proc.returncode
     res.stdout = "".join(out_chunks)
     res.wall_s = time.time() - t0

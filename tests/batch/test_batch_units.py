@@ -42,7 +42,7 @@ def test_bootstrap_skips_only_parquet_files_whose_footer_proves_them_clean(tmp_p
     import pyarrow.parquet as pq
 
     from pipeline import Job
-    from pipeline.batch.bootstrap.dead_letters import _clean_file
+    from pipeline.batch.bootstrap.suspects import clean_file as _clean_file
     ts = pa.timestamp("us", tz="UTC")
     schema = pa.schema([("k", pa.string()), ("v", pa.float64()), ("_ingest_ts", ts)])
     job = Job("units_dl")

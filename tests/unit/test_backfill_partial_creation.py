@@ -153,6 +153,7 @@ def fake():
     yield serve
     for s in servers:
         s.shutdown()
+        s.server_close()  # the listening socket
 
 
 def test_partly_created_backfill_gets_its_missing_intervals_backfilled_after_it(fake):

@@ -13,7 +13,7 @@ layout and format, and counts them in the savepoint's stats:
   ``<dl>/<job>/<source>/partition=<p>/<seq:08d>-<row_start:08d>.jsonl``. Only the splits of files that may hold a
   bad record are read again: a local Parquet file whose footer has every declared column with exactly its type
   and whose statistics show no null key, no empty-string key and no null ``_ingest_ts`` has none
-  (:func:`_clean_file`). Under ``fail`` the same pass runs before any side effect and raises the runtime's
+  (:func:`~pipeline.batch.bootstrap.suspects.clean_file`). Under ``fail`` the same pass runs before any side effect and raises the runtime's
   :class:`~pipeline.exceptions.MalformedInputError` naming the file and partition.
 * **Operator dead letters** - rows violating a join's ``unique`` declaration (JSON lines, the runtime's record)
   and a window's late records and records with a null key or event time (Parquet, the runtime's columns plus
@@ -41,17 +41,17 @@ import hashlib
 import io
 import json
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipeline.batch.bootstrap.suspects import read_suspect_splits, suspect_splits
 from pipeline.batch.evaluation.join_keys import join_semantics, violation_label
 from pipeline.batch.evaluation.prefix import PEPOCH
 from pipeline.batch.evaluation.result import INTERNAL
 from pipeline.exceptions import StorageError
-from pipeline.fileio import LocalFileIO, file_io_for
+from pipeline.fileio import file_io_for
 from pipeline.job import IntervalJoinNode, JoinNode, OverAggregateNode, SourceNode, TemporalJoinNode, WindowNode
 from pipeline.layout import checkpoint_dir_name, checkpoint_id_of
 from pipeline.layout.dead_letters import is_epoch_dir
@@ -62,7 +62,7 @@ from pipeline.runtime.spark.task_requests import counted_in_span
 from pipeline.source._formats import json_default
 from pipeline.source.planner import Split, plan_segment
 from pipeline.source.positions import Position, barrier_position, end_position, ordered_summaries
-from pipeline.source.reader import dead_letter_counts, make_split_reader
+from pipeline.source.reader import SplitReader, dead_letter_counts, make_split_reader
 from pipeline.windows.aggregate import EmitMode, WindowSpec
 
 __all__ = ["source_splits", "suspect_splits", "write_source_dead_letters", "clear_operator_leftovers", "operator_dead_letter_frames",
@@ -131,49 +131,13 @@ def source_splits(runner, n: int, barriers: Mapping[str, Mapping[str, Position]]
     return out
 
 
-def _clean_file(path: str, source: SourceNode) -> bool:
-    """A local Parquet file that holds no bad record: every declared column once with exactly its type, and the
-    statistics of every row group show no null key, no ``""`` key and no null ``_ingest_ts``. Anything unknown
-    (no statistics, an unreadable footer): not clean."""
-    try:
-        pf = pq.ParquetFile(path)
-        fs = pf.schema_arrow
-        for f in source.schema:
-            if fs.get_field_index(f.name) < 0 or fs.field(f.name).type != f.type:
-                return False
-        md = pf.metadata
-        cols = {md.schema.column(i).path: i for i in range(md.num_columns)}
-        for name in [c for c in (source.key, "_ingest_ts") if c]:
-            i = cols.get(name)
-            if i is None:
-                return False
-            for rg in range(md.num_row_groups):
-                st = md.row_group(rg).column(i).statistics
-                if st is None or not st.has_null_count or st.null_count:
-                    return False
-                if name == source.key and pa.types.is_string(source.schema.field(name).type):
-                    if md.row_group(rg).num_rows and (not st.has_min_max or st.min in ("", b"")):
-                        return False
-    except (OSError, ValueError, pa.ArrowException):
-        return False
-    return True
-
-
-def suspect_splits(source: SourceNode, splits: Sequence[Split]) -> list[Split]:
-    """The splits of files that may hold a bad record (:func:`_clean_file`), one footer read per file."""
-    local = sorted({s.uri for s in splits if s.row_end is not None and s.format == "parquet"
-                    and s.uri.startswith("file:")})
-    with ThreadPoolExecutor(8) as pool:
-        verdict = dict(zip(local, pool.map(lambda u: _clean_file(LocalFileIO.path_of(u), source), local)))
-    return [s for s in splits if not verdict.get(s.uri, False)]
-
-
 def write_source_dead_letters(runner, splits: Mapping[str, Sequence[Split]], *, max_tasks: int = 16) -> dict[str, int]:
     """Read the splits that may hold bad records with the runtime's reader, in Spark tasks: bad records go to the
     dead-letter files (policy ``dead_letter``) or raise :class:`~pipeline.exceptions.MalformedInputError` naming the
     file and partition (``fail``). Returns the dead-letter records per source (the runtime's count)."""
     cfg, job = runner.config, runner.job
-    readers, todo = {}, []
+    readers: dict[str, SplitReader] = {}
+    todo: list[Split] = []
     for src in job.sources():
         sus = suspect_splits(src, splits.get(src.name, ()))
         if sus:
@@ -183,21 +147,7 @@ def write_source_dead_letters(runner, splits: Mapping[str, Sequence[Split]], *, 
     counts = {s: 0 for s in splits}
     if not todo:
         return counts
-    n_tasks = max(1, min(len(todo), max_tasks))
-    groups = [todo[i::n_tasks] for i in range(n_tasks)]
-
-    def read(batches):
-        for b in batches:
-            for task in b.column(0).to_pylist():
-                for split in groups[task]:
-                    for _ in readers[split.source].read_split(split):
-                        pass
-                yield pa.RecordBatch.from_pydict({"task": [task]}, schema=pa.schema([("task", pa.int64())]))
-
-    try:
-        runner.spark.range(0, n_tasks, 1, n_tasks).mapInArrow(counted_in_span(read), "task long").toArrow()
-    except Exception as e:  # noqa: BLE001 - Epochal's own error (MalformedInputError, StorageError) comes out whole
-        rethrow_task_error(e)
+    read_suspect_splits(runner, readers, todo, max_tasks=max_tasks)
     if cfg.bad_records == "fail":
         return counts
     for s, k in dead_letter_counts(None, runner.dead_letter_root, job.name, todo).items():

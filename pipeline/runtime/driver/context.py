@@ -30,7 +30,7 @@ from pipeline.exceptions import (
     ObjectNotFoundError,
 )
 from pipeline.fileio import file_io_for, join_uri
-from pipeline.job import Job, JoinNode, SinkNode, SourceNode
+from pipeline.job import Job, SinkNode, SourceNode, StatefulNode
 from pipeline.layout import JobLayout
 from pipeline.master import connect_url, probe_connect, probe_executor_storage
 from pipeline.runtime.driver.lookup_pins import check_lookup_joins
@@ -96,6 +96,11 @@ class RuntimeContext:
         self._mono_base_s = time.monotonic()
 
     # ------------------------------------------------------------------------------------------ setup
+    def aligning_operators(self) -> list[StatefulNode]:
+        """The operators whose inputs a checkpoint aligns (an unaligned one parks their in-flight rows as channel
+        state): the trait ``parks_channels`` (the join)."""
+        return [o for o in self.job.operators() if traits_for(o).parks_channels]
+
     def validate_job(self) -> None:
         if not self.job.sinks() and not self.job.operators():
             raise ConfigError(f"job {self.job.name!r} has neither a sink nor a stateful operator: it computes nothing "
@@ -105,7 +110,7 @@ class RuntimeContext:
             check = traits_for(op).check
             if check is not None:
                 check(self.job, op, self.config)
-        joins = [o for o in self.job.operators() if isinstance(o, JoinNode)]
+        joins = self.aligning_operators()
         if self.config.checkpoint_mode == CheckpointingMode.AT_LEAST_ONCE or self.config.unaligned:
             what = ("PIPELINE_UNALIGNED=true" if self.config.unaligned
                     else f"PIPELINE_CHECKPOINT_MODE={self.config.checkpoint_mode}")
@@ -114,7 +119,7 @@ class RuntimeContext:
                                   f"(has joins {[j.uid for j in joins]}); use aligned exactly-once checkpoints")
         if self.config.unaligned and joins:
             join = joins[0]
-            for side in (join.left, join.right):
+            for side in join.inputs:
                 base = self.job.chain_to(side)[0]
                 if not isinstance(self.job.nodes[base], SourceNode):
                     raise ConfigError(f"job {self.job.name!r}: unaligned checkpoints need the inputs of join "

@@ -47,7 +47,8 @@ from pipeline.runtime.operators.writer_nodes import is_writer_uid
 from pipeline.source.contract import read_inventory
 from pipeline.source.planner import count_rows
 
-__all__ = ["CheckpointFinalizer", "CheckpointListener", "SnapshotOutcome"]
+__all__ = ["CheckpointFinalizer", "CheckpointListener", "SnapshotOutcome", "Acknowledgements", "RestorePoint",
+           "acknowledgements", "restore_point", "alignment_fields"]
 
 #: called with the metadata of every completed checkpoint (not savepoint) after its sinks are committed
 CheckpointListener = Callable[[CheckpointMetadata], None]
@@ -76,6 +77,80 @@ class SnapshotOutcome:
     bytes_per_row: Mapping[str, float] | None = None
 
 
+@dataclass(frozen=True)
+class Acknowledgements:
+    """Step 1's reports: what every subtask acknowledges for the snapshot round."""
+
+    align_uid: str                          #: the operator whose acks carry the alignment metrics
+    channel_rows: Sequence[TaskReport]      #: the in-flight channel state parked this round
+    writer_files: Mapping[str, list]        #: per sink table: the stateless sink writers' files
+    reports: Sequence[TaskReport]           #: state, channel state, staged output and one ACK per subtask
+
+
+def acknowledgements(job, snap, o: SnapshotOutcome, expected: Mapping[str, int], P: int) -> Acknowledgements:
+    """The acknowledgements of checkpoint n's snapshot round (step 1 of :meth:`CheckpointFinalizer.finish`)."""
+    aligning = [op.uid for op in job.operators() if traits_for(op).parks_channels]
+    align_uid = aligning[0] if aligning else (job.operator_uids() or [""])[0]
+    chan_rows = [r for r in o.rows if r.kind is ReportKind.CHANNEL]
+    # the files of stateless sink writers: in _metadata's sinks, not acknowledgements of operator tasks
+    writer_files: dict[str, list] = {}
+    for t, rs in o.staged.items():
+        writer_files[t] = [r.file for r in rs if is_writer_uid(r.operator_uid) and r.file is not None]
+    staged = {t: [r for r in rs if not is_writer_uid(r.operator_uid)] for t, rs in o.staged.items()}
+    acks = [TaskReport(ReportKind.ACK, uid, sub, "", mode=snap.mode,
+                       **({"alignment_ms": snap.alignment_ms, "start_delay_ms": snap.start_delay_ms}
+                          if uid == align_uid else {}))
+            for uid in expected for sub in range(P)]
+    final = ([r for r in o.rows if r.kind is ReportKind.STATE] + chan_rows
+             + [r for t in staged for r in staged[t]] + acks)
+    return Acknowledgements(align_uid, chan_rows, writer_files, final)
+
+
+@dataclass(frozen=True)
+class RestorePoint:
+    """Step 2: where reading resumes after a restore from n."""
+
+    positions: Mapping[str, Mapping[str, object]]   #: per source and partition (barrier n, or the cut)
+    ranges: Sequence[ChannelStateHandle]            #: in-flight source ranges of an unaligned snapshot
+    post_barrier: Mapping[str, int]                 #: at-least-once: records past barrier n inside n, per source
+
+
+def restore_point(pending, snap, working: Cursor, align_uid: str, summaries) -> RestorePoint:
+    """The restore point of checkpoint n (step 2 of :meth:`CheckpointFinalizer.finish`)."""
+    positions = {s: dict(parts) for s, parts in working.positions.items()}
+    for (s, p), pos in snap.restore.items():
+        positions.setdefault(s, {})[p] = pos
+    ranges = [ChannelStateHandle(operator_uid=align_uid, subtask=0, channel=channel_name(ch), source=ch[0],
+                                 partition=ch[1], start=a, end=b) for ch, a, b in snap.ranges]
+    post_barrier: dict[str, int] = {}
+    for (s, p), cut in snap.cut.items():  # at-least-once: records past barrier n inside snapshot n
+        b = pending.manifest.barriers.get(s, {}).get(p)
+        if b is not None and (cut.seq, cut.row) > (b.seq, b.row):
+            try:
+                n = count_rows(summaries.get(s, {}).get(int(p), ()), b, cut)
+            except EpochalError:
+                n = 0
+            post_barrier[s] = post_barrier.get(s, 0) + n
+    return RestorePoint(positions, ranges, post_barrier)
+
+
+def alignment_fields(snap, working: Cursor, last_round: int, chan_rows: Sequence[TaskReport],
+                     post_barrier: Mapping[str, int]) -> dict:
+    """The ``alignment`` recovery field of ``_metadata``: how the snapshot was taken."""
+    t = snap.trigger
+    return {
+        "configured": working.align.label if working.align is not None else "aligned",  # type: ignore[attr-defined]
+        "mode_used": snap.mode,
+        "switched_to_unaligned": t.switched_to_unaligned, "first_barrier_round": snap.first_barrier_round,
+        "snapshot_round": last_round, "between_rounds": snap.at_round_start, "alignment_ms": snap.alignment_ms,
+        "start_delay_ms": snap.start_delay_ms, "inflight_files": len(chan_rows),
+        "inflight_rows": sum(r.rows for r in chan_rows),
+        "inflight_bytes": sum(r.bytes for r in chan_rows),
+        "inflight_ranges": [{"channel": channel_name(ch), "start": a.to_dict(), "end": b.to_dict() if b else None}
+                            for ch, a, b in snap.ranges],
+        "lagging": [channel_name(ch) for ch in snap.lagging], "post_barrier_records": dict(post_barrier)}
+
+
 class CheckpointFinalizer:
     """Runs the completion protocol of a snapshotted checkpoint (see module docstring)."""
 
@@ -92,14 +167,13 @@ class CheckpointFinalizer:
         """Checkpoint n is snapshotted (``snap``): acknowledge the tasks' handles of round
         ``outcome.last_round`` with the alignment metrics, write ``_metadata`` (last), commit the sinks.
         ``expected``: the operator uids whose ``P`` subtasks acknowledge; ``summaries``: the source listing.
-
-        Over 80 lines: the six protocol steps of the module docstring in order, each a commented section; split, the
-        order that makes a crash safe would be spread out."""
+        The six protocol steps of the module docstring run here in order (the order makes a crash safe); what
+        each computes is a function of its own."""
         ctx = self.ctx
         job = ctx.job
-        cid, epoch = pending.checkpoint_id, pending.epoch
+        epoch = pending.epoch
         o = outcome
-        rows, last_round, t0, dead_letters = o.rows, o.last_round, o.t0, dict(o.dead_letters)
+        last_round = o.last_round
         records = dict(o.records) if o.records is not None else None
         backlog = dict(o.backlog) if o.backlog is not None else None
         if records is None:  # snapshotted between rounds: the last round's figures
@@ -108,58 +182,21 @@ class CheckpointFinalizer:
         t_ack = time.perf_counter()
 
         # Step 1: acknowledge - the snapshot round's handles of every subtask, alignment metrics at the join
-        aligning = [op.uid for op in job.operators() if traits_for(op).parks_channels]
-        align_uid = aligning[0] if aligning else (job.operator_uids() or [""])[0]
-        chan_rows = [r for r in rows if r.kind is ReportKind.CHANNEL]
-        # the files of stateless sink writers: in _metadata's sinks, not acknowledgements of operator tasks
-        writer_files: dict[str, list] = {}
-        for t, rs in o.staged.items():
-            writer_files[t] = [r.file for r in rs if is_writer_uid(r.operator_uid) and r.file is not None]
-        staged = {t: [r for r in rs if not is_writer_uid(r.operator_uid)] for t, rs in o.staged.items()}
-        acks = [TaskReport(ReportKind.ACK, uid, sub, "", mode=snap.mode,
-                           **({"alignment_ms": snap.alignment_ms, "start_delay_ms": snap.start_delay_ms}
-                              if uid == align_uid else {}))
-                for uid in expected for sub in range(P)]
-        final = ([r for r in rows if r.kind is ReportKind.STATE] + chan_rows
-                 + [r for t in staged for r in staged[t]] + acks)
-        ctx.coordinator.receive_acknowledge_reports(pending, final)
+        acks = acknowledgements(job, snap, o, expected, P)
+        ctx.coordinator.receive_acknowledge_reports(pending, acks.reports)
         fault_point("after_state_before_metadata")
 
         # Step 2: the restore point - positions, channel state ranges, post-barrier records (at-least-once)
-        positions = {s: dict(parts) for s, parts in working.positions.items()}
-        for (s, p), pos in snap.restore.items():
-            positions.setdefault(s, {})[p] = pos
-        ranges = [ChannelStateHandle(operator_uid=align_uid, subtask=0, channel=channel_name(ch), source=ch[0],
-                                     partition=ch[1], start=a, end=b) for ch, a, b in snap.ranges]
-        post_barrier: dict[str, int] = {}
-        for (s, p), cut in snap.cut.items():  # at-least-once: records past barrier n inside snapshot n
-            b = pending.manifest.barriers.get(s, {}).get(p)
-            if b is not None and (cut.seq, cut.row) > (b.seq, b.row):
-                try:
-                    n = count_rows(summaries.get(s, {}).get(int(p), ()), b, cut)
-                except EpochalError:
-                    n = 0
-                post_barrier[s] = post_barrier.get(s, 0) + n
-        t = snap.trigger
-        alignment = {
-            "configured": working.align.label if working.align is not None else "aligned",  # type: ignore[attr-defined]
-            "mode_used": snap.mode,
-            "switched_to_unaligned": t.switched_to_unaligned, "first_barrier_round": snap.first_barrier_round,
-            "snapshot_round": last_round, "between_rounds": snap.at_round_start, "alignment_ms": snap.alignment_ms,
-            "start_delay_ms": snap.start_delay_ms, "inflight_files": len(chan_rows),
-            "inflight_rows": sum(r.rows for r in chan_rows),
-            "inflight_bytes": sum(r.bytes for r in chan_rows),
-            "inflight_ranges": [{"channel": channel_name(ch), "start": a.to_dict(), "end": b.to_dict() if b else None}
-                                for ch, a, b in snap.ranges],
-            "lagging": [channel_name(ch) for ch in snap.lagging], "post_barrier_records": post_barrier}
+        point = restore_point(pending, snap, working, acks.align_uid, summaries)
+        alignment = alignment_fields(snap, working, last_round, acks.channel_rows, point.post_barrier)
 
         # Step 3: complete - _metadata written last (conditional PUT), retention applied
         full = {s.table: False for s in job.sinks()}
         dl_files = DeadLetterFiles(epoch, {u: tuple(sorted(fs)) for u, fs in o.dead_letter_files.items() if fs})
         completed = ctx.coordinator.complete(
-            pending, positions=positions, channel_state=ranges, sinks_full=full, backlog=backlog,
-            dead_letters=dead_letters, rounds=last_round + 1, executor_s3_requests=o.executor_requests,
-            writer_files={t: fs for t, fs in writer_files.items() if fs},
+            pending, positions=point.positions, channel_state=point.ranges, sinks_full=full, backlog=backlog,
+            dead_letters=dict(o.dead_letters), rounds=last_round + 1, executor_s3_requests=o.executor_requests,
+            writer_files={t: fs for t, fs in acks.writer_files.items() if fs},
             executor_s3_requests_counting=o.executor_counting if o.executor_requests is not None else None,
             sink_s3_requests_counting=ctx.sink_requests_counting(),
             extra=RecoveryFields(
@@ -173,7 +210,7 @@ class CheckpointFinalizer:
                 inflight_low_epoch=o.inflight_low_epoch,
                 dead_letter_files=dl_files.to_dict() if dl_files.files else {},
                 bytes_per_row=dict(o.bytes_per_row or {}),
-                source_files=(read_inventory(getattr(ctx, "source_listing", {}), positions,
+                source_files=(read_inventory(getattr(ctx, "source_listing", {}), point.positions,
                                              getattr(ctx, "source_inventory_behind", {})) if summaries
                               else working.inventory)).to_extra())
         fault_point("after_metadata_before_commit")
@@ -191,33 +228,42 @@ class CheckpointFinalizer:
         if pending.kind == CheckpointType.CHECKPOINT:
             for listener in self.listeners:
                 listener(completed.metadata)
-        ckpt_s = time.perf_counter() - t_ack
-        md = completed.metadata
         self.last_location = completed.location
+        inflight = (f", in-flight {alignment['inflight_bytes']} bytes + {len(point.ranges)} source range(s)"
+                    if snap.ranges or acks.channel_rows else "")
+        self._report(pending, snap, completed.metadata, o, t_ack, records, backlog or {}, results, inflight)
+        nxt = cursor_from_metadata(completed.metadata)
+        # continuing in this process: read on from where the rounds got (the tracker's restore point is
+        # barrier n, but this state has consumed up to here), replay what is parked, keep the handler
+        nxt.positions, nxt.inflight, nxt.align = working.positions, working.inflight, working.align
+        return nxt, results
+
+    def _report(self, pending, snap, md: CheckpointMetadata, o: SnapshotOutcome, t_ack: float, records, backlog,
+                results: list[RoundResult], inflight: str) -> None:
+        """The completed checkpoint's round result (added, or the last round's completed) and its line
+        (``inflight``: its in-flight part, empty without in-flight data).
+
+        Over 8 parameters: the figures of the line, each computed by an earlier step of :meth:`finish`."""
+        ctx = self.ctx
+        cid, epoch, last_round = pending.checkpoint_id, pending.epoch, o.last_round
+        ckpt_s = time.perf_counter() - t_ack
         state_bytes = md.stats.bytes if md.stats else 0
         snapshot_s = sum(o.async_ms for o in md.stats.operators.values()) / 1000 if md.stats else 0.0
         if results and results[-1].round == last_round:  # snapshotted between rounds
             r = results[-1]
             r.completed, r.checkpoint_s, r.state_bytes, r.snapshot_s = True, ckpt_s, state_bytes, snapshot_s
         else:
-            results.append(RoundResult(cid, epoch, last_round, True, records, backlog or {},
-                                       time.perf_counter() - t0, ckpt_s, state_bytes, snapshot_s))
+            results.append(RoundResult(cid, epoch, last_round, True, records, backlog,
+                                       time.perf_counter() - o.t0, ckpt_s, state_bytes, snapshot_s))
         extra = ""
         if snap.mode != MODE_ALIGNED or snap.alignment_ms or last_round:
-            extra = (f", {snap.mode}, alignment {snap.alignment_ms:.0f} ms"
-                     + (f", in-flight {alignment['inflight_bytes']} bytes + {len(ranges)} source range(s)"
-                        if snap.ranges or chan_rows else ""))
+            extra = f", {snap.mode}, alignment {snap.alignment_ms:.0f} ms{inflight}"
         if pending.kind == CheckpointType.CHECKPOINT:  # a savepoint is announced once, by its caller, with its place
             if self.measure_latency:
                 latency = results[-1].latency_s = ctx.round_now() - ctx.epochs.end_us(epoch) / 1e6
                 extra += f", latency {format_seconds(latency)} (epoch end -> complete)"
             ctx.echo(f"checkpoint {cid} completed: epoch {epoch}, records {records}, "
                      f"state {state_bytes} bytes, rounds {last_round + 1}{extra}")
-        nxt = cursor_from_metadata(md)
-        # continuing in this process: read on from where the rounds got (the tracker's restore point is
-        # barrier n, but this state has consumed up to here), replay what is parked, keep the handler
-        nxt.positions, nxt.inflight, nxt.align = working.positions, working.inflight, working.align
-        return nxt, results
 
     def drop_round_scratch(self, location: str, last_round: int) -> None:
         """State of earlier rounds and exchange files are not referenced by the completed checkpoint."""

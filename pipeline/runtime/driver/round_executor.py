@@ -29,13 +29,12 @@ from collections.abc import Mapping, Sequence
 
 from pipeline.barriers.events import AlignmentLabel, CheckpointType
 from pipeline.checkpoint.failure import CheckpointFailureReason
-from pipeline.checkpoint.handles import ChannelStateHandle, Position, StateHandle
+from pipeline.checkpoint.handles import Position
 from pipeline.checkpoint.report import ReportKind, TaskReport
 from pipeline.exceptions import CheckpointError, ConfigError
-from pipeline.fileio.request_counter import RequestCounting, StorageRequests
-from pipeline.job import JoinNode, SourceNode, is_operator
+from pipeline.job import SourceNode, is_operator
 from pipeline.layout import round_plan_uri
-from pipeline.runtime.driver.alignment import MODE_ALIGNED, AlignmentDriver, NextStop
+from pipeline.runtime.driver.alignment import MODE_ALIGNED, AlignmentDriver, NextStop, Snapshot
 from pipeline.runtime.driver.barrier_log import BarrierLog, Barriers
 from pipeline.runtime.driver.context import RuntimeContext
 from pipeline.runtime.driver.cursor import Cursor
@@ -43,16 +42,24 @@ from pipeline.runtime.driver.epoch_groups import PlannedEpoch, group_refusal
 from pipeline.runtime.driver.finalize import CheckpointFinalizer, SnapshotOutcome
 from pipeline.runtime.driver.input_epochs import InputEpochs
 from pipeline.runtime.driver.results import RoundResult
+from pipeline.runtime.driver.round_values import (
+    CheckpointTally,
+    EpochInputs,
+    RoundPlan,
+    handles_of_reports,
+    plan_source_segments,
+    round_plan_json,
+    segment_totals,
+)
 from pipeline.runtime.driver.spark_plan import EpochWork, SparkPlan
 from pipeline.runtime.operators.dead_letters import files_of_reports
 from pipeline.runtime.operators.registry import traits_for
 from pipeline.runtime.spark.round_bytes import (
-    ReadBytes,
     bytes_per_row_after,
     epochs_within_budget,
     sampled_bytes_per_row,
 )
-from pipeline.source.planner import Segment, plan_segments
+from pipeline.source.planner import Segment
 from pipeline.source.positions import barrier_position, end_position
 from pipeline.source.reader import dead_letter_counts
 
@@ -107,9 +114,9 @@ class RoundExecutor:
         then any other source's (see :mod:`pipeline.runtime.driver.alignment`)."""
         job = self.ctx.job
         order: list[str] = []
-        joins = [o for o in job.operators() if isinstance(o, JoinNode)]
+        joins = self.ctx.aligning_operators()
         if joins:
-            for side in (joins[0].left, joins[0].right):
+            for side in joins[0].inputs:
                 base = job.nodes[job.chain_to(side)[0]]
                 if isinstance(base, SourceNode) and base.name not in order:
                     order.append(base.name)
@@ -131,185 +138,13 @@ class RoundExecutor:
                        location: str | None = None) -> tuple[Cursor, list[RoundResult]]:
         """Trigger checkpoint n (barrier = end of ``epoch``) and run rounds until the barrier handler
         snapshots it (see :mod:`pipeline.runtime.driver.alignment`). ``barriers``: ``{source: {partition:
-        Position}}``, ``None`` for a lagging partition (only with checkpoints unaligned from the first barrier).
-
-        Over 80 lines: the round loop of one checkpoint (start a round, plan segments, run Spark, ask the barrier
-        handler, finalize or go on); its local state is the checkpoint's accumulators, which a split would turn into
-        a mutable bag."""
+        Position}}``, ``None`` for a lagging partition (only with checkpoints unaligned from the first barrier)."""
         ctx = self.ctx
-        job, config = ctx.job, ctx.config
-        P = parallelism or config.parallelism
-        if P > ctx.max_parallelism:
-            raise ConfigError(f"parallelism {P} exceeds the job's max parallelism {ctx.max_parallelism} (job.json)")
-        expected = {op.uid: P for op in job.operators()}
-        channels = self.channels(barriers)
-        driver = self.alignment_driver(cursor, channels, kind)
-        known = {s: {p: pos for p, pos in parts.items() if pos is not None} for s, parts in barriers.items()}
-        pending = ctx.coordinator.trigger(
-            epoch=epoch, barrier_time=ctx.epochs.iso(ctx.epochs.end_us(epoch)), expected_tasks=expected,
-            parent_id=cursor.checkpoint_id, max_parallelism=ctx.max_parallelism, parallelism=P,
-            checkpoint_mode=config.checkpoint_mode, alignment=driver.label, positions=cursor.positions,
-            barriers=known, sink_tables=job.sink_tables(), kind=kind, location=location)
-        cid = pending.checkpoint_id
-        trigger_now = ctx.round_now()
-        driver.begin(epoch, {ch: barriers[ch[0]][ch[1]] for ch in channels}, trigger_now)
-        results: list[RoundResult] = []
-        staged: dict[str, list[TaskReport]] = {t: [] for t in job.sink_tables()}  # OUTPUT reports per table
-        merged_upserts = {s.table for s in job.sinks()   # the operator or the sink writer merges earlier rounds
-                          if s.mode == "upsert" and ((is_operator(job.nodes[s.parent])
-                                                      and traits_for(job.nodes[s.parent]).merges_upserts)
-                                                     or job.operator_sink(s.parent) is not s)}
-        working = Cursor(cursor.checkpoint_id, cursor.epoch, {s: dict(p) for s, p in cursor.positions.items()},
-                         cursor.handles, {u: list(h) for u, h in cursor.inflight.items()}, driver,
-                         inventory=cursor.inventory, materialize=cursor.materialize, low_epoch=cursor.low_epoch,
-                         inflight_low_epoch=cursor.inflight_low_epoch)
-        floor = cursor.low_epoch if cursor.low_epoch is not None else (
-            cursor.epoch if cursor.epoch is not None else epoch)
-        own_epochs = self.input_epochs(epoch, barriers, min(floor, epoch))
-        lows: dict[int, int] = {}   # round -> the low watermark L it expired state with
-        zero, empty = Position(seq=0, row=0), ()
-        next_end = ctx.epochs.end_us(epoch + 1)
-
-        def summaries_of(ch):
-            return summaries.get(ch[0], {}).get(int(ch[1]), empty)
-
-        logged_next: list = []
-
-        def next_stop(ch) -> NextStop:  # at-least-once: how far a channel past barrier n may read
-            if not logged_next:  # barrier n+1 may be logged already (Airflow logs epochs ahead): never pass it
-                logged_next.append(self.barrier_log.logged(epoch + 1))
-            logged = (logged_next[0] or {}).get(ch[0], {}).get(ch[1])
-            if logged is not None:
-                return NextStop(logged, True)
-            b = barrier_position(summaries_of(ch), next_end, fileio=ctx.src_fio)
-            return NextStop(b, True) if b is not None else NextStop(end_position(summaries_of(ch)), False)
-
-        rnd = 0
-        log_first_round = (config.unaligned and driver.label != AlignmentLabel.TRACKER
-                           and (cursor.epoch is None or cursor.epoch < epoch))   # not a re-completion
-        # source-contract breaches found by this listing are counted in this checkpoint
-        dead_letters: dict[str, int] = dict(getattr(ctx, "contract_dead_letters", {}) if summaries else {})
-        if summaries:  # files in badly named folders dead-lettered by listings since the last checkpoint
-            for s, n in (getattr(ctx, "unexpected_dead_letters", None) or {}).items():
-                dead_letters[s] = dead_letters.get(s, 0) + n
-            ctx.unexpected_dead_letters = {}
-        dropped: dict[str, int] = {}  # rows an operator drops by design (deduplicate), per operator uid
-        dl_files: dict[str, list[str]] = {}  # per operator: the dead-letter files counted (runtime.operators.dead_letters)
-        executor_requests = StorageRequests()  # the executors' S3 requests of this checkpoint's rounds (task_requests)
-        counting = RequestCounting.EXACT        # approximate if any round's were (Spark Connect)
-        last_rows: list[TaskReport] = []
-        read: ReadBytes | None = None  # rows and Arrow bytes the source reads of this checkpoint's rounds read
-        while True:
-            t0 = time.perf_counter()
-            now = trigger_now if rnd == 0 else ctx.round_now()
-            starts = {ch: working.positions.get(ch[0], {}).get(ch[1], zero) for ch in channels}
-            snap = driver.start_round(rnd, now, starts)
-            if snap is not None:  # the alignment timeout fired between rounds: the last round's state is the snapshot
-                outcome = SnapshotOutcome(last_rows, staged, dead_letters, last_round=rnd - 1, t0=t0,
-                                          dropped=dropped, low_epoch=lows.get(rnd - 1, working.low_epoch),
-                                          executor_requests=executor_requests, executor_counting=counting,
-                                          dead_letter_files=dl_files,
-                                          bytes_per_row=bytes_per_row_after(cursor.bytes_per_row, read))
-                return self.finalizer.finish(pending, snap, working, outcome, results, summaries, expected, P)
-            stops = driver.stops(starts, {ch: end_position(summaries_of(ch)) for ch in channels}, next_stop)
-            segments = {}
-            for src in job.sources():
-                parts = summaries.get(src.name, {})
-                st = {int(p): pos for p, pos in working.positions.get(src.name, {}).items()}
-                sp = {int(p): stops[(s, p)][0] for s, p in channels if s == src.name}
-                segments[src.name] = plan_segments(parts, st, sp, config.max_records_per_epoch, source=src.name)
-            seg_of = {ch: segments[ch[0]][int(ch[1])] for ch in channels}
-            arrived = {ch: (stops[ch][1] if seg_of[ch].done else None) for ch in channels}
-            reached = {ch: seg_of[ch].reached for ch in channels}
-            snap = driver.walk(rnd, now, starts, reached, arrived)
-            parked = snap.parked if snap is not None else frozenset()
-            replayed = sum(c.file.rows for cs in working.inflight.values() for c in cs if c.file is not None)
-            # TTL: held back to the oldest own epoch still pending in any channel (docs/alignment.md)
-            low = own_epochs.low_watermark(starts, working.inflight_low_epoch if replayed else None)
-            lows[rnd] = low
-            plan = {"round": rnd, "now": now,
-                    "segments": {s: {str(p): {"start": seg.start.to_dict(), "stop": seg.stop.to_dict(),
-                                              "reached": seg.reached.to_dict(), "records": seg.records,
-                                              "backlog": seg.backlog}
-                                     for p, seg in segs.items()} for s, segs in segments.items()},
-                    "alignment": driver.round_log, "parked": sorted(f"{s}/partition={p}" for s, p in parked),
-                    "replayed_inflight_rows": replayed, "low_epoch": low}
-            ctx.ckpt_fio.write_bytes(round_plan_uri(pending.location, rnd),
-                                     (json.dumps(plan, indent=1) + "\n").encode(), if_none_match=True)
-            # the round log outlives the checkpoint (retention): the batch evaluation reads round boundaries; round 0
-            # too for an unaligned checkpoint processing a new epoch (it starts where the previous one stopped reading,
-            # not at a barrier: a deduplicate after a backlog drain follows that order, docs/batch.md)
-            if rnd or (log_first_round and kind == CheckpointType.CHECKPOINT):
-                self.barrier_log.log_round(epoch, pending.checkpoint_id, rnd, starts)
-            if snap is not None and any(b is None for parts in barriers.values() for b in parts.values()):
-                # epoch not logged (a partition lags): where this checkpoint stops reading, for the batch evaluation
-                self.barrier_log.log_lagged(epoch, pending.checkpoint_id, barriers, reached)
-            rows = self.plan.process_round(pending, rnd, P, working, segments, epoch, parked=parked, staged=staged,
-                                           complete=snap is not None, low_epoch=low, own_epochs=own_epochs)
-            for uid, uris in files_of_reports([r for r in rows if r.kind is ReportKind.DEAD_LETTER]).items():
-                dl_files.setdefault(uid, []).extend(uris)
-            executor_requests = executor_requests + self.plan.requests.total  # every task of the round's
-            if self.plan.read is not None:
-                read = self.plan.read if read is None else read + self.plan.read
-            if self.plan.requests.counting is not RequestCounting.EXACT:
-                counting = self.plan.requests.counting
-            for r in rows:  # operators' dead letters (e.g. a join's ``unique`` violated) and dropped rows
-                if r.kind is ReportKind.DEAD_LETTER and r.rows:
-                    name = f"operator={r.operator_uid}"
-                    dead_letters[name] = dead_letters.get(name, 0) + r.rows
-                elif r.kind is ReportKind.DROPPED and r.count:
-                    dropped[r.operator_uid] = dropped.get(r.operator_uid, 0) + r.count
-            for table in staged:
-                out = [r for r in rows if r.kind is ReportKind.OUTPUT and r.name == table and r.file is not None]
-                if table in merged_upserts:  # the aggregate rewrote its earlier output of this checkpoint merged
-                    for uri in {r.file.uri for r in staged[table] if r.file} - {r.file.uri for r in out if r.file}:
-                        ctx.sink_fio.delete(uri)
-                    staged[table] = out
-                else:
-                    staged[table].extend(out)
-            splits = [sp for segs in segments.values() for seg in segs.values() for sp in seg.splits]
-            if splits:
-                for s, n in dead_letter_counts(None, ctx.dead_letter_root, job.name, splits).items():
-                    dead_letters[s] = dead_letters.get(s, 0) + n
-            new_positions = {s: {**working.positions.get(s, {}), **{str(p): seg.reached for p, seg in segs.items()}}
-                             for s, segs in segments.items()}
-            new_handles: dict[str, dict[str, list[StateHandle]]] = {}
-            inflight: dict[str, list[ChannelStateHandle]] = {}
-            for r in rows:
-                if r.state is not None:
-                    new_handles.setdefault(r.operator_uid, {}).setdefault(r.name, []).append(r.state)
-                elif r.kind is ReportKind.CHANNEL:  # parked: in flight between operators, replayed next round
-                    inflight.setdefault(r.operator_uid, []).append(r.channel_handle())
-            working = Cursor(working.checkpoint_id, working.epoch, new_positions, new_handles, inflight, driver,
-                             inventory=working.inventory, materialize=working.materialize, low_epoch=low,
-                             inflight_low_epoch=working.inflight_low_epoch)
-            last_rows = rows
-            records = {s: sum(seg.records for seg in segs.values()) for s, segs in segments.items()}
-            backlog = {s: sum(seg.backlog for seg in segs.values()) for s, segs in segments.items()}
-            if snap is None:
-                results.append(RoundResult(cid, epoch, rnd, False, records, backlog, time.perf_counter() - t0))
-                if (not replayed and all(reached[ch] == starts[ch] for ch in channels)
-                        and not any(v is not None for v in arrived.values())):
-                    err = CheckpointError(
-                        f"checkpoint {cid} (epoch {epoch}) of job {job.name!r} cannot complete: no channel can "
-                        f"make progress (waiting for {sorted(set(ch for ch in channels if arrived[ch] is None))})")
-                    ctx.coordinator.abort(pending, CheckpointFailureReason.CHECKPOINT_DECLINED, cause=err)
-                    raise err
-                blocked = sorted(f"{driver.channels[i][0]}/partition={driver.channels[i][1]}"
-                                 for i in driver.handler.blocked_channels)
-                ctx.echo(f"checkpoint {cid} (epoch {epoch}) round {rnd}: {records} records, backlog {backlog}; "
-                         f"waiting for barrier {epoch} ({driver.label}"
-                         + (f", blocked {', '.join(blocked)}" if blocked else "") + ")")
-                rnd += 1
-                continue
-            outcome = SnapshotOutcome(rows, staged, dead_letters, last_round=rnd, t0=t0, records=records,
-                                      backlog=backlog, executor_requests=executor_requests,
-                                      executor_counting=counting, dead_letter_files=dl_files,
-                                      bytes_per_row=bytes_per_row_after(cursor.bytes_per_row, read),
-                                      dropped=dropped, low_epoch=low,
-                                      inflight_low_epoch=min((own_epochs.epoch_at(ch, snap.cut[ch])
-                                                              for ch in snap.parked), default=None))
-            return self.finalizer.finish(pending, snap, working, outcome, results, summaries, expected, P)
+        inputs = EpochInputs(epoch, barriers, summaries, parallelism or ctx.config.parallelism, kind, location)
+        if inputs.parallelism > ctx.max_parallelism:
+            raise ConfigError(f"parallelism {inputs.parallelism} exceeds the job's max parallelism "
+                              f"{ctx.max_parallelism} (job.json)")
+        return _CheckpointRounds(self, cursor, inputs).run()
 
     # ------------------------------------------------------------------ several epochs in one round (tagged)
     def complete_epochs(self, cursor: Cursor, targets: Sequence[tuple[int, Barriers]], summaries, *,
@@ -361,18 +196,13 @@ class RoundExecutor:
             ok = snap is None
             if ok:
                 stops = driver.stops(starts, {ch: end_position(summaries_of(ch)) for ch in channels}, None)
-                segments = {}
-                for src in job.sources():
-                    parts = summaries.get(src.name, {})
-                    st = {int(p): pos for p, pos in positions.get(src.name, {}).items()}
-                    sp = {int(p): stops[(s, p)][0] for s, p in channels if s == src.name}
-                    segments[src.name] = plan_segments(parts, st, sp, config.max_records_per_epoch, source=src.name)
+                segments = plan_source_segments(job, summaries, positions, stops, channels,
+                                                config.max_records_per_epoch)
                 seg_of = {ch: segments[ch[0]][int(ch[1])] for ch in channels}
                 arrived = {ch: (stops[ch][1] if seg_of[ch].done else None) for ch in channels}
                 reached = {ch: seg_of[ch].reached for ch in channels}
                 snap = driver.walk(0, now, starts, reached, arrived)
-                records = {s: sum(seg.records for seg in segs.values()) for s, segs in segments.items()}
-                backlog = {s: sum(seg.backlog for seg in segs.values()) for s, segs in segments.items()}
+                records, backlog = segment_totals(segments)
                 ok = (snap is not None and snap.mode == MODE_ALIGNED and not snap.parked and not snap.ranges
                       and all(seg.done for seg in seg_of.values()) and not any(backlog.values())
                       and own.low_watermark(starts) == epoch
@@ -425,13 +255,8 @@ class RoundExecutor:
             parent = pending.checkpoint_id
         ids = [p.checkpoint_id for p in pendings]
         for pe, pending in zip(planned, pendings):  # Step 2: the round plans (each epoch is round 0 of its own)
-            plan = {"round": 0, "now": pe.now,
-                    "segments": {s: {str(p): {"start": seg.start.to_dict(), "stop": seg.stop.to_dict(),
-                                              "reached": seg.reached.to_dict(), "records": seg.records,
-                                              "backlog": seg.backlog}
-                                     for p, seg in segs.items()} for s, segs in pe.segments.items()},
-                    "alignment": pe.round_log, "parked": [], "replayed_inflight_rows": 0, "low_epoch": pe.epoch,
-                    "tagged_round": {"epochs": epochs, "checkpoints": ids}}
+            plan = round_plan_json(0, pe.now, pe.segments, pe.round_log, [], 0, pe.epoch,
+                                   tagged_round={"epochs": epochs, "checkpoints": ids})
             ctx.ckpt_fio.write_bytes(round_plan_uri(pending.location, 0), (json.dumps(plan, indent=1) + "\n").encode(),
                                      if_none_match=True)
         held = epochs_within_budget([pe.records for pe in planned], self.bytes_per_row(cursor, planned[0].segments),
@@ -470,10 +295,7 @@ class RoundExecutor:
                     dead_letters[s] = dead_letters.get(s, 0) + n
             staged = {t: [r for r in mine if r.kind is ReportKind.OUTPUT and r.name == t and r.file is not None]
                       for t in job.sink_tables()}
-            handles: dict[str, dict[str, list[StateHandle]]] = {}
-            for r in mine:
-                if r.state is not None:
-                    handles.setdefault(r.operator_uid, {}).setdefault(r.name, []).append(r.state)
+            handles, _ = handles_of_reports(mine)
             working = Cursor(cur.checkpoint_id, cur.epoch, pe.positions_after, handles, {}, driver,
                              inventory=cur.inventory, low_epoch=pe.epoch)
             outcome = SnapshotOutcome(mine, staged, dead_letters, last_round=0, t0=t_i, records=pe.records,
@@ -488,3 +310,183 @@ class RoundExecutor:
             out.extend(results)
             t_i = time.perf_counter()
         return cur, out
+
+
+class _CheckpointRounds:
+    """The rounds of one checkpoint (:meth:`RoundExecutor.complete_epoch`): set up once (trigger, channels, the
+    alignment driver, the epoch's own-epoch map), then one :class:`~pipeline.runtime.driver.round_values.RoundPlan`
+    per round, run, folded into the working cursor and the :class:`~pipeline.runtime.driver.round_values.
+    CheckpointTally`, until the barrier handler snapshots."""
+
+    def __init__(self, ex: RoundExecutor, cursor: Cursor, inputs: EpochInputs) -> None:
+        ctx = ex.ctx
+        job = ctx.job
+        self.ex, self.ctx, self.job, self.cursor, self.inputs = ex, ctx, job, cursor, inputs
+        epoch = inputs.epoch
+        self.expected = {op.uid: inputs.parallelism for op in job.operators()}
+        self.channels = ex.channels(inputs.barriers)
+        self.driver = driver = ex.alignment_driver(cursor, self.channels, inputs.kind)
+        self.pending = ctx.coordinator.trigger(
+            epoch=epoch, barrier_time=ctx.epochs.iso(ctx.epochs.end_us(epoch)), expected_tasks=self.expected,
+            parent_id=cursor.checkpoint_id, max_parallelism=ctx.max_parallelism, parallelism=inputs.parallelism,
+            checkpoint_mode=ctx.config.checkpoint_mode, alignment=driver.label, positions=cursor.positions,
+            barriers=inputs.known_barriers(), sink_tables=job.sink_tables(), kind=inputs.kind,
+            location=inputs.location)
+        self.trigger_now = ctx.round_now()
+        driver.begin(epoch, {ch: inputs.barriers[ch[0]][ch[1]] for ch in self.channels}, self.trigger_now)
+        self.merged_upserts = {s.table for s in job.sinks()   # the operator or the sink writer merges earlier rounds
+                               if s.mode == "upsert" and ((is_operator(job.nodes[s.parent])
+                                                           and traits_for(job.nodes[s.parent]).merges_upserts)
+                                                          or job.operator_sink(s.parent) is not s)}
+        floor = cursor.low_epoch if cursor.low_epoch is not None else (
+            cursor.epoch if cursor.epoch is not None else epoch)
+        self.own_epochs = ex.input_epochs(epoch, inputs.barriers, min(floor, epoch))
+        self.log_first_round = (ctx.config.unaligned and driver.label != AlignmentLabel.TRACKER
+                                and (cursor.epoch is None or cursor.epoch < epoch))   # not a re-completion
+        self._logged_next: list = []
+
+    def _next_stop(self, ch) -> NextStop:
+        """At-least-once: how far a channel past barrier n may read."""
+        if not self._logged_next:  # barrier n+1 may be logged already (Airflow logs epochs ahead): never pass it
+            self._logged_next.append(self.ex.barrier_log.logged(self.inputs.epoch + 1))
+        logged = (self._logged_next[0] or {}).get(ch[0], {}).get(ch[1])
+        if logged is not None:
+            return NextStop(logged, True)
+        listed = self.inputs.summaries_of(ch)
+        b = barrier_position(listed, self.ctx.epochs.end_us(self.inputs.epoch + 1), fileio=self.ctx.src_fio)
+        return NextStop(b, True) if b is not None else NextStop(end_position(listed), False)
+
+    def _listing_tally(self) -> CheckpointTally:
+        """The dead letters the source listing found since the last checkpoint: source-contract breaches and
+        files in badly named folders (counted in this checkpoint)."""
+        ctx = self.ctx
+        if not self.inputs.summaries:
+            return CheckpointTally()
+        dead_letters: dict[str, int] = dict(getattr(ctx, "contract_dead_letters", {}))
+        for s, n in (getattr(ctx, "unexpected_dead_letters", None) or {}).items():
+            dead_letters[s] = dead_letters.get(s, 0) + n
+        ctx.unexpected_dead_letters = {}
+        return CheckpointTally(dead_letters)
+
+    def _plan(self, rnd: int, now, working: Cursor) -> tuple[RoundPlan, Snapshot | None]:
+        """The round's plan (segments up to the handler's stops) and the handler's snapshot after it, if any."""
+        driver, channels, inputs = self.driver, self.channels, self.inputs
+        zero = Position(seq=0, row=0)
+        starts = {ch: working.positions.get(ch[0], {}).get(ch[1], zero) for ch in channels}
+        stops = driver.stops(starts, {ch: end_position(inputs.summaries_of(ch)) for ch in channels}, self._next_stop)
+        segments = plan_source_segments(self.job, inputs.summaries, working.positions, stops, channels,
+                                        self.ctx.config.max_records_per_epoch)
+        seg_of = {ch: segments[ch[0]][int(ch[1])] for ch in channels}
+        arrived = {ch: (stops[ch][1] if seg_of[ch].done else None) for ch in channels}
+        reached = {ch: seg_of[ch].reached for ch in channels}
+        snap = driver.walk(rnd, now, starts, reached, arrived)
+        parked = snap.parked if snap is not None else frozenset()
+        replayed = sum(c.file.rows for cs in working.inflight.values() for c in cs if c.file is not None)
+        # TTL: held back to the oldest own epoch still pending in any channel (docs/alignment.md)
+        low = self.own_epochs.low_watermark(starts, working.inflight_low_epoch if replayed else None)
+        return RoundPlan(rnd, now, starts, segments, reached, arrived, parked, replayed, low), snap
+
+    def _write_ahead(self, plan: RoundPlan, snap: Snapshot | None) -> None:
+        """The round plan (``rounds/<k>/_plan.json``) and the barrier log's round entries, before Spark runs."""
+        ctx, inputs, pending = self.ctx, self.inputs, self.pending
+        ctx.ckpt_fio.write_bytes(round_plan_uri(pending.location, plan.round),
+                                 (json.dumps(plan.to_json(self.driver.round_log), indent=1) + "\n").encode(),
+                                 if_none_match=True)
+        # the round log outlives the checkpoint (retention): the batch evaluation reads round boundaries; round 0
+        # too for an unaligned checkpoint processing a new epoch (it starts where the previous one stopped reading,
+        # not at a barrier: a deduplicate after a backlog drain follows that order, docs/batch.md)
+        if plan.round or (self.log_first_round and inputs.kind == CheckpointType.CHECKPOINT):
+            self.ex.barrier_log.log_round(inputs.epoch, pending.checkpoint_id, plan.round, plan.starts)
+        if snap is not None and inputs.lagging():
+            # epoch not logged (a partition lags): where this checkpoint stops reading, for the batch evaluation
+            self.ex.barrier_log.log_lagged(inputs.epoch, pending.checkpoint_id, inputs.barriers, plan.reached)
+
+    def _stage(self, staged: dict[str, list[TaskReport]], rows: Sequence[TaskReport]) -> None:
+        """The round's OUTPUT reports per sink table: added, or (an upsert sink merged across rounds) replacing
+        the earlier rounds' files, which are deleted."""
+        for table in staged:
+            out = [r for r in rows if r.kind is ReportKind.OUTPUT and r.name == table and r.file is not None]
+            if table in self.merged_upserts:  # the aggregate rewrote its earlier output of this checkpoint merged
+                for uri in {r.file.uri for r in staged[table] if r.file} - {r.file.uri for r in out if r.file}:
+                    self.ctx.sink_fio.delete(uri)
+                staged[table] = out
+            else:
+                staged[table].extend(out)
+
+    def _stalled(self, plan: RoundPlan) -> CheckpointError:
+        """The checkpoint cannot complete (no channel can make progress): aborted."""
+        cid, epoch = self.pending.checkpoint_id, self.inputs.epoch
+        waiting = sorted(set(ch for ch in self.channels if plan.arrived[ch] is None))
+        err = CheckpointError(f"checkpoint {cid} (epoch {epoch}) of job {self.job.name!r} cannot complete: no "
+                              f"channel can make progress (waiting for {waiting})")
+        self.ctx.coordinator.abort(self.pending, CheckpointFailureReason.CHECKPOINT_DECLINED, cause=err)
+        return err
+
+    def _finish(self, snap: Snapshot, working: Cursor, outcome: SnapshotOutcome,
+                results: list[RoundResult]) -> tuple[Cursor, list[RoundResult]]:
+        return self.ex.finalizer.finish(self.pending, snap, working, outcome, results, self.inputs.summaries,
+                                        self.expected, self.inputs.parallelism)
+
+    def run(self) -> tuple[Cursor, list[RoundResult]]:
+        """The round loop: start a round, plan it, write it ahead, run Spark, fold the round into the working
+        cursor and the tally, then finalize or go on."""
+        ctx, cursor, driver, inputs = self.ctx, self.cursor, self.driver, self.inputs
+        cid, epoch = self.pending.checkpoint_id, inputs.epoch
+        working = Cursor(cursor.checkpoint_id, cursor.epoch, {s: dict(p) for s, p in cursor.positions.items()},
+                         cursor.handles, {u: list(h) for u, h in cursor.inflight.items()}, driver,
+                         inventory=cursor.inventory, materialize=cursor.materialize, low_epoch=cursor.low_epoch,
+                         inflight_low_epoch=cursor.inflight_low_epoch)
+        results: list[RoundResult] = []
+        staged: dict[str, list[TaskReport]] = {t: [] for t in self.job.sink_tables()}  # OUTPUT reports per table
+        tally = self._listing_tally()
+        lows: dict[int, int] = {}   # round -> the low watermark L it expired state with
+        last_rows: list[TaskReport] = []
+        rnd = 0
+        while True:
+            t0 = time.perf_counter()
+            now = self.trigger_now if rnd == 0 else ctx.round_now()
+            zero = Position(seq=0, row=0)
+            snap = driver.start_round(rnd, now, {ch: working.positions.get(ch[0], {}).get(ch[1], zero)
+                                                 for ch in self.channels})
+            if snap is not None:  # the alignment timeout fired between rounds: the last round's state is the snapshot
+                return self._finish(snap, working, SnapshotOutcome(
+                    last_rows, staged, tally.dead_letters, last_round=rnd - 1, t0=t0, dropped=tally.dropped,
+                    low_epoch=lows.get(rnd - 1, working.low_epoch), executor_requests=tally.executor_requests,
+                    executor_counting=tally.counting, dead_letter_files=tally.dead_letter_files,
+                    bytes_per_row=bytes_per_row_after(cursor.bytes_per_row, tally.read)), results)
+            plan, snap = self._plan(rnd, now, working)
+            lows[rnd] = plan.low_epoch
+            self._write_ahead(plan, snap)
+            rows = self.ex.plan.process_round(self.pending, rnd, inputs.parallelism, working, plan.segments, epoch,
+                                              parked=plan.parked, staged=staged, complete=snap is not None,
+                                              low_epoch=plan.low_epoch, own_epochs=self.own_epochs)
+            spark = self.ex.plan
+            splits = plan.splits()
+            tally = tally.after_round(rows, spark.requests.total, spark.requests.counting, spark.read,
+                                      dead_letter_counts(None, ctx.dead_letter_root, self.job.name, splits)
+                                      if splits else {})
+            self._stage(staged, rows)
+            handles, inflight = handles_of_reports(rows)
+            working = Cursor(working.checkpoint_id, working.epoch, plan.positions_after(working.positions), handles,
+                             inflight, driver, inventory=working.inventory, materialize=working.materialize,
+                             low_epoch=plan.low_epoch, inflight_low_epoch=working.inflight_low_epoch)
+            last_rows = rows
+            records, backlog = plan.totals
+            if snap is None:
+                results.append(RoundResult(cid, epoch, rnd, False, records, backlog, time.perf_counter() - t0))
+                if plan.stalled(self.channels):
+                    raise self._stalled(plan)
+                blocked = sorted(f"{driver.channels[i][0]}/partition={driver.channels[i][1]}"
+                                 for i in driver.handler.blocked_channels)
+                ctx.echo(f"checkpoint {cid} (epoch {epoch}) round {rnd}: {records} records, backlog {backlog}; "
+                         f"waiting for barrier {epoch} ({driver.label}"
+                         + (f", blocked {', '.join(blocked)}" if blocked else "") + ")")
+                rnd += 1
+                continue
+            return self._finish(snap, working, SnapshotOutcome(
+                rows, staged, tally.dead_letters, last_round=rnd, t0=t0, records=records, backlog=backlog,
+                executor_requests=tally.executor_requests, executor_counting=tally.counting,
+                dead_letter_files=tally.dead_letter_files,
+                bytes_per_row=bytes_per_row_after(cursor.bytes_per_row, tally.read), dropped=tally.dropped,
+                low_epoch=plan.low_epoch, inflight_low_epoch=min(
+                    (self.own_epochs.epoch_at(ch, snap.cut[ch]) for ch in snap.parked), default=None)), results)

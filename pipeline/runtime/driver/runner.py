@@ -42,18 +42,7 @@ from pipeline.clock import Clock
 from pipeline.config import PipelineConfig
 from pipeline.exceptions import CheckpointError, ConfigError, IncompatibleStateError, MalformedInputError
 from pipeline.fileio import file_io_for
-from pipeline.job import (
-    AggregateNode,
-    DedupNode,
-    IntervalJoinNode,
-    Job,
-    JoinNode,
-    OverAggregateNode,
-    ProcessNode,
-    RankNode,
-    TemporalJoinNode,
-    WindowNode,
-)
+from pipeline.job import Job
 from pipeline.layout import METADATA_FILE
 from pipeline.runtime.driver import progress
 from pipeline.runtime.driver.barrier_log import BarrierLog, Barriers
@@ -69,25 +58,21 @@ from pipeline.runtime.driver.savepoint_copy import savepoint_by_copy
 from pipeline.runtime.driver.savepoints import abort_pending, check_target
 from pipeline.runtime.driver.spark_plan import SparkPlan
 from pipeline.runtime.driver.validation import RecoveryValidator, default_validator, restore_validation
+from pipeline.runtime.operators.registry import traits_for
 from pipeline.runtime.spark.export import export_state
 from pipeline.runtime.spark.task_requests import RequestSpan
 
 __all__ = ["JobRunner", "RoundResult", "RunReport", "Cursor"]
 
-ROCKSDB_OPERATORS = (JoinNode, AggregateNode, DedupNode, WindowNode, ProcessNode, RankNode, IntervalJoinNode,
-                     TemporalJoinNode, OverAggregateNode)  # operators whose state the rocksdb backend keeps (docs/state.md)
-
-
 def _require_backend_support(job: Job, config: PipelineConfig) -> None:
-    """Refuse, before any side effect, a job with operators the configured state backend does not keep."""
-    if config.state_backend != "rocksdb":
-        return
+    """Refuse, before any side effect, a job with operators the configured state backend does not keep (the
+    operator's trait ``state_backends``)."""
+    backend = config.state_backend
     bad = [f"{type(op).__name__.removesuffix('Node').lower()} {op.uid!r}" for op in job.operators()
-           if not isinstance(op, ROCKSDB_OPERATORS)]
+           if backend not in traits_for(op).state_backends]
     if bad:
-        raise ConfigError(f"job {job.name}: PIPELINE_STATE_BACKEND=rocksdb keeps join, aggregate and "
-                          f"deduplicate state so far; "
-                          f"unsupported operator(s): {', '.join(bad)} (use PIPELINE_STATE_BACKEND=heap)")
+        raise ConfigError(f"job {job.name}: PIPELINE_STATE_BACKEND={backend} does not keep the state of "
+                          f"operator(s) {', '.join(bad)} (use PIPELINE_STATE_BACKEND=heap)")
 
 _Cursor = Cursor  # the name before the split into modules
 

@@ -3,7 +3,6 @@ into the restored state (floating sums exact in ``decimal(38,9)``, integer sums 
 the changed totals. Its Spark plan: :func:`pipeline.runtime.spark.operator_plans.aggregate_dataframe`."""
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -13,21 +12,13 @@ import pyarrow.compute as pc
 from pipeline.checkpoint.handles import FileHandle, StateHandle
 from pipeline.checkpoint.report import ReportKind
 from pipeline.exceptions import AggregateOverflowError
-from pipeline.faults import fault_point
-from pipeline.fileio import file_io_for
-from pipeline.keygroups import range_for_subtask
 from pipeline.operators import aggregate_functions, retract
 from pipeline.operators.aggregate_functions import needs_extended_kernel
-from pipeline.runtime.operators.state_access import StateScope, StateSpec, open_state
-from pipeline.runtime.operators.task import (
-    _collect,
-    _emit,
-    epoch_tagged_task,
-    subtask_of,
-    task_report,
-)
+from pipeline.runtime.operators.state_access import StateSpec, open_state
+from pipeline.runtime.operators.subtask import SubtaskRun
+from pipeline.runtime.operators.task import epoch_tagged_task
 from pipeline.sink.deletes import key_in, staged_schema, with_tombstones
-from pipeline.state.backend import KG_COLUMN, read_files, write_table
+from pipeline.state.backend import KG_COLUMN, read_files
 from pipeline.state.changelog import TouchedKeys
 
 __all__ = ["EXACT_SUM", "AggTaskSpec", "make_agg_task"]
@@ -151,16 +142,13 @@ def _aggregate_step(spec: AggTaskSpec, sschema: pa.Schema, state: pa.Table, inco
 def make_agg_task(spec: AggTaskSpec):
     """Returns the ``mapInArrow`` function of a keyed running aggregation (emits changed keys)."""
 
-    def step(spec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        t0 = time.perf_counter()
-        subtask, incoming = subtask_of(_collect(batches))
-        kgr = range_for_subtask(spec.max_parallelism, spec.parallelism, subtask)
-        fio = file_io_for(spec.state_prefix)
+    def step(spec: AggTaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        # no fault point "reading" here, as before the shared frame: crash tests count its hits (EPOCHAL_KILL_AT)
+        run = SubtaskRun.start(spec, batches, reading_point=False)
+        incoming = run.incoming
         sschema = spec.state_schema.append(pa.field(KG_COLUMN, pa.int32()))
         oschema = spec.out_schema or spec.state_schema
-        scope = StateScope(spec.uid, subtask, kgr, spec.key, spec.checkpoint, spec.state_prefix,
-                           {"agg": StateSpec(sschema)}, spec.parent_handles, spec.snapshot)
-        with open_state(scope, fio) as access:  # heap: the range's whole state; rocksdb: this round's groups
+        with open_state(run.scope(spec.key, {"agg": StateSpec(sschema)}), run.fio) as access:  # heap: the range's whole state; rocksdb: this round's groups
             state = access.read([incoming] if incoming is not None else [])["agg"]
             restored = state.num_rows
             before = state
@@ -179,38 +167,31 @@ def make_agg_task(spec: AggTaskSpec):
                     held = before.filter(pc.is_in(before[spec.key], value_set=partial[spec.key], skip_nulls=False))
                     previous = (aggregate_functions.output_rows(spec.key, spec.aggs, held, oschema)
                                 if needs_extended_kernel(spec.aggs) else _to_output(held, oschema))
-            sync_ms = (time.perf_counter() - t0) * 1000
-            fault_point("writing_state")
-            t1 = time.perf_counter()
+            run.kernel_done()
             sh = access.write("agg", state, TouchedKeys(spec.key, (partial[spec.key],) if partial is not None else ()))
-        t_out = time.perf_counter()
-        ofh = None
         file_out = out
-        fschema = spec.out_schema or spec.state_schema
-        if spec.sink_deletes and out is not None:   # emptied groups: tombstones, not count-0 rows
-            file_out = with_tombstones(current, out.filter(pc.invert(key_in(out, current, [spec.key]))), fschema,
-                                       [spec.key])
-            fschema = staged_schema(fschema, [spec.key])
-        if spec.prior_output:
-            prior = read_files(fio, [f for s, f in spec.prior_output if s == subtask], fschema, spec.checkpoint)
-            if prior.num_rows:
-                if file_out is not None and file_out.num_rows:
-                    prior = prior.filter(pc.invert(pc.is_in(prior[spec.key], value_set=file_out[spec.key])))
-                    file_out = pa.concat_tables([prior, file_out.select(fschema.names).cast(fschema)])
-                else:
-                    file_out = prior
-        if file_out is not None and file_out.num_rows:
-            ofh = write_table(fio, f"{spec.output_prefix}/part-{spec.file_tag}-{subtask:05d}.parquet", file_out)
-        out_ms = (time.perf_counter() - t_out) * 1000  # sink staging: output, not snapshot
-        async_ms = (t_out - t1) * 1000
-        sync_ms += out_ms
-        reports = [task_report(kind, spec.uid, name, subtask, kgr, what, in_rows=in_rows, restored=restored,
-                               sync_ms=sync_ms, async_ms=async_ms)
-                   for kind, name, what in ((ReportKind.STATE, "agg", sh), (ReportKind.OUTPUT, spec.output_name, ofh))]
+        fschema = oschema
+        with run.staging():  # sink staging: output, not snapshot
+            if spec.sink_deletes and out is not None:   # emptied groups: tombstones, not count-0 rows
+                file_out = with_tombstones(current, out.filter(pc.invert(key_in(out, current, [spec.key]))), fschema,
+                                           [spec.key])
+                fschema = staged_schema(fschema, [spec.key])
+            if spec.prior_output:
+                prior = read_files(run.fio, [f for s, f in spec.prior_output if s == run.subtask], fschema,
+                                   spec.checkpoint)
+                if prior.num_rows:
+                    if file_out is not None and file_out.num_rows:
+                        prior = prior.filter(pc.invert(pc.is_in(prior[spec.key], value_set=file_out[spec.key])))
+                        file_out = pa.concat_tables([prior, file_out.select(fschema.names).cast(fschema)])
+                    else:
+                        file_out = prior
+        ofh = run.write_output(file_out)
+        reports = run.reports([(ReportKind.STATE, "agg", sh), (ReportKind.OUTPUT, spec.output_name, ofh)],
+                              in_rows=in_rows, restored=restored)
         if spec.changelog:   # a consumer reads the changelog: retract each changed group's row, add its new one
             flow = retract.changelog(previous, current, oschema, spec.key)
-            yield from _emit(reports, flow, retract.flow_schema(oschema), fio, spec.ack_prefix, subtask)
+            yield from run.emit(reports, flow, retract.flow_schema(oschema))
         else:
-            yield from _emit(reports, out, oschema, fio, spec.ack_prefix, subtask)
+            yield from run.emit(reports, out, oschema)
 
     return epoch_tagged_task(spec, step)

@@ -16,18 +16,16 @@ from pipeline.checkpoint.report import ReportKind
 from pipeline.exceptions import MalformedInputError
 from pipeline.faults import fault_point
 from pipeline.fileio import file_io_for
-from pipeline.keygroups import range_for_subtask
 from pipeline.layout import key_group_file
 from pipeline.operators.join import MATCHED, JoinType, Uniqueness, join_step
 from pipeline.operators.ttl import ROW_EPOCH
 from pipeline.runtime.operators.state_access import StateScope, StateSpec, open_state
+from pipeline.runtime.operators.subtask import SubtaskRun
 from pipeline.runtime.operators.task import (
-    _collect,
     _emit,
     epoch_tagged_task,
     fill_row_epochs,
     operator_dead_letter_uri,
-    subtask_of,
     task_report,
 )
 from pipeline.source._formats import json_default
@@ -109,11 +107,8 @@ def make_join_task(spec: JoinTaskSpec):
     def step(spec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Over 80 lines: one subtask's work in order (restore, kernel, state, output, dead letters, reports); it is
         the body of the closure above."""
-        fault_point("reading")
-        t0 = time.perf_counter()
-        subtask, incoming = subtask_of(_collect(batches))
-        kgr = range_for_subtask(spec.max_parallelism, spec.parallelism, subtask)
-        fio = file_io_for(spec.state_prefix)
+        run = SubtaskRun.start(spec, batches)
+        t0, subtask, incoming, kgr, fio = run.t0, run.subtask, run.incoming, run.kgr, run.fio
         epoch_field = pa.field(ROW_EPOCH, pa.int64())
         lin = spec.left_schema.append(pa.field(KG_COLUMN, pa.int32())).append(epoch_field)
         rin = spec.right_schema.append(pa.field(KG_COLUMN, pa.int32())).append(epoch_field)

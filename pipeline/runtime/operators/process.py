@@ -1,10 +1,9 @@
 """The process operator's executor task (:func:`make_process_task`): the user's function over one subtask's
-rows of the round and its keyed state (:func:`pipeline.process_op.process_step`), then state, output and reports
+rows of the round and its keyed state (:func:`pipeline.operators.process.process_step`), then state, output and reports
 as every operator (:mod:`pipeline.runtime.operators.task`). Its Spark plan:
 :func:`pipeline.runtime.spark.operator_plans.process_dataframe`."""
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -13,20 +12,12 @@ import pyarrow.compute as pc
 
 from pipeline.checkpoint.handles import StateHandle
 from pipeline.checkpoint.report import ReportKind
-from pipeline.faults import fault_point
-from pipeline.fileio import file_io_for
-from pipeline.keygroups import range_for_subtask
-from pipeline.process_op import TOUCHED, process_step
-from pipeline.runtime.operators.state_access import StateScope, StateSpec, open_state
-from pipeline.runtime.operators.task import (
-    _collect,
-    _emit,
-    epoch_tagged_task,
-    subtask_of,
-    task_report,
-)
+from pipeline.operators.process import TOUCHED, ProcessFn, process_step
+from pipeline.runtime.operators.state_access import StateSpec, open_state
+from pipeline.runtime.operators.subtask import Handle, SubtaskRun
+from pipeline.runtime.operators.task import epoch_tagged_task
 from pipeline.runtime.operators.window import SEC
-from pipeline.state.backend import KG_COLUMN, write_table
+from pipeline.state.backend import KG_COLUMN
 
 __all__ = ["ProcessTaskSpec", "make_process_task"]
 
@@ -37,7 +28,7 @@ class ProcessTaskSpec:
     uid: str
     checkpoint: str
     key: str
-    fn: object
+    fn: ProcessFn                  # the user's function
     state_schema: pa.Schema
     output_schema: pa.Schema
     input_schema: pa.Schema        # the user's rows (without _kg)
@@ -58,19 +49,14 @@ def make_process_task(spec: ProcessTaskSpec):
     """Returns the ``mapInArrow`` function of a ``process`` operator (after the shuffle; several epochs per round:
     :func:`~pipeline.runtime.operators.task.epoch_tagged_task`)."""
 
-    def step(spec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        fault_point("reading")
-        t0 = time.perf_counter()
-        subtask, incoming = subtask_of(_collect(batches))
-        kgr = range_for_subtask(spec.max_parallelism, spec.parallelism, subtask)
-        fio = file_io_for(spec.state_prefix)
+    def step(spec: ProcessTaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        run = SubtaskRun.start(spec, batches)
+        incoming = run.incoming
         sschema = spec.state_schema.append(pa.field(TOUCHED, pa.int64())).append(pa.field(KG_COLUMN, pa.int32()))
         ttl_us = None if spec.ttl_seconds is None else spec.ttl_seconds * SEC
         cutoff_us = None if ttl_us is None else spec.barrier_us - ttl_us  # state touched before it expires
         # rocksdb: the input's keys plus the keys the TTL expires; heap: the range's whole state
-        scope = StateScope(spec.uid, subtask, kgr, spec.key, spec.checkpoint, spec.state_prefix,
-                           {"proc": StateSpec(sschema, TOUCHED)}, spec.parent_handles, spec.snapshot, cutoff_us)
-        with open_state(scope, fio) as access:
+        with open_state(run.scope(spec.key, {"proc": StateSpec(sschema, TOUCHED)}, cutoff_us), run.fio) as access:
             rows = kgs = None
             if incoming is not None:
                 kgs = incoming.group_by(spec.key, use_threads=False).aggregate([(KG_COLUMN, "min")]).rename_columns(
@@ -94,22 +80,14 @@ def make_process_task(spec: ProcessTaskSpec):
 
             res = process_step(spec.uid, spec.key, spec.fn, spec.state_schema, spec.output_schema, state, rows,
                                barrier_us=spec.barrier_us, ttl_us=ttl_us, carry=carry)
-            sync_ms = (time.perf_counter() - t0) * 1000
-            fault_point("writing_state")
-            t1 = time.perf_counter()
+            run.kernel_done()
             st = res.state.select(sschema.names).cast(sschema)
             sh = access.write("proc", st)
-        async_ms = (time.perf_counter() - t1) * 1000
-        t_out = time.perf_counter()
         out = res.output
-        ofh = (write_table(fio, f"{spec.output_prefix}/part-{spec.file_tag}-{subtask:05d}.parquet", out)
-               if out.num_rows else None)
-        sync_ms += (time.perf_counter() - t_out) * 1000
+        ofh = run.write_output(out)
         n_in = 0 if rows is None else rows.num_rows
-        handles = [(ReportKind.STATE, "proc", sh), (ReportKind.OUTPUT, spec.output_name, ofh)]
-        yield from _emit([task_report(kind, spec.uid, nm, subtask, kgr, h, in_rows=n_in, restored=restored,
-                                      expired=res.expired, sync_ms=sync_ms, async_ms=async_ms)
-                          for kind, nm, h in handles],
-                         out, spec.output_schema, fio, spec.ack_prefix, subtask)
+        handles: list[Handle] = [(ReportKind.STATE, "proc", sh), (ReportKind.OUTPUT, spec.output_name, ofh)]
+        yield from run.emit(run.reports(handles, in_rows=n_in, restored=restored, expired=res.expired), out,
+                            spec.output_schema)
 
     return epoch_tagged_task(spec, step)

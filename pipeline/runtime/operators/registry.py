@@ -44,6 +44,9 @@ class OperatorTraits:
     merges_upserts: bool = False
     #: ``check(job, node, config)``: refuses up front what its runtime cannot honour (ConfigError), None: nothing
     check: Callable | None = None
+    #: the state backends (``PIPELINE_STATE_BACKEND``) its tasks run on: both for a task that reads and writes its
+    #: state through the state-access port (:mod:`pipeline.runtime.operators.state_access`), as every built-in one
+    state_backends: tuple[str, ...] = ("heap", "rocksdb")
 
 
 _BUILDERS: dict[type, Callable] = {}

@@ -21,7 +21,6 @@ epoch, ``PIPELINE_BAD_RECORDS=fail``).
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -32,27 +31,15 @@ from pipeline.barriers.events import CheckpointingMode
 from pipeline.checkpoint.handles import FileHandle, StateHandle
 from pipeline.checkpoint.report import ReportKind
 from pipeline.exceptions import ConfigError, MalformedInputError
-from pipeline.faults import fault_point
-from pipeline.fileio import file_io_for
 from pipeline.job import IntervalJoinNode, Job, TemporalJoinNode
-from pipeline.keygroups import range_for_subtask
-from pipeline.layout import key_group_name
 from pipeline.operators.interval_join import IntervalJoinResult, IntervalJoinSpec, interval_join_step
 from pipeline.operators.temporal_join import TemporalJoinResult, TemporalJoinSpec, temporal_join_step
-from pipeline.runtime.operators.dead_letters import attempt_dead_letter_dir, dead_letter_name
-from pipeline.runtime.operators.state_access import StateScope, StateSpec, open_state
-from pipeline.runtime.operators.task import (
-    _collect,
-    _emit,
-    carried_from_previous_epoch,
-    carry_to_next_epoch,
-    epoch_tagged_task,
-    subtask_of,
-    task_report,
-)
-from pipeline.runtime.operators.window import _ALL_KG, CHANNEL, MARKER, _split_wm, _wm_table
-from pipeline.state.backend import KG_COLUMN, read_state, write_table
-from pipeline.windows.watermark import WATERMARK_SCHEMA, WatermarkState, merge_observations
+from pipeline.runtime.operators.dead_letters import dead_letter_name
+from pipeline.runtime.operators.state_access import StateSpec, open_state
+from pipeline.runtime.operators.subtask import Handle, SubtaskRun
+from pipeline.runtime.operators.task import epoch_tagged_task
+from pipeline.runtime.operators.window import dead_letter_target, epoch_stamped, epoch_watermark, write_watermark
+from pipeline.state.backend import KG_COLUMN, write_table
 
 __all__ = ["TimedJoinTaskSpec", "make_timed_join_task", "check_timed_join", "dead_letter_schema", "SIDE", "NEVER_US"]
 
@@ -151,101 +138,61 @@ def _dead_letters(fio, prefix: str, name: str, parts: Sequence[tuple[str, str, p
 
 
 def make_timed_join_task(spec: TimedJoinTaskSpec):
-    """The ``mapInArrow`` function of an interval or temporal join (after the shuffle).
-
-    Over 80 lines: the task is a closure over its spec: restore, run the kernel, write state, output and dead
-    letters, report (as the window's task)."""
+    """The ``mapInArrow`` function of an interval or temporal join (after the shuffle)."""
 
     def step(spec: TimedJoinTaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Over 80 lines: one epoch of one subtask in the window task's order (watermark, state read, kernel, state,
-        watermark table, output and dead letters written, reports)."""
-        fault_point("reading")
-        t0 = time.perf_counter()
-        subtask, incoming = subtask_of(_collect(batches))
-        kgr = range_for_subtask(spec.max_parallelism, spec.parallelism, subtask)
-        fio = file_io_for(spec.state_prefix)
+        """One epoch of one subtask in the window task's order (watermark, state read, kernel, state, watermark
+        table, output and dead letters written, reports)."""
+        run = SubtaskRun.start(spec, batches)
         k = spec.kernel
-        wm_rows = carried_from_previous_epoch("wm")
-        if not isinstance(wm_rows, pa.Table):
-            wm_rows = read_state(fio, spec.parent_handles.get("wm", ()), *_ALL_KG, WATERMARK_SCHEMA, spec.checkpoint)
-        wm_rows, seen = _split_wm(wm_rows)
-        wm = WatermarkState.from_table(wm_rows, spec.checkpoint)
+        wm, rows = epoch_watermark(run, spec, spec.out_of_orderness_us)
         new_l, new_r = spec.left_schema.empty_table(), spec.right_schema.empty_table()
-        if incoming is not None:
-            is_marker = pc.is_valid(incoming[MARKER])
-            markers = incoming.filter(is_marker)
-            rows = incoming.filter(pc.invert(is_marker))
+        if rows is not None:
             left = pc.equal(rows[SIDE], 0)
             new_l = rows.filter(left).select(spec.left_schema.names).cast(spec.left_schema)
             new_r = rows.filter(pc.invert(left)).select(spec.right_schema.names).cast(spec.right_schema)
-            if markers.num_rows:
-                g = markers.group_by(CHANNEL, use_threads=False).aggregate([(MARKER, "max")])
-                seen = merge_observations(seen, dict(zip(g[CHANNEL].to_pylist(),
-                                                         (int(v) for v in g[f"{MARKER}_max"].to_pylist()))))
-        if spec.complete:
-            new_wm, obs_left = wm.advance(seen, spec.out_of_orderness_us), {}
-            fire = new_wm.watermark_us
-        else:
-            new_wm, obs_left, fire = wm, seen, None
+        fire, before_us = wm.fire_us, wm.before.watermark_us
         cutoff_us = fire + 1 if fire is not None else None
         l_time, r_time = _times(k)
-        scope = StateScope(spec.uid, subtask, kgr, k.key, spec.checkpoint, spec.state_prefix,
-                           {"left": StateSpec(spec.left_schema, l_time, _index(k, spec.left_schema, "left",
-                                                                               wm.watermark_us)),
-                            "right": StateSpec(spec.right_schema, r_time, _index(k, spec.right_schema, "right",
-                                                                                 wm.watermark_us))},
-                           spec.parent_handles, spec.snapshot, cutoff_us)
-        with open_state(scope, fio) as access:
+        scope = run.scope(k.key, {"left": StateSpec(spec.left_schema, l_time, _index(k, spec.left_schema, "left",
+                                                                                      before_us)),
+                                  "right": StateSpec(spec.right_schema, r_time, _index(k, spec.right_schema, "right",
+                                                                                        before_us))}, cutoff_us)
+        with open_state(scope, run.fio) as access:
             held = access.read([new_l, new_r])
             restored = held["left"].num_rows + held["right"].num_rows
             res: IntervalJoinResult | TemporalJoinResult
             if isinstance(k, IntervalJoinSpec):
                 res = interval_join_step(k, held["left"], held["right"], new_l, new_r,
-                                         late_watermark_us=wm.watermark_us, watermark_us=fire,
-                                         complete=spec.complete)
+                                         late_watermark_us=before_us, watermark_us=fire, complete=spec.complete)
             else:
                 res = temporal_join_step(k, held["left"], held["right"], new_l, new_r,
-                                         late_watermark_us=wm.watermark_us, watermark_us=fire,
-                                         complete=spec.complete)
+                                         late_watermark_us=before_us, watermark_us=fire, complete=spec.complete)
             bad = res.bad_left.num_rows + res.bad_right.num_rows
             if bad and spec.bad_records == "fail":
                 raise MalformedInputError(f"join {spec.uid}: {bad} record(s) with a null key {k.key!r} or a null "
                                           f"event time (checkpoint {spec.checkpoint})")
             out = res.output
-            sync_ms = (time.perf_counter() - t0) * 1000
-            fault_point("writing_state")
-            t1 = time.perf_counter()
-            after = fire if fire is not None else wm.watermark_us
+            run.kernel_done()
+            after = fire if fire is not None else before_us
             lh = access.write("left", res.left, index_time=_index(k, spec.left_schema, "left", after))
             rh = access.write("right", res.right, index_time=_index(k, spec.right_schema, "right", after))
-        wm_table = _wm_table(new_wm, obs_left)
-        carry_to_next_epoch("wm", wm_table)
-        wfh = write_table(fio, f"{spec.state_prefix}/wm/wm.parquet", wm_table) if subtask == 0 else None
-        wsh = StateHandle(operator_uid=spec.uid, subtask=subtask, kg_start=kgr.start, kg_end=kgr.end, name="wm",
-                          file=wfh)
-        async_ms = (time.perf_counter() - t1) * 1000
-        t_out = time.perf_counter()
-        ofh = None
-        if out.num_rows:
-            ofh = write_table(fio, f"{spec.output_prefix}/part-{spec.file_tag}-{subtask:05d}.parquet", out)
+        wsh = write_watermark(run, wm)
+        ofh = run.write_output(out)
         late_reason = "late" if isinstance(k, IntervalJoinSpec) else "late row"
-        dfh = _dead_letters(
-            file_io_for(spec.dead_letter_prefix), attempt_dead_letter_dir(spec.dead_letter_prefix, spec.epoch,
-                                                                          spec.checkpoint),
-            f"{spec.file_tag}-{key_group_name(kgr.start, kgr.end)}",
-            [("left", late_reason, res.late_left), ("right", "late" if isinstance(k, IntervalJoinSpec)
-                                                    else "late version", res.late_right),
-             ("left", "null key or event time", res.bad_left), ("right", "null key or event time", res.bad_right)],
-            wm.watermark_us, dead_letter_schema(spec.left_schema, spec.right_schema))
-        sync_ms += (time.perf_counter() - t_out) * 1000
-        handles = [(ReportKind.STATE, "left", lh), (ReportKind.STATE, "right", rh), (ReportKind.STATE, "wm", wsh),
-                   (ReportKind.OUTPUT, spec.output_name, ofh), (ReportKind.DEAD_LETTER, dead_letter_name(spec.uid), dfh)]
-        in_rows = new_l.num_rows + new_r.num_rows
-        reports = [task_report(kind, spec.uid, nm, subtask, kgr, h, in_rows=in_rows, restored=restored,
-                               sync_ms=sync_ms, async_ms=async_ms) for kind, nm, h in handles]
+        with run.staging():
+            dfh = _dead_letters(
+                *dead_letter_target(run, spec.dead_letter_prefix, spec.epoch),
+                [("left", late_reason, res.late_left), ("right", "late" if isinstance(k, IntervalJoinSpec)
+                                                        else "late version", res.late_right),
+                 ("left", "null key or event time", res.bad_left), ("right", "null key or event time", res.bad_right)],
+                before_us, dead_letter_schema(spec.left_schema, spec.right_schema))
+        handles: list[Handle] = [
+            (ReportKind.STATE, "left", lh), (ReportKind.STATE, "right", rh), (ReportKind.STATE, "wm", wsh),
+            (ReportKind.OUTPUT, spec.output_name, ofh), (ReportKind.DEAD_LETTER, dead_letter_name(spec.uid), dfh)]
+        reports = run.reports(handles, in_rows=new_l.num_rows + new_r.num_rows, restored=restored)
         if spec.flow_schema is not None:  # rows flowing on belong to this epoch: their _ingest_ts is inside it
-            out = out.append_column("_ingest_ts", pa.repeat(pa.scalar(spec.barrier_us - 1, pa.int64()),
-                                                            out.num_rows).cast(pa.timestamp("us", tz="UTC")))
-        yield from _emit(reports, out, spec.flow_schema or spec.out_schema, fio, spec.ack_prefix, subtask)
+            out = epoch_stamped(out, spec.barrier_us)
+        yield from run.emit(reports, out, spec.flow_schema or spec.out_schema)
 
     return epoch_tagged_task(spec, step)

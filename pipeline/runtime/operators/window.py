@@ -13,9 +13,9 @@ advances (and windows fire) in the round that completes the checkpoint.
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -24,33 +24,25 @@ from pipeline.barriers.events import CheckpointingMode
 from pipeline.checkpoint.handles import FileHandle, StateHandle
 from pipeline.checkpoint.report import ReportKind
 from pipeline.exceptions import ConfigError, MalformedInputError
-from pipeline.faults import fault_point
-from pipeline.fileio import file_io_for
+from pipeline.fileio import FileIO, file_io_for
 from pipeline.job import Job, WindowNode
-from pipeline.keygroups import range_for_subtask
 from pipeline.layout import key_group_name
 from pipeline.operators.aggregate_functions import MASK_PREFIX
 from pipeline.runtime.operators.dead_letters import (
     attempt_dead_letter_dir,
     dead_letter_name,
 )
-from pipeline.runtime.operators.state_access import StateScope, StateSpec, open_state
-from pipeline.runtime.operators.task import (
-    _collect,
-    _emit,
-    carried_from_previous_epoch,
-    carry_to_next_epoch,
-    epoch_tagged_task,
-    subtask_of,
-    task_report,
-)
+from pipeline.runtime.operators.state_access import StateSpec, open_state
+from pipeline.runtime.operators.subtask import Handle, SubtaskRun
+from pipeline.runtime.operators.task import carried_from_previous_epoch, carry_to_next_epoch, epoch_tagged_task
 from pipeline.state.backend import KG_COLUMN, read_state, write_table
 from pipeline.windows.aggregate import EPOCH, EVENT_US, WindowSpec, state_schema, window_step
 from pipeline.windows.assign import PENDING_US, window_index
 from pipeline.windows.session import session_index, session_step
 from pipeline.windows.watermark import WATERMARK_SCHEMA, WatermarkState, merge_observations
 
-__all__ = ["WindowTaskSpec", "make_window_task", "check_window", "CHANNEL", "MARKER", "OBS_PREFIX"]
+__all__ = ["WindowTaskSpec", "make_window_task", "check_window", "CHANNEL", "MARKER", "OBS_PREFIX", "EpochWatermark",
+           "epoch_watermark", "write_watermark", "epoch_stamped", "dead_letter_target"]
 
 
 CHANNEL = "_wm_channel"   # the watermark channel of a record (source partition or upstream operator: windows.channels)
@@ -121,6 +113,77 @@ def _wm_table(state: WatermarkState, obs: dict[str, int]) -> pa.Table:
     return t
 
 
+class WatermarkedSpec(Protocol):
+    """The task spec fields :func:`epoch_watermark` reads (the window's and the event-time joins' specs)."""
+
+    @property
+    def checkpoint(self) -> str: ...
+    @property
+    def parent_handles(self) -> Mapping[str, Sequence[StateHandle]]: ...
+    @property
+    def complete(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class EpochWatermark:
+    """The operator watermark of one epoch of one subtask (the window's and the event-time joins')."""
+
+    before: WatermarkState          # W(m-1), restored: rows behind it are late
+    after: WatermarkState           # the state written: advanced in the round that completes the epoch
+    observations: dict[str, int]    # an earlier round of the epoch: the channels' observations kept for later
+    fire_us: int | None             # W(m) in the completing round (windows fire, rows leave); else None
+
+
+def epoch_watermark(run: SubtaskRun, spec: WatermarkedSpec,
+                    out_of_orderness_us: int) -> tuple[EpochWatermark, pa.Table | None]:
+    """(the epoch's watermark, the subtask's rows without the marker rows). The restored watermark state is the
+    one the previous epoch's body of a tagged round derived (only subtask 0 writes it; every subtask derives the
+    same value from the same markers), else the parent checkpoint's; the markers of the round add their
+    channels' highest event times."""
+    wm_rows = carried_from_previous_epoch("wm")
+    if not isinstance(wm_rows, pa.Table):
+        wm_rows = read_state(run.fio, spec.parent_handles.get("wm", ()), *_ALL_KG, WATERMARK_SCHEMA, spec.checkpoint)
+    wm_rows, seen = _split_wm(wm_rows)
+    wm = WatermarkState.from_table(wm_rows, spec.checkpoint)
+    rows = None
+    if run.incoming is not None:
+        is_marker = pc.is_valid(run.incoming[MARKER])
+        markers = run.incoming.filter(is_marker)
+        rows = run.incoming.filter(pc.invert(is_marker))
+        if markers.num_rows:
+            g = markers.group_by(CHANNEL, use_threads=False).aggregate([(MARKER, "max")])
+            seen = merge_observations(seen, dict(zip(g[CHANNEL].to_pylist(),
+                                                     (int(v) for v in g[f"{MARKER}_max"].to_pylist()))))
+    if spec.complete:
+        after = wm.advance(seen, out_of_orderness_us)
+        return EpochWatermark(wm, after, {}, after.watermark_us), rows
+    return EpochWatermark(wm, wm, seen, None), rows
+
+
+def write_watermark(run: SubtaskRun, wm: EpochWatermark) -> StateHandle:
+    """The state ``wm``: handed to the next epoch of a tagged round, written by subtask 0 (every subtask reports
+    its handle, with a file or without)."""
+    wm_table = _wm_table(wm.after, wm.observations)
+    carry_to_next_epoch("wm", wm_table)
+    wfh = write_table(run.fio, f"{run.spec.state_prefix}/wm/wm.parquet", wm_table) if run.subtask == 0 else None
+    return StateHandle(operator_uid=run.spec.uid, subtask=run.subtask, kg_start=run.kgr.start, kg_end=run.kgr.end,
+                       name="wm", file=wfh)
+
+
+def epoch_stamped(out: pa.Table, barrier_us: int) -> pa.Table:
+    """Rows flowing on from an event-time operator belong to the epoch that emits them: their ``_ingest_ts`` is
+    its barrier time - 1 µs."""
+    return out.append_column("_ingest_ts", pa.repeat(pa.scalar(barrier_us - 1, pa.int64()), out.num_rows).cast(
+        pa.timestamp("us", tz="UTC")))
+
+
+def dead_letter_target(run: SubtaskRun, prefix: str, epoch: int) -> tuple[FileIO, str, str]:
+    """(FileIO, directory, file name) of this subtask's dead letters of the round under the operator's
+    dead-letter ``prefix`` (layout: :mod:`pipeline.runtime.operators.dead_letters`)."""
+    return (file_io_for(prefix), attempt_dead_letter_dir(prefix, epoch, run.spec.checkpoint),
+            f"{run.spec.file_tag}-{key_group_name(run.kgr.start, run.kgr.end)}")
+
+
 def _write_dead_letters(fio, prefix: str, name: str, late: pa.Table, bad: pa.Table, wm_us) -> FileHandle | None:
     parts = []
     if late.num_rows:
@@ -151,90 +214,51 @@ def _fire_index(w: WindowSpec, schema: pa.Schema, watermark_us: int | None, pend
 
 def make_window_task(spec: WindowTaskSpec):
     """Returns the ``mapInArrow`` function of a window operator (after the shuffle; several epochs per round:
-    :func:`~pipeline.runtime.operators.task.epoch_tagged_task`, the watermark advancing epoch by epoch).
+    :func:`~pipeline.runtime.operators.task.epoch_tagged_task`, the watermark advancing epoch by epoch)."""
 
-    Over 80 lines: the task is a closure over its spec: restore, run the window kernel per epoch of the round, write
-    state and output, report."""
-
-    def step(spec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        fault_point("reading")
-        t0 = time.perf_counter()
-        subtask, incoming = subtask_of(_collect(batches))
-        kgr = range_for_subtask(spec.max_parallelism, spec.parallelism, subtask)
-        fio = file_io_for(spec.state_prefix)
+    def step(spec: WindowTaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        run = SubtaskRun.start(spec, batches)
         w = spec.window
         sschema = state_schema(w, spec.input_schema).append(pa.field(KG_COLUMN, pa.int32()))
-        # a tagged round's later epochs: the watermark state the previous epoch's body derived (only subtask 0
-        # writes it; every subtask derives the same value from the same markers)
-        wm_rows = carried_from_previous_epoch("wm")
-        if not isinstance(wm_rows, pa.Table):
-            wm_rows = read_state(fio, spec.parent_handles.get("wm", ()), *_ALL_KG, WATERMARK_SCHEMA, spec.checkpoint)
-        wm_rows, seen = _split_wm(wm_rows)
-        wm = WatermarkState.from_table(wm_rows, spec.checkpoint)
-        rows = None
-        in_rows = 0
-        if incoming is not None:
-            is_marker = pc.is_valid(incoming[MARKER])
-            markers = incoming.filter(is_marker)
-            rows = incoming.filter(pc.invert(is_marker)).select(spec.input_schema.names).cast(spec.input_schema)
-            in_rows = rows.num_rows
-            if markers.num_rows:
-                g = markers.group_by(CHANNEL, use_threads=False).aggregate([(MARKER, "max")])
-                seen = merge_observations(seen, dict(zip(g[CHANNEL].to_pylist(),
-                                                         (int(v) for v in g[f"{MARKER}_max"].to_pylist()))))
-        if spec.complete:
-            new_wm, obs_left = wm.advance(seen, w.out_of_orderness_us), {}
-            fire = new_wm.watermark_us
-        else:
-            new_wm, obs_left, fire = wm, seen, None
+        wm, rows = epoch_watermark(run, spec, w.out_of_orderness_us)
+        if rows is not None:
+            rows = rows.select(spec.input_schema.names).cast(spec.input_schema)
+        in_rows = rows.num_rows if rows is not None else 0
+        fire = wm.fire_us
         # the completing round touches the keys whose windows fire (end + lateness <= W(m)) and the keys with records
         # of this epoch from its earlier rounds (filed under PENDING_US); earlier rounds touch their input's keys
         cutoff_us = (fire + 1 if fire is not None else PENDING_US + 1) if spec.complete else None
         # rocksdb: a record's key is filed under its next firing time; heap: the range's whole state
-        scope = StateScope(spec.uid, subtask, kgr, w.key, spec.checkpoint, spec.state_prefix,
-                           {"win": StateSpec(sschema, EVENT_US, _fire_index(w, sschema, wm.watermark_us, spec.epoch))},
-                           spec.parent_handles, spec.snapshot, cutoff_us)
-        with open_state(scope, fio) as access:
+        scope = run.scope(w.key, {"win": StateSpec(sschema, EVENT_US, _fire_index(w, sschema, wm.before.watermark_us,
+                                                                                  spec.epoch))}, cutoff_us)
+        with open_state(scope, run.fio) as access:
             state = access.read([rows] if rows is not None else [])["win"]  # the input's keys, the firing keys
             restored = state.num_rows
             kernel = session_step if w.gap_us else window_step   # docs/operators.md "Session windows"
-            res = kernel(w, state, rows, epoch=spec.epoch, late_watermark_us=wm.watermark_us,
+            res = kernel(w, state, rows, epoch=spec.epoch, late_watermark_us=wm.before.watermark_us,
                          fire_watermark_us=fire, complete=spec.complete, input_schema=spec.input_schema,
                          carry=(KG_COLUMN,), replayed=spec.replayed)
             if res.bad.num_rows and spec.bad_records == "fail":
                 raise MalformedInputError(f"window {spec.uid}: {res.bad.num_rows} record(s) with a null key "
                                           f"{w.key!r} or event time {w.event_time!r} (checkpoint {spec.checkpoint})")
             out = res.output
-            sync_ms = (time.perf_counter() - t0) * 1000
-            fault_point("writing_state")
-            t1 = time.perf_counter()
+            run.kernel_done()
             # the records written back are filed under their next firing time above W(m) (an earlier round of the
             # epoch: under PENDING_US, so that the completing round touches them)
             sh = access.write("win", res.state, index_time=_fire_index(
-                w, sschema, fire if fire is not None else wm.watermark_us, None if spec.complete else spec.epoch))
-        wm_table = _wm_table(new_wm, obs_left)
-        carry_to_next_epoch("wm", wm_table)
-        wfh = write_table(fio, f"{spec.state_prefix}/wm/wm.parquet", wm_table) if subtask == 0 else None
-        wsh = StateHandle(operator_uid=spec.uid, subtask=subtask, kg_start=kgr.start, kg_end=kgr.end, name="wm",
-                          file=wfh)
-        async_ms = (time.perf_counter() - t1) * 1000
-        t_out = time.perf_counter()
-        ofh = None
-        if out.num_rows:
-            ofh = write_table(fio, f"{spec.output_prefix}/part-{spec.file_tag}-{subtask:05d}.parquet", out)
-        dfh = _write_dead_letters(
-            file_io_for(spec.dead_letter_prefix), attempt_dead_letter_dir(spec.dead_letter_prefix, spec.epoch,
-                                                                          spec.checkpoint),
-            f"{spec.file_tag}-{key_group_name(kgr.start, kgr.end)}", res.late, res.bad, wm.watermark_us)
-        sync_ms += (time.perf_counter() - t_out) * 1000
-        name = dead_letter_name(spec.uid)
-        handles = [(ReportKind.STATE, "win", sh), (ReportKind.STATE, "wm", wsh),
-                   (ReportKind.OUTPUT, spec.output_name, ofh), (ReportKind.DEAD_LETTER, name, dfh)]
-        rows_out = [task_report(kind, spec.uid, nm, subtask, kgr, h, in_rows=in_rows, restored=restored,
-                                sync_ms=sync_ms, async_ms=async_ms) for kind, nm, h in handles]
+                w, sschema, fire if fire is not None else wm.before.watermark_us,
+                None if spec.complete else spec.epoch))
+        wsh = write_watermark(run, wm)
+        ofh = run.write_output(out)
+        with run.staging():
+            dfh = _write_dead_letters(*dead_letter_target(run, spec.dead_letter_prefix, spec.epoch), res.late,
+                                      res.bad, wm.before.watermark_us)
+        handles: list[Handle] = [(ReportKind.STATE, "win", sh), (ReportKind.STATE, "wm", wsh),
+                                 (ReportKind.OUTPUT, spec.output_name, ofh),
+                                 (ReportKind.DEAD_LETTER, dead_letter_name(spec.uid), dfh)]
+        reports = run.reports(handles, in_rows=in_rows, restored=restored)
         if spec.flow_schema is not None:  # rows flowing on belong to this epoch: their _ingest_ts is inside it
-            out = out.append_column("_ingest_ts", pa.repeat(pa.scalar(spec.barrier_us - 1, pa.int64()), out.num_rows).cast(
-                pa.timestamp("us", tz="UTC")))
-        yield from _emit(rows_out, out, spec.flow_schema or spec.out_schema, fio, spec.ack_prefix, subtask)
+            out = epoch_stamped(out, spec.barrier_us)
+        yield from run.emit(reports, out, spec.flow_schema or spec.out_schema)
 
     return epoch_tagged_task(spec, step)

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import pickle
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -147,9 +148,9 @@ def test_corrupt_data_pages_are_dead_lettered_per_row_group(local_root, dl):
     good = rows_table([BASE + i for i in range(1000)], prefix="long-order-id-")
     uri = write_parquet(local_root, "orders", 0, 0, good, row_group_size=500)
     path = LocalFileIO.path_of(uri)
-    data = bytearray(open(path, "rb").read())
+    data = bytearray(Path(path).read_bytes())
     data[100:300] = b"\xff" * 200  # inside the first row group's pages
-    open(path, "wb").write(bytes(data))
+    Path(path).write_bytes(bytes(data))
     out = read_split_table(reader(dl), [Split("orders", 0, 0, uri, "parquet", 0, 1000)])
     recs = dl_records(dl, "orders", 0, 0, 0)
     assert out.num_rows + sum(r["row_end"] - r["row_start"] for r in recs) == 1000

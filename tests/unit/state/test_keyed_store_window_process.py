@@ -13,7 +13,7 @@ import pytest
 from pipeline.checkpoint.handles import StateHandle
 from pipeline.fileio import LocalFileIO
 from pipeline.keygroups import KeyGroupRange
-from pipeline.process_op import TOUCHED, process_step
+from pipeline.operators.process import TOUCHED, process_step
 from pipeline.runtime.operators.keyed_stores import KeyedStores
 from pipeline.runtime.operators.state_access import StateScope, StateSpec
 from pipeline.state import backend

@@ -57,19 +57,19 @@ def test_replaced_ranges_go_and_live_ones_stay(tmp_path):
 def test_a_store_open_in_another_process_is_never_deleted(tmp_path):
     root = str(tmp_path / "stores")
     stale = _make(root, 0, 7)
-    holder = subprocess.Popen([sys.executable, "-c", _HOLD, stale], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True)
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "open"
-        assert not remove_store(stale)
-        assert collect_replaced_ranges(StoreLocation("job", "op", "s", 0, 3), root) == []
-        assert collect_idle_stores(0, root, now=time.time() + 3600) == []
-        assert os.path.isdir(stale)
-    finally:
-        assert holder.stdin is not None
-        holder.stdin.write("\n")
-        holder.stdin.flush()
-        holder.wait(timeout=30)
+    with subprocess.Popen([sys.executable, "-c", _HOLD, stale], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          text=True) as holder:  # the with closes both pipes
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "open"
+            assert not remove_store(stale)
+            assert collect_replaced_ranges(StoreLocation("job", "op", "s", 0, 3), root) == []
+            assert collect_idle_stores(0, root, now=time.time() + 3600) == []
+            assert os.path.isdir(stale)
+        finally:
+            assert holder.stdin is not None
+            holder.stdin.write("\n")
+            holder.stdin.flush()
+            holder.wait(timeout=30)
     assert holder.returncode == 0
     assert collect_replaced_ranges(StoreLocation("job", "op", "s", 0, 3), root) == [stale]
     assert not os.path.exists(stale)

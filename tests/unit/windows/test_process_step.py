@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeline.exceptions import UserFunctionError
-from pipeline.process_op import TOUCHED, process_step
+from pipeline.operators.process import TOUCHED, process_step
 
 pytestmark = pytest.mark.unit
 
