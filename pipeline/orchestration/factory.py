@@ -16,11 +16,14 @@ Defaults can be set per deployment with environment variables (all optional):
                                     itself, one checkpoint per epoch).
 ``EPOCHAL_DAG_RETRIES``             task retries (default 2)
 ``EPOCHAL_DAG_RETRY_DELAY_SECONDS`` delay between retries (default 30)
-``EPOCHAL_POKE_SECONDS``            how often a waiting ``trigger`` checks again (default 15)
+``EPOCHAL_POKE_SECONDS``            how often a waiting ``trigger`` checks again (default: a tenth of the
+                                    epoch, 2-15 s: 3 s for 30-s epochs); it also wakes when the epoch's
+                                    allowed lateness has just passed
 ``EPOCHAL_TRIGGER_WAIT_SECONDS``    how long ``trigger`` polls in-process before rescheduling (default 60)
 ``EPOCHAL_TRIGGER_TIMEOUT_SECONDS`` how long ``trigger`` may wait (default max(1 h, 3 epochs + lateness))
-``EPOCHAL_FUSED_EPOCH``            ``true``: epoch DAGs are ``trigger >> epoch`` (process + commit + validate
-                                    in one task; see :func:`build_epoch_dag`). Default ``false``.
+``EPOCHAL_FUSED_EPOCH``            ``false``: epoch DAGs are ``trigger >> process >> commit >> validate`` (four
+                                    tasks). Default ``true``: ``trigger >> epoch`` (process + commit + validate
+                                    in one task; see :func:`build_epoch_dag`).
 ==================================  =====================================================================
 
 Lazy imports: Airflow (``airflow.sdk``, its operators) and the task modules are imported inside the factory
@@ -46,6 +49,7 @@ from pipeline.orchestration.exclusion import (
     PENDING_RUN_STATES,
     WAITING_TRIGGER_STATES,
 )
+from pipeline.orchestration.keepup import lag_report, trigger_sleep
 from pipeline.orchestration.names import epoch_dag_id, quality_dag_id, restore_dag_id, savepoint_dag_id
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -198,6 +202,19 @@ def _wait_until_job_free(ti, job_name: str, other_dag: str, other_task: str, pok
         time.sleep(poke)
 
 
+def default_poke_seconds(epoch_seconds: int) -> float:
+    """A waiting ``trigger``'s poke interval unless ``EPOCHAL_POKE_SECONDS`` says otherwise: a tenth of the epoch,
+    between 2 and 15 s (a poke lists the sources; a 15-s poke would be half of a 30-s epoch)."""
+    return _env_float("EPOCHAL_POKE_SECONDS", min(15.0, max(2.0, epoch_seconds / 10.0)))
+
+
+def _log_lag(job_name: str, epoch: int, epoch_seconds: int, lateness: float) -> dict[str, Any]:
+    """Say in the task log whether the job keeps up (INFO) or falls behind, and by how much (WARNING)."""
+    lag = lag_report(job_name, epoch, epoch_seconds, time.time(), lateness)
+    log.log(logging.WARNING if lag.behind else logging.INFO, "%s", lag.message())
+    return lag.to_dict()
+
+
 def _default_args(retries: int | None, retry_delay: timedelta | None) -> dict[str, Any]:
     return {
         "owner": "epochal",
@@ -245,8 +262,9 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
     end_raw = end_date or settings.raw("EPOCHAL_END_DATE") or None
     end = _parse_start(end_raw, E) if end_raw else None
     catchup = _env_bool("EPOCHAL_CATCHUP", False) if catchup is None else catchup
-    fused = _env_bool(FUSED_ENV, False) if fused is None else fused
-    poke = poke_interval if poke_interval is not None else _env_float("EPOCHAL_POKE_SECONDS", 15)
+    fused = _env_bool(FUSED_ENV, True) if fused is None else fused
+    poke = poke_interval if poke_interval is not None else default_poke_seconds(E)
+    lateness = float(cfg.allowed_lateness_seconds)
     wait_window = _env_float("EPOCHAL_TRIGGER_WAIT_SECONDS", 60)
     timeout = trigger_timeout if trigger_timeout is not None else _env_float(
         "EPOCHAL_TRIGGER_TIMEOUT_SECONDS", max(3600.0, 3.0 * E + cfg.allowed_lateness_seconds))
@@ -303,9 +321,11 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
                                      run.epoch)
                         else:
                             return PokeReturnValue(is_done=True, xcom_value=res.to_dict())
-                if time.monotonic() + poke > deadline:
+                # waiting for the data: wake as soon as the allowed lateness has passed, not a poke later
+                nap = poke if reason else trigger_sleep(run.epoch, E, lateness, time.time(), poke)
+                if time.monotonic() + nap > deadline:
                     return PokeReturnValue(is_done=False)
-                time.sleep(poke)
+                time.sleep(nap)
 
         @task(task_id="process", doc_md="Process epoch n (one checkpoint per epoch; a re-run rewinds).")
         def process(triggered: dict, **context):
@@ -321,7 +341,8 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
         @task(task_id="validate", doc_md="Verify the checkpoint files, positions and the sink lineage.")
         def validate(committed: dict, **context):
             orch = _orchestrator(job_name)
-            return _validate_step(orch, int(committed["checkpoint_id"])).to_dict()
+            validated = _validate_step(orch, int(committed["checkpoint_id"]))
+            return {**validated.to_dict(), "keepup": _log_lag(job.name, int(committed["epoch"]), E, lateness)}
 
         @task(task_id="epoch", outlets=list(assets.values()),
               doc_md="Process epoch n, commit its sink transactions (emitting the sink Assets) and verify the "
@@ -334,7 +355,8 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
             committed = _commit_step(orch, processed.checkpoint_id, context, assets,
                                      collect_garbage=not here, committed_here=here)
             validated = _validate_step(orch, committed.checkpoint_id)
-            return {"process": processed.to_dict(), "commit": committed.to_dict(), "validate": validated.to_dict()}
+            return {"process": processed.to_dict(), "commit": committed.to_dict(), "validate": validated.to_dict(),
+                    "keepup": _log_lag(job.name, committed.epoch, E, lateness)}
 
         triggered = trigger()
         processed = epoch(triggered) if fused else process(triggered)
