@@ -218,8 +218,7 @@ def main() -> int:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "PIPELINE_", "AWS_", "EPOCHAL_"))}
     env.update({"EPOCHAL_AIRFLOW_HOME": str(home), "AIRFLOW_PORT": str(port), "PIPELINE_EPOCH_SECONDS": str(E),
                 "EPOCHAL_DEMO_EPOCHS": str(a.history_epochs), "EPOCHAL_DEMO_ORDERS_PER_EPOCH": str(a.orders_per_epoch),
-                "EPOCHAL_DEMO_PARTITIONS": "2", "PIPELINE_PARALLELISM": "2", "EPOCHAL_CATCHUP": "true",
-                "EPOCHAL_READY_TIMEOUT": "600", "PIPELINE_ALLOWED_LATENESS_SECONDS": str(a.lateness),
+                "EPOCHAL_DEMO_PARTITIONS": "2", "PIPELINE_PARALLELISM": "2", "EPOCHAL_READY_TIMEOUT": "600", "PIPELINE_ALLOWED_LATENESS_SECONDS": str(a.lateness),
                 "EPOCHAL_CONNECT_PORT": str(free_port()), "EPOCHAL_CONNECT_MASTER": "local[2]"})
     env.update(MODES[a.mode])
     env.update(dict(kv.split("=", 1) for kv in a.set))

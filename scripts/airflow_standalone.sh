@@ -22,7 +22,8 @@
 #
 # Knobs (environment): AIRFLOW_PORT (8080), PIPELINE_EPOCH_SECONDS (60), EPOCHAL_DEMO_EPOCHS (12),
 # EPOCHAL_DEMO_ORDERS_PER_EPOCH (500), EPOCHAL_DEMO_PARTITIONS (2), EPOCHAL_START_DATE (default: the first
-# demo epoch), EPOCHAL_END_DATE (none), EPOCHAL_CATCHUP (true), EPOCHAL_AIRFLOW_HOME, EPOCHAL_S3_PORT (0 = any free port),
+# demo epoch), EPOCHAL_END_DATE (none), EPOCHAL_CATCHUP (false: one run for the newest interval, which
+# catches up the epochs before it; true: a run per past interval), EPOCHAL_AIRFLOW_HOME, EPOCHAL_S3_PORT (0 = any free port),
 # EPOCHAL_READY_TIMEOUT (240 s), EPOCHAL_SPARK_CONNECT (1: start a Spark Connect server that every task uses;
 # 0: a driver JVM per task), EPOCHAL_CONNECT_PORT (15002), EPOCHAL_CONNECT_MASTER (local[*]), EPOCHAL_FUSED_EPOCH
 # (true: the epoch DAG is trigger >> epoch; false: trigger >> process >> commit >> validate; docs/airflow.md).
@@ -216,7 +217,7 @@ export PIPELINE_EPOCH_SECONDS=$E
 export PIPELINE_PARALLELISM=${PIPELINE_PARALLELISM:-2}
 export PIPELINE_RETAINED_CHECKPOINTS=${PIPELINE_RETAINED_CHECKPOINTS:-10}
 export EPOCHAL_START_DATE='${EPOCHAL_START_DATE:-$DATA_START}'
-export EPOCHAL_CATCHUP=${EPOCHAL_CATCHUP:-true}
+export EPOCHAL_CATCHUP=${EPOCHAL_CATCHUP:-false}
 export EPOCHAL_END_DATE='${EPOCHAL_END_DATE:-}'
 ${EPOCHAL_POKE_SECONDS:+export EPOCHAL_POKE_SECONDS=$EPOCHAL_POKE_SECONDS}
 export EPOCHAL_DAG_RETRY_DELAY_SECONDS=${EPOCHAL_DAG_RETRY_DELAY_SECONDS:-10}

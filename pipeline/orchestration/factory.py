@@ -234,16 +234,18 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
     """The epoch DAG of ``job_name``: one run per data interval = one checkpointed epoch.
 
     Schedule = the epoch length (``PIPELINE_EPOCH_SECONDS``), data intervals aligned to epoch boundaries,
-    so the run for ``[start, end)`` processes epoch ``n`` whose barrier is ``end``. Tasks:
-    ``trigger >> process >> commit >> validate`` (see :mod:`pipeline.orchestration.tasks`); ``commit``
-    has the job's sink tables as outlets (Assets). ``max_active_runs=1`` and the ``trigger`` sensor
+    so the run for ``[start, end)`` processes epoch ``n`` whose barrier is ``end``. Tasks (default, ``fused``):
+    ``trigger >> epoch``, where the one ``epoch`` task does process, commit (with the job's sink tables as
+    outlets: Assets) and validate in one process - one task start, one Spark (Connect) session and one
+    scheduler hop after the trigger instead of three, which is what keeps up with 30-s epochs (docs/airflow.md,
+    "Keeping up with short epochs"). The trigger stays a task of its own: it is the sensor that waits, and what
+    keeps savepoints and restores out of a started epoch. ``max_active_runs=1`` and the ``trigger`` sensor
     keep epochs in order whatever created the runs (scheduler, manual trigger, backfill).
 
-    ``fused`` (default ``EPOCHAL_FUSED_EPOCH``, off): ``trigger >> epoch``, where the one ``epoch`` task does
-    process, commit (with the Assets as outlets) and validate in one process - one task start, one Spark
-    (Connect) session and one scheduler hop after the trigger instead of three (docs/airflow.md, "Fused
-    epoch DAG"). The trigger stays a task of its own: it is the sensor that waits, and what keeps
-    savepoints and restores out of a started epoch.
+    ``fused=False`` (or ``EPOCHAL_FUSED_EPOCH=false``): ``trigger >> process >> commit >> validate`` (see
+    :mod:`pipeline.orchestration.tasks`), ``commit`` with the Assets as outlets. Either way the run's last step
+    logs whether the job keeps up with its epochs or falls behind, and by how much
+    (:mod:`pipeline.orchestration.keepup`).
     
 
     Over 80 lines: one DAG definition, task by task, as Airflow reads it; Over 8 parameters: Airflow's DAG arguments
