@@ -101,6 +101,9 @@ _DECLARED: tuple[Setting, ...] = (
        "false: `trigger >> process >> commit >> validate`", "airflow"),
     _s("EPOCHAL_SPARK_CONNECT", "flag", "true", "`scripts/airflow_standalone.sh`: the tasks use a long-lived Spark "
        "Connect server (0: a driver JVM per task)", "airflow"),
+    _s("EPOCHAL_SHARED_CONNECT_SESSION", "flag", "true", "on Spark Connect, the epoch DAG's tasks of a job attach to "
+       "one server-side session (its Python workers stay warm between epochs); false: a session per task",
+       "airflow"),
     _s("EPOCHAL_START_DATE", "str", "2026-01-01T00:00:00Z", "start date of the epoch DAGs (ISO-8601 UTC)",
        "airflow"),
     _s("EPOCHAL_END_DATE", "str", None, "end date of the epoch DAGs (unset: none)", "airflow"),

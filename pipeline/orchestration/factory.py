@@ -24,6 +24,8 @@ Defaults can be set per deployment with environment variables (all optional):
 ``EPOCHAL_FUSED_EPOCH``            ``false``: epoch DAGs are ``trigger >> process >> commit >> validate`` (four
                                     tasks). Default ``true``: ``trigger >> epoch`` (process + commit + validate
                                     in one task; see :func:`build_epoch_dag`).
+``EPOCHAL_SHARED_CONNECT_SESSION``  on Spark Connect, the epoch DAG's tasks of a job attach to one server-side
+                                    session, whose Python workers stay warm (default ``true``).
 ==================================  =====================================================================
 
 Lazy imports: Airflow (``airflow.sdk``, its operators) and the task modules are imported inside the factory
@@ -35,6 +37,7 @@ Over 400 lines: one builder per DAG kind (epochs, savepoint, restore, quality), 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -42,6 +45,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pipeline import settings
+from pipeline.master import connect_url, shared_session_url
 from pipeline.orchestration.exclusion import (
     ACTIVE_TI_STATES,
     EPOCH_RUNNER_TASKS,
@@ -123,15 +127,24 @@ def _earlier_backfill_run(ti) -> tuple[str, str] | None:
     return None
 
 
-def _orchestrator(job_name: str):
-    """Resolve S3 settings (connection or env) into this task process, then build the orchestrator."""
+def _orchestrator(job_name: str, *, epoch_session: bool = False):
+    """Resolve S3 settings (connection or env) into this task process, then build the orchestrator.
+
+    ``epoch_session``: a task of the epoch DAG. On Spark Connect its tasks attach to one server-side session per
+    job (``EPOCHAL_SHARED_CONNECT_SESSION``, on by default; :func:`pipeline.master.shared_session_url`): they run one
+    at a time, and the session's Python workers stay warm between epochs. Savepoint, restore and quality tasks keep
+    sessions of their own (a restore's validation may run while the epochs go on)."""
     from pipeline.orchestration.settings import apply_s3_settings, load_pipeline_config, resolve_s3_settings
     from pipeline.orchestration.tasks import Orchestrator
     settings.environ().setdefault("EPOCHAL_JVM_LOGS", "python")  # Spark's WARN lines as warnings, not stderr ERRORs
     s3 = resolve_s3_settings()
     apply_s3_settings(s3)
     log.info("%s", s3.describe())
-    return Orchestrator(job_name, load_pipeline_config(), echo=lambda m: log.info("%s", m))
+    cfg = load_pipeline_config()
+    url = connect_url(cfg.spark_master)
+    if epoch_session and url is not None and _env_bool(SHARED_SESSION_ENV, True):
+        cfg = dataclasses.replace(cfg, spark_master=shared_session_url(url, f"epochs|{job_name}|{cfg.checkpoint_uri}"))
+    return Orchestrator(job_name, cfg, echo=lambda m: log.info("%s", m))
 
 
 def approval_enabled(env_name: str, explicit: bool | None) -> bool:
@@ -142,6 +155,7 @@ def approval_enabled(env_name: str, explicit: bool | None) -> bool:
 
 
 FUSED_ENV = "EPOCHAL_FUSED_EPOCH"
+SHARED_SESSION_ENV = "EPOCHAL_SHARED_CONNECT_SESSION"
 APPROVE_RESTORE_ENV = "EPOCHAL_APPROVE_RESTORE"
 APPROVE_REWIND_ENV = "EPOCHAL_APPROVE_REWIND"
 
@@ -313,7 +327,7 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
                 else:
                     try:
                         with _fail_fast_on_user_errors():
-                            orch = orch or _orchestrator(job_name)
+                            orch = orch or _orchestrator(job_name, epoch_session=True)
                             res = orch.trigger(run)
                     except JobStoppedError as e:
                         raise AirflowSkipException(str(e)) from None
@@ -331,18 +345,18 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
 
         @task(task_id="process", doc_md="Process epoch n (one checkpoint per epoch; a re-run rewinds).")
         def process(triggered: dict, **context):
-            orch = _orchestrator(job_name)
+            orch = _orchestrator(job_name, epoch_session=True)
             return _process_step(orch, triggered, context, E).to_dict()
 
         @task(task_id="commit", outlets=list(assets.values()),
               doc_md="Commit the checkpoint's sink transactions (idempotent) and emit the sink Assets.")
         def commit(processed: dict, **context):
-            orch = _orchestrator(job_name)
+            orch = _orchestrator(job_name, epoch_session=True)
             return _commit_step(orch, int(processed["checkpoint_id"]), context, assets).to_dict()
 
         @task(task_id="validate", doc_md="Verify the checkpoint files, positions and the sink lineage.")
         def validate(committed: dict, **context):
-            orch = _orchestrator(job_name)
+            orch = _orchestrator(job_name, epoch_session=True)
             validated = _validate_step(orch, int(committed["checkpoint_id"]))
             return {**validated.to_dict(), "keepup": _log_lag(job.name, int(committed["epoch"]), E, lateness)}
 
@@ -351,7 +365,7 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
                      "checkpoint, in one task (the fused epoch DAG: one task start and one scheduler hop "
                      "after the trigger instead of three).")
         def epoch(triggered: dict, **context):
-            orch = _orchestrator(job_name)  # one orchestrator: one Spark session, S3 client and job graph
+            orch = _orchestrator(job_name, epoch_session=True)  # one Spark session, S3 client and job graph
             processed = _process_step(orch, triggered, context, E)
             here = processed.checkpoint_id in processed.completed  # this try's rounds committed its sinks
             committed = _commit_step(orch, processed.checkpoint_id, context, assets,
