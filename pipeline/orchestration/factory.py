@@ -143,7 +143,11 @@ def _orchestrator(job_name: str, *, epoch_session: bool = False):
     cfg = load_pipeline_config()
     url = connect_url(cfg.spark_master)
     if epoch_session and url is not None and _env_bool(SHARED_SESSION_ENV, True):
-        cfg = dataclasses.replace(cfg, spark_master=shared_session_url(url, f"epochs|{job_name}|{cfg.checkpoint_uri}"))
+        # a new session every 30 min: a Spark Connect server closes a session after 60 idle minutes by default and
+        # then refuses its id for good (closed-session tombstones), so an id must never outlive an idle timeout
+        window = int(time.time() // SHARED_SESSION_WINDOW_S)
+        cfg = dataclasses.replace(cfg, spark_master=shared_session_url(
+            url, f"epochs|{job_name}|{cfg.checkpoint_uri}|{window}"))
     return Orchestrator(job_name, cfg, echo=lambda m: log.info("%s", m))
 
 
@@ -156,6 +160,7 @@ def approval_enabled(env_name: str, explicit: bool | None) -> bool:
 
 FUSED_ENV = "EPOCHAL_FUSED_EPOCH"
 SHARED_SESSION_ENV = "EPOCHAL_SHARED_CONNECT_SESSION"
+SHARED_SESSION_WINDOW_S = 1800  # below the Connect server's idle timeout (spark.connect.session.manager.defaultSessionTimeout, 60 min)
 APPROVE_RESTORE_ENV = "EPOCHAL_APPROVE_RESTORE"
 APPROVE_REWIND_ENV = "EPOCHAL_APPROVE_REWIND"
 
