@@ -97,16 +97,21 @@ _DECLARED: tuple[Setting, ...] = (
        "airflow"),
     _s("EPOCHAL_AWS_CONN_ID", "str", "epochal_s3", "Airflow connection that supplies the S3 settings",
        "airflow"),
-    _s("EPOCHAL_FUSED_EPOCH", "flag", "false", "`trigger >> epoch` (process, commit and validate in one task)",
+    _s("EPOCHAL_FUSED_EPOCH", "flag", "true", "`trigger >> epoch` (process, commit and validate in one task); "
+       "false: `trigger >> process >> commit >> validate`", "airflow"),
+    _s("EPOCHAL_SPARK_CONNECT", "flag", "true", "`scripts/airflow_standalone.sh`: the tasks use a long-lived Spark "
+       "Connect server (0: a driver JVM per task)", "airflow"),
+    _s("EPOCHAL_SHARED_CONNECT_SESSION", "flag", "true", "on Spark Connect, the epoch DAG's tasks of a job attach to "
+       "one server-side session (its Python workers stay warm between epochs); false: a session per task",
        "airflow"),
-    _s("EPOCHAL_SPARK_CONNECT", "flag", "false", "the tasks use a long-lived Spark Connect server", "airflow"),
     _s("EPOCHAL_START_DATE", "str", "2026-01-01T00:00:00Z", "start date of the epoch DAGs (ISO-8601 UTC)",
        "airflow"),
     _s("EPOCHAL_END_DATE", "str", None, "end date of the epoch DAGs (unset: none)", "airflow"),
     _s("EPOCHAL_CATCHUP", "flag", "false", "`catchup` of the epoch DAGs", "airflow"),
     _s("EPOCHAL_DAG_RETRIES", "int", "2", "task retries", "airflow"),
     _s("EPOCHAL_DAG_RETRY_DELAY_SECONDS", "float", "30", "delay between task retries", "airflow"),
-    _s("EPOCHAL_POKE_SECONDS", "float", "15", "poke interval of the trigger sensor", "airflow"),
+    _s("EPOCHAL_POKE_SECONDS", "float", None, "poke interval of the trigger sensor (unset: a tenth of the epoch, "
+       "2-15 s)", "airflow"),
     _s("EPOCHAL_TRIGGER_WAIT_SECONDS", "float", "60", "how long the trigger task polls in-process before it "
        "gives the worker slot back", "airflow"),
     _s("EPOCHAL_TRIGGER_TIMEOUT_SECONDS", "float", None, "timeout of the trigger task (unset: max(1 h, "

@@ -23,10 +23,11 @@
 #
 # Knobs (environment): AIRFLOW_PORT (8080), PIPELINE_EPOCH_SECONDS (60), EPOCHAL_DEMO_EPOCHS (12),
 # EPOCHAL_DEMO_ORDERS_PER_EPOCH (500), EPOCHAL_DEMO_PARTITIONS (2), EPOCHAL_START_DATE (default: the first
-# demo epoch), EPOCHAL_END_DATE (none), EPOCHAL_CATCHUP (true), EPOCHAL_AIRFLOW_HOME, EPOCHAL_S3_PORT (0 = any free port),
-# EPOCHAL_READY_TIMEOUT (240 s), EPOCHAL_SPARK_CONNECT (0; 1: start a Spark Connect server that every task uses),
-# EPOCHAL_CONNECT_PORT (15002), EPOCHAL_CONNECT_MASTER (local[*]), EPOCHAL_FUSED_EPOCH (false; true: the epoch DAG is
-# trigger >> epoch, docs/airflow.md "Fast epochs").
+# demo epoch), EPOCHAL_END_DATE (none), EPOCHAL_CATCHUP (false: one run for the newest interval, which
+# catches up the epochs before it; true: a run per past interval), EPOCHAL_AIRFLOW_HOME, EPOCHAL_S3_PORT (0 = any free port),
+# EPOCHAL_READY_TIMEOUT (240 s), EPOCHAL_SPARK_CONNECT (1: start a Spark Connect server that every task uses;
+# 0: a driver JVM per task), EPOCHAL_CONNECT_PORT (15002), EPOCHAL_CONNECT_MASTER (local[*]), EPOCHAL_FUSED_EPOCH
+# (true: the epoch DAG is trigger >> epoch; false: trigger >> process >> commit >> validate; docs/airflow.md).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -165,10 +166,11 @@ ENDPOINT="$(grep '^ENDPOINT=' "$STATE/moto.out" | head -1 | cut -d= -f2-)"
 log "moto S3 server at $ENDPOINT"
 echo "$ENDPOINT" > "$STATE/endpoint"
 
-# 1b. optionally (EPOCHAL_SPARK_CONNECT=1) a long-lived Spark Connect server, own process group: every Airflow task
+# 1b. by default (EPOCHAL_SPARK_CONNECT=1) a long-lived Spark Connect server, own process group: every Airflow task
 #     connects to it (PIPELINE_SPARK_MASTER=sc://...) instead of starting a driver JVM of its own
 SPARK_MASTER_LINE=""
-if [ "${EPOCHAL_SPARK_CONNECT:-0}" = 1 ]; then
+case "${EPOCHAL_SPARK_CONNECT:-1}" in 1|true|yes|on) SPARK_CONNECT=1 ;; *) SPARK_CONNECT=0 ;; esac
+if [ "$SPARK_CONNECT" = 1 ]; then
   : > "$STATE/connect.out"
   AWS_ENDPOINT_URL="$ENDPOINT" AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_DEFAULT_REGION=us-east-1 \
     setsid "$PY" -m pipeline.testing.connect_server --port "${EPOCHAL_CONNECT_PORT:-15002}" \
@@ -218,9 +220,9 @@ export PIPELINE_EPOCH_SECONDS=$E
 export PIPELINE_PARALLELISM=${PIPELINE_PARALLELISM:-2}
 export PIPELINE_RETAINED_CHECKPOINTS=${PIPELINE_RETAINED_CHECKPOINTS:-10}
 export EPOCHAL_START_DATE='${EPOCHAL_START_DATE:-$DATA_START}'
-export EPOCHAL_CATCHUP=${EPOCHAL_CATCHUP:-true}
+export EPOCHAL_CATCHUP=${EPOCHAL_CATCHUP:-false}
 export EPOCHAL_END_DATE='${EPOCHAL_END_DATE:-}'
-export EPOCHAL_POKE_SECONDS=${EPOCHAL_POKE_SECONDS:-5}
+${EPOCHAL_POKE_SECONDS:+export EPOCHAL_POKE_SECONDS=$EPOCHAL_POKE_SECONDS}
 export EPOCHAL_DAG_RETRY_DELAY_SECONDS=${EPOCHAL_DAG_RETRY_DELAY_SECONDS:-10}
 $SPARK_MASTER_LINE
 EOF

@@ -16,11 +16,16 @@ Defaults can be set per deployment with environment variables (all optional):
                                     itself, one checkpoint per epoch).
 ``EPOCHAL_DAG_RETRIES``             task retries (default 2)
 ``EPOCHAL_DAG_RETRY_DELAY_SECONDS`` delay between retries (default 30)
-``EPOCHAL_POKE_SECONDS``            how often a waiting ``trigger`` checks again (default 15)
+``EPOCHAL_POKE_SECONDS``            how often a waiting ``trigger`` checks again (default: a tenth of the
+                                    epoch, 2-15 s: 3 s for 30-s epochs); it also wakes when the epoch's
+                                    allowed lateness has just passed
 ``EPOCHAL_TRIGGER_WAIT_SECONDS``    how long ``trigger`` polls in-process before rescheduling (default 60)
 ``EPOCHAL_TRIGGER_TIMEOUT_SECONDS`` how long ``trigger`` may wait (default max(1 h, 3 epochs + lateness))
-``EPOCHAL_FUSED_EPOCH``            ``true``: epoch DAGs are ``trigger >> epoch`` (process + commit + validate
-                                    in one task; see :func:`build_epoch_dag`). Default ``false``.
+``EPOCHAL_FUSED_EPOCH``            ``false``: epoch DAGs are ``trigger >> process >> commit >> validate`` (four
+                                    tasks). Default ``true``: ``trigger >> epoch`` (process + commit + validate
+                                    in one task; see :func:`build_epoch_dag`).
+``EPOCHAL_SHARED_CONNECT_SESSION``  on Spark Connect, the epoch DAG's tasks of a job attach to one server-side
+                                    session, whose Python workers stay warm (default ``true``).
 ==================================  =====================================================================
 
 Lazy imports: Airflow (``airflow.sdk``, its operators) and the task modules are imported inside the factory
@@ -32,6 +37,7 @@ Over 400 lines: one builder per DAG kind (epochs, savepoint, restore, quality), 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -39,6 +45,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pipeline import settings
+from pipeline.master import connect_url, shared_session_url
 from pipeline.orchestration.exclusion import (
     ACTIVE_TI_STATES,
     EPOCH_RUNNER_TASKS,
@@ -46,6 +53,7 @@ from pipeline.orchestration.exclusion import (
     PENDING_RUN_STATES,
     WAITING_TRIGGER_STATES,
 )
+from pipeline.orchestration.keepup import lag_report, trigger_sleep
 from pipeline.orchestration.names import epoch_dag_id, quality_dag_id, restore_dag_id, savepoint_dag_id
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -124,15 +132,28 @@ def _earlier_backfill_run(ti) -> tuple[str, str] | None:
     return None
 
 
-def _orchestrator(job_name: str):
-    """Resolve S3 settings (connection or env) into this task process, then build the orchestrator."""
+def _orchestrator(job_name: str, *, epoch_session: bool = False):
+    """Resolve S3 settings (connection or env) into this task process, then build the orchestrator.
+
+    ``epoch_session``: a task of the epoch DAG. On Spark Connect its tasks attach to one server-side session per
+    job (``EPOCHAL_SHARED_CONNECT_SESSION``, on by default; :func:`pipeline.master.shared_session_url`): they run one
+    at a time, and the session's Python workers stay warm between epochs. Savepoint, restore and quality tasks keep
+    sessions of their own (a restore's validation may run while the epochs go on)."""
     from pipeline.orchestration.settings import apply_s3_settings, load_pipeline_config, resolve_s3_settings
     from pipeline.orchestration.tasks import Orchestrator
     settings.environ().setdefault("EPOCHAL_JVM_LOGS", "python")  # Spark's WARN lines as warnings, not stderr ERRORs
     s3 = resolve_s3_settings()
     apply_s3_settings(s3)
     log.info("%s", s3.describe())
-    return Orchestrator(job_name, load_pipeline_config(), echo=lambda m: log.info("%s", m))
+    cfg = load_pipeline_config()
+    url = connect_url(cfg.spark_master)
+    if epoch_session and url is not None and _env_bool(SHARED_SESSION_ENV, True):
+        # a new session every 30 min: a Spark Connect server closes a session after 60 idle minutes by default and
+        # then refuses its id for good (closed-session tombstones), so an id must never outlive an idle timeout
+        window = int(time.time() // SHARED_SESSION_WINDOW_S)
+        cfg = dataclasses.replace(cfg, spark_master=shared_session_url(
+            url, f"epochs|{job_name}|{cfg.checkpoint_uri}|{window}"))
+    return Orchestrator(job_name, cfg, echo=lambda m: log.info("%s", m))
 
 
 def approval_enabled(env_name: str, explicit: bool | None) -> bool:
@@ -143,6 +164,8 @@ def approval_enabled(env_name: str, explicit: bool | None) -> bool:
 
 
 FUSED_ENV = "EPOCHAL_FUSED_EPOCH"
+SHARED_SESSION_ENV = "EPOCHAL_SHARED_CONNECT_SESSION"
+SHARED_SESSION_WINDOW_S = 1800  # below the Connect server's idle timeout (spark.connect.session.manager.defaultSessionTimeout, 60 min)
 APPROVE_RESTORE_ENV = "EPOCHAL_APPROVE_RESTORE"
 APPROVE_REWIND_ENV = "EPOCHAL_APPROVE_REWIND"
 
@@ -203,6 +226,19 @@ def _wait_until_job_free(ti, job_name: str, other_dag: str, other_task: str, pok
         time.sleep(poke)
 
 
+def default_poke_seconds(epoch_seconds: int) -> float:
+    """A waiting ``trigger``'s poke interval unless ``EPOCHAL_POKE_SECONDS`` says otherwise: a tenth of the epoch,
+    between 2 and 15 s (a poke lists the sources; a 15-s poke would be half of a 30-s epoch)."""
+    return _env_float("EPOCHAL_POKE_SECONDS", min(15.0, max(2.0, epoch_seconds / 10.0)))
+
+
+def _log_lag(job_name: str, epoch: int, epoch_seconds: int, lateness: float) -> dict[str, Any]:
+    """Say in the task log whether the job keeps up (INFO) or falls behind, and by how much (WARNING)."""
+    lag = lag_report(job_name, epoch, epoch_seconds, time.time(), lateness)
+    log.log(logging.WARNING if lag.behind else logging.INFO, "%s", lag.message())
+    return lag.to_dict()
+
+
 def _default_args(retries: int | None, retry_delay: timedelta | None) -> dict[str, Any]:
     return {
         "owner": "epochal",
@@ -223,16 +259,18 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
     """The epoch DAG of ``job_name``: one run per data interval = one checkpointed epoch.
 
     Schedule = the epoch length (``PIPELINE_EPOCH_SECONDS``), data intervals aligned to epoch boundaries,
-    so the run for ``[start, end)`` processes epoch ``n`` whose barrier is ``end``. Tasks:
-    ``trigger >> process >> commit >> validate`` (see :mod:`pipeline.orchestration.tasks`); ``commit``
-    has the job's sink tables as outlets (Assets). ``max_active_runs=1`` and the ``trigger`` sensor
+    so the run for ``[start, end)`` processes epoch ``n`` whose barrier is ``end``. Tasks (default, ``fused``):
+    ``trigger >> epoch``, where the one ``epoch`` task does process, commit (with the job's sink tables as
+    outlets: Assets) and validate in one process - one task start, one Spark (Connect) session and one
+    scheduler hop after the trigger instead of three, which is what keeps up with 30-s epochs (docs/airflow.md,
+    "Keeping up with short epochs"). The trigger stays a task of its own: it is the sensor that waits, and what
+    keeps savepoints and restores out of a started epoch. ``max_active_runs=1`` and the ``trigger`` sensor
     keep epochs in order whatever created the runs (scheduler, manual trigger, backfill).
 
-    ``fused`` (default ``EPOCHAL_FUSED_EPOCH``, off): ``trigger >> epoch``, where the one ``epoch`` task does
-    process, commit (with the Assets as outlets) and validate in one process - one task start, one Spark
-    (Connect) session and one scheduler hop after the trigger instead of three (docs/airflow.md, "Fused
-    epoch DAG"). The trigger stays a task of its own: it is the sensor that waits, and what keeps
-    savepoints and restores out of a started epoch.
+    ``fused=False`` (or ``EPOCHAL_FUSED_EPOCH=false``): ``trigger >> process >> commit >> validate`` (see
+    :mod:`pipeline.orchestration.tasks`), ``commit`` with the Assets as outlets. Either way the run's last step
+    logs whether the job keeps up with its epochs or falls behind, and by how much
+    (:mod:`pipeline.orchestration.keepup`).
 
     ``upstream``: the sink Assets of the jobs whose tables this job reads as lake sources
     (:func:`sink_asset`); the DAG is then scheduled on their events (Airflow's data-aware scheduling) instead
@@ -255,8 +293,9 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
     end_raw = end_date or settings.raw("EPOCHAL_END_DATE") or None
     end = _parse_start(end_raw, E) if end_raw else None
     catchup = _env_bool("EPOCHAL_CATCHUP", False) if catchup is None else catchup
-    fused = _env_bool(FUSED_ENV, False) if fused is None else fused
-    poke = poke_interval if poke_interval is not None else _env_float("EPOCHAL_POKE_SECONDS", 15)
+    fused = _env_bool(FUSED_ENV, True) if fused is None else fused
+    poke = poke_interval if poke_interval is not None else default_poke_seconds(E)
+    lateness = float(cfg.allowed_lateness_seconds)
     wait_window = _env_float("EPOCHAL_TRIGGER_WAIT_SECONDS", 60)
     timeout = trigger_timeout if trigger_timeout is not None else _env_float(
         "EPOCHAL_TRIGGER_TIMEOUT_SECONDS", max(3600.0, 3.0 * E + cfg.allowed_lateness_seconds))
@@ -304,7 +343,7 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
                 else:
                     try:
                         with _fail_fast_on_user_errors():
-                            orch = orch or _orchestrator(job_name)
+                            orch = orch or _orchestrator(job_name, epoch_session=True)
                             res = orch.trigger(run)
                     except JobStoppedError as e:
                         raise AirflowSkipException(str(e)) from None
@@ -314,38 +353,42 @@ def build_epoch_dag(job_name: str, *, dag_id: str | None = None, doc_md: str | N
                                      run.epoch)
                         else:
                             return PokeReturnValue(is_done=True, xcom_value=res.to_dict())
-                if time.monotonic() + poke > deadline:
+                # waiting for the data: wake as soon as the allowed lateness has passed, not a poke later
+                nap = poke if reason else trigger_sleep(run.epoch, E, lateness, time.time(), poke)
+                if time.monotonic() + nap > deadline:
                     return PokeReturnValue(is_done=False)
-                time.sleep(poke)
+                time.sleep(nap)
 
         @task(task_id="process", doc_md="Process epoch n (one checkpoint per epoch; a re-run rewinds).")
         def process(triggered: dict, **context):
-            orch = _orchestrator(job_name)
+            orch = _orchestrator(job_name, epoch_session=True)
             return _process_step(orch, triggered, context, E).to_dict()
 
         @task(task_id="commit", outlets=list(assets.values()),
               doc_md="Commit the checkpoint's sink transactions (idempotent) and emit the sink Assets.")
         def commit(processed: dict, **context):
-            orch = _orchestrator(job_name)
+            orch = _orchestrator(job_name, epoch_session=True)
             return _commit_step(orch, int(processed["checkpoint_id"]), context, assets).to_dict()
 
         @task(task_id="validate", doc_md="Verify the checkpoint files, positions and the sink lineage.")
         def validate(committed: dict, **context):
-            orch = _orchestrator(job_name)
-            return _validate_step(orch, int(committed["checkpoint_id"])).to_dict()
+            orch = _orchestrator(job_name, epoch_session=True)
+            validated = _validate_step(orch, int(committed["checkpoint_id"]))
+            return {**validated.to_dict(), "keepup": _log_lag(job.name, int(committed["epoch"]), E, lateness)}
 
         @task(task_id="epoch", outlets=list(assets.values()),
               doc_md="Process epoch n, commit its sink transactions (emitting the sink Assets) and verify the "
                      "checkpoint, in one task (the fused epoch DAG: one task start and one scheduler hop "
                      "after the trigger instead of three).")
         def epoch(triggered: dict, **context):
-            orch = _orchestrator(job_name)  # one orchestrator: one Spark session, S3 client and job graph
+            orch = _orchestrator(job_name, epoch_session=True)  # one Spark session, S3 client and job graph
             processed = _process_step(orch, triggered, context, E)
             here = processed.checkpoint_id in processed.completed  # this try's rounds committed its sinks
             committed = _commit_step(orch, processed.checkpoint_id, context, assets,
                                      collect_garbage=not here, committed_here=here)
             validated = _validate_step(orch, committed.checkpoint_id)
-            return {"process": processed.to_dict(), "commit": committed.to_dict(), "validate": validated.to_dict()}
+            return {"process": processed.to_dict(), "commit": committed.to_dict(), "validate": validated.to_dict(),
+                    "keepup": _log_lag(job.name, committed.epoch, E, lateness)}
 
         triggered = trigger()
         processed = epoch(triggered) if fused else process(triggered)

@@ -23,6 +23,7 @@ Over 400 lines: the plugin's FastAPI app, one small route per page or API call.
 
 import html
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
@@ -32,6 +33,7 @@ from pipeline.fileio import file_io_for, join_uri
 from pipeline.jobs import job_names
 from pipeline.orchestration.checkpoint_stats import configuration, counts, latest_failed, lineage, summary
 from pipeline.orchestration.history import CheckpointHistory, list_jobs
+from pipeline.orchestration.keepup import JobLag, job_lag
 from pipeline.orchestration.names import data_docs_url, epoch_dag_id
 from pipeline.orchestration.settings import airflow_server_connection, load_pipeline_config, resolve_s3_settings
 from pipeline.quality.docs_site import CONTENT_TYPES, site_uri
@@ -52,6 +54,7 @@ th{background:#f7fafc;font-weight:600} td.num,th.num{text-align:right;font-varia
 .head{background:#ebf8ff} a{color:#2b6cb0;text-decoration:none} a:hover{text-decoration:underline}
 .kv td:first-child{color:#4a5568;width:220px} code{font-size:.8rem}
 .warn{background:#fffaf0;border:1px solid #fbd38d;padding:8px;border-radius:4px;margin:8px 0}
+.ok{background:#f0fff4;border:1px solid #9ae6b4;padding:8px;border-radius:4px;margin:8px 0}
 """
 
 
@@ -229,15 +232,19 @@ def _history_table(rows: list[dict], link: str, head: int | None) -> str:
 
 def render_job_page(job: str, dag_id: str | None, checkpoints: list[dict], savepoints: list[dict],
                     head: int | None, control: dict, info: dict, *, config_rows: list[tuple[str, str]] | None = None,
-                    refresh: int = 0, restores: list[dict] | None = None, triggered: int | None = None) -> str:
+                    refresh: int = 0, restores: list[dict] | None = None, triggered: int | None = None,
+                    lag: JobLag | None = None) -> str:
     """Over 8 parameters: one argument per section of the page (checkpoints, savepoints, restores, control, config,
-    ...), the rest keywords."""
+    ...), the rest keywords. ``lag``: whether the job keeps up with its epochs (a warning when it falls behind)."""
     completed = sum(1 for r in checkpoints if r["status"] == "COMPLETED")
     pending = sum(1 for r in checkpoints if r["status"] == "PENDING")
     warn = ""
     if control.get("stopped"):
         warn = (f"<div class='warn'>Job stopped with savepoint <code>{_e(control.get('stopped_savepoint'))}</code>"
                 " - epoch runs are skipped until the job is restored.</div>")
+    if lag is not None and lag.now is not None:
+        warn += (f"<div class='warn'><b>{_e(lag.summary())}</b></div>" if lag.behind
+                 else f"<div class='ok'>{_e(lag.summary())}</div>")
     runs = (f" &middot; <a href='../../../dags/{quote(dag_id)}/runs' target='_top'>Airflow runs of {_e(dag_id)}</a>"
             if dag_id else "")
     auto = (f"auto-refresh every {refresh} s (<a href='?refresh=0'>stop</a>)" if refresh
@@ -520,10 +527,12 @@ def create_app(*, backend: "_Backend | None" = None, authenticate: Callable | No
             return HTMLResponse(render_job_page(job, be.epoch_dag(job), [], [], None, {}, {},
                                                 config_rows=configuration(cfg, {}), refresh=refresh or REFRESH_SECONDS))
         info = h.job_info()
-        return HTMLResponse(render_job_page(job, be.epoch_dag(job), [r.to_dict() for r in h.checkpoints()],
+        cps = [r.to_dict() for r in h.checkpoints()]
+        return HTMLResponse(render_job_page(job, be.epoch_dag(job), cps,
                                             [r.to_dict() for r in h.savepoints()], h.head_id(), h.control(),
                                             info, config_rows=configuration(cfg, info), refresh=refresh,
-                                            restores=h.restores(), triggered=h.triggered()))
+                                            restores=h.restores(), triggered=h.triggered(),
+                                            lag=job_lag(job, cps, cfg.epoch_seconds, time.time())))
 
     @app.get("/jobs/{job}", include_in_schema=False)
     async def job_page_noslash(job: str, request: Request):
@@ -596,7 +605,10 @@ def create_app(*, backend: "_Backend | None" = None, authenticate: Callable | No
         h = be.history(job)
         cps, sps, head = [r.to_dict() for r in h.checkpoints()], [r.to_dict() for r in h.savepoints()], h.head_id()
         restores = h.restores()
+        lag = job_lag(job, cps, be.config().epoch_seconds, time.time())
         return JSONResponse({"job": job, "head": head, "control": h.control(), "checkpoints": cps,
+                             "lag": {**(lag.now.to_dict() if lag.now else {}), "summary": lag.summary(),
+                                     "recent_completion_delays_s": list(lag.recent_delays_s)},
                              "savepoints": sps, "restores": restores,
                              "counts": counts(cps, sps, restores=restores, triggered=h.triggered()),
                              "summary": summary(cps), "latest_failed": latest_failed(cps),

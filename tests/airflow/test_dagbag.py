@@ -61,18 +61,35 @@ def test_doc_md_is_the_module_docstring(dagbag):
             assert d.doc_md.strip() == (doc or "").strip()
 
 
-def test_epoch_dag_shape(dagbag):
+def _check_epoch_dag(dag, tasks: list[str], outlet_task: str) -> None:
     from pipeline.jobs import get_job
-    dag = dagbag.dags["epochal_orders_payments"]
-    assert [t.task_id for t in dag.topological_sort()] == ["trigger", "process", "commit", "validate"]
+    assert [t.task_id for t in dag.topological_sort()] == tasks
     assert dag.max_active_runs == 1
     assert getattr(dag.timetable, "delta", None) == timedelta(seconds=EPOCH_SECONDS), dag.timetable
     assert int(dag.start_date.timestamp()) % EPOCH_SECONDS == 0, "data intervals must be aligned to epochs"
-    outlets = {a.name for a in dag.get_task("commit").outlets}
+    outlets = {a.name for a in dag.get_task(outlet_task).outlets}
     assert outlets == {f"epochal/orders_payments/{t}" for t in get_job("orders_payments").sink_tables()}
-    uris = {a.uri for a in dag.get_task("commit").outlets}
+    uris = {a.uri for a in dag.get_task(outlet_task).outlets}
     assert all(u.startswith("file://") and "/sink/orders_payments/" in u for u in uris), uris
     assert dag.get_task("trigger").mode == "reschedule"
+    assert all(t.retries == 2 for t in dag.tasks if t.task_id != "trigger")
+    assert dag.get_task("trigger").retries >= 5
+
+
+def test_epoch_dag_shape_by_default_is_fused(dagbag):
+    """Issue 31 item 6: the default epoch DAG is ``trigger >> epoch`` (process, commit with the sink Assets, and
+    validate in one task), whose trigger pokes at a tenth of the epoch (12 s here; 3 s for 30-s epochs)."""
+    dag = dagbag.dags["epochal_orders_payments"]
+    _check_epoch_dag(dag, ["trigger", "epoch"], "epoch")
+    assert dag.get_task("trigger").poke_interval == EPOCH_SECONDS / 10
+
+
+def test_four_task_epoch_dag_is_an_opt_in(dagbag, monkeypatch):
+    monkeypatch.setenv("EPOCHAL_FUSED_EPOCH", "false")
+    dag = load_dag_module(REPO / "dags" / "orders_payments_epochs.py").dag
+    _check_epoch_dag(dag, ["trigger", "process", "commit", "validate"], "commit")
+    monkeypatch.setenv("EPOCHAL_POKE_SECONDS", "7")
+    assert load_dag_module(REPO / "dags" / "orders_payments_epochs.py").dag.get_task("trigger").poke_interval == 7
 
 
 def test_the_chain_dag_is_scheduled_on_the_upstream_sink_asset(dagbag):
@@ -83,10 +100,10 @@ def test_the_chain_dag_is_scheduled_on_the_upstream_sink_asset(dagbag):
     condition = dag.timetable.asset_condition
     assert type(condition).__name__ == "AssetAll", condition
     assert {(a.name, a.uri) for a in condition.objects} == {
-        (a.name, a.uri) for a in dagbag.dags["epochal_orders_payments"].get_task("commit").outlets
+        (a.name, a.uri) for a in dagbag.dags["epochal_orders_payments"].get_task("epoch").outlets
         if a.name == "epochal/orders_payments/paid_orders"}
     assert dag.max_active_runs == 1
-    assert {a.name for a in dag.get_task("commit").outlets} == {"epochal/customer_spend/customer_spend"}
+    assert {a.name for a in dag.get_task("epoch").outlets} == {"epochal/customer_spend/customer_spend"}
     from pipeline.jobs import get_job
     (src,) = get_job("customer_spend").sources()
     assert src.table is not None and src.table.location.endswith("/sink/orders_payments/paid_orders")
@@ -184,7 +201,7 @@ def test_parsing_imports_no_engine(path, dagbag):
 
 def test_human_approval_is_off_by_default_and_wired_when_on(dagbag, monkeypatch):
     """EPOCHAL_APPROVE_RESTORE / EPOCHAL_APPROVE_REWIND add Airflow's ApprovalOperator before the restore (and
-    before its wait for running epochs) and between trigger and process; without them there is no approval task."""
+    before its wait for running epochs) and between trigger and the epoch task; without them there is no approval task."""
     from airflow.providers.standard.operators.hitl import ApprovalOperator
     assert "approve_restore" not in dagbag.dags["epochal_orders_payments_restore"].task_ids
     assert "approve_rewind" not in dagbag.dags["epochal_orders_payments"].task_ids
@@ -198,7 +215,7 @@ def test_human_approval_is_off_by_default_and_wired_when_on(dagbag, monkeypatch)
                                                               "validate"]
     epochs = load_dag_module(REPO / "dags" / "orders_payments_epochs.py").dag
     assert isinstance(epochs.get_task("approve_rewind"), ApprovalOperator)
-    assert epochs.get_task("process").upstream_task_ids == {"trigger", "approve_rewind"}
+    assert epochs.get_task("epoch").upstream_task_ids == {"trigger", "approve_rewind"}
     monkeypatch.setenv("EPOCHAL_APPROVAL_TIMEOUT_SECONDS", "soon")
     from pipeline.exceptions import ConfigError
     with pytest.raises(ConfigError, match="EPOCHAL_APPROVAL_TIMEOUT_SECONDS"):

@@ -87,6 +87,7 @@ def tl(airflow_home, moto_server):
         "PIPELINE_SOURCE_URI": t.source, "PIPELINE_CHECKPOINT_URI": t.checkpoints, "PIPELINE_SINK_URI": t.sinks,
         "PIPELINE_EPOCH_SECONDS": str(E), "PIPELINE_PARALLELISM": "2", "PIPELINE_RETAINED_CHECKPOINTS": "10",
         "EPOCHAL_POKE_SECONDS": "1", "EPOCHAL_DAG_RETRY_DELAY_SECONDS": "0",
+        "EPOCHAL_FUSED_EPOCH": "false",  # the four-task shape (the opt-in); the fused default: test_fused_epoch_dag
         "AIRFLOW_CONN_EPOCHAL_S3": json.dumps({"conn_type": "aws", "login": "testing", "password": "testing",
                                                "extra": {"endpoint_url": moto_server.endpoint_url,
                                                          "region_name": "us-east-1"}}),

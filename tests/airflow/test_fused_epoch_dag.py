@@ -95,6 +95,10 @@ def test_fused_dag_one_checkpoint_per_interval_and_assets(fused):
         assert {t["result"] for t in out["commit"]["tables"].values()} == {"committed by this task's process step"}
         assert out["validate"]["success"] is True and out["validate"]["checkpoint_id"] == out["process"]["checkpoint_id"]
         assert out["process"]["rounds_s"] > 0
+        # the run says whether the job keeps up: these epochs ended long ago (T0 in the past), so it is far behind
+        lag = out["keepup"]
+        assert lag["epoch"] == first + k and lag["behind"] is True and lag["epochs_waiting"] >= 1, lag
+        assert lag["lag_s"] >= EPOCH_S and lag["excess_s"] == pytest.approx(lag["lag_s"] - EPOCH_S, abs=0.02), lag
     cps = _store(root).list()
     assert [c.epoch for c in cps] == [first, first + 1, first + 2]
     _assert_matches_oracle(root, first + 2)

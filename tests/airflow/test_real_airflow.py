@@ -160,6 +160,8 @@ def _instance(airflow_db_template, tmp_path_factory, extra_env: dict | None = No
         "PIPELINE_PARALLELISM": "1", "EPOCHAL_START_DATE": (hour - timedelta(hours=4)).isoformat(),
         "EPOCHAL_END_DATE": (hour - timedelta(hours=3)).isoformat(), "EPOCHAL_CATCHUP": "true", "EPOCHAL_POKE_SECONDS": "3", "EPOCHAL_DAG_RETRY_DELAY_SECONDS": "5",
         "EPOCHAL_READY_TIMEOUT": "300",
+        # the four-task DAG with a driver JVM per task (the opt-in shape; these tests name its tasks)
+        "EPOCHAL_FUSED_EPOCH": "false", "EPOCHAL_SPARK_CONNECT": "0",
         **(extra_env or {}),
     })
     t0 = time.monotonic()

@@ -50,3 +50,25 @@ def test_chain_env_forwards_every_chain_input_present_and_nothing_else():
                         "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
                         "AWS_REGION"}
     assert SECRET_ENV <= set(CHAIN_ENV)
+
+
+def test_shared_session_url_gives_one_session_per_key_that_spark_connect_accepts():
+    """The epoch DAG's tasks of a job attach to one Spark Connect session (warm Python workers between tasks): the
+    id is derived from the key, valid for the client (a version-4 UUID), and an explicit session id is kept."""
+    import uuid
+
+    from pyspark.sql.connect.client.core import DefaultChannelBuilder as ChannelBuilder
+
+    from pipeline.master import check_master_usable, connect_endpoint, shared_session_url
+    a = shared_session_url("sc://127.0.0.1:15002", "epochs|orders|s3://b/chk")
+    assert a == shared_session_url("sc://127.0.0.1:15002/", "epochs|orders|s3://b/chk")  # deterministic
+    assert a != shared_session_url("sc://127.0.0.1:15002", "epochs|clicks|s3://b/chk")   # one per job
+    sid = ChannelBuilder(a).session_id  # the client's own parsing and validation of the URL
+    assert sid is not None and uuid.UUID(sid).version == 4 and a.endswith(f"/;session_id={sid}")
+    assert connect_endpoint(a) == ("127.0.0.1", 15002)
+    check_master_usable(a, env={})
+    with_params = shared_session_url("sc://h:15002/;use_ssl=false", "k")
+    assert with_params.startswith("sc://h:15002/;use_ssl=false;session_id=")
+    assert ChannelBuilder(with_params).session_id is not None
+    explicit = f"sc://h:15002/;session_id={uuid.uuid4()}"
+    assert shared_session_url(explicit, "k") == explicit
