@@ -32,7 +32,7 @@ from pipeline.source.lake_retention import retention_warning, table_contract
 from pipeline.source.layout import SourceFile
 
 __all__ = ["FILES_PER_COMMIT", "LAKE_PARTITION", "version_of", "list_lake_files", "listing_start_version",
-           "check_lineage", "lake_source_files"]
+           "check_lineage", "lake_source_files", "check_retained_restore_point"]
 
 #: a lake file's ``seq`` is ``version * FILES_PER_COMMIT + index``; a commit adding more files fails clearly
 FILES_PER_COMMIT = 1024
@@ -139,3 +139,26 @@ def lake_source_files(source: str, table: LakeTable, declared: pa.Schema, source
         if msg:
             warn(msg)
     return files, {LAKE_PARTITION: start * FILES_PER_COMMIT}
+
+
+def check_retained_restore_point(source: str, table: LakeTable, declared: pa.Schema, source_root: str,
+                                 position: Any, inventory: Sequence[Sequence[int]] | None, checkpoint_id: int, *,
+                                 ingest_time: IngestTime = "commit", now_us: int,
+                                 warn: Callable[[str], None]) -> None:
+    """The retention contract for an older retained restore point (the oldest retained checkpoint, which a
+    restore may choose): ``warn`` gets a line when the oldest version it needs has used half of the table's
+    retention or more, or is gone already (that checkpoint can no longer be restored). Never raises for it: the
+    job's own listing (:func:`lake_source_files`) decides whether the next epoch can run.
+
+    Over 8 parameters: as :func:`lake_source_files`, for another restore point."""
+    resolved = table.resolved(source_root)
+    label = f"checkpoint {checkpoint_id}"
+    try:
+        listing = _commits(resolved, declared, listing_start_version(position, inventory), ingest_time, label)
+    except LakeSourceError as e:
+        warn(f"lake source {source}: retained {label} can no longer be restored: {e}")
+        return
+    msg = retention_warning(source, resolved, listing, table_contract(resolved, listing), now_us,
+                            f"retained {label}")
+    if msg:
+        warn(msg)

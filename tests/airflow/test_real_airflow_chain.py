@@ -16,6 +16,7 @@ import time
 
 import pandas as pd
 import pytest
+from af_helpers import free_port
 from test_real_airflow import _instance
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.e2e, pytest.mark.spark, pytest.mark.s3,
@@ -30,7 +31,10 @@ E = 60
 def chain(airflow_db_template, tmp_path_factory):
     yield from _instance(airflow_db_template, tmp_path_factory, logs="real_airflow_chain_logs", extra_env={
         "PIPELINE_EPOCH_SECONDS": str(E), "EPOCHAL_DEMO_EPOCHS": "2", "EPOCHAL_START_DATE": "",
-        "EPOCHAL_END_DATE": "", "PIPELINE_ALLOWED_LATENESS_SECONDS": "5"})
+        "EPOCHAL_END_DATE": "", "PIPELINE_ALLOWED_LATENESS_SECONDS": "5",
+        # the defaults of scripts/airflow_standalone.sh (the fused epoch task on a shared Spark Connect session)
+        "EPOCHAL_FUSED_EPOCH": "true", "EPOCHAL_SPARK_CONNECT": "1", "EPOCHAL_CONNECT_PORT": str(free_port()),
+        "EPOCHAL_CONNECT_MASTER": "local[2]"})
 
 
 def _table(inst, path: str) -> pd.DataFrame:

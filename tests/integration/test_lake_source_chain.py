@@ -77,18 +77,20 @@ def _write_orders(root: Path, epochs: int, per_epoch: int = 30) -> None:
             pq.write_table(t, d / f"{e:08d}.parquet")
 
 
-def _runner_a(tmp: Path) -> JobRunner:
-    cfg = load_config(env={}, source_uri=(tmp / "src").as_uri(), checkpoint_uri=(tmp / "a" / "ckpt").as_uri(),
-                      sink_uri=(tmp / "a" / "sink").as_uri(), epoch_seconds=E_A, parallelism=2,
+def _runner_a(tmp: Path, base: str | None = None) -> JobRunner:
+    base = base or tmp.as_uri()   # where checkpoints and sinks go: file:// under tmp, or an S3 root
+    cfg = load_config(env={}, source_uri=(tmp / "src").as_uri(), checkpoint_uri=f"{base}/a/ckpt",
+                      sink_uri=f"{base}/a/sink", epoch_seconds=E_A, parallelism=2,
                       clock_now="2026-01-02T00:00:00Z", retained_checkpoints=10)
     return JobRunner(build_a(), cfg, echo=lambda m: None)
 
 
-def _cfg_b(tmp: Path):
+def _cfg_b(tmp: Path, base: str | None = None):
     # one-second epochs on commit time: each of A's commits (seconds apart) is in an epoch of its own; the clock is
     # set after every commit, so every epoch can close
-    return load_config(env={}, source_uri=(tmp / "unused").as_uri(), checkpoint_uri=(tmp / "b" / "ckpt").as_uri(),
-                       sink_uri=(tmp / "b" / "sink").as_uri(), epoch_seconds=1, parallelism=2,
+    base = base or tmp.as_uri()
+    return load_config(env={}, source_uri=(tmp / "unused").as_uri(), checkpoint_uri=f"{base}/b/ckpt",
+                       sink_uri=f"{base}/b/sink", epoch_seconds=1, parallelism=2,
                        clock_now="2031-01-01T00:00:00Z", retained_checkpoints=10)
 
 
@@ -99,8 +101,8 @@ def _run_apart(a: JobRunner, epochs: int) -> None:
         time.sleep(1.1)
 
 
-def _table_a(tmp: Path, fmt: str = "delta") -> str:
-    return f"{fmt}:" + (tmp / "a" / "sink" / "chain_a" / "clean").as_uri()
+def _table_a(tmp: Path, fmt: str = "delta", base: str | None = None) -> str:
+    return f"{fmt}:{base or tmp.as_uri()}/a/sink/chain_a/clean"
 
 
 def _committed_a(a: JobRunner, tmp: Path, name: str) -> pd.DataFrame:
@@ -120,15 +122,18 @@ def _check_b(a: JobRunner, b: JobRunner, tmp: Path, name: str) -> None:
 
 
 @FULL
-@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
-def test_chain_sink_to_lake_source_with_a_kill_then_a_rewind_of_a(tmp_path, monkeypatch, fmt):
+@pytest.mark.parametrize("fmt,where", [("delta", "file"), ("iceberg", "file"),
+                                       pytest.param("delta", "s3", marks=pytest.mark.s3)])
+def test_chain_sink_to_lake_source_with_a_kill_then_a_rewind_of_a(tmp_path, monkeypatch, request, fmt, where):
+    """On file:// (Delta, Iceberg) and with A's table, both jobs' checkpoints and B's sinks on moto S3 (Delta)."""
+    base = request.getfixturevalue("s3_root") if where == "s3" else tmp_path.as_uri()
     monkeypatch.setenv(FORMAT_ENV, fmt)
     _write_orders(tmp_path / "src", epochs=4)
-    a = _runner_a(tmp_path)
+    a = _runner_a(tmp_path, base)
     _run_apart(a, 4)
-    monkeypatch.setenv(TABLE_ENV, _table_a(tmp_path, fmt))
-    cfg = _cfg_b(tmp_path)
-    env = {**{k: v for k, v in cfg.as_env().items() if v != "None"}, TABLE_ENV: _table_a(tmp_path, fmt),
+    monkeypatch.setenv(TABLE_ENV, _table_a(tmp_path, fmt, base))
+    cfg = _cfg_b(tmp_path, base)
+    env = {**{k: v for k, v in cfg.as_env().items() if v != "None"}, TABLE_ENV: _table_a(tmp_path, fmt, base),
            "PYTHONPATH": os.pathsep.join([str(_HERE), os.environ.get("PYTHONPATH", "")]),
            "EPOCHAL_KILL_AT": "after_state_before_metadata:2"}
     res = run_job_process(["run", "--job", "test_lake_source_chain:build_b"], env=env, timeout_s=600)
@@ -145,19 +150,22 @@ def test_chain_sink_to_lake_source_with_a_kill_then_a_rewind_of_a(tmp_path, monk
     a.process_epoch(first + 1)
     a.run()
     if fmt == "delta":
-        ops = [h["operation"] for h in DeltaTable(str(tmp_path / "a" / "sink" / "chain_a" / "clean")).history()]
+        from pipeline.sink.delta import delta_storage_options
+        uri = _table_a(tmp_path, fmt, base)[len("delta:"):]
+        loc = uri[len("file://"):] if uri.startswith("file://") else uri
+        ops = [h["operation"] for h in DeltaTable(loc, storage_options=delta_storage_options(uri)).history()]
         assert "RESTORE" in ops
     with pytest.raises(LakeSourceError, match=r"version \d+: data file 0 of that version, which checkpoint \d+ has "
                                               r"read, is gone in the table's current history"):
         JobRunner(build_b(), cfg, echo=lambda m: None).run()
     # ... and a new B follows A's restored lineage: A's committed table again, nothing of the abandoned commits
-    b2 = JobRunner(build_b(), cfg.with_(checkpoint_uri=(tmp_path / "b2" / "ckpt").as_uri(),
-                                        sink_uri=(tmp_path / "b2" / "sink").as_uri()), echo=lambda m: None)
+    b2 = JobRunner(build_b(), cfg.with_(checkpoint_uri=f"{base}/b2/ckpt", sink_uri=f"{base}/b2/sink"),
+                   echo=lambda m: None)
     b2.run()
     _check_b(a, b2, tmp_path, "b2")
     # bootstrap: a new job's state and output as of B2's last barrier, by the batch plan over the table's lineage
-    boot = JobRunner(build_b(), cfg.with_(checkpoint_uri=(tmp_path / "b3" / "ckpt").as_uri(),
-                                          sink_uri=(tmp_path / "b3" / "sink").as_uri()), echo=lambda m: None)
+    boot = JobRunner(build_b(), cfg.with_(checkpoint_uri=f"{base}/b3/ckpt", sink_uri=f"{base}/b3/sink"),
+                     echo=lambda m: None)
     bootstrap(boot, epoch=b2.snapshot().metadata.epoch)
     _check_b(a, boot, tmp_path, "b3")
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from pipeline.checkpoint.handles import Position
 from pipeline.checkpoint.restores import RestoreEvent, RestoreLog, utc_now
-from pipeline.exceptions import CheckpointError
+from pipeline.exceptions import CheckpointError, EpochalError
 from pipeline.fileio.s3 import list_page_size
 from pipeline.runtime.driver.context import RuntimeContext
 from pipeline.runtime.driver.cursor import Cursor, cursor_from_metadata
 from pipeline.runtime.driver.results import RunReport
 from pipeline.source.contract import check_source_contract, inventory_behind, listing_start, unplaceable_files_error
-from pipeline.source.lake import LAKE_PARTITION, lake_source_files
+from pipeline.source.lake import LAKE_PARTITION, check_retained_restore_point, lake_source_files
 from pipeline.source.layout import list_source_files
 from pipeline.source.planner import count_rows
 from pipeline.source.positions import end_position
@@ -64,6 +64,7 @@ class EpochPlanner:
                     cursor.positions.get(src.name, {}).get(str(LAKE_PARTITION)),
                     (cursor.inventory or {}).get(src.name, {}).get(str(LAKE_PARTITION)), cursor.checkpoint_id,
                     ingest_time=src.ingest_time, now_us=ctx.clock.now_us(), warn=lambda m: ctx.echo(f"WARNING: {m}"))
+                self._check_oldest_retained(cursor, src)
             else:
                 start = self.listing_start(cursor, src.name)
                 files = list_source_files(ctx.src_fio, ctx.config.source_uri, src.name, policy=ctx.config.bad_records,  # type: ignore[arg-type]
@@ -78,6 +79,23 @@ class EpochPlanner:
         ctx.source_inventory_behind = behind  # ... and from the inventory behind an incremental listing
         ctx.contract_dead_letters = check_source_contract(ctx, cursor, listing)
         return out
+
+    def _check_oldest_retained(self, cursor: Cursor, src) -> None:
+        """The lake source's retention contract for the oldest retained checkpoint too (a restore may choose it);
+        warnings only (pipeline/source/lake_retention.py)."""
+        ctx = self.ctx
+        try:
+            retained = ctx.coordinator.store.list()
+        except EpochalError:   # the listing of the job's own restore point decides; this check only warns
+            return
+        if not retained or retained[0].checkpoint_id == cursor.checkpoint_id:
+            return
+        old = cursor_from_metadata(retained[0].metadata)
+        check_retained_restore_point(
+            src.name, src.table, src.schema, ctx.config.source_uri,
+            old.positions.get(src.name, {}).get(str(LAKE_PARTITION)),
+            (old.inventory or {}).get(src.name, {}).get(str(LAKE_PARTITION)), retained[0].checkpoint_id,
+            ingest_time=src.ingest_time, now_us=ctx.clock.now_us(), warn=lambda m: ctx.echo(f"WARNING: {m}"))
 
     def first_epoch(self, summaries) -> int | None:
         ts = [s.min_ts for parts in summaries.values() for ss in parts.values() for s in ss

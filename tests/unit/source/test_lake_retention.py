@@ -178,3 +178,30 @@ def test_on_s3_iceberg_lists_reads_and_warns_and_delta_loads_its_configuration(s
     t1 = first[1].ingest_ts
     (w,) = _warnings(delta, t1 + 2 * DAY_US, pos, inv)                   # lists version 1 only: no metaData there
     assert "version 1" in w and "delta.logRetentionDuration = interval 1 day" in w
+
+
+def test_the_oldest_retained_checkpoint_is_checked_too_and_never_fails_the_listing(tmp_path):
+    """A restore may choose an older retained checkpoint: its oldest needed version is checked against the same
+    contract, and a version already gone says that checkpoint can no longer be restored (a warning, not an error:
+    the job's own restore point decides whether the next epoch runs)."""
+    from pipeline.source.lake import check_retained_restore_point
+    path = tmp_path / "d"
+    table = _delta(path, _rows(1), _rows(2), _rows(3), configuration={"delta.logRetentionDuration": "interval 2 days"})
+    t0 = _commit_us(path, 0)
+    files = list_lake_files("readings", table, SCHEMA, 0)[0]
+    out: list[str] = []
+
+    def check(position, inventory, now_us):
+        check_retained_restore_point("readings", table, SCHEMA, "file:///unused", position, inventory, 3,
+                                     now_us=now_us, warn=out.append)
+    check(Position(seq=files[0].seq + 1, row=0), [[files[0].seq, files[0].size]], t0 + DAY_US // 2)
+    assert out == []
+    check(Position(seq=files[0].seq + 1, row=0), [[files[0].seq, files[0].size]], t0 + 3 * DAY_US)
+    (w,) = out
+    assert "version 0" in w and "retained checkpoint 3 still needs" in w and "older than that" in w
+    out.clear()
+    (path / "_delta_log" / f"{0:020d}.json").unlink()                     # log cleanup removed version 0
+    check(Position(seq=files[0].seq + 1, row=0), [[files[0].seq, files[0].size]], t0 + 3 * DAY_US)
+    (w,) = out
+    assert w.startswith("lake source readings: retained checkpoint 3 can no longer be restored: ") and \
+        "version 0, which checkpoint 3 needs, is no longer in the table's log" in w
