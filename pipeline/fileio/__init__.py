@@ -31,6 +31,7 @@ from pipeline.fileio.s3 import S3FileIO, split_s3_uri
 
 __all__ = [
     "FileInfo", "FileIO", "LocalFileIO", "S3FileIO", "InMemoryFileIO", "file_io_for", "register_scheme",
+    "file_io_serving",
     "join_uri", "sha256_of", "sha256_of_file", "split_s3_uri",
 ]
 
@@ -50,6 +51,16 @@ _REFUSED = {"s3a": "use s3:// URIs, not s3a:// (Hadoop S3A is not available)",
 def register_scheme(scheme: str, factory: Callable[[str], FileIO]) -> None:
     """Make :func:`file_io_for` return ``factory(uri)`` for URIs of ``scheme`` (e.g. a test double)."""
     _REGISTRY[scheme.lower()] = factory
+
+
+def file_io_serving(fileio: FileIO | None, uri: str) -> FileIO:
+    """``fileio`` when it serves ``uri``'s scheme (or does not say which it serves, as a test double), else the
+    FileIO of ``uri``: a lake source's files live in the table's location, not under the source root whose FileIO
+    the caller holds."""
+    scheme = getattr(fileio, "scheme", None)
+    if fileio is not None and (scheme is None or uri.lower().startswith(f"{scheme}://")):
+        return fileio
+    return file_io_for(uri)
 
 
 def file_io_for(uri: str) -> FileIO:

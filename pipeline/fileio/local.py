@@ -79,6 +79,8 @@ def _silent_unlink(path: str) -> None:
 class LocalFileIO:
     """FileIO for ``file://`` URIs on a local (or shared POSIX) file system."""
 
+    scheme = "file"  # the URIs it serves: file://
+
     def __init__(self, *, fsync: bool = False) -> None:
         self._fsync = fsync
 

@@ -124,6 +124,8 @@ class _ArrowHandler(_arrow_handler_base()):  # type: ignore[misc]
 class InMemoryFileIO:
     """FileIO for ``memory://`` URIs (see module docstring). Instances share one store unless given their own."""
 
+    scheme = "memory"  # the URIs it serves: memory://
+
     _shared: dict[str, bytes] = {}
     _shared_lock = threading.Lock()
 

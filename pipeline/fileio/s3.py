@@ -253,6 +253,8 @@ def _error_code(exc: Exception) -> tuple[str, int]:
 class S3FileIO:
     """FileIO for ``s3://bucket/key`` URIs (AWS S3, MinIO, moto)."""
 
+    scheme = "s3"  # the URIs it serves: s3://
+
     def __init__(self, *, endpoint_url: str | None = None, access_key_id: str | None = None,
                  secret_access_key: str | None = None, region: str | None = None,
                  session_token: str | None = None) -> None:

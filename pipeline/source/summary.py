@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 
 from pipeline.checkpoint.handles import Position
 from pipeline.exceptions import ObjectNotFoundError, SourceError, StorageError
-from pipeline.fileio import file_io_for
+from pipeline.fileio import file_io_serving
 from pipeline.source._formats import (
     CONTENT_ERRORS,
     INGEST_TS,
@@ -114,10 +114,7 @@ def file_label(f: SourceFile) -> str:
 
 
 def _io_for(f: SourceFile, fileio: FileIO | None) -> FileIO:
-    if fileio is not None:
-        return fileio
-
-    return file_io_for(f.uri)
+    return file_io_serving(fileio, f.uri)
 
 
 def _remember_ts(key: tuple[str, int, int], arr: np.ndarray) -> None:
