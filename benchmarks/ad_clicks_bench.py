@@ -56,6 +56,7 @@ import os
 import shutil
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -90,7 +91,7 @@ def prepare_data(a: argparse.Namespace) -> tuple[str, dict]:
     root = os.path.join(a.workdir, "data", name)
     marker = os.path.join(root, "_bench_generated.json")
     if os.path.exists(marker):
-        info = json.load(open(marker))
+        info = json.loads(Path(marker).read_text())
         say(f"data: reusing {root} ({info['rows']})")
         return root, info
     shutil.rmtree(root, ignore_errors=True)
@@ -488,7 +489,7 @@ def write_markdown(a: argparse.Namespace, doc: dict) -> None:
                   f"{r['load_before'][0]:.1f} / {r['load_after'][0]:.1f} | {_correct(r)} |")
     md += ["", end]
     block = "\n".join(md)
-    text = open(path).read()
+    text = Path(path).read_text()
     if begin in text and end in text:
         text = text[:text.index(begin)] + block + text[text.index(end) + len(end):]
     else:

@@ -10,6 +10,7 @@ import re
 import shutil
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from bench_machine import say
 
@@ -28,7 +29,7 @@ def prepare_data(a: argparse.Namespace) -> tuple[str, dict]:
     root = os.path.join(a.workdir, "data", name)
     state_path = os.path.join(root, STATE_FILE)
     if os.path.exists(state_path):
-        st = json.load(open(state_path))
+        st = json.loads(Path(state_path).read_text())
         c = st["config"]
         if (st.get("epochs") == g["epochs"] and c["partitions"] == g["partitions"] and c["seed"] == g["seed"]
                 and c["orders_per_epoch"] == g["orders_per_epoch"] and c["epoch_seconds"] == g["epoch_seconds"]):

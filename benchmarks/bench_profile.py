@@ -6,6 +6,7 @@ import glob
 import json
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -24,7 +25,7 @@ def summarize_profile(profile_dir: str, res: dict) -> dict:
         out["driver"] = _driver_breakdown(prof)
     jt = os.path.join(profile_dir, "jvm_threads.json")
     if os.path.exists(jt):
-        j = json.load(open(jt))
+        j = json.loads(Path(jt).read_text())
         a0, a1 = j.get("at_session_ready") or {}, j.get("at_end") or {}
         if "total_s" in a0 and "total_s" in a1:
             live0 = a0.get("live_threads_s", {})
@@ -34,7 +35,7 @@ def summarize_profile(profile_dir: str, res: dict) -> dict:
             out["jvm_cpu"] = {"session_start_s": a0["total_s"], "run_s": round(a1["total_s"] - a0["total_s"], 2),
                               "threads_s": {**during, "(threads that ended)": round(max(ended, 0.0), 2)}}
     sp = os.path.join(profile_dir, "checkpoint_stats.jsonl")
-    st = [json.loads(x) for x in open(sp)] if os.path.exists(sp) else []
+    st = [json.loads(x) for x in Path(sp).read_text().splitlines()] if os.path.exists(sp) else []
     st = [c for c in st if c.get("stats")]
     if st:
         ops: dict[str, dict[str, float]] = {}

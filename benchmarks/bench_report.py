@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
 from bench_machine import say
 
@@ -86,7 +87,7 @@ def write_markdown(a: argparse.Namespace, doc: dict, lines: list[str], ep_lines:
         md.append(f"- {n}")
     md += ["", end]
     block = "\n".join(md)
-    text = open(path).read() if os.path.exists(path) else (
+    text = Path(path).read_text() if os.path.exists(path) else (
         "# Performance\n\nMeasured with `scripts/bench.sh` (see `benchmarks/throughput.py`). Regenerated blocks "
         "below are written by the benchmark; everything else is by hand.\n\n## Measured\n\n")
     if begin in text and end in text:

@@ -77,7 +77,7 @@ def main() -> None:
                       clock_now=(T0 + timedelta(seconds=E * (args.epochs + 2))).isoformat())
     r = JobRunner(build(), cfg, echo=lambda m: None)
     print(f"over aggregate (ROWS 10), {args.backend}, P={args.parallelism}, {args.events:,} rows per epoch; "
-          f"load before: {' '.join(open('/proc/loadavg').read().split()[:3])}")
+          f"load before: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     base = None
     for i in range(args.epochs):
         t1 = time.perf_counter()
@@ -93,7 +93,7 @@ def main() -> None:
             print(f"epoch {rr.epoch:>3}: {wall:6.2f} s ({args.events / wall:>8,.0f} events/s) {ratio}  state "
                   f"{rows:>9,} rows, persisted {(st.checkpointed_bytes if st else 0) / 1e6:7.2f} MB, load "
                   f"{os.getloadavg()[0]:.2f}")
-    print(f"load after: {' '.join(open('/proc/loadavg').read().split()[:3])}; work dir {root}")
+    print(f"load after: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}; work dir {root}")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import argparse
 import os
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -55,7 +56,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
     rng = np.random.default_rng(7)
-    print(f"load before: {' '.join(open('/proc/loadavg').read().split()[:3])}")
+    print(f"load before: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     base = None
     for scale in (1, 3, 10, 30):
         keys = args.touched * scale
@@ -65,7 +66,7 @@ def main() -> None:
         base = base or best
         print(f"state {keys:>7,} keys x {args.n} = {state.num_rows:>9,} rows: round {best * 1000:7.1f} ms "
               f"({args.rows / best:,.0f} rows/s), {best / base:.2f}x")
-    print(f"load after: {' '.join(open('/proc/loadavg').read().split()[:3])}")
+    print(f"load after: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import argparse
 import os
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -93,7 +94,7 @@ def main() -> None:
     ap.add_argument("--touched", type=int, default=2_000)
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
-    print(f"load before: {' '.join(open('/proc/loadavg').read().split()[:3])}")
+    print(f"load before: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     for name, fn in (("interval join", interval_round), ("temporal join", temporal_round)):
         for keyed in (False, True):
             base = None
@@ -104,7 +105,7 @@ def main() -> None:
                 base = base or best
                 print(f"{name:13s} {'keyed' if keyed else 'heap ':5s} state {args.touched * scale:>7,} keys: "
                       f"round {best * 1000:7.1f} ms ({args.rows / best:>9,.0f} events/s), {best / base:.2f}x")
-    print(f"load after: {' '.join(open('/proc/loadavg').read().split()[:3])}")
+    print(f"load after: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
 
 
 if __name__ == "__main__":

@@ -94,7 +94,7 @@ def main() -> None:
                       clock_now=(T0 + timedelta(seconds=E * (args.epochs + 2))).isoformat())
     r = JobRunner(build(args.op), cfg, echo=lambda m: None)
     print(f"{args.op} join, {args.backend}, P={args.parallelism}, {args.events:,} rows per side per epoch; "
-          f"load before: {' '.join(open('/proc/loadavg').read().split()[:3])}")
+          f"load before: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     base = None
     for i in range(args.epochs):
         t1 = time.perf_counter()
@@ -110,7 +110,7 @@ def main() -> None:
             print(f"epoch {rr.epoch:>3}: {wall:6.2f} s ({2 * args.events / wall:>8,.0f} events/s) {ratio}  state "
                   f"{rows:>9,} rows, persisted {(st.checkpointed_bytes if st else 0) / 1e6:7.2f} MB, load "
                   f"{os.getloadavg()[0]:.2f}")
-    print(f"load after: {' '.join(open('/proc/loadavg').read().split()[:3])}; work dir {root}")
+    print(f"load after: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}; work dir {root}")
 
 
 if __name__ == "__main__":

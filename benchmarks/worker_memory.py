@@ -77,7 +77,7 @@ HEAVY = %(heavy)r
 def _fields(path, keys):
     out = {}
     try:
-        for ln in open(path):
+        for ln in Path(path).read_text().splitlines():
             k, _, v = ln.partition(":")
             if k in keys:
                 out[k] = int(v.split()[0]) * 1024

@@ -340,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(args.seed)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="nexmark-"))
     work.mkdir(parents=True, exist_ok=True)
-    load_before = open("/proc/loadavg").read().split()[:3]
+    load_before = Path("/proc/loadavg").read_text().split()[:3]
     cfg = NexmarkConfig(events=args.events, rate=args.rate, seed=args.seed, partitions=args.partitions)
     local_src = work / "src"
     summary = write_sources(local_src.as_uri(), cfg)
@@ -384,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"events": args.events, "rows": summary["rows"], "rate": args.rate, "partitions": args.partitions,
             "epochs": epochs, "epoch_seconds": args.epoch_seconds, "kills": args.kills,
             "parallelism": args.parallelism, "cores": os.cpu_count(), "load_before": " ".join(load_before),
-            "load_after": " ".join(open("/proc/loadavg").read().split()[:3]),
+            "load_after": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "storage": "moto S3" if args.s3 else "file://"}
     table = markdown(results, meta)
     if args.markdown:

@@ -38,6 +38,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from pipeline import settings
@@ -310,7 +311,7 @@ def _client(args) -> AirflowRestClient:
     password = args.password or settings.raw("EPOCHAL_AIRFLOW_PASSWORD")
     if not password and args.password_file:
         try:
-            password = json.load(open(args.password_file))[args.username]
+            password = json.loads(Path(args.password_file).read_text())[args.username]
         except (OSError, ValueError, KeyError) as e:
             raise ConfigError(f"cannot read the password of {args.username!r} from {args.password_file}: {e}") from None
     if not password:

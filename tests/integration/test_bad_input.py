@@ -3,6 +3,7 @@ the epoch fails with a message naming the file and the partition (PIPELINE_BAD_R
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pyarrow.fs as pafs
 import pytest
@@ -43,7 +44,7 @@ def test_dead_letter_policy_counts_and_keeps_everything_else(tmp_path):
     records = []
     for info in fs.get_file_info(pafs.FileSelector(str(dl), recursive=True)):
         if info.type == pafs.FileType.File and info.path.endswith(".jsonl"):
-            records += [json.loads(l) for l in open(info.path) if l.strip()]
+            records += [json.loads(l) for l in Path(info.path).read_text().splitlines() if l.strip()]
     assert len(records) >= 5
     for r in records:
         assert r.get("error") and "partition" in r and (r.get("file") or r.get("uri"))

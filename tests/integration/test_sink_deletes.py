@@ -123,7 +123,7 @@ def _seen(bids: pa.Table, epoch: int) -> pa.Table:
 
 @pytest.mark.skipif(os.environ.get("EPOCHAL_DELETES_FULL") != "1",
                     reason="full profile only: EPOCHAL_DELETES_FULL=1 (about 90 s; the default suite has the no-Spark "
-                           "tests/unit/sink/test_sink_deletes.py)")
+                           "tests/unit/sink/test_sink_delete_formats.py)")
 def test_sinks_delete_crash_rescale_validate(tmp_path):
     bids = _generate(tmp_path / "src")
     # the input is made so that categories empty: some category below 50 at epoch 1 has none at the end

@@ -20,7 +20,7 @@ PINNED = {
         "TooManyFailedCheckpointsError", "TransactionStateError", "TypeMismatch", "UserFunctionError", "ValidationError",
     ],
     "pipeline.fileio": [
-        "FileIO", "FileInfo", "InMemoryFileIO", "LocalFileIO", "S3FileIO", "file_io_for", "join_uri",
+        "FileIO", "FileInfo", "InMemoryFileIO", "LocalFileIO", "S3FileIO", "file_io_for", "file_io_serving", "join_uri",
         "register_scheme", "sha256_of", "sha256_of_file", "split_s3_uri",
     ],
     "pipeline.runtime.driver.runner": ["Cursor", "JobRunner", "RoundResult", "RunReport"],
