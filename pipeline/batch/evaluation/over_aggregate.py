@@ -10,7 +10,7 @@ from __future__ import annotations
 from pipeline.batch.evaluation.context import PlanContext
 from pipeline.batch.evaluation.prefix import PEPOCH
 from pipeline.batch.evaluation.result import INTERNAL, WATERMARK_ROW, nested
-from pipeline.batch.evaluation.wm_channels import channel_column
+from pipeline.batch.evaluation.wm_channels import channel_column, watermark_fold
 from pipeline.job import OverAggregateNode, emits_updates
 from pipeline.operators.over_aggregate import FIRED
 
@@ -24,23 +24,6 @@ def _flows_on(plan: PlanContext, nid: int) -> bool:
     """An operator, or a sink its tasks do not write, reads node ``nid``'s rows (they then carry ``_ingest_ts``)."""
     return any(plan.job.chain_to(i)[0] == nid for o in plan.job.operators() for i in o.inputs) or any(
         plan.job.chain_to(s.parent)[0] == nid and plan.job.operator_sink(nid) is not s for s in plan.job.sinks())
-
-
-def _fold(maxima: list[tuple[int, str, int]], ooo_us: int):
-    """W before and after each epoch with rows, and the channels' highest times (the runtime's fold)."""
-    seen: dict[str, int] = {}
-    w_prev: dict[int, int | None] = {}
-    w_after: dict[int, int | None] = {}
-    w: int | None = None
-    for m in sorted({e for e, _, _ in maxima}):
-        w_prev[m] = w
-        active = [(c, x) for e, c, x in maxima if e == m]
-        for c, x in active:
-            seen[c] = max(seen.get(c, x), x)
-        cand = min(seen[c] for c, _ in active) - ooo_us
-        w = cand if w is None else max(w, cand)
-        w_after[m] = w
-    return w_prev, w_after, seen, w
 
 
 def over_aggregate(plan: PlanContext, nid: int, op: OverAggregateNode):
@@ -70,7 +53,7 @@ def over_aggregate(plan: PlanContext, nid: int, op: OverAggregateNode):
                                 channel.alias("__ch"))
     maxima = sorted((int(r[0]), str(r[1]), int(r[2]))
                     for r in recs.groupBy(PEPOCH, "__ch").agg(F.max("__t")).collect())
-    w_prev, w_after, seen, w = _fold(maxima, op.max_out_of_orderness_seconds * SEC)
+    w_prev, w_after, seen, w = watermark_fold(maxima, op.max_out_of_orderness_seconds * SEC)
     wm = plan.spark.createDataFrame([(m, w_prev[m]) for m in w_prev] or [], f"{PEPOCH} long, __wprev long")
     j = recs.join(F.broadcast(wm), PEPOCH, "left")
     is_on = F.col("__wprev").isNull() | (F.col("__t") > F.col("__wprev"))

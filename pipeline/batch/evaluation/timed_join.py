@@ -15,7 +15,7 @@ from __future__ import annotations
 from pipeline.batch.evaluation.context import PlanContext
 from pipeline.batch.evaluation.prefix import PEPOCH
 from pipeline.batch.evaluation.result import INTERNAL, WATERMARK_ROW, nested
-from pipeline.batch.evaluation.wm_channels import channel_column
+from pipeline.batch.evaluation.wm_channels import channel_column, watermark_fold
 from pipeline.job import IntervalJoinNode, TemporalJoinNode, emits_updates
 
 __all__ = ["timed_join"]
@@ -63,19 +63,7 @@ def timed_join(plan: PlanContext, nid: int, op: IntervalJoinNode | TemporalJoinN
     (_, lcols, lrecs), (_, rcols, rrecs) = sides
     maxima = sorted((int(r[0]), str(r[1]), int(r[2])) for r in lrecs.select(PEPOCH, "__ch", "__t").unionByName(
         rrecs.select(PEPOCH, "__ch", "__t")).groupBy(PEPOCH, "__ch").agg(F.max("__t")).collect())
-    O = op.max_out_of_orderness_seconds * SEC
-    seen: dict[str, int] = {}
-    w_prev: dict[int, int | None] = {}
-    w_after: dict[int, int | None] = {}
-    w: int | None = None
-    for m in sorted({e for e, _, _ in maxima}):
-        w_prev[m] = w
-        active = [(c, x) for e, c, x in maxima if e == m]
-        for c, x in active:
-            seen[c] = max(seen.get(c, x), x)
-        cand = min(seen[c] for c, _ in active) - O
-        w = cand if w is None else max(w, cand)
-        w_after[m] = w
+    w_prev, w_after, seen, w = watermark_fold(maxima, op.max_out_of_orderness_seconds * SEC)
     wm = plan.spark.createDataFrame([(m, w_prev[m]) for m in w_prev] or [], f"{PEPOCH} long, __wprev long")
     on_time = []
     for (side, _user, recs) in sides:
