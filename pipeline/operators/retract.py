@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 
 from pipeline.exceptions import AggregateOverflowError
 
-__all__ = ["SIGN", "ROWS", "RETRACTABLE", "KG", "unretractable", "kernel_aggs", "state_fields", "output_fields",
+__all__ = ["SIGN", "combined", "row_signs", "ROWS", "RETRACTABLE", "KG", "unretractable", "kernel_aggs", "state_fields", "output_fields",
            "RetractStep", "retract_step", "output_rows", "changelog", "flow_schema"]
 
 SIGN = "_sign"          # +1: a row added, -1: a row retracted (int32; null counts as +1)
@@ -96,16 +96,18 @@ class RetractStep:
     touched: pa.Table    # the keys of this round's rows (one column, the key)
 
 
-def _array(c) -> pa.Array:
+def combined(c) -> pa.Array:
+    """A column as one Array (a ChunkedArray's chunks combined; an empty one of its type)."""
     if isinstance(c, pa.ChunkedArray):
         return c.combine_chunks() if c.num_chunks else pa.array([], c.type)
     return c
 
 
-def _signs(rows: pa.Table) -> pa.Array:
+def row_signs(rows: pa.Table) -> pa.Array:
+    """Each row's ``_sign`` as int64 (+1 where absent or null: a row of an append stream is an addition)."""
     if SIGN not in rows.column_names:
         return pa.array([1] * rows.num_rows, pa.int64())
-    return pc.fill_null(pc.cast(_array(rows[SIGN]), pa.int64()), 1)
+    return pc.fill_null(pc.cast(combined(rows[SIGN]), pa.int64()), 1)
 
 
 def _wide(v) -> Any:
@@ -166,14 +168,14 @@ def retract_step(key: str, aggs: Sequence[Agg], state_schema: pa.Schema, output_
     empty_out = output_schema.empty_table()
     if rows is None or rows.num_rows == 0:
         return RetractStep(state, empty_out, empty_out, empty_out, pa.table({key: state[key].slice(0, 0)}))
-    s = _signs(rows)
+    s = row_signs(rows)
     # 1. each row's signed contribution to every state column (the merge is a sum)
     contrib: dict[str, Any] = {key: rows[key], KG: rows[KG]}
     for out, fn, col in aggs:
         if fn == "count":
             contrib[out] = s if col is None else pc.multiply(s, pc.fill_null(pc.cast(rows[col], pa.int64()), 0))
             continue
-        v = _wide(_array(rows[col]))
+        v = _wide(combined(rows[col]))
         signed = pc.if_else(pc.greater(s, 0), v, pc.negate(v))
         contrib[out if fn == "sum" else out + SUM_SUFFIX] = signed
         contrib[out + COUNT_SUFFIX] = pc.if_else(pc.is_valid(v), s, pa.scalar(0, pa.int64()))
@@ -185,7 +187,7 @@ def retract_step(key: str, aggs: Sequence[Agg], state_schema: pa.Schema, output_
     partial = pa.table({key: partial.column(0), **{n: partial.column(1 + i) for i, n in enumerate(names)},
                         KG: partial.column(1 + len(names))})
     # 2. merged with the held rows of the touched groups (a null sum counts 0); the others stay as they are
-    tkeys = _array(partial[key])
+    tkeys = combined(partial[key])
     hit = pc.is_in(state[key], value_set=tkeys, skip_nulls=False)
     untouched, state = state.filter(pc.invert(hit)), state.filter(hit)
     wide = pa.schema([pa.field(key, state_schema.field(key).type)]
@@ -196,7 +198,7 @@ def retract_step(key: str, aggs: Sequence[Agg], state_schema: pa.Schema, output_
     both = pa.table([both[key]] + [pc.fill_null(both[n], pa.scalar(0, wide.field(n).type)) for n in names]
                     + [both[KG]], schema=wide)
     merged = both.group_by(key, use_threads=False).aggregate([(n, "sum") for n in names] + [(KG, "min")])
-    m_keys = _array(merged.column(0))
+    m_keys = combined(merged.column(0))
     new_cols: dict[str, Any] = {key: m_keys}
     for i, n in enumerate(names):
         new_cols[n] = _narrow(merged.column(1 + i), state_schema.field(n).type, n, m_keys, where)
@@ -221,23 +223,23 @@ def retract_step(key: str, aggs: Sequence[Agg], state_schema: pa.Schema, output_
         same = _unchanged(previous, output, key)  # and an addition that mapped to the same row upstream)
         if pc.any(same).as_py():
             output = output.filter(pc.invert(same))
-            current = current.filter(pc.is_in(current[key], value_set=_array(output[key]), skip_nulls=False))
-            previous = previous.filter(pc.is_in(previous[key], value_set=_array(output[key]), skip_nulls=False))
+            current = current.filter(pc.is_in(current[key], value_set=combined(output[key]), skip_nulls=False))
+            previous = previous.filter(pc.is_in(previous[key], value_set=combined(output[key]), skip_nulls=False))
     return RetractStep(pa.concat_tables([untouched, merged_t.filter(alive)]), output, previous, current,
                        pa.table({key: tkeys}))
 
 
 def _unchanged(previous: pa.Table, current: pa.Table, key: str) -> pa.Array:
     """Per row of ``current``: its group's row in ``previous`` is the same (every column equal, nulls equal)."""
-    at = pc.index_in(current[key], value_set=_array(previous[key]), skip_nulls=False)
+    at = pc.index_in(current[key], value_set=combined(previous[key]), skip_nulls=False)
     same = pc.is_valid(at)
     if not pc.any(same).as_py():
-        return _array(same)
+        return combined(same)
     for name in current.column_names:
-        a, b = _array(current[name]), _array(previous[name]).take(at)
+        a, b = combined(current[name]), combined(previous[name]).take(at)
         eq = pc.or_kleene(pc.equal(a, b), pc.and_kleene(pc.is_null(a), pc.is_null(b)))
         same = pc.and_(same, pc.fill_null(eq, False))
-    return _array(same)
+    return combined(same)
 
 
 def changelog(previous: pa.Table | None, current: pa.Table | None, schema: pa.Schema,
@@ -250,7 +252,7 @@ def changelog(previous: pa.Table | None, current: pa.Table | None, schema: pa.Sc
         same = _unchanged(previous, current, key)
         if pc.any(same).as_py():
             kept = current.filter(pc.invert(same))
-            gone = pc.is_in(previous[key], value_set=_array(current[key]).filter(same), skip_nulls=False)
+            gone = pc.is_in(previous[key], value_set=combined(current[key]).filter(same), skip_nulls=False)
             previous, current = previous.filter(pc.invert(gone)), kept
     parts = []
     for t, sign in ((previous, -1), (current, 1)):

@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.operators.retract import KG, SIGN
+from pipeline.operators.retract import KG, SIGN, combined, row_signs
 
 __all__ = ["MULT", "RetractJoinStep", "state_schema", "retract_join_step", "side_columns"]
 
@@ -52,18 +52,6 @@ class RetractJoinStep:
     touched: pa.Array     # the keys of this round's rows (non-null)
 
 
-def _array(c) -> pa.Array:
-    if isinstance(c, pa.ChunkedArray):
-        return c.combine_chunks() if c.num_chunks else pa.array([], c.type)
-    return c
-
-
-def _signs(rows: pa.Table) -> pa.Array:
-    if SIGN not in rows.column_names:
-        return pa.array([1] * rows.num_rows, pa.int64())
-    return pc.fill_null(pc.cast(_array(rows[SIGN]), pa.int64()), 1)
-
-
 def _consolidate(t: pa.Table, cols: list[str], extra_min: Sequence[str] = ()) -> pa.Table:
     """``t`` (``cols``, :data:`MULT`, ``extra_min``) summed per distinct ``cols``; rows of multiplicity 0 dropped."""
     if not t.num_rows:
@@ -78,7 +66,7 @@ def _delta(rows: pa.Table | None, sschema: pa.Schema, key: str) -> pa.Table:
     cols = [f.name for f in sschema if f.name not in (MULT, KG)]
     if rows is None or not rows.num_rows:
         return sschema.empty_table()
-    t = pa.table({**{c: rows[c] for c in cols}, MULT: _signs(rows), KG: pc.cast(rows[KG], pa.int32())})
+    t = pa.table({**{c: rows[c] for c in cols}, MULT: row_signs(rows), KG: pc.cast(rows[KG], pa.int32())})
     t = t.filter(pc.is_valid(t[key]))
     return _consolidate(t, cols, (KG,)).select(sschema.names).cast(sschema)
 
@@ -126,7 +114,7 @@ def retract_join_step(key: str, output: Sequence[tuple[str, str]], left_schema: 
     one join, kept apart as the kernel keeps them), and the operator's name for messages."""
     ls, rs = state_schema(left_schema), state_schema(right_schema)
     dl, dr = _delta(left_rows, ls, key), _delta(right_rows, rs, key)
-    tkeys = pc.unique(pa.chunked_array([_array(dl[key]), _array(dr[key].cast(ls.field(key).type))],
+    tkeys = pc.unique(pa.chunked_array([combined(dl[key]), combined(dr[key].cast(ls.field(key).type))],
                                        type=ls.field(key).type).combine_chunks())
     left, right = _held(left, ls), _held(right, rs)
     lhit = pc.is_in(left[key], value_set=tkeys)
