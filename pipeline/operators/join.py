@@ -31,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipeline.operators.channel_sets import union_channels
 from pipeline.operators.ttl import ROW_EPOCH, expiry_epoch, micros, pair_within_ttl
 
 __all__ = ["JoinType", "Uniqueness", "JoinResult", "MATCHED", "join_step", "with_matched"]
@@ -155,9 +156,11 @@ def _column(src: pa.Table | None, n: int, prefix: str, name: str, typ: pa.DataTy
 
 
 def _assemble(schema: pa.Schema, key: str, n: int, *, joined: pa.Table | None = None,
-              left: pa.Table | None = None, right: pa.Table | None = None) -> pa.Table:
+              left: pa.Table | None = None, right: pa.Table | None = None, channel: str | None = None) -> pa.Table:
     """Output rows in ``schema``: from joined pairs (``l:``/``r:`` prefixed, key ``__key``), or from lone
-    left / right rows (plain names) with nulls for the other side."""
+    left / right rows (plain names) with nulls for the other side. ``channel``: the column of the rows' watermark
+    channel sets: a pair carries both rows' (:func:`~pipeline.operators.channel_sets.union_channels`), a lone
+    row its own."""
     cols = []
     for f in schema:
         if joined is not None:
@@ -166,6 +169,8 @@ def _assemble(schema: pa.Schema, key: str, n: int, *, joined: pa.Table | None = 
             elif f.name == "_ingest_ts":   # the later of the two (as µs: no timestamp kernel for the maximum)
                 c = pc.max_element_wise(micros(joined["l:_ingest_ts"]), micros(joined["r:_ingest_ts"])).cast(
                     pa.timestamp("us", tz="UTC")).cast(f.type)
+            elif f.name == channel and f"l:{channel}" in joined.column_names:   # counts for both rows' channels
+                c = union_channels(joined[f"l:{channel}"], joined[f"r:{channel}"]).cast(f.type)
             elif f.name == ROW_EPOCH and f"l:{ROW_EPOCH}" in joined.column_names:
                 c = pc.max_element_wise(joined[f"l:{ROW_EPOCH}"], joined[f"r:{ROW_EPOCH}"]).cast(f.type)
             elif f"l:{f.name}" in joined.column_names:
@@ -187,14 +192,15 @@ def _owns(name: str, left: pa.Table | None, right: pa.Table | None) -> bool:
 
 def join_step(state_left: pa.Table, state_right: pa.Table, new_left: pa.Table, new_right: pa.Table, *,
               key: str, cutoff, how: JoinType, unique: Uniqueness, output_schema: pa.Schema,
-              ttl_us: int | None = None, epoch_us: int | None = None) -> JoinResult:
+              ttl_us: int | None = None, epoch_us: int | None = None, channel: str | None = None) -> JoinResult:
     """One round of the join for one subtask (see the module docstring).
 
     ``state_*`` carry ``_matched``; ``new_*`` may or may not (it is set false). ``cutoff``: a
     ``pa.timestamp`` scalar or None (no TTL): the round's expiry cutoff ``end(L) - ttl``. ``ttl_us`` and
     ``epoch_us`` (with a :data:`~pipeline.operators.ttl.ROW_EPOCH` column on both sides): the per-pair TTL
     condition on the rows' own epochs. Internal columns such as ``_kg`` are kept in state and never reach the
-    output unless ``output_schema`` names them.
+    output unless ``output_schema`` names them. ``channel``: a column both sides carry (and state keeps) holding
+    each row's watermark channel set; an output row gets the union of its rows' (docs/concepts/watermarks.md).
 
     Over 80 lines: the join kernel's round in one vectorised pass (probe both states, match, expire, emit outer
     rows), commented step by step; Over 8 parameters: the four tables of a round plus the join's definition, all
@@ -265,7 +271,7 @@ def join_step(state_left: pa.Table, state_right: pa.Table, new_left: pa.Table, n
     n_pairs = 0
     for j in joined:
         n_pairs += j.num_rows
-        outs.append(_assemble(output_schema, key, j.num_rows, joined=j))
+        outs.append(_assemble(output_schema, key, j.num_rows, joined=j, channel=channel))
     n_unmatched = 0
     for gone, outer, side in ((gone_l, how.outer_left, "left"), (gone_r, how.outer_right, "right")):
         if gone is None or not outer:

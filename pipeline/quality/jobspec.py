@@ -41,6 +41,7 @@ from pipeline.operators.retract import state_fields as retract_state_fields
 from pipeline.operators.retract_join import state_schema as retract_join_state
 from pipeline.quality.normalize import NullKey, ObjectSpec, schema_signature
 from pipeline.updating_streams import reads_changelog
+from pipeline.windows.channels import needs_channels
 
 __all__ = ["JobObjects", "job_objects", "node_schema", "state_obj", "sink_obj"]
 
@@ -138,6 +139,8 @@ def _state_schema(job: Job, op, name: str) -> pa.Schema | None:
             side = side.append(pa.field(op.on, pa.string()))
         if side is not None and job.retracting_join(op):  # signed multisets (pipeline.operators.retract_join)
             return retract_join_state(side)
+        if side is not None and needs_channels(job, job.node_id(op)):   # a window reads its rows: their channels
+            side = side.append(pa.field("_wm_channel", pa.string()))      # (docs/concepts/watermarks.md)
         # the rows' own epochs (docs/operators.md, TTL), then the matched flag
         return None if side is None else side.append(_KG).append(pa.field("_pepoch", pa.int64())).append(
             pa.field("_matched", pa.bool_()))

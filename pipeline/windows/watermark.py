@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.exceptions import CorruptCheckpointError
+from pipeline.operators.channel_sets import split_channels
 
 __all__ = ["WatermarkState", "observe_channels", "merge_observations", "WATERMARK_SCHEMA", "OPERATOR_ROW"]
 
@@ -73,7 +74,8 @@ class WatermarkState:
 
 def observe_channels(channel, event_time, key=None) -> dict[str, int]:
     """Per channel, the highest event time (µs) among the given rows that have a non-null event time (and a
-    non-null ``key``, if given: bad records do not move the watermark): the channels active in them."""
+    non-null ``key``, if given: bad records do not move the watermark): the channels active in them. A row whose
+    channel is a set (a join's output row: :mod:`pipeline.operators.channel_sets`) counts for each of its channels."""
     t = pa.table({"c": channel, "t": pc.cast(pc.cast(event_time, pa.timestamp("us", tz="UTC"))
                                              if pa.types.is_timestamp(event_time.type) else event_time, pa.int64())})
     ok = pc.is_valid(t["t"])
@@ -83,7 +85,8 @@ def observe_channels(channel, event_time, key=None) -> dict[str, int]:
     if t.num_rows == 0:
         return {}
     g = t.group_by("c", use_threads=False).aggregate([("t", "max")])
-    return {c: int(v) for c, v in zip(g["c"].to_pylist(), g["t_max"].to_pylist())}
+    return merge_observations(*({c: int(v) for c in split_channels(s)}
+                                for s, v in zip(g["c"].to_pylist(), g["t_max"].to_pylist())))
 
 
 def merge_observations(*obs: Mapping[str, int]) -> dict[str, int]:

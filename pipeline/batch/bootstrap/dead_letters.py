@@ -50,9 +50,10 @@ from pipeline.batch.bootstrap.suspects import read_suspect_splits, suspect_split
 from pipeline.batch.evaluation.join_keys import join_semantics, violation_label
 from pipeline.batch.evaluation.prefix import PEPOCH
 from pipeline.batch.evaluation.result import INTERNAL
+from pipeline.batch.evaluation.wm_channels import channel_column
 from pipeline.exceptions import StorageError
 from pipeline.fileio import file_io_for
-from pipeline.job import IntervalJoinNode, JoinNode, OverAggregateNode, SourceNode, TemporalJoinNode, WindowNode
+from pipeline.job import IntervalJoinNode, JoinNode, OverAggregateNode, TemporalJoinNode, WindowNode
 from pipeline.layout import checkpoint_dir_name, checkpoint_id_of
 from pipeline.layout.dead_letters import is_epoch_dir
 from pipeline.runtime.operators.dead_letters import attempt_dead_letter_dir, operator_dead_letter_prefix
@@ -240,10 +241,9 @@ def _window_dead_letters(comp, res, op: WindowNode):
                       op.max_out_of_orderness_seconds * SEC, op.allowed_lateness_seconds * SEC, op.aggs,
                       EmitMode(op.emit), op.gap_seconds * SEC)
     src = comp.frame(op.parent)
-    job = comp.job
-    base = job.nodes[job.chain_to(op.parent)[0]]
-    channel = (F.concat(F.col("_source"), F.lit("/"), F.col("_partition").cast("string"))
-               if isinstance(base, SourceNode) else F.lit(f"op:{getattr(base, 'uid', '')}"))
+    channel = channel_column(comp, op.parent, src)   # the runtime's channel (set) of each row (wm_channels)
+    if isinstance(channel, str):   # not modelled: the plan reports the window NOT CHECKED, so no bootstrap
+        channel = F.lit(None).cast("string")
     positions = [c for c in ("_source", "_partition", "_seq", "_row") if c in src.columns]
     cols = list(dict.fromkeys([op.key, op.event_time] + spec.input_columns()
                               + [c for c in src.columns if c not in INTERNAL] + positions))

@@ -15,11 +15,13 @@ from pipeline.batch.evaluation.join_repeats import (
     with_fold,
 )
 from pipeline.batch.evaluation.prefix import PEPOCH
-from pipeline.batch.evaluation.result import INTERNAL
+from pipeline.batch.evaluation.result import INTERNAL, WM_CHANNELS
 from pipeline.batch.evaluation.rounds import ROUND, emitted_round, pair_round
 from pipeline.batch.evaluation.sources import unparked
 from pipeline.batch.evaluation.updating import retract_join_frames
+from pipeline.batch.evaluation.wm_channels import channel_column, union_channels_sql
 from pipeline.job import JoinNode, emits_updates, join_key_sql, join_output
+from pipeline.windows.channels import needs_channels
 
 
 def _pair_round_columns(left, right) -> tuple[bool, list]:
@@ -42,6 +44,8 @@ def join(plan: PlanContext, nid: int, op: JoinNode):
         return retract_join_frames(plan, nid, op)
     E = plan.prefix.epoch_us
     how, unique = join_semantics(op)
+    carries = needs_channels(plan.job, nid)   # its rows carry their watermark channel sets (wm_channels)
+    kept = [WM_CHANNELS] if carries else []   # in its state too, as the runtime keeps them
     inputs = []
     for inp in (op.left, op.right):
         df = unparked(plan.frame(inp))
@@ -55,6 +59,12 @@ def join(plan: PlanContext, nid: int, op: JoinNode):
             return None
         if op.keys:  # several key columns: keyed by one column computed from them, as the runtime does
             df = df.withColumn(op.on, F.expr(join_key_sql(op.keys)))
+        if carries:   # a window reads the join's rows: each input row's watermark channel (set), as the runtime's
+            channel = channel_column(plan, inp, df)
+            if isinstance(channel, str):
+                plan.bad[nid] = f"join {op.uid}: {channel}"
+                return None
+            df = df.withColumn(WM_CHANNELS, channel)
         inputs.append(df)
     left, right = inputs
     lcols = [c for c in left.columns if c not in INTERNAL]
@@ -64,7 +74,7 @@ def join(plan: PlanContext, nid: int, op: JoinNode):
     ttl = ttl_s * 1_000_000 if ttl_s else None
     declared = hasattr(op, "how")
     if declared and unique == "both":
-        return _join_unique(plan, nid, op, left, right, lcols, rcols, output, ttl, how)
+        return _join_unique(plan, nid, op, left, right, lcols, rcols, output, ttl, how, kept)
     fold = None
     if declared and unique in ("left", "right"):
         side = "left" if unique == "left" else "right"
@@ -73,7 +83,10 @@ def join(plan: PlanContext, nid: int, op: JoinNode):
         first = ranked.drop("__n")
         if keys is not None:   # the keys that repeat are folded by the kernel's rule, the others as before
             fold = fold_repeats(plan, nid, op, left, right, keys, nk, output, lcols, rcols, ttl, how, unique)
-            if isinstance(fold, str):
+            if isinstance(fold, str) or (carries and fold is not None):
+                fold = fold if isinstance(fold, str) else (
+                    f"join {op.uid}: keys repeated on a side declared unique, with a window reading the join's "
+                    "rows (their watermark channels are not modelled through the repeats' fold)")
                 plan.bad[nid] = fold
                 drop_violations(plan, op)
                 return None
@@ -107,7 +120,10 @@ def join(plan: PlanContext, nid: int, op: JoinNode):
         return F.col(f"__l_{c}" if c in lcols else f"__r_{c}").alias(c)
 
     rounds, rnd = _pair_round_columns(left, right)
-    pairs = lt.join(rt, cond, "inner").select(*[pick(c) for c in output], m.alias(PEPOCH), *rnd)
+    # a pair carries both rows' watermark channels (docs/concepts/watermarks.md)
+    chans = [union_channels_sql(F.col(f"__l_{WM_CHANNELS}"), F.col(f"__r_{WM_CHANNELS}")).alias(WM_CHANNELS)
+             ] if carries else []
+    pairs = lt.join(rt, cond, "inner").select(*[pick(c) for c in output], m.alias(PEPOCH), *rnd, *chans)
     out = pairs
     # state expires with the cutoff of the low watermark L of checkpoint n (n when the inputs are aligned)
     cutoff_n = plan.prefix.end_us(plan.prefix.ttl_epoch) - ttl if ttl is not None else None
@@ -126,10 +142,11 @@ def join(plan: PlanContext, nid: int, op: JoinNode):
                 cols.append(F.lit(None).cast(other.schema[f"{'__r_' if side == 'left' else '__l_'}{c}"]
                                              .dataType).alias(c))
         rnd = [emitted_round(emitted_at, F.col(f"{p}{PEPOCH}"), F.col(f"{p}{ROUND}")).alias(ROUND)] if rounds else []
-        out = out.unionByName(lonely.select(*cols, emitted_at.alias(PEPOCH), *rnd))
+        own = [F.col(f"{p}{c}").alias(c) for c in kept]   # a lone row: its own side's channel
+        out = out.unionByName(lonely.select(*cols, emitted_at.alias(PEPOCH), *rnd, *own))
     # state at checkpoint n
-    for name, mine, other, cols, leaves in (("left", lt, rt, lcols, unique in ("right", "both")),
-                                            ("right", rt, lt, rcols, unique in ("left", "both"))):
+    for name, mine, other, cols, leaves in (("left", lt, rt, lcols + kept, unique in ("right", "both")),
+                                            ("right", rt, lt, rcols + kept, unique in ("left", "both"))):
         p = "__l_" if name == "left" else "__r_"
         st = mine if cutoff_n is None else mine.filter(F.col(f"{p}_t") >= F.lit(cutoff_n))
         if leaves:
@@ -156,12 +173,13 @@ def join(plan: PlanContext, nid: int, op: JoinNode):
 
 
 def _join_unique(plan: PlanContext, nid: int, op: JoinNode, left, right, lcols: list[str], rcols: list[str],
-                 output: list[str], ttl: int | None, how: str):
+                 output: list[str], ttl: int | None, how: str, kept: list[str] | None = None):
     """``unique="both"``: at most one row per key and side, so the whole join is ONE full outer merge join of
     the two sides' first rows per key (``J``, cached: every object reads it), each key flagged ``__ok`` when
     its pair passes the TTL rule. Output = the ``__ok`` rows (+ the expired lonely rows of an outer side);
     state of a side = its row when alive and not matched (a matched row left state on both sides); the
-    violation counts = ``n - 1`` per key. No anti-join, no second pass over the sources.
+    violation counts = ``n - 1`` per key. No anti-join, no second pass over the sources. ``kept``: the watermark
+    channel column when a window reads the join's rows (a pair carries both rows' sets, state keeps them).
 
     Over 8 parameters: the plan, the node, both inputs and the schema lists the caller already computed; passing
     them avoids recomputing the schemas."""
@@ -184,9 +202,13 @@ def _join_unique(plan: PlanContext, nid: int, op: JoinNode, left, right, lcols: 
     count_violations(plan, op, "right", J, "__r__n")
     keys, nk = repeated_keys(plan, op, J, ["__l__n", "__r__n"], "__k")
     fold = None
+    kept = kept or []
     if keys is not None:   # the keys that repeat are folded by the kernel's rule, the others as before
         fold = fold_repeats(plan, nid, op, left, right, keys, nk, output, lcols, rcols, ttl, how, "both")
-        if isinstance(fold, str):
+        if isinstance(fold, str) or (kept and fold is not None):
+            fold = fold if isinstance(fold, str) else (
+                f"join {op.uid}: keys repeated on a side declared unique, with a window reading the join's rows "
+                "(their watermark channels are not modelled through the repeats' fold)")
             plan.bad[nid] = fold
             drop_violations(plan, op)
             return None
@@ -205,9 +227,11 @@ def _join_unique(plan: PlanContext, nid: int, op: JoinNode, left, right, lcols: 
         return F.col(f"__l_{c}" if c in lcols else f"__r_{c}").alias(c)
 
     rounds, rnd = _pair_round_columns(left, right)
-    out = J.filter(F.col("__ok")).select(*[pick(c) for c in output], m.alias(PEPOCH), *rnd)
+    chans = [union_channels_sql(F.col(f"__l_{c}"), F.col(f"__r_{c}")).alias(c) for c in kept]
+    out = J.filter(F.col("__ok")).select(*[pick(c) for c in output], m.alias(PEPOCH), *rnd, *chans)
     cutoff_n = plan.prefix.end_us(plan.prefix.ttl_epoch) - ttl if ttl is not None else None
     for side, p, q, present, mcols in (("left", "__l_", "__r_", lp, lcols), ("right", "__r_", "__l_", rp, rcols)):
+        own = [col(p, c).alias(c) for c in kept]   # a lone row: its own side's channel
         alone = J.filter(present & ~F.col("__ok"))
         if how in (side, "full") and cutoff_n is not None:
             emitted_at = F.greatest(col(p, PEPOCH), F.floor((col(p, "_t") + F.lit(ttl)) / F.lit(E)).cast("long"))
@@ -215,11 +239,11 @@ def _join_unique(plan: PlanContext, nid: int, op: JoinNode, left, right, lcols: 
                     else F.lit(None).cast(J.schema[f"{q}{c}"].dataType).alias(c) for c in output]
             er = [emitted_round(emitted_at, col(p, PEPOCH), col(p, ROUND)).alias(ROUND)] if rounds else []
             out = out.unionByName(alone.filter(col(p, "_t") < F.lit(cutoff_n))
-                                  .select(*cols, emitted_at.alias(PEPOCH), *er))
+                                  .select(*cols, emitted_at.alias(PEPOCH), *er, *own))
         st = alone if cutoff_n is None else alone.filter(col(p, "_t") >= F.lit(cutoff_n))
-        plan.result.states[f"state/{op.uid}/{side}"] = st.select(*[col(p, c).alias(c) for c in mcols])
+        plan.result.states[f"state/{op.uid}/{side}"] = st.select(*[col(p, c).alias(c) for c in mcols], *own)
         # the runtime's ``_matched`` flag: matched rows left state (the partner side is unique)
         plan.result.matched[f"state/{op.uid}/{side}"] = st.select(
-            *[col(p, c).alias(c) for c in mcols], col(p, PEPOCH).alias(PEPOCH)
+            *[col(p, c).alias(c) for c in mcols], *own, col(p, PEPOCH).alias(PEPOCH)
         ).withColumn("_matched", F.lit(False))
     return out if fold is None else with_fold(plan, op, out, fold)

@@ -8,7 +8,8 @@ from pipeline.batch.evaluation.prefix import PEPOCH, Prefix
 from pipeline.batch.evaluation.rounds import ROUND
 
 PARKED = "__parked"   # a row an unaligned snapshot parked at the join (read, consumed by everything but the join)
-INTERNAL = ("_source", "_partition", "_seq", "_row", PEPOCH, ROUND, PARKED)   # ROUND: only in multi-round lineages
+WM_CHANNELS = "_wm_channel"   # a join's rows' watermark channel sets, when a window reads them (wm_channels)
+INTERNAL = ("_source", "_partition", "_seq", "_row", PEPOCH, ROUND, PARKED, WM_CHANNELS)   # ROUND: multi-round only
 # the window state's documented columns (docs/windows.md "State after checkpoint n"): event time in µs, the epoch
 # the record was processed in, and the watermark table's operator row (channel "")
 WINDOW_EVENT_US, WINDOW_EPOCH, WATERMARK_ROW = "_event_us", "_epoch", ""

@@ -10,7 +10,7 @@ from pipeline.batch.evaluation.prefix import PEPOCH
 from pipeline.batch.evaluation.result import EXACT_SUM, WATERMARK_ROW, WINDOW_EPOCH, WINDOW_EVENT_US
 from pipeline.batch.evaluation.rounds import ROUND, fired_round
 from pipeline.batch.evaluation.session_window import session_late, session_pairs
-from pipeline.batch.evaluation.wm_channels import channel_column
+from pipeline.batch.evaluation.wm_channels import channel_column, split_maxima
 from pipeline.job import AggregateNode, WindowNode
 from pipeline.operators.aggregate_functions import mask_sql, masked_aggs
 
@@ -48,8 +48,9 @@ def window(plan: PlanContext, nid: int, op: WindowNode):
     plan.result.counts[f"{op.uid}: records without a key or an event time (dead-lettered by the runtime)"] = \
         src.filter(F.col(op.key).isNull() | F.col(op.event_time).isNull())
     # W(m) for every epoch with records: M_c(m) = running max per channel, min over the active channels
-    maxima = sorted((int(r[0]), str(r[1]), int(r[2])) for r in recs.groupBy(PEPOCH, "__ch")
-                    .agg(F.max("__t")).collect())
+    # (a join's row counts for each channel of its set: split_maxima)
+    maxima = split_maxima([(int(r[0]), str(r[1]), int(r[2])) for r in recs.groupBy(PEPOCH, "__ch")
+                           .agg(F.max("__t")).collect()])
     seen: dict[str, int] = {}
     w_prev: dict[int, int | None] = {}     # epoch m -> W(m-1)
     w_after: dict[int, int | None] = {}    # epoch m -> W(m)

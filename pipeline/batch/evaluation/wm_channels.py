@@ -1,14 +1,37 @@
 """The watermark channel of each row reaching a window, in the batch evaluation (docs/windows.md "Channels",
-:mod:`pipeline.windows.channels`): the row's source partition ``<source>/<partition>`` when it carries one (read
-from a source, through stateless steps and forwarding operators, which keep the source position columns), else
-the ``op:<uid>`` channel of the operator that built it; and the fold of the channels' highest event times into the
-watermark epoch by epoch (:func:`watermark_fold`), as the runtime folds them."""
+:mod:`pipeline.windows.channels`): the channel set a join gave the row (column ``_wm_channel``: both rows'
+channels, :func:`union_channels_sql`), else the row's source partition ``<source>/<partition>`` when it carries one
+(read from a source, through stateless steps and forwarding operators, which keep the source position columns),
+else the ``op:<uid>`` channel of the operator that built it; and the fold of the channels' highest event times into
+the watermark epoch by epoch (:func:`watermark_fold`; a set counts for each of its channels: :func:`split_maxima`),
+as the runtime folds them."""
 from __future__ import annotations
 
 from pipeline.batch.evaluation.context import PlanContext
+from pipeline.batch.evaluation.result import WM_CHANNELS
+from pipeline.operators.channel_sets import SEPARATOR, split_channels
 from pipeline.windows.channels import fixed_channels
 
-__all__ = ["channel_column", "watermark_fold"]
+__all__ = ["channel_column", "watermark_fold", "union_channels_sql", "split_maxima"]
+
+
+def union_channels_sql(left, right):
+    """A Spark column: per row, the union of two channel sets spelled as the runtime spells it
+    (:func:`pipeline.operators.channel_sets.union_channels`: sorted, distinct, joined by the separator; a null
+    side adds nothing)."""
+    from pyspark.sql import functions as F  # lazy: pyspark only where a Spark plan is built
+    parts = F.split(F.concat_ws(SEPARATOR, left, right), "\\" + SEPARATOR)
+    return F.array_join(F.array_sort(F.array_distinct(F.filter(parts, lambda c: c != F.lit("")))), SEPARATOR)
+
+
+def split_maxima(maxima: list[tuple[int, str, int]]) -> list[tuple[int, str, int]]:
+    """``(epoch, channel set, highest event time)`` rows as ``(epoch, channel, highest event time)``: a row of a
+    channel set counts for each of its channels (the runtime's :func:`pipeline.windows.watermark.observe_channels`)."""
+    out: dict[tuple[int, str], int] = {}
+    for e, s, t in maxima:
+        for c in split_channels(s):
+            out[(e, c)] = max(out.get((e, c), t), t)
+    return sorted((e, c, t) for (e, c), t in out.items())
 
 
 def channel_column(plan: PlanContext, nid: int, df):
@@ -21,16 +44,19 @@ def channel_column(plan: PlanContext, nid: int, df):
         return (f"the rows of {', '.join(fixed)} meet in one stream before the window: their watermark channels "
                 "are not kept apart by the batch evaluation")
     built = F.lit(fixed[0]) if fixed else F.lit(None).cast("string")
-    if "_source" not in df.columns:
-        return built
-    own = F.concat(F.col("_source"), F.lit("/"), F.col("_partition").cast("string"))
-    return F.when(F.col("_source").isNotNull(), own).otherwise(built) if fixed else own
+    if "_source" in df.columns:
+        own = F.concat(F.col("_source"), F.lit("/"), F.col("_partition").cast("string"))
+        built = F.when(F.col("_source").isNotNull(), own).otherwise(built) if fixed else own
+    if WM_CHANNELS in df.columns:   # rows a join built: the channel sets it gave them
+        return F.coalesce(F.col(WM_CHANNELS), built)
+    return built
 
 
 def watermark_fold(maxima: list[tuple[int, str, int]], ooo_us: int):
     """The runtime's watermark fold over ``(epoch, channel, highest event time in it)``: per epoch with rows, the
     watermark before and after it (``W = max(W, min over the epoch's active channels of their running highest time
     - ooo_us)``), the channels' highest times and the final watermark: ``(w_prev, w_after, seen, w)``."""
+    maxima = split_maxima(maxima)
     seen: dict[str, int] = {}
     w_prev: dict[int, int | None] = {}
     w_after: dict[int, int | None] = {}

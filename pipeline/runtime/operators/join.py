@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -13,7 +14,7 @@ import pyarrow.compute as pc
 
 from pipeline.checkpoint.handles import FileHandle, StateHandle
 from pipeline.checkpoint.report import ReportKind
-from pipeline.exceptions import MalformedInputError
+from pipeline.exceptions import IncompatibleStateError, MalformedInputError
 from pipeline.faults import fault_point
 from pipeline.fileio import file_io_for
 from pipeline.layout import key_group_file
@@ -68,6 +69,8 @@ class JoinTaskSpec:
     ttl_us: int | None = None             # the state TTL (µs): the per-pair condition on the rows' own epochs
     epoch_us: int = 0                     # the epoch length (µs)
     epoch: int = 0                        # round field: the checkpoint's epoch (own epoch of untagged records)
+    channel: str | None = None            # a window reads the output: both sides carry (and state keeps) this
+    #                                       column, each row's watermark channel set (docs/concepts/watermarks.md)
 
 
 def _join_violations(spec: JoinTaskSpec, res, subtask: int) -> list[tuple[str, FileHandle]]:
@@ -96,6 +99,23 @@ def _join_violations(spec: JoinTaskSpec, res, subtask: int) -> list[tuple[str, F
         out.append((name, FileHandle(uri=uri, rows=bad.num_rows, bytes=len(data),
                                      sha256=hashlib.sha256(data).hexdigest())))
     return out
+
+
+@contextmanager
+def _channel_state_guard(spec: JoinTaskSpec) -> Iterator[None]:
+    """Restoring held rows without their watermark channel (a checkpoint written before the join carried channels,
+    or while no window read its output) is refused with what to do, never read with a made-up channel."""
+    try:
+        yield
+    except KeyError as e:
+        if not spec.channel or spec.channel not in str(e):
+            raise
+        raise IncompatibleStateError(
+            f"join {spec.uid} ({spec.checkpoint}): its restored state has no watermark channel column "
+            f"{spec.channel!r}: it was written before a join carried its rows' channels to the window reading its "
+            "output (or before that window existed). Its held rows' channels are unknown, so the window's watermark "
+            "cannot be restored exactly: start the job from a bootstrap savepoint (`epochal bootstrap`, which "
+            "builds the state with the channels) - see docs/reference/changelog.md") from e
 
 
 def make_join_task(spec: JoinTaskSpec):
@@ -128,10 +148,13 @@ def make_join_task(spec: JoinTaskSpec):
         in_rows = 0
         if spec.replay_handles:  # channel state of the previous checkpoint: consumed first
             own = (kgr.start, kgr.end)
-            replay_l = fill_row_epochs(read_files(fio, spec.replay_handles.get("left", ()), lin, spec.checkpoint,
-                                                  key_groups=own, optional=opt), default=None, epoch_us=spec.epoch_us)
-            replay_r = fill_row_epochs(read_files(fio, spec.replay_handles.get("right", ()), rin, spec.checkpoint,
-                                                  key_groups=own, optional=opt), default=None, epoch_us=spec.epoch_us)
+            with _channel_state_guard(spec):
+                replay_l = fill_row_epochs(read_files(fio, spec.replay_handles.get("left", ()), lin, spec.checkpoint,
+                                                      key_groups=own, optional=opt), default=None,
+                                           epoch_us=spec.epoch_us)
+                replay_r = fill_row_epochs(read_files(fio, spec.replay_handles.get("right", ()), rin,
+                                                      spec.checkpoint, key_groups=own, optional=opt), default=None,
+                                           epoch_us=spec.epoch_us)
             in_rows += replay_l.num_rows + replay_r.num_rows
         if incoming is not None:
             in_rows += incoming.num_rows
@@ -152,15 +175,19 @@ def make_join_task(spec: JoinTaskSpec):
                   if spec.ttl_cutoff_us is not None else None)
         kernel_out = spec.out_schema if spec.ack_prefix is None else spec.out_schema.append(
             pa.field(ROW_EPOCH, pa.int64()))
+        if spec.channel:
+            kernel_out = kernel_out.append(pa.field(spec.channel, pa.string()))
         handles: list[tuple[ReportKind, str, StateHandle | FileHandle | None]] = []
         with open_state(scope, fio) as state:  # heap: the range's whole state; rocksdb: the round's keys' rows
-            held = state.read([new_l, new_r])
+            with _channel_state_guard(spec):
+                held = state.read([new_l, new_r])
             state_l = fill_row_epochs(held["left"], default=None, epoch_us=spec.epoch_us)
             state_r = fill_row_epochs(held["right"], default=None, epoch_us=spec.epoch_us)
             restored = state_l.num_rows + state_r.num_rows
             res = join_step(state_l, state_r, new_l, new_r, key=spec.key, cutoff=cutoff, how=spec.how,
                             unique=spec.unique, output_schema=kernel_out,
-                            ttl_us=spec.ttl_us if spec.epoch_us else None, epoch_us=spec.epoch_us or None)
+                            ttl_us=spec.ttl_us if spec.epoch_us else None, epoch_us=spec.epoch_us or None,
+                            channel=spec.channel)
             left, right, expired = res.left, res.right, res.expired
             out = res.output if res.output.num_rows else None
             dead = _join_violations(spec, res, subtask)

@@ -65,7 +65,7 @@ from pipeline.sink.partitions import check_partition_types
 from pipeline.state.backend import KG_COLUMN
 from pipeline.updating_streams import emits_changelog, reads_changelog, writer_reads_changelog
 from pipeline.windows.aggregate import EmitMode, WindowSpec, output_schema
-from pipeline.windows.channels import forwards_channels, needs_channels, operator_channel
+from pipeline.windows.channels import check_channel_names, forwards_channels, needs_channels, operator_channel
 from pipeline.windows.watermark import merge_observations, observe_channels
 
 __all__ = ["join_dataframe", "aggregate_dataframe", "dedup_dataframe", "window_dataframe", "process_dataframe",
@@ -77,9 +77,14 @@ def join_dataframe(spark, job: Job, op: JoinNode, resolve, io: OperatorIO):
     """The join operator: both inputs keyed by ``op.on`` and shuffled together (``_side`` 0/1)."""
     from pyspark.sql import functions as F
     P, MP = io.parallelism, io.max_parallelism
-    left, right = keyed_join_inputs(op, resolve)   # several key columns: one column computed from them
     if reads_changelog(job, op):   # an updating input: the retracting join (docs/operators.md "Updating streams")
+        left, right = keyed_join_inputs(op, resolve)
         return retract_join_dataframe(spark, job, op, left, right, io)
+    # a window (or an interval/temporal join) reads its rows: each input row keeps its watermark channel, in state
+    # too, and an output row carries both rows' (docs/concepts/watermarks.md)
+    channel = CHANNEL if needs_channels(job, job.node_id(op)) else None
+    tagger = channel_tagger(job) if channel else None
+    left, right = keyed_join_inputs(op, lambda nid: resolve(nid, tagger))   # several key columns: one computed
     for side, d in (("left", left), ("right", right)):
         if op.on not in d.columns or "_ingest_ts" not in d.columns:
             raise ConfigError(f"join {op.uid}: {side} input needs columns {op.on!r} and _ingest_ts, has "
@@ -88,14 +93,16 @@ def join_dataframe(spark, job: Job, op: JoinNode, resolve, io: OperatorIO):
     # internal columns (source positions, routing flags) are not the user's: never joined, never output
     lcols = tuple(c for c in left.columns if c not in _INTERNAL)
     rcols = tuple(c for c in right.columns if c not in _INTERNAL)
+    carried = (channel,) if channel else ()   # kept in state, not output to a sink
 
     def own_epoch(d):  # records of an untagged input (e.g. a window's output) get the checkpoint's epoch in the task
         return F.col(ROW_EPOCH) if ROW_EPOCH in d.columns else F.lit(None).cast("long").alias(ROW_EPOCH)
-    lsch = arrow_schema_of(left.select(*lcols))
-    rsch = arrow_schema_of(right.select(*rcols))
+    lsch = arrow_schema_of(left.select(*lcols, *carried))
+    rsch = arrow_schema_of(right.select(*rcols, *carried))
     def extra(d):  # routing flags that ride along: unaligned parking, a tagged round's epoch
         return [c for c in ("_park", EPOCH_TAG) if c in d.columns and (c != EPOCH_TAG or io.tagged)]
-    left, right = left.select(*lcols, own_epoch(left), *extra(left)), right.select(*rcols, own_epoch(right), *extra(right))
+    left, right = (left.select(*lcols, *carried, own_epoch(left), *extra(left)),
+                   right.select(*rcols, *carried, own_epoch(right), *extra(right)))
     clash = (set(lcols) & set(rcols)) - {op.on, "_ingest_ts", *op.keys}
     if clash:
         raise ConfigError(f"join {op.uid}: both inputs have columns {sorted(clash)}; rename them on one side "
@@ -117,12 +124,15 @@ def join_dataframe(spark, job: Job, op: JoinNode, resolve, io: OperatorIO):
     flow_schema = out_schema if read is None else pa.schema([f for f in out_schema if f.name.lower() in read])
     if io.ack_prefix is not None:  # rows flowing on carry their own epoch (a pair: the later of its two rows')
         flow_schema = flow_schema.append(pa.field(ROW_EPOCH, pa.int64()))
-    spec = JoinTaskSpec(op.uid, io.checkpoint, op.on, lcols, rcols, output, P, MP, io.ttl_cutoff_us,
+    if channel:
+        check_channel_names(job, op.uid)
+        flow_schema = flow_schema.append(pa.field(channel, pa.string()))
+    spec = JoinTaskSpec(op.uid, io.checkpoint, op.on, lcols + carried, rcols + carried, output, P, MP, io.ttl_cutoff_us,
                         io.parent_handles, io.state_prefix, io.output_prefix, io.output_name, io.file_tag,
                         lsch, rsch, out_schema, io.ack_prefix, io.replay_handles or {}, io.channel_prefix,
                         flow_schema, how=op.how, unique=op.unique, bad_records=io.bad_records,
                         dead_letter_root=io.dead_letter_root, job=job.name, ttl_us=io.ttl_us,
-                        epoch_us=io.epoch_us, epoch=io.epoch)
+                        epoch_us=io.epoch_us, epoch=io.epoch, channel=channel)
     result = shuffled.mapInArrow(counted(make_join_task(spec), io.requests), handle_ddl(io) if io.ack_prefix is None
                                  else schema_ddl(with_tag(flow_schema, io)))
     return result, out_schema  # the full output schema (what a sink gets), not the chained flow_schema
@@ -300,7 +310,7 @@ def channel_tagger(job: Job):
 
     def tag_channel(base: int, df):
         if base in operator_ids:
-            if forwards_channels(job.nodes[base]) and CHANNEL in df.columns:
+            if forwards_channels(job.nodes[base], job) and CHANNEL in df.columns:
                 return df
             return df.withColumn(CHANNEL, F.lit(operator_channel(job, base)))
         return df.withColumn(CHANNEL, F.concat(F.col("_source"), F.lit("/"), F.col("_partition").cast("string")))

@@ -64,26 +64,31 @@ def test_chained_deduplicates_and_unions_forward_channels():
     assert fixed_channels(job, _win(job).parent) == frozenset()
 
 
+def _process(s, uid):
+    return s.process(uid=uid, key="k", fn=lambda r, x: (x, r), state_schema=pa.schema([("k", pa.string())]),
+                     output_schema=SCHEMA)
+
+
 def test_operators_that_build_rows_form_one_channel():
+    """A ``process`` builds its rows from the key's state (not one input row each): one channel ``op:<uid>``. A
+    ``join`` forwards (since 2026-11-29; its own rules: tests/unit/windows/test_join_watermarks.py)."""
     job = Job("g4")
     a, b = job.source("a", SCHEMA), job.source("b", SCHEMA)
-    j = a.join(b.select("id", "k AS k2"), on="id", uid="j")
-    d = j.deduplicate(uid="dd", key="id")
+    p = _process(a, "p")
+    d = p.deduplicate(uid="dd", key="id")
     _window(d).sink("out")
-    assert not forwards_channels(job.nodes[j.node])
-    assert needs_channels(job, d.node)                           # forwards the join's one channel
-    assert fixed_channels(job, _win(job).parent) == {"op:j"} == {operator_channel(job, j.node)}
+    assert not forwards_channels(job.nodes[p.node], job)
+    assert needs_channels(job, d.node)                           # forwards the process's one channel
+    assert fixed_channels(job, _win(job).parent) == {"op:p"} == {operator_channel(job, p.node)}
     job2 = Job("g5")
     a, b = job2.source("a", SCHEMA), job2.source("b", SCHEMA)
     d = a.deduplicate(uid="dd", key="id")
-    j = d.join(b.select("id", "k AS k2"), on="id", uid="j")
-    _window(j).sink("out")
-    assert not needs_channels(job2, d.node)                      # the join builds new rows: nothing to forward
-    j1 = a.join(b.select("id", "k AS k2"), on="id", uid="j1").select("id", "k", "et")
-    j2 = a.join(b.select("id", "k AS k3"), on="id", uid="j2").select("id", "k", "et")
-    u = j1.union(j2)
-    assert fixed_channels(job2, u.node) == {"op:j1", "op:j2"}   # the batch evaluation reports these NOT CHECKED
-    assert fixed_channels(job2, a.union(j1.select("id", "k", "et", "_ingest_ts")).node) == {"op:j1"}
+    _window(_process(d, "p")).sink("out")
+    assert not needs_channels(job2, d.node)                      # the process builds new rows: nothing to forward
+    p1 = _process(a, "p1").select("id", "k", "et")
+    p2 = _process(b, "p2").select("id", "k", "et")
+    assert fixed_channels(job2, p1.union(p2).node) == {"op:p1", "op:p2"}   # the batch reports these NOT CHECKED
+    assert fixed_channels(job2, a.select("id", "k", "et").union(p1).node) == {"op:p1"}
 
 
 # ------------------------------------------------------------------------------------------------ the property
