@@ -791,6 +791,21 @@ class Job:
             return None
         return next((s for s in self.sinks() if s.parent == node_id and not s.partition_by), None)
 
+    def feeds_watermark(self, node_id: int) -> bool:
+        """Whether an operator with a watermark (window, interval/temporal join, over aggregate) reads node
+        ``node_id``'s rows through stateless steps and operators that forward watermark channels (a keep-first
+        deduplicate, a join not over an updating stream): :func:`pipeline.windows.channels.needs_channels`."""
+        for op in self.operators():
+            if not any(node_id in self.bases(i) for i in op.inputs):
+                continue
+            if isinstance(op, (WindowNode, IntervalJoinNode, TemporalJoinNode, OverAggregateNode)):
+                return True
+            forwards = (isinstance(op, DedupNode) and getattr(op, "keep", "first") == "first") or (
+                isinstance(op, JoinNode) and not self.retracting_join(op))
+            if forwards and self.feeds_watermark(self.node_id(op)):
+                return True
+        return False
+
     def retracting_join(self, node: object) -> bool:
         """``node`` is a join reading an updating stream: a running aggregate's, a top-N's or a retracting join's
         output (docs/operators.md "Updating streams"; the rules: :mod:`pipeline.updating_streams`)."""
@@ -874,8 +889,9 @@ class Job:
                 base, maps = self.chain_to(i)
                 if base != node_id:
                     continue
-                if isinstance(op, (WindowNode, DedupNode, IntervalJoinNode, TemporalJoinNode, OverAggregateNode)):  # the wm's
-                    read.update(("_source", "_partition"))  # channel is the row's source partition (a deduplicate
+                if isinstance(op, (WindowNode, DedupNode, IntervalJoinNode, TemporalJoinNode, OverAggregateNode)) or (
+                        isinstance(op, JoinNode) and self.feeds_watermark(self.node_id(op))):  # the wm's channel is
+                    read.update(("_source", "_partition"))  # the row's source partition (a deduplicate or a join
                     #                                         forwards it to a window)
                 selected = False
                 for m in maps:

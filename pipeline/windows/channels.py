@@ -20,15 +20,11 @@ from __future__ import annotations
 from pipeline.exceptions import ConfigError
 from pipeline.job import (
     DedupNode,
-    IntervalJoinNode,
     Job,
     JoinNode,
     LookupJoinNode,
-    OverAggregateNode,
     SourceNode,
-    TemporalJoinNode,
     UnionNode,
-    WindowNode,
 )
 from pipeline.operators.channel_sets import SEPARATOR
 
@@ -58,16 +54,9 @@ def operator_channel(job: Job, nid: int) -> str:
 
 def needs_channels(job: Job, nid: int) -> bool:
     """Whether the rows leaving operator ``nid`` must carry their watermark channel: it forwards channels and a
-    window or an interval/temporal join (the operators with a watermark) reads its rows, through stateless steps and
-    other forwarding operators."""
-    if not forwards_channels(job.nodes[nid], job):
-        return False
-    for op in job.operators():
-        if any(nid in job.bases(i) for i in op.inputs):
-            if isinstance(op, (WindowNode, IntervalJoinNode, TemporalJoinNode, OverAggregateNode)) or needs_channels(
-                    job, job.node_id(op)):
-                return True
-    return False
+    window or an interval/temporal join or an over aggregate (the operators with a watermark) reads its rows,
+    through stateless steps and other forwarding operators (:meth:`pipeline.job.Job.feeds_watermark`)."""
+    return forwards_channels(job.nodes[nid], job) and job.feeds_watermark(nid)
 
 
 def fixed_channels(job: Job, nid: int) -> frozenset[str]:

@@ -252,3 +252,16 @@ def test_a_partition_whose_rows_never_match_does_not_stall_the_window():
     marks, _ = _runtime(rows, 4, JoinType.INNER, None)
     alone = {"left": rows["left"], "right": [r for r in rows["right"] if r["ch"] == "b/0"]}
     assert marks == _runtime(alone, 4, JoinType.INNER, None)[0] == [-5 * SEC, 55 * SEC, 115 * SEC, 175 * SEC]
+
+
+def test_a_join_that_feeds_a_window_reads_its_inputs_source_positions():
+    """The channel of a join's input row is its source partition: read from the source only when a window reads the
+    join's rows (a join feeding only sinks keeps reading what it did)."""
+    job = Job("j6")
+    a, b = job.source("a", LEFT), job.source("b", RIGHT)
+    _window(a.select("id", "et", "_ingest_ts").join(b.select("id", "rv", "_ingest_ts"), on="id", uid="j")).sink("o")
+    assert {"_source", "_partition"} <= job.columns_read(a.node)
+    job2 = Job("j7")
+    a, b = job2.source("a", LEFT), job2.source("b", RIGHT)
+    a.select("id", "et", "_ingest_ts").join(b.select("id", "rv", "_ingest_ts"), on="id", uid="j").sink("o")
+    assert not {"_source", "_partition"} & job2.columns_read(a.node)
