@@ -33,6 +33,7 @@ sys.path.insert(0, str(_HERE.parent / "quality"))
 from corrupt import _patch_handle_everywhere, rewrite_parquet  # noqa: E402
 
 from pipeline import Job  # noqa: E402
+from pipeline.batch.bootstrap.savepoint import bootstrap  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
 from pipeline.quality import validate_job  # noqa: E402
 from pipeline.runtime.driver.runner import JobRunner  # noqa: E402
@@ -190,3 +191,36 @@ def test_a_window_after_a_join_takes_the_minimum_over_both_inputs_partitions_aft
     v = validate_job(r, None, build_docs=False, store_results=False)
     assert not v.success
     assert "device_minutes" in v.summary()
+
+
+def build_without_window() -> Job:
+    """The same job before a window read the join: the join's output only goes to a sink (its state has no
+    channels)."""
+    job = Job("join_wm", max_parallelism=16)
+    readings = job.source("readings", READINGS, key="reading_id")
+    acks = job.source("acks", ACKS, key="reading_id")
+    readings.join(acks, on="reading_id", uid="ack_join").sink("acked")
+    return job
+
+
+def test_bootstrap_builds_the_channels_and_an_older_state_is_refused(tmp_path):
+    """``bootstrap`` at barrier k writes the join's held rows with their channels and the window's watermark table:
+    restored at parallelism 3 and run to the end, the windows equal the model and ``validate`` passes. A checkpoint
+    of the job before the window read the join (held rows without channels) is refused with a clear error."""
+    readings, acks = _generate(tmp_path / "src")
+    boot = JobRunner(build(), _cfg(tmp_path, parallelism=2), echo=lambda m: None)
+    d = bootstrap(boot, epoch=T0 // E + 2)
+    boot = JobRunner(build(), _cfg(tmp_path, parallelism=3), echo=lambda m: None)
+    boot.restore(d["savepoint"], parallelism=3, validate=False)
+    boot.run()
+    assert _committed(boot, tmp_path / "out") == _expected(readings, acks, boot.snapshot().metadata.epoch)[0]
+    v = validate_job(boot, None, build_docs=False, store_results=False)
+    assert v.success, v.summary()
+
+    old_cfg = load_config(env={}, source_uri=(tmp_path / "src").as_uri(),
+                          checkpoint_uri=(tmp_path / "old" / "ckpt").as_uri(),
+                          sink_uri=(tmp_path / "old" / "sink").as_uri(), epoch_seconds=E, parallelism=2,
+                          state_backend="rocksdb")   # (the refusal on the other backend: rocksdb stores)
+    JobRunner(build_without_window(), old_cfg, echo=lambda m: None).run(2)
+    with pytest.raises(Exception, match="no watermark channel column"):
+        JobRunner(build(), old_cfg, echo=lambda m: None).run(1)

@@ -245,8 +245,12 @@ def _window_dead_letters(comp, res, op: WindowNode):
     if isinstance(channel, str):   # not modelled: the plan reports the window NOT CHECKED, so no bootstrap
         channel = F.lit(None).cast("string")
     positions = [c for c in ("_source", "_partition", "_seq", "_row") if c in src.columns]
-    cols = list(dict.fromkeys([op.key, op.event_time] + spec.input_columns()
-                              + [c for c in src.columns if c not in INTERNAL] + positions))
+    others = [c for c in src.columns if c not in INTERNAL]
+    base, maps = comp.job.chain_to(op.parent)
+    read = comp.job.columns_read(base) if isinstance(comp.job.nodes[base], JoinNode) else None
+    if read is not None and not any(m.kind == "select" for m in maps):   # a join's rows flow on with the columns
+        others = [c for c in others if c.lower() in read]                # its consumers read only (the runtime's)
+    cols = list(dict.fromkeys([op.key, op.event_time] + spec.input_columns() + others + positions))
     S, D = spec.size_us, spec.slide_us
     late = res.counts[f"{op.uid}: late records (dead-lettered by the runtime)"]
     # a late record's window: its last window, or the session [t, t + gap) it would have opened
