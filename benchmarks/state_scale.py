@@ -94,7 +94,10 @@ def epoch_tables(op: str, epoch: int, bulk: int, records: int, keys: int, rng) -
     """Epoch ``epoch``'s rows per source: epoch 0 the bulk (``bulk`` rows of keys never touched again), the others
     steady (``records`` rows on ``keys`` fixed keys, plus fresh ids where the operator keys by id)."""
     t = int(T0.timestamp()) * US + epoch * E * US
-    times = (lambda n: t + rng.integers(0, E * US, n))
+
+    def times(n: int) -> np.ndarray:
+        return t + rng.integers(0, E * US, n)
+
     two = op in TWO_INPUTS
     out: dict[str, pa.Table] = {}
     if epoch == 0:
