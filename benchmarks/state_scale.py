@@ -13,7 +13,8 @@ few hundred records per epoch on a fixed set of keys, one epoch per round (``run
 
 Operators (``--ops``): ``join`` (inner, TTL one day), ``dedup`` (TTL one day), ``aggregate`` (count, sum),
 ``window`` (tumbling, one day: the bulk keys' windows never fire), ``interval`` (interval join, ``[0, +1 day]``),
-``temporal`` (temporal join, ``how="left"``). Each epoch is 60 s of event time; the steady epochs carry
+``temporal`` (temporal join, ``how="left"``), ``session`` (session window, gap one day), ``over`` (over aggregate,
+3 preceding rows), ``top_n`` (top 3 per key). Each epoch is 60 s of event time; the steady epochs carry
 ``--records`` rows (both inputs together), half of them on ``--keys`` fixed keys, the join's other side matching.
 
 Printed per operator and backend: the state rows at 1x and 30x (``_metadata`` stats), the median wall time of the
@@ -55,7 +56,7 @@ LEFT = pa.schema([("lid", pa.string()), ("k", pa.string()), ("v", pa.int64()), (
                   ("_ingest_ts", TS)])
 RIGHT = pa.schema([("rid", pa.string()), ("k", pa.string()), ("w", pa.int64()), ("rt", TS), ("rp", pa.string()),
                    ("_ingest_ts", TS)])
-OPS = ("join", "dedup", "aggregate", "window", "interval", "temporal")
+OPS = ("join", "dedup", "aggregate", "window", "interval", "temporal", "session", "over", "top_n")
 TWO_INPUTS = ("join", "interval", "temporal")
 
 
@@ -82,6 +83,14 @@ def build(op: str) -> Job:
         right = job.source("right", RIGHT, key="rid")
         left.temporal_join(right, uid="tj", on="k", time="lt", version_time="rt", how="left",
                            max_out_of_orderness_seconds=5).sink("out")
+    elif op == "session":
+        left.session_window(uid="s", key="k", event_time="lt", gap_seconds=DAY, max_out_of_orderness_seconds=5,
+                            aggs={"n": ("count", None), "total": ("sum", "v")}).sink("out")
+    elif op == "over":
+        left.over_aggregate(uid="o", key="k", event_time="lt", rows_preceding=3, max_out_of_orderness_seconds=5,
+                            aggs={"avg_v": ("avg", "v")}).sink("out")
+    elif op == "top_n":
+        left.top_n(uid="t", key="k", order_by="v DESC", n=3).sink("out", mode="upsert", key=["k", "rank_number"])
     else:
         raise SystemExit(f"unknown operator {op!r}; use one of {', '.join(OPS)}")
     return job
