@@ -161,20 +161,27 @@ def _load() -> float:
     return round(os.getloadavg()[0], 2)
 
 
-def _state_rows(r: JobRunner, checkpoint_id: int) -> int:
+def _stats(r: JobRunner, checkpoint_id: int) -> dict:
+    """The checkpoint's state rows and its slowest subtask's task time (``sync_ms`` + ``async_ms``: restore, kernel
+    and snapshot, without Spark's scheduling and shuffle)."""
     md = next(cp.metadata for cp in r.coordinator.store.list() if cp.checkpoint_id == checkpoint_id)
-    return md.stats.rows if md.stats is not None else 0
+    st = md.stats
+    if st is None:
+        return {"state_rows": 0, "task_ms": None}
+    return {"state_rows": st.rows, "task_ms": round(st.sync_ms + st.async_ms, 1)}
 
 
-def _epoch(r: JobRunner) -> dict:
+def _epoch(r: JobRunner, verbose: bool = False, label: str = "") -> dict:
     t = time.perf_counter()
     rep = r.run(1)
     wall = time.perf_counter() - t
     done = list(rep.completed)
     if len(done) != 1:
         raise SystemExit(f"expected one completed checkpoint, got {rep.to_dict()}")
-    return {"epoch": done[0].epoch, "wall_s": round(wall, 3), "state_rows": _state_rows(r, done[0].checkpoint_id),
-            "load1": _load()}
+    row = {"epoch": done[0].epoch, "wall_s": round(wall, 3), **_stats(r, done[0].checkpoint_id), "load1": _load()}
+    if verbose:
+        say(f"  {label}: epoch {row['epoch']}: {wall:.2f} s, task {row['task_ms']} ms, {row['state_rows']:,} rows")
+    return row
 
 
 def measure(op: str, backend: str, work: Path, store_root: str, args) -> dict:
@@ -196,7 +203,7 @@ def measure(op: str, backend: str, work: Path, store_root: str, args) -> dict:
         res["warm"][scale] = [_epoch(r) for _ in range(args.warm)]
     for _ in range(args.steady):
         for scale, r in runners.items():
-            res["steady"][scale].append(_epoch(r))
+            res["steady"][scale].append(_epoch(r, args.verbose, f"{op} {backend} x{scale}"))
     return res
 
 
@@ -204,9 +211,15 @@ def summary(res: dict, scale: int) -> dict:
     lo, hi = res["steady"][1], res["steady"][scale]
     m1, m30 = statistics.median(e["wall_s"] for e in lo), statistics.median(e["wall_s"] for e in hi)
     return {"rows_1x": lo[-1]["state_rows"], "rows_hi": hi[-1]["state_rows"], "median_1x": m1, "median_hi": m30,
-            "ratio": m30 / m1, "mean_1x": statistics.fmean(e["wall_s"] for e in lo),
+            "ratio": m30 / m1, "task_ratio": _task_ratio(lo, hi), "mean_1x": statistics.fmean(e["wall_s"] for e in lo),
             "mean_hi": statistics.fmean(e["wall_s"] for e in hi), "max_1x": max(e["wall_s"] for e in lo), "max_hi": max(e["wall_s"] for e in hi),
             "load": [min(e["load1"] for e in lo + hi), max(e["load1"] for e in lo + hi)]}
+
+
+def _task_ratio(lo: list[dict], hi: list[dict]) -> float | None:
+    """The ratio of the medians of the slowest subtask's task time (None when not recorded)."""
+    a, b = [e["task_ms"] for e in lo if e["task_ms"]], [e["task_ms"] for e in hi if e["task_ms"]]
+    return statistics.median(b) / statistics.median(a) if a and b else None
 
 
 def main() -> None:
@@ -222,6 +235,7 @@ def main() -> None:
     ap.add_argument("--steady", type=int, default=10, help="measured steady epochs per scale (10 after "
                     "2 warm ones: the 11th delta of a chain is a new base, so one epoch of each materialises one)")
     ap.add_argument("--s3", action="store_true", help="checkpoints and sinks on a moto S3 server (loopback)")
+    ap.add_argument("--verbose", action="store_true", help="print every steady epoch")
     ap.add_argument("--out", default="", help="every epoch as JSON here")
     args = ap.parse_args()
     ops = [o for o in args.ops.split(",") if o]
@@ -249,7 +263,7 @@ def main() -> None:
                 results.append(res)
                 say(f"{op:9s} {backend:7s} {storage}: state {s['rows_1x']:>8,} -> {s['rows_hi']:>9,} rows; steady "
                     f"epoch median {s['median_1x']:.2f} s -> {s['median_hi']:.2f} s = {s['ratio']:.2f}x (mean "
-                    f"{s['mean_hi'] / s['mean_1x']:.2f}x; max {s['max_1x']:.2f} / {s['max_hi']:.2f} s); bulk epoch {res['bulk'][1]['wall_s']:.1f} / "
+                    f"{s['mean_hi'] / s['mean_1x']:.2f}x; task time {s['task_ratio'] or 0:.2f}x; max {s['max_1x']:.2f} / {s['max_hi']:.2f} s); bulk epoch {res['bulk'][1]['wall_s']:.1f} / "
                     f"{res['bulk'][args.scale]['wall_s']:.1f} s; load {s['load'][0]}-{s['load'][1]}")
     finally:
         if moto is not None:
