@@ -48,6 +48,10 @@ class PipelineConfig:
     """Waiting epochs one Spark round may complete (catch-up, backfill, a run after downtime), one checkpoint each,
     in order (epoch tagging: aligned exactly-once jobs). One waiting epoch (a steady schedule) is one round whatever
     the value; other modes run one epoch per round and say why once per run. ``1``: always one epoch per round."""
+    round_target_seconds: float = 30.0
+    """Catch-up: a round carries only as many waiting epochs as the last round's time per epoch says complete within
+    this many seconds, so a checkpoint completes at least this often and a kill loses little work; the first round of
+    a run carries one epoch, so the first checkpoint comes early (docs/concepts/epochs.md). ``0``: no time bound."""
     max_task_bytes_per_round: int = 128 << 20
     """Input bytes one task of a tagged round may hold: a round adds waiting epochs only while (their records x bytes
     per row) / parallelism stays within it. Bytes per row are measured by the read tasks and recorded in every
@@ -87,9 +91,11 @@ class PipelineConfig:
     """Deltas a state chain may hold before a full base is written again (bounds a restore)."""
     state_max_delta_ratio: float = 0.5
     """... and their bytes, as a fraction of the base's."""
-    state_backend: str = "heap"
-    """``heap``: each task holds its key-group range's state in memory; ``rocksdb``: an executor-local RocksDB store
-    per state and range, read and written per touched key (state larger than memory)."""
+    state_backend: str = "rocksdb"
+    """``rocksdb`` (the default): an executor-local RocksDB store per state and range, read and written per touched
+    key, so an epoch's cost does not grow with the state held (and state may be larger than memory); ``heap``: each
+    task reads and works on its key-group range's whole state in memory (cheaper for a tiny state, O(state) per
+    epoch)."""
     validate_after_epoch: bool = False
     """Run the cheap quality subset after each checkpoint."""
     spark_master: str = ""
@@ -132,7 +138,7 @@ class PipelineConfig:
                      "max_parallelism", "retained_checkpoints"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"PIPELINE_{name.upper()}={getattr(self, name)}: must be >= 1")
-        for name in ("allowed_lateness_seconds", "aligned_timeout_seconds", "tolerable_failed_checkpoints",
+        for name in ("allowed_lateness_seconds", "aligned_timeout_seconds", "round_target_seconds", "tolerable_failed_checkpoints",
                      "state_ttl_seconds", "state_max_deltas", "state_max_delta_ratio", "source_listing_window",
                      "source_full_listing_every", "max_task_bytes_per_round"):
             if getattr(self, name) < 0:

@@ -215,9 +215,9 @@ class WindowNode:
 @dataclass(frozen=True, slots=True)
 class IntervalJoinNode:
     """``Stream.interval_join``: every pair of rows of the two streams with equal ``on`` and
-    ``left_time + lower <= right_time <= left_time + upper`` (Flink's interval join; inner), each side held in state
-    until the watermark (the minimum over both inputs' channels) passes its last possible partner
-    (docs/operators.md "Interval join")."""
+    ``left_time + lower <= right_time <= left_time + upper`` (Flink's interval join; inner or outer), each side held
+    in state until the watermark (the minimum over both inputs' channels) passes its last possible partner, when an
+    outer side's unmatched row is emitted with nulls (docs/operators.md "Interval join")."""
 
     uid: str
     left: int
@@ -228,6 +228,7 @@ class IntervalJoinNode:
     lower_seconds: int
     upper_seconds: int
     max_out_of_orderness_seconds: int = 0
+    how: Literal["inner", "left", "right", "full"] = "inner"
 
     STATE_NAMES: ClassVar[tuple[str, ...]] = ("left", "right", "wm")
 
@@ -399,14 +400,22 @@ class Stream:
                                       Uniqueness(unique or "none"), keys))
 
     def interval_join(self, other: Stream, *, uid: str, on: str, left_time: str, right_time: str,
-                      lower_seconds: int, upper_seconds: int, max_out_of_orderness_seconds: int = 0) -> Stream:
-        """Flink's interval join (inner): every pair of a row ``l`` of this stream and a row ``r`` of ``other``
+                      lower_seconds: int, upper_seconds: int, max_out_of_orderness_seconds: int = 0,
+                      how: Literal["inner", "left", "right", "full"] = "inner") -> Stream:
+        """Flink's interval join: every pair of a row ``l`` of this stream and a row ``r`` of ``other``
         with equal ``on`` and ``l.left_time + lower_seconds <= r.right_time <= l.left_time + upper_seconds``
         (bounds may be negative). Output: ``on``, this stream's other columns, then ``other``'s (names must differ;
         ``_ingest_ts`` is not output). Rows behind the watermark (the minimum over both inputs' channels, less
         ``max_out_of_orderness_seconds``) and rows with a null key or time are dead letters, counted; state is
-        released by the watermark (docs/operators.md "Interval join")."""
+        released by the watermark. ``how`` left, right or full: a row of an outer side that paired with nothing is
+        emitted once, with nulls for the other side's columns, when the watermark releases it (no on-time row can
+        pair with it any more) (docs/operators.md "Interval join").
+
+        Over 8 parameters: Flink's interval join arguments (key, two times, two bounds, out-of-orderness, join type),
+        all keywords."""
         where = f"interval_join {uid!r}"
+        if how not in ("inner", "left", "right", "full"):
+            raise ConfigError(f"{where}: how={how!r}; use 'inner', 'left', 'right' or 'full'")
         self._timed_join_checks(where, other, on, (left_time, right_time), max_out_of_orderness_seconds)
         for name, v in (("lower_seconds", lower_seconds), ("upper_seconds", upper_seconds)):
             if not isinstance(v, int) or isinstance(v, bool):
@@ -414,7 +423,7 @@ class Stream:
         if lower_seconds > upper_seconds:
             raise ConfigError(f"{where}: lower_seconds ({lower_seconds}) is above upper_seconds ({upper_seconds})")
         return self.job._add(IntervalJoinNode(self.job._uid(uid), self.node, other.node, on, left_time, right_time,
-                                              lower_seconds, upper_seconds, max_out_of_orderness_seconds))
+                                              lower_seconds, upper_seconds, max_out_of_orderness_seconds, how))
 
     def temporal_join(self, versions: Stream, *, uid: str, on: str, time: str, version_time: str,
                       how: Literal["inner", "left"] = "inner", max_out_of_orderness_seconds: int = 0) -> Stream:

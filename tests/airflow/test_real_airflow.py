@@ -160,14 +160,14 @@ def _instance(airflow_db_template, tmp_path_factory, extra_env: dict | None = No
         "PIPELINE_PARALLELISM": "1", "EPOCHAL_START_DATE": (hour - timedelta(hours=4)).isoformat(),
         "EPOCHAL_END_DATE": (hour - timedelta(hours=3)).isoformat(), "EPOCHAL_CATCHUP": "true", "EPOCHAL_POKE_SECONDS": "3", "EPOCHAL_DAG_RETRY_DELAY_SECONDS": "5",
         "EPOCHAL_READY_TIMEOUT": "300",
-        # the four-task DAG with a driver JVM per task (the opt-in shape; these tests name its tasks)
-        "EPOCHAL_FUSED_EPOCH": "false", "EPOCHAL_SPARK_CONNECT": "0",
+        # the default DAG (trigger >> epoch, fused) on the script's Spark Connect server, on a port of its own
+        "EPOCHAL_CONNECT_PORT": str(free_port()), "EPOCHAL_CONNECT_MASTER": "local[2]",
         **(extra_env or {}),
     })
     t0 = time.monotonic()
     p = subprocess.run(["bash", str(SCRIPT), "start", "-d"], env=env, capture_output=True, text=True, timeout=420)
     state = home / "epochal-standalone"
-    pgids = [int((state / f).read_text()) for f in ("airflow.pgid", "moto.pgid") if (state / f).exists()]
+    pgids = [int((state / f).read_text()) for f in ("airflow.pgid", "moto.pgid", "connect.pgid") if (state / f).exists()]
     if p.returncode != 0:
         _stop(env)
         log = (state / "standalone.log").read_text()[-4000:] if (state / "standalone.log").exists() else ""
@@ -221,6 +221,11 @@ def _s3(inst: Instance):
                     region="us-east-1")
 
 
+def _processed(inst: Instance, run_id: str) -> dict:
+    """What the epoch run's process step returned (the default fused DAG: the ``epoch`` task's ``process``)."""
+    return inst.xcom(DAG, run_id, "epoch")["process"]
+
+
 def _store(inst: Instance):
     from pipeline.checkpoint.store import CompletedCheckpointStore
     return CompletedCheckpointStore(_s3(inst), "s3://epochal/demo/checkpoints/orders_payments", job="orders_payments")
@@ -255,7 +260,7 @@ def test_real_scheduler_rest_api_and_backfills(airflow):
     inst.wait_runs(DAG, lambda rs: len(rs) == 2 and all(r["state"] == "success" for r in rs), 600, "normal runs")
     runs = inst.runs()
     assert [r["run_type"] for r in runs] == ["scheduled", "scheduled"]
-    procs = [inst.xcom(DAG, r["dag_run_id"], "process") for r in runs]
+    procs = [_processed(inst, r["dag_run_id"]) for r in runs]
     assert [(q["action"], q["epochs"]) for q in procs] == [("start", [e0]), ("continue", [e0 + 1])], procs
     assert [c.epoch for c in _store(inst).list()] == [e0, e0 + 1]
     _exactly_once(inst)
@@ -267,7 +272,7 @@ def test_real_scheduler_rest_api_and_backfills(airflow):
     runs = inst.wait_runs(DAG, lambda rs: len(rs) == 4 and all(r["state"] == "success" for r in rs), 900, "backfill")
     bf = [r for r in runs if r["run_type"] == "backfill"]
     assert len(bf) == 2
-    procs = [inst.xcom(DAG, r["dag_run_id"], "process") for r in sorted(bf, key=lambda r: r["logical_date"])]
+    procs = [_processed(inst, r["dag_run_id"]) for r in sorted(bf, key=lambda r: r["logical_date"])]
     assert [q["epochs"] for q in procs] == [[e0 + 2], [e0 + 3]], procs
     assert procs[0]["checkpoint_id"] < procs[1]["checkpoint_id"]
     cps = _store(inst).list()
@@ -291,7 +296,7 @@ def test_real_scheduler_rest_api_and_backfills(airflow):
         r = next(x for x in rs if x["dag_run_id"] == target["dag_run_id"])
         return r["state"] == "success" and r["end_date"] != target["end_date"]
     inst.wait_runs(DAG, rerun_done, 900, "re-run")
-    p = inst.xcom(DAG, target["dag_run_id"], "process")
+    p = _processed(inst, target["dag_run_id"])
     assert p["action"] == "rewind" and p["rewound_to"] == e1_id, p
     assert p["epochs"] == [e0 + 2, e0 + 3] and p["forwarded_to"] == e0 + 3, p
     new_head = _store(inst).latest()
@@ -349,7 +354,7 @@ def test_real_scheduler_restore_while_epochs_run(airflow):
     deadline = time.monotonic() + 600
     while True:  # wait until an epoch run is processing
         running = [r for r in inst.runs() if r["state"] == "running"]
-        if any(inst.tis(DAG, r["dag_run_id"]).get("process", {}).get("state") == "running" for r in running):
+        if any(inst.tis(DAG, r["dag_run_id"]).get("epoch", {}).get("state") == "running" for r in running):
             break
         assert time.monotonic() < deadline, "no epoch run started processing"
         time.sleep(1)
@@ -368,7 +373,7 @@ def test_real_scheduler_restore_while_epochs_run(airflow):
         return [t["try_number"] for t in d["task_instances"] if t["state"] in ("failed", "up_for_retry")]
     assert not failed_tries(f"{DAG}_restore", rs_run["dag_run_id"], "restore")
     for r in inst.runs():
-        for tid in ("process", "commit", "validate"):
+        for tid in ("trigger", "epoch"):
             assert not failed_tries(DAG, r["dag_run_id"], tid), (r["dag_run_id"], tid)
     logs = "\n".join(p.read_text() for p in (inst.home / "logs").rglob("*.log"))
     assert "CheckpointFencedError" not in logs

@@ -170,6 +170,7 @@ def test_tagged_rounds_on_connect_equal_one_epoch_rounds(plain_connect_server, t
                           sink_uri=(tmp_path / f"k{k}" / "sink").as_uri(), epoch_seconds=60, retained_checkpoints=20,
                           clock_now=(T0 + timedelta(hours=1)).isoformat(), parallelism=2, max_epochs_per_round=k,
                           max_task_bytes_per_round=0,  # Connect measures no bytes per row (no accumulators)
+                          round_target_seconds=0,  # tagged from the first round (round_sizing)
                           state_backend="rocksdb", state_max_deltas=2, state_max_delta_ratio=10.0,
                           spark_master=plain_connect_server.url)
         r = JobRunner(window_job(), cfg, echo=lambda m: None)

@@ -159,7 +159,8 @@ def _crash_and_recover(root: str, tmp_path, kills: list[tuple[str, float | None]
     src, ckpt, sink = f"{root}/src", f"{root}/ckpt", f"{root}/sink"
     generate(src, epochs=EPOCHS, partitions=2, orders_per_epoch=300, seed=seed)
     env = {"PIPELINE_SOURCE_URI": src, "PIPELINE_CHECKPOINT_URI": ckpt, "PIPELINE_SINK_URI": sink,
-           "PIPELINE_PARALLELISM": "2", "PIPELINE_RETAINED_CHECKPOINTS": "2"}
+           "PIPELINE_PARALLELISM": "2", "PIPELINE_RETAINED_CHECKPOINTS": "2",
+           "PIPELINE_ROUND_TARGET_SECONDS": "0"}  # a run's first round carries --epochs epochs (IN_ROUND kills)
     log = []
     for point, delay in kills:
         if delay is None:  # deterministic: SIGKILL from inside, the first time the phase is reached in a

@@ -50,6 +50,7 @@ def test_sigkill_inside_a_tagged_round_recovers_to_the_batch_evaluation(tmp_path
     env = {f"PIPELINE_{k.upper()}": v for k, v in uris.items()}
     env.update(PIPELINE_CLOCK_NOW=clock, PIPELINE_EPOCH_SECONDS="60", PIPELINE_MAX_EPOCHS_PER_ROUND="4",
                PIPELINE_MAX_TASK_BYTES_PER_ROUND="0",  # tagged from the first round (no byte bound)
+               PIPELINE_ROUND_TARGET_SECONDS="0",  # (nor a time bound: round_sizing)
                PIPELINE_RETAINED_CHECKPOINTS="10",
                PYTHONPATH=os.pathsep.join([str(_HERE), os.environ.get("PYTHONPATH", "")]))
     killed = run_job_process(["run", "--job", "tagged_jobs:tagged_job"], dict(env, EPOCHAL_KILL_AT=kill_at),
@@ -58,7 +59,7 @@ def test_sigkill_inside_a_tagged_round_recovers_to_the_batch_evaluation(tmp_path
     assert killed.killed or killed.returncode == -9, log[-3000:]
     assert "one Spark round, 4 epochs" in log, log[-3000:]
     cfg = load_config(env={}, clock_now=clock, epoch_seconds=60, max_epochs_per_round=4, retained_checkpoints=10,
-                      max_task_bytes_per_round=0,
+                      max_task_bytes_per_round=0, round_target_seconds=0,
                       **uris)
     runner = JobRunner(tagged_job(), cfg, echo=lambda m: None)
     assert runner.coordinator.store.ids() == completed  # exactly the checkpoints whose _metadata was written

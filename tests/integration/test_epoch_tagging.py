@@ -58,6 +58,7 @@ def _runner(tmp: Path, source: str, name: str, job=_both, **kw) -> JobRunner:
     # no byte bound: these tests compare the tagging mechanics from the first round on (a job's first round
     # otherwise carries one epoch until bytes per row are known; that rule is tests/integration/test_tagged_round_bytes.py)
     kw.setdefault("max_task_bytes_per_round", 0)
+    kw.setdefault("round_target_seconds", 0)  # nor a time bound (round_sizing: a run's first round carries one epoch)
     return local_runner(job(), tmp, source, name, retained_checkpoints=20, **kw)
 
 
@@ -125,6 +126,17 @@ def test_tagged_rounds_complete_the_checkpoints_of_one_epoch_rounds(tmp_path, so
     assert any(m.extra.get("dropped") for m in b) and any(m.stats and m.stats.operators for m in b)
 
 
+def test_a_run_bounds_its_rounds_by_time_from_a_first_round_of_one_epoch(tmp_path, source, one_per_round, monkeypatch):
+    """PIPELINE_ROUND_TARGET_SECONDS (round_sizing): the first round carries one epoch, the next ones as many as fit
+    the target (here all of them, within PIPELINE_MAX_EPOCHS_PER_ROUND); the checkpoints are the one-epoch ones."""
+    monkeypatch.setenv("PIPELINE_STATE_CACHE_DIR", str(tmp_path / "warm"))
+    one, _ = one_per_round
+    sized = _runner(tmp_path, source, "sized", max_epochs_per_round=3, round_target_seconds=3600)
+    report = sized.run()
+    assert [r.tagged_round for r in report.completed] == [(), (2, 3, 4), (2, 3, 4), (2, 3, 4), ()]
+    _same_checkpoints(one, sized, ALL_TABLES)
+
+
 def test_a_failure_inside_a_tagged_round_restores_the_last_completed_checkpoint(tmp_path, source, one_per_round,
                                                                                 monkeypatch):
     monkeypatch.setenv("PIPELINE_STATE_CACHE_DIR", str(tmp_path / "warm"))
@@ -178,7 +190,7 @@ def test_process_in_tagged_rounds_equals_one_epoch_rounds(tmp_path, source, monk
         cfg = load_config(env={}, source_uri=source, checkpoint_uri=(tmp_path / name / "ckpt").as_uri(),
                           sink_uri=(tmp_path / name / "sink").as_uri(), epoch_seconds=60, retained_checkpoints=20,
                           clock_now=(T0 + timedelta(hours=1)).isoformat(), parallelism=2, max_epochs_per_round=k,
-                          max_task_bytes_per_round=0)
+                          max_task_bytes_per_round=0, round_target_seconds=0)
         r = JobRunner(_process_job(), cfg, echo=lambda m: None)
         report = r.run()
         runs[name] = (r, report)

@@ -52,14 +52,28 @@ PAIRS_SQL = f"""SELECT i.ad_id, i.imp_id, i.cost, i.it, c.click_id, c.ct FROM im
 ON i.ad_id = c.ad_id AND c.ct BETWEEN i.it + INTERVAL ({LOWER}) SECOND AND i.it + INTERVAL {UPPER} SECOND"""
 
 
-def build() -> Job:
+FULL_SQL = f"""SELECT COALESCE(i.ad_id, c.ad_id) AS ad_id, i.imp_id, i.cost, i.it, c.click_id, c.ct FROM imps i
+FULL OUTER JOIN clicks c
+ON i.ad_id = c.ad_id AND c.ct BETWEEN i.it + INTERVAL ({LOWER}) SECOND AND i.it + INTERVAL {UPPER} SECOND
+WHERE (i.imp_id IS NOT NULL AND c.click_id IS NOT NULL)
+   OR (c.click_id IS NULL AND epoch_us(i.it) + {UPPER * US} <= $w)
+   OR (i.imp_id IS NULL AND epoch_us(c.ct) - ({LOWER * US}) <= $w)"""
+
+
+def build(how: str = "inner") -> Job:
     job = Job("ad_clicks", max_parallelism=16)
     imps = job.source("impressions", IMPRESSIONS, key="imp_id")
     clicks = job.source("clicks", CLICKS, key="click_id")
     (imps.interval_join(clicks, uid="imp_click", on="ad_id", left_time="it", right_time="ct",
-                        lower_seconds=LOWER, upper_seconds=UPPER, max_out_of_orderness_seconds=OOO)
+                        lower_seconds=LOWER, upper_seconds=UPPER, max_out_of_orderness_seconds=OOO, how=how)  # type: ignore[arg-type]
          .sink("ad_clicks"))
     return job
+
+
+def build_full() -> Job:
+    """The full outer interval join: an unmatched impression or click is emitted with nulls once the watermark
+    releases it."""
+    return build("full")
 
 
 def _rows(rng, n: int, prefix: str) -> pd.DataFrame:
@@ -117,8 +131,8 @@ def on_time(sides: dict[str, pd.DataFrame], epoch: int, ooo: int) -> tuple[dict[
     return {n: d[d.ad_id.notna() & ~d.id.isin(late)] for n, d in seen.items()}, dead, w
 
 
-def _expected(imps, clicks, epoch: int) -> tuple[list[tuple], set[str]]:
-    ok, dead, _w = on_time({"impressions": imps, "clicks": clicks}, epoch, OOO)
+def _expected(imps, clicks, epoch: int, how: str = "inner") -> tuple[list[tuple], set[str]]:
+    ok, dead, w = on_time({"impressions": imps, "clicks": clicks}, epoch, OOO)
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
     i, c = ok["impressions"], ok["clicks"]
@@ -126,13 +140,16 @@ def _expected(imps, clicks, epoch: int) -> tuple[list[tuple], set[str]]:
                                    "it": pa.array(i.t.tolist(), TS)}))
     con.register("clicks", pa.table({"ad_id": c.ad_id.tolist(), "click_id": c.id.tolist(),
                                      "ct": pa.array(c.t.tolist(), TS)}))
-    got = con.execute(PAIRS_SQL).fetch_arrow_table().to_pylist()
+    got = (con.execute(PAIRS_SQL) if how == "inner" else con.execute(FULL_SQL, {"w": w})).fetch_arrow_table().to_pylist()
     return sorted(_tuple(r) for r in got), dead
 
 
+def _us(ts) -> int:
+    return -1 if ts is None else int(ts.timestamp() * US)
+
+
 def _tuple(r: dict) -> tuple:
-    return (r["ad_id"], r["imp_id"], r["cost"], int(r["it"].timestamp() * US), r["click_id"],
-            int(r["ct"].timestamp() * US))
+    return (r["ad_id"], r["imp_id"] or "", r["cost"] or -1, _us(r["it"]), r["click_id"] or "", _us(r["ct"]))
 
 
 def _committed(runner: JobRunner, out: Path) -> list[tuple]:
@@ -148,20 +165,24 @@ def _cfg(tmp_path: Path, name: str = "", **kw):
                        epoch_seconds=E, retained_checkpoints=50, **kw)
 
 
-def test_interval_join_crash_rescale_validate(tmp_path):
+@pytest.mark.parametrize("how", ["inner", "full"])
+def test_interval_join_crash_rescale_validate(tmp_path, how):
     imps, clicks = _generate(tmp_path / "src")
-    cfg = _cfg(tmp_path, parallelism=2)
+    cfg = _cfg(tmp_path, parallelism=2, state_backend="heap")  # heap writes, rocksdb restores
     env = {**{k: v for k, v in cfg.as_env().items() if v != "None"}, "PIPELINE_EPOCH_SECONDS": str(E),
            "PYTHONPATH": os.pathsep.join([str(_HERE), os.environ.get("PYTHONPATH", "")]),
            "EPOCHAL_KILL_AT": "after_state_before_metadata:2"}
-    res = run_job_process(["run", "--job", "test_interval_join:build", "--epochs", "3"], env=env, timeout_s=600)
+    job = "test_interval_join:build" if how == "inner" else "test_interval_join:build_full"
+    res = run_job_process(["run", "--job", job, "--epochs", "3"], env=env, timeout_s=600)
     assert res.returncode != 0 and any("EPOCHAL_FAULT" in line for line in res.stderr_lines), res.stderr_lines[-5:]
-    assert len(JobRunner(build(), cfg).coordinator.store.list()) == 1   # killed before checkpoint 2's _metadata
-    r = JobRunner(build(), cfg.with_(parallelism=3, state_backend="rocksdb"), echo=lambda m: None)
+    assert len(JobRunner(build(how), cfg).coordinator.store.list()) == 1   # killed before checkpoint 2's _metadata
+    r = JobRunner(build(how), cfg.with_(parallelism=3, state_backend="rocksdb"), echo=lambda m: None)
     r.run()
     assert r.snapshot().metadata.parallelism == 3
-    want, dead = _expected(imps, clicks, r.snapshot().metadata.epoch)
+    want, dead = _expected(imps, clicks, r.snapshot().metadata.epoch, how)
     assert len(want) > 50
+    if how == "full":   # unmatched rows of both sides were released and emitted
+        assert any(t[4] == "" for t in want) and any(t[1] == "" for t in want)
     assert _committed(r, tmp_path / "out") == want
     dl = pq.read_table(Path(cfg.dead_letter_root[len("file://"):]) / "ad_clicks" / "operator=imp_click")
     ids = [x for x in dl["imp_id"].to_pylist() + dl["click_id"].to_pylist() if x is not None]
@@ -171,28 +192,35 @@ def test_interval_join_crash_rescale_validate(tmp_path):
     assert v.success, v.summary()
     assert not (v.figures.get("not_checked") or {}), v.figures.get("not_checked")
     data = sorted((tmp_path / "sink").rglob("ad_clicks/**/*.parquet"))
-    target = next(p for p in reversed(data) if pq.read_table(p).num_rows)
-    new = rewrite_parquet(target.as_uri(), lambda t: t.set_column(t.schema.get_field_index("cost"), "cost",
-                                                                  pa.array([x + (i == 0) for i, x in enumerate(t["cost"].to_pylist())])))
+    target = next(p for p in reversed(data) if pq.read_table(p)["cost"].null_count < pq.read_table(p).num_rows)
+
+    def one_more(t: pa.Table) -> pa.Table:   # the first non-null cost + 1 (an outer join's padded rows have none)
+        costs = t["cost"].to_pylist()
+        first = next(i for i, x in enumerate(costs) if x is not None)
+        return t.set_column(t.schema.get_field_index("cost"), "cost",
+                            pa.array([x + 1 if i == first else x for i, x in enumerate(costs)], t.schema.field("cost").type))
+    new = rewrite_parquet(target.as_uri(), one_more)
     _patch_handle_everywhere(tmp_path, target.as_uri(), new)
     v = validate_job(r, None, build_docs=False, store_results=False)
     assert not v.success
     assert "ad_clicks" in v.summary()
 
 
-def test_bootstrap_builds_the_held_rows(tmp_path):
-    """``bootstrap`` at barrier k: the held rows of both sides, the watermark table and the dead letters an
-    epoch-by-epoch run has; restored at parallelism 3 on rocksdb and run to the end, equal to DuckDB, validated."""
+@pytest.mark.parametrize("how", ["inner", "full"])
+def test_bootstrap_builds_the_held_rows(tmp_path, how):
+    """``bootstrap`` at barrier k: the held rows of both sides (an outer join's with ``_matched``), the watermark table
+    and the dead letters an epoch-by-epoch run has; restored at parallelism 3 on rocksdb and run to the end, equal to
+    DuckDB, validated."""
     imps, clicks = _generate(tmp_path / "src")
-    ref = JobRunner(build(), _cfg(tmp_path, "ref", parallelism=2), echo=lambda m: None)
+    ref = JobRunner(build(how), _cfg(tmp_path, "ref", parallelism=2), echo=lambda m: None)
     ref.run(3)
     k = ref.snapshot().metadata.epoch
-    boot = JobRunner(build(), _cfg(tmp_path, "boot", parallelism=2), echo=lambda m: None)
+    boot = JobRunner(build(how), _cfg(tmp_path, "boot", parallelism=2), echo=lambda m: None)
     d = bootstrap(boot, epoch=k)
     assert _committed(boot, tmp_path / "bk") == _committed(ref, tmp_path / "rk")
-    boot = JobRunner(build(), _cfg(tmp_path, "boot", parallelism=3, state_backend="rocksdb"), echo=lambda m: None)
+    boot = JobRunner(build(how), _cfg(tmp_path, "boot", parallelism=3, state_backend="rocksdb"), echo=lambda m: None)
     boot.restore(d["savepoint"], parallelism=3, validate=False)
     boot.run()
-    assert _committed(boot, tmp_path / "boot-out") == _expected(imps, clicks, boot.snapshot().metadata.epoch)[0]
+    assert _committed(boot, tmp_path / "boot-out") == _expected(imps, clicks, boot.snapshot().metadata.epoch, how)[0]
     v = validate_job(boot, None, build_docs=False, store_results=False)
     assert v.success, v.summary()

@@ -191,7 +191,8 @@ def test_null_keys_through_every_operator(tmp_path):
     src = tmp_path / "src"
     orders, regions = _generate(src)
     cfg = load_config(env={}, source_uri=src.as_uri(), checkpoint_uri=(tmp_path / "ckpt").as_uri(),
-                      sink_uri=(tmp_path / "sink").as_uri(), epoch_seconds=E, parallelism=2, retained_checkpoints=50)
+                      sink_uri=(tmp_path / "sink").as_uri(), epoch_seconds=E, parallelism=2, retained_checkpoints=50,
+                      state_backend="heap")  # the full profile: heap writes, rocksdb restores
     if FULL:
         # a job process SIGKILLed after its 2nd checkpoint's tasks wrote state and dead letters, before _metadata
         # (the window dead-letters the null-region orders of every epoch); then a restore at parallelism 3 with

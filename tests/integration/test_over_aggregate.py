@@ -149,7 +149,7 @@ def _cfg(tmp_path: Path, **kw):
 
 def test_over_aggregate_crash_rescale_validate(tmp_path):
     df = _generate(tmp_path / "src")
-    cfg = _cfg(tmp_path, parallelism=2)
+    cfg = _cfg(tmp_path, parallelism=2, state_backend="heap")  # heap writes, rocksdb restores
     env = {**{k: v for k, v in cfg.as_env().items() if v != "None"}, "PIPELINE_EPOCH_SECONDS": str(E),
            "PYTHONPATH": os.pathsep.join([str(_HERE), os.environ.get("PYTHONPATH", "")]),
            "EPOCHAL_KILL_AT": "after_state_before_metadata:2"}
@@ -237,7 +237,7 @@ def test_over_an_updating_stream_crash_rescale_validate(tmp_path):
     at parallelism 3 on rocksdb with a backlog (several rounds per checkpoint), equal to DuckDB's window over the
     latest version of each reading; validated, and a changed value caught."""
     df = _generate_versions(tmp_path / "src")
-    cfg = _cfg(tmp_path, parallelism=2)
+    cfg = _cfg(tmp_path, parallelism=2, state_backend="heap")  # heap writes, rocksdb restores
     env = {**{k: v for k, v in cfg.as_env().items() if v != "None"}, "PIPELINE_EPOCH_SECONDS": str(E),
            "PYTHONPATH": os.pathsep.join([str(_HERE), os.environ.get("PYTHONPATH", "")]),
            "EPOCHAL_KILL_AT": "after_state_before_metadata:2"}

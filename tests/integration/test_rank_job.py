@@ -118,7 +118,7 @@ def _cfg(tmp_path: Path, name: str = "", **kw):
 
 def test_top_n_and_keep_last_crash_rescale_validate(tmp_path):
     df = _generate(tmp_path / "src")
-    cfg = _cfg(tmp_path, parallelism=2)
+    cfg = _cfg(tmp_path, parallelism=2, state_backend="heap")  # heap writes, rocksdb restores
     env = {**{k: v for k, v in cfg.as_env().items() if v != "None"}, "PIPELINE_EPOCH_SECONDS": str(E),
            "PYTHONPATH": os.pathsep.join([str(_HERE), os.environ.get("PYTHONPATH", "")]),
            "EPOCHAL_KILL_AT": "after_state_before_metadata:2"}
@@ -157,7 +157,7 @@ def test_bootstrap_equals_the_epoch_by_epoch_run(tmp_path):
     ref = JobRunner(build(), _cfg(tmp_path, "ref", parallelism=2), echo=lambda m: None)
     ref.run(2)
     k = ref.snapshot().metadata.epoch
-    boot = JobRunner(build(), _cfg(tmp_path, "boot", parallelism=2), echo=lambda m: None)
+    boot = JobRunner(build(), _cfg(tmp_path, "boot", parallelism=2, state_backend="heap"), echo=lambda m: None)
     d = bootstrap(boot, epoch=k)
     for t, cols in (("top_bids", TOP_COLS), ("last_bids", LAST_COLS)):
         assert _export(boot, t, tmp_path / f"bk-{t}", cols) == _export(ref, t, tmp_path / f"rk-{t}", cols)

@@ -69,7 +69,7 @@ def test_requests_per_epoch_are_exact_and_do_not_grow_with_history(s3_root, moto
         nonlocal sc
         cfg = load_config(env={}, source_uri=src, checkpoint_uri=f"{s3_root}/ckpt", sink_uri=f"{s3_root}/sink",
                           parallelism=1, epoch_seconds=60, source_listing_window=1, state_max_deltas=2,
-                          retained_checkpoints=1, max_epochs_per_round=4)
+                          retained_checkpoints=1, max_epochs_per_round=4, round_target_seconds=0)
         r = JobRunner(job, cfg, clock=clock, echo=lambda m: None)
         r.finalizer.listeners.append(completed.append)  # every checkpoint's _metadata (1 is retained)
         if sc is None:  # the executors reach moto through their own proxy (the session may be shared)

@@ -141,7 +141,7 @@ def _cfg(tmp_path: Path, name: str = "", **kw):
 
 def test_session_window_crash_rescale_validate(tmp_path):
     df = _generate(tmp_path / "src")
-    cfg = _cfg(tmp_path, parallelism=2)
+    cfg = _cfg(tmp_path, parallelism=2, state_backend="heap")  # heap writes (rocksdb restores when FULL)
     env = {**{k: v for k, v in cfg.as_env().items() if v != "None"}, "PIPELINE_EPOCH_SECONDS": str(E),
            "PYTHONPATH": os.pathsep.join([str(_HERE), os.environ.get("PYTHONPATH", "")]),
            "EPOCHAL_KILL_AT": "after_state_before_metadata:2"}

@@ -194,7 +194,7 @@ def test_retracting_join_crash_rescale_validate(tmp_path):
     bids = _generate(tmp_path / "src")
     cfg = load_config(env={}, source_uri=(tmp_path / "src").as_uri(), checkpoint_uri=(tmp_path / "ckpt").as_uri(),
                       sink_uri=(tmp_path / "sink").as_uri(), epoch_seconds=E, retained_checkpoints=50,
-                      sink_format="hot=delta", parallelism=2)
+                      sink_format="hot=delta", parallelism=2, state_backend="heap")  # heap writes, rocksdb restores
     env = {**{k: v for k, v in cfg.as_env().items() if v != "None"}, "PIPELINE_EPOCH_SECONDS": str(E),
            "PYTHONPATH": os.pathsep.join([str(_HERE), os.environ.get("PYTHONPATH", "")]),
            "EPOCHAL_KILL_AT": "after_state_before_metadata:2"}

@@ -67,7 +67,7 @@ def _runner(tmp: Path, lines: list[str]) -> JobRunner:
     # one epoch is 40 rows x ~8 KB on 2 tasks = ~160 KB per task: the budget holds two epochs, not three
     cfg = load_config(env={}, source_uri=(tmp / "src").as_uri(), checkpoint_uri=(tmp / "ckpt").as_uri(),
                       sink_uri=(tmp / "sink").as_uri(), epoch_seconds=60, parallelism=2, retained_checkpoints=10,
-                      max_task_bytes_per_round=400_000, clock_now=(T0 + timedelta(hours=1)).isoformat())
+                      max_task_bytes_per_round=400_000, round_target_seconds=0, clock_now=(T0 + timedelta(hours=1)).isoformat())
     assert cfg.max_epochs_per_round == 8  # the default
     return JobRunner(_job(), cfg, echo=lines.append)
 

@@ -88,6 +88,7 @@ def _run_and_check(tmp_path, fault: str, submit: str, master: str, tagged: bool)
         env["PIPELINE_MAX_EPOCHS_PER_ROUND"] = "1"
     else:  # the 3 epochs in one Spark round from the first on (no byte bound: a first round would carry one)
         env["PIPELINE_MAX_TASK_BYTES_PER_ROUND"] = "0"
+        env["PIPELINE_ROUND_TARGET_SECONDS"] = "0"  # nor a time bound (the first round would carry one epoch)
     if submit:
         env["PYSPARK_SUBMIT_ARGS"] = submit
     r = run_job_process(["run", "--job", JOB, "--json"], env, timeout_s=900)

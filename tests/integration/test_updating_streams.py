@@ -148,7 +148,7 @@ def _check(runner: JobRunner, bids: pa.Table, out: Path) -> None:
 
 def test_aggregate_over_an_updating_stream_crash_rescale_validate(tmp_path):
     bids = _generate(tmp_path / "src")
-    cfg = _cfg(tmp_path, parallelism=2)
+    cfg = _cfg(tmp_path, parallelism=2, state_backend="heap")  # heap writes, rocksdb restores
     env = {**{k: v for k, v in cfg.as_env().items() if v != "None"}, "PIPELINE_EPOCH_SECONDS": str(E),
            "PYTHONPATH": os.pathsep.join([str(_HERE), os.environ.get("PYTHONPATH", "")]),
            "EPOCHAL_KILL_AT": "after_state_before_metadata:2"}
@@ -205,7 +205,7 @@ def test_bootstrap_builds_the_retraction_state(tmp_path):
     ref = JobRunner(build(), _cfg(tmp_path, "ref", parallelism=2), echo=lambda m: None)
     ref.run(2)
     k = ref.snapshot().metadata.epoch
-    boot = JobRunner(build(), _cfg(tmp_path, "boot", parallelism=2), echo=lambda m: None)
+    boot = JobRunner(build(), _cfg(tmp_path, "boot", parallelism=2, state_backend="heap"), echo=lambda m: None)
     d = bootstrap(boot, epoch=k)
     for table, cols in COLS.items():
         boot.export(table, str(tmp_path / f"bk-{table}"))

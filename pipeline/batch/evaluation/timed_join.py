@@ -4,6 +4,8 @@ on-time rows of each side (``t > W(p - 1)`` of their processing epoch ``p``), th
 
 * interval join: every pair of on-time rows with equal keys and ``t_l + lower <= t_r <= t_l + upper``, in the epoch
   of its later row; state after ``n``: left rows with ``t_l + upper > W(n)``, right rows with ``t_r - lower > W(n)``;
+  an outer side's on-time rows without a pair, with nulls for the other side, in the first epoch (not before their
+  own) whose watermark releases them, and ``_matched`` on its held rows;
 * temporal join: every on-time probe row with ``t <= W(n)``, in the first epoch whose watermark reached ``t``,
   joined with the greatest on-time version (``version_time``, ``_ingest_ts``, the other sortable columns) of its key
   with ``version_time <= t``; state after ``n``: probe rows with ``t > W(n)``, per key the versions above ``W(n)``
@@ -17,6 +19,7 @@ from pipeline.batch.evaluation.prefix import PEPOCH
 from pipeline.batch.evaluation.result import INTERNAL, WATERMARK_ROW, nested
 from pipeline.batch.evaluation.wm_channels import channel_column, watermark_fold
 from pipeline.job import IntervalJoinNode, TemporalJoinNode, emits_updates
+from pipeline.operators.interval_join import MATCHED
 
 __all__ = ["timed_join"]
 
@@ -80,7 +83,7 @@ def timed_join(plan: PlanContext, nid: int, op: IntervalJoinNode | TemporalJoinN
     rows = [(WATERMARK_ROW, w)] + sorted(seen.items())
     plan.result.states[f"state/{op.uid}/wm"] = plan.spark.createDataFrame(rows, "channel string, max_event_us long")
     if isinstance(op, IntervalJoinNode):
-        out = _interval(plan, op, lon, ron, lcols, rcols, w)
+        out = _interval(plan, op, lon, ron, lcols, rcols, w, w_after)
     else:
         out = _temporal(plan, op, lon, ron, lcols, rcols, w, w_after)
     if _flows_on(plan, nid):   # rows flowing on: _ingest_ts is the end of their epoch - 1 µs (the runtime's)
@@ -110,20 +113,62 @@ def _dead_rows(sides, bads, lates):
     return out
 
 
-def _interval(plan: PlanContext, op: IntervalJoinNode, lon, ron, lcols, rcols, w: int | None):
+def _interval(plan: PlanContext, op: IntervalJoinNode, lon, ron, lcols, rcols, w: int | None,
+              w_after: dict[int, int | None]):
     from pyspark.sql import functions as F
     lo, hi = op.lower_seconds * SEC, op.upper_seconds * SEC
-    plan.result.states[f"state/{op.uid}/left"] = (lon if w is None else lon.filter(F.col("__t") + F.lit(hi) > F.lit(w))
-                                                  ).select(*lcols)
-    plan.result.states[f"state/{op.uid}/right"] = (ron if w is None else ron.filter(F.col("__t") - F.lit(lo) > F.lit(w))
-                                                   ).select(*rcols)
     l = lon.select(*lcols, F.col("__t").alias("__lt"), F.col(PEPOCH).alias("__lp"))  # noqa: E741
     r = ron.select(F.col(op.on).alias("__rk"), *[c for c in rcols if c != op.on], F.col("__t").alias("__rt"),
                    F.col(PEPOCH).alias("__rp"))
     cond = ((F.col(op.on) == F.col("__rk")) & (F.col("__rt") >= F.col("__lt") + F.lit(lo))
             & (F.col("__rt") <= F.col("__lt") + F.lit(hi)))
-    cols = [op.on] + [c for c in lcols if c != op.on] + [c for c in rcols if c != op.on]
-    return l.join(r, cond, "inner").select(*cols, F.greatest("__lp", "__rp").alias(PEPOCH))
+    rcols_out = [F.col("__rk").alias(op.on) if c == op.on else F.col(c) for c in rcols]
+    held_l = None if w is None else F.col("__lt") + F.lit(hi) > F.lit(w)
+    held_r = None if w is None else F.col("__rt") - F.lit(lo) > F.lit(w)
+    outer = {"left": op.how in ("left", "full"), "right": op.how in ("right", "full")}
+    for side, rows, other, held, cols in (("left", l, r, held_l, [F.col(c) for c in lcols]),
+                                          ("right", r, l, held_r, rcols_out)):
+        if not outer[side]:
+            st = rows if held is None else rows.filter(held)
+            plan.result.states[f"state/{op.uid}/{side}"] = st.select(*cols)
+            continue
+        # an outer side's held rows carry whether they have paired (all their pairs are in epochs <= n)
+        parts = [(rows.join(other, cond, "left_semi"), True), (rows.join(other, cond, "left_anti"), False)]
+        st = None
+        for df, flag in parts:
+            df = (df if held is None else df.filter(held)).select(*cols, F.lit(flag).alias(MATCHED))
+            st = df if st is None else st.unionByName(df)
+        plan.result.states[f"state/{op.uid}/{side}"] = st
+    out_cols = [op.on] + [c for c in lcols if c != op.on] + [c for c in rcols if c != op.on]
+    out = l.join(r, cond, "inner").select(*out_cols, F.greatest("__lp", "__rp").alias(PEPOCH))
+    if not (outer["left"] or outer["right"]):
+        return out
+    # unmatched rows of an outer side: emitted in the first epoch (not before their own) whose W reaches t + shift
+    steps = _steps(plan, w_after)
+    types = {**{c: ron.schema[c].dataType for c in rcols}, **{c: lon.schema[c].dataType for c in lcols}}
+    for side, rows, other, t, p, shift, mine in (("left", l, r, "__lt", "__lp", hi, set(lcols)),
+                                                 ("right", r, l, "__rt", "__rp", -lo, set(rcols))):
+        if not outer[side]:
+            continue
+        alone = rows.join(other, cond, "left_anti").withColumn("__x", F.col(t) + F.lit(shift))
+        rel = alone.join(F.broadcast(steps), (F.col("__x") > F.col("__lo")) & (F.col("__x") <= F.col("__hi")), "inner")
+        sel = [(F.col("__rk") if side == "right" and c == op.on else F.col(c)).alias(c) if c in mine
+               else F.lit(None).cast(types[c]).alias(c) for c in out_cols]
+        out = out.unionByName(rel.select(*sel, F.greatest(F.col("__f"), F.col(p)).alias(PEPOCH)))
+    return out
+
+
+def _steps(plan: PlanContext, w_after: dict[int, int | None]):
+    """W's steps up to the checkpoint's epoch as a broadcastable interval table: ``(__lo, __hi]`` -> epoch ``__f``,
+    the first epoch whose watermark reached a time in the interval."""
+    steps, prev = [], None
+    for m in sorted(w_after):
+        x = w_after[m]
+        if m > plan.prefix.epoch or x is None or (prev is not None and x <= prev):
+            continue
+        steps.append((_NEVER if prev is None else prev, x, m))
+        prev = x
+    return plan.spark.createDataFrame(steps, "__lo long, __hi long, __f long")
 
 
 def _temporal(plan: PlanContext, op: TemporalJoinNode, lon, ron, lcols, rcols, w: int | None,
@@ -146,14 +191,7 @@ def _temporal(plan: PlanContext, op: TemporalJoinNode, lon, ron, lcols, rcols, w
         held = ron.filter(F.col("__t") > F.lit(w)).unionByName(passed)
     plan.result.states[f"state/{op.uid}/right"] = held.select(*rcols)
     # emission: the first epoch whose W reached t (W's steps as a broadcast interval table (lo, hi])
-    steps, prev = [], None
-    for m in sorted(w_after):
-        x = w_after[m]
-        if m > plan.prefix.epoch or x is None or (prev is not None and x <= prev):
-            continue
-        steps.append((_NEVER if prev is None else prev, x, m))
-        prev = x
-    table = plan.spark.createDataFrame(steps, "__lo long, __hi long, __f long")
+    table = _steps(plan, w_after)
     emit = lon.join(F.broadcast(table), (F.col("__t") > F.col("__lo")) & (F.col("__t") <= F.col("__hi")), "inner")
     # each (key, time) once: the greatest on-time version with version_time <= time
     kt = emit.select(F.col(op.on).alias("__k"), F.col("__t").alias("__pt")).distinct()

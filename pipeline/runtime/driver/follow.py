@@ -294,15 +294,15 @@ class Follower:
         refused: set[str] = set()
         done, warm = 0, False
         last_activity = self._mono()
-        max_k = ctx.config.max_epochs_per_round
+        sizer = runner.round_sizer()
         while True:
             if stop.requested:
                 return f"{stop.reason}"
             if opts.epochs is not None and done >= opts.epochs:
                 return f"--epochs {opts.epochs} completed"
-            # the first round carries one epoch: its fixed cost (Python workers, plan analysis) is paid with the least
-            # work, so the first checkpoint comes early; later rounds catch up several waiting epochs at a time
-            limit = 1 if not report.rounds else max_k if opts.epochs is None else min(max_k, opts.epochs - done)
+            # the first round carries one epoch, so the first checkpoint comes early; later rounds catch up as many
+            # waiting epochs as complete within PIPELINE_ROUND_TARGET_SECONDS (round_sizing)
+            limit = sizer.limit(None if opts.epochs is None else opts.epochs - done)
             work = runner.next_work(cursor, refused, limit=limit, until_epoch=opts.until_epoch)
             status = work.status
             if status is WorkStatus.REACHED:
@@ -310,9 +310,11 @@ class Follower:
             if status is WorkStatus.READY:
                 eps = [t for t, _b in work.targets]
                 what = f"round of epoch {eps[0]}" if len(eps) == 1 else f"round of epochs {eps[0]}..{eps[-1]}"
+                started = self._mono()
                 with RoundWatch(ctx, what, opts.round_progress_seconds):
                     cursor, rounds, n = runner.complete_epochs(cursor, work.targets, work.summaries,
                                                                parallelism=opts.parallelism)
+                sizer.observe(n, self._mono() - started)
                 report.rounds += len({r.tagged_round or (r.checkpoint_id, r.round) for r in rounds})
                 last = last_data_epoch(work.summaries, ctx.epochs.epoch_of)
                 counted: list[tuple[int, int]] = []

@@ -30,6 +30,7 @@ delegating to its module.
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -54,6 +55,7 @@ from pipeline.runtime.driver.finalize import CheckpointFinalizer, CheckpointList
 from pipeline.runtime.driver.progress import RunProgress, last_data_epoch
 from pipeline.runtime.driver.results import RoundResult, RunReport
 from pipeline.runtime.driver.round_executor import RoundExecutor
+from pipeline.runtime.driver.round_sizing import RoundSizer
 from pipeline.runtime.driver.savepoint_copy import savepoint_by_copy
 from pipeline.runtime.driver.savepoints import abort_pending, check_target
 from pipeline.runtime.driver.spark_plan import SparkPlan
@@ -185,11 +187,11 @@ class JobRunner:
         else:
             ctx.echo(f"job {ctx.job.name}: no checkpoint yet: starting from the beginning of the sources")
         progress = RunProgress(epochs)
+        sizer = self.round_sizer()
         done = 0
         refused: set[str] = set()
         while epochs is None or done < epochs:
-            limit = (ctx.config.max_epochs_per_round if epochs is None
-                     else min(ctx.config.max_epochs_per_round, epochs - done))
+            limit = sizer.limit(None if epochs is None else epochs - done)
             work = self.next_work(cursor, refused, limit=limit, until_epoch=until_epoch)
             if work.status is WorkStatus.DRAINED:
                 ctx.echo("no unread records left: stopping")
@@ -199,7 +201,9 @@ class JobRunner:
                 break
             if work.status is WorkStatus.REACHED:
                 break
+            t0 = time.monotonic()
             cursor, rounds, n = self.complete_epochs(cursor, work.targets, work.summaries, parallelism=parallelism)
+            sizer.observe(n, time.monotonic() - t0)
             report.rounds.extend(rounds)
             done += n
             line = progress.round_done([(t, sum(sum(r.records.values()) for r in rounds if r.epoch == t))
@@ -209,6 +213,12 @@ class JobRunner:
                 ctx.echo(line)
         ctx.cleanup_sink_garbage(after=restored)  # staging of checkpoints aborted by earlier crashes: now unprotected
         return report
+
+    def round_sizer(self) -> RoundSizer:
+        """A run's bound on the epochs of each round (``PIPELINE_MAX_EPOCHS_PER_ROUND``,
+        ``PIPELINE_ROUND_TARGET_SECONDS``): :class:`~pipeline.runtime.driver.round_sizing.RoundSizer`."""
+        cfg = self.ctx.config
+        return RoundSizer(cfg.max_epochs_per_round, cfg.round_target_seconds)
 
     def next_work(self, cursor: Cursor, refused: set[str], *, limit: int,
                   until_epoch: int | None = None) -> NextWork:
@@ -254,6 +264,7 @@ class JobRunner:
             cursor = planner.rewind_cursor(epoch, report)
         report.restored_from = cursor.checkpoint_id
         progress = RunProgress(None)
+        sizer = self.round_sizer()
         refused: set[str] = set()
         while cursor.epoch is None or cursor.epoch < epoch:
             summaries = planner.summaries(cursor)
@@ -268,9 +279,10 @@ class JobRunner:
                                       "has not passed); retry later")
             targets = [(target, barriers)]
             if self._may_group(cursor, refused):  # several waiting epochs in one round (epoch_groups)
-                targets += self._waiting_after(target, barriers, cursor, summaries,
-                                               ctx.config.max_epochs_per_round - 1, epoch)
+                targets += self._waiting_after(target, barriers, cursor, summaries, sizer.limit() - 1, epoch)
+            t0 = time.monotonic()
             cursor, rounds, n = self.complete_epochs(cursor, targets, summaries, parallelism=parallelism)
+            sizer.observe(n, time.monotonic() - t0)
             report.rounds.extend(rounds)
             line = progress.round_done([(t, sum(sum(r.records.values()) for r in rounds if r.epoch == t))
                                         for t, _b in targets[:n]], epoch)

@@ -7,7 +7,8 @@ Both inputs are shuffled together (``_side`` 0/1) with the window's watermark ma
 input, the channel's highest event time, so every subtask derives the same operator watermark ``W`` (the minimum
 over the active channels of *both* inputs, Flink's two-input rule). State:
 
-* ``left`` / ``right``: the held rows of each side (their columns and ``_kg``), keyed by the join key, so they
+* ``left`` / ``right``: the held rows of each side (their columns, ``_kg``, and an outer interval join side's
+  ``_matched``), keyed by the join key, so they
   snapshot, restore and rescale by key group on both backends. On rocksdb a row's key is filed in the index under
   the watermark at which the row may leave (interval join: ``t_l + upper`` / ``t_r - lower``; temporal join: a
   probe row's time, a version's time while it is above the watermark), and the round that completes an epoch
@@ -32,7 +33,7 @@ from pipeline.checkpoint.handles import FileHandle, StateHandle
 from pipeline.checkpoint.report import ReportKind
 from pipeline.exceptions import ConfigError, MalformedInputError
 from pipeline.job import IntervalJoinNode, Job, TemporalJoinNode
-from pipeline.operators.interval_join import IntervalJoinResult, IntervalJoinSpec, interval_join_step
+from pipeline.operators.interval_join import IntervalJoinResult, IntervalJoinSpec, interval_join_step, state_schema
 from pipeline.operators.temporal_join import TemporalJoinResult, TemporalJoinSpec, temporal_join_step
 from pipeline.runtime.operators.dead_letters import dead_letter_name
 from pipeline.runtime.operators.state_access import StateSpec, open_state
@@ -108,6 +109,11 @@ def _index(k: IntervalJoinSpec | TemporalJoinSpec, schema: pa.Schema, side: str,
     return lambda row: row[t_i] if watermark_us is None or row[t_i] is None or row[t_i] > watermark_us else NEVER_US
 
 
+def _held(k: IntervalJoinSpec | TemporalJoinSpec, schema: pa.Schema, side: str) -> pa.Schema:
+    """A side's held rows: its rows, and an outer interval join side's ``_matched`` flag."""
+    return state_schema(k, schema, side) if isinstance(k, IntervalJoinSpec) else schema
+
+
 def dead_letter_schema(left: pa.Schema, right: pa.Schema) -> pa.Schema:
     """Every dead-letter file's columns, whichever side its rows are from: the left's columns, the right's other
     columns (nullable), ``_side``, ``_watermark_us`` (``W(m-1)``; null for a row without a key or time) and
@@ -154,10 +160,9 @@ def make_timed_join_task(spec: TimedJoinTaskSpec):
         fire, before_us = wm.fire_us, wm.before.watermark_us
         cutoff_us = fire + 1 if fire is not None else None
         l_time, r_time = _times(k)
-        scope = run.scope(k.key, {"left": StateSpec(spec.left_schema, l_time, _index(k, spec.left_schema, "left",
-                                                                                      before_us)),
-                                  "right": StateSpec(spec.right_schema, r_time, _index(k, spec.right_schema, "right",
-                                                                                        before_us))}, cutoff_us)
+        lsch, rsch = _held(k, spec.left_schema, "left"), _held(k, spec.right_schema, "right")
+        scope = run.scope(k.key, {"left": StateSpec(lsch, l_time, _index(k, lsch, "left", before_us)),
+                                  "right": StateSpec(rsch, r_time, _index(k, rsch, "right", before_us))}, cutoff_us)
         with open_state(scope, run.fio) as access:
             held = access.read([new_l, new_r])
             restored = held["left"].num_rows + held["right"].num_rows
@@ -175,8 +180,8 @@ def make_timed_join_task(spec: TimedJoinTaskSpec):
             out = res.output
             run.kernel_done()
             after = fire if fire is not None else before_us
-            lh = access.write("left", res.left, index_time=_index(k, spec.left_schema, "left", after))
-            rh = access.write("right", res.right, index_time=_index(k, spec.right_schema, "right", after))
+            lh = access.write("left", res.left, index_time=_index(k, lsch, "left", after))
+            rh = access.write("right", res.right, index_time=_index(k, rsch, "right", after))
         wsh = write_watermark(run, wm)
         ofh = run.write_output(out)
         late_reason = "late" if isinstance(k, IntervalJoinSpec) else "late row"

@@ -60,7 +60,7 @@ def _kernel(op, lsch: pa.Schema, rsch: pa.Schema):
     try:
         if isinstance(op, IntervalJoinNode):
             k: IntervalJoinSpec | TemporalJoinSpec = IntervalJoinSpec(
-                op.on, op.left_time, op.right_time, op.lower_seconds * SEC, op.upper_seconds * SEC, internal)
+                op.on, op.left_time, op.right_time, op.lower_seconds * SEC, op.upper_seconds * SEC, internal, op.how)
             return k, interval_output(k, lsch, rsch)  # type: ignore[arg-type]
         k = TemporalJoinSpec(op.on, op.time, op.version_time, op.how, internal)
         return k, temporal_output(k, lsch, rsch)  # type: ignore[arg-type]

@@ -17,7 +17,7 @@ import pytest
 from pipeline.checkpoint.handles import StateHandle
 from pipeline.fileio import LocalFileIO
 from pipeline.keygroups import range_for_subtask
-from pipeline.operators.interval_join import IntervalJoinSpec, interval_join_step
+from pipeline.operators.interval_join import IntervalJoinSpec, interval_join_step, state_schema
 from pipeline.operators.temporal_join import TemporalJoinSpec, temporal_join_step
 from pipeline.runtime.operators import task as ops
 from pipeline.runtime.operators.report_codec import from_table
@@ -51,9 +51,14 @@ def _kg(k: str | None) -> int:
 
 
 def _kernel(kind: str):
-    if kind == "interval":
-        return IntervalJoinSpec("k", "lt", "rt", -10 * SEC, 25 * SEC, (KG_COLUMN,))
+    if kind.startswith("interval"):   # interval, interval_full (the outer join: _matched held in state)
+        return IntervalJoinSpec("k", "lt", "rt", -10 * SEC, 25 * SEC, (KG_COLUMN,),
+                                "full" if kind == "interval_full" else "inner")
     return TemporalJoinSpec("k", "lt", "rt", "left", (KG_COLUMN,))
+
+
+def _held(k, schema: pa.Schema, side: str) -> pa.Schema:
+    return state_schema(k, schema, side) if isinstance(k, IntervalJoinSpec) else schema
 
 
 def _params(root, cid: int, epoch: int, parent: dict, backend_name: str) -> dict:
@@ -87,7 +92,7 @@ def _table(rows, side: int) -> pa.Table:
                                  for s, k, t, i, _p in rows if s == 1], schema=RIGHT)
 
 
-@pytest.mark.parametrize("kind", ["interval", "temporal"])
+@pytest.mark.parametrize("kind", ["interval", "interval_full", "temporal"])
 @pytest.mark.parametrize("seed", range(2))
 @pytest.mark.parametrize("backend_name", ["heap", "rocksdb"])
 def test_task_over_subtasks_and_rescales_equals_the_kernel(tmp_path, monkeypatch, kind, seed, backend_name):
@@ -96,8 +101,8 @@ def test_task_over_subtasks_and_rescales_equals_the_kernel(tmp_path, monkeypatch
     root = (tmp_path / "run").as_uri()
     fio = LocalFileIO()
     k = _kernel(kind)
-    step = interval_join_step if kind == "interval" else temporal_join_step
-    ref_l, ref_r, wm = LEFT.empty_table(), RIGHT.empty_table(), WatermarkState()
+    step = interval_join_step if kind.startswith("interval") else temporal_join_step
+    ref_l, ref_r, wm = _held(k, LEFT, "left").empty_table(), _held(k, RIGHT, "right").empty_table(), WatermarkState()
     parent: dict = {}
     for m, rows in enumerate(epochs):
         P = PARALLELISM[m]
@@ -145,7 +150,7 @@ def test_task_over_subtasks_and_rescales_equals_the_kernel(tmp_path, monkeypatch
                            + [x["rid"] for x in ref.late_right.to_pylist() + ref.bad_right.to_pylist()])
         assert sorted(x["lid"] if x["lid"] is not None else x["rid"] for x in dead) == want_dead, f"epoch {m}"
         backend._RECENT.clear()
-        for name, ref_t, schema in (("left", ref_l, LEFT), ("right", ref_r, RIGHT)):
+        for name, ref_t, schema in (("left", ref_l, _held(k, LEFT, "left")), ("right", ref_r, _held(k, RIGHT, "right"))):
             handles = [StateHandle.from_dict(h) for h in parent[name]]
             held = read_state(fio, handles, 0, MP - 1, schema, f"chk-{10 + m}")
             assert sorted(map(repr, held.to_pylist())) == sorted(map(repr, ref_t.to_pylist())), f"epoch {m}: {name}"
