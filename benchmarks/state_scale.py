@@ -15,14 +15,14 @@ Operators (``--ops``): ``join`` (inner, TTL one day), ``dedup`` (TTL one day), `
 ``window`` (tumbling, one day: the bulk keys' windows never fire), ``interval`` (interval join, ``[0, +1 day]``),
 ``temporal`` (temporal join, ``how="left"``), ``session`` (session window, gap one day), ``over`` (over aggregate,
 3 preceding rows), ``top_n`` (top 3 per key). Each epoch is 60 s of event time; the steady epochs carry
-``--records`` rows (both inputs together), half of them on ``--keys`` fixed keys, the join's other side matching.
+``--records`` rows on ``--keys`` fixed keys (split between the two inputs of a join; the dedup: half repeats).
 
 Printed per operator and backend: the state rows at 1x and 30x (``_metadata`` stats), the median wall time of the
 steady epochs at 1x and 30x, their ratio (the rule: <= 1.2), the ratio of the means and the max of each (an epoch
 that materialises a base, every ``PIPELINE_STATE_MAX_DELTAS`` = 10 epochs, one of the 10 measured, is the max), and
 the 1-min load average. ``--out`` keeps every epoch as
-JSON. The default run (bulk 10,000 rows of ~150 bytes, 10 steady epochs, 6 operators, 2 backends) takes about 8-10 minutes on the
-shared 2-core machine.
+JSON. The default run (bulk 10,000 rows of ~150 bytes, 8 warm + 10 measured steady epochs, 9 operators, 2 backends)
+takes about 25 minutes on the shared 2-core machine at load 15-20; ``--ops`` and ``--backends`` narrow it.
 """
 from __future__ import annotations
 
@@ -231,9 +231,11 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=400, help="records per steady epoch (all inputs)")
     ap.add_argument("--keys", type=int, default=100, help="fixed keys the steady epochs touch")
     ap.add_argument("--payload", type=int, default=100, help="random hex characters per row (the rows' width)")
-    ap.add_argument("--warm", type=int, default=2, help="steady epochs before the measured ones")
+    ap.add_argument("--warm", type=int, default=8, help="steady epochs before the measured ones (RocksDB compacts a "
+                    "large write during the next few: the bulk epoch, and the over aggregate's bulk rows firing in "
+                    "the first steady epoch)")
     ap.add_argument("--steady", type=int, default=10, help="measured steady epochs per scale (10 after "
-                    "2 warm ones: the 11th delta of a chain is a new base, so one epoch of each materialises one)")
+                    "8 warm ones: the 11th delta of a chain is a new base, so one epoch of each materialises one)")
     ap.add_argument("--s3", action="store_true", help="checkpoints and sinks on a moto S3 server (loopback)")
     ap.add_argument("--verbose", action="store_true", help="print every steady epoch")
     ap.add_argument("--out", default="", help="every epoch as JSON here")

@@ -12,6 +12,7 @@ from pipeline.batch.evaluation.join_keys import join_semantics
 from pipeline.batch.evaluation.plan import evaluate
 from pipeline.batch.evaluation.prefix import Prefix, barrier_log, lag_log, scan_settings
 from pipeline.batch.evaluation.result import BatchResult
+from pipeline.checkpoint.channel import partition_of
 from pipeline.exceptions import CheckpointError
 from pipeline.runtime.driver import progress
 
@@ -21,7 +22,7 @@ __all__ = ["Prefix", "BatchResult", "evaluate", "prefix_of", "consumed_positions
 
 def prefix_of(runner, md) -> Prefix:
     """The prefix of checkpoint metadata ``md``: its barrier positions and the barrier log of earlier epochs."""
-    barriers = {s: {int(p): (int(pos.seq), int(pos.row)) for p, pos in parts.items()}
+    barriers = {s: {partition_of(p): (int(pos.seq), int(pos.row)) for p, pos in parts.items()}
                 for s, parts in md.barriers.items()}
     low = md.recovery.low_epoch
     # epochs a checkpoint completed while a partition lagged are not in the barrier log: where those checkpoints
@@ -46,11 +47,11 @@ def consumed_positions(md) -> dict[str, dict[int, tuple[int, int]]] | None:
     for s, parts in md.barriers.items():
         for p, b in parts.items():
             pos = md.positions.get(s, {}).get(p, b)
-            out.setdefault(s, {})[int(p)] = min((int(pos.seq), int(pos.row)), (int(b.seq), int(b.row)))
+            out.setdefault(s, {})[partition_of(p)] = min((int(pos.seq), int(pos.row)), (int(b.seq), int(b.row)))
     for s, parts in md.positions.items():   # a lagging partition (no barrier n): what it consumed ends at the cut
         for p, pos in parts.items():
             if p not in md.barriers.get(s, {}):
-                out.setdefault(s, {})[int(p)] = (int(pos.seq), int(pos.row))
+                out.setdefault(s, {})[partition_of(p)] = (int(pos.seq), int(pos.row))
     return out
 
 
@@ -58,8 +59,7 @@ def lagging_partitions(md) -> list[str]:
     """``<source>/partition=<p>`` of checkpoint ``md`` whose barrier was not known when it completed (an open
     channel-state range; unaligned checkpoints need not wait for a lagging partition). The runtime tags the rows it
     reads there with the checkpoint's epoch; the batch plan places them by the lag log (``prefix.lag_log``)."""
-    out = {f"{c.source}/partition={c.partition}" for c in md.channel_state
-           if c.file is None and c.source is not None and c.end is None}
+    out = {ch.name for c in md.channel_state if c.file is None and (ch := c.source_channel) is not None and c.end is None}
     out |= {f"{s}/partition={p}" for s, parts in md.positions.items() for p in parts
             if p not in md.barriers.get(s, {})}
     return sorted(out)

@@ -2,6 +2,7 @@
 
     ack          AckResult, TaskAcknowledgement, TaskMetrics, acks_from_reports (task reports -> acks)
     failure      CheckpointFailureReason (Flink names; pre-flight / counted flags)
+    channel      Channel (source, partition: int) and the conversion to the stored partition keys
     handles      Position, FileHandle, StateHandle, ChannelStateHandle, SinkHandle
     report       ReportKind, TaskReport (what a subtask reports at the end of a round: its acknowledgement)
     stats        OperatorStats, SubtaskStats, CheckpointStats

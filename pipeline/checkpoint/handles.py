@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline.checkpoint.channel import Channel, partition_key, partition_of
+
 __all__ = ["Position", "FileHandle", "StateHandle", "ChannelStateHandle", "SinkHandle"]
 
 
@@ -142,7 +144,8 @@ class ChannelStateHandle:
     Either ``file`` (records that were between operators) or a source range ``[start, end)`` of
     ``source``/``partition`` (records still durable in the source log; replayed, not copied). ``end`` is
     None for an open range: up to the partition's barrier n, not known yet when the checkpoint completed
-    (a lagging partition); reading resumes at ``start`` either way.
+    (a lagging partition); reading resumes at ``start`` either way. The partition is an ``int`` here and its
+    string key in ``_metadata`` (:mod:`pipeline.checkpoint.channel`).
     """
 
     operator_uid: str
@@ -150,13 +153,13 @@ class ChannelStateHandle:
     channel: str
     file: FileHandle | None = None
     source: str | None = None
-    partition: str | None = None
+    partition: int | None = None
     start: Position | None = None
     end: Position | None = None
 
     def __post_init__(self) -> None:
-        if self.partition is not None and not isinstance(self.partition, str):
-            object.__setattr__(self, "partition", str(self.partition))
+        if self.partition is not None and type(self.partition) is not int:  # a stored key ("3") or a numpy int
+            object.__setattr__(self, "partition", partition_of(self.partition))
         if self.start is None and self.end is not None:
             raise ValueError(f"channel state {self.operator_uid}[{self.subtask}]/{self.channel}: "
                              "a position range needs a start")
@@ -167,15 +170,30 @@ class ChannelStateHandle:
     def to_dict(self) -> dict[str, Any]:
         return {"operator_uid": self.operator_uid, "subtask": self.subtask, "channel": self.channel,
                 "file": self.file.to_dict() if self.file else None, "source": self.source,
-                "partition": self.partition, "start": self.start.to_dict() if self.start else None,
+                "partition": None if self.partition is None else partition_key(self.partition),
+                "start": self.start.to_dict() if self.start else None,
                 "end": self.end.to_dict() if self.end else None}
 
     @classmethod
+    def source_range(cls, operator_uid: str, subtask: int, channel: Channel, start: Position,
+                     end: Position | None) -> ChannelStateHandle:
+        """In-flight data of ``channel`` still in its source log: ``[start, end)`` (``end`` None: open)."""
+        return cls(operator_uid=operator_uid, subtask=subtask, channel=channel.name, source=channel.source,
+                   partition=channel.partition, start=start, end=end)
+
+    @property
+    def source_channel(self) -> Channel | None:
+        """The source partition of a position range (None for a file of data between operators)."""
+        if self.source is None or self.partition is None:
+            return None
+        return Channel(self.source, self.partition)
+
+    @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ChannelStateHandle:
-        f, s, e = d.get("file"), d.get("start"), d.get("end")
+        f, s, e, p = d.get("file"), d.get("start"), d.get("end"), d.get("partition")
         return cls(operator_uid=str(d["operator_uid"]), subtask=int(d["subtask"]), channel=str(d["channel"]),
                    file=FileHandle.from_dict(f) if f else None, source=d.get("source"),
-                   partition=d.get("partition"), start=Position.from_dict(s) if s else None,
+                   partition=None if p is None else partition_of(p), start=Position.from_dict(s) if s else None,
                    end=Position.from_dict(e) if e else None)
 
 

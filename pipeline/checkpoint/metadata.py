@@ -18,6 +18,7 @@ from typing import Any
 
 from pipeline.barriers.events import CheckpointingMode, CheckpointType
 from pipeline.checkpoint._frozen import FrozenDict, enum_member
+from pipeline.checkpoint.channel import partition_key
 from pipeline.checkpoint.handles import ChannelStateHandle, FileHandle, Position, SinkHandle, StateHandle
 from pipeline.checkpoint.recovery_fields import RecoveryFields
 from pipeline.checkpoint.stats import CheckpointStats
@@ -57,7 +58,7 @@ def _positions(value: Mapping[str, Mapping[Any, Any]] | None) -> FrozenDict:
     out = {}
     for source, parts in (value or {}).items():
         out[str(source)] = FrozenDict({
-            str(p): (pos if isinstance(pos, Position) else Position.from_dict(pos)) for p, pos in parts.items()})
+            partition_key(p): (pos if isinstance(pos, Position) else Position.from_dict(pos)) for p, pos in parts.items()})
     return FrozenDict(out)
 
 

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.exceptions import AggregateOverflowError, ConfigError
+from pipeline.operators.retract import combined
 
 __all__ = ["FUNCTIONS", "EXTENDED", "SUM_SUFFIX", "COUNT_SUFFIX", "SET_SUFFIX", "MASK_PREFIX", "EXACT_SUM",
            "parse_aggs", "needs_extended_kernel", "run_round", "masked_aggs", "mask_sql", "state_fields", "output_fields",
@@ -172,12 +173,6 @@ def _to_float(c) -> pa.ChunkedArray | pa.Array:
     return pc.cast(c, pa.float64(), safe=False)   # an int64 sum beyond 2**53: rounded to the nearest double
 
 
-def _array(c) -> pa.Array:
-    if isinstance(c, pa.ChunkedArray):
-        return c.combine_chunks() if c.num_chunks else pa.array([], c.type)
-    return c
-
-
 def _narrow(col, target: pa.DataType, what: str, keys, where: str):
     if not (pa.types.is_decimal(col.type) and pa.types.is_integer(target)):
         return pc.cast(col, target)
@@ -185,7 +180,7 @@ def _narrow(col, target: pa.DataType, what: str, keys, where: str):
     bad = pc.fill_null(pc.or_(pc.less(col, pa.scalar(lo, _WIDE_INT)), pc.greater(col, pa.scalar(hi, _WIDE_INT))),
                        False)
     if pc.any(bad).as_py():
-        i = int(np.flatnonzero(_array(bad).to_numpy(zero_copy_only=False))[0])
+        i = int(np.flatnonzero(combined(bad).to_numpy(zero_copy_only=False))[0])
         raise AggregateOverflowError(f"{where}: sum {what!r} for key {keys[i].as_py()!r} is {col[i].as_py()}, beyond "
                                      f"the range of {target}; declare a wider or floating-point column")
     return pc.cast(col, target)
@@ -195,12 +190,12 @@ def _distinct_sets(key: str, keys: pa.Array, state: pa.Table, rows: pa.Table, se
                    value_type: pa.DataType) -> tuple[pa.Array, pa.Array]:
     """Per group of ``keys`` (in order): its sorted distinct non-null values (held ones and this round's) and their
     number."""
-    held = _array(state[set_col]) if state.num_rows else pa.array([], pa.list_(value_type))
+    held = combined(state[set_col]) if state.num_rows else pa.array([], pa.list_(value_type))
     held_vals = pc.list_flatten(held)
-    held_keys = _array(state[key]).take(pc.list_parent_indices(held)) if state.num_rows else keys.slice(0, 0)
-    v = _array(rows[col]).cast(value_type)
+    held_keys = combined(state[key]).take(pc.list_parent_indices(held)) if state.num_rows else keys.slice(0, 0)
+    v = combined(rows[col]).cast(value_type)
     ok = pc.is_valid(v)
-    new_keys, new_vals = _array(rows[key]).filter(ok), v.filter(ok)
+    new_keys, new_vals = combined(rows[key]).filter(ok), v.filter(ok)
     all_keys = pa.concat_arrays([held_keys.cast(keys.type), new_keys.cast(keys.type)])
     all_vals = pa.concat_arrays([held_vals.cast(value_type), new_vals])
     group = pc.index_in(all_keys, value_set=keys, skip_nulls=False)   # the null key is one group
@@ -209,7 +204,7 @@ def _distinct_sets(key: str, keys: pa.Array, state: pa.Table, rows: pa.Table, se
     g = np.asarray(pairs["g"].to_numpy(), dtype=np.int64)
     counts = np.bincount(g, minlength=len(keys)).astype(np.int64)
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-    sets = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), _array(pairs["v"]).cast(value_type))
+    sets = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), combined(pairs["v"]).cast(value_type))
     return sets, pa.array(counts, pa.int64())
 
 
@@ -268,7 +263,7 @@ def aggregate_step(key: str, aggs, state_schema: pa.Schema, output_schema: pa.Sc
                              else f for f in held_t.schema])
     both = pa.concat_tables([held_t.cast(wide_schema), partial_t.cast(wide_schema)])
     merged = both.group_by(key, use_threads=False).aggregate([(n, h) for n, h in plan] + [(KG, "min")])
-    m_keys = _array(merged.column(0))
+    m_keys = combined(merged.column(0))
     new_cols: dict[str, Any] = {key: m_keys}
     for j, (name, _how) in enumerate(plan):
         new_cols[name] = merged.column(1 + j)
@@ -286,7 +281,7 @@ def aggregate_step(key: str, aggs, state_schema: pa.Schema, output_schema: pa.Sc
         new_cols[f.name] = _narrow(new_cols[f.name], f.type, f.name, m_keys, where)
     new_state = pa.table({f.name: new_cols[f.name] for f in state_schema}, schema=state_schema)
     # 4. the groups this round touched, with their new values
-    changed = new_state.filter(pc.is_in(new_state[key], value_set=_array(partial_t[key]), skip_nulls=False))
+    changed = new_state.filter(pc.is_in(new_state[key], value_set=combined(partial_t[key]), skip_nulls=False))
     return AggregateStep(new_state, output_rows(key, aggs, changed, output_schema), pa.table({key: partial_t[key]}))
 
 

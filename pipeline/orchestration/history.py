@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from pipeline.checkpoint.channel import partition_of
 from pipeline.checkpoint.completed import CompletedCheckpoint
 from pipeline.checkpoint.failed import FailedCheckpointLog
 from pipeline.checkpoint.history import CheckpointRow, row_from_metadata
@@ -180,7 +181,7 @@ class CheckpointHistory:
         row = row_from_metadata(md, cp.location, status)
         sources = []
         for src in sorted(set(md.positions) | set(md.barriers)):
-            parts = sorted(set(md.positions.get(src, {})) | set(md.barriers.get(src, {})), key=lambda p: int(p))
+            parts = sorted(set(md.positions.get(src, {})) | set(md.barriers.get(src, {})), key=partition_of)
             for p in parts:
                 pos, bar = md.positions.get(src, {}).get(p), md.barriers.get(src, {}).get(p)
                 sources.append({"source": src, "partition": p,

@@ -39,6 +39,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from pipeline import settings
+from pipeline.checkpoint.channel import partition_of
 from pipeline.exceptions import StorageError
 from pipeline.fileio import join_uri
 from pipeline.layout import JobLayout, checkpoint_dir_name
@@ -225,14 +226,15 @@ def runtime_log_rows(runner, md, known: Mapping[int, Any]) -> tuple[list[dict], 
             uri, doc = docs[e]
             idle = set(doc.get("idle_partitions", {}).get(src, []))
             cp = checkpoint_dir_name(by_epoch_cid[e]) if e in by_epoch_cid else name
-            for p, v in sorted(doc.get("barriers", {}).get(src, {}).items(), key=lambda kv: int(kv[0])):
+            for p, v in sorted(doc.get("barriers", {}).get(src, {}).items(), key=lambda kv: partition_of(kv[0])):
                 logged = _ord(v)
-                if int(p) not in firsts or unread:
+                part = partition_of(p)
+                if part not in firsts or unread:
                     unchecked += 1
                     continue
-                first = int(firsts[int(p)][i])
+                first = int(firsts[part][i])
                 if str(p) in idle:   # no row >= the end before the barrier; the barrier within what exists
-                    ok = (first < 0 or first >= logged) and logged <= ends_of[int(p)]
+                    ok = (first < 0 or first >= logged) and logged <= ends_of[part]
                     expected = f"idle: >= {_fmt(first)}" if first >= 0 else "idle"
                 else:
                     ok = first >= 0 and logged == first

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from pipeline.checkpoint.channel import partition_key, partition_of
 from pipeline.exceptions import SourceContractError, SourceError
 from pipeline.fileio import file_io_for
 from pipeline.source.layout import SourceFile
@@ -78,16 +79,16 @@ def read_inventory(files: Mapping[str, Mapping[int, Sequence[SourceFile]]],
     out: dict[str, dict[str, list[list[int]]]] = {}
     for src, parts in files.items():
         for p, fs in parts.items():
-            pos = positions.get(src, {}).get(str(p))
+            pos = positions.get(src, {}).get(partition_key(p))
             if pos is None:
                 continue
             read = _read_upto(pos)
-            out.setdefault(src, {})[str(p)] = [[f.seq, f.size] for f in fs if read(f.seq)]
+            out.setdefault(src, {})[partition_key(p)] = [[f.seq, f.size] for f in fs if read(f.seq)]
     for src, base_parts in (base or {}).items():
         for bp, known in base_parts.items():
-            if positions.get(src, {}).get(str(bp)) is None:
+            if positions.get(src, {}).get(partition_key(bp)) is None:
                 continue
-            listed = out.setdefault(src, {}).setdefault(str(bp), [])
+            listed = out.setdefault(src, {}).setdefault(partition_key(bp), [])
             seen = {entry[0] for entry in listed}
             listed.extend([int(e[0]), int(e[1])] for e in known if int(e[0]) not in seen)
             listed.sort()
@@ -102,20 +103,21 @@ def listing_start(inventory: Inventory, positions: Mapping[str, object], source:
     known_parts = inventory.get(source, {})
     out: dict[int, int] = {}
     for p, pos in positions.items():
-        known = known_parts.get(str(p))
+        known = known_parts.get(partition_key(p))
         if known is None:
             return None
         read = _read_upto(pos)
         behind = sorted(int(s) for s, _ in known if read(int(s)))
         seq = int(pos.seq)  # type: ignore[attr-defined]
-        out[int(p)] = min(behind[-window:][0], seq) if window > 0 and behind else seq
+        out[partition_of(p)] = min(behind[-window:][0], seq) if window > 0 and behind else seq
     return out
 
 
 def inventory_behind(inventory: Inventory, source: str, start: Mapping[int, int]) -> dict[str, list[list[int]]]:
     """The inventory entries of ``source`` below each partition's listing start (kept, not listed again)."""
     parts = inventory.get(source, {})
-    return {str(p): [[int(s), int(n)] for s, n in parts.get(str(p), ()) if int(s) < seq] for p, seq in start.items()}
+    return {partition_key(p): [[int(s), int(n)] for s, n in parts.get(partition_key(p), ()) if int(s) < seq]
+            for p, seq in start.items()}
 
 
 def find_violations(inventory: Inventory, files: Mapping[str, Mapping[int, Sequence[SourceFile]]],
@@ -124,8 +126,8 @@ def find_violations(inventory: Inventory, files: Mapping[str, Mapping[int, Seque
     out: list[ContractViolation] = []
     for src, parts in files.items():
         for p, fs in parts.items():
-            known = inventory.get(src, {}).get(str(p))
-            pos: Any = positions.get(src, {}).get(str(p))
+            known = inventory.get(src, {}).get(partition_key(p))
+            pos: Any = positions.get(src, {}).get(partition_key(p))
             if known is None or pos is None:  # nothing read yet, or a checkpoint without an inventory
                 continue
             sizes = {int(s): int(n) for s, n in known}

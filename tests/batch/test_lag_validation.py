@@ -29,6 +29,7 @@ sys.path.insert(0, str(_HERE))
 sys.path.insert(0, str(_HERE.parent / "quality"))
 
 from pipeline.batch.evaluation.prefix import Prefix, lag_log, processing_epochs  # noqa: E402
+from pipeline.checkpoint.channel import Channel  # noqa: E402
 from pipeline.checkpoint.handles import Position  # noqa: E402
 from pipeline.fileio import LocalFileIO  # noqa: E402
 from pipeline.runtime.driver.barrier_log import BarrierLog  # noqa: E402
@@ -71,7 +72,7 @@ def _runtime_tags(b, read, lag, channels: int) -> dict[tuple[int, int], int]:
         ie = InputEpochs.build(K0 + k, logged, cur)
         for c in range(channels):
             for x in range(read[k - 1][c] if k else 0, read[k][c]):
-                tags[(c, x)] = ie.epoch_of(("s", str(c)), 0, x)
+                tags[(c, x)] = ie.epoch_of(Channel("s", c), 0, x)
     return tags
 
 
@@ -125,10 +126,10 @@ def test_the_lag_record_is_written_by_the_runtime_and_read_per_lineage(tmp_path)
     root = (tmp_path / "job").as_uri()
     log = BarrierLog(SimpleNamespace(job=SimpleNamespace(name="j"), ckpt_fio=fio, job_root=root))
     bars = {"a": {"0": Position(1, 4), "1": None}}
-    log.log_lagged(7, 3, bars, {("a", "0"): Position(1, 2), ("a", "1"): Position(0, 9)})
-    log.log_lagged(7, 3, bars, {("a", "0"): Position(9, 9), ("a", "1"): Position(9, 9)})   # create-only
-    log.log_lagged(7, 5, bars, {("a", "0"): Position(1, 4), ("a", "1"): Position(2, 0)})   # a retry of epoch 7
-    log.log_lagged(8, 6, bars, {("a", "0"): Position(3, 0), ("a", "1"): Position(2, 5)})
+    log.log_lagged(7, 3, bars, {Channel("a", 0): Position(1, 2), Channel("a", 1): Position(0, 9)})
+    log.log_lagged(7, 3, bars, {Channel("a", 0): Position(9, 9), Channel("a", 1): Position(9, 9)})   # create-only
+    log.log_lagged(7, 5, bars, {Channel("a", 0): Position(1, 4), Channel("a", 1): Position(2, 0)})   # a retry of epoch 7
+    log.log_lagged(8, 6, bars, {Channel("a", 0): Position(3, 0), Channel("a", 1): Position(2, 5)})
     assert lag_log(fio, root, 9, 4) == {7: {"a": {0: (1, 2), 1: (0, 9)}}}
     assert lag_log(fio, root, 9, 6) == {7: {"a": {0: (1, 4), 1: (2, 0)}}, 8: {"a": {0: (3, 0), 1: (2, 5)}}}
     assert lag_log(fio, root, 8, None) == {7: {"a": {0: (1, 4), 1: (2, 0)}}}

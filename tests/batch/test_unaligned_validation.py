@@ -90,7 +90,7 @@ def test_prefix_ends_at_the_restore_positions_only_for_pending_exactly_once_chan
     """No Spark: which positions the batch plan's prefix ends at, and which partitions lagged."""
     from pipeline.checkpoint.handles import ChannelStateHandle, Position
     bars = {"a": {"0": (1, 40), "1": (1, 9)}}
-    rng = ChannelStateHandle("j", 0, "left", source="a", partition="0", start=Position(0, 30), end=Position(1, 40))
+    rng = ChannelStateHandle("j", 0, "left", source="a", partition=0, start=Position(0, 30), end=Position(1, 40))
     md = _md("exactly_once", [rng], {"a": {"0": (0, 12), "1": (1, 9)}}, bars)
     assert consumed_positions(md) == {"a": {0: (0, 12), 1: (1, 9)}} and lagging_partitions(md) == []
     # aligned (no channel state) and the at-least-once tracker: the barriers
@@ -98,7 +98,7 @@ def test_prefix_ends_at_the_restore_positions_only_for_pending_exactly_once_chan
     assert consumed_positions(_md("at_least_once", [rng], {"a": {"0": (1, 40), "1": (1, 9)}}, bars)) is None
     # a lagging partition: open range, no barrier n; what the checkpoint consumed of it ends at its restore position
     # (docs/batch.md "Lagging partitions"; tests/batch/test_lag_validation.py)
-    lag = ChannelStateHandle("j", 0, "right", source="b", partition="2", start=Position(0, 3), end=None)
+    lag = ChannelStateHandle("j", 0, "right", source="b", partition=2, start=Position(0, 3), end=None)
     md = _md("exactly_once", [rng, lag], {"a": {"0": (0, 12), "1": (1, 9)}, "b": {"2": (0, 3)}}, bars)
     assert lagging_partitions(md) == ["b/partition=2"]
     assert consumed_positions(md) == {"a": {0: (0, 12), 1: (1, 9)}, "b": {2: (0, 3)}}
@@ -143,8 +143,8 @@ def test_dedup_after_an_unaligned_backlog_drain_is_checked_in_consumption_order(
     assert len(drains) >= 3, [(md.checkpoint_id, md.epoch, md.extra["low_epoch"]) for md in mds]
     # a mid-drain checkpoint whose snapshot parked rows the dedup consumed: the cut is before the range's start
     mid = next(md for md in drains for c in md.channel_state
-               if c.start is not None and (c.start.seq, c.start.row) > (md.positions["u"][c.partition].seq,
-                                                                         md.positions["u"][c.partition].row))
+               if c.start is not None and c.source_channel is not None
+               and c.start > c.source_channel.lookup(md.positions, c.start))
     last = mds[-1]
     for md in (mid, last):
         v = validate_job(r, str(md.checkpoint_id), build_docs=False, store_results=False)

@@ -20,7 +20,8 @@ def env(tmp_path, monkeypatch):
     root = (tmp_path / "store").as_uri()
     generate(f"{root}/src", epochs=3, partitions=2, orders_per_epoch=100, seed=5)
     for k, v in {"PIPELINE_SOURCE_URI": f"{root}/src", "PIPELINE_CHECKPOINT_URI": f"{root}/ckpt",
-                 "PIPELINE_SINK_URI": f"{root}/sink", "PIPELINE_PARALLELISM": "2"}.items():
+                 "PIPELINE_SINK_URI": f"{root}/sink", "PIPELINE_PARALLELISM": "2",
+                 "PIPELINE_ROUND_TARGET_SECONDS": "0"}.items():   # the waiting epochs in one round from the first on
         monkeypatch.setenv(k, v)
     return root
 

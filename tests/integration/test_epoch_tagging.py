@@ -59,6 +59,7 @@ def _runner(tmp: Path, source: str, name: str, job=_both, **kw) -> JobRunner:
     # otherwise carries one epoch until bytes per row are known; that rule is tests/integration/test_tagged_round_bytes.py)
     kw.setdefault("max_task_bytes_per_round", 0)
     kw.setdefault("round_target_seconds", 0)  # nor a time bound (round_sizing: a run's first round carries one epoch)
+    kw.setdefault("state_backend", "heap")  # the reference runs (ROCKS and the rocksdb tests name theirs)
     return local_runner(job(), tmp, source, name, retained_checkpoints=20, **kw)
 
 

@@ -49,7 +49,7 @@ def test_rocksdb_join_equals_heap_across_a_failed_checkpoint_and_a_rescale(tmp_p
     # the stores live where the executors' PIPELINE_STATE_STORE_DIR says; the Python workers of a Spark session
     # that earlier tests started keep the environment they started with, so the test does not change it (it
     # would reach the driver only) and looks for its job's stores under that root instead
-    heap = _runner(tmp_path, source, "heap")
+    heap = _runner(tmp_path, source, "heap", state_backend="heap")  # the reference (rocksdb is the default)
     heap.run()
     heap_md = heap.coordinator.store.latest().metadata
     expected = checkpoint_state(heap_md)
@@ -105,7 +105,7 @@ def test_rocksdb_window_and_process_equal_heap_across_a_rescale(tmp_path, source
                   ttl_seconds=90).sink("running", mode="upsert", key=("tag",))
         return j
 
-    heap = _runner(tmp_path, source, "wheap", job())
+    heap = _runner(tmp_path, source, "wheap", job(), state_backend="heap")
     heap.run()
     expected = checkpoint_state(heap.coordinator.store.latest().metadata)
     assert expected.get("per_half_minute/win") and expected.get("running/proc"), expected.keys()

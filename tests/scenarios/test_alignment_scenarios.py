@@ -184,7 +184,7 @@ def test_lagging_partition(tmp_path, mode):
         # does not wait: checkpoints complete with the lagging partition's range open
         assert lag_epoch in done
         lagging = [md for md in mds if _alignment(md).get("lagging")]
-        assert lagging and all(any(c.partition == "1" and c.source == "orders" and c.end is None
+        assert lagging and all(any(c.partition == 1 and c.source == "orders" and c.end is None
                                    for c in md.channel_state) for md in lagging)
         assert any(md.stats.operators["paid_orders_join"].inflight_bytes > 0 for md in lagging)
     else:

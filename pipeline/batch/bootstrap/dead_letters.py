@@ -51,6 +51,7 @@ from pipeline.batch.evaluation.join_keys import join_semantics, violation_label
 from pipeline.batch.evaluation.prefix import PEPOCH
 from pipeline.batch.evaluation.result import INTERNAL
 from pipeline.batch.evaluation.wm_channels import channel_column
+from pipeline.checkpoint.channel import partition_key, partition_of
 from pipeline.exceptions import StorageError
 from pipeline.fileio import file_io_for
 from pipeline.job import IntervalJoinNode, JoinNode, OverAggregateNode, TemporalJoinNode, WindowNode
@@ -115,18 +116,19 @@ def source_splits(runner, n: int, barriers: Mapping[str, Mapping[str, Position]]
     for src in runner.job.sources():
         splits: list[Split] = []
         for p, ss in sorted(summaries.get(src.name, {}).items()):
-            stop_n = barriers.get(src.name, {}).get(str(p))
+            stop_n = barriers.get(src.name, {}).get(partition_key(p))
             if stop_n is None or not ss:
                 continue
-            lg = {k: Position(seq=v[src.name][int(p)][0], row=v[src.name][int(p)][1]) for k, v in logged.items()
-                  if int(p) in v.get(src.name, {})}
+            part = partition_of(p)
+            lg = {k: Position(seq=v[src.name][part][0], row=v[src.name][part][1]) for k, v in logged.items()
+                  if part in v.get(src.name, {})}
             stops = [c for c in _cuts(ss, first if first is not None else n, n, epochs, lg)
                      if (c.seq, c.row) < (stop_n.seq, stop_n.row)]
             start = Position(seq=0, row=0)
             for stop in sorted(set(stops), key=lambda c: (c.seq, c.row)) + [stop_n]:
                 if (stop.seq, stop.row) <= (start.seq, start.row):
                     continue
-                splits += plan_segment(ss, start, stop, _ALL, source=src.name, partition=int(p)).splits
+                splits += plan_segment(ss, start, stop, _ALL, source=src.name, partition=part).splits
                 start = stop
         out[src.name] = splits
     return out

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.checkpoint.channel import partition_key
 from pipeline.exceptions import BootstrapRefusedError, CheckpointError, ConfigError
 from pipeline.job import (
     AggregateNode,
@@ -90,7 +91,7 @@ def _barriers(runner, epoch: int, summaries) -> tuple[dict | None, str | None]:
             pos, _idle = barrier_or_idle(ss, end, now_us=now, allowed_lateness_us=lateness, fileio=ctx.src_fio)
             if pos is None:
                 return None, f"{src}/partition={p}"
-            out[src][str(p)] = pos
+            out[src][partition_key(p)] = pos
     return out, None
 
 

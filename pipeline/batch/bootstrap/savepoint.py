@@ -19,6 +19,7 @@ from pipeline.batch.evaluation.aggregate_functions import aggregate_frames, mode
 from pipeline.batch.evaluation.plan import PlanCompiler
 from pipeline.batch.evaluation.prefix import Prefix, barrier_log, scan_settings
 from pipeline.batch.evaluation.updating import retract_frames
+from pipeline.checkpoint.channel import partition_of
 from pipeline.checkpoint.handles import StateHandle
 from pipeline.checkpoint.recovery_fields import DEAD_LETTER_FILES_KEY as DEAD_LETTERS_KEY
 from pipeline.checkpoint.report import ReportKind, TaskReport
@@ -197,7 +198,7 @@ def _bootstrap(runner, plan: BootstrapPlan, summaries, t0: float) -> dict:
     n, P, MP = plan.epoch, plan.parallelism, runner.max_parallelism
     spark = runner.spark
     spark.conf.set("spark.sql.shuffle.partitions", str(P))
-    tuples = {s: {int(p): (int(pos.seq), int(pos.row)) for p, pos in parts.items()}
+    tuples = {s: {partition_of(p): (int(pos.seq), int(pos.row)) for p, pos in parts.items()}
               for s, parts in plan.barriers.items()}
     logged = barrier_log(runner.ckpt_fio, runner.job_root, n)
     comp = PlanCompiler(spark, runner, job, Prefix(n, int(runner.config.epoch_seconds), tuples, logged))

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pipeline.checkpoint.channel import partition_of
 from pipeline.exceptions import StorageError
 from pipeline.layout import JobLayout
 from pipeline.layout.logs import BARRIER_LOG_NAME, LAG_LOG_NAME
@@ -157,7 +158,7 @@ def barrier_log(ckpt_fio, job_root: str, upto: int) -> dict[int, dict[str, dict[
         if not m or int(m.group(1)) >= upto:
             continue
         doc = json.loads(ckpt_fio.read_bytes(f.uri))
-        out[int(m.group(1))] = {s: {int(p): (int(v["seq"]), int(v["row"])) for p, v in parts.items()}
+        out[int(m.group(1))] = {s: {partition_of(p): (int(v["seq"]), int(v["row"])) for p, v in parts.items()}
                                 for s, parts in doc.get("barriers", {}).items()}
     return out
 
@@ -189,6 +190,6 @@ def lag_log(ckpt_fio, job_root: str, upto: int, upto_id: int | None) -> dict[int
     out: dict[int, dict[str, dict[int, tuple[int, int]]]] = {}
     for ep, (_cid, uri) in chosen.items():
         doc = json.loads(ckpt_fio.read_bytes(uri))
-        out[ep] = {s: {int(p): (int(v["seq"]), int(v["row"])) for p, v in parts.items()}
+        out[ep] = {s: {partition_of(p): (int(v["seq"]), int(v["row"])) for p, v in parts.items()}
                    for s, parts in doc.get("read", {}).items()}
     return out

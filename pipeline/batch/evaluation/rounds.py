@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pipeline.checkpoint.channel import partition_of
 from pipeline.exceptions import StorageError
 from pipeline.layout import JobLayout
 from pipeline.layout.logs import ROUND_LOG_NAME
@@ -110,7 +111,7 @@ def read_round_log(ckpt_fio, job_root: str, *, upto_epoch: int, upto_id: int | N
 
     def doc_of(uri: str) -> dict:
         doc = json.loads(ckpt_fio.read_bytes(uri))
-        return {s: {int(p): (int(v["seq"]), int(v["row"])) for p, v in parts.items()}
+        return {s: {partition_of(p): (int(v["seq"]), int(v["row"])) for p, v in parts.items()}
                 for s, parts in doc["starts"].items()}
     for epoch, by_id in found.items():
         cid = max(by_id)

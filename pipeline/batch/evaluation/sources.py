@@ -6,6 +6,7 @@ from __future__ import annotations
 from pipeline.batch.evaluation.context import PlanContext
 from pipeline.batch.evaluation.result import PARKED
 from pipeline.batch.evaluation.source_read import source_dataframe
+from pipeline.checkpoint.channel import partition_of
 from pipeline.job import SourceNode
 
 
@@ -32,10 +33,11 @@ def read_positions(plan: PlanContext) -> dict[str, dict[int, tuple[int, int]]] |
     plan._read_memo = (None,)
     if md is None or not md.channel_state:
         return None
-    out = {s: {int(p): (int(pos.seq), int(pos.row)) for p, pos in parts.items()} for s, parts in md.positions.items()}
+    out = {s: {partition_of(p): (int(pos.seq), int(pos.row)) for p, pos in parts.items()}
+           for s, parts in md.positions.items()}
     for c in md.channel_state:
-        if c.file is None and c.source is not None and c.partition is not None and c.start is not None:
-            out.setdefault(c.source, {})[int(c.partition)] = (int(c.start.seq), int(c.start.row))
+        if c.file is None and (ch := c.source_channel) is not None and c.start is not None:
+            out.setdefault(ch.source, {})[ch.partition] = (int(c.start.seq), int(c.start.row))
     read = {s: {p: min(pos, plan.prefix.barriers.get(s, {}).get(p, pos)) for p, pos in parts.items()}
             for s, parts in out.items()}
     plan._read_memo = (read,)

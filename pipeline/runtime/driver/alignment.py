@@ -56,13 +56,12 @@ from pipeline.barriers import (
 )
 from pipeline.barriers.events import AlignmentLabel, CheckpointingMode
 from pipeline.barriers.handler import BaseBarrierHandler
+from pipeline.checkpoint.channel import Channel
 from pipeline.checkpoint.handles import Position
 from pipeline.exceptions import CheckpointError, ConfigError
 
 __all__ = ["Channel", "channel_name", "NextStop", "Snapshot", "AlignmentDriver", "alignment_label",
            "MODE_ALIGNED", "MODE_UNALIGNED", "MODE_SWITCHED", "MODE_AT_LEAST_ONCE"]
-
-Channel = tuple[str, str]  # (source, partition id as a string)
 
 #: per-operator "mode actually used" values in the checkpoint stats
 MODE_ALIGNED = "aligned"
@@ -72,7 +71,7 @@ MODE_AT_LEAST_ONCE = "at_least_once"
 
 
 def channel_name(ch: Channel) -> str:
-    return f"{ch[0]}/partition={ch[1]}"
+    return ch.name
 
 
 def alignment_label(checkpoint_mode: str, unaligned: bool, aligned_timeout_s: float) -> AlignmentLabel:

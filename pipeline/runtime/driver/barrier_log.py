@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+from pipeline.checkpoint.channel import Channel, nest, partition_key
 from pipeline.checkpoint.handles import Position
 from pipeline.exceptions import ConditionalWriteError, ObjectNotFoundError
 from pipeline.layout import JobLayout
@@ -65,12 +66,13 @@ class BarrierLog:
                 pos, is_idle = barrier_or_idle(ss, end, now_us=now, allowed_lateness_us=lateness, fileio=ctx.src_fio)
                 if pos is None:  # lagging
                     return None
+                ch = Channel.of(src, p)
                 if is_idle:
-                    start = cursor.positions.get(src, {}).get(str(p))
+                    start = ch.lookup(cursor.positions)
                     if start is not None and (start.seq, start.row) > (pos.seq, pos.row):
                         pos = start  # everything of this partition was consumed already
-                    idle.setdefault(src, []).append(str(p))
-                out[src][str(p)] = pos
+                    idle.setdefault(src, []).append(ch.key)
+                out[src][ch.key] = pos
         doc = {"job": ctx.job.name, "epoch": epoch, "barrier_time": ctx.epochs.iso(end),
                "barriers": {s: {p: pos.to_dict() for p, pos in parts.items()} for s, parts in out.items()},
                "idle_partitions": idle, "written_at": ctx.epochs.iso(ctx.clock.now_us())}
@@ -80,15 +82,15 @@ class BarrierLog:
             return self.barriers_for(epoch, summaries, cursor)
         return out
 
-    def log_round(self, epoch: int, checkpoint_id: int, rnd: int, starts: Mapping[tuple[str, str], Position]) -> None:
+    def log_round(self, epoch: int, checkpoint_id: int, rnd: int, starts: Mapping[Channel, Position]) -> None:
         """Write-ahead: round ``rnd`` >= 1 of checkpoint ``checkpoint_id`` - or round 0 of an unaligned checkpoint
-        that processes a new epoch - starts reading at ``starts`` (``{(source, partition): Position}``). Kept beside the barrier log, never deleted by retention: the batch
+        that processes a new epoch - starts reading at ``starts`` (stored as ``{source: {partition: Position}}``,
+        :func:`pipeline.checkpoint.channel.nest`). Kept beside the barrier log, never deleted by retention: the batch
         evaluation needs it for operators whose result depends on round boundaries (``deduplicate``'s "first row
         of its key" is decided per round, docs/batch.md). A re-run of the round writes the same document."""
         ctx = self.ctx
         doc = {"job": ctx.job.name, "epoch": epoch, "checkpoint_id": checkpoint_id, "round": rnd,
-               "starts": {s: {p: pos.to_dict() for (s2, p), pos in sorted(starts.items()) if s2 == s}
-                          for s in sorted({s for s, _ in starts})}}
+               "starts": _stored(starts)}
         try:
             ctx.ckpt_fio.write_bytes(JobLayout(ctx.job_root).round_start(epoch, checkpoint_id, rnd),
                                      (json.dumps(doc, indent=1) + "\n").encode(), if_none_match=True)
@@ -96,7 +98,7 @@ class BarrierLog:
             pass
 
     def log_lagged(self, epoch: int, checkpoint_id: int, barriers: Barriers,
-                   reads: Mapping[tuple[str, str], Position]) -> None:
+                   reads: Mapping[Channel, Position]) -> None:
         """Write-ahead, for a checkpoint that snapshots while a partition lags (epoch ``epoch`` is then not in the
         barrier log): where it stops reading each channel (``reads``, after its last round) and the barriers it
         knew. A lagging channel's rows past its last logged barrier get the epoch of the checkpoint that reads them
@@ -109,8 +111,7 @@ class BarrierLog:
                             for s, parts in sorted(barriers.items())},
                "lagging": sorted(f"{s}/partition={p}" for s, parts in barriers.items()
                                  for p, pos in parts.items() if pos is None),
-               "read": {s: {p: pos.to_dict() for (s2, p), pos in sorted(reads.items()) if s2 == s}
-                        for s in sorted({s for s, _ in reads})}}
+               "read": _stored(reads)}
         try:
             ctx.ckpt_fio.write_bytes(JobLayout(ctx.job_root).lagged_read(epoch, checkpoint_id),
                                      (json.dumps(doc, indent=1) + "\n").encode(), if_none_match=True)
@@ -126,10 +127,15 @@ class BarrierLog:
         if barriers is not None or not (ctx.config.unaligned and not ctx.config.aligned_timeout_seconds):
             return barriers
         end = ctx.epochs.end_us(epoch)
-        partial = {src: {str(p): barrier_position(ss, end, fileio=ctx.src_fio) for p, ss in sorted(parts.items())}
+        partial = {src: {partition_key(p): barrier_position(ss, end, fileio=ctx.src_fio) for p, ss in sorted(parts.items())}
                    for src, parts in summaries.items()}
         lagging = [f"{s}/partition={p}" for s, parts in partial.items() for p, b in parts.items() if b is None]
         if len(lagging) == sum(len(parts) for parts in partial.values()):
             return None
         ctx.echo(f"epoch {epoch}: {', '.join(lagging)} lag(s); the unaligned checkpoint does not wait for them")
         return partial  # type: ignore[return-value]
+
+
+def _stored(by_channel: Mapping[Channel, Position]) -> dict[str, dict[str, dict]]:
+    """Channel-keyed positions as the barrier log stores them: ``{source: {partition: position}}``, sorted."""
+    return {s: {p: pos.to_dict() for p, pos in parts.items()} for s, parts in nest(by_channel).items()}

@@ -68,9 +68,9 @@ def cursor_from_metadata(md: CheckpointMetadata) -> Cursor:
     for c in md.channel_state:
         if c.file is not None:  # in-flight data between operators: replayed first
             inflight.setdefault(c.operator_uid, []).append(c)
-        elif c.source is not None and c.partition is not None and c.start is not None:
+        elif (ch := c.source_channel) is not None and c.start is not None:
             # in-flight data still in the source log: reading resumes at the start of its range
-            positions.setdefault(c.source, {})[str(c.partition)] = c.start
+            positions.setdefault(ch.source, {})[ch.key] = c.start
     rec = md.recovery
     low_in = rec.inflight_low_epoch if rec.inflight_low_epoch is not None else (rec.low_epoch if inflight else None)
     return Cursor(md.checkpoint_id, md.epoch, positions, handles, inflight, inventory=dict(rec.source_files),

@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+from pipeline.checkpoint.channel import Channel, partition_of
 from pipeline.checkpoint.handles import Position
 from pipeline.checkpoint.restores import RestoreEvent, RestoreLog, utc_now
 from pipeline.exceptions import CheckpointError, EpochalError
@@ -70,7 +71,7 @@ class EpochPlanner:
                 files = list_source_files(ctx.src_fio, ctx.config.source_uri, src.name, policy=ctx.config.bad_records,  # type: ignore[arg-type]
                                           dead_letter_root=ctx.dead_letter_root, job=ctx.job.name,
                                           new_dead_letters=unexpected, start_at=start)
-            since = {int(p): pos for p, pos in cursor.positions.get(src.name, {}).items()}
+            since = {partition_of(p): pos for p, pos in cursor.positions.get(src.name, {}).items()}
             out[src.name] = summarize_source(files, since=since, fileio=ctx.src_fio)
             listing[src.name] = files
             if start is not None:
@@ -108,7 +109,7 @@ class EpochPlanner:
             for p, ss in parts.items():
                 if not ss:
                     continue
-                start = cursor.positions.get(src, {}).get(str(p), Position(seq=0, row=0))
+                start = Channel.of(src, p).lookup(cursor.positions, Position(seq=0, row=0))
                 n += count_rows(ss, start, end_position(ss))
                 n += sum(1 for s in ss if s.corrupt and s.seq >= start.seq)
         return n + sum(c.file.rows for cs in cursor.inflight.values() for c in cs if c.file is not None)
@@ -118,7 +119,7 @@ class EpochPlanner:
         best = None
         for src, parts in summaries.items():
             for p, ss in parts.items():
-                start = cursor.positions.get(src, {}).get(str(p), Position(seq=0, row=0))
+                start = Channel.of(src, p).lookup(cursor.positions, Position(seq=0, row=0))
                 for s in sorted(ss, key=lambda s: s.seq):
                     if s.seq < start.seq or s.corrupt or not s.rows or s.min_ts is None:
                         continue

@@ -36,7 +36,7 @@ from pipeline.exceptions import EpochalError
 from pipeline.faults import fault_point
 from pipeline.fileio.request_counter import RequestCounting, StorageRequests
 from pipeline.layout import round_state_prefix
-from pipeline.runtime.driver.alignment import MODE_ALIGNED, channel_name
+from pipeline.runtime.driver.alignment import MODE_ALIGNED, Snapshot, channel_name
 from pipeline.runtime.driver.context import RuntimeContext
 from pipeline.runtime.driver.cursor import Cursor, cursor_from_metadata
 from pipeline.runtime.driver.progress import format_seconds
@@ -115,22 +115,21 @@ class RestorePoint:
     post_barrier: Mapping[str, int]                 #: at-least-once: records past barrier n inside n, per source
 
 
-def restore_point(pending, snap, working: Cursor, align_uid: str, summaries) -> RestorePoint:
+def restore_point(pending, snap: Snapshot, working: Cursor, align_uid: str, summaries) -> RestorePoint:
     """The restore point of checkpoint n (step 2 of :meth:`CheckpointFinalizer.finish`)."""
     positions = {s: dict(parts) for s, parts in working.positions.items()}
-    for (s, p), pos in snap.restore.items():
-        positions.setdefault(s, {})[p] = pos
-    ranges = [ChannelStateHandle(operator_uid=align_uid, subtask=0, channel=channel_name(ch), source=ch[0],
-                                 partition=ch[1], start=a, end=b) for ch, a, b in snap.ranges]
+    for ch, pos in snap.restore.items():
+        positions.setdefault(ch.source, {})[ch.key] = pos
+    ranges = [ChannelStateHandle.source_range(align_uid, 0, ch, a, b) for ch, a, b in snap.ranges]
     post_barrier: dict[str, int] = {}
-    for (s, p), cut in snap.cut.items():  # at-least-once: records past barrier n inside snapshot n
-        b = pending.manifest.barriers.get(s, {}).get(p)
+    for ch, cut in snap.cut.items():  # at-least-once: records past barrier n inside snapshot n
+        b = ch.lookup(pending.manifest.barriers)
         if b is not None and (cut.seq, cut.row) > (b.seq, b.row):
             try:
-                n = count_rows(summaries.get(s, {}).get(int(p), ()), b, cut)
+                n = count_rows(summaries.get(ch.source, {}).get(ch.partition, ()), b, cut)
             except EpochalError:
                 n = 0
-            post_barrier[s] = post_barrier.get(s, 0) + n
+            post_barrier[ch.source] = post_barrier.get(ch.source, 0) + n
     return RestorePoint(positions, ranges, post_barrier)
 
 

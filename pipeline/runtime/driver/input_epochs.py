@@ -23,11 +23,11 @@ from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from pipeline.checkpoint.channel import Channel
 from pipeline.checkpoint.handles import Position
+from pipeline.exceptions import CheckpointError
 
 __all__ = ["InputEpochs", "ordinal"]
-
-Channel = tuple[str, str]  # (source, partition id as a string)
 
 
 def ordinal(seq: int, row: int) -> int:
@@ -47,28 +47,39 @@ class InputEpochs:
     def build(cls, epoch: int, logged: Mapping[int, Mapping[str, Mapping[str, Position]]],
               current: Mapping[str, Mapping[str, Position | None]]) -> InputEpochs:
         """``logged``: barriers of logged epochs ``< epoch``; ``current``: barrier ``epoch`` (None: lagging)."""
-        chans = {(s, str(p)) for s, parts in current.items() for p in parts}
+        chans = {Channel.of(s, p) for s, parts in current.items() for p in parts}
         for b in logged.values():
-            chans |= {(s, str(p)) for s, parts in b.items() for p in parts}
+            chans |= {Channel.of(s, p) for s, parts in b.items() for p in parts}
         bounds: dict[Channel, tuple[tuple[int, int], ...]] = {}
         for ch in chans:
             out: list[tuple[int, int]] = []
             best = -1
             for k in sorted(logged):
-                pos = logged[k].get(ch[0], {}).get(ch[1])
+                pos = ch.lookup(logged[k])
                 if pos is not None:
                     best = max(best, ordinal(pos.seq, pos.row))
                     out.append((best, k))
-            cur = current.get(ch[0], {}).get(ch[1])
+            cur = ch.lookup(current)
             if cur is not None:
                 out.append((max(best, ordinal(cur.seq, cur.row)), epoch))
             bounds[ch] = tuple(out)
-        known = frozenset(ch for ch in chans if current.get(ch[0], {}).get(ch[1]) is not None)
+        known = frozenset(ch for ch in chans if ch.lookup(current) is not None)
         return cls(epoch, bounds, known)
 
+    def _bounds(self, ch: Channel) -> tuple[tuple[int, int], ...]:
+        """The barriers of channel ``ch``; a channel this epoch has no barrier entry for is an error (a silent
+        fallback would give its records the wrong own epoch)."""
+        try:
+            return self.bounds[ch]
+        except KeyError:
+            known = ", ".join(sorted(c.name for c in self.bounds))
+            raise CheckpointError(f"own epochs of checkpoint epoch {self.epoch}: unknown channel {ch!r} (the barrier "
+                                  f"log has no entry for it; its channels: {known or 'none'})") from None
+
     def epoch_of(self, ch: Channel, seq: int, row: int) -> int:
-        """The own epoch of the record at ``(seq, row)`` of channel ``ch``."""
-        b = self.bounds.get(ch, ())
+        """The own epoch of the record at ``(seq, row)`` of channel ``ch`` (:class:`~pipeline.exceptions.
+        CheckpointError` if ``ch`` is not one of this epoch's channels)."""
+        b = self._bounds(ch)
         i = bisect_right([o for o, _ in b], ordinal(seq, row))
         if i < len(b):
             return b[i][1]
@@ -90,7 +101,7 @@ class InputEpochs:
 
     def tag_splits(self, ch: Channel, splits: Sequence[dict]) -> list[dict]:
         """``splits`` (split dicts of channel ``ch``) cut at the barriers inside them, each with ``epoch``."""
-        cuts = [o for o, _ in self.bounds.get(ch, ())]
+        cuts = [o for o, _ in self._bounds(ch)]
         out: list[dict] = []
         for sp in splits:
             start, stop = int(sp["row_start"]), sp.get("row_end")

@@ -28,6 +28,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 from pipeline.barriers.events import AlignmentLabel, CheckpointType
+from pipeline.checkpoint.channel import Channel, partition_key
 from pipeline.checkpoint.failure import CheckpointFailureReason
 from pipeline.checkpoint.handles import Position
 from pipeline.checkpoint.report import ReportKind, TaskReport
@@ -109,7 +110,7 @@ class RoundExecutor:
                 logged[k] = entry
         return InputEpochs.build(epoch, logged, barriers)
 
-    def channels(self, barriers) -> list[tuple[str, str]]:
+    def channels(self, barriers: Barriers) -> list[Channel]:
         """Barrier-handler channels: the partitions of the join's left input, then those of its right input,
         then any other source's (see :mod:`pipeline.runtime.driver.alignment`)."""
         job = self.ctx.job
@@ -121,9 +122,9 @@ class RoundExecutor:
                 if isinstance(base, SourceNode) and base.name not in order:
                     order.append(base.name)
         order += [s.name for s in job.sources() if s.name not in order]
-        return [(s, p) for s in order for p in sorted(barriers.get(s, {}), key=int)]
+        return [ch for s in order for ch in sorted(Channel.of(s, p) for p in barriers.get(s, {}))]
 
-    def alignment_driver(self, cursor: Cursor, channels: list[tuple[str, str]], kind: CheckpointType) -> AlignmentDriver:
+    def alignment_driver(self, cursor: Cursor, channels: list[Channel], kind: CheckpointType) -> AlignmentDriver:
         """The driver continuing from ``cursor`` (same process, same channels), else a fresh one."""
         drv = cursor.align
         if (kind == CheckpointType.CHECKPOINT and isinstance(drv, AlignmentDriver) and not drv.savepoint
@@ -182,23 +183,23 @@ class RoundExecutor:
         zero, empty = Position(seq=0, row=0), ()
         out: list[PlannedEpoch] = []
 
-        def summaries_of(ch):
-            return summaries.get(ch[0], {}).get(int(ch[1]), empty)
+        def summaries_of(ch: Channel):
+            return summaries.get(ch.source, {}).get(ch.partition, empty)
 
         for epoch, barriers in targets[:cap]:
-            if self.channels(barriers) != channels or any(barriers[s][p] is None for s, p in channels):
+            if self.channels(barriers) != channels or any(ch.lookup(barriers) is None for ch in channels):
                 break
             before = copy.deepcopy(driver)
             own = self.input_epochs(epoch, barriers, min(floor, epoch))
-            driver.begin(epoch, {ch: barriers[ch[0]][ch[1]] for ch in channels}, now)
-            starts = {ch: positions.get(ch[0], {}).get(ch[1], zero) for ch in channels}
+            driver.begin(epoch, {ch: barriers[ch.source][ch.key] for ch in channels}, now)
+            starts = {ch: ch.lookup(positions, zero) for ch in channels}
             snap = driver.start_round(0, now, starts)
             ok = snap is None
             if ok:
                 stops = driver.stops(starts, {ch: end_position(summaries_of(ch)) for ch in channels}, None)
                 segments = plan_source_segments(job, summaries, positions, stops, channels,
                                                 config.max_records_per_epoch)
-                seg_of = {ch: segments[ch[0]][int(ch[1])] for ch in channels}
+                seg_of = {ch: segments[ch.source][ch.partition] for ch in channels}
                 arrived = {ch: (stops[ch][1] if seg_of[ch].done else None) for ch in channels}
                 reached = {ch: seg_of[ch].reached for ch in channels}
                 snap = driver.walk(0, now, starts, reached, arrived)
@@ -220,7 +221,7 @@ class RoundExecutor:
                 break
             for s, n in records.items():
                 used[s] = used.get(s, 0) + n
-            after = {s: {**positions.get(s, {}), **{str(p): seg.reached for p, seg in segs.items()}}
+            after = {s: {**positions.get(s, {}), **{partition_key(p): seg.reached for p, seg in segs.items()}}
                      for s, segs in segments.items()}
             known = {s: {p: pos for p, pos in parts.items() if pos is not None} for s, parts in barriers.items()}
             out.append(PlannedEpoch(epoch, known, positions, after, segments, snap, copy.deepcopy(driver.round_log),
@@ -333,7 +334,7 @@ class _CheckpointRounds:
             barriers=inputs.known_barriers(), sink_tables=job.sink_tables(), kind=inputs.kind,
             location=inputs.location)
         self.trigger_now = ctx.round_now()
-        driver.begin(epoch, {ch: inputs.barriers[ch[0]][ch[1]] for ch in self.channels}, self.trigger_now)
+        driver.begin(epoch, {ch: inputs.barriers[ch.source][ch.key] for ch in self.channels}, self.trigger_now)
         self.merged_upserts = {s.table for s in job.sinks()   # the operator or the sink writer merges earlier rounds
                                if s.mode == "upsert" and ((is_operator(job.nodes[s.parent])
                                                            and traits_for(job.nodes[s.parent]).merges_upserts)
@@ -345,11 +346,11 @@ class _CheckpointRounds:
                                 and (cursor.epoch is None or cursor.epoch < epoch))   # not a re-completion
         self._logged_next: list = []
 
-    def _next_stop(self, ch) -> NextStop:
+    def _next_stop(self, ch: Channel) -> NextStop:
         """At-least-once: how far a channel past barrier n may read."""
         if not self._logged_next:  # barrier n+1 may be logged already (Airflow logs epochs ahead): never pass it
             self._logged_next.append(self.ex.barrier_log.logged(self.inputs.epoch + 1))
-        logged = (self._logged_next[0] or {}).get(ch[0], {}).get(ch[1])
+        logged = ch.lookup(self._logged_next[0] or {})
         if logged is not None:
             return NextStop(logged, True)
         listed = self.inputs.summaries_of(ch)
@@ -372,11 +373,11 @@ class _CheckpointRounds:
         """The round's plan (segments up to the handler's stops) and the handler's snapshot after it, if any."""
         driver, channels, inputs = self.driver, self.channels, self.inputs
         zero = Position(seq=0, row=0)
-        starts = {ch: working.positions.get(ch[0], {}).get(ch[1], zero) for ch in channels}
+        starts = {ch: ch.lookup(working.positions, zero) for ch in channels}
         stops = driver.stops(starts, {ch: end_position(inputs.summaries_of(ch)) for ch in channels}, self._next_stop)
         segments = plan_source_segments(self.job, inputs.summaries, working.positions, stops, channels,
                                         self.ctx.config.max_records_per_epoch)
-        seg_of = {ch: segments[ch[0]][int(ch[1])] for ch in channels}
+        seg_of = {ch: segments[ch.source][ch.partition] for ch in channels}
         arrived = {ch: (stops[ch][1] if seg_of[ch].done else None) for ch in channels}
         reached = {ch: seg_of[ch].reached for ch in channels}
         snap = driver.walk(rnd, now, starts, reached, arrived)
@@ -416,7 +417,7 @@ class _CheckpointRounds:
     def _stalled(self, plan: RoundPlan) -> CheckpointError:
         """The checkpoint cannot complete (no channel can make progress): aborted."""
         cid, epoch = self.pending.checkpoint_id, self.inputs.epoch
-        waiting = sorted(set(ch for ch in self.channels if plan.arrived[ch] is None))
+        waiting = sorted({(ch.source, ch.key) for ch in self.channels if plan.arrived[ch] is None})
         err = CheckpointError(f"checkpoint {cid} (epoch {epoch}) of job {self.job.name!r} cannot complete: no "
                               f"channel can make progress (waiting for {waiting})")
         self.ctx.coordinator.abort(self.pending, CheckpointFailureReason.CHECKPOINT_DECLINED, cause=err)
@@ -446,8 +447,7 @@ class _CheckpointRounds:
             t0 = time.perf_counter()
             now = self.trigger_now if rnd == 0 else ctx.round_now()
             zero = Position(seq=0, row=0)
-            snap = driver.start_round(rnd, now, {ch: working.positions.get(ch[0], {}).get(ch[1], zero)
-                                                 for ch in self.channels})
+            snap = driver.start_round(rnd, now, {ch: ch.lookup(working.positions, zero) for ch in self.channels})
             if snap is not None:  # the alignment timeout fired between rounds: the last round's state is the snapshot
                 return self._finish(snap, working, SnapshotOutcome(
                     last_rows, staged, tally.dead_letters, last_round=rnd - 1, t0=t0, dropped=tally.dropped,
@@ -476,8 +476,7 @@ class _CheckpointRounds:
                 results.append(RoundResult(cid, epoch, rnd, False, records, backlog, time.perf_counter() - t0))
                 if plan.stalled(self.channels):
                     raise self._stalled(plan)
-                blocked = sorted(f"{driver.channels[i][0]}/partition={driver.channels[i][1]}"
-                                 for i in driver.handler.blocked_channels)
+                blocked = sorted(driver.channels[i].name for i in driver.handler.blocked_channels)
                 ctx.echo(f"checkpoint {cid} (epoch {epoch}) round {rnd}: {records} records, backlog {backlog}; "
                          f"waiting for barrier {epoch} ({driver.label}"
                          + (f", blocked {', '.join(blocked)}" if blocked else "") + ")")

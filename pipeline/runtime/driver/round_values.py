@@ -9,9 +9,9 @@
   files, the executors' S3 requests, the bytes read); frozen: every round gives a new one (:meth:`CheckpointTally.
   after_round`).
 
-A channel is ``(source, partition)`` with the partition as the string the positions and barriers are keyed by
-(:data:`~pipeline.runtime.driver.alignment.Channel`); the source listing (``summaries``) and the segments are keyed
-by the partition as an ``int``.
+A channel is a :class:`~pipeline.checkpoint.channel.Channel` ``(source, partition)`` with the partition as an
+``int``, as the source listing (``summaries``) and the segments key it; the positions and barriers keep the stored
+string keys and are read through :meth:`~pipeline.checkpoint.channel.Channel.lookup`.
 """
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pipeline.barriers.events import CheckpointType
+from pipeline.checkpoint.channel import Channel, partition_key, partition_of
 from pipeline.checkpoint.handles import ChannelStateHandle, Position, StateHandle
 from pipeline.checkpoint.report import ReportKind, TaskReport
 from pipeline.fileio.request_counter import RequestCounting, StorageRequests
 from pipeline.job import Job
-from pipeline.runtime.driver.alignment import Channel
 from pipeline.runtime.driver.barrier_log import Barriers
 from pipeline.runtime.operators.dead_letters import files_of_reports
 from pipeline.runtime.spark.round_bytes import ReadBytes
@@ -51,7 +51,7 @@ class EpochInputs:
 
     def summaries_of(self, ch: Channel) -> Sequence:
         """The listing of one channel's partition (empty: none listed)."""
-        return self.summaries.get(ch[0], {}).get(int(ch[1]), _NONE)
+        return self.summaries.get(ch.source, {}).get(ch.partition, _NONE)
 
     def known_barriers(self) -> dict[str, dict[str, Position]]:
         """The barriers of the partitions that are not lagging."""
@@ -70,8 +70,8 @@ def plan_source_segments(job: Job, summaries: Summaries, positions: Mapping[str,
     segments = {}
     for src in job.sources():
         parts = summaries.get(src.name, {})
-        st = {int(p): pos for p, pos in positions.get(src.name, {}).items()}
-        sp = {int(p): stops[(s, p)][0] for s, p in channels if s == src.name}
+        st = {partition_of(p): pos for p, pos in positions.get(src.name, {}).items()}
+        sp = {ch.partition: stops[ch][0] for ch in channels if ch.source == src.name}
         segments[src.name] = plan_segments(parts, st, sp, max_records, source=src.name)
     return segments
 
@@ -86,7 +86,7 @@ def round_plan_json(rnd: int, now: object, segments: Segments, alignment: object
                     replayed: int, low_epoch: int | None, **extra: object) -> dict:
     """The write-ahead ``rounds/<k>/_plan.json`` of a round (read by the batch evaluation and quality checks)."""
     return {"round": rnd, "now": now,
-            "segments": {s: {str(p): {"start": seg.start.to_dict(), "stop": seg.stop.to_dict(),
+            "segments": {s: {partition_key(p): {"start": seg.start.to_dict(), "stop": seg.stop.to_dict(),
                                       "reached": seg.reached.to_dict(), "records": seg.records,
                                       "backlog": seg.backlog}
                              for p, seg in segs.items()} for s, segs in segments.items()},
@@ -117,7 +117,7 @@ class RoundPlan:
     segments: Segments                       # what each source partition reads
     reached: Mapping[Channel, Position]      # where each channel's read ends
     arrived: Mapping[Channel, object]        # the barrier that arrives on a channel this round (None: none)
-    parked: frozenset                        # channels whose rows are parked as in-flight channel state
+    parked: frozenset[Channel]               # channels whose rows are parked as in-flight channel state
     replayed: int                            # in-flight rows of the previous round replayed first
     low_epoch: int                           # the low watermark L the round expires state with
 
@@ -132,7 +132,7 @@ class RoundPlan:
 
     def positions_after(self, before: Mapping[str, Mapping[str, Position]]) -> dict[str, dict[str, Position]]:
         """The positions after the round: each read partition at the position it reached."""
-        return {s: {**before.get(s, {}), **{str(p): seg.reached for p, seg in segs.items()}}
+        return {s: {**before.get(s, {}), **{partition_key(p): seg.reached for p, seg in segs.items()}}
                 for s, segs in self.segments.items()}
 
     def stalled(self, channels: Sequence[Channel]) -> bool:
@@ -142,7 +142,7 @@ class RoundPlan:
 
     def to_json(self, alignment: object) -> dict:
         return round_plan_json(self.round, self.now, self.segments, alignment,
-                               sorted(f"{s}/partition={p}" for s, p in self.parked), self.replayed, self.low_epoch)
+                               sorted(ch.name for ch in self.parked), self.replayed, self.low_epoch)
 
 
 @dataclass(frozen=True)

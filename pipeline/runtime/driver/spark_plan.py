@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.barriers.events import CheckpointType
+from pipeline.checkpoint.channel import Channel
 from pipeline.checkpoint.report import ReportKind, TaskReport
 from pipeline.faults import fault_point
 from pipeline.fileio import join_uri
@@ -114,7 +115,7 @@ class SparkPlan:
         return self._read_counters[id(spark)]
 
     def process_round(self, pending, rnd: int, P: int, cursor: Cursor, segments, epoch: int, *,
-                      parked: frozenset = frozenset(), staged: dict | None = None,
+                      parked: frozenset[Channel] = frozenset(), staged: dict | None = None,
                       complete: bool = True, low_epoch: int | None = None,
                       own_epochs=None) -> list[TaskReport]:
         """The Spark work of one round; returns all task reports (the acks of every subtask).
@@ -125,7 +126,7 @@ class SparkPlan:
         parent state handles, staging prefixes, TTL cutoff) reach the tasks as local properties
         (:mod:`pipeline.runtime.operators.round_params`).
         Unaligned checkpoints: the join first replays ``cursor.inflight`` (channel state of the previous
-        checkpoint); the rows of the ``parked`` channels ``(source, partition)`` read this round are in
+        checkpoint); the rows of the ``parked`` channels (:class:`~pipeline.checkpoint.channel.Channel`) read this round are in
         flight at the join (the snapshot was taken before it consumed them): it writes them as channel state
         files (reports of kind CHANNEL) instead of processing them. ``staged``: sink output staged
         by earlier rounds of this checkpoint (an aggregate feeding an upsert sink merges it into its output).
@@ -142,7 +143,7 @@ class SparkPlan:
         spark = ctx.spark
         fault_point("reading")
         splits = {node.name: [d for p, seg in segments[node.name].items()
-                              for d in self._tagged(own_epochs, (node.name, str(p)), seg.splits)]
+                              for d in self._tagged(own_epochs, Channel(node.name, p), seg.splits)]
                   for node in ctx.job.sources()}
         values: dict[str, object] = {source_key(name): sp for name, sp in splits.items()}
         pins = lookup_values(ctx, [epoch])  # lookup joins: the epoch's pinned side-table versions
@@ -228,7 +229,7 @@ class SparkPlan:
         for w in work:
             for node in ctx.job.sources():
                 splits[node.name] += [{**d, "tag": w.epoch} for p, seg in w.segments[node.name].items()
-                                      for d in self._tagged(w.own_epochs, (node.name, str(p)), seg.splits)]
+                                      for d in self._tagged(w.own_epochs, Channel(node.name, p), seg.splits)]
         values: dict[str, object] = {source_key(name): sp for name, sp in splits.items()}
         values.update(lookup_values(ctx, [w.epoch for w in work]))  # lookup joins: each epoch's pinned version
         shape = tuple(sorted((name, task_count(len(sp), P)) for name, sp in splits.items()))
@@ -263,7 +264,7 @@ class SparkPlan:
         return rows
 
     @staticmethod
-    def _tagged(own_epochs, ch: tuple[str, str], splits) -> list[dict]:
+    def _tagged(own_epochs, ch: Channel, splits) -> list[dict]:
         dicts = [sp.as_dict() for sp in splits]
         return own_epochs.tag_splits(ch, dicts) if own_epochs is not None else dicts
 
@@ -365,7 +366,7 @@ class SparkPlan:
 
                 def factory(src, kc=key_cols, cfg=cfg, dlq=dlq, jobname=jobname):
                     return make_split_reader(src.schema, kc, cfg.bad_records, dlq, jobname)
-                park = sorted(int(p) for s, p in parked if s == node.name)
+                park = sorted(ch.partition for ch in parked if ch.source == node.name)
                 read = ctx.job.columns_read(i)
                 meta = None if read is None else [f.name for f in META_FIELDS
                                                   if f.name.lower() in read or (park and f.name == "_partition")]

@@ -17,7 +17,6 @@ Late rows and rows with a null key or time are written to the operator's dead-le
 ``PIPELINE_BAD_RECORDS=fail``)."""
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -28,28 +27,16 @@ from pipeline.barriers.events import CheckpointingMode
 from pipeline.checkpoint.handles import FileHandle, StateHandle
 from pipeline.checkpoint.report import ReportKind
 from pipeline.exceptions import CheckpointError, ConfigError, MalformedInputError
-from pipeline.faults import fault_point
-from pipeline.fileio import file_io_for
 from pipeline.job import Job, OverAggregateNode
-from pipeline.keygroups import range_for_subtask
-from pipeline.layout import key_group_name
 from pipeline.operators.over_aggregate import FIRED, OverResult, OverSpec, over_retract_step, over_step
 from pipeline.operators.retract import SIGN
-from pipeline.runtime.operators.dead_letters import attempt_dead_letter_dir, dead_letter_name
+from pipeline.runtime.operators.dead_letters import dead_letter_name
 from pipeline.runtime.operators.sink_writer import merge_prior
-from pipeline.runtime.operators.state_access import StateScope, StateSpec, open_state
-from pipeline.runtime.operators.task import (
-    _collect,
-    _emit,
-    carried_from_previous_epoch,
-    carry_to_next_epoch,
-    epoch_tagged_task,
-    subtask_of,
-    task_report,
-)
-from pipeline.runtime.operators.window import _ALL_KG, CHANNEL, MARKER, _split_wm, _wm_table
-from pipeline.state.backend import KG_COLUMN, read_files, read_state, write_table
-from pipeline.windows.watermark import WATERMARK_SCHEMA, WatermarkState, merge_observations
+from pipeline.runtime.operators.state_access import StateSpec, open_state
+from pipeline.runtime.operators.subtask import Handle, SubtaskRun
+from pipeline.runtime.operators.task import epoch_tagged_task
+from pipeline.runtime.operators.window import dead_letter_target, epoch_stamped, epoch_watermark, write_watermark
+from pipeline.state.backend import KG_COLUMN, read_files, write_table
 
 __all__ = ["OverTaskSpec", "make_over_task", "check_over", "over_state_schema", "over_dead_letter_schema", "NEVER_US"]
 
@@ -158,93 +145,58 @@ def _retract_round(spec: OverTaskSpec, held: pa.Table, new: pa.Table, sign: pa.C
 
 
 def make_over_task(spec: OverTaskSpec):
-    """The ``mapInArrow`` function of an over aggregate (after the shuffle).
-
-    Over 80 lines: the task is a closure over its spec: restore, run the kernel, write state, output and dead
-    letters, report (as the window's and the timed joins' tasks)."""
+    """The ``mapInArrow`` function of an over aggregate (after the shuffle), on the keyed task frame
+    (:class:`~pipeline.runtime.operators.subtask.SubtaskRun`) and the window's epoch watermark."""
 
     def step(spec: OverTaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Over 80 lines: one epoch of one subtask in the window task's order (watermark, state read, kernel,
-        state, watermark table, output and dead letters written, reports)."""
-        fault_point("reading")
-        t0 = time.perf_counter()
-        subtask, incoming = subtask_of(_collect(batches))
-        kgr = range_for_subtask(spec.max_parallelism, spec.parallelism, subtask)
-        fio = file_io_for(spec.state_prefix)
+        """One epoch of one subtask in the window task's order (watermark, state read, kernel, state, watermark
+        table, output and dead letters written, reports)."""
+        run = SubtaskRun.start(spec, batches)
         k = spec.kernel
-        wm_rows = carried_from_previous_epoch("wm")
-        if not isinstance(wm_rows, pa.Table):
-            wm_rows = read_state(fio, spec.parent_handles.get("wm", ()), *_ALL_KG, WATERMARK_SCHEMA, spec.checkpoint)
-        wm_rows, seen = _split_wm(wm_rows)
-        wm = WatermarkState.from_table(wm_rows, spec.checkpoint)
+        wm, rows = epoch_watermark(run, spec, spec.out_of_orderness_us)
         new = spec.in_schema.empty_table()
         sign = pa.chunked_array([], pa.int32())
-        if incoming is not None:
-            is_marker = pc.is_valid(incoming[MARKER])
-            markers = incoming.filter(is_marker)
-            rows = incoming.filter(pc.invert(is_marker))
+        if rows is not None:
             new = rows.select(spec.in_schema.names).cast(spec.in_schema)
             if spec.changelog:
                 sign = rows[SIGN].cast(pa.int32())
-            if markers.num_rows:
-                g = markers.group_by(CHANNEL, use_threads=False).aggregate([(MARKER, "max")])
-                seen = merge_observations(seen, dict(zip(g[CHANNEL].to_pylist(),
-                                                         (int(v) for v in g[f"{MARKER}_max"].to_pylist()))))
-        if spec.complete:
-            new_wm, obs_left = wm.advance(seen, spec.out_of_orderness_us), {}
-            fire = new_wm.watermark_us
-        else:
-            new_wm, obs_left, fire = wm, seen, None
+        fire = wm.fire_us
         sschema = over_state_schema(spec.in_schema)
         index = (lambda row: NEVER_US) if spec.changelog else _index(k, sschema)
-        scope = StateScope(spec.uid, subtask, kgr, k.key, spec.checkpoint, spec.state_prefix,
-                           {"rows": StateSpec(sschema, k.time, index)}, spec.parent_handles, spec.snapshot,
-                           fire + 1 if fire is not None and not spec.changelog else None)
-        with open_state(scope, fio) as access:
+        scope = run.scope(k.key, {"rows": StateSpec(sschema, k.time, index)},
+                          fire + 1 if fire is not None and not spec.changelog else None)
+        with open_state(scope, run.fio) as access:
             held = access.read([new])["rows"]
             restored = held.num_rows
             if spec.changelog:   # docs/operators.md "Over aggregate": over an updating stream
                 res = _retract_round(spec, held, new, sign)
             else:
-                res = over_step(k, held, new, late_watermark_us=wm.watermark_us, watermark_us=fire,
+                res = over_step(k, held, new, late_watermark_us=wm.before.watermark_us, watermark_us=fire,
                                 complete=spec.complete)
             if res.bad.num_rows and spec.bad_records == "fail":
                 raise MalformedInputError(f"over aggregate {spec.uid}: {res.bad.num_rows} record(s) with a null key "
                                           f"{k.key!r} or a null event time {k.time!r} (checkpoint {spec.checkpoint})")
             out = res.output
-            sync_ms = (time.perf_counter() - t0) * 1000
-            fault_point("writing_state")
-            t1 = time.perf_counter()
+            run.kernel_done()
             sh = access.write("rows", res.state.select(sschema.names).cast(sschema), index_time=index)
-        wm_table = _wm_table(new_wm, obs_left)
-        carry_to_next_epoch("wm", wm_table)
-        wfh = write_table(fio, f"{spec.state_prefix}/wm/wm.parquet", wm_table) if subtask == 0 else None
-        wsh = StateHandle(operator_uid=spec.uid, subtask=subtask, kg_start=kgr.start, kg_end=kgr.end, name="wm",
-                          file=wfh)
-        async_ms = (time.perf_counter() - t1) * 1000
-        t_out = time.perf_counter()
-        ofh = None
+        wsh = write_watermark(run, wm)
         file_out = out
         if spec.prior_output:  # a later round of the same checkpoint: one row per sink key per commit
-            prior = read_files(fio, [f for s, f in spec.prior_output if s == subtask], spec.out_schema,
-                               spec.checkpoint)
-            file_out = merge_prior(prior, out, spec.sink_key or tuple(spec.out_schema.names))
-        if file_out.num_rows:
-            ofh = write_table(fio, f"{spec.output_prefix}/part-{spec.file_tag}-{subtask:05d}.parquet", file_out)
-        dfh = _dead_letters(
-            file_io_for(spec.dead_letter_prefix),
-            attempt_dead_letter_dir(spec.dead_letter_prefix, spec.epoch, spec.checkpoint),
-            f"{spec.file_tag}-{key_group_name(kgr.start, kgr.end)}",
-            [("late", res.late), ("null key or event time", res.bad)], wm.watermark_us,
-            over_dead_letter_schema(spec.in_schema))
-        sync_ms += (time.perf_counter() - t_out) * 1000
-        handles = [(ReportKind.STATE, "rows", sh), (ReportKind.STATE, "wm", wsh),
-                   (ReportKind.OUTPUT, spec.output_name, ofh), (ReportKind.DEAD_LETTER, dead_letter_name(spec.uid), dfh)]
-        reports = [task_report(kind, spec.uid, nm, subtask, kgr, h, in_rows=new.num_rows, restored=restored,
-                               sync_ms=sync_ms, async_ms=async_ms) for kind, nm, h in handles]
+            with run.staging():
+                prior = read_files(run.fio, [f for s, f in spec.prior_output if s == run.subtask], spec.out_schema,
+                                   spec.checkpoint)
+                file_out = merge_prior(prior, out, spec.sink_key or tuple(spec.out_schema.names))
+        ofh = run.write_output(file_out)
+        with run.staging():
+            dfh = _dead_letters(*dead_letter_target(run, spec.dead_letter_prefix, spec.epoch),
+                                [("late", res.late), ("null key or event time", res.bad)], wm.before.watermark_us,
+                                over_dead_letter_schema(spec.in_schema))
+        handles: list[Handle] = [(ReportKind.STATE, "rows", sh), (ReportKind.STATE, "wm", wsh),
+                                 (ReportKind.OUTPUT, spec.output_name, ofh),
+                                 (ReportKind.DEAD_LETTER, dead_letter_name(spec.uid), dfh)]
+        reports = run.reports(handles, in_rows=new.num_rows, restored=restored)
         if spec.flow_schema is not None:  # rows flowing on belong to this epoch: their _ingest_ts is inside it
-            out = out.append_column("_ingest_ts", pa.repeat(pa.scalar(spec.barrier_us - 1, pa.int64()),
-                                                            out.num_rows).cast(pa.timestamp("us", tz="UTC")))
-        yield from _emit(reports, out, spec.flow_schema or spec.out_schema, fio, spec.ack_prefix, subtask)
+            out = epoch_stamped(out, spec.barrier_us)
+        yield from run.emit(reports, out, spec.flow_schema or spec.out_schema)
 
     return epoch_tagged_task(spec, step)

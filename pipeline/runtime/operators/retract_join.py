@@ -5,22 +5,19 @@ as a retract changelog (``_sign``) to its consumers (a sink reading it is writte
 the changelog as rows and deletes: :mod:`pipeline.sink.deletes`). Its Spark plan: :mod:`pipeline.runtime.spark.retract_join_plan`."""
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.checkpoint.handles import FileHandle, StateHandle
+from pipeline.checkpoint.handles import StateHandle
 from pipeline.checkpoint.report import ReportKind
-from pipeline.faults import fault_point
-from pipeline.fileio import file_io_for
-from pipeline.keygroups import range_for_subtask
 from pipeline.operators.retract import SIGN, flow_schema
 from pipeline.operators.retract_join import retract_join_step, state_schema
-from pipeline.runtime.operators.state_access import StateScope, StateSpec, open_state
-from pipeline.runtime.operators.task import _collect, _emit, epoch_tagged_task, subtask_of, task_report
+from pipeline.runtime.operators.state_access import StateSpec, open_state
+from pipeline.runtime.operators.subtask import Handle, SubtaskRun
+from pipeline.runtime.operators.task import epoch_tagged_task
 from pipeline.state.backend import KG_COLUMN
 from pipeline.state.changelog import TouchedKeys
 
@@ -58,36 +55,26 @@ def make_retract_join_task(spec: RetractJoinTaskSpec):
     """Returns the ``mapInArrow`` function of a join over changelogs."""
 
     def step(spec: RetractJoinTaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        fault_point("reading")
-        t0 = time.perf_counter()
-        subtask, incoming = subtask_of(_collect(batches))
-        kgr = range_for_subtask(spec.max_parallelism, spec.parallelism, subtask)
-        fio = file_io_for(spec.state_prefix)
+        run = SubtaskRun.start(spec, batches)
+        incoming = run.incoming
         ls, rs = state_schema(spec.left_schema), state_schema(spec.right_schema)
-        scope = StateScope(spec.uid, subtask, kgr, spec.key, spec.checkpoint, spec.state_prefix,
-                           {"left": StateSpec(ls), "right": StateSpec(rs)}, spec.parent_handles, spec.snapshot)
+        scope = run.scope(spec.key, {"left": StateSpec(ls), "right": StateSpec(rs)})
         lrows = _side(incoming, 0, spec.left_schema) if incoming is not None else None
         rrows = _side(incoming, 1, spec.right_schema) if incoming is not None else None
         in_rows = incoming.num_rows if incoming is not None else 0
-        with open_state(scope, fio) as access:   # heap: the range's whole state; rocksdb: the round's keys' rows
+        with open_state(scope, run.fio) as access:   # heap: the range's whole state; rocksdb: the round's keys' rows
             held = access.read([t for t in (lrows, rrows) if t is not None])
             restored = held["left"].num_rows + held["right"].num_rows
             res = retract_join_step(spec.key, spec.output, spec.left_schema, spec.right_schema, held["left"],
                                     held["right"], lrows, rrows,
                                     where=f"join {spec.uid!r} (checkpoint {spec.checkpoint})")
-            sync_ms = (time.perf_counter() - t0) * 1000
-            fault_point("writing_state")
-            t1 = time.perf_counter()
-            handles: list[tuple[ReportKind, str, StateHandle | FileHandle | None]] = [
+            run.kernel_done()
+            handles: list[Handle] = [
                 (ReportKind.STATE, name, access.write(name, tbl, TouchedKeys(spec.key, (res.touched,))))
                 for name, tbl in (("left", res.left), ("right", res.right))]
-        t_out = time.perf_counter()
-        flow = res.changelog
-        ofh = None   # no sink of its own: a sink reading it is written by a sink writer (Job.operator_sink)
-        out_ms = (time.perf_counter() - t_out) * 1000
-        handles.append((ReportKind.OUTPUT, spec.output_name, ofh))
-        reports = [task_report(kind, spec.uid, name, subtask, kgr, fh, in_rows=in_rows, restored=restored,
-                               sync_ms=sync_ms + out_ms, async_ms=(t_out - t1) * 1000) for kind, name, fh in handles]
-        yield from _emit(reports, flow, flow_schema(spec.out_schema), fio, spec.ack_prefix, subtask)
+        # no sink of its own: a sink reading it is written by a sink writer (Job.operator_sink)
+        handles.append((ReportKind.OUTPUT, spec.output_name, None))
+        reports = run.reports(handles, in_rows=in_rows, restored=restored)
+        yield from run.emit(reports, res.changelog, flow_schema(spec.out_schema))
 
     return epoch_tagged_task(spec, step)

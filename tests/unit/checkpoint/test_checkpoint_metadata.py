@@ -59,7 +59,8 @@ def test_json_round_trip_is_exact():
     assert d["format"] == 1
     assert d["positions"]["orders"]["1"] == {"seq": 2, "row": 0}
     assert d["sinks"]["merchant_revenue"] == {"files": [], "full": True}
-    assert back.channel_state[1].partition == "1"
+    assert back.channel_state[1].partition == 1        # an int in memory ...
+    assert d["channel_state"][1]["partition"] == "1"    # ... its string key on disk, as before
 
 
 def test_partition_keys_normalised_to_strings():

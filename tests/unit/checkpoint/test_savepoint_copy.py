@@ -104,7 +104,7 @@ def test_copy_blocker_names_channel_state_and_another_parallelism(any_root):
     assert copy_blocker(cp.metadata, None) is None and copy_blocker(cp.metadata, 2) is None
     assert "parallelism 3" in (copy_blocker(cp.metadata, 3) or "")
     unaligned = dataclasses.replace(cp.metadata, channel_state=(
-        ChannelStateHandle("agg", 0, "orders/0", source="orders", partition="0", start=Position(1, 0)),))
+        ChannelStateHandle("agg", 0, "orders/0", source="orders", partition=0, start=Position(1, 0)),))
     assert "channel state" in (copy_blocker(unaligned, None) or "")
     with pytest.raises(ValueError, match="incremental state chains"):   # a chain is never copied as a chain
         copy_savepoint(_coord, cp, src_fio=fio, location=None, sink_tables=["out"], sinks={"out": False})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from pipeline.checkpoint.channel import Channel
 from pipeline.checkpoint.handles import Position
 from pipeline.exceptions import CheckpointError, ConfigError
 from pipeline.runtime.driver.alignment import (
@@ -18,7 +19,7 @@ from pipeline.runtime.driver.alignment import (
 
 pytestmark = pytest.mark.unit
 
-A, B, C = ("orders", "0"), ("orders", "1"), ("payments", "0")
+A, B, C = Channel("orders", 0), Channel("orders", 1), Channel("payments", 0)
 CHANNELS = [A, B, C]
 
 

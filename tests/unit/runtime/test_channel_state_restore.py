@@ -23,7 +23,7 @@ def _md(**kw) -> CheckpointMetadata:
         barriers={"orders": {"0": Position(3, 0)}, "payments": {"0": Position(3, 0)}},
         channel_state=(
             ChannelStateHandle("paid_orders_join", 1, "left", file=FileHandle("file:///x/c.parquet", 7, 99, "ab")),
-            ChannelStateHandle("paid_orders_join", 0, "orders/partition=1", source="orders", partition="1",
+            ChannelStateHandle("paid_orders_join", 0, "orders/partition=1", source="orders", partition=1,
                                start=Position(2, 40), end=None),
         ), **kw)
 
@@ -33,7 +33,7 @@ def test_open_range_round_trips() -> None:
     back = CheckpointMetadata.from_json(md.to_json())
     assert back == md and back.channel_state[1].end is None and back.channel_state[1].start == Position(2, 40)
     with pytest.raises(ValueError):
-        ChannelStateHandle("j", 0, "c", source="s", partition="0", start=None, end=Position(1, 0))
+        ChannelStateHandle("j", 0, "c", source="s", partition=0, start=None, end=Position(1, 0))
 
 
 def test_restore_cursor_resumes_at_range_start_and_replays_files(tmp_path) -> None:
