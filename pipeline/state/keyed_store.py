@@ -193,10 +193,17 @@ def slice_rows(row_bytes: float, limit: int = _BATCH) -> int:
     return max(min(64, limit), min(limit, int(_BATCH_BYTES // max(1.0, row_bytes))))
 
 
-def row_keys(table: pa.Table, key: str, kg_column: str) -> list[bytes]:
-    """Per row of ``table``: the suffix of its ``d`` key (key group + encoded user key)."""
+def row_keys(table: pa.Table, key: str, kg_column: str, key_type: pa.DataType | None = None) -> list[bytes]:
+    """Per row of ``table``: the suffix of its ``d`` key (key group + encoded user key), encoded as the store
+    encodes its rows' keys (:meth:`KeyedStateStore._group`): cast to the state's ``key_type`` (when given), temporal
+    values as their integers."""
+    col = table[key]
+    if key_type is not None and col.type != key_type:
+        col = col.cast(key_type)
+    if _storage_type(col.type) != col.type:
+        col = col.cast(_storage_type(col.type))
     return [struct.pack(">H", kg) + encode_user_key(k)
-            for kg, k in zip(table[kg_column].to_pylist(), table[key].to_pylist())]
+            for kg, k in zip(table[kg_column].to_pylist(), col.to_pylist())]
 
 
 class KeyedStateStore:
@@ -352,7 +359,8 @@ class KeyedStateStore:
             del part
             last = next(reversed(groups))
             while end < new_rows.num_rows:  # the last key may continue in the next slice: complete it
-                nxt = row_keys(key_cols.take(order[end:end + step]), self.key, self.kg_column)
+                nxt = row_keys(key_cols.take(order[end:end + step]), self.key, self.kg_column,
+                               self.schema.field(self.key).type)
                 same = next((i for i, k in enumerate(nxt) if k != last), len(nxt))
                 if same == 0:
                     break

@@ -107,9 +107,10 @@ class KeyedStores:
         """The keys of the ``inputs`` rows (each with the key and ``_kg`` columns) and, with a cutoff, the keys
         with rows expiring below it (TTL index range scans)."""
         keys: list[bytes] = []
+        key_type = next((sch.field(self.key).type for sch in self.schemas.values() if self.key in sch.names), None)
         for t in inputs:
             if t.num_rows:
-                keys += row_keys(t, self.key, KG_COLUMN)
+                keys += row_keys(t, self.key, KG_COLUMN, key_type)
         if cutoff_us is not None:
             for st in self.stores.values():
                 if st.time_column is not None:

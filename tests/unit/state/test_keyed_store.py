@@ -141,3 +141,21 @@ def test_apply_writes_wide_rounds_in_slices_without_splitting_a_key(tmp_path, mo
             want = t.filter(pc.is_null(t["key"])) if k is None else t.filter(pc.equal(t["key"], k))
             got = st.get(row_keys(want.slice(0, 1), "key", "_kg"))
             assert _sorted(got).equals(_sorted(want))
+
+
+def test_a_timestamp_key_is_encoded_as_the_store_encodes_its_rows(tmp_path):
+    """A state keyed by a timestamp (a top-N per window is keyed by ``window_start``): the touched keys of the input
+    (another unit, no time zone) and the keys of the rows the store files match, so ``apply`` takes the rows and a
+    ``get`` finds them (it raised "rows of a key the round did not touch" when input keys were encoded as datetimes)."""
+    schema = pa.schema([("ws", pa.timestamp("us", tz="UTC")), ("n", pa.int64()), ("_kg", pa.int32())])
+    st = KeyedStateStore(StoreLocation("job", "top", "rank", 0, 7).path(str(tmp_path / "stores")), schema, "ws",
+                         "_kg", None)
+    with st:
+        rows = pa.table([pa.array([60_000, 60_000, 120_000], pa.int64()).cast(pa.timestamp("ms")),
+                         pa.array([3, 1, 2], pa.int64()), pa.array([1, 1, 4], pa.int32())],
+                        names=["ws", "n", "_kg"])
+        keys = list(dict.fromkeys(row_keys(rows, "ws", "_kg", schema.field("ws").type)))
+        assert len(keys) == 2
+        st.apply(keys, rows.cast(schema), rows=3)
+        got = st.get(keys[:1])
+        assert sorted(got["n"].to_pylist()) == [1, 3] and got.schema.field("ws").type == schema.field("ws").type
