@@ -10,7 +10,8 @@ Given the sources and the last completed epoch ``n``:
 2. clicks deduplicated: the first copy per ``click_id`` by ``_ingest_ts`` (copies come within the 1 h TTL);
 3. every (impression, click) pair with the same user and ad, emitted in the later of the two epochs;
 4. two tumbling 5-minute windows per campaign, watermark ``max event time - 30 s`` over the active channels
-   (the pairs: one channel; impressions: one per source partition), lateness 60 s, final emission.
+   (impressions: one per source partition; a pair counts for both its rows' source partitions, the impression's and
+   the click's, docs/concepts/watermarks.md "Joins"), lateness 60 s, final emission.
 
 CLI: ``python -m pipeline.demo.ad_oracle --root URI --through-epoch N compare --clicks DIR --impressions DIR``.
 """
@@ -73,11 +74,13 @@ def read_source(root: str, source: str) -> pd.DataFrame:
 def _window(df: pd.DataFrame, key: str, t_col: str, through: int, aggs: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Fired windows (key, window_start, window_end, aggs) and late rows, per docs/windows.md (tumbling)."""
     df = df[df["epoch"] <= through]
+    # a row counts for each of its channels (a join's pair: both rows' source partitions, docs/concepts/watermarks.md)
+    chans = df[["epoch", "channel", t_col]].explode("channel")
     chan_max: dict = {}
     wm: dict[int, int | None] = {}
     cur = None
     for m in sorted(df["epoch"].unique()):
-        part = df[df["epoch"] == m].groupby("channel")[t_col].max()
+        part = chans[chans["epoch"] == m].groupby("channel")[t_col].max()
         for c, t in part.items():
             chan_max[c] = max(chan_max.get(c, t), t)
         cand = min(chan_max[c] for c in part.index) - OOO_US
@@ -124,11 +127,14 @@ def expected_ad_output(root: str, through_epoch: int, epoch_seconds: int = 60) -
     first = clk.sort_values(["click_id", "_ingest_ts_us"], kind="stable").drop_duplicates("click_id", keep="first")
     imp["view_key"] = imp["user_id"] + "|" + imp["ad_id"]
     first = first.assign(view_key=first["user_id"] + "|" + first["ad_id"])
-    pairs = imp[["view_key", "impression_id", "campaign_id", "epoch"]].merge(
-        first[["view_key", "click_id", "event_time_us", "epoch"]].rename(
-            columns={"event_time_us": "click_time", "epoch": "click_epoch"}), on="view_key")
+    pairs = imp[["view_key", "impression_id", "campaign_id", "epoch", "partition"]].merge(
+        first[["view_key", "click_id", "event_time_us", "epoch", "partition"]].rename(
+            columns={"event_time_us": "click_time", "epoch": "click_epoch", "partition": "click_partition"}),
+        on="view_key")
     pairs["epoch"] = np.maximum(pairs["epoch"], pairs["click_epoch"])
-    pairs["channel"] = "op:click_attribution"
+    # a pair carries the channels of both its rows: the impression's and the click's source partition
+    pairs["channel"] = [[f"impressions/{a}", f"clicks/{b}"]
+                        for a, b in zip(pairs["partition"], pairs["click_partition"])]
     clicks_out, late_p = _window(pairs, "campaign_id", "click_time", through_epoch,
                                  {"clicks": ("count_distinct", "click_id"),
                                   "clicked_impressions": ("count_distinct", "impression_id"),

@@ -14,7 +14,7 @@ watermark table holds the four partitions as channels; the join's state keeps ea
 passes with nothing NOT CHECKED and fails once a committed window's count is changed.
 
 Opt-in (about 2-3 min on the loaded 2-core machine): ``EPOCHAL_JOIN_WM=1``. The default suite has the property test
-of the rule (``tests/unit/windows/test_join_watermarks.py``).
+of the rule (``tests/unit/windows/test_join_watermark_fold.py``).
 """
 from __future__ import annotations
 

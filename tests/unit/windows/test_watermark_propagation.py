@@ -71,7 +71,7 @@ def _process(s, uid):
 
 def test_operators_that_build_rows_form_one_channel():
     """A ``process`` builds its rows from the key's state (not one input row each): one channel ``op:<uid>``. A
-    ``join`` forwards (since 2026-11-29; its own rules: tests/unit/windows/test_join_watermarks.py)."""
+    ``join`` forwards (since 2026-11-29; its own rules: tests/unit/windows/test_join_watermark_fold.py)."""
     job = Job("g4")
     a, b = job.source("a", SCHEMA), job.source("b", SCHEMA)
     p = _process(a, "p")
