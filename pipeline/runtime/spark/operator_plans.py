@@ -2,6 +2,10 @@
 input keyed (:func:`pipeline.keygroups.key_group_expr`) and shuffled so that Spark partition ``i`` is subtask ``i``
 (:mod:`pipeline.runtime.spark.routing`), then mapped with the operator's task (:mod:`pipeline.runtime.operators`).
 One builder per operator (join, aggregate, deduplicate, window, process, sink writer), each ``(DataFrame, schema)``.
+
+Over 400 lines: six operators' plan builders and the shared watermark-channel tagging they use (a deduplicate and a
+join forward their inputs' channels to a window); the next operator's builder goes to a module of its own, as the
+timed joins' and the over aggregate's did.
 """
 from __future__ import annotations
 
