@@ -10,14 +10,13 @@ from __future__ import annotations
 from pipeline.batch.evaluation.context import PlanContext
 from pipeline.batch.evaluation.prefix import PEPOCH
 from pipeline.batch.evaluation.result import INTERNAL, WATERMARK_ROW, nested
-from pipeline.batch.evaluation.wm_channels import channel_column, watermark_fold
+from pipeline.batch.evaluation.wm_channels import channel_column, watermark_fold, watermark_steps
 from pipeline.job import OverAggregateNode, emits_updates
 from pipeline.operators.over_aggregate import FIRED
 
 __all__ = ["over_aggregate"]
 
 SEC = 1_000_000
-_NEVER = -(2 ** 62)
 
 
 def _flows_on(plan: PlanContext, nid: int) -> bool:
@@ -84,14 +83,7 @@ def over_aggregate(plan: PlanContext, nid: int, op: OverAggregateNode):
         held = pend.unionByName(back.withColumn(FIRED, F.lit(True)))
     plan.result.states[f"state/{op.uid}/rows"] = held.select(*user, FIRED)
     # emission: the first epoch whose W reached t (W's steps as a broadcast interval table (lo, hi])
-    steps, prev = [], None
-    for m in sorted(w_after):
-        x = w_after[m]
-        if m > plan.prefix.epoch or x is None or (prev is not None and x <= prev):
-            continue
-        steps.append((_NEVER if prev is None else prev, x, m))
-        prev = x
-    table = plan.spark.createDataFrame(steps, "__lo long, __hi long, __f long")
+    table = watermark_steps(plan, w_after)
     out = fired_all.drop(PEPOCH).join(F.broadcast(table), (F.col("__t") > F.col("__lo")) & (F.col("__t") <= F.col("__hi")),
                                       "inner")
     out = out.select(*user, *[o for o, _, _ in op.aggs], F.col("__f").alias(PEPOCH))

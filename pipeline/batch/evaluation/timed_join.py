@@ -17,14 +17,13 @@ from __future__ import annotations
 from pipeline.batch.evaluation.context import PlanContext
 from pipeline.batch.evaluation.prefix import PEPOCH
 from pipeline.batch.evaluation.result import INTERNAL, WATERMARK_ROW, nested
-from pipeline.batch.evaluation.wm_channels import channel_column, watermark_fold
+from pipeline.batch.evaluation.wm_channels import channel_column, watermark_fold, watermark_steps
 from pipeline.job import IntervalJoinNode, TemporalJoinNode, emits_updates
 from pipeline.operators.interval_join import MATCHED
 
 __all__ = ["timed_join"]
 
 SEC = 1_000_000
-_NEVER = -(2 ** 62)
 
 
 def _flows_on(plan: PlanContext, nid: int) -> bool:
@@ -144,7 +143,7 @@ def _interval(plan: PlanContext, op: IntervalJoinNode, lon, ron, lcols, rcols, w
     if not (outer["left"] or outer["right"]):
         return out
     # unmatched rows of an outer side: emitted in the first epoch (not before their own) whose W reaches t + shift
-    steps = _steps(plan, w_after)
+    steps = watermark_steps(plan, w_after)
     types = {**{c: ron.schema[c].dataType for c in rcols}, **{c: lon.schema[c].dataType for c in lcols}}
     for side, rows, other, t, p, shift, mine in (("left", l, r, "__lt", "__lp", hi, set(lcols)),
                                                  ("right", r, l, "__rt", "__rp", -lo, set(rcols))):
@@ -156,19 +155,6 @@ def _interval(plan: PlanContext, op: IntervalJoinNode, lon, ron, lcols, rcols, w
                else F.lit(None).cast(types[c]).alias(c) for c in out_cols]
         out = out.unionByName(rel.select(*sel, F.greatest(F.col("__f"), F.col(p)).alias(PEPOCH)))
     return out
-
-
-def _steps(plan: PlanContext, w_after: dict[int, int | None]):
-    """W's steps up to the checkpoint's epoch as a broadcastable interval table: ``(__lo, __hi]`` -> epoch ``__f``,
-    the first epoch whose watermark reached a time in the interval."""
-    steps, prev = [], None
-    for m in sorted(w_after):
-        x = w_after[m]
-        if m > plan.prefix.epoch or x is None or (prev is not None and x <= prev):
-            continue
-        steps.append((_NEVER if prev is None else prev, x, m))
-        prev = x
-    return plan.spark.createDataFrame(steps, "__lo long, __hi long, __f long")
 
 
 def _temporal(plan: PlanContext, op: TemporalJoinNode, lon, ron, lcols, rcols, w: int | None,
@@ -191,7 +177,7 @@ def _temporal(plan: PlanContext, op: TemporalJoinNode, lon, ron, lcols, rcols, w
         held = ron.filter(F.col("__t") > F.lit(w)).unionByName(passed)
     plan.result.states[f"state/{op.uid}/right"] = held.select(*rcols)
     # emission: the first epoch whose W reached t (W's steps as a broadcast interval table (lo, hi])
-    table = _steps(plan, w_after)
+    table = watermark_steps(plan, w_after)
     emit = lon.join(F.broadcast(table), (F.col("__t") > F.col("__lo")) & (F.col("__t") <= F.col("__hi")), "inner")
     # each (key, time) once: the greatest on-time version with version_time <= time
     kt = emit.select(F.col(op.on).alias("__k"), F.col("__t").alias("__pt")).distinct()

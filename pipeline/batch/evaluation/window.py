@@ -10,7 +10,7 @@ from pipeline.batch.evaluation.prefix import PEPOCH
 from pipeline.batch.evaluation.result import EXACT_SUM, WATERMARK_ROW, WINDOW_EPOCH, WINDOW_EVENT_US
 from pipeline.batch.evaluation.rounds import ROUND, fired_round
 from pipeline.batch.evaluation.session_window import session_late, session_pairs
-from pipeline.batch.evaluation.wm_channels import channel_column, split_maxima
+from pipeline.batch.evaluation.wm_channels import channel_column, watermark_fold
 from pipeline.job import AggregateNode, WindowNode
 from pipeline.operators.aggregate_functions import mask_sql, masked_aggs
 
@@ -48,21 +48,10 @@ def window(plan: PlanContext, nid: int, op: WindowNode):
     plan.result.counts[f"{op.uid}: records without a key or an event time (dead-lettered by the runtime)"] = \
         src.filter(F.col(op.key).isNull() | F.col(op.event_time).isNull())
     # W(m) for every epoch with records: M_c(m) = running max per channel, min over the active channels
-    # (a join's row counts for each channel of its set: split_maxima)
-    maxima = split_maxima([(int(r[0]), str(r[1]), int(r[2])) for r in recs.groupBy(PEPOCH, "__ch")
-                           .agg(F.max("__t")).collect()])
-    seen: dict[str, int] = {}
-    w_prev: dict[int, int | None] = {}     # epoch m -> W(m-1)
-    w_after: dict[int, int | None] = {}    # epoch m -> W(m)
-    w: int | None = None
-    for m in sorted({e for e, _, _ in maxima}):
-        w_prev[m] = w
-        active = [(c, t) for e, c, t in maxima if e == m]
-        for c, t in active:
-            seen[c] = max(seen.get(c, t), t)
-        cand = min(seen[c] for c, _ in active) - O
-        w = cand if w is None else max(w, cand)
-        w_after[m] = w
+    # (a join's row counts for each channel of its set: watermark_fold splits the sets)
+    # w_prev: epoch m -> W(m-1); w_after: epoch m -> W(m) (the shared fold, wm_channels.watermark_fold)
+    w_prev, w_after, seen, w = watermark_fold([(int(r[0]), str(r[1]), int(r[2])) for r in recs.groupBy(
+        PEPOCH, "__ch").agg(F.max("__t")).collect()], O)
     if not w_prev:
         wm = plan.spark.createDataFrame([], f"{PEPOCH} long, __wprev long")
     else:

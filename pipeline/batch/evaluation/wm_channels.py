@@ -12,7 +12,7 @@ from pipeline.batch.evaluation.result import WM_CHANNELS
 from pipeline.operators.channel_sets import SEPARATOR, split_channels
 from pipeline.windows.channels import fixed_channels
 
-__all__ = ["channel_column", "watermark_fold", "union_channels_sql", "split_maxima"]
+__all__ = ["channel_column", "watermark_fold", "watermark_steps", "union_channels_sql", "split_maxima"]
 
 
 def union_channels_sql(left, right):
@@ -70,3 +70,19 @@ def watermark_fold(maxima: list[tuple[int, str, int]], ooo_us: int):
         w = cand if w is None else max(w, cand)
         w_after[m] = w
     return w_prev, w_after, seen, w
+
+
+NEVER_US = -(2 ** 62)   # below every watermark: the lower end of the first step
+
+
+def watermark_steps(plan: PlanContext, w_after: dict[int, int | None]):
+    """W's steps up to the checkpoint's epoch as a broadcastable interval table: ``(__lo, __hi]`` -> epoch ``__f``,
+    the first epoch whose watermark reached a time in the interval."""
+    steps, prev = [], None
+    for m in sorted(w_after):
+        x = w_after[m]
+        if m > plan.prefix.epoch or x is None or (prev is not None and x <= prev):
+            continue
+        steps.append((NEVER_US if prev is None else prev, x, m))
+        prev = x
+    return plan.spark.createDataFrame(steps, "__lo long, __hi long, __f long")
