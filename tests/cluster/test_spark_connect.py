@@ -20,6 +20,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from pipeline.checkpoint.completed import CompletedCheckpoint
+from pipeline.fileio import file_io_for
 from pipeline.testing.connect_server import SparkConnectServer
 from pipeline.testing.jobproc import run_job_process
 from tests.cluster import sensors
@@ -110,6 +112,16 @@ def test_connect_runs_exactly_once_through_crashes(connect_server, tmp_path, s3_
     assert report["restored_from"] is not None and report["checkpoints_completed"]
     # the injected first-attempt failures really happened on the server (its log), and were retried
     assert "EPOCHAL_ATTEMPT_FAULT: injected failure" in connect_server.log_tail(100_000)
+
+    # every round on Connect carried its snapshot options into the tasks: the state is in incremental chains in the
+    # job's shared area, never in a checkpoint's own files (a one-epoch round once lost them: a full file per
+    # checkpoint, and the rocksdb stores of that round were not the job's)
+    fio = file_io_for(f"{s3_root}/ckpt")
+    state_files = [h.file.uri for loc in sorted({f.uri.rsplit("/", 1)[0] for f in fio.list(f"{s3_root}/ckpt")
+                                                 if f.uri.endswith("/_metadata")})
+                   for hs in CompletedCheckpoint.load(fio, loc).metadata.operators.values() for h in hs
+                   if h.file is not None and h.name != "channel"]
+    assert state_files and all("/shared/" in u for u in state_files), state_files
 
     # 3. export through Connect and compare with the oracle
     out = {}

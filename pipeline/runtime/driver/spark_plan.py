@@ -165,7 +165,10 @@ class SparkPlan:
         reads = self._read_counter()
         read_mark = reads.mark() if reads is not None else {}
         if is_connect_session(spark):  # the values inside the task functions: a plan of this round only
-            with EmbeddedParams(pins):  # the lookup joins' pins (lookup_plan), captured by value
+            # every round value by value (no local properties on Connect), as a tagged round does: the operators'
+            # (their task specs name only the plan's fields; the snapshot options, epoch and barrier ride here),
+            # the sources' splits and the lookup joins' pins
+            with EmbeddedParams(values):
                 steps = self._build(P, shape, parked, ios=ios, carried=values)
             rows = self._run(steps, fresh=None)
         else:

@@ -1,4 +1,4 @@
-"""The rocksdb backend of the state-access port (``PIPELINE_STATE_BACKEND=rocksdb``, :mod:`pipeline.state.keyed_store`;
+"""The rocksdb backend of the state-access port (``PIPELINE_STATE_BACKEND=rocksdb``, the default, :mod:`pipeline.state.keyed_store`;
 the port: :mod:`pipeline.runtime.operators.state_access`).
 
 Per round and subtask, instead of restoring the whole state of the key-group range:
@@ -44,7 +44,9 @@ class KeyedStores:
 
     def __init__(self, scope: StateScope, fileio) -> None:
         self.scope, self.guard = scope, AccessGuard(scope)
-        job = str((scope.snapshot or {}).get("job_root") or "")
+        # the stores are the job's (its checkpoint root); a round without snapshot options (a task run on its own)
+        # gets stores of its own round, never another job's
+        job = str((scope.snapshot or {}).get("job_root") or scope.state_prefix)
         kgr = scope.kgr
         self.kgr, self.key, self.checkpoint, self.fileio = kgr, scope.key, scope.checkpoint, fileio
         self.schemas = {n: spec.schema for n, spec in scope.states.items()}
