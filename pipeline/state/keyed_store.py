@@ -12,7 +12,9 @@ Layout of one store (all keys are bytes, RocksDB orders them bytewise):
 * ``t`` + time (8 bytes, order-preserving) + the ``d`` key's suffix -> empty: the **TTL index**. Rows whose time
   column is below a cutoff are found by a range scan of ``t`` up to the cutoff, never by scanning the state.
   Entries may be stale (their rows left for another reason); a stale entry only makes its key touched once more.
-* ``m:version`` -> the digest of the state chain (:mod:`pipeline.state.chain`) the store holds; ``m:rows`` -> the
+* ``m:version`` -> the digest of the state chain (:mod:`pipeline.state.chain`) the store holds, with the row
+  layout it was written in (columns and types by position, key, time column: a store of another layout is never
+  used, so a job upgraded with a different state schema rebuilds it); ``m:rows`` -> the
   number of state rows. A round deletes ``m:version`` in the write batch that applies its changes and sets it
   after its snapshot files are written: a store whose version is not the parent checkpoint's chain digest (a
   crash, a failed checkpoint, a restore, a rescale, a task moved to another executor) is rebuilt from the
@@ -48,7 +50,7 @@ import pyarrow.parquet as pq
 
 from pipeline import settings
 from pipeline.checkpoint.handles import StateHandle
-from pipeline.exceptions import CorruptCheckpointError, StateStoreError
+from pipeline.exceptions import CorruptCheckpointError, IncompatibleStateError, StateStoreError
 from pipeline.fileio import FileIO
 from pipeline.layout import key_group_name
 from pipeline.state.attempts import sortable_type
@@ -223,6 +225,9 @@ class KeyedStateStore:
         self._time_i = self._names.index(time_column) if time_column else None
         self.index_time = index_time
         self._order = within_key_order(schema, key, kg_column)
+        # the row layout the stored values are written in (columns by position, key, time index)
+        self._layout = hashlib.sha256(repr(([(f.name, str(f.type)) for f in schema], key, kg_column,
+                                            time_column)).encode()).hexdigest()[:16]
         self._opts = opts = store_options()  # memory bounds: pipeline.state.store_memory
         os.makedirs(path, exist_ok=True)
         stale = _OPEN.pop(path, None)
@@ -253,8 +258,13 @@ class KeyedStateStore:
 
     @property
     def version(self) -> str | None:
+        """The chain digest the store holds, or None: none, or rows written in another row layout (a job upgraded
+        with a different state schema: the rows are decoded by position, so such a store is rebuilt)."""
         v = self._db.get(_VERSION)
-        return None if v is None else bytes(v).decode()
+        if v is None:
+            return None
+        digest, _, layout = bytes(v).decode().rpartition("@")
+        return digest if layout == self._layout else None
 
     @property
     def rows(self) -> int:
@@ -262,7 +272,7 @@ class KeyedStateStore:
         return 0 if v is None else int(bytes(v))
 
     def set_version(self, version: str) -> None:
-        self._db.put(_VERSION, version.encode())
+        self._db.put(_VERSION, f"{version}@{self._layout}".encode())
 
     def clear(self) -> None:
         """Forget everything (before a rebuild)."""
@@ -449,6 +459,12 @@ class KeyedStateStore:
                     for name in optional:
                         if name not in t.column_names:
                             t = t.append_column(name, pa.nulls(t.num_rows, self.schema.field(name).type))
+                    missing = [f.name for f in self.schema if f.name not in t.column_names]
+                    if missing:
+                        raise IncompatibleStateError(
+                            f"checkpoint {checkpoint}: state file {fh.uri} has no column(s) {missing} of the "
+                            f"operator's state now: it was written by another version of the job (a state schema "
+                            f"change); start from a savepoint `epochal bootstrap` builds for this job")
                     if t.num_rows:
                         n += self._add(t, sign=1 if i else None)
             if whole and n != chain.rows:

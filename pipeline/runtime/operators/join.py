@@ -107,10 +107,10 @@ def _channel_state_guard(spec: JoinTaskSpec) -> Iterator[None]:
     or while no window read its output) is refused with what to do, never read with a made-up channel."""
     try:
         yield
-    except (KeyError, pa.ArrowTypeError, pa.ArrowInvalid) as e:
+    except (KeyError, pa.ArrowTypeError, pa.ArrowInvalid, IncompatibleStateError) as e:
         # files of the older format lack the column (KeyError naming it); rows a rocksdb store of this worker still
         # holds in the older layout do not fit the new row schema (its string column meets the next column's ints)
-        if not spec.channel or (isinstance(e, KeyError) and spec.channel not in str(e)):
+        if not spec.channel or (isinstance(e, KeyError | IncompatibleStateError) and spec.channel not in str(e)):
             raise
         raise IncompatibleStateError(
             f"join {spec.uid} ({spec.checkpoint}): its restored state has no watermark channel column "
@@ -180,7 +180,9 @@ def make_join_task(spec: JoinTaskSpec):
         if spec.channel:
             kernel_out = kernel_out.append(pa.field(spec.channel, pa.string()))
         handles: list[tuple[ReportKind, str, StateHandle | FileHandle | None]] = []
-        with open_state(scope, fio) as state:  # heap: the range's whole state; rocksdb: the round's keys' rows
+        with _channel_state_guard(spec):  # (rocksdb: a store rebuilt from older files meets them here)
+            opened = open_state(scope, fio)
+        with opened as state:  # heap: the range's whole state; rocksdb: the round's keys' rows
             with _channel_state_guard(spec):
                 held = state.read([new_l, new_r])
             state_l = fill_row_epochs(held["left"], default=None, epoch_us=spec.epoch_us)

@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 import pytest
 
 from pipeline.checkpoint.handles import StateHandle
-from pipeline.exceptions import CorruptCheckpointError
+from pipeline.exceptions import CorruptCheckpointError, IncompatibleStateError
 from pipeline.fileio import LocalFileIO
 from pipeline.state.backend import read_state
 from pipeline.state.chain import StateChain
@@ -159,3 +159,35 @@ def test_a_timestamp_key_is_encoded_as_the_store_encodes_its_rows(tmp_path):
         st.apply(keys, rows.cast(schema), rows=3)
         got = st.get(keys[:1])
         assert sorted(got["n"].to_pylist()) == [1, 3] and got.schema.field("ws").type == schema.field("ws").type
+
+
+def test_a_store_written_in_another_row_layout_is_never_taken_for_its_version(tmp_path):
+    """Rows are stored by position: a job upgraded with another state schema (a column added, a type changed) finds
+    the store of the same chain digest but must rebuild it, not decode the old rows with the new columns."""
+    path = StoreLocation("job", "op", "s", 0, 7).path(str(tmp_path / "stores"))
+    with KeyedStateStore(path, SCHEMA, "key", "_kg", "_ingest_ts") as st:
+        st.set_version("v1")
+        assert st.version == "v1"
+    with KeyedStateStore(path, SCHEMA, "key", "_kg", "_ingest_ts") as st:
+        assert st.version == "v1"  # the same layout: warm
+    wider = pa.schema([*SCHEMA, pa.field("extra", pa.string())])
+    with KeyedStateStore(path, wider, "key", "_kg", "_ingest_ts") as st:
+        assert st.version is None  # another layout: rebuilt from the chain
+    retyped = pa.schema([SCHEMA.field(0), pa.field(SCHEMA.field(1).name, pa.float64()), *list(SCHEMA)[2:]])
+    with KeyedStateStore(path, retyped, "key", "_kg", "_ingest_ts") as st:
+        assert st.version is None
+    with KeyedStateStore(path, SCHEMA, "key", "_kg", None) as st:  # no time index now
+        assert st.version is None
+
+
+def test_a_rebuild_from_files_without_a_column_of_the_state_is_refused_naming_the_file(tmp_path):
+    """A store rebuilt for a state schema with a column its checkpoint's files lack (the job changed its state) is
+    refused with IncompatibleStateError naming the checkpoint, the file and the column, never filled in."""
+    h = _chain_handles(tmp_path.as_uri(), 2)[-1]
+    wider = pa.schema([*SCHEMA, pa.field("extra", pa.string())])
+    path = StoreLocation("job", "op", "s", 0, 7).path(str(tmp_path / "stores"))
+    with KeyedStateStore(path, wider, "key", "_kg", "_ingest_ts") as st:
+        with pytest.raises(IncompatibleStateError, match=r"chk-2: state file .*\.parquet has no column\(s\) \['extra'\]"):
+            st.rebuild(LocalFileIO(), [h], "chk-2")
+        # a column the operator declares optional (filled with nulls) is not refused
+        assert st.rebuild(LocalFileIO(), [h], "chk-2", optional=("extra",)) == h.state_rows or h.file.rows
