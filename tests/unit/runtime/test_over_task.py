@@ -255,6 +255,8 @@ def test_changelog_through_the_writer_deletes_vanished_rows(tmp_path, monkeypatc
             if rnd.random() < 0.7:   # else the row vanishes (a top-N row pushed out)
                 current[u] = (u, f"k{rnd.randint(0, 3)}", (60 + rnd.randint(0, 30)) * SEC, rnd.randint(0, 9))
                 log.append((*current[u], 1))
+        if m == 3:   # partition key k0 empties: every row of it vanishes
+            log += [(*current.pop(u), -1) for u in [u for u, r in current.items() if r[1] == "k0"]]
         params = {**_params(root, 10 + m, m, parent, backend_name), "ack_prefix": f"{root}/acks/{m}"}
         monkeypatch.setattr(ops, "task_params", lambda key, p=params: p)
         spec = OverTaskSpec("ov", "chk-?", kernel, UIN, 0, P, MP, {}, "", "", "", "", out_schema,
