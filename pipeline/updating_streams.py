@@ -85,8 +85,8 @@ def unsupported_reason(job: Job, op) -> str | None:
                         if emits_updates(job.nodes[b]) or _producer(job, job.nodes[b])]
     over = [b for b in bases if isinstance(b, OverAggregateNode)]
     if over:
-        return (f"aggregate {op.uid!r} reads the updating stream of over aggregate {over[0].uid!r}, which emits "
-                "no retractions (its rows replace earlier rows of the same key in an upsert sink); sink it with "
+        return (f"aggregate {op.uid!r} reads the updating stream of over aggregate {over[0].uid!r}, whose "
+                "changelog only its upsert sinks read (rows replaced or deleted by key); sink it with "
                 "mode='upsert' (docs/operators.md \"Over aggregate\")")
     other = [b for b in bases if isinstance(b, WindowNode)]
     if other:
