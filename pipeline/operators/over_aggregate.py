@@ -263,23 +263,37 @@ def _all_outputs(spec: OverSpec, rows: pa.Table, out_schema: pa.Schema) -> pa.Ta
     return pa.table(cols, schema=out_schema)
 
 
+def _rows(t: pa.Table) -> list[tuple]:
+    """The rows of ``t`` as tuples; NaN equals NaN here (a retracted row with a NaN is still the row it retracts)."""
+    return [tuple(_NAN if isinstance(v, float) and v != v else v for v in r)
+            for r in zip(*(c.to_pylist() for c in t.columns))]
+
+
+def _difference(a: pa.Table, b: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """The multiset differences ``a - b`` and ``b - a`` of two tables of the same schema."""
+    ra, rb = _rows(a), _rows(b)
+    count: dict[tuple, int] = {}
+    for k in rb:
+        count[k] = count.get(k, 0) + 1
+    keep_a = []
+    for k in ra:
+        hit = count.get(k, 0) > 0
+        if hit:
+            count[k] -= 1
+        keep_a.append(not hit)
+    keep_b = []
+    for k in rb:   # the rows of b left over: per distinct row its last ``count`` copies
+        left = count.get(k, 0)
+        keep_b.append(left > 0)
+        if left:
+            count[k] = left - 1
+    return a.filter(pa.array(keep_a, pa.bool_())), b.filter(pa.array(keep_b, pa.bool_()))
+
+
 def _minus(a: pa.Table, b: pa.Table) -> tuple[pa.Table, int]:
     """The multiset difference ``a - b`` of two tables of the same schema, and how many rows of ``b`` had no match."""
-    def rows(t: pa.Table):   # NaN equals NaN here (a retracted row with a NaN is still the row it retracts)
-        for r in zip(*(c.to_pylist() for c in t.columns)):
-            yield tuple(_NAN if isinstance(v, float) and v != v else v for v in r)
-
-    count: dict[tuple, int] = {}
-    for k in rows(b):
-        count[k] = count.get(k, 0) + 1
-    keep = []
-    for k in rows(a):
-        if count.get(k, 0):
-            count[k] -= 1
-            keep.append(False)
-        else:
-            keep.append(True)
-    return a.filter(pa.array(keep, pa.bool_())), sum(count.values())
+    rest, unmatched = _difference(a, b)
+    return rest, unmatched.num_rows
 
 
 def over_retract_step(spec: OverSpec, state: pa.Table, changes: pa.Table, sign: str) -> RetractResult:
@@ -309,7 +323,6 @@ def over_retract_step(spec: OverSpec, state: pa.Table, changes: pa.Table, sign: 
     after, unmatched = _minus(pa.concat_tables([before, added]), good.filter(neg).select(cols).cast(schema))
     after = after.combine_chunks()
     now, earlier = _all_outputs(spec, after, out_schema), _all_outputs(spec, before, out_schema)
-    out, _ = _minus(now, earlier)
-    gone, _ = _minus(earlier, now)
+    out, gone = _difference(now, earlier)
     return RetractResult(after.append_column(FIRED, pa.repeat(pa.scalar(True), after.num_rows)), out, gone, bad,
                          unmatched)

@@ -97,7 +97,8 @@ class OverTaskSpec:
     epoch: int = 0
     complete: bool = True
     barrier_us: int = 0
-    flow_schema: pa.Schema | None = None  # chained: out_schema + _ingest_ts (barrier time of the epoch - 1 µs)
+    flow_schema: pa.Schema | None = None  # chained: out_schema + _ingest_ts (barrier time of the epoch - 1 µs);
+    #                                       a changelog: out_schema + _sign
     snapshot: dict | None = None   # round field: pipeline.state.snapshot.SnapshotOptions
     replayed: bool = False         # round field
     changelog: bool = False        # plan-time: the input is a retract changelog (``_sign``; updating_streams)
@@ -203,10 +204,8 @@ def make_over_task(spec: OverTaskSpec):
                                  (ReportKind.OUTPUT, spec.output_name, ofh),
                                  (ReportKind.DEAD_LETTER, dead_letter_name(spec.uid), dfh)]
         reports = run.reports(handles, in_rows=new.num_rows, restored=restored)
-        if spec.flow_schema is not None:  # rows flowing on belong to this epoch: their _ingest_ts is inside it
-            out = epoch_stamped(out, spec.barrier_us)
-            if spec.changelog:   # _sign last (the flow schema's order)
-                out = out.select([c for c in out.column_names if c != SIGN] + [SIGN])
+        if spec.flow_schema is not None and not spec.changelog:  # rows flowing on belong to this epoch: their
+            out = epoch_stamped(out, spec.barrier_us)                # _ingest_ts is inside it (a changelog: none)
         yield from run.emit(reports, out, spec.flow_schema or spec.out_schema)
 
     return epoch_tagged_task(spec, step)

@@ -240,7 +240,7 @@ def test_changelog_through_the_writer_deletes_vanished_rows(tmp_path, monkeypatc
     rnd = random.Random(7)
     kernel = OverSpec("k", "t", UAGGS, rows=2, internal=(KG_COLUMN,))
     out_schema = output_schema(kernel, UIN)
-    flow = out_schema.append(pa.field("_ingest_ts", TS)).append(pa.field(SIGN, pa.int32()))
+    flow = out_schema.append(pa.field(SIGN, pa.int32()))
     root = (tmp_path / "run").as_uri()
     current: dict[str, tuple] = {}
     sink: dict[str, dict] = {}
