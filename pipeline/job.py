@@ -796,8 +796,9 @@ class Job:
         (None: not an operator, or no such sink). Every other sink is written by a sink writer (pipeline.runtime.operators.sink_writer)."""
         if not is_operator(self.nodes[node_id]):
             return None
-        if self.retracting_join(self.nodes[node_id]):   # its sinks: sink writers (rows and deletes)
-            return None
+        node = self.nodes[node_id]
+        if self.retracting_join(node) or (isinstance(node, OverAggregateNode) and node.updating):
+            return None   # a changelog: its sinks are written by sink writers (rows and deletes)
         return next((s for s in self.sinks() if s.parent == node_id and not s.partition_by), None)
 
     def feeds_watermark(self, node_id: int) -> bool:

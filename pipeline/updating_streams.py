@@ -9,8 +9,8 @@ sink. Every other consumer (a dedup, a top-N, a window, a process function, a si
 sink) keeps reading the added rows only, as before; of a retracting join, those are refused. A window with ``emit="update"`` does not emit a changelog yet: an aggregate reading one
 is refused (:func:`unsupported_reason`) before anything runs.
 
-An upsert sink reached by an operator whose results can vanish (an aggregate over a changelog: its emptied groups)
-**deletes** (:func:`sink_deletes`, :mod:`pipeline.sink.deletes`): the operator's own sink gets a tombstone per
+An upsert sink reached by an operator whose results can vanish (an aggregate over a changelog: its emptied groups;
+a retracting join; an over aggregate over a changelog: the rows that vanish upstream) **deletes** (:func:`sink_deletes`, :mod:`pipeline.sink.deletes`): the operator's own sink gets a tombstone per
 vanished group; any other such sink gets the operator's changelog through its sink writer, which writes, per key,
 the last added row or a tombstone when the key's rows were only retracted (a filter after an update)."""
 from __future__ import annotations
@@ -34,7 +34,7 @@ from pipeline.operators.join import JoinType, Uniqueness
 from pipeline.operators.retract import unretractable
 
 __all__ = ["reads_changelog", "emits_changelog", "unsupported_reason", "deleting_producers", "sink_deletes",
-           "writer_reads_changelog", "join_unsupported_reason"]
+           "writer_reads_changelog", "join_unsupported_reason", "over_unsupported_reason"]
 
 
 def _inputs(op) -> tuple[int, ...]:
@@ -68,7 +68,7 @@ def reads_changelog(job: Job, op) -> bool:
 def emits_changelog(job: Job, node_id: int) -> bool:
     """Node ``node_id`` is a changelog producer with a consumer that reads its changelog (an aggregate, a
     retracting join, the sink writer of a deleting sink)."""
-    if not _producer(job, job.nodes[node_id]):
+    if not (_producer(job, job.nodes[node_id]) or _updating_over(job, job.nodes[node_id])):
         return False
     if node_id in deleting_producers(job) and any(writer_reads_changelog(job, s) and node_id in job.bases(s.parent)
                                                   for s in job.sinks()):
@@ -85,8 +85,8 @@ def unsupported_reason(job: Job, op) -> str | None:
                         if emits_updates(job.nodes[b]) or _producer(job, job.nodes[b])]
     over = [b for b in bases if isinstance(b, OverAggregateNode)]
     if over:
-        return (f"aggregate {op.uid!r} reads the updating stream of over aggregate {over[0].uid!r}, which emits "
-                "no retractions (its rows replace earlier rows of the same key in an upsert sink); sink it with "
+        return (f"aggregate {op.uid!r} reads the updating stream of over aggregate {over[0].uid!r}, whose "
+                "changelog only its upsert sinks read (rows replaced or deleted by key); sink it with "
                 "mode='upsert' (docs/operators.md \"Over aggregate\")")
     other = [b for b in bases if isinstance(b, WindowNode)]
     if other:
@@ -146,11 +146,25 @@ def _partition_reason(job: Job, nid: int) -> str | None:
     return None
 
 
+def _updating_over(job: Job, node) -> bool:
+    """``node`` is an over aggregate reading a changelog: it emits one too (an output no longer current retracted,
+    the new one added), so a row that vanishes upstream leaves its sinks (docs/operators.md "Over aggregate")."""
+    return isinstance(node, OverAggregateNode) and reads_changelog(job, node)
+
+
+def over_unsupported_reason(job: Job, op) -> str | None:
+    """Why the runtime cannot deliver over aggregate ``op``'s changelog to its sinks (None: it can, or it reads an
+    append stream): a deleting sink partitioned outside its key."""
+    return _partition_reason(job, job.node_id(op)) if _updating_over(job, op) else None
+
+
 def deleting_producers(job: Job) -> frozenset[int]:
     """Operators whose results can vanish: an aggregate reading a changelog (a group whose every upstream row was
-    retracted leaves its result), a retracting join (its pairs are taken back)."""
+    retracted leaves its result), a retracting join (its pairs are taken back), an over aggregate reading a
+    changelog (an upstream row retracted and not added back leaves its result)."""
     return frozenset(i for i, n in enumerate(job.nodes)
-                     if is_operator(n) and isinstance(n, (AggregateNode, JoinNode)) and reads_changelog(job, n))
+                     if is_operator(n) and isinstance(n, (AggregateNode, JoinNode, OverAggregateNode))
+                     and reads_changelog(job, n))
 
 
 def sink_deletes(job: Job, sink: SinkNode) -> bool:

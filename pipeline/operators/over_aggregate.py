@@ -223,6 +223,8 @@ def over_step(spec: OverSpec, state: pa.Table, new: pa.Table, *, late_watermark_
 class RetractResult:
     state: pa.Table    # the current rows of the touched keys (input columns + FIRED, always true)
     output: pa.Table   # the rows whose output is new or changed: input columns (no internal ones) + the aggregates
+    retracted: pa.Table  # the earlier outputs no longer current (same columns): a changed or shifted row's old
+    #                      output, and the last output of a row that vanished (retracted, not added back)
     bad: pa.Table      # changelog rows with a null key or time (never held: their retractions are dropped too)
     unmatched: int     # retractions with no current row (an upstream bug: the runtime refuses the round)
 
@@ -261,23 +263,37 @@ def _all_outputs(spec: OverSpec, rows: pa.Table, out_schema: pa.Schema) -> pa.Ta
     return pa.table(cols, schema=out_schema)
 
 
+def _rows(t: pa.Table) -> list[tuple]:
+    """The rows of ``t`` as tuples; NaN equals NaN here (a retracted row with a NaN is still the row it retracts)."""
+    return [tuple(_NAN if isinstance(v, float) and v != v else v for v in r)
+            for r in zip(*(c.to_pylist() for c in t.columns))]
+
+
+def _difference(a: pa.Table, b: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """The multiset differences ``a - b`` and ``b - a`` of two tables of the same schema."""
+    ra, rb = _rows(a), _rows(b)
+    count: dict[tuple, int] = {}
+    for k in rb:
+        count[k] = count.get(k, 0) + 1
+    keep_a = []
+    for k in ra:
+        hit = count.get(k, 0) > 0
+        if hit:
+            count[k] -= 1
+        keep_a.append(not hit)
+    keep_b = []
+    for k in rb:   # the rows of b left over: per distinct row its last ``count`` copies
+        left = count.get(k, 0)
+        keep_b.append(left > 0)
+        if left:
+            count[k] = left - 1
+    return a.filter(pa.array(keep_a, pa.bool_())), b.filter(pa.array(keep_b, pa.bool_()))
+
+
 def _minus(a: pa.Table, b: pa.Table) -> tuple[pa.Table, int]:
     """The multiset difference ``a - b`` of two tables of the same schema, and how many rows of ``b`` had no match."""
-    def rows(t: pa.Table):   # NaN equals NaN here (a retracted row with a NaN is still the row it retracts)
-        for r in zip(*(c.to_pylist() for c in t.columns)):
-            yield tuple(_NAN if isinstance(v, float) and v != v else v for v in r)
-
-    count: dict[tuple, int] = {}
-    for k in rows(b):
-        count[k] = count.get(k, 0) + 1
-    keep = []
-    for k in rows(a):
-        if count.get(k, 0):
-            count[k] -= 1
-            keep.append(False)
-        else:
-            keep.append(True)
-    return a.filter(pa.array(keep, pa.bool_())), sum(count.values())
+    rest, unmatched = _difference(a, b)
+    return rest, unmatched.num_rows
 
 
 def over_retract_step(spec: OverSpec, state: pa.Table, changes: pa.Table, sign: str) -> RetractResult:
@@ -285,7 +301,11 @@ def over_retract_step(spec: OverSpec, state: pa.Table, changes: pa.Table, sign: 
     :data:`FIRED`), ``changes`` (the round's rows with ``sign`` -1/+1). Per touched key: the current rows minus the
     retracted plus the added; output: the rows whose (row, aggregates) is not among the key's outputs before the
     round (a changed row's own output and the outputs its change shifts: up to ``rows`` following rows, or the
-    rows within ``range`` after it)."""
+    rows within ``range`` after it); retracted: the key's outputs before the round that are no longer current
+    (the old outputs of those rows, and the last output of a row that vanished, whose following rows shift the
+    same way). Together a retract changelog of the window's result: an upsert sink applying it (a key only
+    retracted is deleted, :func:`pipeline.runtime.operators.sink_writer.from_changelog`) holds exactly SQL's window
+    over the current rows."""
     cols = [c for c in changes.column_names if c != sign]
     schema = pa.schema([changes.schema.field(c) for c in cols])
     out_schema = output_schema(spec, schema)
@@ -294,7 +314,7 @@ def over_retract_step(spec: OverSpec, state: pa.Table, changes: pa.Table, sign: 
     good = changes.filter(ok)
     if not good.num_rows:
         return RetractResult(state.schema.empty_table() if state.num_rows == 0 else state.slice(0, 0),
-                             out_schema.empty_table(), bad, 0)
+                             out_schema.empty_table(), out_schema.empty_table(), bad, 0)
     touched = pc.is_in(state[spec.key], value_set=pc.unique(good[spec.key])) if state.num_rows else None
     before = (state.filter(touched) if touched is not None else state).select(cols).cast(schema)
     neg = pc.less(pc.fill_null(good[sign], 1), 0)
@@ -302,5 +322,7 @@ def over_retract_step(spec: OverSpec, state: pa.Table, changes: pa.Table, sign: 
     # a retraction cancels a held row or a row added in the same round (whichever order the changelog has)
     after, unmatched = _minus(pa.concat_tables([before, added]), good.filter(neg).select(cols).cast(schema))
     after = after.combine_chunks()
-    out, _ = _minus(_all_outputs(spec, after, out_schema), _all_outputs(spec, before, out_schema))
-    return RetractResult(after.append_column(FIRED, pa.repeat(pa.scalar(True), after.num_rows)), out, bad, unmatched)
+    now, earlier = _all_outputs(spec, after, out_schema), _all_outputs(spec, before, out_schema)
+    out, gone = _difference(now, earlier)
+    return RetractResult(after.append_column(FIRED, pa.repeat(pa.scalar(True), after.num_rows)), out, gone, bad,
+                         unmatched)

@@ -14,7 +14,13 @@ from pipeline.batch.bootstrap.plan import refusal
 from pipeline.exceptions import ConfigError
 from pipeline.job import OverAggregateNode
 from pipeline.runtime.operators.over_aggregate import check_over
-from pipeline.updating_streams import unsupported_reason
+from pipeline.updating_streams import (
+    deleting_producers,
+    emits_changelog,
+    sink_deletes,
+    unsupported_reason,
+    writer_reads_changelog,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -66,6 +72,17 @@ def test_updating_input():
     assert job.operator("ov").updating
     ok = SimpleNamespace(checkpoint_mode=CheckpointingMode.EXACTLY_ONCE, unaligned=False, aligned_timeout_seconds=None)
     check_over(job, job.operator("ov"), ok)
+    # it emits a retract changelog; its upsert sink is written by a sink writer and deletes (vanished rows)
+    ov = job.node_id(job.operator("ov"))
+    sink = job.sinks()[0]
+    assert job.operator_sink(ov) is None and ov in deleting_producers(job) and emits_changelog(job, ov)
+    assert sink_deletes(job, sink) and writer_reads_changelog(job, sink)
+    job1, a1 = _one()   # a delete carries the key only: a sink partitioned outside its key is refused
+    a1.top_n(uid="best", key="x", order_by="t DESC", n=1, rank_column=None).over_aggregate(
+        uid="ov", key="k", event_time="t", rows_preceding=1, aggs=AGGS).sink("o", mode="upsert", key=["x"],
+                                                                              partition_by=["k"])
+    with pytest.raises(ConfigError, match="sink 'o' deletes rows .* partitioned by \\['k'\\]"):
+        check_over(job1, job1.operator("ov"), ok)
     job2, a2 = _one()
     a2.top_n(uid="best", key="x", order_by="t DESC", n=1, rank_column=None).over_aggregate(
         uid="ov", key="k", event_time="t", rows_preceding=1, aggs=AGGS).sink("o")

@@ -29,7 +29,7 @@ from pipeline.checkpoint.report import ReportKind
 from pipeline.exceptions import CheckpointError, ConfigError, MalformedInputError
 from pipeline.job import Job, OverAggregateNode
 from pipeline.operators.over_aggregate import FIRED, OverResult, OverSpec, over_retract_step, over_step
-from pipeline.operators.retract import SIGN
+from pipeline.operators.retract import SIGN, changelog, flow_schema
 from pipeline.runtime.operators.dead_letters import dead_letter_name
 from pipeline.runtime.operators.sink_writer import merge_prior
 from pipeline.runtime.operators.state_access import StateSpec, open_state
@@ -37,6 +37,7 @@ from pipeline.runtime.operators.subtask import Handle, SubtaskRun
 from pipeline.runtime.operators.task import epoch_tagged_task
 from pipeline.runtime.operators.window import dead_letter_target, epoch_stamped, epoch_watermark, write_watermark
 from pipeline.state.backend import KG_COLUMN, read_files, write_table
+from pipeline.updating_streams import over_unsupported_reason
 
 __all__ = ["OverTaskSpec", "make_over_task", "check_over", "over_state_schema", "over_dead_letter_schema", "NEVER_US"]
 
@@ -59,6 +60,8 @@ def check_over(job: Job, op: OverAggregateNode, config) -> None:
             raise ConfigError(f"job {job.name!r}: over aggregate {op.uid!r} reads an updating stream and emits "
                               f"rows that replace earlier ones; its sink {s.table!r} must be mode='upsert', keyed by "
                               "the upstream's key (docs/operators.md \"Over aggregate\")")
+    if (why := over_unsupported_reason(job, op)) is not None:
+        raise ConfigError(f"job {job.name!r}: {why}")
 
 
 def over_state_schema(in_schema: pa.Schema) -> pa.Schema:
@@ -94,7 +97,8 @@ class OverTaskSpec:
     epoch: int = 0
     complete: bool = True
     barrier_us: int = 0
-    flow_schema: pa.Schema | None = None  # chained: out_schema + _ingest_ts (barrier time of the epoch - 1 µs)
+    flow_schema: pa.Schema | None = None  # chained: out_schema + _ingest_ts (barrier time of the epoch - 1 µs);
+    #                                       a changelog: out_schema + _sign
     snapshot: dict | None = None   # round field: pipeline.state.snapshot.SnapshotOptions
     replayed: bool = False         # round field
     changelog: bool = False        # plan-time: the input is a retract changelog (``_sign``; updating_streams)
@@ -133,7 +137,10 @@ def _dead_letters(fio, prefix: str, name: str, parts: Sequence[tuple[str, pa.Tab
 
 
 def _retract_round(spec: OverTaskSpec, held: pa.Table, new: pa.Table, sign: pa.ChunkedArray) -> OverResult:
-    """The changelog round (no watermark: each change applies at once), as an :class:`OverResult` (late: none)."""
+    """The changelog round (no watermark: each change applies at once), as an :class:`OverResult` (late: none)
+    whose output is the round's retract changelog (``_sign``): the earlier outputs no longer current (-1, among
+    them a vanished row's last one), then the new ones (+1). Its sinks' writers apply it, deleting a key that is
+    only retracted (:func:`pipeline.runtime.operators.sink_writer.from_changelog`)."""
     r = over_retract_step(spec.kernel, held, new.append_column(SIGN, sign), SIGN)
     if r.unmatched:
         raise CheckpointError(f"over aggregate {spec.uid}: {r.unmatched} retraction(s) of rows it does not hold "
@@ -141,7 +148,9 @@ def _retract_round(spec: OverTaskSpec, held: pa.Table, new: pa.Table, sign: pa.C
     touched = pc.is_in(held[spec.kernel.key], value_set=pc.unique(new[spec.kernel.key])) if held.num_rows else None
     rest = held.filter(pc.invert(touched)) if touched is not None else held
     state = pa.concat_tables([rest, r.state.select(rest.schema.names).cast(rest.schema)])
-    return OverResult(state, r.output, new.schema.empty_table(), r.bad)
+    out = changelog(r.retracted, r.output, spec.out_schema)
+    return OverResult(state, out if out is not None else flow_schema(spec.out_schema).empty_table(),
+                      new.schema.empty_table(), r.bad)
 
 
 def make_over_task(spec: OverTaskSpec):
@@ -180,8 +189,8 @@ def make_over_task(spec: OverTaskSpec):
             run.kernel_done()
             sh = access.write("rows", res.state.select(sschema.names).cast(sschema), index_time=index)
         wsh = write_watermark(run, wm)
-        file_out = out
-        if spec.prior_output:  # a later round of the same checkpoint: one row per sink key per commit
+        file_out = None if spec.changelog else out   # a changelog has no sink of its own (Job.operator_sink)
+        if spec.prior_output and not spec.changelog:  # a later round of the same checkpoint: one row per sink key per commit
             with run.staging():
                 prior = read_files(run.fio, [f for s, f in spec.prior_output if s == run.subtask], spec.out_schema,
                                    spec.checkpoint)
@@ -195,8 +204,8 @@ def make_over_task(spec: OverTaskSpec):
                                  (ReportKind.OUTPUT, spec.output_name, ofh),
                                  (ReportKind.DEAD_LETTER, dead_letter_name(spec.uid), dfh)]
         reports = run.reports(handles, in_rows=new.num_rows, restored=restored)
-        if spec.flow_schema is not None:  # rows flowing on belong to this epoch: their _ingest_ts is inside it
-            out = epoch_stamped(out, spec.barrier_us)
+        if spec.flow_schema is not None and not spec.changelog:  # rows flowing on belong to this epoch: their
+            out = epoch_stamped(out, spec.barrier_us)                # _ingest_ts is inside it (a changelog: none)
         yield from run.emit(reports, out, spec.flow_schema or spec.out_schema)
 
     return epoch_tagged_task(spec, step)

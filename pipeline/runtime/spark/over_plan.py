@@ -63,6 +63,8 @@ def over_dataframe(spark, job: Job, op: OverAggregateNode, resolve, io: Operator
     shuffled = shuffle_to_subtasks(with_beacons(marked, spark, P), spark, "_subtask", P)
     own = job.operator_sink(job.node_id(op))   # the sink its tasks stage (upsert: merged over rounds)
     flow_schema = out_schema.append(pa.field("_ingest_ts", _TS)) if io.ack_prefix is not None else None
+    if changelog and flow_schema is not None:   # a retract changelog to its sinks' writers (they delete), without
+        flow_schema = out_schema.append(pa.field(SIGN, pa.int32()))   # _ingest_ts (not a column of its sinks)
     spec = OverTaskSpec(op.uid, io.checkpoint, kernel, in_schema, op.max_out_of_orderness_seconds * SEC, P, MP,
                         io.parent_handles, io.state_prefix, io.output_prefix, io.output_name, io.file_tag,
                         out_schema, operator_dead_letter_prefix(io.dead_letter_root or "", job.name, op.uid),

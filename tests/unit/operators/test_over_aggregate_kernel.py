@@ -172,9 +172,10 @@ def _umodel(current: dict, frame) -> dict:
        frame=st.one_of(st.tuples(st.just("rows"), st.integers(0, 3)), st.tuples(st.just("range"), st.integers(0, 4))),
        parallelisms=st.lists(st.integers(1, 3), min_size=1, max_size=3))
 def test_over_retract_kernel_matches_model(rounds, frame, parallelisms):
-    """Rounds of upserts and deletes of upstream rows (``u``; a row may move to another partition ``k``) as a retract
-    changelog; an upsert sink keyed by ``u`` of the output holds, for every current upstream row, SQL's window over
-    the current rows, after every round, whatever the subtasks."""
+    """Rounds of upserts and deletes of upstream rows (``u``; a row may move to another partition ``k``, or vanish)
+    as a retract changelog; an upsert sink keyed by ``u`` applying the output's changelog (retractions, then
+    additions; a key only retracted is deleted) holds exactly SQL's window over the current rows, after every
+    round, whatever the subtasks: no vanished row is left behind, and the rows after it are shifted."""
     spec = OverSpec("k", "t", UAGGS, rows=frame[1] if frame[0] == "rows" else None,
                     range_us=frame[1] if frame[0] == "range" else None)
     state = USCHEMA.append(pa.field(FIRED, pa.bool_())).empty_table()
@@ -190,6 +191,8 @@ def test_over_retract_kernel_matches_model(rounds, frame, parallelisms):
                 log.append((*current[u], 1))
         P = parallelisms[m % len(parallelisms)]
         parts = []
+        added: list[tuple] = []
+        retracted: list[tuple] = []
         for i in range(P):
             cur = state.filter(pa.array([_sub(k, P) == i for k in state["k"].to_pylist()], pa.bool_()))
             mine = [r for r in log if _sub(r[1], P) == i]
@@ -198,14 +201,22 @@ def test_over_retract_kernel_matches_model(rounds, frame, parallelisms):
                            schema=USCHEMA.append(pa.field("_sign", pa.int32())))
             res = over_retract_step(spec, cur, chg, "_sign")
             assert res.unmatched == 0 and not res.bad.num_rows
-            for r in res.output.to_pylist():
-                sink[r["u"]] = tuple(r.values())
+            added += [tuple(r.values()) for r in res.output.to_pylist()]
+            retracted += [tuple(r.values()) for r in res.retracted.to_pylist()]
             untouched = cur.filter(pc.invert(pc.is_in(cur["k"], value_set=pa.array({r[1] for r in mine},
                                                                                     pa.string()))))
             parts += [untouched, res.state.select(cur.column_names).cast(cur.schema)]
         state = pa.concat_tables(parts)
+        # the round's changelog, from every subtask, applied by an upsert sink keyed by u: a retraction takes back
+        # exactly the row the sink holds; a key only retracted (its row vanished or moved away for good) is deleted
+        assert len({r[0] for r in added}) == len(added)
+        for r in retracted:
+            assert sink.get(r[0]) == r
+        for r in retracted:
+            sink.pop(r[0])
+        sink.update({r[0]: r for r in added})
         want = _umodel(current, frame)
-        assert {u: sink[u] for u in want} == want
+        assert sink == want
         assert sorted(tuple(r.values())[:4] for r in state.to_pylist()) == sorted(current.values())
 
 
@@ -225,3 +236,25 @@ def test_over_retract_matches_a_row_with_nan():
     res = over_retract_step(spec, res.state, back, "_sign")
     assert res.unmatched == 0 and res.state["t"].to_pylist() == [2]
     assert res.output.to_pylist() == [{"k": "a", "t": 2, "f": 1.0, "n": 1}]
+
+
+def test_over_retract_deletes_a_vanished_row_and_shifts_the_rows_after_it():
+    """A top-N row pushed out (retracted, nothing added back): its last output is retracted (the sink deletes it),
+    and the 2 rows after it, whose ROWS 2 frames held it, are retracted and added with their new sums."""
+    spec = OverSpec("k", "t", (("sv", "sum", "v"),), rows=2)
+    sch = USCHEMA.append(pa.field("_sign", pa.int32()))
+    rows = [("p", "a", 1, 1), ("q", "a", 2, 10), ("r", "a", 3, 100), ("s", "a", 4, 1000), ("w", "a", 5, 10000)]
+    add = pa.table({f.name: [r[i] for r in rows] for i, f in enumerate(USCHEMA)}
+                   | {"_sign": pa.array([1] * 5, pa.int32())}, schema=sch)
+    res = over_retract_step(spec, USCHEMA.append(pa.field(FIRED, pa.bool_())).empty_table(), add, "_sign")
+    assert [r["sv"] for r in res.output.to_pylist()] == [1, 11, 111, 1110, 11100] and not res.retracted.num_rows
+    gone = pa.table({"u": ["q"], "k": ["a"], "t": [2], "v": [10], "_sign": pa.array([-1], pa.int32())}, schema=sch)
+    res = over_retract_step(spec, res.state, gone, "_sign")
+    assert sorted((r["u"], r["sv"]) for r in res.retracted.to_pylist()) == [("q", 11), ("r", 111), ("s", 1110)]
+    assert sorted((r["u"], r["sv"]) for r in res.output.to_pylist()) == [("r", 101), ("s", 1101)]
+    assert sorted(res.state["u"].to_pylist()) == ["p", "r", "s", "w"]
+    last = pa.table({"u": ["p", "r", "s", "w"], "k": ["a"] * 4, "t": [1, 3, 4, 5], "v": [1, 100, 1000, 10000],
+                     "_sign": pa.array([-1] * 4, pa.int32())}, schema=sch)
+    res = over_retract_step(spec, res.state, last, "_sign")     # the key empties: every row's output is retracted
+    assert sorted(res.retracted["u"].to_pylist()) == ["p", "r", "s", "w"] and not res.output.num_rows
+    assert not res.state.num_rows

@@ -18,12 +18,15 @@ from pipeline.checkpoint.handles import StateHandle
 from pipeline.fileio import LocalFileIO
 from pipeline.keygroups import range_for_subtask
 from pipeline.operators.over_aggregate import FIRED, OverSpec, output_schema, over_step
+from pipeline.operators.retract import SIGN
 from pipeline.runtime.operators import task as ops
 from pipeline.runtime.operators.over_aggregate import OverTaskSpec, make_over_task
-from pipeline.runtime.operators.report_codec import from_table
+from pipeline.runtime.operators.report_codec import from_ipc, from_table
 from pipeline.runtime.operators.round_params import EPOCH_TAG, TAGGED_KEY
+from pipeline.runtime.operators.sink_writer import from_changelog
 from pipeline.runtime.operators.task import BEACON
 from pipeline.runtime.operators.window import CHANNEL, MARKER
+from pipeline.sink.deletes import DELETED
 from pipeline.state import backend
 from pipeline.state.backend import KG_COLUMN, read_state
 from pipeline.state.materialization import MaterializationPolicy
@@ -206,3 +209,81 @@ def test_tagged_round_equals_sequential_rounds(tmp_path, monkeypatch, backend_na
         for what in want[c]:
             assert have[c][what] == want[c][what], f"checkpoint {c}: {what}"
     assert any(want[c]["output"] for c in want) and any(want[c]["dead"] for c in want)
+
+
+# -- over an updating stream: the changelog to the sink's writer ----------------------------------------------------
+
+UIN = pa.schema([("u", pa.string()), ("k", pa.string()), ("t", TS), ("v", pa.int64()), (KG_COLUMN, pa.int32())])
+UWIRE = pa.schema([*UIN, ("_subtask", pa.int32()), (CHANNEL, pa.string()), (MARKER, pa.int64()), (BEACON, pa.bool_()),
+                   (SIGN, pa.int32())])
+UAGGS = (("s", "sum", "v"), ("n", "count", None))
+
+
+def _window(current: dict) -> dict:
+    """Per upstream key ``u``: its row and SQL's SUM/COUNT over ROWS 2 PRECEDING of its partition ``k`` (order: t, u,
+    v), over the current rows."""
+    out = {}
+    for k in {r[1] for r in current.values()}:
+        part = sorted((r for r in current.values() if r[1] == k), key=lambda r: (r[2], r[0], r[3]))
+        for p, r in enumerate(part):
+            win = part[max(0, p - 2):p + 1]
+            out[r[0]] = {"u": r[0], "k": r[1], "t": r[2], "v": r[3], "s": sum(x[3] for x in win), "n": len(win)}
+    return out
+
+
+@pytest.mark.parametrize("backend_name", ["heap", "rocksdb"])
+def test_changelog_through_the_writer_deletes_vanished_rows(tmp_path, monkeypatch, backend_name):
+    """Over a retract changelog (rows replaced, moved to another partition, or vanishing), chained: the task's rows
+    flowing on, applied per round by the sink writer's :func:`from_changelog` (tombstones for keys only retracted),
+    leave exactly SQL's window over the current rows in an upsert sink keyed by ``u``, over subtasks rescaled
+    2 -> 3 -> 1 -> 2 on both backends; vanished rows are deleted and the rows after them shifted."""
+    rnd = random.Random(7)
+    kernel = OverSpec("k", "t", UAGGS, rows=2, internal=(KG_COLUMN,))
+    out_schema = output_schema(kernel, UIN)
+    flow = out_schema.append(pa.field(SIGN, pa.int32()))
+    root = (tmp_path / "run").as_uri()
+    current: dict[str, tuple] = {}
+    sink: dict[str, dict] = {}
+    parent: dict = {}
+    deleted = 0
+    for m, P in enumerate((2, 3, 1, 2, 2, 3)):
+        log = []
+        for _ in range(rnd.randint(5, 25)):
+            u = f"u{rnd.randint(0, 19)}"
+            if u in current:
+                log.append((*current.pop(u), -1))
+            if rnd.random() < 0.7:   # else the row vanishes (a top-N row pushed out)
+                current[u] = (u, f"k{rnd.randint(0, 3)}", (60 + rnd.randint(0, 30)) * SEC, rnd.randint(0, 9))
+                log.append((*current[u], 1))
+        if m == 3:   # partition key k0 empties: every row of it vanishes
+            log += [(*current.pop(u), -1) for u in [u for u, r in current.items() if r[1] == "k0"]]
+        params = {**_params(root, 10 + m, m, parent, backend_name), "ack_prefix": f"{root}/acks/{m}"}
+        monkeypatch.setattr(ops, "task_params", lambda key, p=params: p)
+        spec = OverTaskSpec("ov", "chk-?", kernel, UIN, 0, P, MP, {}, "", "", "", "", out_schema,
+                            f"{root}/dlq/ov", "dead_letter", flow_schema=flow, changelog=True)
+        rows = []
+        for sub in range(P):
+            kgr = range_for_subtask(MP, P, sub)
+            wire = [{"_subtask": sub, BEACON: True}] + [
+                {"u": u, "k": k, "t": t, "v": v, KG_COLUMN: _kg(k), "_subtask": sub, SIGN: sign}
+                for u, k, t, v, sign in log if kgr.start <= _kg(k) <= kgr.end]
+            got = list(make_over_task(spec)(iter(pa.Table.from_pylist(wire, schema=UWIRE).to_batches(
+                max_chunksize=5))))
+            rows += [pa.Table.from_batches(got, schema=flow)] if got else []
+        parent = {}
+        for sub in range(P):
+            for r in from_ipc(LocalFileIO().read_bytes(f"{root}/acks/{m}/{sub:05d}.arrow")):
+                if r.kind.value == "state":
+                    parent.setdefault(r.name, []).append(r.state.to_dict())
+                assert r.kind.value != "output" or r.file is None   # no sink of its own: the writer's
+        staged = from_changelog(pa.concat_tables(rows) if rows else flow.empty_table(), out_schema, ["u"], ())
+        for r in staged.to_pylist():
+            if r.pop(DELETED):
+                deleted += sink.pop(r["u"]) is not None
+            else:
+                sink[r["u"]] = {c: r[c] for c in ("u", "k", "t", "v", "s", "n")}
+        want = _window({u: (u, k, int(t.timestamp() * SEC) if hasattr(t, "timestamp") else t, v)
+                        for u, (u, k, t, v) in current.items()})
+        have = {u: {**r, "t": int(r["t"].timestamp() * SEC)} for u, r in sink.items()}
+        assert have == want, f"round {m}"
+    assert deleted > 3
