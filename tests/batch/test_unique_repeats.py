@@ -78,14 +78,17 @@ def _plan_dead_letters(r, cid) -> list[tuple]:
 
 @pytest.mark.spark
 @OPT_IN
-@pytest.mark.parametrize("unique,how", [("both", "inner"), ("left", "full"), ("right", "left")])
-def test_repeated_unique_keys_are_checked_at_every_checkpoint(tmp_path, unique, how):
+@pytest.mark.parametrize("unique,how,window", [("both", "inner", False), ("left", "full", False),
+                                               ("right", "left", False), ("both", "inner", True),
+                                               ("left", "full", True)])
+def test_repeated_unique_keys_are_checked_at_every_checkpoint(tmp_path, unique, how, window):
     """Keys repeated on a unique side after match-and-leave, after TTL expiry, twice in one round, across the rounds
     of a backlog (epochs of more than 4 rows take several rounds), on the left and the right: every checkpoint
-    validates against the batch evaluation with nothing unchecked, and the plan's dead letters are the runtime's."""
+    validates against the batch evaluation with nothing unchecked, and the plan's dead letters are the runtime's.
+    With a window reading the join's rows, the fold carries each row's watermark channels (checked too)."""
     import unique_jobs
-    src = unique_jobs.write_shapes(tmp_path / "src")
-    r = _runner(tmp_path, src, unique_jobs.build_shapes(unique, how))
+    src = unique_jobs.write_shapes(tmp_path / "src", window=window)
+    r = _runner(tmp_path, src, unique_jobs.build_shapes(unique, how, window=window))
     r.run(epochs=unique_jobs.SHAPE_EPOCHS)
     cps = sorted(r.coordinator.store.list(), key=lambda cp: cp.checkpoint_id)
     assert len(cps) == unique_jobs.SHAPE_EPOCHS and any(cp.metadata.stats.rounds > 1 for cp in cps)
@@ -94,6 +97,8 @@ def test_repeated_unique_keys_are_checked_at_every_checkpoint(tmp_path, unique, 
         assert v.success, v.summary()
         assert not v.figures.get("not_checked"), v.figures.get("not_checked")
         assert {"state/uj/left", "state/uj/right", "sink/pairs", "state/per_k/agg"} <= set(v.figures["recomputed"])
+        if window:
+            assert {"sink/per_min"} <= set(v.figures["recomputed"]), v.figures["recomputed"]
     dead = _runtime_dead_letters(r, "uj")
     assert dead and dead == _plan_dead_letters(r, cps[-1].checkpoint_id)
 

@@ -16,6 +16,7 @@ from pipeline import Job
 TS = pa.timestamp("us", tz="UTC")
 ASKS = pa.schema([("ask", pa.string()), ("k", pa.string()), ("v", pa.float64()), ("_ingest_ts", TS)])
 BIDS = pa.schema([("bid", pa.string()), ("k", pa.string()), ("w", pa.float64()), ("_ingest_ts", TS)])
+ASKS_AT = pa.schema([*ASKS, pa.field("at", TS)])   # with an event-time column (the ask's time) for a window
 E = 60
 T0 = 1_790_200_000 // E * E
 
@@ -24,15 +25,20 @@ T0 = 1_790_200_000 // E * E
 TTL_SHAPES = 150       # s: a row of epoch 0 at t < T0 + 30 s expires in epoch 2 (cutoff end(m) - ttl)
 
 
-def build_shapes(unique: str, how: str = "inner", name: str = "uq_shapes") -> Job:
+def build_shapes(unique: str, how: str = "inner", name: str = "uq_shapes", *, window: bool = False) -> Job:
     """``asks`` ``how``-joins ``bids`` on ``k`` with ``unique``, TTL 150 s, into the append sink ``pairs``; an
-    aggregate of the pairs by ``k`` into the upsert sink ``per_k`` (downstream of the join: checked through it)."""
+    aggregate of the pairs by ``k`` into the upsert sink ``per_k`` (downstream of the join: checked through it).
+    ``window``: also a 60 s tumbling window of the pairs per ``k`` (its watermark from both inputs' channels, so the
+    join's rows carry their channel sets through the repeats' fold)."""
     job = Job(name, max_parallelism=8)
-    asks = job.source("asks", ASKS, key="k")
+    asks = job.source("asks", ASKS_AT if window else ASKS, key="k")
     bids = job.source("bids", BIDS, key="k")
     pairs = asks.join(bids, on="k", uid="uj", how=how, unique=unique, ttl_seconds=TTL_SHAPES)
     pairs.sink("pairs")
     pairs.aggregate(uid="per_k", key="k", aggs={"n": ("count", None)}).sink("per_k", mode="upsert")
+    if window:
+        pairs.window(uid="per_min", key="k", event_time="at", size_seconds=E, max_out_of_orderness_seconds=5,
+                     aggs={"n": ("count", None)}).sink("per_min")
     return job
 
 
@@ -65,18 +71,20 @@ SHAPE_BIDS = [
 SHAPE_EPOCHS = 5       # epochs 0..4 (the rows of epoch 5 complete barrier 4)
 
 
-def write_shapes(root: Path, *, tie: bool = False) -> Path:
+def write_shapes(root: Path, *, tie: bool = False, window: bool = False) -> Path:
     """The shapes' sources (``tie``: one more ask of ``k6`` in epoch 0's second round with ``a6``'s ``_ingest_ts`` - the
     kernel then orders by the other columns in column order: ``ask`` "a6" < "a6t")."""
     us = 1_000_000
     asks = [list(f) for f in SHAPE_ASKS]
     if tie:
         asks[0].append(("a6t", "k6", 0.5, 9))
-    for name, schema, files in (("asks", ASKS, asks), ("bids", BIDS, SHAPE_BIDS)):
+    for name, schema, files in (("asks", ASKS_AT if window else ASKS, asks), ("bids", BIDS, SHAPE_BIDS)):
         d = root / name / "partition=0"
         d.mkdir(parents=True, exist_ok=True)
         for seq, rows in enumerate(files):
             cols = {n: [r[i] for r in rows] for i, n in enumerate(schema.names[:3])}
             cols["_ingest_ts"] = pa.array([(T0 + r[3]) * us for r in rows], TS)
+            if "at" in schema.names:
+                cols["at"] = cols["_ingest_ts"]
             pq.write_table(pa.table(cols, schema=schema), d / f"{seq:08d}.parquet")
     return root

@@ -82,11 +82,9 @@ def join(plan: PlanContext, nid: int, op: JoinNode):
         keys, nk = repeated_keys(plan, op, ranked, ["__n"], op.on)
         first = ranked.drop("__n")
         if keys is not None:   # the keys that repeat are folded by the kernel's rule, the others as before
-            fold = fold_repeats(plan, nid, op, left, right, keys, nk, output, lcols, rcols, ttl, how, unique)
-            if isinstance(fold, str) or (carries and fold is not None):
-                fold = fold if isinstance(fold, str) else (
-                    f"join {op.uid}: keys repeated on a side declared unique, with a window reading the join's "
-                    "rows (their watermark channels are not modelled through the repeats' fold)")
+            fold = fold_repeats(plan, nid, op, left, right, keys, nk, output, lcols, rcols, ttl, how, unique,
+                                kept=kept)
+            if isinstance(fold, str):
                 plan.bad[nid] = fold
                 drop_violations(plan, op)
                 return None
@@ -204,11 +202,8 @@ def _join_unique(plan: PlanContext, nid: int, op: JoinNode, left, right, lcols: 
     fold = None
     kept = kept or []
     if keys is not None:   # the keys that repeat are folded by the kernel's rule, the others as before
-        fold = fold_repeats(plan, nid, op, left, right, keys, nk, output, lcols, rcols, ttl, how, "both")
-        if isinstance(fold, str) or (kept and fold is not None):
-            fold = fold if isinstance(fold, str) else (
-                f"join {op.uid}: keys repeated on a side declared unique, with a window reading the join's rows "
-                "(their watermark channels are not modelled through the repeats' fold)")
+        fold = fold_repeats(plan, nid, op, left, right, keys, nk, output, lcols, rcols, ttl, how, "both", kept=kept)
+        if isinstance(fold, str):
             plan.bad[nid] = fold
             drop_violations(plan, op)
             return None

@@ -10,6 +10,7 @@ from pipeline.batch.evaluation.join_keys import join_semantics, violation_label
 from pipeline.batch.evaluation.prefix import PEPOCH
 from pipeline.batch.evaluation.result import INTERNAL, nested, orderable
 from pipeline.batch.evaluation.rounds import ROUND, emitted_round, round_task
+from pipeline.batch.evaluation.wm_channels import union_channels_sql
 from pipeline.job import JoinNode
 from pipeline.layout import checkpoint_dir_name
 
@@ -168,12 +169,14 @@ def _fold_unmodelled(plan: PlanContext, op: JoinNode, sides) -> str | None:
     return None
 
 def fold_repeats(plan: PlanContext, nid: int, op: JoinNode, left, right, keys, nkeys: int, output: list[str],
-                 lcols: list[str], rcols: list[str], ttl: int | None, how: str, unique: str | None):
+                 lcols: list[str], rcols: list[str], ttl: int | None, how: str, unique: str | None, *,
+                 kept: list[str] | tuple[str, ...] = ()):
     """The join's objects for the keys repeated on a unique side (``keys``), by the kernel's per-round rule
     (:func:`_unique_fold`, grouped pandas over just those keys' rows of both sides): ``{"out": pairs + lonely
     rows, "state/<side>": rows, "matched/<side>": rows with ``_matched``, "bad/<side>": violating rows (input
     columns and ``_pepoch``)}``, or a string: why the choice is not derived (then the join and everything it
-    feeds are not checked).
+    feeds are not checked). ``kept``: the watermark channel column when a window reads the join's rows (both inputs
+    carry it): a pair carries both rows' sets, a lone row and a held row their own, as the runtime's kernel.
 
     Over 80 lines: one grouped-pandas fold whose inner function must capture its schemas; Over 8 parameters: the
     join's inputs and the schema lists computed once by the caller (:func:`pipeline.batch.evaluation.join.join`)."""
@@ -234,8 +237,9 @@ def fold_repeats(plan: PlanContext, nid: int, op: JoinNode, left, right, keys, n
 
     pairs = (res.filter(F.col("__kind") == "pair").join(lt, F.col("__lid") == F.col("__l___id"))
              .join(rt, F.col("__rid") == F.col("__r___id")))
+    chans = [union_channels_sql(F.col(f"__l_{c}"), F.col(f"__r_{c}")).alias(c) for c in kept]
     got = {"out": pairs.select(*[pick(c) for c in output], F.col("__m").alias(PEPOCH),
-                               *([F.col("__rnd").alias(ROUND)] if rounds else []))}
+                               *([F.col("__rnd").alias(ROUND)] if rounds else []), *chans)}
     for side, p, q, t, other, mcols, idc in (("left", "__l_", "__r_", lt, rt, lcols, "__lid"),
                                              ("right", "__r_", "__l_", rt, lt, rcols, "__rid")):
         mine = res.filter(F.col(idc).isNotNull() & (F.col("__kind") != "pair")).join(
@@ -249,10 +253,10 @@ def fold_repeats(plan: PlanContext, nid: int, op: JoinNode, left, right, keys, n
             er = [emitted_round(emitted_at, F.col(f"{p}{PEPOCH}"), F.col(f"{p}{ROUND}")).alias(ROUND)] \
                 if rounds else []
             got["out"] = got["out"].unionByName(mine.filter(kind == "lone").select(
-                *cols, emitted_at.alias(PEPOCH), *er))
+                *cols, emitted_at.alias(PEPOCH), *er, *[F.col(f"{p}{c}").alias(c) for c in kept]))
         st = mine.filter(kind == "state")
-        got[f"state/{side}"] = st.select(*[F.col(f"{p}{c}").alias(c) for c in mcols])
-        got[f"matched/{side}"] = st.select(*[F.col(f"{p}{c}").alias(c) for c in mcols],
+        got[f"state/{side}"] = st.select(*[F.col(f"{p}{c}").alias(c) for c in [*mcols, *kept]])
+        got[f"matched/{side}"] = st.select(*[F.col(f"{p}{c}").alias(c) for c in [*mcols, *kept]],
                                            F.col(f"{p}{PEPOCH}").alias(PEPOCH), F.col("__matched").alias("_matched"))
         got[f"bad/{side}"] = mine.filter(kind == "bad").select(*[F.col(f"{p}{c}").alias(c) for c in mcols],
                                                                F.col(f"{p}{PEPOCH}").alias(PEPOCH))

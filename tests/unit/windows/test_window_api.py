@@ -64,3 +64,31 @@ def test_process_validation():
         s.process(uid="p5", key="k", fn=len, state_schema=st, output_schema=SCHEMA, ttl_seconds=0)
     with pytest.raises(ConfigError, match="used twice"):
         s.process(uid="p", key="k", fn=len, state_schema=st, output_schema=SCHEMA)
+
+
+@pytest.mark.parametrize("kw, msg", [
+    ({"key": "nope"}, r"window 'w': the input lacks columns \['nope'\]"),
+    ({"event_time": "when"}, r"lacks columns \['when'\]"),
+    ({"aggs": {"x": ("sum", "price")}}, r"lacks columns \['price'\]"),
+    ({"event_time": "v"}, "event_time 'v' must be a timestamp, is double"),
+])
+def test_a_window_over_columns_its_input_lacks_is_refused_when_the_job_is_built(kw, msg):
+    """Before any JVM: the graph decides the input's schema (a source, filters, plain selects)."""
+    job, s = _src()
+    args = {"uid": "w", "key": "k", "event_time": "et", "size_seconds": 60, "aggs": {"n": ("count", None)}, **kw}
+    with pytest.raises(ConfigError, match=msg):
+        s.filter("v > 0").window(**args)
+    gap = {k: v for k, v in args.items() if k != "size_seconds"}
+    with pytest.raises(ConfigError, match=msg.replace("window 'w'", "session window 'w'")):
+        s.session_window(gap_seconds=30, **gap)
+
+
+def test_a_window_on_the_arrival_time_of_a_joins_rows_is_refused():
+    """A join's output carries no ``_ingest_ts`` (a pair has two): refused when the job is built, naming the join,
+    not when the plan meets the missing column."""
+    job, s = _src()
+    other = job.source("o", pa.schema([("k", pa.string()), ("w", pa.float64()), ("_ingest_ts", TS)]))
+    pairs = s.join(other, on="k", uid="j")
+    with pytest.raises(ConfigError, match="event_time '_ingest_ts' is not a column of join 'j'"):
+        pairs.window(uid="w", key="k", event_time="_ingest_ts", size_seconds=60, aggs={"n": ("count", None)})
+    pairs.window(uid="w2", key="k", event_time="et", size_seconds=60, aggs={"n": ("count", None)})  # a side's column
