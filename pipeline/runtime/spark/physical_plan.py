@@ -26,6 +26,11 @@ class PhysicalPlan:
         self._df = df
         self._planned: tuple[Any, Any] | None = None   # (the JVM SparkPlan, the JVM schema)
 
+    @property
+    def planned(self) -> bool:
+        """Whether the job has been planned (by the first :meth:`dataframe`)."""
+        return self._planned is not None
+
     def dataframe(self):
         """A DataFrame whose execution runs a fresh copy of the planned job (new shuffles, new metrics)."""
         from pyspark.sql import DataFrame  # pyspark: imported where Spark already runs
