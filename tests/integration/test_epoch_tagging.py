@@ -284,3 +284,26 @@ def test_a_bad_record_fails_as_with_one_epoch_per_round(tmp_path, bad_source, mo
     assert [m.epoch for m in done[0]] == [m.epoch for m in done[1]]
     for ma, mb in zip(*done):
         assert checkpoint_state(mb) == checkpoint_state(ma) and mb.positions == ma.positions, mb.name
+
+
+def test_staging_of_a_run_that_failed_before_its_first_checkpoint_is_swept_by_a_later_run(tmp_path, source,
+                                                                                          monkeypatch):
+    """Run 1 fails after staging checkpoint 1's sink output (no checkpoint completes); run 2 starts from nothing
+    (checkpoint 1's id is the newest claimed then: spared), completes checkpoint 2 and fails in 3 before its
+    end-of-run sweep; run 3 restores checkpoint 2, which has no parent: the lineage started from nothing, so the
+    staging of id 1 is garbage too, and no uncommitted staging dir is left (it stayed for ever before)."""
+    monkeypatch.setenv("PIPELINE_STATE_CACHE_DIR", str(tmp_path / "warm"))
+    kw = {"max_epochs_per_round": 1}
+    for hit in (1, 2):
+        monkeypatch.setattr("pipeline.faults._fail_hits", {})  # the hits counted from this run on
+        monkeypatch.setenv("EPOCHAL_FAIL_AT", f"after_state_before_metadata:{hit}")
+        with pytest.raises(InjectedFailure):
+            _runner(tmp_path, source, "gc", **kw).run()
+    monkeypatch.delenv("EPOCHAL_FAIL_AT")
+    first = _runner(tmp_path, source, "gc", **kw)
+    assert [m.checkpoint_id for m in _checkpoints(first)] == [2] and _checkpoints(first)[0].parent_id is None
+    first.run()
+    for t in ("joined", "user_totals"):
+        table = first.table(t)
+        assert table.garbage() == [], t
+        assert 1 not in table.committed_ids() and 2 in table.committed_ids()

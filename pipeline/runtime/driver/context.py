@@ -285,8 +285,10 @@ class RuntimeContext:
             # ids claimed by a run killed before its end-of-run sweep lie in the gaps of the retained lineage
             # (restored 4, the killed run's round claimed 5..7, a later run's checkpoints 8, 9 have parents 4, 8):
             # sweep from the oldest retained checkpoint's parent, not only after the restored one
+            # (the oldest retained checkpoint has no parent: the lineage started from nothing, so every id below it
+            # was a run killed before its first checkpoint completed)
             parent = self.coordinator.store.get(min(protect)).metadata.parent_id
-            after = min(after, min(protect) - 1 if parent is None else parent)
+            after = min(after, -1 if parent is None else parent)
         for sink in self.job.sinks():
             try:
                 n = self.table(sink.table).cleanup(protect=protect, protect_from_id=newest, after=after, full=full)
