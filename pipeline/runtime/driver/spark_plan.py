@@ -72,7 +72,6 @@ from pipeline.runtime.spark.dataflow import (
     split_dataframe,
     task_count,
 )
-from pipeline.runtime.spark.physical_plan import PhysicalPlan
 from pipeline.runtime.spark.round_bytes import ReadBytes, ReadBytesCounter
 from pipeline.runtime.spark.session import is_connect_session
 from pipeline.runtime.spark.task_requests import RoundRequests, TaskRequestCounter
@@ -100,7 +99,6 @@ class SparkPlan:
     def __init__(self, ctx: RuntimeContext) -> None:
         self.ctx = ctx
         self.plans: dict = {}   # round plans by shape (see steps)
-        self.physical: dict[tuple, PhysicalPlan | None] = {}   # their jobs planned once (see _physical)
         self._counters: dict[int, TaskRequestCounter | None] = {}  # by session (id): the plans' request counter
         self.requests = RoundRequests()  # the executors' S3 requests of the last round run (process_round/_epochs)
         self._read_counters: dict[int, ReadBytesCounter | None] = {}  # by session (id): rows/bytes the reads read
@@ -179,7 +177,7 @@ class SparkPlan:
             rows = self._run(steps, fresh=None)
         else:
             with RoundProperties(spark, values):
-                rows = self._run_planned(P, shape, parked)
+                rows = self._run(self.steps(P, shape, parked), fresh=lambda df: fresh_dataframe(spark, df))
         rows = self._chained_acks(rows, chained)
         self.requests = counter.since(mark) if counter is not None else RoundRequests.reported(rows)
         self.read = reads.since(read_mark) if reads is not None else None
@@ -265,7 +263,8 @@ class SparkPlan:
             rows = self._run(steps, fresh=None)
         else:
             with RoundProperties(spark, values):
-                rows = self._run_planned(P, shape, frozenset(), tagged=True)
+                rows = self._run(self.steps(P, shape, frozenset(), tagged=True),
+                                 fresh=lambda df: fresh_dataframe(spark, df))
         rows = self._chained_acks(rows, chained)
         self.requests = counter.since(mark) if counter is not None else RoundRequests.reported(rows)
         self.read = reads.since(read_mark) if reads is not None else None
@@ -281,54 +280,34 @@ class SparkPlan:
         return any(traits_for(o).row_epochs for o in self.ctx.job.operators())
 
     @staticmethod
-    def _run(steps: list[tuple], fresh, planned: PhysicalPlan | None = None) -> list[TaskReport]:
+    def _run(steps: list[tuple], fresh) -> list[TaskReport]:
         """Execute a round's plan. An operator with several consumers is computed once for all of them
         (persisted; the first job computes it, the next read it). Without such an operator the terminal
         operators' reports (one schema) are unioned and collected as ONE Spark job, so their stages share one
         job's scheduling and run side by side on the cores; with one, each terminal operator stays its own job,
         one after the other, because two branches of one job could compute a persisted partition at once on
         two executors (its block lock is per executor), running the operator's side effects twice concurrently.
-        ``fresh(df)``: a DataFrame to execute anew (re-used plans) or None (a plan of this round only).
-        ``planned`` (classic sessions, no persisted operator): the union planned once
-        (:mod:`pipeline.runtime.spark.physical_plan`), run as a copy instead of planned anew."""
+        ``fresh(df)``: a DataFrame to execute anew (re-used plans) or None (a plan of this round only)."""
         persisted, terminal = [], []
         for _op, _sinks, consumers, df in steps:
+            df = fresh(df) if fresh is not None else df
             if consumers:
                 if len(consumers) > 1:  # computed once for all its consumers (this round's data)
-                    persisted.append((fresh(df) if fresh is not None else df).persist())
+                    persisted.append(df.persist())
             else:
                 terminal.append(df)
-        if terminal and not persisted and planned is not None:
-            return collect_handles(planned.dataframe())
-        terminal = [fresh(df) for df in terminal] if fresh is not None else terminal
         rows: list[TaskReport] = []
         if terminal and not persisted:
-            rows = collect_handles(SparkPlan._union(terminal))
+            job = terminal[0]
+            for df in terminal[1:]:
+                job = job.union(df)
+            rows = collect_handles(job)
         else:
             for df in terminal:
                 rows.extend(collect_handles(df))
         for df in persisted:
             df.unpersist()
         return rows
-
-    @staticmethod
-    def _union(dfs: list) -> Any:
-        """The terminal operators' reports as one DataFrame (one Spark job)."""
-        job = dfs[0]
-        for df in dfs[1:]:
-            job = job.union(df)
-        return job
-
-    def _physical(self, key: tuple, steps: list[tuple]) -> PhysicalPlan | None:
-        """The physical plan of ``steps``' terminal union (its key as :meth:`steps`'), planned once; None when an
-        operator has several consumers (persisted per round: its jobs run planned anew)."""
-        if key not in self.physical:
-            ops = [(consumers, df) for _op, _sinks, consumers, df in steps]
-            multi = any(len(c) > 1 for c, _df in ops)
-            terminal = [df for c, df in ops if not c]
-            self.physical[key] = (None if multi or not terminal
-                                  else PhysicalPlan(self.ctx.spark, self._union(terminal)))
-        return self.physical[key]
 
     def _ttl_us(self, op) -> int | None:
         """The operator's state TTL in µs (None: no TTL), if it has one."""
@@ -372,22 +351,10 @@ class SparkPlan:
         """The round's Spark plan, built once per (parallelism, source task counts, parked channels, tagged)
         and session: ``[(operator, its sinks, its consumers, DataFrame)]`` in topological order. The task
         functions read their per-round values from local properties, so nothing round-specific is in it."""
-        key = self._key(P, shape, parked, tagged)
+        key = (id(self.ctx.spark), P, shape, parked) + ((True,) if tagged else ())
         if key not in self.plans:
             self.plans[key] = self._build(P, shape, parked, tagged=tagged)
         return self.plans[key]
-
-    def _key(self, P: int, shape: tuple, parked: frozenset, tagged: bool = False) -> tuple:
-        """The key of a round plan (:meth:`steps`) and of its physical plan (:meth:`_physical`)."""
-        return (id(self.ctx.spark), P, shape, parked) + ((True,) if tagged else ())
-
-    def _run_planned(self, P: int, shape: tuple, parked: frozenset, *, tagged: bool = False) -> list[TaskReport]:
-        """Run a classic session's round: the plan of :meth:`steps`, its job planned once and copied per round
-        (:mod:`pipeline.runtime.spark.physical_plan`; planned anew when an operator is persisted)."""
-        spark = self.ctx.spark
-        steps = self.steps(P, shape, parked, tagged=tagged)
-        return self._run(steps, fresh=lambda df: fresh_dataframe(spark, df),
-                         planned=self._physical(self._key(P, shape, parked, tagged), steps))
 
     def _build(self, P: int, shape: tuple, parked: frozenset, *, ios: dict | None = None,
                carried: dict | None = None, tagged: bool = False) -> list[tuple]:
