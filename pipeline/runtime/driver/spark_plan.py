@@ -17,10 +17,6 @@ checkpoint they acknowledge (``TaskReport.checkpoint_id``).
 
 After either, :attr:`SparkPlan.requests` holds the round's executor S3 requests (:mod:`pipeline.runtime.spark.task_requests`:
 exact per task and epoch through an accumulator; Spark Connect: the tasks' approximate reports).
-
-Over 400 lines: one class, the round's plan: the one-epoch and the tagged round share the operator values, the
-plan cache (a planned physical plan copied per round, :mod:`pipeline.runtime.spark.physical_plan`) and the two
-ways values reach the tasks (local properties, or by value on Spark Connect).
 """
 from __future__ import annotations
 
