@@ -1,4 +1,4 @@
-"""The heap backend of the state-access port (``PIPELINE_STATE_BACKEND=heap``; the default is rocksdb).
+"""The heap backend of the state-access port (``PIPELINE_STATE_BACKEND=heap``, the default).
 
 The subtask's whole state of its key-group range is restored (:func:`pipeline.state.backend.read_state`: served
 warm by the executor when it holds the parent's chains, else read and verified), the kernel runs on all of it,

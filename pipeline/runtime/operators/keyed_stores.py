@@ -1,4 +1,4 @@
-"""The rocksdb backend of the state-access port (``PIPELINE_STATE_BACKEND=rocksdb``, the default, :mod:`pipeline.state.keyed_store`;
+"""The rocksdb backend of the state-access port (``PIPELINE_STATE_BACKEND=rocksdb``, :mod:`pipeline.state.keyed_store`;
 the port: :mod:`pipeline.runtime.operators.state_access`).
 
 Per round and subtask, instead of restoring the whole state of the key-group range:
