@@ -578,28 +578,30 @@ class Stream:
         for out, _fn, _col in spec:
             if out in (key, "window_start", "window_end"):
                 raise ConfigError(f"window {uid!r}: aggregate name {out!r} clashes with an output column")
-        self._window_input_checks(f"window {uid!r}", key, event_time, spec)
+        self._event_time_input_checks(f"window {uid!r}", key, event_time, spec)
         return self.job._add(WindowNode(uid, self.node, key, event_time, size_seconds, slide,
                                         max_out_of_orderness_seconds, allowed_lateness_seconds, spec, emit,
                                         filters))
 
-    def _window_input_checks(self, where: str, key: str, event_time: str, spec) -> None:
-        """Refuse, when the job is built, a window whose input cannot have its columns: the key, event time and
-        aggregated columns against the input's schema when the graph decides it; ``_ingest_ts`` as the event time
-        of a join's rows (a pair has two arrival times, and a join's output carries neither unless ``output=``
-        names it)."""
+    def _event_time_input_checks(self, where: str, key: str, event_time: str, spec) -> pa.Schema | None:
+        """Refuse, when the job is built, an operator keyed on an event time (a window, a session window, an over
+        aggregate) whose input cannot have its columns: the key, event time and aggregated columns against the
+        input's schema when the graph decides it (returned, else None); ``_ingest_ts`` as the event time of a
+        join's rows (a pair has two arrival times, and a join's output carries neither unless ``output=`` names
+        it)."""
         base = self.job.nodes[self.job.chain_to(self.node)[0]]
         if event_time == "_ingest_ts" and type(base) is JoinNode and "_ingest_ts" not in (base.output or ()):
             raise ConfigError(f"{where}: event_time '_ingest_ts' is not a column of join {base.uid!r}'s rows (a "
                               "pair has two arrival times); window on an event-time column of one side")
         sch = self.job.static_schema(self.node)
         if sch is None:
-            return
+            return None
         missing = [c for c in dict.fromkeys((key, event_time, *(c for _, _, c in spec if c))) if c not in sch.names]
         if missing:
             raise ConfigError(f"{where}: the input lacks columns {missing} (has {sch.names})")
         if not pa.types.is_timestamp(sch.field(event_time).type):
             raise ConfigError(f"{where}: event_time {event_time!r} must be a timestamp, is {sch.field(event_time).type}")
+        return sch
 
     def session_window(self, *, uid: str, key: str, event_time: str, gap_seconds: int,
                        max_out_of_orderness_seconds: int = 0, allowed_lateness_seconds: int = 0,
@@ -622,7 +624,7 @@ class Stream:
         for out, _fn, _col in spec:
             if out in (key, "window_start", "window_end"):
                 raise ConfigError(f"session window {uid!r}: aggregate name {out!r} clashes with an output column")
-        self._window_input_checks(f"session window {uid!r}", key, event_time, spec)
+        self._event_time_input_checks(f"session window {uid!r}", key, event_time, spec)
         return self.job._add(WindowNode(uid, self.node, key, event_time, 0, 0, max_out_of_orderness_seconds,
                                         allowed_lateness_seconds, spec, "final", filters, gap_seconds))
 
@@ -655,14 +657,8 @@ class Stream:
             raise ConfigError(f"{where}: its input is the updating stream of {other[0].uid!r}, which emits no "
                               "retractions; an over aggregate reads an append stream, or a running aggregate's or a "
                               "top-N's updating stream")
-        sch = self.job.static_schema(self.node)
+        sch = self._event_time_input_checks(where, key, event_time, spec)
         if sch is not None:
-            missing = [c for c in (key, event_time, *(c for _, _, c in spec if c)) if c not in sch.names]
-            if missing:
-                raise ConfigError(f"{where}: the input lacks columns {missing} (has {sch.names})")
-            if not pa.types.is_timestamp(sch.field(event_time).type):
-                raise ConfigError(f"{where}: event_time {event_time!r} must be a timestamp, is "
-                                  f"{sch.field(event_time).type}")
             clash = [o for o, _, _ in spec if o in sch.names]
             if clash:
                 raise ConfigError(f"{where}: aggregate names {clash} are input columns")
