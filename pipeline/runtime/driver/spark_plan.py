@@ -20,7 +20,6 @@ exact per task and epoch through an accumulator; Spark Connect: the tasks' appro
 """
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -48,7 +47,6 @@ from pipeline.runtime.driver.lookup_pins import lookup_values
 from pipeline.runtime.operators.registry import traits_for
 from pipeline.runtime.operators.report_codec import from_ipc
 from pipeline.runtime.operators.round_params import (
-    ROUND_FIELDS,
     TAGGED_KEY,
     EmbeddedParams,
     RoundProperties,
@@ -151,12 +149,10 @@ class SparkPlan:
         shape = tuple(sorted((name, task_count(len(sp), P)) for name, sp in splits.items()))
         spark.conf.set("spark.sql.shuffle.partitions", str(P))  # planned anew for every round's Dataset
         chained: list[tuple[str, str]] = []
-        ios: dict[str, OperatorIO] = {}
         for op, sinks, consumers in self._topology():
             io = self._operator_io(op, sinks, consumers, pending, rnd, P, cursor, epoch, parked=parked, staged=staged,
                                    complete=complete, low_epoch=low_epoch)
             values[operator_key(op.uid)] = operator_params(io)
-            ios[op.uid] = io
             if io.ack_prefix is not None:  # set exactly when the operator has consumers
                 chained.append((op.uid, io.ack_prefix))
         rows: list[TaskReport] = []
@@ -166,10 +162,10 @@ class SparkPlan:
         read_mark = reads.mark() if reads is not None else {}
         if is_connect_session(spark):  # the values inside the task functions: a plan of this round only
             # every round value by value (no local properties on Connect), as a tagged round does: the operators'
-            # (their task specs name only the plan's fields; the snapshot options, epoch and barrier ride here),
-            # the sources' splits and the lookup joins' pins
+            # (the plan's task specs hold placeholders, as on a classic session), the sources' splits and the
+            # lookup joins' pins
             with EmbeddedParams(values):
-                steps = self._build(P, shape, parked, ios=ios, carried=values)
+                steps = self._build(P, shape, parked, carried=values)
             rows = self._run(steps, fresh=None)
         else:
             with RoundProperties(spark, values):
@@ -352,11 +348,12 @@ class SparkPlan:
             self.plans[key] = self._build(P, shape, parked, tagged=tagged)
         return self.plans[key]
 
-    def _build(self, P: int, shape: tuple, parked: frozenset, *, ios: dict | None = None,
-               carried: dict | None = None, tagged: bool = False) -> list[tuple]:
-        """Build the plan. ``ios``/``carried`` (Spark Connect): this round's operator values and source splits,
-        put into the task functions; None: placeholders, the tasks read local properties. ``tagged``: a round
-        of several epochs (records carry their epoch, :mod:`pipeline.runtime.operators.round_params`)."""
+    def _build(self, P: int, shape: tuple, parked: frozenset, *, carried: dict | None = None,
+               tagged: bool = False) -> list[tuple]:
+        """Build the plan (its task specs hold placeholders: the tasks take this round's values from local
+        properties, or on Spark Connect from the values embedded while it is built, :class:`EmbeddedParams`).
+        ``carried`` (Spark Connect): this round's source splits, put into the read tasks. ``tagged``: a round of
+        several epochs (records carry their epoch, :mod:`pipeline.runtime.operators.round_params`)."""
         ctx = self.ctx
         spark = ctx.spark
         tasks = dict(shape)
@@ -388,8 +385,6 @@ class SparkPlan:
                             bad_records=ctx.config.bad_records, dead_letter_root=ctx.dead_letter_root,
                             ttl_us=self._ttl_us(op), epoch_us=ctx.config.epoch_seconds * 1_000_000, tagged=tagged,
                             requests=self._counter())
-            if ios is not None:  # Spark Connect: this round's values in the plan itself
-                io = dataclasses.replace(io, **{f: getattr(ios[op.uid], f) for f in ROUND_FIELDS})
             df, _schema = operator_dataframe(spark, ctx.job, op, inputs, io)
             for s in sinks:  # open table formats: create the table, or refuse an incompatible schema change
                 getattr(ctx.table(s.table), "prepare", lambda _schema: None)(_schema)
