@@ -34,7 +34,7 @@ from pipeline.state.cache import default_cache
 from pipeline.state.chain import StateChain
 from pipeline.state.changelog import apply_changelog
 
-__all__ = ["table_to_parquet_bytes", "write_table", "write_bytes_once", "read_state", "read_files", "load_chain", "remember",
+__all__ = ["table_to_parquet_bytes", "write_table", "write_bytes_once", "read_state", "read_files", "load_chain", "recall", "remember",
            "flush_cache_writes", "trace", "read_verified",
            "KG_COLUMN"]
 
@@ -67,7 +67,7 @@ def write_bytes_once(fileio: FileIO, uri: str, data: bytes, rows: int) -> FileHa
 
 
 _RECENT: OrderedDict[str, pa.Table] = OrderedDict()  # this worker's last restored/written chains
-_RECENT_MAX = 4
+_RECENT_MAX = 8  # a subtask's states and their key indexes (pipeline.runtime.operators.heap_state)
 
 
 _PENDING: list[threading.Thread] = []  # this worker's cache writes still running
@@ -99,12 +99,14 @@ def trace(what: str, where: str, rows: int, t0: float) -> None:
               f"arrow_mib={pa.total_allocated_bytes() >> 20}", file=sys.stderr, flush=True)
 
 
-def remember(digest: str, table: pa.Table, *, background: bool = False) -> None:
+def remember(digest: str, table: pa.Table, *, background: bool = False, replace: bool = False) -> None:
     """Keep ``table`` as the state of chain ``digest`` in this worker (a few entries) and the executor cache.
 
     ``background``: write the executor cache's file from a daemon thread (the Arrow IPC write releases the GIL),
     so the task does not wait for a copy it does not need itself: this worker already holds the table. A
-    worker that exits mid-write only leaves a temporary file (the cache never serves those)."""
+    worker that exits mid-write only leaves a temporary file (the cache never serves those). ``replace``: the
+    table may differ from one already kept under ``digest`` (a key index: the same chain, rows due at other
+    times), so the cache's file is replaced."""
     _RECENT[digest] = table
     _RECENT.move_to_end(digest)
     while len(_RECENT) > _RECENT_MAX:
@@ -113,11 +115,21 @@ def remember(digest: str, table: pa.Table, *, background: bool = False) -> None:
     if not cache.enabled:
         return
     if background:
-        th = threading.Thread(target=cache.put, args=(digest, table), name="epochal-state-cache", daemon=True)
+        th = threading.Thread(target=cache.put, args=(digest, table), kwargs={"replace": replace},
+                              name="epochal-state-cache", daemon=True)
         _PENDING.append(th)
         th.start()
     else:
-        cache.put(digest, table)
+        cache.put(digest, table, replace=replace)
+
+
+def recall(digest: str) -> pa.Table | None:
+    """The table :func:`remember` kept under ``digest`` (this worker, else the executor cache), or None."""
+    t = _RECENT.get(digest)
+    if t is None:
+        flush_cache_writes()
+        t = default_cache().get(digest)
+    return t
 
 
 def _read_file(fileio: FileIO, fh: FileHandle, checkpoint: str) -> pa.Table:

@@ -60,12 +60,13 @@ class WarmStateCache:
             pass
         return table
 
-    def put(self, digest: str, table: pa.Table) -> None:
-        """Keep ``table`` as the state of ``digest`` (best effort: a full disk only costs a later download)."""
+    def put(self, digest: str, table: pa.Table, *, replace: bool = False) -> None:
+        """Keep ``table`` as the state of ``digest`` (best effort: a full disk only costs a later download);
+        ``replace``: also when an entry of ``digest`` exists (atomically: a reader sees the old or the new)."""
         if not self.enabled or not digest:
             return
         path = self._path(digest)
-        if os.path.exists(path):
+        if not replace and os.path.exists(path):
             return
         tmp = os.path.join(self.root, f".{digest}.{uuid.uuid4().hex}.tmp")
         try:

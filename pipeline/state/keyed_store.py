@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from rocksdict import WriteBatch
 
 __all__ = ["KeyedStateStore", "StoreLocation", "encode_user_key", "open_here", "order_compatible_key", "row_keys",
+           "storage_columns", "storage_type",
            "slice_rows", "store_root", "within_key_order"]
 
 _DATA = b"d"
@@ -170,7 +171,7 @@ def _time_bytes(us: int | None) -> bytes:
     return struct.pack(">Q", (_NULL_TIME if us is None else us) + _SIGN)
 
 
-def _storage_type(t: pa.DataType) -> pa.DataType:
+def storage_type(t: pa.DataType) -> pa.DataType:
     if pa.types.is_timestamp(t) or pa.types.is_duration(t) or pa.types.is_time64(t) or pa.types.is_date64(t):
         return pa.int64()
     if pa.types.is_date32(t) or pa.types.is_time32(t):
@@ -178,15 +179,17 @@ def _storage_type(t: pa.DataType) -> pa.DataType:
     return t
 
 
-def _columns(table: pa.Table, schema: pa.Schema) -> list[list]:
-    return [table[f.name].cast(f.type).cast(_storage_type(f.type)).to_pylist() for f in schema]
+def storage_columns(table: pa.Table, schema: pa.Schema) -> list[list]:
+    """The columns of ``table`` in ``schema`` order as Python lists, temporal values as their integers (the form
+    a row tuple takes in the store and in an ``index_time`` function)."""
+    return [table[f.name].cast(f.type).cast(storage_type(f.type)).to_pylist() for f in schema]
 
 
 def _table(rows: Sequence[tuple], schema: pa.Schema) -> pa.Table:
     if not rows:
         return schema.empty_table()
     cols = list(zip(*rows))
-    return pa.table([pa.array(c, _storage_type(f.type)).cast(f.type) for c, f in zip(cols, schema)], schema=schema)
+    return pa.table([pa.array(c, storage_type(f.type)).cast(f.type) for c, f in zip(cols, schema)], schema=schema)
 
 
 def slice_rows(row_bytes: float, limit: int = _BATCH) -> int:
@@ -202,8 +205,8 @@ def row_keys(table: pa.Table, key: str, kg_column: str, key_type: pa.DataType | 
     col = table[key]
     if key_type is not None and col.type != key_type:
         col = col.cast(key_type)
-    if _storage_type(col.type) != col.type:
-        col = col.cast(_storage_type(col.type))
+    if storage_type(col.type) != col.type:
+        col = col.cast(storage_type(col.type))
     return [struct.pack(">H", kg) + encode_user_key(k)
             for kg, k in zip(table[kg_column].to_pylist(), col.to_pylist())]
 
@@ -331,7 +334,7 @@ class KeyedStateStore:
 
     # -- writes ------------------------------------------------------------------------------------------------
     def _group(self, table: pa.Table) -> dict[bytes, list[tuple]]:
-        cols = _columns(table, self.schema)
+        cols = storage_columns(table, self.schema)
         groups: dict[bytes, list[tuple]] = {}
         for row in zip(*cols):
             s = struct.pack(">H", row[self._kg_i]) + encode_user_key(row[self._key_i])
@@ -400,7 +403,7 @@ class KeyedStateStore:
         from rocksdict import WriteBatch
         ops = table[OP_COLUMN].to_pylist() if sign is not None else None
         data = table.select(self._names) if ops is not None else table
-        cols = _columns(data, self.schema)
+        cols = storage_columns(data, self.schema)
         by_key: dict[bytes, list[tuple[int, tuple]]] = {}
         for i, row in enumerate(zip(*cols)):
             s = struct.pack(">H", row[self._kg_i]) + encode_user_key(row[self._key_i])

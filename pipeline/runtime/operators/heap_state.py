@@ -1,25 +1,46 @@
 """The heap backend of the state-access port (``PIPELINE_STATE_BACKEND=heap``, the default).
 
 The subtask's whole state of its key-group range is restored (:func:`pipeline.state.backend.read_state`: served
-warm by the executor when it holds the parent's chains, else read and verified), the kernel runs on all of it,
-and each state is snapshotted from the whole new table (:func:`pipeline.state.snapshot.write_state`: a changelog
-delta of the touched keys on the parent's chain, or a base).
+warm by the executor when it holds the parent's chains, else read and verified), but the kernel only runs on the
+rows of the round's **touched keys**, as on the rocksdb backend (:mod:`pipeline.runtime.operators.keyed_stores`):
+the keys of the round's input rows plus the keys with a row due below the round's cutoff. The kernels are keyed (a
+row only meets, updates, expires or releases held rows of its own key), so their output and the new rows of those
+keys are what they give on the whole state, and a steady epoch's kernel work follows its input, not the state held.
+The keys are found with vectorised Arrow filters over the held table (a hash probe per held row, no Python per row).
+The new state is the untouched rows plus the kernel's new rows; each state is snapshotted from it
+(:func:`pipeline.state.snapshot.write_state`: a changelog delta of the touched keys on the parent's chain, or a
+base).
+
+When a row is due: a state's time column itself (a TTL: dedup, join), or, for a state whose operator files its
+rows under another time (``StateSpec.index_time``: a window's next firing, an interval join's bound, an over
+aggregate's release), the **key index**: per key the least such time, computed per written row (the touched rows
+only) and kept warm beside the state under the new chain's digest. Without the parent's key index (a restart on
+another executor, a rescale, the first round) the round reads the whole range, as a plain heap, and writes a
+complete index for the next.
 """
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipeline.checkpoint.handles import StateHandle
+from pipeline.exceptions import StateStoreError
 from pipeline.operators.ttl import ROW_EPOCH
 from pipeline.runtime.operators.state_access import AccessGuard, StateScope, register_backend
-from pipeline.state.backend import read_state
+from pipeline.state.backend import read_state, recall, remember
+from pipeline.state.chain import StateChain
 from pipeline.state.changelog import TouchedKeys
-from pipeline.state.snapshot import write_state
+from pipeline.state.keyed_store import storage_columns, storage_type
+from pipeline.state.snapshot import parent_chain, write_state
 
 __all__ = ["HeapState"]
+
+_DUE = "_due"                # the key index's column: a key's least due time (storage integers)
+_NULL_DUE = -(1 << 63)       # a row without a time is due at once (as in the keyed store's TTL index)
 
 
 class HeapState:
@@ -28,23 +49,58 @@ class HeapState:
     def __init__(self, scope: StateScope, fileio) -> None:
         self.scope, self.fileio = scope, fileio
         self.guard = AccessGuard(scope)
+        self.keys: pa.Array | None = None           # the round's touched keys; None: the whole range was read
+        self.rest: dict[str, pa.Table] = {}          # per state, the rows of the keys the round does not touch
+        self.index: dict[str, pa.Table] = {}         # per indexed state, the parent's key index of those keys
 
     def read(self, inputs: Sequence[pa.Table]) -> dict[str, pa.Table]:
-        """Every held row of the key-group range, whatever the inputs (files written before the rows carried their
-        own epoch read it as null)."""
+        """The held rows of the round's touched keys (the whole range when the parent's key index is not here);
+        files written before the rows carried their own epoch read it as null."""
         self.guard.reading()
         s = self.scope
-        return {name: read_state(self.fileio, s.parent.get(name, ()), s.kgr.start, s.kgr.end, spec.schema,
+        held = {name: read_state(self.fileio, s.parent.get(name, ()), s.kgr.start, s.kgr.end, spec.schema,
                                  s.checkpoint, optional=(ROW_EPOCH,) if ROW_EPOCH in spec.schema.names else ())
                 for name, spec in s.states.items()}
+        self.keys = self._touched(inputs, held)
+        if self.keys is None:
+            return held
+        out = {}
+        for name, t in held.items():
+            mask = pc.fill_null(pc.is_in(t[s.key], value_set=self.keys.cast(t.schema.field(s.key).type)), False)
+            out[name] = t.filter(mask)
+            self.rest[name] = t.filter(pc.invert(mask))
+        return out
 
     def write(self, name: str, new: pa.Table, touched: TouchedKeys | None = None, *,
               index_time: Callable[[Any], Any] | None = None) -> StateHandle:
-        """The whole new table of the range (``index_time``: a keyed store's concern, unused here)."""
+        """``new``: the new rows of what :meth:`read` gave (the touched keys', or the whole range's);
+        ``index_time``: the time the rows written are due at (a window: its next firing above the new
+        watermark) instead of the state's own."""
         self.guard.writing(name)
         s = self.scope
-        return write_state(self.fileio, s.state_prefix, name, s.kgr.start, s.kgr.end, new, s.parent.get(name, ()),
-                           s.snapshot, s.checkpoint, touched=touched, uid=s.uid, subtask=s.subtask)
+        spec = s.states[name]
+        if self.keys is not None:
+            new = new.select(spec.schema.names).cast(spec.schema)
+            if new.num_rows:
+                stray = pc.invert(pc.fill_null(pc.is_in(new[s.key], value_set=self.keys.cast(
+                    new.schema.field(s.key).type)), False))
+                if pc.any(stray).as_py():
+                    raise StateStoreError(f"checkpoint {s.checkpoint}: operator {s.uid} subtask {s.subtask} state "
+                                          f"{name!r}: the kernel wrote rows of a key the round did not touch")
+            whole = pa.concat_tables([self.rest[name], new])
+            touched = TouchedKeys(s.key, (self.keys,))
+        else:
+            whole = new
+        handle = write_state(self.fileio, s.state_prefix, name, s.kgr.start, s.kgr.end, whole, s.parent.get(name, ()),
+                             s.snapshot, s.checkpoint, touched=touched, uid=s.uid, subtask=s.subtask)
+        f = index_time or spec.index_time
+        chain = StateChain.of(handle)
+        if f is not None and spec.time_column is not None and chain is not None:
+            due = _key_index(s.key, new if self.keys is not None else whole, spec.schema, f)
+            if self.keys is not None and name in self.index:
+                due = pa.concat_tables([self.index[name], due])
+            remember(_index_digest(chain.digest, s.uid, name), due, background=True, replace=True)
+        return handle
 
     def close(self) -> None:
         self.guard.closing()
@@ -54,6 +110,62 @@ class HeapState:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # -- the touched keys ---------------------------------------------------------------------------
+    def _touched(self, inputs: Sequence[pa.Table], held: dict[str, pa.Table]) -> pa.Array | None:
+        """The keys of the ``inputs`` rows and of the held rows due below the cutoff; None when a state's due
+        times are not known here (no key index for its parent chain): the whole range is then the round's."""
+        s = self.scope
+        if not any(t.num_rows for t in held.values()):
+            return None  # nothing held: nothing to narrow
+        key_type = next(t.schema.field(s.key).type for t in held.values())
+        parts = [t[s.key].cast(key_type) for t in inputs if t.num_rows]
+        for name, spec in s.states.items():
+            t = held[name]
+            if spec.time_column is None or not t.num_rows:
+                continue
+            if spec.index_time is None:  # due at the time column itself
+                if s.cutoff_us is not None:
+                    col = t[spec.time_column]
+                    due = pc.fill_null(col.cast(storage_type(col.type)).cast(pa.int64()), _NULL_DUE)
+                    parts.append(t[s.key].filter(pc.less(due, s.cutoff_us)).cast(key_type))
+                continue
+            index = self._parent_index(name)
+            if index is None:
+                return None
+            if s.cutoff_us is not None:
+                parts.append(index[s.key].filter(pc.less(index[_DUE], s.cutoff_us)).cast(key_type))
+        keys = pc.unique(pa.chunked_array(parts, type=key_type).combine_chunks()) if parts else pa.array([], key_type)
+        for name in list(self.index):
+            idx = self.index[name]
+            self.index[name] = idx.filter(pc.invert(pc.fill_null(pc.is_in(
+                idx[s.key], value_set=keys.cast(idx.schema.field(s.key).type)), False)))
+        return keys
+
+    def _parent_index(self, name: str) -> pa.Table | None:
+        s = self.scope
+        chain = parent_chain(s.parent.get(name, ()), s.kgr.start, s.kgr.end)
+        if chain is None:
+            return None
+        index = recall(_index_digest(chain.digest, s.uid, name))
+        if index is not None:
+            self.index[name] = index
+        return index
+
+
+def _index_digest(chain_digest: str, uid: str, name: str) -> str:
+    """Where the key index of state ``name`` of operator ``uid`` at chain ``chain_digest`` is kept warm."""
+    tag = hashlib.sha256(f"{uid}\0{name}".encode()).hexdigest()[:12]
+    return f"{chain_digest}-due-{tag}"
+
+
+def _key_index(key: str, rows: pa.Table, schema: pa.Schema, index_time: Callable[[Any], Any]) -> pa.Table:
+    """Per key of ``rows``, the least time ``index_time`` gives its rows (a row: a tuple in ``schema`` order,
+    temporal values as integers; None: due at once)."""
+    cols = storage_columns(rows.select(schema.names), schema)
+    due = [_NULL_DUE if (v := index_time(r)) is None else v for r in zip(*cols)] if rows.num_rows else []
+    t = pa.table({key: rows[key], _DUE: pa.array(due, pa.int64())})
+    return t.group_by(key).aggregate([(_DUE, "min")]).select([key, f"{_DUE}_min"]).rename_columns([key, _DUE])
 
 
 register_backend("heap", HeapState)

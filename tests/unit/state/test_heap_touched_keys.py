@@ -1,0 +1,172 @@
+"""The heap backend runs the kernels on the round's touched keys only (the keys of the input rows and those with
+rows due below the cutoff), found by vectorised filters over the held table and, for a window, through the key
+index kept warm beside the state: round after round the output and each snapshot equal the kernel on the whole
+state, the kernel is handed only the touched keys' rows once the index is warm, a window fires for keys without
+input through the index, and without the index (a cold executor) a round reads the whole range and is still exact."""
+from __future__ import annotations
+
+import random
+
+import pyarrow as pa
+import pytest
+
+from pipeline.checkpoint.handles import StateHandle
+from pipeline.fileio import LocalFileIO
+from pipeline.keygroups import KeyGroupRange
+from pipeline.operators.process import TOUCHED, process_step
+from pipeline.runtime.operators.heap_state import HeapState
+from pipeline.runtime.operators.state_access import StateScope, StateSpec
+from pipeline.state import backend
+from pipeline.state.backend import read_state
+from pipeline.windows.aggregate import EPOCH, EVENT_US, EmitMode, WindowSpec, state_schema, window_step
+from pipeline.windows.assign import PENDING_US, window_index
+
+pytestmark = pytest.mark.unit
+
+TS = pa.timestamp("us", tz="UTC")
+IN = pa.schema([("k", pa.string()), ("et", TS), ("v", pa.int64()), ("_kg", pa.int32())])
+KGR = KeyGroupRange(0, 7)
+SEC = 1_000_000
+
+
+@pytest.fixture(autouse=True)
+def dirs(tmp_path, monkeypatch):
+    monkeypatch.setenv("PIPELINE_STATE_CACHE_DIR", str(tmp_path / "cache"))
+    backend._RECENT.clear()
+
+
+def _snapshot(root: str, cid: int) -> dict:
+    return {"checkpoint_id": cid, "round": 0, "shared": f"{root}/job/shared/op", "materialize": False,
+            "incremental": True, "max_deltas": 3, "max_delta_ratio": 10.0, "backend": "heap", "job_root": root}
+
+
+def _sorted(t: pa.Table) -> list[tuple]:
+    return sorted(tuple(str(v) for v in r.values()) for r in t.to_pylist())
+
+
+def _restored(handle: StateHandle, schema: pa.Schema, cid: int) -> list[tuple]:
+    return _sorted(read_state(LocalFileIO(), [handle], 0, 7, schema, f"chk-{cid}"))
+
+
+def _forget_warm_state(tmp_path) -> None:
+    """A cold executor: nothing of the state or its key index is held here."""
+    import shutil
+    backend.flush_cache_writes()
+    backend._RECENT.clear()
+    shutil.rmtree(tmp_path / "cache", ignore_errors=True)
+
+
+@pytest.mark.parametrize("size,slide,late,emit,seed", [(60, 60, 0, "final", 0), (60, 20, 15, "final", 1),
+                                                      (40, 20, 0, "update", 2), (30, 30, 30, "update", 3)])
+def test_window_on_touched_keys_equals_the_window_on_the_whole_state(tmp_path, size, slide, late, emit, seed):
+    rng = random.Random(seed)
+    root = tmp_path.as_uri()
+    w = WindowSpec("k", "et", size * SEC, slide * SEC, 0, late * SEC,
+                   (("n", "count", None), ("s", "sum", "v"), ("mx", "max", "v")), EmitMode(emit))
+    sschema = state_schema(w, IN).append(pa.field("_kg", pa.int32()))
+    heap = sschema.empty_table()
+    parent: dict[str, list[StateHandle]] = {}
+    wm: int | None = None
+    narrowed = fired_without_input = 0
+    epoch = 0
+    ev, ep = sschema.names.index(EVENT_US), sschema.names.index(EPOCH)
+    for rnd in range(14):
+        if rnd == 9:
+            _forget_warm_state(tmp_path)  # the next round reads the whole range and writes a complete index
+        n = rng.randrange(0, 12)
+        ks = [rng.randrange(40) for _ in range(n)]
+        et = [max(0, epoch * 25 + rng.randrange(-40, 30)) * SEC for _ in range(n)]
+        rows = pa.table({"k": [f"k{k}" for k in ks], "et": pa.array(et, pa.int64()).cast(TS),
+                         "v": [rng.randrange(100) for _ in range(n)], "_kg": pa.array([k % 8 for k in ks], pa.int32())},
+                        schema=IN)
+        complete = rng.random() < 0.6
+        fire = max(wm or 0, (epoch * 25 - 10) * SEC) if complete and epoch else None
+        kw = dict(epoch=epoch, late_watermark_us=wm, fire_watermark_us=fire, complete=complete, input_schema=IN,
+                  carry=("_kg",))
+        want = window_step(w, heap, rows, **kw)  # type: ignore[arg-type]
+        cutoff = (fire + 1 if fire is not None else PENDING_US + 1) if complete else None  # as the window task
+        index = window_index(w.size_us, w.slide_us, w.lateness_us, wm, event_i=ev, epoch_i=ep, pending_epoch=epoch)
+        with HeapState(StateScope("w", 0, KGR, "k", f"chk-{rnd}", f"{root}/job/chk-{rnd + 1}",
+                                  {"win": StateSpec(sschema, EVENT_US, index)}, parent, _snapshot(root, rnd + 1),
+                                  cutoff), LocalFileIO()) as access:
+            held = access.read([rows])["win"]
+            narrowed += held.num_rows < heap.num_rows
+            got = window_step(w, held, rows, **kw)  # type: ignore[arg-type]
+            assert _sorted(got.output) == _sorted(want.output), (rnd, "output")
+            assert _sorted(got.late) == _sorted(want.late), (rnd, "late")
+            fired_keys = set(got.output["k"].to_pylist()) if "k" in got.output.column_names else set()
+            fired_without_input += bool(fired_keys - set(rows["k"].to_pylist()))
+            h = access.write("win", got.state, index_time=window_index(
+                w.size_us, w.slide_us, w.lateness_us, fire if fire is not None else wm, event_i=ev, epoch_i=ep,
+                pending_epoch=None if complete else epoch))
+        heap = want.state.select(sschema.names)
+        assert _restored(h, sschema, rnd + 1) == _sorted(heap), (rnd, "snapshot")
+        parent = {"win": [h]}
+        wm = fire if fire is not None else wm
+        epoch += 1 if complete else 0
+    assert narrowed >= 5 and fired_without_input, (narrowed, fired_without_input)
+
+
+def _count_fn(rows: pa.Table, state: pa.Table):
+    """A running count per key (state ``k``, ``c``) emitting the new counts."""
+    have = dict(zip(state["k"].to_pylist(), state["c"].to_pylist()))
+    for k in rows["k"].to_pylist():
+        have[k] = have.get(k, 0) + 1
+    keys = sorted(set(rows["k"].to_pylist()))
+    new = pa.table({"k": keys, "c": pa.array([have[k] for k in keys], pa.int64())})
+    return new, new
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_process_on_touched_keys_expires_by_its_time_column(tmp_path, seed):
+    rng = random.Random(seed)
+    root = tmp_path.as_uri()
+    st_schema = pa.schema([("k", pa.string()), ("c", pa.int64())])
+    sschema = st_schema.append(pa.field(TOUCHED, pa.int64())).append(pa.field("_kg", pa.int32()))
+    heap = sschema.empty_table()
+    parent: dict[str, list[StateHandle]] = {}
+    ttl = 30 * SEC
+    narrowed = expired = 0
+    for rnd in range(10):
+        n = rng.randrange(0, 10)
+        ks = [rng.randrange(30) for _ in range(n)]
+        rows = pa.table({"k": [f"k{k}" for k in ks], "_kg": pa.array([k % 8 for k in ks], pa.int32())})
+        barrier = (rnd + 1) * 10 * SEC
+        kgs = rows.group_by("k").aggregate([("_kg", "min")]).rename_columns(["k", "_kg"])
+
+        def carry(t: pa.Table, kgs: pa.Table = kgs) -> pa.Table:
+            return t.join(kgs, keys="k", join_type="inner").select(sschema.names)
+        want = process_step("p", "k", _count_fn, st_schema, st_schema, heap, rows.select(["k"]), barrier_us=barrier,
+                            ttl_us=ttl, carry=carry)
+        with HeapState(StateScope("p", 0, KGR, "k", f"chk-{rnd}", f"{root}/job/chk-{rnd + 1}",
+                                  {"proc": StateSpec(sschema, TOUCHED)}, parent, _snapshot(root, rnd + 1),
+                                  barrier - ttl), LocalFileIO()) as access:
+            held = access.read([rows])["proc"]
+            narrowed += held.num_rows < heap.num_rows
+            got = process_step("p", "k", _count_fn, st_schema, st_schema, held, rows.select(["k"]),
+                               barrier_us=barrier, ttl_us=ttl, carry=carry)
+            assert _sorted(got.output) == _sorted(want.output) and got.expired == want.expired, rnd
+            expired += got.expired
+            h = access.write("proc", got.state.select(sschema.names).cast(sschema))
+        heap = want.state.select(sschema.names).cast(sschema)
+        assert _restored(h, sschema, rnd + 1) == _sorted(heap), rnd
+        parent = {"proc": [h]}
+    assert narrowed >= 3 and expired, (narrowed, expired)
+
+
+def test_a_kernel_writing_a_key_the_round_did_not_touch_is_refused(tmp_path):
+    from pipeline.exceptions import StateStoreError
+    root = tmp_path.as_uri()
+    schema = pa.schema([("k", pa.string()), ("c", pa.int64()), ("_kg", pa.int32())])
+    first = pa.table({"k": ["a", "b"], "c": [1, 1], "_kg": pa.array([0, 1], pa.int32())}, schema=schema)
+    with HeapState(StateScope("a", 0, KGR, "k", "chk-0", f"{root}/job/chk-1", {"agg": StateSpec(schema)}, {},
+                              _snapshot(root, 1)), LocalFileIO()) as access:
+        access.read([first])
+        h = access.write("agg", first)
+    with HeapState(StateScope("a", 0, KGR, "k", "chk-1", f"{root}/job/chk-2", {"agg": StateSpec(schema)},
+                              {"agg": [h]}, _snapshot(root, 2)), LocalFileIO()) as access:
+        held = access.read([first.slice(0, 1)])["agg"]
+        assert held["k"].to_pylist() == ["a"]  # only the input's key
+        with pytest.raises(StateStoreError, match="did not touch"):
+            access.write("agg", pa.table({"k": ["a", "z"], "c": [2, 1], "_kg": pa.array([0, 2], pa.int32())},
+                                         schema=schema))
