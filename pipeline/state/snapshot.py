@@ -97,13 +97,16 @@ def _persisted(chain: StateChain, checkpoint_id: int, written: set[str]) -> int:
 
 def write_state(fileio: FileIO, state_prefix: str, name: str, kg_start: int, kg_end: int, table: pa.Table,
                 parent: Sequence[StateHandle], snapshot: Mapping[str, Any] | None, checkpoint: str,
-                touched: TouchedKeys | None = None, *, uid: str = "", subtask: int = 0) -> StateHandle:
+                touched: TouchedKeys | None = None, *, uid: str = "", subtask: int = 0,
+                delta: pa.Table | None = None) -> StateHandle:
     """Snapshot state ``name`` of the subtask owning key groups [kg_start, kg_end] (see the module docstring).
 
     ``parent``: the parent snapshot's handles of this state; ``snapshot``: the round's
     :class:`SnapshotOptions` as a dict (None: write the whole table under ``state_prefix``, as before
     incremental snapshots); ``touched``: the keys the operator touched this round (input keys plus keys of
-    rows it expired or removed), so the diff only compares those keys' rows (:func:`diff_touched`).
+    rows it expired or removed), so the diff only compares those keys' rows (:func:`diff_touched`); ``delta``:
+    the changelog from the parent's table to ``table`` when the caller knows it (the heap backend diffs only the
+    touched keys' rows it read), so the whole tables are not compared.
 
     Per-round CPU: a delta sorts only the changed rows (the delta file is in canonical order, so its bytes are
     deterministic); the whole table is sorted only when a base is written. The table kept warm is not in
@@ -129,7 +132,7 @@ def write_state(fileio: FileIO, state_prefix: str, name: str, kg_start: int, kg_
             except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 old = None
             if old is not None:
-                delta = diff_touched(old, table, touched)
+                delta = diff_touched(old, table, touched) if delta is None else delta
                 if delta.num_rows == 0:
                     chain = StateChain(prev.base, prev.deltas, table.num_rows)
                 else:

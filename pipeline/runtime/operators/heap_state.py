@@ -8,15 +8,20 @@ row only meets, updates, expires or releases held rows of its own key), so their
 keys are what they give on the whole state, and a steady epoch's kernel work follows its input, not the state held.
 The keys are found with vectorised Arrow filters over the held table (a hash probe per held row, no Python per row).
 The new state is the untouched rows plus the kernel's new rows; each state is snapshotted from it
-(:func:`pipeline.state.snapshot.write_state`: a changelog delta of the touched keys on the parent's chain, or a
-base).
+(:func:`pipeline.state.snapshot.write_state`: the changelog of the touched keys' rows, diffed on those rows alone,
+as a delta on the parent's chain, or a base).
 
 When a row is due: a state's time column itself (a TTL: dedup, join), or, for a state whose operator files its
 rows under another time (``StateSpec.index_time``: a window's next firing, an interval join's bound, an over
 aggregate's release), the **key index**: per key the least such time, computed per written row (the touched rows
 only) and kept warm beside the state under the new chain's digest. Without the parent's key index (a restart on
-another executor, a rescale, the first round) the round reads the whole range, as a plain heap, and writes a
-complete index for the next.
+another executor, a rescale, after a wide round) it is computed from the held rows, as a keyed store's rebuild
+files them.
+
+A **wide round** (as many distinct input keys as a quarter of the held rows, or nothing held: a catch-up round,
+the first rounds of a job) runs the kernel on the whole range, as a plain heap: narrowing would cost more than it
+saves. Its snapshot is diffed on the kernel's touched keys, and no key index is kept (the next narrow round
+computes it).
 """
 from __future__ import annotations
 
@@ -30,10 +35,10 @@ import pyarrow.compute as pc
 from pipeline.checkpoint.handles import StateHandle
 from pipeline.exceptions import StateStoreError
 from pipeline.operators.ttl import ROW_EPOCH
-from pipeline.runtime.operators.state_access import AccessGuard, StateScope, register_backend
+from pipeline.runtime.operators.state_access import AccessGuard, StateScope, StateSpec, register_backend
 from pipeline.state.backend import read_state, recall, remember
 from pipeline.state.chain import StateChain
-from pipeline.state.changelog import TouchedKeys
+from pipeline.state.changelog import TouchedKeys, can_diff, diff
 from pipeline.state.keyed_store import storage_columns, storage_type
 from pipeline.state.snapshot import parent_chain, write_state
 
@@ -41,6 +46,7 @@ __all__ = ["HeapState"]
 
 _DUE = "_due"                # the key index's column: a key's least due time (storage integers)
 _NULL_DUE = -(1 << 63)       # a row without a time is due at once (as in the keyed store's TTL index)
+WIDE = 4                     # a round with more than held rows / WIDE input keys runs the kernel on the whole range
 
 
 class HeapState:
@@ -49,13 +55,14 @@ class HeapState:
     def __init__(self, scope: StateScope, fileio) -> None:
         self.scope, self.fileio = scope, fileio
         self.guard = AccessGuard(scope)
-        self.keys: pa.Array | None = None           # the round's touched keys; None: the whole range was read
+        self.keys: pa.Array | None = None           # the round's touched keys; None: the kernel has the whole range
+        self.held: dict[str, pa.Table] = {}          # per state, the touched keys' rows read
         self.rest: dict[str, pa.Table] = {}          # per state, the rows of the keys the round does not touch
-        self.index: dict[str, pa.Table] = {}         # per indexed state, the parent's key index of those keys
+        self.index: dict[str, pa.Table] = {}         # per indexed state, the key index of the untouched keys
 
     def read(self, inputs: Sequence[pa.Table]) -> dict[str, pa.Table]:
-        """The held rows of the round's touched keys (the whole range when the parent's key index is not here);
-        files written before the rows carried their own epoch read it as null."""
+        """The held rows of the round's touched keys, or of the whole range in a wide round (files written before
+        the rows carried their own epoch read it as null)."""
         self.guard.reading()
         s = self.scope
         held = {name: read_state(self.fileio, s.parent.get(name, ()), s.kgr.start, s.kgr.end, spec.schema,
@@ -64,12 +71,11 @@ class HeapState:
         self.keys = self._touched(inputs, held)
         if self.keys is None:
             return held
-        out = {}
         for name, t in held.items():
             mask = pc.fill_null(pc.is_in(t[s.key], value_set=self.keys.cast(t.schema.field(s.key).type)), False)
-            out[name] = t.filter(mask)
+            self.held[name] = t.filter(mask)
             self.rest[name] = t.filter(pc.invert(mask))
-        return out
+        return dict(self.held)
 
     def write(self, name: str, new: pa.Table, touched: TouchedKeys | None = None, *,
               index_time: Callable[[Any], Any] | None = None) -> StateHandle:
@@ -79,26 +85,26 @@ class HeapState:
         self.guard.writing(name)
         s = self.scope
         spec = s.states[name]
-        if self.keys is not None:
-            new = new.select(spec.schema.names).cast(spec.schema)
-            if new.num_rows:
-                stray = pc.invert(pc.fill_null(pc.is_in(new[s.key], value_set=self.keys.cast(
-                    new.schema.field(s.key).type)), False))
-                if pc.any(stray).as_py():
-                    raise StateStoreError(f"checkpoint {s.checkpoint}: operator {s.uid} subtask {s.subtask} state "
-                                          f"{name!r}: the kernel wrote rows of a key the round did not touch")
-            whole = pa.concat_tables([self.rest[name], new])
-            touched = TouchedKeys(s.key, (self.keys,))
-        else:
-            whole = new
-        handle = write_state(self.fileio, s.state_prefix, name, s.kgr.start, s.kgr.end, whole, s.parent.get(name, ()),
-                             s.snapshot, s.checkpoint, touched=touched, uid=s.uid, subtask=s.subtask)
+        if self.keys is None:  # the kernel had the whole range: as a plain heap (no key index is kept)
+            return write_state(self.fileio, s.state_prefix, name, s.kgr.start, s.kgr.end, new,
+                               s.parent.get(name, ()), s.snapshot, s.checkpoint, touched=touched, uid=s.uid,
+                               subtask=s.subtask)
+        new = new.select(spec.schema.names).cast(spec.schema)
+        if new.num_rows:
+            stray = pc.invert(pc.fill_null(pc.is_in(new[s.key], value_set=self.keys.cast(
+                new.schema.field(s.key).type)), False))
+            if pc.any(stray).as_py():
+                raise StateStoreError(f"checkpoint {s.checkpoint}: operator {s.uid} subtask {s.subtask} state "
+                                      f"{name!r}: the kernel wrote rows of a key the round did not touch")
+        delta = diff(self.held[name], new) if can_diff(spec.schema) else None
+        handle = write_state(self.fileio, s.state_prefix, name, s.kgr.start, s.kgr.end,
+                             pa.concat_tables([self.rest[name], new]), s.parent.get(name, ()), s.snapshot,
+                             s.checkpoint, touched=TouchedKeys(s.key, (self.keys,)), uid=s.uid, subtask=s.subtask,
+                             delta=delta)
         f = index_time or spec.index_time
         chain = StateChain.of(handle)
-        if f is not None and spec.time_column is not None and chain is not None:
-            due = _key_index(s.key, new if self.keys is not None else whole, spec.schema, f)
-            if self.keys is not None and name in self.index:
-                due = pa.concat_tables([self.index[name], due])
+        if f is not None and spec.time_column is not None and chain is not None and name in self.index:
+            due = pa.concat_tables([self.index[name], _key_index(s.key, new, spec.schema, f)])
             remember(_index_digest(chain.digest, s.uid, name), due, background=True, replace=True)
         return handle
 
@@ -113,15 +119,23 @@ class HeapState:
 
     # -- the touched keys ---------------------------------------------------------------------------
     def _touched(self, inputs: Sequence[pa.Table], held: dict[str, pa.Table]) -> pa.Array | None:
-        """The keys of the ``inputs`` rows and of the held rows due below the cutoff; None when a state's due
-        times are not known here (no key index for its parent chain): the whole range is then the round's."""
+        """The keys of the ``inputs`` rows and of the held rows due below the cutoff; None for a wide round (as
+        many input keys as held rows / :data:`WIDE`, or nothing held): narrowing would cost more than it saves."""
         s = self.scope
-        if not any(t.num_rows for t in held.values()):
-            return None  # nothing held: nothing to narrow
+        size = max((t.num_rows for t in held.values()), default=0)
+        if not size:
+            return None
         key_type = next(t.schema.field(s.key).type for t in held.values())
         parts = [t[s.key].cast(key_type) for t in inputs if t.num_rows]
+        if parts:
+            parts = [pc.unique(pa.chunked_array(parts, type=key_type).combine_chunks())]
+            if len(parts[0]) * WIDE > size:
+                return None
         for name, spec in s.states.items():
             t = held[name]
+            if spec.time_column is not None and spec.index_time is not None and not t.num_rows:
+                self.index[name] = pa.table({s.key: pa.array([], t.schema.field(s.key).type),
+                                             _DUE: pa.array([], pa.int64())})
             if spec.time_column is None or not t.num_rows:
                 continue
             if spec.index_time is None:  # due at the time column itself
@@ -130,26 +144,24 @@ class HeapState:
                     due = pc.fill_null(col.cast(storage_type(col.type)).cast(pa.int64()), _NULL_DUE)
                     parts.append(t[s.key].filter(pc.less(due, s.cutoff_us)).cast(key_type))
                 continue
-            index = self._parent_index(name)
-            if index is None:
-                return None
+            self.index[name] = index = self._parent_index(name, t, spec)
             if s.cutoff_us is not None:
                 parts.append(index[s.key].filter(pc.less(index[_DUE], s.cutoff_us)).cast(key_type))
         keys = pc.unique(pa.chunked_array(parts, type=key_type).combine_chunks()) if parts else pa.array([], key_type)
-        for name in list(self.index):
-            idx = self.index[name]
+        for name, idx in self.index.items():
             self.index[name] = idx.filter(pc.invert(pc.fill_null(pc.is_in(
                 idx[s.key], value_set=keys.cast(idx.schema.field(s.key).type)), False)))
         return keys
 
-    def _parent_index(self, name: str) -> pa.Table | None:
+    def _parent_index(self, name: str, held: pa.Table, spec: StateSpec) -> pa.Table:
+        """The key index of the parent's state ``name``: kept warm by the round that wrote it, else (a cold
+        executor, a rescale, after a wide round) computed from the held rows, as a keyed store's rebuild does."""
         s = self.scope
         chain = parent_chain(s.parent.get(name, ()), s.kgr.start, s.kgr.end)
-        if chain is None:
-            return None
-        index = recall(_index_digest(chain.digest, s.uid, name))
-        if index is not None:
-            self.index[name] = index
+        index = recall(_index_digest(chain.digest, s.uid, name)) if chain is not None else None
+        if index is None:
+            assert spec.index_time is not None
+            index = _key_index(s.key, held, spec.schema, spec.index_time)
         return index
 
 

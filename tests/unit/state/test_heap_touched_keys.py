@@ -14,6 +14,7 @@ from pipeline.checkpoint.handles import StateHandle
 from pipeline.fileio import LocalFileIO
 from pipeline.keygroups import KeyGroupRange
 from pipeline.operators.process import TOUCHED, process_step
+from pipeline.runtime.operators import heap_state
 from pipeline.runtime.operators.heap_state import HeapState
 from pipeline.runtime.operators.state_access import StateScope, StateSpec
 from pipeline.state import backend
@@ -33,6 +34,13 @@ SEC = 1_000_000
 def dirs(tmp_path, monkeypatch):
     monkeypatch.setenv("PIPELINE_STATE_CACHE_DIR", str(tmp_path / "cache"))
     backend._RECENT.clear()
+
+
+@pytest.fixture
+def narrow(monkeypatch):
+    """Rounds narrow to their touched keys even on these small states (a round is wide only with more distinct
+    input keys than 20x the held rows)."""
+    monkeypatch.setattr(heap_state, "WIDE", 0.05)
 
 
 def _snapshot(root: str, cid: int) -> dict:
@@ -58,7 +66,8 @@ def _forget_warm_state(tmp_path) -> None:
 
 @pytest.mark.parametrize("size,slide,late,emit,seed", [(60, 60, 0, "final", 0), (60, 20, 15, "final", 1),
                                                       (40, 20, 0, "update", 2), (30, 30, 30, "update", 3)])
-def test_window_on_touched_keys_equals_the_window_on_the_whole_state(tmp_path, size, slide, late, emit, seed):
+def test_window_on_touched_keys_equals_the_window_on_the_whole_state(tmp_path, narrow, size, slide, late, emit,
+                                                                    seed):
     rng = random.Random(seed)
     root = tmp_path.as_uri()
     w = WindowSpec("k", "et", size * SEC, slide * SEC, 0, late * SEC,
@@ -72,7 +81,7 @@ def test_window_on_touched_keys_equals_the_window_on_the_whole_state(tmp_path, s
     ev, ep = sschema.names.index(EVENT_US), sschema.names.index(EPOCH)
     for rnd in range(14):
         if rnd == 9:
-            _forget_warm_state(tmp_path)  # the next round reads the whole range and writes a complete index
+            _forget_warm_state(tmp_path)  # the next round computes the key index from the held rows
         n = rng.randrange(0, 12)
         ks = [rng.randrange(40) for _ in range(n)]
         et = [max(0, epoch * 25 + rng.randrange(-40, 30)) * SEC for _ in range(n)]
@@ -118,7 +127,7 @@ def _count_fn(rows: pa.Table, state: pa.Table):
 
 
 @pytest.mark.parametrize("seed", range(2))
-def test_process_on_touched_keys_expires_by_its_time_column(tmp_path, seed):
+def test_process_on_touched_keys_expires_by_its_time_column(tmp_path, narrow, seed):
     rng = random.Random(seed)
     root = tmp_path.as_uri()
     st_schema = pa.schema([("k", pa.string()), ("c", pa.int64())])
@@ -154,7 +163,7 @@ def test_process_on_touched_keys_expires_by_its_time_column(tmp_path, seed):
     assert narrowed >= 3 and expired, (narrowed, expired)
 
 
-def test_a_kernel_writing_a_key_the_round_did_not_touch_is_refused(tmp_path):
+def test_a_kernel_writing_a_key_the_round_did_not_touch_is_refused(tmp_path, narrow):
     from pipeline.exceptions import StateStoreError
     root = tmp_path.as_uri()
     schema = pa.schema([("k", pa.string()), ("c", pa.int64()), ("_kg", pa.int32())])
@@ -170,3 +179,22 @@ def test_a_kernel_writing_a_key_the_round_did_not_touch_is_refused(tmp_path):
         with pytest.raises(StateStoreError, match="did not touch"):
             access.write("agg", pa.table({"k": ["a", "z"], "c": [2, 1], "_kg": pa.array([0, 2], pa.int32())},
                                          schema=schema))
+
+
+def test_a_round_with_many_input_keys_runs_the_kernel_on_the_whole_range(tmp_path):
+    root = tmp_path.as_uri()
+    schema = pa.schema([("k", pa.string()), ("c", pa.int64()), ("_kg", pa.int32())])
+
+    def rows(keys: list[str]) -> pa.Table:
+        return pa.table({"k": keys, "c": [1] * len(keys), "_kg": pa.array([len(k) % 8 for k in keys], pa.int32())},
+                        schema=schema)
+    first = rows([f"k{i}" for i in range(100)])
+    with HeapState(StateScope("a", 0, KGR, "k", "chk-0", f"{root}/job/chk-1", {"agg": StateSpec(schema)}, {},
+                              _snapshot(root, 1)), LocalFileIO()) as access:
+        assert access.read([first])["agg"].num_rows == 0
+        h = access.write("agg", first)
+    for n_keys, held_rows in ((30, 100), (20, 20)):  # 30 keys > 100 / 4: wide; 20: narrow
+        scope = StateScope("a", 0, KGR, "k", "chk-1", f"{root}/job/chk-2", {"agg": StateSpec(schema)}, {"agg": [h]},
+                           _snapshot(root, 2))
+        with HeapState(scope, LocalFileIO()) as access:
+            assert access.read([rows([f"k{i}" for i in range(n_keys)])])["agg"].num_rows == held_rows
