@@ -29,6 +29,7 @@ import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -46,6 +47,7 @@ __all__ = ["HeapState"]
 
 _DUE = "_due"                # the key index's column: a key's least due time (storage integers)
 _NULL_DUE = -(1 << 63)       # a row without a time is due at once (as in the keyed store's TTL index)
+MAX_CHUNKS = 256             # the held table is compacted beyond this many chunks (:func:`_without`)
 WIDE = 4                     # a round with more than held rows / WIDE input keys runs the kernel on the whole range
 
 
@@ -73,8 +75,9 @@ class HeapState:
             return held
         for name, t in held.items():
             mask = pc.fill_null(pc.is_in(t[s.key], value_set=self.keys.cast(t.schema.field(s.key).type)), False)
-            self.held[name] = t.filter(mask)
-            self.rest[name] = t.filter(pc.invert(mask))
+            at = pc.indices_nonzero(mask)
+            self.held[name] = t.take(at)
+            self.rest[name] = _without(t, at.to_numpy())
         return dict(self.held)
 
     def write(self, name: str, new: pa.Table, touched: TouchedKeys | None = None, *,
@@ -163,6 +166,20 @@ class HeapState:
             assert spec.index_time is not None
             index = _key_index(s.key, held, spec.schema, spec.index_time)
         return index
+
+
+def _without(t: pa.Table, rows: np.ndarray) -> pa.Table:
+    """``t`` without the rows at the (ascending) positions ``rows``: zero-copy slices of the runs between them (a
+    narrow round removes a few rows; copying the rest would cost O(state)), compacted into one chunk once the
+    table has more than :data:`MAX_CHUNKS` chunks."""
+    if not len(rows):
+        return t
+    starts = np.concatenate(([0], rows + 1))
+    ends = np.concatenate((rows, [t.num_rows]))
+    keep = ends > starts
+    parts = [t.slice(int(a), int(b - a)) for a, b in zip(starts[keep], ends[keep])]
+    out = pa.concat_tables(parts) if parts else t.schema.empty_table()
+    return out.combine_chunks() if out[0].num_chunks > MAX_CHUNKS else out
 
 
 def _index_digest(chain_digest: str, uid: str, name: str) -> str:
