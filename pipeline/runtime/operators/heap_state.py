@@ -18,7 +18,7 @@ only) and kept warm beside the state under the new chain's digest. Without the p
 another executor, a rescale, after a wide round) it is computed from the held rows, as a keyed store's rebuild
 files them.
 
-A **wide round** (as many distinct input keys as a quarter of the held rows, or nothing held: a catch-up round,
+A **wide round** (more input rows than a quarter of the held rows, or nothing held: a catch-up round,
 the first rounds of a job) runs the kernel on the whole range, as a plain heap: narrowing would cost more than it
 saves. Its snapshot is diffed on the kernel's touched keys, and no key index is kept (the next narrow round
 computes it).
@@ -48,7 +48,7 @@ __all__ = ["HeapState"]
 _DUE = "_due"                # the key index's column: a key's least due time (storage integers)
 _NULL_DUE = -(1 << 63)       # a row without a time is due at once (as in the keyed store's TTL index)
 MAX_CHUNKS = 256             # the held table is compacted beyond this many chunks (:func:`_without`)
-WIDE = 4                     # a round with more than held rows / WIDE input keys runs the kernel on the whole range
+WIDE = 4                     # a round with more than held rows / WIDE input rows runs the kernel on the whole range
 
 
 class HeapState:
@@ -122,18 +122,16 @@ class HeapState:
 
     # -- the touched keys ---------------------------------------------------------------------------
     def _touched(self, inputs: Sequence[pa.Table], held: dict[str, pa.Table]) -> pa.Array | None:
-        """The keys of the ``inputs`` rows and of the held rows due below the cutoff; None for a wide round (as
-        many input keys as held rows / :data:`WIDE`, or nothing held): narrowing would cost more than it saves."""
+        """The keys of the ``inputs`` rows and of the held rows due below the cutoff; None for a wide round (more
+        input rows than held rows / :data:`WIDE`, or nothing held): narrowing would cost more than it saves."""
         s = self.scope
         size = max((t.num_rows for t in held.values()), default=0)
         if not size:
             return None
+        if sum(t.num_rows for t in inputs) * WIDE > size:  # (rows, not distinct keys: no hashing of a large input)
+            return None
         key_type = next(t.schema.field(s.key).type for t in held.values())
         parts = [t[s.key].cast(key_type) for t in inputs if t.num_rows]
-        if parts:
-            parts = [pc.unique(pa.chunked_array(parts, type=key_type).combine_chunks())]
-            if len(parts[0]) * WIDE > size:
-                return None
         for name, spec in s.states.items():
             t = held[name]
             if spec.time_column is not None and spec.index_time is not None and not t.num_rows:
