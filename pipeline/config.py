@@ -92,10 +92,10 @@ class PipelineConfig:
     state_max_delta_ratio: float = 0.5
     """... and their bytes, as a fraction of the base's."""
     state_backend: str = "heap"
-    """``heap`` (the default): each task reads and works on its key-group range's whole state in memory (the
-    fastest per record while the state is small, O(state) per epoch); ``rocksdb``: an executor-local RocksDB store
-    per state and range, read and written per touched key, so an epoch's cost does not grow with the state held (and
-    state may be larger than memory): the choice for large state (docs/state.md "Which backend")."""
+    """``heap`` (the default): each task holds its key-group range's state in memory and hands the kernel the touched
+    keys' rows, found by a vectorised probe (the fastest per record; an epoch's cost does not grow with the state);
+    ``rocksdb``: an executor-local RocksDB store per state and range, read and written per touched key, so state may
+    be larger than memory (docs/state.md "Which backend")."""
     validate_after_epoch: bool = False
     """Run the cheap quality subset after each checkpoint."""
     spark_master: str = ""

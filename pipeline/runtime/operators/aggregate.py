@@ -148,7 +148,7 @@ def make_agg_task(spec: AggTaskSpec):
         incoming = run.incoming
         sschema = spec.state_schema.append(pa.field(KG_COLUMN, pa.int32()))
         oschema = spec.out_schema or spec.state_schema
-        with open_state(run.scope(spec.key, {"agg": StateSpec(sschema)}), run.fio) as access:  # heap: the range's whole state; rocksdb: this round's groups
+        with open_state(run.scope(spec.key, {"agg": StateSpec(sschema)}), run.fio) as access:  # both backends: this round's groups (heap: a wide round, the whole range)
             state = access.read([incoming] if incoming is not None else [])["agg"]
             restored = state.num_rows
             before = state

@@ -52,7 +52,7 @@ def make_dedup_task(spec: DedupTaskSpec):
         ischema = spec.in_schema.append(pa.field(KG_COLUMN, pa.int32()))
         new = run.incoming.select(ischema.names).cast(ischema) if run.incoming is not None else ischema.empty_table()
         scope = run.scope(spec.key, {"keys": StateSpec(sschema, "_ingest_ts")}, spec.ttl_cutoff_us)
-        with open_state(scope, run.fio) as access:  # heap: the range's whole state; rocksdb: this round's keys
+        with open_state(scope, run.fio) as access:  # both backends: this round's keys (heap: a wide round, the whole range)
             state = access.read([new])["keys"]
             restored = state.num_rows
             if ROW_EPOCH in new.column_names:

@@ -182,7 +182,7 @@ def make_join_task(spec: JoinTaskSpec):
         handles: list[tuple[ReportKind, str, StateHandle | FileHandle | None]] = []
         with _channel_state_guard(spec):  # (rocksdb: a store rebuilt from older files meets them here)
             opened = open_state(scope, fio)
-        with opened as state:  # heap: the range's whole state; rocksdb: the round's keys' rows
+        with opened as state:  # the round's keys' rows (heap: a wide round, the whole range)
             with _channel_state_guard(spec):
                 held = state.read([new_l, new_r])
             state_l = fill_row_epochs(held["left"], default=None, epoch_us=spec.epoch_us)

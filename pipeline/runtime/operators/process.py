@@ -55,7 +55,7 @@ def make_process_task(spec: ProcessTaskSpec):
         sschema = spec.state_schema.append(pa.field(TOUCHED, pa.int64())).append(pa.field(KG_COLUMN, pa.int32()))
         ttl_us = None if spec.ttl_seconds is None else spec.ttl_seconds * SEC
         cutoff_us = None if ttl_us is None else spec.barrier_us - ttl_us  # state touched before it expires
-        # rocksdb: the input's keys plus the keys the TTL expires; heap: the range's whole state
+        # the input's keys plus the keys the TTL expires (heap: a wide round, the whole range)
         with open_state(run.scope(spec.key, {"proc": StateSpec(sschema, TOUCHED)}, cutoff_us), run.fio) as access:
             rows = kgs = None
             if incoming is not None:

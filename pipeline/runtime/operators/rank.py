@@ -73,7 +73,7 @@ def make_rank_task(spec: RankTaskSpec):
         sschema = rank_state_schema(spec.in_schema)
         ischema = spec.in_schema.append(pa.field(KG_COLUMN, pa.int32()))
         new = run.incoming.select(ischema.names).cast(ischema) if run.incoming is not None else ischema.empty_table()
-        with open_state(run.scope(spec.key, {"rank": StateSpec(sschema)}), run.fio) as access:  # heap: the range's whole state; rocksdb: this round's keys
+        with open_state(run.scope(spec.key, {"rank": StateSpec(sschema)}), run.fio) as access:  # both backends: this round's keys (heap: a wide round, the whole range)
             state = access.read([new])["rank"]
             restored = state.num_rows
             res = rank_step(state, new, key=spec.key, order_by=spec.order_by, n=spec.n, skip=(KG_COLUMN,))

@@ -62,7 +62,7 @@ def make_retract_join_task(spec: RetractJoinTaskSpec):
         lrows = _side(incoming, 0, spec.left_schema) if incoming is not None else None
         rrows = _side(incoming, 1, spec.right_schema) if incoming is not None else None
         in_rows = incoming.num_rows if incoming is not None else 0
-        with open_state(scope, run.fio) as access:   # heap: the range's whole state; rocksdb: the round's keys' rows
+        with open_state(scope, run.fio) as access:   # the round's keys' rows (heap: a wide round, the whole range)
             held = access.read([t for t in (lrows, rrows) if t is not None])
             restored = held["left"].num_rows + held["right"].num_rows
             res = retract_join_step(spec.key, spec.output, spec.left_schema, spec.right_schema, held["left"],

@@ -228,7 +228,7 @@ def make_window_task(spec: WindowTaskSpec):
         # the completing round touches the keys whose windows fire (end + lateness <= W(m)) and the keys with records
         # of this epoch from its earlier rounds (filed under PENDING_US); earlier rounds touch their input's keys
         cutoff_us = (fire + 1 if fire is not None else PENDING_US + 1) if spec.complete else None
-        # rocksdb: a record's key is filed under its next firing time; heap: the range's whole state
+        # a record's key is filed under its next firing time (rocksdb's TTL index, heap's key index)
         scope = run.scope(w.key, {"win": StateSpec(sschema, EVENT_US, _fire_index(w, sschema, wm.before.watermark_us,
                                                                                   spec.epoch))}, cutoff_us)
         with open_state(scope, run.fio) as access:
