@@ -155,12 +155,8 @@ def load_chain(fileio: FileIO, chain: StateChain, checkpoint: str, *, warm: bool
     digest = chain.digest
     t0 = time.perf_counter()
     if warm:
-        t = _RECENT.get(digest)
-        where = "worker"
-        if t is None:
-            flush_cache_writes()
-            t = default_cache().get(digest)
-            where = "cache"
+        where = "worker" if digest in _RECENT else "cache"
+        t = recall(digest)
         if t is not None:
             trace("load", where, t.num_rows, t0)
             return t

@@ -74,8 +74,7 @@ class HeapState:
         if self.keys is None:
             return held
         for name, t in held.items():
-            mask = pc.fill_null(pc.is_in(t[s.key], value_set=self.keys.cast(t.schema.field(s.key).type)), False)
-            at = pc.indices_nonzero(mask)
+            at = pc.indices_nonzero(_of_keys(t[s.key], self.keys))
             self.held[name] = t.take(at)
             self.rest[name] = _without(t, at.to_numpy())
         return dict(self.held)
@@ -93,17 +92,14 @@ class HeapState:
                                s.parent.get(name, ()), s.snapshot, s.checkpoint, touched=touched, uid=s.uid,
                                subtask=s.subtask)
         new = new.select(spec.schema.names).cast(spec.schema)
-        if new.num_rows:
-            stray = pc.invert(pc.fill_null(pc.is_in(new[s.key], value_set=self.keys.cast(
-                new.schema.field(s.key).type)), False))
-            if pc.any(stray).as_py():
-                raise StateStoreError(f"checkpoint {s.checkpoint}: operator {s.uid} subtask {s.subtask} state "
-                                      f"{name!r}: the kernel wrote rows of a key the round did not touch")
+        if new.num_rows and not pc.all(_of_keys(new[s.key], self.keys)).as_py():
+            raise StateStoreError(f"checkpoint {s.checkpoint}: operator {s.uid} subtask {s.subtask} state "
+                                  f"{name!r}: the kernel wrote rows of a key the round did not touch")
+        # the changelog of the touched keys' rows is the state's (a state without one is always written as a base)
         delta = diff(self.held[name], new) if can_diff(spec.schema) else None
         handle = write_state(self.fileio, s.state_prefix, name, s.kgr.start, s.kgr.end,
                              pa.concat_tables([self.rest[name], new]), s.parent.get(name, ()), s.snapshot,
-                             s.checkpoint, touched=TouchedKeys(s.key, (self.keys,)), uid=s.uid, subtask=s.subtask,
-                             delta=delta)
+                             s.checkpoint, uid=s.uid, subtask=s.subtask, delta=delta)
         f = index_time or spec.index_time
         chain = StateChain.of(handle)
         if f is not None and spec.time_column is not None and chain is not None and name in self.index:
@@ -134,24 +130,19 @@ class HeapState:
         parts = [t[s.key].cast(key_type) for t in inputs if t.num_rows]
         for name, spec in s.states.items():
             t = held[name]
-            if spec.time_column is not None and spec.index_time is not None and not t.num_rows:
-                self.index[name] = pa.table({s.key: pa.array([], t.schema.field(s.key).type),
-                                             _DUE: pa.array([], pa.int64())})
-            if spec.time_column is None or not t.num_rows:
+            if spec.time_column is None:
                 continue
-            if spec.index_time is None:  # due at the time column itself
-                if s.cutoff_us is not None:
-                    col = t[spec.time_column]
-                    due = pc.fill_null(col.cast(storage_type(col.type)).cast(pa.int64()), _NULL_DUE)
-                    parts.append(t[s.key].filter(pc.less(due, s.cutoff_us)).cast(key_type))
-                continue
-            self.index[name] = index = self._parent_index(name, t, spec)
+            if spec.index_time is not None:  # due at a time the operator computes: the key index
+                self.index[name] = index = self._parent_index(name, t, spec)
+                keyed, due = index[s.key], index[_DUE]
+            else:  # due at the time column itself
+                col = t[spec.time_column]
+                keyed, due = t[s.key], pc.fill_null(col.cast(storage_type(col.type)).cast(pa.int64()), _NULL_DUE)
             if s.cutoff_us is not None:
-                parts.append(index[s.key].filter(pc.less(index[_DUE], s.cutoff_us)).cast(key_type))
+                parts.append(keyed.filter(pc.less(due, s.cutoff_us)).cast(key_type))
         keys = pc.unique(pa.chunked_array(parts, type=key_type).combine_chunks()) if parts else pa.array([], key_type)
         for name, idx in self.index.items():
-            self.index[name] = idx.filter(pc.invert(pc.fill_null(pc.is_in(
-                idx[s.key], value_set=keys.cast(idx.schema.field(s.key).type)), False)))
+            self.index[name] = idx.filter(pc.invert(_of_keys(idx[s.key], keys)))
         return keys
 
     def _parent_index(self, name: str, held: pa.Table, spec: StateSpec) -> pa.Table:
@@ -164,6 +155,11 @@ class HeapState:
             assert spec.index_time is not None
             index = _key_index(s.key, held, spec.schema, spec.index_time)
         return index
+
+
+def _of_keys(column: pa.ChunkedArray, keys: pa.Array) -> pa.ChunkedArray:
+    """Per value of ``column``: whether it is one of ``keys`` (a null is, when ``keys`` holds a null)."""
+    return pc.fill_null(pc.is_in(column, value_set=keys.cast(column.type)), False)
 
 
 def _without(t: pa.Table, rows: np.ndarray) -> pa.Table:
