@@ -12,22 +12,16 @@ import pytest
 
 from pipeline.checkpoint.handles import StateHandle
 from pipeline.fileio import LocalFileIO
-from pipeline.keygroups import KeyGroupRange
 from pipeline.operators.process import TOUCHED, process_step
 from pipeline.runtime.operators import heap_state
 from pipeline.runtime.operators.heap_state import HeapState
 from pipeline.runtime.operators.state_access import StateScope, StateSpec
 from pipeline.state import backend
 from pipeline.state.backend import read_state
-from pipeline.windows.aggregate import EPOCH, EVENT_US, EmitMode, WindowSpec, state_schema, window_step
-from pipeline.windows.assign import PENDING_US, window_index
+from pipeline.windows.aggregate import EVENT_US, window_step
+from tests.unit.state.window_rounds import KGR, SEC, count_fn, sorted_rows, window_rounds, window_spec
 
 pytestmark = pytest.mark.unit
-
-TS = pa.timestamp("us", tz="UTC")
-IN = pa.schema([("k", pa.string()), ("et", TS), ("v", pa.int64()), ("_kg", pa.int32())])
-KGR = KeyGroupRange(0, 7)
-SEC = 1_000_000
 
 
 @pytest.fixture(autouse=True)
@@ -38,8 +32,8 @@ def dirs(tmp_path, monkeypatch):
 
 @pytest.fixture
 def narrow(monkeypatch):
-    """Rounds narrow to their touched keys even on these small states (a round is wide only with more distinct
-    input keys than 20x the held rows)."""
+    """Rounds narrow to their touched keys even on these small states (a round is wide only with more input rows
+    than 20x the held rows)."""
     monkeypatch.setattr(heap_state, "WIDE", 0.05)
 
 
@@ -48,12 +42,8 @@ def _snapshot(root: str, cid: int) -> dict:
             "incremental": True, "max_deltas": 3, "max_delta_ratio": 10.0, "backend": "heap", "job_root": root}
 
 
-def _sorted(t: pa.Table) -> list[tuple]:
-    return sorted(tuple(str(v) for v in r.values()) for r in t.to_pylist())
-
-
 def _restored(handle: StateHandle, schema: pa.Schema, cid: int) -> list[tuple]:
-    return _sorted(read_state(LocalFileIO(), [handle], 0, 7, schema, f"chk-{cid}"))
+    return sorted_rows(read_state(LocalFileIO(), [handle], 0, 7, schema, f"chk-{cid}"))
 
 
 def _forget_warm_state(tmp_path) -> None:
@@ -68,62 +58,31 @@ def _forget_warm_state(tmp_path) -> None:
                                                       (40, 20, 0, "update", 2), (30, 30, 30, "update", 3)])
 def test_window_on_touched_keys_equals_the_window_on_the_whole_state(tmp_path, narrow, size, slide, late, emit,
                                                                     seed):
-    rng = random.Random(seed)
     root = tmp_path.as_uri()
-    w = WindowSpec("k", "et", size * SEC, slide * SEC, 0, late * SEC,
-                   (("n", "count", None), ("s", "sum", "v"), ("mx", "max", "v")), EmitMode(emit))
-    sschema = state_schema(w, IN).append(pa.field("_kg", pa.int32()))
+    w, sschema = window_spec(size, slide, late, emit)
     heap = sschema.empty_table()
     parent: dict[str, list[StateHandle]] = {}
-    wm: int | None = None
     narrowed = fired_without_input = 0
-    epoch = 0
-    ev, ep = sschema.names.index(EVENT_US), sschema.names.index(EPOCH)
-    for rnd in range(14):
+    for r in window_rounds(seed, 14, 40):
+        rnd, rows, kw = r.rnd, r.rows, r.step_kwargs()
         if rnd == 9:
             _forget_warm_state(tmp_path)  # the next round computes the key index from the held rows
-        n = rng.randrange(0, 12)
-        ks = [rng.randrange(40) for _ in range(n)]
-        et = [max(0, epoch * 25 + rng.randrange(-40, 30)) * SEC for _ in range(n)]
-        rows = pa.table({"k": [f"k{k}" for k in ks], "et": pa.array(et, pa.int64()).cast(TS),
-                         "v": [rng.randrange(100) for _ in range(n)], "_kg": pa.array([k % 8 for k in ks], pa.int32())},
-                        schema=IN)
-        complete = rng.random() < 0.6
-        fire = max(wm or 0, (epoch * 25 - 10) * SEC) if complete and epoch else None
-        kw = dict(epoch=epoch, late_watermark_us=wm, fire_watermark_us=fire, complete=complete, input_schema=IN,
-                  carry=("_kg",))
         want = window_step(w, heap, rows, **kw)  # type: ignore[arg-type]
-        cutoff = (fire + 1 if fire is not None else PENDING_US + 1) if complete else None  # as the window task
-        index = window_index(w.size_us, w.slide_us, w.lateness_us, wm, event_i=ev, epoch_i=ep, pending_epoch=epoch)
         with HeapState(StateScope("w", 0, KGR, "k", f"chk-{rnd}", f"{root}/job/chk-{rnd + 1}",
-                                  {"win": StateSpec(sschema, EVENT_US, index)}, parent, _snapshot(root, rnd + 1),
-                                  cutoff), LocalFileIO()) as access:
+                                  {"win": StateSpec(sschema, EVENT_US, r.read_index(w, sschema))}, parent,
+                                  _snapshot(root, rnd + 1), r.cutoff), LocalFileIO()) as access:
             held = access.read([rows])["win"]
             narrowed += held.num_rows < heap.num_rows
             got = window_step(w, held, rows, **kw)  # type: ignore[arg-type]
-            assert _sorted(got.output) == _sorted(want.output), (rnd, "output")
-            assert _sorted(got.late) == _sorted(want.late), (rnd, "late")
+            assert sorted_rows(got.output) == sorted_rows(want.output), (rnd, "output")
+            assert sorted_rows(got.late) == sorted_rows(want.late), (rnd, "late")
             fired_keys = set(got.output["k"].to_pylist()) if "k" in got.output.column_names else set()
             fired_without_input += bool(fired_keys - set(rows["k"].to_pylist()))
-            h = access.write("win", got.state, index_time=window_index(
-                w.size_us, w.slide_us, w.lateness_us, fire if fire is not None else wm, event_i=ev, epoch_i=ep,
-                pending_epoch=None if complete else epoch))
+            h = access.write("win", got.state, index_time=r.write_index(w, sschema))
         heap = want.state.select(sschema.names)
-        assert _restored(h, sschema, rnd + 1) == _sorted(heap), (rnd, "snapshot")
+        assert _restored(h, sschema, rnd + 1) == sorted_rows(heap), (rnd, "snapshot")
         parent = {"win": [h]}
-        wm = fire if fire is not None else wm
-        epoch += 1 if complete else 0
     assert narrowed >= 5 and fired_without_input, (narrowed, fired_without_input)
-
-
-def _count_fn(rows: pa.Table, state: pa.Table):
-    """A running count per key (state ``k``, ``c``) emitting the new counts."""
-    have = dict(zip(state["k"].to_pylist(), state["c"].to_pylist()))
-    for k in rows["k"].to_pylist():
-        have[k] = have.get(k, 0) + 1
-    keys = sorted(set(rows["k"].to_pylist()))
-    new = pa.table({"k": keys, "c": pa.array([have[k] for k in keys], pa.int64())})
-    return new, new
 
 
 @pytest.mark.parametrize("seed", range(2))
@@ -145,20 +104,20 @@ def test_process_on_touched_keys_expires_by_its_time_column(tmp_path, narrow, se
 
         def carry(t: pa.Table, kgs: pa.Table = kgs) -> pa.Table:
             return t.join(kgs, keys="k", join_type="inner").select(sschema.names)
-        want = process_step("p", "k", _count_fn, st_schema, st_schema, heap, rows.select(["k"]), barrier_us=barrier,
+        want = process_step("p", "k", count_fn, st_schema, st_schema, heap, rows.select(["k"]), barrier_us=barrier,
                             ttl_us=ttl, carry=carry)
         with HeapState(StateScope("p", 0, KGR, "k", f"chk-{rnd}", f"{root}/job/chk-{rnd + 1}",
                                   {"proc": StateSpec(sschema, TOUCHED)}, parent, _snapshot(root, rnd + 1),
                                   barrier - ttl), LocalFileIO()) as access:
             held = access.read([rows])["proc"]
             narrowed += held.num_rows < heap.num_rows
-            got = process_step("p", "k", _count_fn, st_schema, st_schema, held, rows.select(["k"]),
+            got = process_step("p", "k", count_fn, st_schema, st_schema, held, rows.select(["k"]),
                                barrier_us=barrier, ttl_us=ttl, carry=carry)
-            assert _sorted(got.output) == _sorted(want.output) and got.expired == want.expired, rnd
+            assert sorted_rows(got.output) == sorted_rows(want.output) and got.expired == want.expired, rnd
             expired += got.expired
             h = access.write("proc", got.state.select(sschema.names).cast(sschema))
         heap = want.state.select(sschema.names).cast(sschema)
-        assert _restored(h, sschema, rnd + 1) == _sorted(heap), rnd
+        assert _restored(h, sschema, rnd + 1) == sorted_rows(heap), rnd
         parent = {"proc": [h]}
     assert narrowed >= 3 and expired, (narrowed, expired)
 

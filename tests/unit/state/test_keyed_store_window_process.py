@@ -12,22 +12,17 @@ import pytest
 
 from pipeline.checkpoint.handles import StateHandle
 from pipeline.fileio import LocalFileIO
-from pipeline.keygroups import KeyGroupRange
 from pipeline.operators.process import TOUCHED, process_step
 from pipeline.runtime.operators.keyed_stores import KeyedStores
 from pipeline.runtime.operators.state_access import StateScope, StateSpec
 from pipeline.state import backend
 from pipeline.state.backend import read_state
 from pipeline.state.keyed_store import row_keys
-from pipeline.windows.aggregate import EPOCH, EVENT_US, EmitMode, WindowSpec, state_schema, window_step
-from pipeline.windows.assign import PENDING_US, next_fire_us, window_index
+from pipeline.windows.aggregate import EVENT_US, window_step
+from pipeline.windows.assign import next_fire_us
+from tests.unit.state.window_rounds import KGR, SEC, count_fn, sorted_rows, window_rounds, window_spec
 
 pytestmark = pytest.mark.unit
-
-TS = pa.timestamp("us", tz="UTC")
-IN = pa.schema([("k", pa.string()), ("et", TS), ("v", pa.int64()), ("_kg", pa.int32())])
-KGR = KeyGroupRange(0, 7)
-SEC = 1_000_000
 
 
 @pytest.fixture(autouse=True)
@@ -42,13 +37,9 @@ def _snapshot(root: str, cid: int) -> dict:
             "incremental": True, "max_deltas": 2, "max_delta_ratio": 10.0, "backend": "rocksdb", "job_root": root}
 
 
-def _sorted(t: pa.Table) -> list[tuple]:
-    return sorted(tuple(str(v) for v in r.values()) for r in t.to_pylist())
-
-
 def _restored(handle: StateHandle, schema: pa.Schema, cid: int) -> list[tuple]:
     backend._RECENT.clear()
-    return _sorted(read_state(LocalFileIO(), [handle], 0, 7, schema, f"chk-{cid}"))
+    return sorted_rows(read_state(LocalFileIO(), [handle], 0, 7, schema, f"chk-{cid}"))
 
 
 def test_next_fire_is_the_first_window_end_plus_lateness_above_the_watermark():
@@ -60,33 +51,16 @@ def test_next_fire_is_the_first_window_end_plus_lateness_above_the_watermark():
 @pytest.mark.parametrize("size,slide,late,emit,seed", [(60, 60, 0, "final", 0), (60, 20, 15, "final", 1),
                                                       (40, 20, 0, "update", 2), (30, 30, 30, "update", 3)])
 def test_window_on_a_keyed_store_equals_the_window_on_the_whole_state(tmp_path, size, slide, late, emit, seed):
-    rng = random.Random(seed)
     root = tmp_path.as_uri()
-    w = WindowSpec("k", "et", size * SEC, slide * SEC, 0, late * SEC,
-                   (("n", "count", None), ("s", "sum", "v"), ("mx", "max", "v")), EmitMode(emit))
-    sschema = state_schema(w, IN).append(pa.field("_kg", pa.int32()))
+    w, sschema = window_spec(size, slide, late, emit)
     heap = sschema.empty_table()
     parent: dict[str, list[StateHandle]] = {}
-    wm: int | None = None
     emitted = fired_by_index = 0
-    epoch = 0  # an epoch may take several rounds (a checkpoint spanning rounds): only its last one completes it
-    ev, ep = sschema.names.index(EVENT_US), sschema.names.index(EPOCH)
-    for rnd in range(12):
-        n = rng.randrange(0, 12)
-        ks = [rng.randrange(9) for _ in range(n)]
-        et = [max(0, epoch * 25 + rng.randrange(-40, 30)) * SEC for _ in range(n)]  # some late
-        rows = pa.table({"k": [f"k{k}" for k in ks], "et": pa.array(et, pa.int64()).cast(TS),
-                         "v": [rng.randrange(100) for _ in range(n)], "_kg": pa.array([k % 8 for k in ks], pa.int32())},
-                        schema=IN)
-        complete = rng.random() < 0.6
-        fire = max(wm or 0, (epoch * 25 - 10) * SEC) if complete and epoch else None
-        kw = dict(epoch=epoch, late_watermark_us=wm, fire_watermark_us=fire, complete=complete, input_schema=IN,
-                  carry=("_kg",))
+    for r in window_rounds(seed, 12, 9):
+        rnd, rows, kw, cutoff = r.rnd, r.rows, r.step_kwargs(), r.cutoff
         want = window_step(w, heap, rows, **kw)  # type: ignore[arg-type]
-        cutoff = (fire + 1 if fire is not None else PENDING_US + 1) if complete else None  # as the window task
-        index = window_index(w.size_us, w.slide_us, w.lateness_us, wm, event_i=ev, epoch_i=ep, pending_epoch=epoch)
         stores = KeyedStores(StateScope("w", 0, KGR, "k", f"chk-{rnd}", f"{root}/job/chk-{rnd + 1}",
-                                        {"win": StateSpec(sschema, EVENT_US, index)}, parent,
+                                        {"win": StateSpec(sschema, EVENT_US, r.read_index(w, sschema))}, parent,
                                         _snapshot(root, rnd + 1), cutoff), LocalFileIO())
         try:
             keys = stores.touched([rows], cutoff)
@@ -94,33 +68,19 @@ def test_window_on_a_keyed_store_equals_the_window_on_the_whole_state(tmp_path, 
             held = stores.get("win", keys)
             got = window_step(w, held, rows, **kw)  # type: ignore[arg-type]
             emitted += got.output.num_rows
-            assert _sorted(got.output) == _sorted(want.output), (rnd, "output")
-            assert _sorted(got.late) == _sorted(want.late), (rnd, "late")
-            stores.stores["win"].index_time = window_index(
-                w.size_us, w.slide_us, w.lateness_us, fire if fire is not None else wm, event_i=ev, epoch_i=ep,
-                pending_epoch=None if complete else epoch)
+            assert sorted_rows(got.output) == sorted_rows(want.output), (rnd, "output")
+            assert sorted_rows(got.late) == sorted_rows(want.late), (rnd, "late")
+            stores.stores["win"].index_time = r.write_index(w, sschema)
             h = stores.commit("win", keys, held, got.state, cutoff_us=cutoff, state_prefix=f"{root}/job/chk-{rnd + 1}",
                               snapshot=_snapshot(root, rnd + 1))
-            scanned = _sorted(pa.Table.from_batches(list(stores.stores["win"].scan()), schema=sschema))
+            scanned = sorted_rows(pa.Table.from_batches(list(stores.stores["win"].scan()), schema=sschema))
         finally:
             stores.close()
         heap = want.state.select(sschema.names)
-        assert scanned == _sorted(heap), (rnd, "store")
-        assert _restored(h, sschema, rnd + 1) == _sorted(heap), (rnd, "snapshot")
+        assert scanned == sorted_rows(heap), (rnd, "store")
+        assert _restored(h, sschema, rnd + 1) == sorted_rows(heap), (rnd, "snapshot")
         parent = {"win": [h]}
-        wm = fire if fire is not None else wm
-        epoch += 1 if complete else 0
     assert emitted and fired_by_index, (emitted, fired_by_index)  # windows fired, keys found through the index
-
-
-def _count_fn(rows: pa.Table, state: pa.Table):
-    """A running count per key (state ``k``, ``c``) emitting the new counts."""
-    have = dict(zip(state["k"].to_pylist(), state["c"].to_pylist()))
-    for k in rows["k"].to_pylist():
-        have[k] = have.get(k, 0) + 1
-    keys = sorted(set(rows["k"].to_pylist()))
-    new = pa.table({"k": keys, "c": pa.array([have[k] for k in keys], pa.int64())})
-    return new, new
 
 
 @pytest.mark.parametrize("seed", range(2))
@@ -141,7 +101,7 @@ def test_process_on_a_keyed_store_equals_process_on_the_whole_state(tmp_path, se
 
         def carry(t: pa.Table, kgs: pa.Table = kgs) -> pa.Table:
             return t.join(kgs, keys="k", join_type="inner").select(sschema.names)
-        want = process_step("p", "k", _count_fn, st_schema, st_schema, heap, rows.select(["k"]), barrier_us=barrier,
+        want = process_step("p", "k", count_fn, st_schema, st_schema, heap, rows.select(["k"]), barrier_us=barrier,
                             ttl_us=ttl, carry=carry)
         stores = KeyedStores(StateScope("p", 0, KGR, "k", f"chk-{rnd}", f"{root}/job/chk-{rnd + 1}",
                                         {"proc": StateSpec(sschema, TOUCHED)}, parent, _snapshot(root, rnd + 1),
@@ -149,14 +109,14 @@ def test_process_on_a_keyed_store_equals_process_on_the_whole_state(tmp_path, se
         try:
             keys = stores.touched([rows], barrier - ttl)
             held = stores.get("proc", keys)
-            got = process_step("p", "k", _count_fn, st_schema, st_schema, held, rows.select(["k"]), barrier_us=barrier,
+            got = process_step("p", "k", count_fn, st_schema, st_schema, held, rows.select(["k"]), barrier_us=barrier,
                                ttl_us=ttl, carry=carry)
-            assert _sorted(got.output) == _sorted(want.output) and got.expired == want.expired, rnd
+            assert sorted_rows(got.output) == sorted_rows(want.output) and got.expired == want.expired, rnd
             h = stores.commit("proc", keys, held, got.state.select(sschema.names).cast(sschema),
                               cutoff_us=barrier - ttl, state_prefix=f"{root}/job/chk-{rnd + 1}",
                               snapshot=_snapshot(root, rnd + 1))
         finally:
             stores.close()
         heap = want.state.select(sschema.names).cast(sschema)
-        assert _restored(h, sschema, rnd + 1) == _sorted(heap), rnd
+        assert _restored(h, sschema, rnd + 1) == sorted_rows(heap), rnd
         parent = {"proc": [h]}
