@@ -25,7 +25,7 @@ from pipeline import settings
 from pipeline.exceptions import ConfigError
 
 __all__ = ["MasterSource", "MasterChoice", "choose_master", "check_master_usable", "is_connect", "connect_url",
-           "probe_executor_storage",
+           "probe_executor_storage", "is_connect_session",
            "connect_endpoint", "probe_connect", "DEFAULT_MASTER", "shared_session_url"]
 
 DEFAULT_MASTER = "local[*]"
@@ -198,6 +198,8 @@ def probe_executor_storage(spark, uri: str, master: str | None) -> None:
     S3 retry budget."""
     if not str(uri).startswith("s3://"):
         return
+    if _probed(spark, uri):  # a shared server-side session whose executors reached this job root already
+        return
     budget = settings.get_str("EPOCHAL_EXECUTOR_S3_PROBE_SECONDS")
     rows = (spark.range(1, numPartitions=1).mapInArrow(_storage_probe_task(str(uri), budget), "error string")
             .collect())
@@ -209,3 +211,26 @@ def probe_executor_storage(spark, uri: str, master: str | None) -> None:
             "local master the AWS_* environment of scripts/connect_server.sh; for --master spark://... the "
             "environment of each worker (AWS_* exported before start-worker.sh), an instance profile or IRSA "
             "(docs/deployment.md). No checkpoint id was claimed")
+    _remember_probe(spark, uri)
+
+
+#: runtime setting of a Spark Connect server-side session: the job root whose probe passed in it. The epoch DAG's
+#: tasks of a job share one session (:func:`shared_session_url`), and its executors stay the same while it lives,
+#: so the next task skips the probe's Spark job (one conf lookup instead; a new session probes again)
+PROBED_ROOT_CONF = "spark.epochal.executorStorageProbed"
+
+
+def _probed(spark, uri: str) -> bool:
+    if not is_connect_session(spark):
+        return False
+    return spark.conf.get(PROBED_ROOT_CONF, "") == str(uri)
+
+
+def _remember_probe(spark, uri: str) -> None:
+    if is_connect_session(spark):
+        spark.conf.set(PROBED_ROOT_CONF, str(uri))
+
+
+def is_connect_session(spark) -> bool:
+    """True for a Spark Connect session (no SparkContext in this process)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")

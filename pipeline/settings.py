@@ -47,6 +47,8 @@ _DECLARED: tuple[Setting, ...] = (
     _s("EPOCHAL_CONNECT_TIMEOUT", "float", "10", "seconds to wait for a Spark Connect server"),
     _s("EPOCHAL_SPARK_LOG_LEVEL", "str", "ERROR", "Spark's log level in Epochal's sessions"),
     _s("EPOCHAL_DRIVER_MEMORY", "str", "4g", "`spark.driver.memory` of the sessions Epochal starts"),
+    _s("EPOCHAL_JVM_OPTS", "str", None, "JVM options of the Spark JVM an Epochal process starts (unset: C2 "
+       "compiles only hot code, docs/performance.md; empty: the JVM's defaults)"),
     _s("EPOCHAL_BATCH_JVM_OPTS", "str", None, "JVM options of the short-lived `validate` / `batch` / "
        "`bootstrap` processes"),
     _s("EPOCHAL_BATCH_NATIVE_READ", "flag", "1", "the batch plan reads Parquet sources with Spark's native "

@@ -15,37 +15,23 @@ collected, not what it computes):
 :func:`use_batch_jvm_options` sets them in ``SPARK_SUBMIT_OPTS`` for the JVM this process is about to start. It does
 nothing when the variable is already set (an explicit choice wins), when a Spark JVM already runs for this process
 (a session, or ``spark-submit`` started it: its options cannot change) or when ``EPOCHAL_BATCH_JVM_OPTS`` is set to empty (the JVM defaults). The epoch runtime
-(``epochal run``) is left alone: its process is long-lived (Airflow workers, ``run`` over many rounds) and its JVM
-runs one cached plan per round shape.
+(``epochal run``) keeps G1 and takes only the JIT options (:mod:`pipeline.runtime.spark.jvm_options`): its process
+is long-lived (Airflow workers, ``run --follow``).
 """
 from __future__ import annotations
 
 from collections.abc import MutableMapping
 
-from pipeline import settings
+from pipeline.runtime.spark.jvm_options import JIT_OPTS, use_jvm_options
 
 __all__ = ["BATCH_JVM_OPTS", "JVM_OPTS_ENV", "use_batch_jvm_options"]
 
 JVM_OPTS_ENV = "EPOCHAL_BATCH_JVM_OPTS"
-BATCH_JVM_OPTS = ("-XX:+UseSerialGC -XX:Tier4InvocationThreshold=100000 -XX:Tier4CompileThreshold=120000 "
-                  "-XX:Tier4BackEdgeThreshold=400000")
+BATCH_JVM_OPTS = f"-XX:+UseSerialGC {JIT_OPTS}"
 
 
 def use_batch_jvm_options(env: MutableMapping[str, str] | None = None) -> str | None:
     """Set ``SPARK_SUBMIT_OPTS`` to the batch process's JVM options (``EPOCHAL_BATCH_JVM_OPTS``, default
     :data:`BATCH_JVM_OPTS`) unless it is set already or a Spark JVM already runs here. Returns the options the JVM
     will start with (None: left as they are)."""
-    env = settings.environ() if env is None else env
-    if "SPARK_SUBMIT_OPTS" in env or "PYSPARK_GATEWAY_PORT" in env:   # set by the user / launched by spark-submit
-        return None
-    try:
-        from pyspark import SparkContext
-        if SparkContext._active_spark_context is not None:  # noqa: SLF001 - the JVM is already started
-            return None
-    except ImportError:  # pragma: no cover - pyspark is a dependency
-        pass
-    opts = env.get(JVM_OPTS_ENV, BATCH_JVM_OPTS).strip()
-    if not opts:
-        return None
-    env["SPARK_SUBMIT_OPTS"] = opts
-    return opts
+    return use_jvm_options(env, setting=JVM_OPTS_ENV, default=BATCH_JVM_OPTS)

@@ -141,3 +141,25 @@ def test_bootstrap_source_cuts_equal_a_barrier_search_from_the_first_file(tmp_pa
         want = [logged.get(k) or barrier_position(ss, (k + 1) * E) or end_position(ss) for k in sorted(ks)]
         assert got == want, (first, n, logged)
     assert len(_cuts(ss, 0, 11, epochs, {})) >= 9
+
+
+def test_runtime_jvm_options_take_the_jit_thresholds_without_the_serial_collector(monkeypatch):
+    """A Spark JVM the runtime starts (``epochal run``, an Airflow task) gets C2's raised thresholds and keeps G1
+    (long-lived); ``EPOCHAL_JVM_OPTS`` chooses others, empty keeps the JVM's defaults; a batch process's own
+    options, set first, win."""
+    from pyspark import SparkContext
+
+    from pipeline.batch.jvm import BATCH_JVM_OPTS, use_batch_jvm_options
+    from pipeline.runtime.spark.jvm_options import JIT_OPTS, use_jvm_options
+    monkeypatch.setattr(SparkContext, "_active_spark_context", None)
+    env: dict[str, str] = {}
+    assert use_jvm_options(env) == JIT_OPTS == env["SPARK_SUBMIT_OPTS"]
+    assert "-XX:Tier4InvocationThreshold=" in JIT_OPTS and "UseSerialGC" not in JIT_OPTS
+    assert BATCH_JVM_OPTS.startswith("-XX:+UseSerialGC") and JIT_OPTS in BATCH_JVM_OPTS
+    env = {"EPOCHAL_JVM_OPTS": ""}
+    assert use_jvm_options(env) is None and "SPARK_SUBMIT_OPTS" not in env
+    env = {"EPOCHAL_JVM_OPTS": "-Xss4m"}
+    assert use_jvm_options(env) == "-Xss4m" == env["SPARK_SUBMIT_OPTS"]
+    env = {}
+    use_batch_jvm_options(env)            # `epochal bootstrap` sets its options before the runner's session starts
+    assert use_jvm_options(env) is None and env["SPARK_SUBMIT_OPTS"] == BATCH_JVM_OPTS

@@ -21,6 +21,25 @@ from tests.cluster import sensors
 pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.slow, pytest.mark.e2e, pytest.mark.s3]
 
 
+_SHARED_SESSION_PROBE = """
+import sys
+from pyspark.sql import SparkSession
+from pipeline.exceptions import ConfigError
+from pipeline.master import PROBED_ROOT_CONF, probe_executor_storage, shared_session_url
+url, root = sys.argv[1], sys.argv[2]
+spark = SparkSession.builder.remote(shared_session_url(url, "a job's epoch tasks")).getOrCreate()
+try:
+    probe_executor_storage(spark, root + "/other", url)
+    print("OTHER-ROOT-PASSED")
+except ConfigError:
+    print("OTHER-ROOT-REFUSED")
+assert spark.conf.get(PROBED_ROOT_CONF, "") == "", "a failed probe must not be remembered"
+spark.conf.set(PROBED_ROOT_CONF, root)  # as a passed probe of an earlier task leaves it in the shared session
+probe_executor_storage(spark, root, url)  # remembered: no Spark job, so the dead endpoint is never asked
+print("REMEMBERED-ROOT-PASSED")
+"""
+
+
 def test_a_server_whose_executors_cannot_reach_s3_is_refused_before_any_write(moto_server, s3_root, tmp_path):
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     server_env = {**moto_server.env(), "AWS_ENDPOINT_URL": dead, "AWS_ENDPOINT_URL_S3": dead,
@@ -31,6 +50,15 @@ def test_a_server_whose_executors_cannot_reach_s3_is_refused_before_any_write(mo
                "PIPELINE_SINK_URI": f"{s3_root}/sink", "PIPELINE_PARALLELISM": "2",
                "PIPELINE_EPOCH_SECONDS": str(sensors.EPOCH_SECONDS), "PIPELINE_SPARK_MASTER": server.url}
         r = run_job_process(["run", "--job", "tests.cluster.sensors:build", "--epochs", "1"], env, timeout_s=600)
+        # the epoch DAG's tasks of a job share one server-side session: a probe that passed in it is not repeated
+        # (one conf lookup instead of a Spark job per task), only for the same job root, and a failed one is never
+        # remembered; these executors cannot reach S3, so a probe that ran would fail
+        import subprocess
+        import sys
+        p = subprocess.run([sys.executable, "-c", _SHARED_SESSION_PROBE, server.url, f"{s3_root}/ckpt/job"],
+                           capture_output=True, text=True, timeout=300, env={**moto_server.env(), **_path_env()})
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.split() == ["OTHER-ROOT-REFUSED", "REMEMBERED-ROOT-PASSED"], p.stdout + p.stderr[-2000:]
     err = "\n".join(r.stderr_lines)
     assert r.returncode == 2, err[-3000:]
     line = next(x for x in r.stderr_lines if x.startswith("epochal: configuration error:"))
@@ -44,3 +72,8 @@ def test_a_server_whose_executors_cannot_reach_s3_is_refused_before_any_write(mo
     assert written in ([], ["sensors/job.json"]), written
     assert fio.list(f"{s3_root}/sink") == []
     assert CheckpointIdCounter(fio, f"{s3_root}/ckpt/sensors").latest_claimed() is None
+
+
+def _path_env() -> dict[str, str]:
+    import os
+    return {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PIPELINE_", "SPARK_"))}

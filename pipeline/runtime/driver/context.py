@@ -42,7 +42,7 @@ from pipeline.runtime.operators.writer_nodes import sink_writers
 from pipeline.runtime.spark import operator_plans as _operator_plans  # noqa: F401
 from pipeline.runtime.spark import over_plan as _over_plan  # noqa: F401
 from pipeline.runtime.spark import timed_join_plan as _timed_join_plan  # noqa: F401
-from pipeline.runtime.spark.session import get_spark, is_connect_session, ship_job_code
+from pipeline.runtime.spark.session import get_spark, is_connect_session, ship_job_code, start_python_workers
 from pipeline.sink.formats import open_sink_table, sink_requests_counting
 from pipeline.sink.table import CommittedTable
 from pipeline.sink.table_format import resolve_format
@@ -158,6 +158,8 @@ class RuntimeContext:
             ship_job_code(self.job)
             # the server's executors use their own S3 settings: unusable ones fail here, before the first write
             probe_executor_storage(spark, self.job_root, self.config.spark_master)
+        else:  # a local executor's Python workers start while the driver restores and plans the first round
+            start_python_workers(spark)
         self.spark_start_s = time.monotonic() - t0
         return spark
 

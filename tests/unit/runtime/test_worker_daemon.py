@@ -37,18 +37,38 @@ _CHILD = r"""
 import json
 from pipeline.runtime.spark.session import get_spark, stop_spark
 
+from pipeline.runtime.spark.session import start_python_workers
+
 def probe(batches):
     import os, sys
     import pyarrow as pa
     parent = open(f"/proc/{os.getppid()}/cmdline", "rb").read().replace(b"\0", b" ").decode()
     for b in batches:
         # nothing in this function imports the state modules: present only if the daemon imported them
-        yield pa.RecordBatch.from_pylist([{"parent": parent, "pre": "pipeline.state.changelog" in sys.modules}])
+        yield pa.RecordBatch.from_pylist([{"parent": parent, "pre": "pipeline.state.changelog" in sys.modules,
+                                           "pid": os.getpid()}])
+
+def daemon_processes():
+    import os
+    out = set()
+    for d in os.listdir("/proc"):
+        try:
+            if d.isdigit() and b"pipeline.runtime.spark.worker_daemon" in open(f"/proc/{d}/cmdline", "rb").read():
+                out.add(int(d))
+        except OSError:
+            pass
+    return out
 
 spark = get_spark("local[1]", 1, app="worker-daemon-test")
-row = spark.range(0, 1, 1, 1).mapInArrow(probe, "parent string, pre boolean").collect()[0]
+before = daemon_processes()
+warming = start_python_workers(spark)        # the runner's first round finds its workers started
+warming.join(120)
+started = daemon_processes() - before
+again = start_python_workers(spark)          # once per application
+row = spark.range(0, 1, 1, 1).mapInArrow(probe, "parent string, pre boolean, pid long").collect()[0]
 out = {"parent": row.parent, "pre": row.pre,
-       "conf": spark.sparkContext.getConf().get("spark.python.daemon.module", "")}
+       "conf": spark.sparkContext.getConf().get("spark.python.daemon.module", ""),
+       "started": len(started), "reused": row.pid in started, "again": again is not None}
 stop_spark()
 print("RESULT " + json.dumps(out))
 """
@@ -57,7 +77,8 @@ print("RESULT " + json.dumps(out))
 @pytest.mark.spark
 def test_workers_are_forked_from_the_preimporting_daemon():
     """A real local session: the task's worker is a child of ``pipeline.runtime.spark.worker_daemon`` and finds the
-    state modules imported already (the function it runs imports none of them). ``EPOCHAL_WORKER_PREIMPORT=0``
+    state modules imported already (the function it runs imports none of them); ``start_python_workers`` starts the
+    daemon and the worker ahead of the first task, which then runs in it. ``EPOCHAL_WORKER_PREIMPORT=0``
     is the decision tested above (one session per process: the switch is read when the session is built)."""
     env = {**os.environ, "EPOCHAL_WORKER_PREIMPORT": "1", "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable}
     p = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=240)
@@ -66,4 +87,6 @@ def test_workers_are_forked_from_the_preimporting_daemon():
     out = json.loads(line[len("RESULT "):])
     assert "-m pipeline.runtime.spark.worker_daemon" in out["parent"], out
     assert out["pre"] is True and out["conf"] == "pipeline.runtime.spark.worker_daemon", out
+    # start_python_workers started the daemon and its worker before any round; the task ran in that worker
+    assert out["started"] == 2 and out["reused"] is True and out["again"] is False, out
     assert set(PREIMPORTED) >= {"pyarrow.parquet", "pipeline.runtime.operators.task", "pipeline.source.reader"}
