@@ -155,6 +155,7 @@ def preimport_workers(master: str | None, env) -> bool:
 
 
 _WORKERS_STARTED: set[str] = set()
+_WARMING: list[threading.Thread] = []
 
 
 def start_python_workers(spark) -> threading.Thread | None:
@@ -180,6 +181,7 @@ def start_python_workers(spark) -> threading.Thread | None:
             pass
     t = threading.Thread(target=run, name="epochal-python-workers", daemon=True)
     t.start()
+    _WARMING.append(t)
     return t
 
 
@@ -238,6 +240,9 @@ def _quiet_task_failures(spark) -> None:
 
 def stop_spark() -> None:
     global _SESSION
+    for t in _WARMING:  # a stop while the workers still start would cancel that job with an ERROR line
+        t.join(30)
+    _WARMING.clear()
     if _SESSION is not None:
         _SESSION.stop()
         _SESSION = None

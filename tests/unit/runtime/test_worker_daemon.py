@@ -48,22 +48,31 @@ def probe(batches):
         yield pa.RecordBatch.from_pylist([{"parent": parent, "pre": "pipeline.state.changelog" in sys.modules,
                                            "pid": os.getpid()}])
 
-def daemon_processes():
+def daemon_processes(jvm_pid):
+    # this session's Python daemon and its workers: processes below this process's JVM (other tests' sessions
+    # may run daemons of their own at the same time)
     import os
-    out = set()
+    parent = {}
     for d in os.listdir("/proc"):
         try:
             if d.isdigit() and b"pipeline.runtime.spark.worker_daemon" in open(f"/proc/{d}/cmdline", "rb").read():
-                out.add(int(d))
+                parent[int(d)] = int(open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[1])
         except OSError:
             pass
-    return out
+    def below_jvm(pid):
+        while pid in parent:
+            pid = parent[pid]
+            if pid == jvm_pid:
+                return True
+        return False
+    return {pid for pid in parent if below_jvm(pid)}
 
 spark = get_spark("local[1]", 1, app="worker-daemon-test")
-before = daemon_processes()
+jvm = spark.sparkContext._gateway.proc.pid
+before = daemon_processes(jvm)
 warming = start_python_workers(spark)        # the runner's first round finds its workers started
 warming.join(120)
-started = daemon_processes() - before
+started = daemon_processes(jvm) - before
 again = start_python_workers(spark)          # once per application
 row = spark.range(0, 1, 1, 1).mapInArrow(probe, "parent string, pre boolean, pid long").collect()[0]
 out = {"parent": row.parent, "pre": row.pre,
