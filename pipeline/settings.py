@@ -49,6 +49,8 @@ _DECLARED: tuple[Setting, ...] = (
     _s("EPOCHAL_DRIVER_MEMORY", "str", "4g", "`spark.driver.memory` of the sessions Epochal starts"),
     _s("EPOCHAL_JVM_OPTS", "str", None, "JVM options of the Spark JVM an Epochal process starts (unset: C2 "
        "compiles only hot code, docs/performance.md; empty: the JVM's defaults)"),
+    _s("EPOCHAL_JVM_CLASS_ARCHIVE_DIR", "path", None, "where the Spark JVM's class-data-sharing archives are kept "
+       "(unset: `~/.cache/epochal/jvm-classes`; empty: none)"),
     _s("EPOCHAL_BATCH_JVM_OPTS", "str", None, "JVM options of the short-lived `validate` / `batch` / "
        "`bootstrap` processes"),
     _s("EPOCHAL_BATCH_NATIVE_READ", "flag", "1", "the batch plan reads Parquet sources with Spark's native "

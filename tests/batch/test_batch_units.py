@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -72,13 +73,13 @@ def test_batch_jvm_options_are_set_once_for_a_fresh_jvm(monkeypatch):
 
     from pipeline.batch.jvm import BATCH_JVM_OPTS, use_batch_jvm_options
     monkeypatch.setattr(SparkContext, "_active_spark_context", None)
-    env: dict[str, str] = {}
+    env: dict[str, str] = {"EPOCHAL_JVM_CLASS_ARCHIVE_DIR": ""}  # no class archive (its own test below)
     assert use_batch_jvm_options(env) == BATCH_JVM_OPTS and env["SPARK_SUBMIT_OPTS"] == BATCH_JVM_OPTS
     assert use_batch_jvm_options({"SPARK_SUBMIT_OPTS": "-Xss4m"}) is None        # an explicit choice wins
     assert use_batch_jvm_options({"PYSPARK_GATEWAY_PORT": "4242"}) is None      # spark-submit started the JVM
     env = {"EPOCHAL_BATCH_JVM_OPTS": ""}
     assert use_batch_jvm_options(env) is None and "SPARK_SUBMIT_OPTS" not in env  # the JVM defaults
-    env = {"EPOCHAL_BATCH_JVM_OPTS": "-XX:+UseSerialGC"}
+    env = {"EPOCHAL_BATCH_JVM_OPTS": "-XX:+UseSerialGC", "EPOCHAL_JVM_CLASS_ARCHIVE_DIR": ""}
     assert use_batch_jvm_options(env) == "-XX:+UseSerialGC" == env["SPARK_SUBMIT_OPTS"]
     monkeypatch.setattr(SparkContext, "_active_spark_context", object())        # too late: the JVM runs
     env = {}
@@ -152,14 +153,46 @@ def test_runtime_jvm_options_take_the_jit_thresholds_without_the_serial_collecto
     from pipeline.batch.jvm import BATCH_JVM_OPTS, use_batch_jvm_options
     from pipeline.runtime.spark.jvm_options import JIT_OPTS, use_jvm_options
     monkeypatch.setattr(SparkContext, "_active_spark_context", None)
-    env: dict[str, str] = {}
+    off = {"EPOCHAL_JVM_CLASS_ARCHIVE_DIR": ""}  # no class archive (its own test below)
+    env: dict[str, str] = dict(off)
     assert use_jvm_options(env) == JIT_OPTS == env["SPARK_SUBMIT_OPTS"]
     assert "-XX:Tier4InvocationThreshold=" in JIT_OPTS and "UseSerialGC" not in JIT_OPTS
     assert BATCH_JVM_OPTS.startswith("-XX:+UseSerialGC") and JIT_OPTS in BATCH_JVM_OPTS
     env = {"EPOCHAL_JVM_OPTS": ""}
     assert use_jvm_options(env) is None and "SPARK_SUBMIT_OPTS" not in env
-    env = {"EPOCHAL_JVM_OPTS": "-Xss4m"}
+    env = {"EPOCHAL_JVM_OPTS": "-Xss4m", **off}
     assert use_jvm_options(env) == "-Xss4m" == env["SPARK_SUBMIT_OPTS"]
-    env = {}
+    env = dict(off)
     use_batch_jvm_options(env)            # `epochal bootstrap` sets its options before the runner's session starts
     assert use_jvm_options(env) is None and env["SPARK_SUBMIT_OPTS"] == BATCH_JVM_OPTS
+
+
+def test_class_archive_is_dumped_once_then_promoted_and_mapped(monkeypatch, tmp_path):
+    """The JVM's class-data-sharing archive: the first JVM dumps it at exit into a ``.part`` of its own, a later
+    process promotes a settled dump and maps it, a dump that may still be running is left alone (no archive that
+    time), and it is off without a JDK 13+ or with the directory set to empty. Keyed by the JVM options."""
+    from pipeline.runtime.spark.class_archive import SETTLED_S, archive_options, java_release
+    jdk = tmp_path / "jdk"
+    (jdk / "bin").mkdir(parents=True)
+    (jdk / "release").write_text('JAVA_VERSION="17.0.15"\nJAVA_RUNTIME_VERSION="17.0.15+6"\n')
+    folder = tmp_path / "archives"
+    env = {"JAVA_HOME": str(jdk), "EPOCHAL_JVM_CLASS_ARCHIVE_DIR": str(folder)}
+    assert java_release(env) == (17, "17.0.15+6", str(jdk))
+    first = archive_options("-Xss4m", env, now=1000.0)
+    assert first.startswith("-XX:ArchiveClassesAtExit=") and "-Xlog:cds*=off" in first
+    part = first.split("=", 1)[1].split()[0]
+    assert part.startswith(str(folder)) and part.endswith(".part")
+    other = archive_options("-Xss4m", env, now=1000.0)     # no dump yet: a second first process dumps its own
+    assert other.startswith("-XX:ArchiveClassesAtExit=") and other.split()[0] != first.split()[0]
+    Path(part).write_bytes(b"dumped classes")                         # its JVM exited and dumped
+    import os
+    os.utime(part, (1000.0, 1000.0))
+    assert archive_options("-Xss4m", env, now=1000.0 + SETTLED_S / 2) == ""   # the dump may still be running
+    mapped = archive_options("-Xss4m", env, now=1000.0 + SETTLED_S + 1)
+    final = next(folder.glob("*.jsa"))
+    assert mapped == f"-XX:SharedArchiveFile={final} -Xlog:cds*=off" and not list(folder.glob("*.part"))
+    assert archive_options("-Xss4m", env) == mapped                                    # from now on
+    assert archive_options("-Xss8m", env).startswith("-XX:ArchiveClassesAtExit=")     # other options: another
+    assert archive_options("-Xss4m", {**env, "EPOCHAL_JVM_CLASS_ARCHIVE_DIR": ""}) == ""
+    (jdk / "release").write_text('JAVA_VERSION="11.0.2"\n')
+    assert archive_options("-Xss4m", env) == ""                                        # JDK 11: no dynamic archive

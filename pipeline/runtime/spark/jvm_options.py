@@ -12,13 +12,15 @@ The short-lived batch processes (``validate``, ``batch``, ``bootstrap``) add the
 :func:`use_jvm_options` puts the options in ``SPARK_SUBMIT_OPTS`` for the JVM this process is about to start. It does
 nothing when the variable is already set (an explicit choice wins), when a Spark JVM already runs for this process
 (a session, or ``spark-submit`` started it: its options cannot change), or when the setting is set to empty (the
-JVM's defaults).
+JVM's defaults). The JVM also maps its classes from a class-data-sharing archive
+(:mod:`pipeline.runtime.spark.class_archive`).
 """
 from __future__ import annotations
 
 from collections.abc import MutableMapping
 
 from pipeline import settings
+from pipeline.runtime.spark.class_archive import archive_options
 
 __all__ = ["JIT_OPTS", "RUNTIME_JVM_OPTS_ENV", "use_jvm_options"]
 
@@ -43,5 +45,6 @@ def use_jvm_options(env: MutableMapping[str, str] | None = None, *, setting: str
     opts = env.get(setting, default).strip()
     if not opts:
         return None
+    opts = f"{opts} {archive_options(opts, env)}".strip()  # classes mapped from an archive (class_archive.py)
     env["SPARK_SUBMIT_OPTS"] = opts
     return opts

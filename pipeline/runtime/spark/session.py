@@ -21,16 +21,18 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from pathlib import Path
 
 from pipeline import settings
 from pipeline.credentials import REDACTION_REGEX, forward_to_executors
 from pipeline.exceptions import ConfigError
 from pipeline.master import choose_master, connect_url, is_connect_session, probe_connect
+from pipeline.runtime.spark.class_archive import promote
 from pipeline.runtime.spark.jvm_logs import relay_jvm_stderr
 from pipeline.runtime.spark.jvm_options import use_jvm_options
 
 __all__ = ["get_spark", "stop_spark", "is_connect_session", "ship_job_code", "preimport_workers", "SQL_CONF",
-           "local_shuffle_conf", "start_python_workers"]
+           "local_shuffle_conf", "start_python_workers", "prepare_class_archive"]
 
 _SESSION = None
 
@@ -190,6 +192,30 @@ def _no_rows(batches):
     for _ in batches:
         pass
     return iter(())
+
+
+def prepare_class_archive() -> str | None:
+    """Dump the runtime JVM's class archive now, unless there is one (``scripts/bootstrap.sh``; see
+    :mod:`pipeline.runtime.spark.class_archive`): a local session runs a trivial Arrow job, then its JVM exits and
+    dumps the classes it loaded, and the dump becomes the archive. Returns the archive's path (None: off, not
+    possible here, or there already). Call it in a process that has no Spark session."""
+    from pyspark import SparkContext
+    opts = use_jvm_options() or ""
+    if "-XX:ArchiveClassesAtExit=" not in opts:
+        return None
+    part = opts.split("-XX:ArchiveClassesAtExit=", 1)[1].split()[0]
+    spark = get_spark("local[*]", 2, app="epochal-class-archive")
+    spark.range(0, 2, 1, 2).mapInArrow(_no_rows, "id long").collect()  # the Python runner's classes too
+    gateway = SparkContext._gateway  # noqa: SLF001 - the JVM's process, to wait for its dump
+    stop_spark()
+    proc = getattr(gateway, "proc", None)
+    if proc is None:
+        return None
+    if proc.stdin is not None:
+        proc.stdin.close()  # the gateway JVM exits on EOF of its stdin, and dumps the archive as it exits
+    proc.wait(timeout=300)
+    final = promote(Path(part))
+    return str(final) if final is not None else None
 
 
 def ship_job_code(job) -> None:
