@@ -102,8 +102,7 @@ def archive_options(opts: str, env: Mapping[str, str] | None = None, *, now: flo
         folder.mkdir(parents=True, exist_ok=True)
         parts = sorted(folder.glob(f"{key}.*.part"), key=lambda p: p.stat().st_mtime, reverse=True)
         settled = [p for p in parts if now - p.stat().st_mtime >= SETTLED_S and p.stat().st_size > 0]
-        if settled:
-            os.replace(settled[0], final)  # atomic: a racing process promotes another finished dump, as good
+        if settled and promote(settled[0]) is not None:  # a racing process promotes another finished dump, as good
             for p in settled[1:]:
                 p.unlink(missing_ok=True)
             return f"-XX:SharedArchiveFile={final} {_QUIET}"
@@ -113,7 +112,6 @@ def archive_options(opts: str, env: Mapping[str, str] | None = None, *, now: flo
         return f"-XX:ArchiveClassesAtExit={part} {_QUIET}"
     except OSError:  # an unwritable cache directory: the JVM starts as it would without
         return ""
-
 
 
 def promote(part: Path) -> Path | None:
